@@ -1,0 +1,128 @@
+// Package backend owns the contract between wasmjobs and the queues it consumes: the
+// Backend, Stream and Delivery interfaces, the Envelope that travels through them, the
+// per-queue configuration and the errors every backend reports.
+//
+// The package knows nothing of workers or WebAssembly. Implementations live in
+// subpackages (memory, rabbitmq) and all pass the same contract suite in
+// backend/backendtest.
+//
+// The contract, in short:
+//   - Declare idempotently creates a queue with its delay, hold and dead-letter
+//     infrastructure.
+//   - Publish puts an envelope on env.Queue, after a delay when it is non-zero; Defer puts
+//     it into a hold that releases it onto env.Queue after the delay. They differ only in
+//     the priority the caller gave the envelope: both wait, only a deferred one (raised
+//     priority) comes back to the front.
+//   - Consume streams deliveries with the queue's prefetch: never more than Prefetch
+//     unsettled deliveries at once. Dropping a stream loses nothing: what was pulled but
+//     not delivered, and every delivery not yet settled, becomes available again.
+//   - A Delivery is settled exactly once. Retry, Defer and DeadLetter publish first and
+//     acknowledge second; if the publish fails the delivery stays unacknowledged.
+//   - Delays never fire early: they are rounded up to the backend's granularity.
+//   - After Close, every operation fails with ErrShutDown and streams end.
+package backend
+
+import (
+	"context"
+	"time"
+)
+
+// Backend is a queue system that wasmjobs consumes jobs from and publishes jobs to.
+// Implementations are safe for concurrent use.
+type Backend interface {
+	// Declare idempotently creates the queue named by q.Name, with whatever delay, hold
+	// and dead-letter infrastructure the backend needs. Declaring a queue again with the
+	// same configuration changes nothing and keeps its messages.
+	Declare(ctx context.Context, q QueueConfig) error
+
+	// Publish puts env on env.Queue, after delay when delay > 0. Delays are rounded up
+	// to the backend's granularity, never down. Publishing to a queue that was never
+	// declared fails with an error that wraps ErrUnknownQueue and names the queue.
+	Publish(ctx context.Context, env Envelope, delay time.Duration) error
+
+	// Defer holds env for delay, then releases it onto env.Queue. The caller raises
+	// env.Priority so that it returns ahead of the backlog. A delay <= 0 releases it at
+	// once.
+	Defer(ctx context.Context, env Envelope, delay time.Duration) error
+
+	// Consume starts a stream of deliveries from the declared queue q.Name, with at most
+	// q.Prefetch of them unsettled at once. The stream ends when ctx is done, when it is
+	// dropped, when the backend closes or when the connection is lost.
+	Consume(ctx context.Context, q QueueConfig) (Stream, error)
+
+	// Close ends every stream, releases what they hold back to their queues where the
+	// backend is durable, and closes connections. Afterwards every operation fails with
+	// ErrShutDown. Close is idempotent.
+	Close(ctx context.Context) error
+}
+
+// Stream is one consumer of one queue.
+type Stream interface {
+	// Deliveries yields the deliveries in the order the backend hands them out. The
+	// channel is closed when the stream ends; Err then says why.
+	Deliveries() <-chan Delivery
+
+	// Err reports why the stream ended: nil while it is open and after Drop,
+	// ErrShutDown after the backend closed, the context's error when the context passed
+	// to Consume was done, or a transport error.
+	Err() error
+
+	// Drop ends the stream. Every delivery it pulled but did not hand out, and every
+	// delivery it handed out that is not settled yet, returns to the queue (marked
+	// redelivered). Settling one of those afterwards fails with ErrStreamClosed.
+	// Drop is idempotent and returns once the stream has released what it held.
+	Drop()
+}
+
+// Delivery is one message handed to a consumer. It is settled exactly once, by one of
+// Ack, Retry, Defer or DeadLetter; a second settle fails with ErrAlreadySettled and
+// changes nothing.
+type Delivery interface {
+	// Envelope decodes the delivery. A delivery whose wire form cannot be decoded
+	// returns an error wrapping ErrMalformed, together with whatever fields could be
+	// read; it must still be settled, normally with DeadLetter.
+	Envelope() (Envelope, error)
+
+	// Ack acknowledges the delivery: the job is done and leaves the queue.
+	Ack(ctx context.Context) error
+
+	// Retry publishes next onto next.Queue after delay, then acknowledges this delivery.
+	// If the publish fails the delivery stays unacknowledged and unsettled.
+	Retry(ctx context.Context, next Envelope, delay time.Duration) error
+
+	// Defer holds next for delay (see Backend.Defer), then acknowledges this delivery.
+	// If the hold fails the delivery stays unacknowledged and unsettled.
+	Defer(ctx context.Context, next Envelope, delay time.Duration) error
+
+	// DeadLetter moves the delivery to its queue's dead letters with reason, then
+	// acknowledges it. If the move fails the delivery stays unacknowledged and unsettled.
+	DeadLetter(ctx context.Context, reason string) error
+}
+
+// DeadLetter is a message that was dead-lettered, with why.
+type DeadLetter struct {
+	// Envelope is the message as it was when it was dead-lettered. For a message that
+	// could not be decoded it holds what could be read, with the raw bytes as Payload.
+	Envelope Envelope
+	// Reason says why it was dead-lettered.
+	Reason string
+	// At is when it was dead-lettered.
+	At time.Time
+}
+
+// DeadLetterStore is implemented by backends whose dead letters can be inspected and
+// replayed. Both backends in this repository implement it.
+type DeadLetterStore interface {
+	// DeadLetters lists up to limit dead letters of the declared queue, oldest first.
+	// limit <= 0 means all of them.
+	DeadLetters(ctx context.Context, queue string, limit int) ([]DeadLetter, error)
+
+	// ReplayDeadLetter moves the dead letter with the job id id back onto its queue,
+	// as a fresh job: attempt 1, no reason, its defer count cleared. It fails with an error wrapping
+	// ErrNotFound when no such dead letter exists.
+	ReplayDeadLetter(ctx context.Context, queue, id string) error
+
+	// PurgeDeadLetters deletes every dead letter of the queue and reports how many
+	// there were.
+	PurgeDeadLetters(ctx context.Context, queue string) (int, error)
+}

@@ -1,0 +1,110 @@
+package backend_test
+
+import (
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+func TestNewIDSortsByCreationTime(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var ids []string
+		seen := make(map[string]bool)
+		for range 200 {
+			id := backend.NewID()
+			if len(id) != 26 || strings.Trim(id, "0123456789ABCDEFGHJKMNPQRSTVWXYZ") != "" {
+				t.Fatalf("id %q is not 26 Crockford base32 digits", id)
+			}
+			if seen[id] {
+				t.Fatalf("duplicate id %q", id)
+			}
+			seen[id] = true
+			ids = append(ids, id)
+			time.Sleep(time.Millisecond)
+		}
+		if !slices.IsSorted(ids) {
+			t.Fatalf("ids made a millisecond apart do not sort by time: %v", ids[:5])
+		}
+	})
+}
+
+func TestRoundUpNeverShortens(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ d, unit, want time.Duration }{
+		{0, time.Millisecond, 0},
+		{-time.Second, time.Millisecond, 0},
+		{time.Nanosecond, time.Millisecond, time.Millisecond},
+		{time.Millisecond, time.Millisecond, time.Millisecond},
+		{1500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond},
+		{1001 * time.Millisecond, 100 * time.Millisecond, 1100 * time.Millisecond},
+	} {
+		if got := backend.RoundUp(tc.d, tc.unit); got != tc.want {
+			t.Errorf("RoundUp(%v, %v) = %v, want %v", tc.d, tc.unit, got, tc.want)
+		}
+	}
+}
+
+func TestNormalizeDefaultsAndClamps(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in, want backend.QueueConfig
+	}{
+		{backend.QueueConfig{Name: "q"}, backend.QueueConfig{Name: "q", Prefetch: backend.DefaultPrefetch}},
+		{backend.QueueConfig{Name: "q", Prefetch: -1, PriorityLevels: -5}, backend.QueueConfig{Name: "q", Prefetch: 1}},
+		{backend.QueueConfig{Name: "q", Prefetch: 1e6, PriorityLevels: 99}, backend.QueueConfig{Name: "q", Prefetch: backend.MaxPrefetch, PriorityLevels: backend.MaxPriorityLevels}},
+		{backend.QueueConfig{Name: "q", Prefetch: 64, PriorityLevels: 2}, backend.QueueConfig{Name: "q", Prefetch: 64, PriorityLevels: 2}},
+	} {
+		if got := tc.in.Normalize(nil); got != tc.want {
+			t.Errorf("Normalize(%+v) = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+	if got := backend.ClampGranularity(time.Microsecond, nil); got != time.Millisecond {
+		t.Errorf("ClampGranularity(1us) = %v", got)
+	}
+	if got := backend.ClampGranularity(time.Second, nil); got != time.Second {
+		t.Errorf("ClampGranularity(1s) = %v", got)
+	}
+}
+
+func TestErrorsKeepTheirSource(t *testing.T) {
+	t.Parallel()
+	err := error(&backend.TransportError{Op: "publish", Queue: "jobs", Err: io.ErrUnexpectedEOF})
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Error("TransportError lost its source for errors.Is")
+	}
+	var te *backend.TransportError
+	if !errors.As(err, &te) || te.Queue != "jobs" {
+		t.Error("errors.As does not find the TransportError")
+	}
+	if got := err.Error(); got != `backend publish "jobs": unexpected EOF` {
+		t.Errorf("message %q", got)
+	}
+	if got := (&backend.TransportError{Op: "dial", Err: io.EOF}).Error(); got != "backend dial: EOF" {
+		t.Errorf("message %q", got)
+	}
+	uq := backend.UnknownQueue("emails")
+	if !errors.Is(uq, backend.ErrUnknownQueue) || !strings.Contains(uq.Error(), `"emails"`) {
+		t.Errorf("UnknownQueue = %v", uq)
+	}
+}
+
+func TestCloneSharesNothing(t *testing.T) {
+	t.Parallel()
+	e := backend.NewEnvelope("q", []byte("abc"))
+	e.Headers = map[string]string{"k": "v"}
+	c := e.Clone()
+	c.Payload[0], c.Headers["k"] = 'X', "changed"
+	if string(e.Payload) != "abc" || e.Headers["k"] != "v" {
+		t.Fatalf("Clone shares memory: %+v", e)
+	}
+	if e.Attempt != 1 || e.EnqueuedAt.IsZero() || e.ID == "" {
+		t.Fatalf("NewEnvelope = %+v", e)
+	}
+}

@@ -1,0 +1,106 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+)
+
+// Defaults and bounds of QueueConfig.
+const (
+	// DefaultPrefetch is the prefetch of a QueueConfig whose Prefetch is zero.
+	DefaultPrefetch = 16
+	// MaxPrefetch is the largest prefetch (AMQP's prefetch count is 16 bits).
+	MaxPrefetch = 65535
+	// MaxPriorityLevels is the most priority levels a queue may have. RabbitMQ advises
+	// no more than a handful: each level costs memory and throughput.
+	MaxPriorityLevels = 10
+	// MinGranularity is the finest delay granularity a backend accepts.
+	MinGranularity = time.Millisecond
+)
+
+// QueueConfig describes a queue. The zero value of every field but Name is usable.
+type QueueConfig struct {
+	// Name is the queue's name: 1 to 200 characters of letters, digits, '-', '_' and
+	// '.', not ending in ".dead" (reserved for dead letters).
+	Name string
+	// Prefetch bounds the unsettled deliveries of one stream. Zero means
+	// DefaultPrefetch; a negative value is clamped to 1, a value above MaxPrefetch to
+	// MaxPrefetch.
+	Prefetch int
+	// PriorityLevels is the highest priority the queue orders by: priorities
+	// 0..PriorityLevels are honoured, higher ones count as PriorityLevels. Zero makes a
+	// plain FIFO queue. Values outside 0..MaxPriorityLevels are clamped.
+	PriorityLevels int
+}
+
+var queueNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,200}$`)
+
+// ValidateQueueName reports whether name can name a queue, and if not, why.
+func ValidateQueueName(name string) error {
+	if !queueNamePattern.MatchString(name) {
+		return fmt.Errorf("invalid queue name %q: want 1 to 200 letters, digits, '-', '_' or '.'", name)
+	}
+	if len(name) >= len(".dead") && name[len(name)-len(".dead"):] == ".dead" {
+		return fmt.Errorf("invalid queue name %q: the suffix .dead is reserved for dead letters", name)
+	}
+	return nil
+}
+
+// Normalize returns q with its values defaulted and clamped into range, logging every
+// implausible value it changed on log (which may be nil). It never fails: a name is
+// checked by ValidateQueueName, which Declare calls.
+func (q QueueConfig) Normalize(log *slog.Logger) QueueConfig {
+	warn := func(field string, from, to int) {
+		if log != nil {
+			log.LogAttrs(context.Background(), slog.LevelWarn, "queue config value clamped",
+				slog.String("queue", q.Name), slog.String("field", field),
+				slog.Int("from", from), slog.Int("to", to))
+		}
+	}
+	switch {
+	case q.Prefetch == 0:
+		q.Prefetch = DefaultPrefetch
+	case q.Prefetch < 0:
+		warn("Prefetch", q.Prefetch, 1)
+		q.Prefetch = 1
+	case q.Prefetch > MaxPrefetch:
+		warn("Prefetch", q.Prefetch, MaxPrefetch)
+		q.Prefetch = MaxPrefetch
+	}
+	switch {
+	case q.PriorityLevels < 0:
+		warn("PriorityLevels", q.PriorityLevels, 0)
+		q.PriorityLevels = 0
+	case q.PriorityLevels > MaxPriorityLevels:
+		warn("PriorityLevels", q.PriorityLevels, MaxPriorityLevels)
+		q.PriorityLevels = MaxPriorityLevels
+	}
+	return q
+}
+
+// ClampGranularity returns g raised to MinGranularity when it is finer, logging the
+// change on log (which may be nil).
+func ClampGranularity(g time.Duration, log *slog.Logger) time.Duration {
+	if g >= MinGranularity {
+		return g
+	}
+	if log != nil && g != 0 {
+		log.Warn("delay granularity clamped", slog.Duration("from", g), slog.Duration("to", MinGranularity))
+	}
+	return MinGranularity
+}
+
+// RoundUp rounds d up to a whole multiple of unit (which must be positive): a delay is
+// never shortened. A negative d counts as zero.
+func RoundUp(d, unit time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	if r := d % unit; r != 0 {
+		d += unit - r
+	}
+	return d
+}

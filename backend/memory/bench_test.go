@@ -1,0 +1,51 @@
+package memory_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/memory"
+)
+
+// BenchmarkMemoryPublishConsumeAck measures one job's trip through the memory backend:
+// publish, delivery to a consumer, ack. The publisher and the consumer run concurrently.
+func BenchmarkMemoryPublishConsumeAck(b *testing.B) {
+	for _, prefetch := range []int{1, 64} {
+		b.Run(fmt.Sprintf("prefetch=%d", prefetch), func(b *testing.B) {
+			ctx := context.Background()
+			mb := memory.New(memory.Config{})
+			defer mb.Close(ctx)
+			q := backend.QueueConfig{Name: "bench", Prefetch: prefetch}
+			if err := mb.Declare(ctx, q); err != nil {
+				b.Fatal(err)
+			}
+			s, err := mb.Consume(ctx, q)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Drop()
+			env := backend.NewEnvelope("bench", []byte(`{"n":1}`))
+			done := make(chan struct{})
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() {
+				defer close(done)
+				for range b.N {
+					d := <-s.Deliveries()
+					if err := d.Ack(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+			for range b.N {
+				if err := mb.Publish(ctx, env, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			<-done
+		})
+	}
+}

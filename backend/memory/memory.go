@@ -1,0 +1,388 @@
+// Package memory is the in-process implementation of the backend contract: the default
+// backend of `wasmjobs run`, and the one tests use.
+//
+// Nothing survives the process: messages still queued or delayed when the backend
+// closes are gone. Delays use timers of the time package, so tests can run them in the
+// virtual time of testing/synctest. The backend can be inspected per queue (Stats,
+// Pending, DeadLetters) and can be handed messages that do not decode
+// (InjectMalformed), to test how consumers deal with them.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+// Config configures a memory backend. The zero value is ready to use.
+type Config struct {
+	// Granularity is the unit delays are rounded up to. Zero means 1 ms; a value finer
+	// than backend.MinGranularity is clamped to it and logged.
+	Granularity time.Duration
+	// Logger receives warnings about clamped configuration. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Backend is an in-process backend. Its zero value is not usable: call New.
+type Backend struct {
+	log         *slog.Logger
+	granularity time.Duration
+
+	mu     sync.RWMutex
+	queues map[string]*queue
+	closed bool
+	done   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+}
+
+// New returns an empty backend.
+func New(cfg Config) *Backend {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Backend{
+		log:         log,
+		granularity: backend.ClampGranularity(cfg.Granularity, log),
+		queues:      make(map[string]*queue),
+		done:        make(chan struct{}),
+	}
+}
+
+var (
+	_ backend.Backend         = (*Backend)(nil)
+	_ backend.DeadLetterStore = (*Backend)(nil)
+)
+
+// message is a queued job. A message that could not be decoded carries decodeErr.
+type message struct {
+	env         backend.Envelope
+	decodeErr   error
+	redelivered bool
+}
+
+// deadLetter is a dead-lettered message with why.
+type deadLetter struct {
+	m      *message
+	reason string
+	at     time.Time
+}
+
+// queue is one declared queue. Its fields are guarded by mu.
+type queue struct {
+	name   string
+	levels int
+
+	mu       sync.Mutex
+	ready    []ring // index = priority level
+	nready   int
+	streams  map[*stream]struct{}
+	held     map[*time.Timer]bool // delayed or deferred messages; true for deferred
+	acked    int
+	dead     []deadLetter
+	unsettle int // deliveries handed out and not settled, over all streams
+}
+
+// Declare creates the queue q.Name if it does not exist. Declaring it again changes
+// nothing, not even a different priority level count: like a broker, the first
+// declaration wins.
+func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
+	if err := backend.ValidateQueueName(q.Name); err != nil {
+		return err
+	}
+	q = q.Normalize(b.log)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return backend.ErrShutDown
+	}
+	if _, ok := b.queues[q.Name]; ok {
+		return nil
+	}
+	b.queues[q.Name] = &queue{
+		name:    q.Name,
+		levels:  q.PriorityLevels,
+		ready:   make([]ring, q.PriorityLevels+1),
+		streams: make(map[*stream]struct{}),
+		held:    make(map[*time.Timer]bool),
+	}
+	return nil
+}
+
+// lookup returns the declared queue named name.
+func (b *Backend) lookup(name string) (*queue, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return nil, backend.ErrShutDown
+	}
+	q, ok := b.queues[name]
+	if !ok {
+		return nil, backend.UnknownQueue(name)
+	}
+	return q, nil
+}
+
+func (b *Backend) isClosed() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.closed
+}
+
+// Publish puts env on env.Queue, after delay rounded up to the granularity.
+func (b *Backend) Publish(ctx context.Context, env backend.Envelope, delay time.Duration) error {
+	return b.enqueue(&message{env: env.Clone()}, delay, false)
+}
+
+// Defer holds env for delay rounded up to the granularity, then puts it on env.Queue.
+func (b *Backend) Defer(ctx context.Context, env backend.Envelope, delay time.Duration) error {
+	return b.enqueue(&message{env: env.Clone()}, delay, true)
+}
+
+// InjectMalformed puts on queue a message that cannot be decoded: its delivery's
+// Envelope returns an error wrapping backend.ErrMalformed with problem, and an envelope
+// holding a fresh ID, the queue and raw as payload. It stands for what a foreign
+// publisher can put on a broker's queue.
+func (b *Backend) InjectMalformed(ctx context.Context, queue string, raw []byte, problem string) error {
+	env := backend.Envelope{ID: backend.NewID(), Queue: queue, Payload: slices.Clone(raw)}
+	return b.enqueue(&message{env: env, decodeErr: fmt.Errorf("%w: %s", backend.ErrMalformed, problem)}, 0, false)
+}
+
+func (b *Backend) enqueue(m *message, delay time.Duration, deferred bool) error {
+	q, err := b.lookup(m.env.Queue)
+	if err != nil {
+		return err
+	}
+	m.env.Redelivered = false
+	delay = backend.RoundUp(delay, b.granularity)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if delay == 0 {
+		q.pushBack(m)
+		return nil
+	}
+	var t *time.Timer
+	t = time.AfterFunc(delay, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if _, ok := q.held[t]; !ok {
+			return // stopped by Close
+		}
+		delete(q.held, t)
+		q.pushBack(m)
+	})
+	q.held[t] = deferred
+	return nil
+}
+
+// pushBack makes m ready behind its equals and wakes the streams.
+func (q *queue) pushBack(m *message) {
+	q.ready[min(int(m.env.Priority), q.levels)].pushBack(m)
+	q.nready++
+	q.wakeAll()
+}
+
+// pushFront makes m ready ahead of its equals, for a message that goes back.
+func (q *queue) pushFront(m *message) {
+	m.redelivered = true
+	q.ready[min(int(m.env.Priority), q.levels)].pushFront(m)
+	q.nready++
+	q.wakeAll()
+}
+
+// pop takes the first ready message of the highest level, or nil.
+func (q *queue) pop() *message {
+	if q.nready == 0 {
+		return nil
+	}
+	for level := q.levels; level >= 0; level-- {
+		if m := q.ready[level].popFront(); m != nil {
+			q.nready--
+			return m
+		}
+	}
+	return nil
+}
+
+func (q *queue) wakeAll() {
+	for s := range q.streams {
+		s.wakeUp()
+	}
+}
+
+// Consume starts a stream of the declared queue q.Name with prefetch q.Prefetch.
+func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.Stream, error) {
+	qc = qc.Normalize(b.log)
+	q, err := b.lookup(qc.Name)
+	if err != nil {
+		return nil, err
+	}
+	s := &stream{
+		b:        b,
+		q:        q,
+		ctx:      ctx,
+		prefetch: qc.Prefetch,
+		ch:       make(chan backend.Delivery),
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		finished: make(chan struct{}),
+		inflight: make(map[*delivery]struct{}),
+	}
+	// Register under b.mu so that Close either sees the stream or Consume sees closed.
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil, backend.ErrShutDown
+	}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	q.mu.Lock()
+	q.streams[s] = struct{}{}
+	q.mu.Unlock()
+	go s.run()
+	return s, nil
+}
+
+// Close ends every stream and drops everything queued or held. It waits for the
+// streams to end, or for ctx.
+func (b *Backend) Close(ctx context.Context) error {
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.done)
+		for _, q := range b.queues {
+			q.mu.Lock()
+			for t := range q.held {
+				t.Stop()
+			}
+			clear(q.held)
+			q.mu.Unlock()
+		}
+	}
+	b.mu.Unlock()
+	finished := make(chan struct{})
+	go func() {
+		b.wg.Wait()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("memory backend close: waiting for streams: %w", ctx.Err())
+	}
+}
+
+// QueueStats counts a queue's messages by state.
+type QueueStats struct {
+	// Pending messages are ready to be delivered.
+	Pending int
+	// Unacked deliveries were handed out and are not settled yet.
+	Unacked int
+	// Delayed messages were published with a delay that has not passed.
+	Delayed int
+	// Deferred messages are held by Defer and not released yet.
+	Deferred int
+	// Acked counts every acknowledged delivery since the queue was declared, including
+	// those settled by Retry and Defer (which acknowledge after republishing).
+	Acked int
+	// Dead counts the queue's dead letters.
+	Dead int
+}
+
+// Stats counts the messages of the declared queue by state.
+func (b *Backend) Stats(queue string) (QueueStats, error) {
+	q, err := b.lookup(queue)
+	if err != nil {
+		return QueueStats{}, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	st := QueueStats{Pending: q.nready, Unacked: q.unsettle, Acked: q.acked, Dead: len(q.dead)}
+	for _, deferred := range q.held {
+		if deferred {
+			st.Deferred++
+		} else {
+			st.Delayed++
+		}
+	}
+	return st, nil
+}
+
+// Pending returns the ready messages of the declared queue in the order they would be
+// delivered. Malformed messages appear with what could be read.
+func (b *Backend) Pending(queue string) ([]backend.Envelope, error) {
+	q, err := b.lookup(queue)
+	if err != nil {
+		return nil, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make([]backend.Envelope, 0, q.nready)
+	for level := q.levels; level >= 0; level-- {
+		r := &q.ready[level]
+		for i := range r.len() {
+			out = append(out, r.at(i).env.Clone())
+		}
+	}
+	return out, nil
+}
+
+// DeadLetters lists up to limit dead letters of the declared queue, oldest first;
+// limit <= 0 lists all.
+func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]backend.DeadLetter, error) {
+	q, err := b.lookup(queue)
+	if err != nil {
+		return nil, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := len(q.dead)
+	if limit > 0 && limit < n {
+		n = limit
+	}
+	out := make([]backend.DeadLetter, n)
+	for i := range n {
+		d := q.dead[i]
+		out[i] = backend.DeadLetter{Envelope: d.m.env.Clone(), Reason: d.reason, At: d.at}
+	}
+	return out, nil
+}
+
+// ReplayDeadLetter puts the dead letter with job id id back on its queue as a fresh
+// job: attempt 1, no reason, no defers.
+func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error {
+	q, err := b.lookup(queue)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	i := slices.IndexFunc(q.dead, func(d deadLetter) bool { return d.m.env.ID == id })
+	if i < 0 {
+		return fmt.Errorf("dead letter %q of queue %q: %w", id, queue, backend.ErrNotFound)
+	}
+	m := q.dead[i].m
+	q.dead = slices.Delete(q.dead, i, i+1)
+	m.env.Attempt, m.env.Reason, m.env.Defers, m.redelivered = 1, "", 0, false
+	q.pushBack(m)
+	return nil
+}
+
+// PurgeDeadLetters deletes the dead letters of the declared queue.
+func (b *Backend) PurgeDeadLetters(ctx context.Context, queue string) (int, error) {
+	q, err := b.lookup(queue)
+	if err != nil {
+		return 0, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := len(q.dead)
+	q.dead = nil
+	return n, nil
+}

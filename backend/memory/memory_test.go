@@ -1,0 +1,271 @@
+package memory_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/backendtest"
+	"github.com/wasmjobs/wasmjobs/backend/memory"
+)
+
+func TestContract(t *testing.T) {
+	t.Parallel()
+	backendtest.Run(t, backendtest.Options{
+		New:      func(t *testing.T) backend.Backend { return memory.New(memory.Config{}) },
+		Synctest: true,
+		Parallel: true,
+	})
+}
+
+func TestInjectMalformedDecodesWithError(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := memory.New(memory.Config{})
+		defer b.Close(ctx)
+		q := backend.QueueConfig{Name: "jobs"}
+		mustDo(t, b.Declare(ctx, q))
+		mustDo(t, b.InjectMalformed(ctx, "jobs", []byte{0xde, 0xad}, "no message id"))
+		s, err := b.Consume(ctx, q)
+		mustDo(t, err)
+		d := <-s.Deliveries()
+		env, err := d.Envelope()
+		if !errors.Is(err, backend.ErrMalformed) || !strings.Contains(err.Error(), "no message id") {
+			t.Fatalf("Envelope error = %v, want ErrMalformed naming the problem", err)
+		}
+		if env.ID == "" || env.Queue != "jobs" || !bytes.Equal(env.Payload, []byte{0xde, 0xad}) {
+			t.Fatalf("partial envelope = %+v", env)
+		}
+		reason := err.Error()
+		mustDo(t, d.DeadLetter(ctx, reason))
+		dead, err := b.DeadLetters(ctx, "jobs", 0)
+		mustDo(t, err)
+		if len(dead) != 1 || dead[0].Reason != reason {
+			t.Fatalf("dead letters = %+v", dead)
+		}
+		if err := b.InjectMalformed(ctx, "nowhere", nil, "x"); !errors.Is(err, backend.ErrUnknownQueue) {
+			t.Fatalf("InjectMalformed to an undeclared queue: %v", err)
+		}
+	})
+}
+
+func TestStatsAndPending(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := memory.New(memory.Config{})
+		defer b.Close(ctx)
+		q := backend.QueueConfig{Name: "jobs", Prefetch: 2, PriorityLevels: 1}
+		mustDo(t, b.Declare(ctx, q))
+		for i, p := range []uint8{0, 1, 0} {
+			env := backend.NewEnvelope("jobs", []byte{'a' + byte(i)})
+			env.Priority = p
+			mustDo(t, b.Publish(ctx, env, 0))
+		}
+		mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("later")), time.Minute))
+		mustDo(t, b.Defer(ctx, backend.NewEnvelope("jobs", []byte("held")), time.Minute))
+		mustDo(t, b.Defer(ctx, backend.NewEnvelope("jobs", []byte("now")), 0))
+
+		pending, err := b.Pending("jobs")
+		mustDo(t, err)
+		var order []string
+		for _, env := range pending {
+			order = append(order, string(env.Payload))
+		}
+		if got, want := strings.Join(order, ","), "b,a,c,now"; got != want {
+			t.Fatalf("Pending order = %s, want %s", got, want)
+		}
+
+		s, err := b.Consume(ctx, q)
+		mustDo(t, err)
+		d := <-s.Deliveries()
+		mustDo(t, d.Ack(ctx))
+		d = <-s.Deliveries()
+		mustDo(t, d.DeadLetter(ctx, ""))
+		d = <-s.Deliveries() // unsettled
+		synctest.Wait()
+		got, err := b.Stats("jobs")
+		mustDo(t, err)
+		// One more is pulled by the stream and offered: prefetch 2 counts it.
+		want := memory.QueueStats{Pending: 0, Unacked: 2, Delayed: 1, Deferred: 1, Acked: 1, Dead: 1}
+		if got != want {
+			t.Fatalf("Stats = %+v, want %+v", got, want)
+		}
+		dead, err := b.DeadLetters(ctx, "jobs", 0)
+		mustDo(t, err)
+		if dead[0].Reason == "" {
+			t.Fatal("a dead letter without a reason must get one")
+		}
+		if _, err := b.Stats("nowhere"); !errors.Is(err, backend.ErrUnknownQueue) {
+			t.Fatalf("Stats of an undeclared queue: %v", err)
+		}
+		if _, err := b.Pending("nowhere"); !errors.Is(err, backend.ErrUnknownQueue) {
+			t.Fatalf("Pending of an undeclared queue: %v", err)
+		}
+		_ = d
+	})
+}
+
+func TestContextEndsStreamAndReleases(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := memory.New(memory.Config{})
+		defer b.Close(context.Background())
+		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
+		mustDo(t, b.Declare(t.Context(), q))
+		mustDo(t, b.Publish(t.Context(), backend.NewEnvelope("jobs", []byte("x")), 0))
+		ctx, cancel := context.WithCancel(t.Context())
+		s, err := b.Consume(ctx, q)
+		mustDo(t, err)
+		d := <-s.Deliveries()
+		cancel()
+		if _, ok := <-s.Deliveries(); ok {
+			t.Fatal("delivery after cancel")
+		}
+		if !errors.Is(s.Err(), context.Canceled) {
+			t.Fatalf("Err = %v, want context.Canceled", s.Err())
+		}
+		if err := d.Ack(t.Context()); !errors.Is(err, backend.ErrStreamClosed) {
+			t.Fatalf("Ack after the stream ended = %v, want ErrStreamClosed", err)
+		}
+		st, err := b.Stats("jobs")
+		mustDo(t, err)
+		if st.Pending != 1 || st.Unacked != 0 {
+			t.Fatalf("Stats = %+v, want the job back in the queue", st)
+		}
+	})
+}
+
+func TestFailedSettleAfterStreamEndedReleases(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := memory.New(memory.Config{})
+		defer b.Close(ctx)
+		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
+		mustDo(t, b.Declare(ctx, q))
+		mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("x")), 0))
+		s, err := b.Consume(ctx, q)
+		mustDo(t, err)
+		d := <-s.Deliveries()
+		env, _ := d.Envelope()
+		env.Queue = "nowhere"
+		// The settle fails on the unknown queue; a stream dropped meanwhile must get
+		// the delivery back to the queue rather than strand it.
+		errc := make(chan error)
+		go func() { errc <- d.Retry(ctx, env, 0) }()
+		s.Drop()
+		if err := <-errc; !errors.Is(err, backend.ErrUnknownQueue) && !errors.Is(err, backend.ErrStreamClosed) {
+			t.Fatalf("Retry = %v", err)
+		}
+		st, err := b.Stats("jobs")
+		mustDo(t, err)
+		if st.Pending != 1 || st.Unacked != 0 {
+			t.Fatalf("Stats = %+v, want the job back in the queue", st)
+		}
+	})
+}
+
+func TestConfigIsClampedNeverPanics(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := memory.New(memory.Config{Granularity: time.Microsecond, Logger: log})
+		defer b.Close(ctx)
+		for _, q := range []backend.QueueConfig{
+			{Name: "neg", Prefetch: -3, PriorityLevels: -1},
+			{Name: "big", Prefetch: 1 << 20, PriorityLevels: 300},
+		} {
+			mustDo(t, b.Declare(ctx, q))
+			env := backend.NewEnvelope(q.Name, nil)
+			env.Priority = 255
+			start := time.Now()
+			mustDo(t, b.Publish(ctx, env, 1500*time.Microsecond))
+			s, err := b.Consume(ctx, q)
+			mustDo(t, err)
+			d := <-s.Deliveries()
+			// 1.5 ms rounded up to the clamped 1 ms granularity: 2 ms, never earlier.
+			if waited := time.Since(start); waited != 2*time.Millisecond {
+				t.Errorf("%s: delivered after %v, want 2ms", q.Name, waited)
+			}
+			mustDo(t, d.Ack(ctx))
+			s.Drop()
+		}
+	})
+	for _, want := range []string{"granularity clamped", "field=Prefetch from=-3 to=1", "field=PriorityLevels from=300 to=10", "from=1048576 to=65535"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
+	}
+	b := memory.New(memory.Config{})
+	for _, name := range []string{"", "has space", "x.dead", strings.Repeat("a", 201)} {
+		if err := b.Declare(context.Background(), backend.QueueConfig{Name: name}); err == nil {
+			t.Errorf("Declare(%q) succeeded", name)
+		}
+	}
+}
+
+func TestManyMessagesGrowTheRing(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := memory.New(memory.Config{})
+		defer b.Close(ctx)
+		q := backend.QueueConfig{Name: "jobs", Prefetch: 100}
+		mustDo(t, b.Declare(ctx, q))
+		const n = 1000
+		for i := range n {
+			mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte(strconv.Itoa(i))), 0))
+		}
+		s, err := b.Consume(ctx, q)
+		mustDo(t, err)
+		var held []backend.Delivery
+		for i := range n {
+			d := <-s.Deliveries()
+			env, _ := d.Envelope()
+			if string(env.Payload) != strconv.Itoa(i) {
+				t.Fatalf("delivery %d has payload %s", i, env.Payload)
+			}
+			held = append(held, d)
+			if len(held) == 50 {
+				// Drop half way through: the 50 held and the one offered go back in order.
+				if i == n/2 {
+					s.Drop()
+					s, err = b.Consume(ctx, q)
+					mustDo(t, err)
+					for j := range 50 {
+						d := <-s.Deliveries()
+						env, _ := d.Envelope()
+						if want := strconv.Itoa(i - 49 + j); string(env.Payload) != want || !env.Redelivered {
+							t.Fatalf("after drop got %s (redelivered %v), want %s", env.Payload, env.Redelivered, want)
+						}
+						mustDo(t, d.Ack(ctx))
+					}
+					held = nil
+					continue
+				}
+				for _, d := range held {
+					mustDo(t, d.Ack(ctx))
+				}
+				held = held[:0]
+			}
+		}
+	})
+}
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

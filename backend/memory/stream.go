@@ -1,0 +1,223 @@
+package memory
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+// stream is one consumer of a queue. A goroutine hands out deliveries one at a time
+// through an unbuffered channel, so a message leaves the queue only when a consumer
+// takes it: nothing is claimed ahead of the consumer's capacity.
+type stream struct {
+	b        *Backend
+	q        *queue
+	ctx      context.Context
+	prefetch int
+	ch       chan backend.Delivery
+	wake     chan struct{} // buffered 1: something changed, look again
+	stop     chan struct{} // closed by Drop
+	dropOnce sync.Once
+	finished chan struct{} // closed when run returns
+
+	// guarded by q.mu
+	inflight map[*delivery]struct{}
+	ended    bool
+	err      error
+}
+
+func (s *stream) Deliveries() <-chan backend.Delivery { return s.ch }
+
+func (s *stream) Err() error {
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	return s.err
+}
+
+func (s *stream) Drop() {
+	s.dropOnce.Do(func() { close(s.stop) })
+	<-s.finished
+}
+
+func (s *stream) wakeUp() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *stream) run() {
+	defer s.b.wg.Done()
+	defer close(s.finished)
+	defer close(s.ch)
+	for {
+		s.q.mu.Lock()
+		var d *delivery
+		if len(s.inflight) < s.prefetch {
+			if m := s.q.pop(); m != nil {
+				d = &delivery{s: s, m: m}
+				s.inflight[d] = struct{}{}
+				s.q.unsettle++
+			}
+		}
+		s.q.mu.Unlock()
+		if d == nil {
+			select {
+			case <-s.wake:
+				continue
+			case <-s.stop:
+				s.end(nil)
+			case <-s.b.done:
+				s.end(backend.ErrShutDown)
+			case <-s.ctx.Done():
+				s.end(s.ctx.Err())
+			}
+			return
+		}
+		select {
+		case s.ch <- d:
+			continue
+		case <-s.stop:
+			s.end(nil)
+		case <-s.b.done:
+			s.end(backend.ErrShutDown)
+		case <-s.ctx.Done():
+			s.end(s.ctx.Err())
+		}
+		return
+	}
+}
+
+// end releases every unsettled delivery back to the queue, oldest first at the front,
+// and records why the stream ended.
+func (s *stream) end(err error) {
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	s.ended, s.err = true, err
+	delete(s.q.streams, s)
+	var released []*delivery
+	for d := range s.inflight {
+		// A delivery in the middle of a settle is left to finish it; one whose publish
+		// fails releases itself (see reopen).
+		if d.state.CompareAndSwap(stateOpen, stateReleased) {
+			released = append(released, d)
+		}
+	}
+	// Put them back newest first, so the oldest ends up at the front.
+	for i := len(released) - 1; i >= 0; i-- {
+		d := released[i]
+		delete(s.inflight, d)
+		s.q.unsettle--
+		s.q.pushFront(d.m)
+	}
+}
+
+// Delivery states.
+const (
+	stateOpen int32 = iota
+	stateSettling
+	stateSettled
+	stateReleased
+)
+
+// delivery is a message handed to a consumer.
+type delivery struct {
+	s     *stream
+	m     *message
+	state atomic.Int32
+}
+
+func (d *delivery) Envelope() (backend.Envelope, error) {
+	env := d.m.env
+	env.Redelivered = d.m.redelivered
+	return env, d.m.decodeErr
+}
+
+// begin moves the delivery into its settle, or says why it cannot be settled.
+func (d *delivery) begin() error {
+	if d.s.b.isClosed() {
+		return backend.ErrShutDown
+	}
+	if d.state.CompareAndSwap(stateOpen, stateSettling) {
+		return nil
+	}
+	if d.state.Load() == stateReleased {
+		return backend.ErrStreamClosed
+	}
+	return backend.ErrAlreadySettled
+}
+
+// reopen undoes begin after a failed publish: the delivery stays unacknowledged, or
+// goes back to the queue if its stream ended meanwhile.
+func (d *delivery) reopen() {
+	q := d.s.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !d.s.ended {
+		d.state.Store(stateOpen)
+		return
+	}
+	d.state.Store(stateReleased)
+	delete(d.s.inflight, d)
+	q.unsettle--
+	q.pushFront(d.m)
+}
+
+// finish completes a settle: the delivery leaves the stream, freeing a prefetch slot.
+func (d *delivery) finish(dead string) {
+	q := d.s.q
+	q.mu.Lock()
+	delete(d.s.inflight, d)
+	q.unsettle--
+	if dead != "" {
+		q.dead = append(q.dead, deadLetter{m: d.m, reason: dead, at: time.Now()})
+	} else {
+		q.acked++
+	}
+	d.state.Store(stateSettled)
+	q.mu.Unlock()
+	d.s.wakeUp()
+}
+
+func (d *delivery) Ack(ctx context.Context) error {
+	if err := d.begin(); err != nil {
+		return err
+	}
+	d.finish("")
+	return nil
+}
+
+func (d *delivery) Retry(ctx context.Context, next backend.Envelope, delay time.Duration) error {
+	return d.republish(ctx, next, delay, d.s.b.Publish)
+}
+
+func (d *delivery) Defer(ctx context.Context, next backend.Envelope, delay time.Duration) error {
+	return d.republish(ctx, next, delay, d.s.b.Defer)
+}
+
+func (d *delivery) republish(ctx context.Context, next backend.Envelope, delay time.Duration,
+	publish func(context.Context, backend.Envelope, time.Duration) error) error {
+	if err := d.begin(); err != nil {
+		return err
+	}
+	if err := publish(ctx, next, delay); err != nil {
+		d.reopen()
+		return err
+	}
+	d.finish("")
+	return nil
+}
+
+func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
+	if err := d.begin(); err != nil {
+		return err
+	}
+	if reason == "" {
+		reason = "dead-lettered without a reason"
+	}
+	d.finish(reason)
+	return nil
+}

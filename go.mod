@@ -1,0 +1,3 @@
+module github.com/wasmjobs/wasmjobs
+
+go 1.26
