@@ -315,12 +315,16 @@ func testDelaysNeverFireEarly(t *testing.T, h *harness) {
 func testShortDelayNotHeldBehindLong(t *testing.T, h *harness) {
 	q := h.declare(t, 16, 0)
 	long, short := job(q, "long"), job(q, "short")
+	start := time.Now()
 	h.publish(t, long, 2*time.Second)
 	h.publish(t, short, 100*time.Millisecond)
 	s := h.consume(t, q)
 	d, env := h.receive(t, s)
 	if env.ID != short.ID {
 		t.Fatalf("first delivery is %q: the short delay was held behind the long one", env.Payload)
+	}
+	if waited := time.Since(start); waited >= 2*time.Second {
+		t.Fatalf("the short delay came out after %v, with the long one: held behind it", waited)
 	}
 	mustSettle(t, "Ack", d.Ack(h.ctx()))
 	d, env = h.receive(t, s)

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -85,7 +86,10 @@ type queue struct {
 	held     map[*time.Timer]bool // delayed or deferred messages; true for deferred
 	acked    int
 	dead     []deadLetter
-	unsettle int // deliveries handed out and not settled, over all streams
+	unsettle int // deliveries taken off the queue and not settled, over all streams
+	// offering counts the deliveries taken off the queue that a stream is offering and
+	// no consumer has received yet: still pending, from the consumer's point of view.
+	offering atomic.Int32
 }
 
 // Declare creates the queue q.Name if it does not exist. Declaring it again changes
@@ -280,9 +284,10 @@ func (b *Backend) Close(ctx context.Context) error {
 
 // QueueStats counts a queue's messages by state.
 type QueueStats struct {
-	// Pending messages are ready to be delivered.
+	// Pending messages are ready to be delivered, or offered by a stream to a consumer
+	// that has not taken them yet.
 	Pending int
-	// Unacked deliveries were handed out and are not settled yet.
+	// Unacked deliveries were taken by a consumer and are not settled yet.
 	Unacked int
 	// Delayed messages were published with a delay that has not passed.
 	Delayed int
@@ -303,7 +308,8 @@ func (b *Backend) Stats(queue string) (QueueStats, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	st := QueueStats{Pending: q.nready, Unacked: q.unsettle, Acked: q.acked, Dead: len(q.dead)}
+	offering := int(q.offering.Load())
+	st := QueueStats{Pending: q.nready + offering, Unacked: q.unsettle - offering, Acked: q.acked, Dead: len(q.dead)}
 	for _, deferred := range q.held {
 		if deferred {
 			st.Deferred++
@@ -367,9 +373,9 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	if i < 0 {
 		return fmt.Errorf("dead letter %q of queue %q: %w", id, queue, backend.ErrNotFound)
 	}
-	m := q.dead[i].m
+	m := &message{env: q.dead[i].m.env, decodeErr: q.dead[i].m.decodeErr}
 	q.dead = slices.Delete(q.dead, i, i+1)
-	m.env.Attempt, m.env.Reason, m.env.Defers, m.redelivered = 1, "", 0, false
+	m.env.Attempt, m.env.Reason, m.env.Defers = 1, "", 0
 	q.pushBack(m)
 	return nil
 }

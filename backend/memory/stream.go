@@ -58,9 +58,10 @@ func (s *stream) run() {
 		var d *delivery
 		if len(s.inflight) < s.prefetch {
 			if m := s.q.pop(); m != nil {
-				d = &delivery{s: s, m: m}
+				d = &delivery{s: s, m: m, redelivered: m.redelivered}
 				s.inflight[d] = struct{}{}
 				s.q.unsettle++
+				s.q.offering.Add(1)
 			}
 		}
 		s.q.mu.Unlock()
@@ -79,12 +80,16 @@ func (s *stream) run() {
 		}
 		select {
 		case s.ch <- d:
+			s.q.offering.Add(-1)
 			continue
 		case <-s.stop:
+			s.q.offering.Add(-1)
 			s.end(nil)
 		case <-s.b.done:
+			s.q.offering.Add(-1)
 			s.end(backend.ErrShutDown)
 		case <-s.ctx.Done():
+			s.q.offering.Add(-1)
 			s.end(s.ctx.Err())
 		}
 		return
@@ -125,14 +130,15 @@ const (
 
 // delivery is a message handed to a consumer.
 type delivery struct {
-	s     *stream
-	m     *message
-	state atomic.Int32
+	s           *stream
+	m           *message // shared with later deliveries of the same message: read only
+	redelivered bool
+	state       atomic.Int32
 }
 
 func (d *delivery) Envelope() (backend.Envelope, error) {
 	env := d.m.env
-	env.Redelivered = d.m.redelivered
+	env.Redelivered = d.redelivered
 	return env, d.m.decodeErr
 }
 

@@ -1,0 +1,151 @@
+package worker_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// rig is a worker on a memory backend, inside a synctest bubble.
+type rig struct {
+	t      *testing.T
+	b      *memory.Backend
+	w      *worker.Worker
+	mu     sync.Mutex
+	events []worker.Event
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// noJitter makes backoff deterministic: the wait is the ceiling.
+func noJitter(ceiling time.Duration) time.Duration { return ceiling }
+
+func newRig(t *testing.T, cfg worker.Config, queues ...worker.Queue) *rig {
+	t.Helper()
+	r := &rig{t: t, b: memory.New(memory.Config{})}
+	if cfg.Jitter == nil {
+		cfg.Jitter = noJitter
+	}
+	obs := cfg.Observer
+	cfg.Observer = worker.ObserverFunc(func(e worker.Event) {
+		r.mu.Lock()
+		r.events = append(r.events, e)
+		r.mu.Unlock()
+		if obs != nil {
+			obs.Observe(e)
+		}
+	})
+	r.w = worker.New(r.b, cfg)
+	for _, q := range queues {
+		if err := r.w.Register(context.Background(), q); err != nil {
+			t.Fatalf("Register(%s): %v", q.Name, err)
+		}
+	}
+	if err := r.w.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		r.stop(time.Minute)
+		r.b.Close(context.Background())
+	})
+	return r
+}
+
+// stop stops the worker once, with a drain timeout.
+func (r *rig) stop(timeout time.Duration) error {
+	r.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		r.stopErr = r.w.Stop(ctx)
+	})
+	return r.stopErr
+}
+
+func (r *rig) publish(queue, payload string, mutate ...func(*backend.Envelope)) backend.Envelope {
+	r.t.Helper()
+	env := backend.NewEnvelope(queue, []byte(payload))
+	for _, m := range mutate {
+		m(&env)
+	}
+	if err := r.b.Publish(context.Background(), env, 0); err != nil {
+		r.t.Fatalf("Publish: %v", err)
+	}
+	return env
+}
+
+func (r *rig) stats(queue string) memory.QueueStats {
+	r.t.Helper()
+	st, err := r.b.Stats(queue)
+	if err != nil {
+		r.t.Fatalf("Stats(%s): %v", queue, err)
+	}
+	return st
+}
+
+func (r *rig) dead(queue string) []backend.DeadLetter {
+	r.t.Helper()
+	dl, err := r.b.DeadLetters(context.Background(), queue, 0)
+	if err != nil {
+		r.t.Fatalf("DeadLetters(%s): %v", queue, err)
+	}
+	return dl
+}
+
+// settled returns the settled events so far.
+func (r *rig) settled() []worker.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []worker.Event
+	for _, e := range r.events {
+		if e.Kind == worker.EventSettled {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (r *rig) eventsOf(kind worker.EventKind) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if e.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// runLog records each execution of a handler: the job and when it started.
+type runLog struct {
+	mu   sync.Mutex
+	runs []run
+}
+
+type run struct {
+	env     backend.Envelope
+	attempt int
+	at      time.Time
+}
+
+func (l *runLog) add(j *worker.Job) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.runs = append(l.runs, run{env: j.Envelope.Clone(), attempt: j.Attempt, at: time.Now()})
+}
+
+func (l *runLog) all() []run {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]run(nil), l.runs...)
+}

@@ -1,0 +1,102 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+// Job is one execution of a job, as a handler sees it.
+type Job struct {
+	// Envelope is the job as it was delivered. Its Payload and Headers belong to the
+	// worker: a handler reads them and must not modify them.
+	Envelope backend.Envelope
+	// Attempt is the 1-based number of this execution.
+	Attempt int
+	// MaxAttempts is how many executions are allowed before the job is dead-lettered.
+	MaxAttempts int
+}
+
+// Outcome is what a handler decided about a job.
+type Outcome int
+
+// The outcomes of a handler. The zero value is Ack.
+const (
+	// Ack: the job is done. Its child jobs are published, then it is acknowledged.
+	Ack Outcome = iota
+	// Retry: run the job again after Result.Delay, else the queue's backoff.
+	Retry
+	// Defer: run the job again after Result.Delay, ahead of the backlog, without
+	// consuming an attempt. A Defer without a delay is a failure.
+	Defer
+	// DeadLetter: move the job to its queue's dead letters with Result.Reason.
+	DeadLetter
+	// Failed: the handler failed (an error, a trap, a timeout). The job is retried with
+	// the queue's backoff; Result.Delay does not apply.
+	Failed
+)
+
+var outcomeNames = [...]string{"ack", "retry", "defer", "dead_letter", "failed"}
+
+// String returns the outcome's name: ack, retry, defer, dead_letter or failed.
+func (o Outcome) String() string {
+	if o >= 0 && int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// Child is a job a handler asks to enqueue when its own job succeeds.
+type Child struct {
+	// Queue is the child's queue; it must be declared.
+	Queue string
+	// Payload is the child's payload.
+	Payload []byte
+	// Headers are the child's headers, if any.
+	Headers map[string]string
+	// Delay holds the child back for this long after it is published.
+	Delay time.Duration
+}
+
+// Result is a handler's verdict on a job.
+type Result struct {
+	// Outcome decides how the job is settled.
+	Outcome Outcome
+	// Reason says why, for Retry, Defer, DeadLetter and Failed.
+	Reason string
+	// Delay is the wait before the job runs again, for Retry and Defer. Zero means none
+	// staged: Retry then uses the queue's backoff.
+	Delay time.Duration
+	// Output is what the job produced, kept with its state for inspection.
+	Output []byte
+	// Children are published, each confirmed, before the job is acknowledged; only on
+	// Ack. If one cannot be published the job is retried instead.
+	Children []Child
+	// Version names the version of the handler that ran the job, such as a module's
+	// sha256; it is passed on in events and logs.
+	Version string
+}
+
+// Handler runs jobs. Handle is called concurrently from many goroutines; ctx is
+// cancelled when the job's deadline passes or the worker's drain timeout runs out.
+type Handler interface {
+	Handle(ctx context.Context, job *Job) Result
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, job *Job) Result
+
+// Handle calls f(ctx, job).
+func (f HandlerFunc) Handle(ctx context.Context, job *Job) Result { return f(ctx, job) }
+
+// Readier is implemented by handlers that cannot always take a job. The worker takes a
+// delivery for the handler's queue only while Ready reports true, and asks again every
+// Config.ReadyPoll while it reports false.
+type Readier interface {
+	Ready() bool
+}
+
+// Middleware wraps a handler, as net/http middleware wraps an http.Handler.
+type Middleware func(Handler) Handler

@@ -1,0 +1,213 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+// PriorityHeader is the reserved header in which a deferred job keeps the priority it
+// had before the worker raised it to the queue's top level; the worker restores it when
+// the job is retried. Headers beginning with "wasmjobs-" are reserved.
+const PriorityHeader = "wasmjobs-priority"
+
+// process runs one delivery through decode, extract, execute and acknowledge, then
+// releases its capacity.
+func (w *Worker) process(qs *queueState, d backend.Delivery) {
+	defer w.release(qs)
+	env, err := d.Envelope()
+	if err != nil {
+		// decode: a message that cannot be decoded is dead-lettered with the reason.
+		job := &Job{Envelope: env, Attempt: max(env.Attempt, 1)}
+		w.settle(qs.policy.Load().spec, d, job, Result{}, 0, plan{settle: SettleDeadLetter, reason: err.Error()})
+		return
+	}
+	// extract
+	pol := qs.policy.Load()
+	spec := pol.spec
+	job := &Job{Envelope: env, Attempt: max(env.Attempt, 1), MaxAttempts: env.MaxAttempts}
+	if job.MaxAttempts <= 0 {
+		job.MaxAttempts = spec.MaxAttempts
+	}
+	w.obs.Observe(Event{Kind: EventStarted, Job: job})
+	// execute
+	start := time.Now()
+	res := pol.handler.Handle(w.handlerCtx, job)
+	took := time.Since(start)
+	// acknowledge
+	p := w.plan(spec, job, res)
+	w.settle(spec, d, job, res, took, p)
+}
+
+// release frees the job's slots and wakes the dispatcher.
+func (w *Worker) release(qs *queueState) {
+	left := qs.running.Add(-1)
+	<-w.slots
+	if left == 0 {
+		w.mu.Lock()
+		if qs.removed {
+			qs.drainOnce.Do(func() { close(qs.drained) })
+		}
+		w.mu.Unlock()
+	}
+	if limit := qs.policy.Load().limit; limit > 0 && left < limit {
+		w.signal()
+	}
+	w.jobs.done()
+}
+
+// plan is a decided settle.
+type plan struct {
+	settle   Settle
+	reason   string
+	delay    time.Duration
+	next     backend.Envelope
+	children []Child
+}
+
+// plan decides how to settle a job given its handler's result.
+func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
+	switch res.Outcome {
+	case Ack:
+		return plan{settle: SettleAck, children: res.Children}
+	case Retry:
+		delay := res.Delay
+		if delay <= 0 {
+			delay = w.backoff(spec.Backoff, job.Attempt)
+		}
+		return w.retry(job, orDefault(res.Reason, "retry requested"), delay)
+	case Defer:
+		if res.Delay <= 0 {
+			return w.retry(job, "defer without delay", w.backoff(spec.Backoff, job.Attempt))
+		}
+		reason := orDefault(res.Reason, "deferred")
+		env := job.Envelope
+		if env.Defers+1 > spec.MaxDefers {
+			return plan{settle: SettleDeadLetter, reason: fmt.Sprintf("max defers (%d) exceeded: %s", spec.MaxDefers, reason)}
+		}
+		next := env.Clone()
+		next.Attempt, next.MaxAttempts, next.Defers, next.Reason = job.Attempt, job.MaxAttempts, env.Defers+1, reason
+		if spec.PriorityLevels > 0 {
+			if _, ok := next.Headers[PriorityHeader]; !ok {
+				if next.Headers == nil {
+					next.Headers = make(map[string]string, 1)
+				}
+				next.Headers[PriorityHeader] = strconv.Itoa(int(next.Priority))
+			}
+			next.Priority = uint8(spec.PriorityLevels)
+		}
+		return plan{settle: SettleDefer, reason: reason, delay: res.Delay, next: next}
+	case DeadLetter:
+		return plan{settle: SettleDeadLetter, reason: orDefault(res.Reason, "dead-lettered by the handler")}
+	case Failed:
+		return w.retry(job, orDefault(res.Reason, "failed"), w.backoff(spec.Backoff, job.Attempt))
+	default:
+		return w.retry(job, fmt.Sprintf("invalid outcome %d", int(res.Outcome)), w.backoff(spec.Backoff, job.Attempt))
+	}
+}
+
+// retry plans the next attempt, or the dead letter when the attempts are used up.
+func (w *Worker) retry(job *Job, reason string, delay time.Duration) plan {
+	if job.Attempt >= job.MaxAttempts {
+		return plan{settle: SettleDeadLetter, reason: fmt.Sprintf("max attempts (%d) exceeded: %s", job.MaxAttempts, reason)}
+	}
+	next := job.Envelope.Clone()
+	next.Attempt, next.MaxAttempts, next.Defers, next.Reason = job.Attempt+1, job.MaxAttempts, 0, reason
+	restorePriority(&next)
+	return plan{settle: SettleRetry, reason: reason, delay: delay, next: next}
+}
+
+// restorePriority gives a job that was deferred back its own priority.
+func restorePriority(env *backend.Envelope) {
+	p, ok := env.Headers[PriorityHeader]
+	if !ok {
+		return
+	}
+	if n, err := strconv.ParseUint(p, 10, 8); err == nil {
+		env.Priority = uint8(n)
+	}
+	delete(env.Headers, PriorityHeader)
+}
+
+// backoff returns the wait before the attempt after attempt: full jitter under an
+// exponential ceiling.
+func (w *Worker) backoff(b Backoff, attempt int) time.Duration {
+	ceiling := b.Cap
+	if shift := attempt - 1; shift < 62 {
+		if c := b.Base << shift; c > 0 && c>>shift == b.Base && c < b.Cap {
+			ceiling = c
+		}
+	}
+	return w.cfg.Jitter(ceiling)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// settle carries out p on the delivery and reports it. After the drain timeout it
+// settles nothing: the delivery stays unacknowledged for the backend to deliver again.
+func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, took time.Duration, p plan) {
+	w.mu.Lock()
+	if w.abandoned {
+		w.mu.Unlock()
+		w.obs.Observe(Event{Kind: EventAbandoned, Job: job, Result: res, Settle: p.settle, Reason: p.reason, Duration: took})
+		return
+	}
+	w.settling.add()
+	w.mu.Unlock()
+	defer w.settling.done()
+
+	// Only settles that publish can wait on the backend; a plain ack needs no timer.
+	ctx := context.Background()
+	if p.settle != SettleAck || len(p.children) > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.cfg.SettleTimeout)
+		defer cancel()
+	}
+	var err error
+	switch p.settle {
+	case SettleAck:
+		if err = w.publishChildren(ctx, job, p.children); err != nil {
+			// A child that cannot be published fails the job: the retry way.
+			p = w.retry(job, err.Error(), w.backoff(spec.Backoff, job.Attempt))
+			if p.settle == SettleRetry {
+				err = d.Retry(ctx, p.next, p.delay)
+			} else {
+				err = d.DeadLetter(ctx, p.reason)
+			}
+			break
+		}
+		err = d.Ack(ctx)
+	case SettleRetry:
+		err = d.Retry(ctx, p.next, p.delay)
+	case SettleDefer:
+		err = d.Defer(ctx, p.next, p.delay)
+	case SettleDeadLetter:
+		err = d.DeadLetter(ctx, p.reason)
+	}
+	ev := Event{Kind: EventSettled, Job: job, Result: res, Settle: p.settle, Reason: p.reason, Delay: p.delay, Duration: took}
+	if err != nil {
+		ev.Kind, ev.Err = EventSettleFailed, fmt.Errorf("%s job %s of queue %q: %w", p.settle, job.Envelope.ID, job.Envelope.Queue, err)
+		w.log.Error("settle failed; the backend will deliver the job again", "job", job.Envelope.ID, "queue", job.Envelope.Queue, "settle", p.settle.String(), "error", err)
+	}
+	w.obs.Observe(ev)
+}
+
+// publishChildren publishes a job's children, each confirmed by the backend.
+func (w *Worker) publishChildren(ctx context.Context, job *Job, children []Child) error {
+	for i, c := range children {
+		env := backend.NewEnvelope(c.Queue, c.Payload)
+		env.Headers = c.Headers
+		if err := w.b.Publish(ctx, env, c.Delay); err != nil {
+			return fmt.Errorf("publishing child job %d of %d to queue %q: %w", i+1, len(children), c.Queue, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,633 @@
+// Package worker owns the pipeline that turns queued jobs into settled ones:
+//
+//	capacity -> dequeue -> decode -> extract -> execute -> acknowledge
+//
+// A Worker consumes queues of a backend.Backend and runs each job with its queue's
+// Handler. It takes a delivery only when it has a free slot (the global Concurrency and
+// the queue's own limit) and the queue's handler is ready, so that no job is claimed
+// without the capacity to run it. The handler's Result settles the job: ack (after its
+// child jobs are published), retry with backoff, defer to the front of the queue, or
+// dead-letter. Stop drains: it waits for running jobs and their settles, up to the
+// caller's deadline, and leaves what did not finish unacknowledged for the backend to
+// deliver again.
+//
+// The worker knows nothing of WebAssembly: the Wasm host is one Handler, a Go function
+// another.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+// Defaults of Config and Queue.
+const (
+	DefaultConcurrency    = 16
+	DefaultMaxAttempts    = 25
+	DefaultBackoffBase    = time.Second
+	DefaultBackoffCap     = time.Hour
+	DefaultMaxDefers      = 100
+	DefaultPriorityLevels = 2
+	DefaultSettleTimeout  = 30 * time.Second
+	DefaultReadyPoll      = 50 * time.Millisecond
+)
+
+// Backoff is exponential backoff with full jitter: before attempt n+1 the job waits a
+// random time between 0 and min(Cap, Base * 2^(n-1)).
+type Backoff struct {
+	// Base is the ceiling of the first wait. Zero means DefaultBackoffBase.
+	Base time.Duration
+	// Cap bounds every wait. Zero means DefaultBackoffCap.
+	Cap time.Duration
+}
+
+// Config configures a Worker. The zero value is usable.
+type Config struct {
+	// Concurrency bounds the jobs running at once over all queues. Zero means
+	// DefaultConcurrency; a negative value counts as 1.
+	Concurrency int
+	// MaxAttempts is the default of Queue.MaxAttempts. Zero means DefaultMaxAttempts.
+	MaxAttempts int
+	// Backoff is the default of Queue.Backoff.
+	Backoff Backoff
+	// MaxDefers is the default of Queue.MaxDefers. Zero means DefaultMaxDefers.
+	MaxDefers int
+	// SettleTimeout bounds each settle call. Zero means DefaultSettleTimeout.
+	SettleTimeout time.Duration
+	// ReadyPoll is how often a handler that is not ready is asked again. Zero means
+	// DefaultReadyPoll.
+	ReadyPoll time.Duration
+	// Jitter picks the actual wait given the backoff's ceiling. Nil picks uniformly in
+	// [0, ceiling] (full jitter); tests pass a deterministic function.
+	Jitter func(ceiling time.Duration) time.Duration
+	// Observer receives every job's events. Nil means none.
+	Observer Observer
+	// Logger receives the worker's own warnings and errors. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Queue is a queue a worker consumes, with its handler and policies.
+type Queue struct {
+	// Name is the queue's name; it is declared on the backend when registered.
+	Name string
+	// Handler runs the queue's jobs.
+	Handler Handler
+	// Middleware wraps Handler, the first outermost. Recover is always applied
+	// outside them.
+	Middleware []Middleware
+	// Concurrency bounds this queue's running jobs. Zero means only the worker's
+	// Concurrency bounds them.
+	Concurrency int
+	// Prefetch is the backend stream's prefetch. Zero means the queue's concurrency
+	// limit (or the worker's), so that nothing waits claimed behind a full worker.
+	Prefetch int
+	// PriorityLevels is the queue's priority levels (backend.QueueConfig). The highest
+	// level is reserved for deferred jobs, so jobs may use 0..PriorityLevels-1. Zero
+	// means DefaultPriorityLevels; a negative value makes a plain FIFO queue, whose
+	// deferred jobs return behind the backlog.
+	PriorityLevels int
+	// MaxAttempts is how many executions a job of this queue may have when its
+	// envelope does not say. Zero means the worker's.
+	MaxAttempts int
+	// Backoff is this queue's retry backoff; zero fields mean the worker's.
+	Backoff Backoff
+	// MaxDefers bounds consecutive defers of one job; past it the job is
+	// dead-lettered. Zero means the worker's.
+	MaxDefers int
+	// Timeout bounds each job (the Deadline middleware). Zero means no deadline.
+	Timeout time.Duration
+}
+
+// Worker runs the jobs of its registered queues. Create it with New, register queues,
+// Start it, and Stop it to drain.
+type Worker struct {
+	b   backend.Backend
+	cfg Config
+	log *slog.Logger
+	obs Observer
+
+	slots chan struct{} // global capacity: a token per running job
+	wake  chan struct{} // buffered 1: queues or their capacity changed
+
+	mu        sync.Mutex
+	queues    map[string]*queueState
+	started   bool
+	stopping  bool
+	abandoned bool
+
+	stop          chan struct{} // closed by Stop: take no more deliveries
+	dispatchDone  chan struct{} // closed when the dispatcher returns
+	streamCtx     context.Context
+	cancelStreams context.CancelFunc
+	handlerCtx    context.Context
+	cancelHandler context.CancelFunc
+
+	tasks    chan task // to the runners: one per slot, so a send never waits long
+	jobs     tracker   // jobs from delivery to the end of their settle
+	settling tracker // settle calls under way
+	resubs   sync.WaitGroup
+}
+
+// queueState is a registered queue.
+type queueState struct {
+	qc        backend.QueueConfig
+	policy    atomic.Pointer[policy] // replaced when the queue is registered again
+	running   atomic.Int32
+	stream    backend.Stream // guarded by Worker.mu; nil while (re)subscribing
+	removed   bool           // guarded by Worker.mu
+	drained   chan struct{}  // closed when a removed queue's last job ends
+	drainOnce sync.Once
+}
+
+// policy is what a job of a queue runs with; a job keeps the policy it started with.
+type policy struct {
+	spec    Queue
+	handler Handler // spec.Handler wrapped in its middleware
+	limit   int32   // 0: none
+}
+
+// New returns a worker for b. Register queues, then Start it.
+func New(b backend.Backend, cfg Config) *Worker {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case cfg.Concurrency == 0:
+		cfg.Concurrency = DefaultConcurrency
+	case cfg.Concurrency < 0:
+		log.Warn("worker concurrency clamped", slog.Int("from", cfg.Concurrency), slog.Int("to", 1))
+		cfg.Concurrency = 1
+	}
+	cfg.MaxAttempts = positiveOr(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.MaxDefers = positiveOr(cfg.MaxDefers, DefaultMaxDefers)
+	cfg.Backoff.Base = positiveOr(cfg.Backoff.Base, DefaultBackoffBase)
+	cfg.Backoff.Cap = positiveOr(cfg.Backoff.Cap, DefaultBackoffCap)
+	cfg.SettleTimeout = positiveOr(cfg.SettleTimeout, DefaultSettleTimeout)
+	cfg.ReadyPoll = positiveOr(cfg.ReadyPoll, DefaultReadyPoll)
+	if cfg.Jitter == nil {
+		cfg.Jitter = func(ceiling time.Duration) time.Duration { return rand.N(ceiling + 1) }
+	}
+	obs := cfg.Observer
+	if obs == nil {
+		obs = ObserverFunc(func(Event) {})
+	}
+	streamCtx, cancelStreams := context.WithCancel(context.Background())
+	handlerCtx, cancelHandler := context.WithCancel(context.Background())
+	return &Worker{
+		b:             b,
+		cfg:           cfg,
+		log:           log,
+		obs:           obs,
+		slots:         make(chan struct{}, cfg.Concurrency),
+		tasks:         make(chan task),
+		wake:          make(chan struct{}, 1),
+		queues:        make(map[string]*queueState),
+		stop:          make(chan struct{}),
+		dispatchDone:  make(chan struct{}),
+		streamCtx:     streamCtx,
+		cancelStreams: cancelStreams,
+		handlerCtx:    handlerCtx,
+		cancelHandler: cancelHandler,
+	}
+}
+
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// ErrStopped is returned by Register and Start on a worker that is stopping.
+var ErrStopped = errors.New("worker stopped")
+
+// Register declares q on the backend and, once the worker is started, consumes it.
+// Registering a queue that is already registered replaces its handler and policies
+// for the jobs that start from then on; its stream, prefetch and priority levels stay.
+func (w *Worker) Register(ctx context.Context, q Queue) error {
+	if q.Handler == nil {
+		return fmt.Errorf("register queue %q: nil handler", q.Name)
+	}
+	qs := w.newQueueState(q)
+	if err := w.b.Declare(ctx, qs.qc); err != nil {
+		return fmt.Errorf("register queue %q: %w", q.Name, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping {
+		return ErrStopped
+	}
+	if old, ok := w.queues[q.Name]; ok && !old.removed {
+		// Keep the stream and the running count; swap the policy.
+		old.policy.Store(qs.policy.Load())
+		w.signal()
+		return nil
+	}
+	w.queues[q.Name] = qs
+	if w.started {
+		return w.subscribeLocked(ctx, qs)
+	}
+	return nil
+}
+
+func (w *Worker) newQueueState(q Queue) *queueState {
+	switch {
+	case q.PriorityLevels == 0:
+		q.PriorityLevels = DefaultPriorityLevels
+	case q.PriorityLevels < 0:
+		q.PriorityLevels = 0
+	}
+	q.MaxAttempts = positiveOr(q.MaxAttempts, w.cfg.MaxAttempts)
+	q.MaxDefers = positiveOr(q.MaxDefers, w.cfg.MaxDefers)
+	q.Backoff.Base = positiveOr(q.Backoff.Base, w.cfg.Backoff.Base)
+	q.Backoff.Cap = positiveOr(q.Backoff.Cap, w.cfg.Backoff.Cap)
+	limit := min(max(q.Concurrency, 0), w.cfg.Concurrency)
+	prefetch := q.Prefetch
+	if prefetch == 0 {
+		prefetch = w.cfg.Concurrency
+		if limit > 0 {
+			prefetch = limit
+		}
+	}
+	mw := append([]Middleware{Recover}, q.Middleware...)
+	mw = append(mw, Deadline(q.Timeout))
+	qs := &queueState{
+		qc:      backend.QueueConfig{Name: q.Name, Prefetch: prefetch, PriorityLevels: q.PriorityLevels},
+		drained: make(chan struct{}),
+	}
+	qs.policy.Store(&policy{spec: q, handler: Chain(q.Handler, mw...), limit: int32(limit)})
+	return qs
+}
+
+// subscribeLocked starts consuming qs. w.mu is held.
+func (w *Worker) subscribeLocked(ctx context.Context, qs *queueState) error {
+	s, err := w.b.Consume(w.streamCtx, qs.qc)
+	if err != nil {
+		return fmt.Errorf("consume queue %q: %w", qs.qc.Name, err)
+	}
+	qs.stream = s
+	w.signal()
+	return nil
+}
+
+// Unregister stops taking jobs from the queue, waits for its running jobs to finish
+// and settle (or for ctx), then ends its stream: whatever the stream held goes back to
+// the backend. Queued jobs stay in the backend.
+func (w *Worker) Unregister(ctx context.Context, name string) error {
+	w.mu.Lock()
+	qs, ok := w.queues[name]
+	if !ok || qs.removed {
+		w.mu.Unlock()
+		return fmt.Errorf("unregister queue %q: not registered", name)
+	}
+	qs.removed = true
+	if qs.running.Load() == 0 {
+		qs.drainOnce.Do(func() { close(qs.drained) })
+	}
+	w.signal()
+	w.mu.Unlock()
+
+	var err error
+	select {
+	case <-qs.drained:
+	case <-ctx.Done():
+		err = fmt.Errorf("unregister queue %q: %d jobs still running, left unacknowledged: %w", name, qs.running.Load(), ctx.Err())
+	}
+	w.mu.Lock()
+	s := qs.stream
+	qs.stream = nil
+	if w.queues[name] == qs {
+		delete(w.queues, name)
+	}
+	w.mu.Unlock()
+	if s != nil {
+		s.Drop()
+	}
+	return err
+}
+
+// Start consumes every registered queue and starts taking jobs. It returns at once;
+// Stop ends the work.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping {
+		return ErrStopped
+	}
+	if w.started {
+		return errors.New("worker already started")
+	}
+	for _, qs := range w.queues {
+		if err := w.subscribeLocked(ctx, qs); err != nil {
+			for _, qs := range w.queues {
+				if qs.stream != nil {
+					qs.stream.Drop()
+					qs.stream = nil
+				}
+			}
+			return err
+		}
+	}
+	w.started = true
+	for range w.cfg.Concurrency {
+		go w.runner()
+	}
+	go w.dispatch()
+	return nil
+}
+
+// task is a delivery on its way to a runner.
+type task struct {
+	qs *queueState
+	d  backend.Delivery
+}
+
+// runner runs the tasks the dispatcher hands it until the dispatcher ends. Long-lived
+// runners, one per slot, keep their grown stacks: a goroutine per job costs more.
+func (w *Worker) runner() {
+	for t := range w.tasks {
+		w.process(t.qs, t.d)
+	}
+}
+
+// Stop drains the worker. It stops taking deliveries, then waits for every running job
+// and its settle until ctx is done. If ctx is done first, it cancels the running
+// handlers' contexts, leaves their deliveries unacknowledged (the backend delivers
+// them again), waits only for settles already under way, and returns an error that
+// says how many jobs it left. Either way it ends every stream before it returns; it
+// does not close the backend.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if w.stopping {
+		w.mu.Unlock()
+		return errors.New("worker already stopped")
+	}
+	w.stopping = true
+	started := w.started
+	close(w.stop)
+	w.mu.Unlock()
+	if started {
+		<-w.dispatchDone
+	}
+
+	err := w.jobs.wait(ctx)
+	if err != nil {
+		w.mu.Lock()
+		w.abandoned = true
+		w.mu.Unlock()
+		left := w.jobs.count()
+		w.cancelHandler()
+		w.settling.wait(context.Background())
+		err = fmt.Errorf("worker stop: drain timeout: %d jobs left unacknowledged: %w", left, err)
+	}
+	w.mu.Lock()
+	var streams []backend.Stream
+	for _, qs := range w.queues {
+		if qs.stream != nil {
+			streams = append(streams, qs.stream)
+			qs.stream = nil
+		}
+	}
+	w.mu.Unlock()
+	for _, s := range streams {
+		s.Drop()
+	}
+	w.cancelStreams()
+	w.resubs.Wait()
+	w.cancelHandler()
+	return err
+}
+
+// Running reports how many jobs of each registered queue are running.
+func (w *Worker) Running() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int, len(w.queues))
+	for name, qs := range w.queues {
+		out[name] = int(qs.running.Load())
+	}
+	return out
+}
+
+// signal wakes the dispatcher to look at the queues again.
+func (w *Worker) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch is the capacity loop: a slot first, then a delivery.
+func (w *Worker) dispatch() {
+	defer close(w.dispatchDone)
+	defer close(w.tasks)
+	var d dispatcher
+	for {
+		select {
+		case w.slots <- struct{}{}:
+		case <-w.stop:
+			return
+		}
+		qs, del, ok := d.next(w)
+		if !ok {
+			<-w.slots
+			return
+		}
+		w.mu.Lock()
+		if qs.removed {
+			// Unregister counts on no job of the queue starting once it is removed: leave
+			// the delivery unsettled; dropping the stream gives it back to the backend.
+			w.mu.Unlock()
+			<-w.slots
+			continue
+		}
+		qs.running.Add(1)
+		w.jobs.add()
+		w.mu.Unlock()
+		w.tasks <- task{qs, del}
+	}
+}
+
+// dispatcher picks the next delivery among the eligible queues: round robin over those
+// with a delivery waiting, blocking on all of them when none has.
+type dispatcher struct {
+	eligible []*queueState
+	streams  []backend.Stream
+	cases    []reflect.SelectCase
+	rr       int
+}
+
+// next returns the next delivery and its queue, or false when the worker stops.
+func (d *dispatcher) next(w *Worker) (*queueState, backend.Delivery, bool) {
+	for {
+		notReady := d.collect(w)
+		n := len(d.eligible)
+		for i := range n {
+			k := (d.rr + i) % n
+			select {
+			case del, ok := <-d.streams[k].Deliveries():
+				if !ok {
+					w.streamEnded(d.eligible[k], d.streams[k])
+					continue
+				}
+				d.rr = k + 1
+				return d.eligible[k], del, true
+			default:
+			}
+		}
+		// Nothing waiting: block on every eligible stream, the stop signal, a change of
+		// queues or capacity, and a poll for handlers that are not ready.
+		d.cases = append(d.cases[:0],
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.stop)},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.wake)})
+		if notReady {
+			d.cases = append(d.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(w.cfg.ReadyPoll))})
+		}
+		base := len(d.cases)
+		for _, s := range d.streams {
+			d.cases = append(d.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.Deliveries())})
+		}
+		chosen, v, ok := reflect.Select(d.cases)
+		switch {
+		case chosen == 0:
+			return nil, nil, false
+		case chosen < base:
+			continue
+		case !ok:
+			w.streamEnded(d.eligible[chosen-base], d.streams[chosen-base])
+			continue
+		default:
+			d.rr = chosen - base + 1
+			return d.eligible[chosen-base], v.Interface().(backend.Delivery), true
+		}
+	}
+}
+
+// collect gathers the queues that may take a job now; it reports whether any was
+// skipped only because its handler was not ready.
+func (d *dispatcher) collect(w *Worker) (notReady bool) {
+	d.eligible, d.streams = d.eligible[:0], d.streams[:0]
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, qs := range w.queues {
+		pol := qs.policy.Load()
+		if qs.removed || qs.stream == nil || (pol.limit > 0 && qs.running.Load() >= pol.limit) {
+			continue
+		}
+		if r, ok := pol.spec.Handler.(Readier); ok && !r.Ready() {
+			notReady = true
+			continue
+		}
+		d.eligible = append(d.eligible, qs)
+		d.streams = append(d.streams, qs.stream)
+	}
+	return notReady
+}
+
+// streamEnded handles a stream that ended by itself: unless the worker or the queue is
+// going away, it subscribes again after a pause.
+func (w *Worker) streamEnded(qs *queueState, s backend.Stream) {
+	err := s.Err()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if qs.stream != s {
+		return
+	}
+	qs.stream = nil
+	if w.stopping || qs.removed {
+		return
+	}
+	if errors.Is(err, backend.ErrShutDown) {
+		w.log.Error("backend shut down: queue no longer consumed", slog.String("queue", qs.qc.Name))
+		return
+	}
+	w.log.Warn("stream ended; subscribing again", slog.String("queue", qs.qc.Name), slog.Any("error", err))
+	w.resubs.Add(1)
+	go w.resubscribe(qs)
+}
+
+func (w *Worker) resubscribe(qs *queueState) {
+	defer w.resubs.Done()
+	pause := 100 * time.Millisecond
+	for {
+		select {
+		case <-time.After(w.cfg.Jitter(pause)):
+		case <-w.stop:
+			return
+		}
+		w.mu.Lock()
+		if w.stopping || qs.removed {
+			w.mu.Unlock()
+			return
+		}
+		err := w.subscribeLocked(w.streamCtx, qs)
+		w.mu.Unlock()
+		if err == nil {
+			return
+		}
+		w.log.Warn("subscribing again failed", slog.String("queue", qs.qc.Name), slog.Any("error", err))
+		if errors.Is(err, backend.ErrShutDown) {
+			return
+		}
+		pause = min(2*pause, 30*time.Second)
+	}
+}
+
+// tracker counts work under way and lets a caller wait for it to reach zero.
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n reaches zero; nil when nobody waits
+}
+
+func (t *tracker) add() {
+	t.mu.Lock()
+	t.n++
+	t.mu.Unlock()
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	t.n--
+	if t.n == 0 && t.idle != nil {
+		close(t.idle)
+		t.idle = nil
+	}
+	t.mu.Unlock()
+}
+
+func (t *tracker) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n
+}
+
+// wait returns when the count is zero, or ctx's error when ctx is done first.
+func (t *tracker) wait(ctx context.Context) error {
+	t.mu.Lock()
+	if t.n == 0 {
+		t.mu.Unlock()
+		return nil
+	}
+	if t.idle == nil {
+		t.idle = make(chan struct{})
+	}
+	idle := t.idle
+	t.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
