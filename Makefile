@@ -1,7 +1,7 @@
 # wasmjobs: build and test. `make help` lists the targets.
 GO ?= go
 
-.PHONY: help test vet build cover bench
+.PHONY: help test vet build cover bench testdata testdata-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -20,3 +20,15 @@ cover: ## coverage per package
 
 bench: ## Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+WAT := $(wildcard testdata/*/*.wat)
+
+testdata: $(WAT:.wat=.wasm) ## build testdata's WAT modules into .wasm (needs wabt's wat2wasm)
+
+testdata/%.wasm: testdata/%.wat
+	wat2wasm $< -o $@
+
+testdata-check: ## fail if a committed .wasm differs from its WAT source
+	@tmp=$$(mktemp -d); status=0; \
+	for f in $(WAT); do wat2wasm $$f -o $$tmp/out.wasm && cmp -s $$tmp/out.wasm $${f%.wat}.wasm || { echo "stale: $${f%.wat}.wasm (run make testdata)"; status=1; }; done; \
+	rm -rf $$tmp; exit $$status

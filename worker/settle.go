@@ -68,26 +68,51 @@ type plan struct {
 	children []Child
 }
 
-// plan decides how to settle a job given its handler's result.
-func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
+// Decide returns how a worker settles a job given its handler's result, and the reason
+// it records, without doing anything: ack, retry (dead-letter once the attempts are used
+// up), defer (dead-letter past maxDefers consecutive defers; a defer without a delay is
+// a failure) or dead-letter. maxDefers <= 0 means DefaultMaxDefers; a job's MaxAttempts
+// <= 0 means DefaultMaxAttempts.
+func Decide(job *Job, res Result, maxDefers int) (Settle, string) {
+	maxDefers = positiveOr(maxDefers, DefaultMaxDefers)
+	failure := func(reason string) (Settle, string) {
+		if maxAttempts := positiveOr(job.MaxAttempts, DefaultMaxAttempts); job.Attempt >= maxAttempts {
+			return SettleDeadLetter, fmt.Sprintf("max attempts (%d) exceeded: %s", maxAttempts, reason)
+		}
+		return SettleRetry, reason
+	}
 	switch res.Outcome {
 	case Ack:
-		return plan{settle: SettleAck, children: res.Children}
+		return SettleAck, ""
 	case Retry:
-		delay := res.Delay
-		if delay <= 0 {
-			delay = w.backoff(spec.Backoff, job.Attempt)
-		}
-		return w.retry(job, orDefault(res.Reason, "retry requested"), delay)
+		return failure(orDefault(res.Reason, "retry requested"))
 	case Defer:
 		if res.Delay <= 0 {
-			return w.retry(job, "defer without delay", w.backoff(spec.Backoff, job.Attempt))
+			return failure("defer without delay")
 		}
 		reason := orDefault(res.Reason, "deferred")
-		env := job.Envelope
-		if env.Defers+1 > spec.MaxDefers {
-			return plan{settle: SettleDeadLetter, reason: fmt.Sprintf("max defers (%d) exceeded: %s", spec.MaxDefers, reason)}
+		if job.Envelope.Defers+1 > maxDefers {
+			return SettleDeadLetter, fmt.Sprintf("max defers (%d) exceeded: %s", maxDefers, reason)
 		}
+		return SettleDefer, reason
+	case DeadLetter:
+		return SettleDeadLetter, orDefault(res.Reason, "dead-lettered by the handler")
+	case Failed:
+		return failure(orDefault(res.Reason, "failed"))
+	}
+	return failure(fmt.Sprintf("invalid outcome %d", int(res.Outcome)))
+}
+
+// plan decides how to settle a job given its handler's result, and what to publish.
+func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
+	settle, reason := Decide(job, res, spec.MaxDefers)
+	switch settle {
+	case SettleAck:
+		return plan{settle: SettleAck, children: res.Children}
+	case SettleDeadLetter:
+		return plan{settle: SettleDeadLetter, reason: reason}
+	case SettleDefer:
+		env := job.Envelope
 		next := env.Clone()
 		next.Attempt, next.MaxAttempts, next.Defers, next.Reason = job.Attempt, job.MaxAttempts, env.Defers+1, reason
 		if spec.PriorityLevels > 0 {
@@ -100,13 +125,12 @@ func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
 			next.Priority = uint8(spec.PriorityLevels)
 		}
 		return plan{settle: SettleDefer, reason: reason, delay: res.Delay, next: next}
-	case DeadLetter:
-		return plan{settle: SettleDeadLetter, reason: orDefault(res.Reason, "dead-lettered by the handler")}
-	case Failed:
-		return w.retry(job, orDefault(res.Reason, "failed"), w.backoff(spec.Backoff, job.Attempt))
-	default:
-		return w.retry(job, fmt.Sprintf("invalid outcome %d", int(res.Outcome)), w.backoff(spec.Backoff, job.Attempt))
 	}
+	delay := w.backoff(spec.Backoff, job.Attempt)
+	if res.Outcome == Retry && res.Delay > 0 {
+		delay = res.Delay // a staged delay applies to a retry, never to a failure
+	}
+	return w.retry(job, reason, delay)
 }
 
 // retry plans the next attempt, or the dead letter when the attempts are used up.

@@ -1,0 +1,93 @@
+// Package abi holds the constants of the wasmjobs guest ABI, version 1: the names a
+// module exports and imports, the outcome codes its handler returns, the statuses host
+// functions return, the metadata keys, and the default limits. SPEC.md beside this file
+// is the normative text; CHANGELOG.md records every change.
+//
+// The package has no dependencies and builds for GOOS=wasip1, so guests and tools can
+// use the same names as the host.
+package abi
+
+// Version is the ABI version this package describes.
+const Version = 1
+
+// ImportModule is the module name of the host functions.
+const ImportModule = "wasmjobs"
+
+// Exports of a module.
+const (
+	// ExportMemory is the guest's linear memory (required).
+	ExportMemory = "memory"
+	// ExportMarker, a () -> () function, says the module speaks ABI v1; it is never
+	// called (required).
+	ExportMarker = "wasmjobs_abi_v1"
+	// ExportHandle, a () -> i32 function, runs one job and returns an outcome code
+	// (required).
+	ExportHandle = "wasmjobs_handle"
+	// ExportInitialize, a () -> () function, is the WASI reactor initialisation,
+	// called once per instance, first (optional).
+	ExportInitialize = "_initialize"
+	// ExportInit, a () -> i32 function, is called once per instance after
+	// _initialize; a non-zero result makes the module invalid (optional).
+	ExportInit = "wasmjobs_init"
+)
+
+// Outcome codes returned by wasmjobs_handle. Any other value is a failure.
+const (
+	OutcomeAck        int32 = 0
+	OutcomeRetry      int32 = 1
+	OutcomeDefer      int32 = 2
+	OutcomeDeadLetter int32 = 3
+)
+
+// Statuses returned by host functions: >= 0 is success (a length where one is
+// returned).
+const (
+	StatusNotFound      int32 = -1
+	StatusBadArgument   int32 = -2
+	StatusLimitExceeded int32 = -3
+	StatusNotPermitted  int32 = -4
+)
+
+// Metadata keys of meta_read.
+const (
+	MetaJobID         int32 = 0
+	MetaQueue         int32 = 1
+	MetaModuleName    int32 = 2
+	MetaModuleVersion int32 = 3
+)
+
+// Log levels of the log host function; values outside the range are clamped into it.
+const (
+	LogDebug int32 = 0
+	LogInfo  int32 = 1
+	LogWarn  int32 = 2
+	LogError int32 = 3
+)
+
+// Host functions, imported from ImportModule.
+const (
+	FuncPayloadLen  = "payload_len"  // () -> i32
+	FuncPayloadRead = "payload_read" // (buf, buf_len i32) -> i32
+	FuncMetaRead    = "meta_read"    // (key, buf, buf_len i32) -> i32
+	FuncAttempt     = "attempt"      // () -> i32
+	FuncMaxAttempts = "max_attempts" // () -> i32
+	FuncHeaderRead  = "header_read"  // (key, key_len, buf, buf_len i32) -> i32
+	FuncLog         = "log"          // (level, msg, msg_len i32) -> ()
+	FuncSetReason   = "set_reason"   // (msg, msg_len i32) -> ()
+	FuncSetDelayMs  = "set_delay_ms" // (ms i64) -> ()
+	FuncOutputWrite = "output_write" // (buf, buf_len i32) -> i32
+	FuncEnqueue     = "enqueue"      // (queue, queue_len, payload, payload_len i32, delay_ms i64) -> i32
+)
+
+// Default limits per module, each overridable in the module's manifest.
+const (
+	DefaultTimeoutMs     = 30_000
+	DefaultMemoryPages   = 1024 // 64 MiB
+	DefaultMaxPayload    = 1 << 20
+	DefaultMaxOutput     = 1 << 20
+	DefaultMaxLogMessage = 4 << 10
+	DefaultMaxLogLines   = 1000
+	DefaultMaxChildren   = 100
+	DefaultMaxReason     = 1 << 10
+	DefaultMaxAttempts   = 25
+)

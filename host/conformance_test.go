@@ -1,0 +1,145 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/wasmjobs/wasmjobs/abi"
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// newEngine returns an engine without the disk cache, closed with the test.
+func newEngine(t testing.TB) *host.Engine {
+	t.Helper()
+	e, err := host.NewEngine(context.Background(), host.Config{NoCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e
+}
+
+// load loads a case's module with its manifest.
+func load(t testing.TB, e *host.Engine, c abitest.Case) (*host.Module, error) {
+	t.Helper()
+	wasm, err := os.ReadFile(c.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, err := host.ParseManifest(c.ModuleName()+".toml", []byte(c.Manifest))
+	if err != nil {
+		t.Fatalf("manifest: %v", err)
+	}
+	return e.Load(context.Background(), c.ModuleName(), wasm, man)
+}
+
+// jobFor makes the case's job for m.
+func jobFor(c abitest.Case, m *host.Module) *worker.Job {
+	env := backend.NewEnvelope(m.Queue(), []byte(c.Payload))
+	env.Headers = c.Headers
+	job := &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: c.MaxAttempts}
+	if job.MaxAttempts == 0 {
+		job.MaxAttempts = m.Manifest().MaxAttempts
+	}
+	if job.MaxAttempts == 0 {
+		job.MaxAttempts = abi.DefaultMaxAttempts
+	}
+	return job
+}
+
+var levelNames = map[string]string{"DEBUG": "debug", "INFO": "info", "WARN": "warn", "ERROR": "error"}
+
+// TestConformance drives every module of testdata through the host and checks exactly
+// what comes out. The command's tests run the same table through `wasmjobs invoke`.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	for _, c := range abitest.Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			m, err := load(t, e, c)
+			if c.Invalid != "" {
+				if err == nil || !errors.Is(err, host.ErrInvalidModule) || !contains(err.Error(), c.Invalid) {
+					t.Fatalf("Load = %v, want an invalid-module error containing %q", err, c.Invalid)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			defer m.Retire()
+			job := jobFor(c, m)
+			x := m.Run(context.Background(), job, nil)
+			settle, reason := worker.Decide(job, x.Result(), m.Manifest().MaxDefers)
+			if string(x.Kind) != c.Kind || settle.String() != c.Settle || reason != c.Reason {
+				t.Errorf("kind %s, settle %s, reason %q; want %s, %s, %q", x.Kind, settle, reason, c.Kind, c.Settle, c.Reason)
+			}
+			if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
+				t.Errorf("code %v, want %v", deref(x.Code), deref(c.Code))
+			}
+			var delay *int64
+			if x.Delay != nil {
+				d := x.Delay.Milliseconds()
+				delay = &d
+			}
+			if (delay == nil) != (c.DelayMs == nil) || (delay != nil && *delay != *c.DelayMs) {
+				t.Errorf("delay %v, want %v", deref(delay), deref(c.DelayMs))
+			}
+			if !c.OutputMatches(string(x.Output), job.Envelope.ID, m.Version(), m.Queue()) {
+				t.Errorf("output %q, want %q", shorten(string(x.Output)), shorten(c.Output))
+			}
+			if len(x.Logs) != len(c.Logs) {
+				t.Fatalf("%d log lines, want %d: %v", len(x.Logs), len(c.Logs), x.Logs)
+			}
+			for i, l := range x.Logs {
+				if got := (abitest.Log{Level: levelNames[l.Level.String()], Msg: l.Msg}); got != c.Logs[i] {
+					t.Errorf("log %d = %+v, want %+v", i, got, c.Logs[i])
+				}
+			}
+			var children []abitest.Child
+			if settle == worker.SettleAck {
+				for _, ch := range x.Result().Children {
+					children = append(children, abitest.Child{Queue: ch.Queue, Payload: string(ch.Payload), DelayMs: ch.Delay.Milliseconds()})
+				}
+			}
+			if len(children) != len(c.Enqueued) {
+				t.Fatalf("enqueued %v, want %v", children, c.Enqueued)
+			}
+			for i := range children {
+				if children[i] != c.Enqueued[i] {
+					t.Errorf("child %d = %+v, want %+v", i, children[i], c.Enqueued[i])
+				}
+			}
+		})
+	}
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return "none"
+	}
+	return *p
+}
+
+func contains(s, sub string) bool { return len(sub) == 0 || indexOf(s, sub) >= 0 }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+func shorten(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}

@@ -1,0 +1,186 @@
+// Package host runs jobs in WebAssembly modules that speak the wasmjobs ABI (see the
+// abi package and abi/SPEC.md). It owns the wazero runtime, module loading and
+// validation, instance pools, the host functions, the sandbox limits, and the
+// worker.Handler that routes a queue's jobs to the current version of its module.
+//
+// An Engine compiles and validates modules; a Module is one version of one module,
+// with its manifest and a pool of warm instances; Run executes one job on it. A
+// Handler holds the current Module of a queue and can be swapped while jobs run: each
+// job finishes on the version it started with, and a retired version is closed once
+// its last job ends.
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/wasmjobs/wasmjobs/abi"
+)
+
+// Config configures an Engine. The zero value is usable.
+type Config struct {
+	// CacheDir holds compiled code across restarts, so that a large module (a Go
+	// guest) compiles once. Empty means wasmjobs/wazero under the user's cache
+	// directory (os.UserCacheDir); if that cannot be had, the cache is kept in memory.
+	CacheDir string
+	// NoCache turns the on-disk compilation cache off.
+	NoCache bool
+	// Logger receives what guests log when a job has no log sink of its own, and the
+	// engine's own warnings. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Engine compiles, validates and instantiates modules. It is safe for concurrent use.
+type Engine struct {
+	rt    wazero.Runtime
+	cache wazero.CompilationCache
+	log   *slog.Logger
+	// wasiNames are the functions wasi_snapshot_preview1 provides.
+	wasiNames map[string]bool
+}
+
+// NewEngine starts a wazero runtime in compiler mode with the compilation cache, the
+// wasmjobs host functions, WASI and AssemblyScript's env.abort.
+func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{log: log}
+	rc := wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(true)
+	if !cfg.NoCache {
+		dir := cfg.CacheDir
+		if dir == "" {
+			if base, err := os.UserCacheDir(); err == nil {
+				dir = filepath.Join(base, "wasmjobs", "wazero")
+			}
+		}
+		if dir != "" {
+			cache, err := wazero.NewCompilationCacheWithDir(dir)
+			if err != nil {
+				if cfg.CacheDir != "" {
+					return nil, fmt.Errorf("compilation cache %s: %w", dir, err)
+				}
+				log.Warn("compilation cache unavailable; compiling in memory only", "dir", dir, "error", err)
+			} else {
+				e.cache = cache
+				rc = rc.WithCompilationCache(cache)
+			}
+		}
+	}
+	e.rt = wazero.NewRuntimeWithConfig(ctx, rc)
+	wasi, err := wasi_snapshot_preview1.Instantiate(ctx, e.rt)
+	if err != nil {
+		e.rt.Close(ctx)
+		return nil, fmt.Errorf("instantiate WASI: %w", err)
+	}
+	e.wasiNames = make(map[string]bool)
+	for name := range wasi.(api.Module).ExportedFunctionDefinitions() {
+		e.wasiNames[name] = true
+	}
+	if err := e.instantiateHostModule(ctx); err != nil {
+		e.rt.Close(ctx)
+		return nil, err
+	}
+	if err := e.instantiateEnv(ctx); err != nil {
+		e.rt.Close(ctx)
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close closes the runtime, every module and instance made by it, and the cache.
+func (e *Engine) Close(ctx context.Context) error {
+	err := e.rt.Close(ctx)
+	if e.cache != nil {
+		err = errors.Join(err, e.cache.Close(ctx))
+	}
+	return err
+}
+
+// instantiateEnv provides the "env" functions AssemblyScript imports: abort turns into a
+// failure with its message, trace into a debug log, seed into a random seed.
+func (e *Engine) instantiateEnv(ctx context.Context) error {
+	i32, f64 := api.ValueTypeI32, api.ValueTypeF64
+	_, err := e.rt.NewHostModuleBuilder("env").
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(asAbort), []api.ValueType{i32, i32, i32, i32}, nil).
+		WithParameterNames("message", "fileName", "lineNumber", "columnNumber").Export("abort").
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(asTrace), []api.ValueType{i32, i32, f64, f64, f64, f64, f64}, nil).
+		WithParameterNames("message", "nArgs", "arg0", "arg1", "arg2", "arg3", "arg4").Export("trace").
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(_ context.Context, _ api.Module, stack []uint64) {
+		var b [8]byte
+		rand.Read(b[:])
+		stack[0] = api.EncodeF64(float64(binary.LittleEndian.Uint64(b[:])>>11) / (1 << 53) * math.MaxUint32)
+	}), nil, []api.ValueType{f64}).Export("seed").
+		Instantiate(ctx)
+	if err != nil {
+		return fmt.Errorf("instantiate env: %w", err)
+	}
+	return nil
+}
+
+// importOK reports whether the engine provides the imported function module.name with
+// the given type, and if not, why.
+func (e *Engine) importOK(def api.FunctionDefinition) error {
+	module, name, _ := def.Import()
+	switch module {
+	case abi.ImportModule:
+		want, ok := hostFuncTypes[name]
+		if !ok {
+			return fmt.Errorf("imports %s.%s, which ABI v1 does not define", module, name)
+		}
+		if !sameTypes(def.ParamTypes(), want.params) || !sameTypes(def.ResultTypes(), want.results) {
+			return fmt.Errorf("imports %s.%s as %s, want %s", module, name,
+				signature(def.ParamTypes(), def.ResultTypes()), signature(want.params, want.results))
+		}
+		return nil
+	case wasi_snapshot_preview1.ModuleName:
+		if !e.wasiNames[name] {
+			return fmt.Errorf("imports %s.%s, which the host's WASI does not provide", module, name)
+		}
+		return nil
+	case "env":
+		if name == "abort" || name == "trace" || name == "seed" {
+			return nil
+		}
+	}
+	return fmt.Errorf("imports %s.%s, which the host does not provide", module, name)
+}
+
+func sameTypes(a, b []api.ValueType) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// signature renders a function type in WAT-like form: (i32, i32) -> i32.
+func signature(params, results []api.ValueType) string {
+	name := func(ts []api.ValueType) string {
+		s := "("
+		for i, t := range ts {
+			if i > 0 {
+				s += ", "
+			}
+			s += api.ValueTypeName(t)
+		}
+		return s + ")"
+	}
+	return name(params) + " -> " + name(results)
+}

@@ -1,0 +1,143 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/abi"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// Kind is how a job's execution ended.
+type Kind string
+
+// The kinds of ending: the four outcome codes, and the four ways a call fails.
+const (
+	KindAck         Kind = "ack"
+	KindRetry       Kind = "retry"
+	KindDefer       Kind = "defer"
+	KindDeadLetter  Kind = "dead_letter"
+	KindTrap        Kind = "trap"         // a trap, an out-of-memory abort, env.abort, a bad pointer
+	KindTimeout     Kind = "timeout"      // the wall-clock limit passed
+	KindInvalidCode Kind = "invalid_code" // wasmjobs_handle returned an unknown code
+	KindExit        Kind = "exit"         // proc_exit, with any code
+)
+
+// Log is one log line of a job.
+type Log struct {
+	Level slog.Level
+	Msg   string
+}
+
+// Execution is what happened when a module ran a job.
+type Execution struct {
+	// Kind is how it ended.
+	Kind Kind
+	// Code is what wasmjobs_handle returned; nil when it returned nothing.
+	Code *int32
+	// Reason is the staged reason, or for a failure what went wrong.
+	Reason string
+	// Delay is the staged delay; nil when none was staged.
+	Delay *time.Duration
+	// Output is what the job wrote with output_write.
+	Output []byte
+	// Logs are the job's log lines, when Run was given no LogFunc.
+	Logs []Log
+	// Children are the child jobs the guest staged.
+	Children []worker.Child
+	// Duration is how long the job took, instance included.
+	Duration time.Duration
+	// Module and Version name the module version that ran the job.
+	Module, Version string
+}
+
+// Failed reports whether the execution is a failure rather than an outcome.
+func (x *Execution) Failed() bool {
+	switch x.Kind {
+	case KindAck, KindRetry, KindDefer, KindDeadLetter:
+		return false
+	}
+	return true
+}
+
+// Result turns the execution into the worker's result. Staged children count only on
+// ack and a staged reason only on retry, defer and dead-letter (ABI v1); a failure
+// ignores the staged delay.
+func (x *Execution) Result() worker.Result {
+	res := worker.Result{Reason: x.Reason, Output: x.Output, Version: x.Version}
+	switch x.Kind {
+	case KindAck:
+		res.Outcome, res.Reason, res.Children = worker.Ack, "", x.Children
+	case KindRetry:
+		res.Outcome = worker.Retry
+	case KindDefer:
+		res.Outcome = worker.Defer
+	case KindDeadLetter:
+		res.Outcome = worker.DeadLetter
+	default:
+		res.Outcome = worker.Failed
+		return res
+	}
+	if x.Delay != nil && x.Kind != KindDeadLetter {
+		res.Delay = *x.Delay
+	}
+	return res
+}
+
+// Run executes job on the module: on a warm instance, or a fresh one under Fresh
+// isolation. Logs go to sink, or into the execution's Logs when sink is nil. A job whose
+// payload passes the module's limit is dead-lettered without running.
+func (m *Module) Run(ctx context.Context, job *worker.Job, sink LogFunc) Execution {
+	if err := m.begin(); err != nil {
+		return Execution{Kind: KindTrap, Reason: err.Error(), Module: m.name, Version: m.version}
+	}
+	return m.run(ctx, job, sink)
+}
+
+// run executes a job counted in by begin.
+func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Execution {
+	start := time.Now()
+	x := Execution{Module: m.name, Version: m.version}
+	if n, max := len(job.Envelope.Payload), m.manifest.Limits.MaxPayload; n > max {
+		m.release(nil, false)
+		x.Kind, x.Reason = KindDeadLetter, fmt.Sprintf("payload of %d bytes passes the module's limit of %d bytes", n, max)
+		return x
+	}
+	inst, err := m.instanceFor(ctx)
+	if err != nil {
+		x.Kind, x.Reason, x.Duration = KindTrap, err.Error(), time.Since(start)
+		return x
+	}
+	if sink == nil {
+		sink = func(level slog.Level, msg string) { x.Logs = append(x.Logs, Log{level, msg}) }
+	}
+	inst.st.reset(job, m, sink)
+	inst.jobs++
+	code, fail := inst.call(ctx, inst.handle, m.manifest.Limits.Timeout)
+	st := &inst.st
+	st.finish()
+	x.Output, x.Children = st.output, st.children
+	if st.delayMs >= 0 {
+		d := time.Duration(st.delayMs) * time.Millisecond
+		x.Delay = &d
+	}
+	healthy := false
+	switch {
+	case fail != nil:
+		x.Kind, x.Reason = fail.kind, fail.reason
+	case code < abi.OutcomeAck || code > abi.OutcomeDeadLetter:
+		x.Code = &code
+		x.Kind, x.Reason = KindInvalidCode, fmt.Sprintf("invalid outcome code %d", code)
+	default:
+		x.Code = &code
+		x.Kind = [...]Kind{KindAck, KindRetry, KindDefer, KindDeadLetter}[code]
+		x.Reason = st.reason
+		healthy = !inst.mod.IsClosed()
+	}
+	st.reset(nil, m, m.defaultSink()) // drop the job's references while the instance idles
+	m.release(inst, healthy)
+	x.Duration = time.Since(start)
+	return x
+}

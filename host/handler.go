@@ -1,0 +1,76 @@
+package host
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// Handler is the worker.Handler of a queue served by a module. Swap replaces the module
+// while jobs run: a job runs to its end on the version it started on, and the old
+// version is closed when its last job ends.
+type Handler struct {
+	cur atomic.Pointer[Module]
+	log *slog.Logger
+}
+
+// NewHandler returns a handler that runs jobs on m, logging what guests log on log
+// (nil discards it) tagged with the job, queue, module, version and attempt.
+func NewHandler(m *Module, log *slog.Logger) *Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{log: log}
+	h.cur.Store(m)
+	return h
+}
+
+// Module returns the module that new jobs run on.
+func (h *Handler) Module() *Module { return h.cur.Load() }
+
+// Swap makes m the module new jobs run on and retires the previous one, which is
+// closed once its running jobs end. It returns the previous module.
+func (h *Handler) Swap(m *Module) *Module {
+	old := h.cur.Swap(m)
+	if old != nil && old != m {
+		old.Retire()
+	}
+	return old
+}
+
+// Handle runs the job on the current module.
+func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
+	m := h.cur.Load()
+	for m.begin() != nil {
+		// Retired between the load and begin: a swap put a new version in place first.
+		next := h.cur.Load()
+		if next == m {
+			return worker.Result{Outcome: worker.Failed, Reason: "module " + m.name + " was removed", Version: m.version}
+		}
+		m = next
+	}
+	log := h.log
+	sink := func(level slog.Level, msg string) {
+		log.LogAttrs(ctx, level, msg,
+			slog.String("job", job.Envelope.ID), slog.String("queue", job.Envelope.Queue),
+			slog.String("module", m.name), slog.String("version", m.version), slog.Int("attempt", job.Attempt))
+	}
+	x := m.run(ctx, job, sink)
+	return x.Result()
+}
+
+// Queue returns the worker.Queue that serves the module's queue with h, its policies
+// taken from the module's manifest.
+func (h *Handler) Queue() worker.Queue {
+	man := h.Module().Manifest()
+	return worker.Queue{
+		Name:        man.Queue,
+		Handler:     h,
+		Concurrency: man.Concurrency,
+		MaxAttempts: man.MaxAttempts,
+		MaxDefers:   man.MaxDefers,
+		Backoff:     worker.Backoff{Base: man.BackoffBase, Cap: man.BackoffCap},
+	}
+}

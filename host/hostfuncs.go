@@ -1,0 +1,323 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf16"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wasmjobs/wasmjobs/abi"
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// LogFunc receives a guest's log lines: from the log host function, and from its
+// stdout (info) and stderr (warn), split on newlines.
+type LogFunc func(level slog.Level, msg string)
+
+// callState is what the host functions of one instance see during one call: the job's
+// inputs and what the guest staged. An instance runs one call at a time.
+type callState struct {
+	job     *worker.Job
+	meta    [4]string // job id, queue, module name, module version
+	limits  *Limits
+	allowed map[string]bool // queues it may enqueue into; nil: any
+	sink    LogFunc
+
+	reason   string
+	delayMs  int64 // -1: none staged
+	output   []byte
+	children []worker.Child
+	logLines int
+	dropped  int
+	abort    string // AssemblyScript's abort message
+}
+
+// reset prepares the state for a new call.
+func (st *callState) reset(job *worker.Job, mod *Module, sink LogFunc) {
+	*st = callState{
+		job:     job,
+		limits:  &mod.manifest.Limits,
+		allowed: mod.allowed,
+		sink:    sink,
+		delayMs: -1,
+	}
+	if job != nil {
+		st.meta = [4]string{job.Envelope.ID, job.Envelope.Queue, mod.name, mod.version}
+	} else {
+		st.meta = [4]string{"", mod.manifest.Queue, mod.name, mod.version}
+	}
+}
+
+// emit logs one line, truncated and counted against the job's limit.
+func (st *callState) emit(level slog.Level, msg string) {
+	if st.logLines >= st.limits.MaxLogLines {
+		st.dropped++
+		return
+	}
+	st.logLines++
+	if max := st.limits.MaxLogMessage; len(msg) > max {
+		msg = msg[:max] + fmt.Sprintf("... (truncated %d bytes)", len(msg)-max)
+	}
+	st.sink(level, strings.ToValidUTF8(msg, "\uFFFD"))
+}
+
+// finish reports the log lines the limit dropped.
+func (st *callState) finish() {
+	if st.dropped > 0 {
+		st.sink(slog.LevelWarn, fmt.Sprintf("%d log lines dropped (limit %d per job)", st.dropped, st.limits.MaxLogLines))
+		st.dropped = 0
+	}
+}
+
+// stateKey finds the callState in a call's context.
+type stateKey struct{}
+
+// callContext carries the callState to the host functions without an allocation
+// per lookup.
+type callContext struct {
+	context.Context
+	st *callState
+}
+
+func (c *callContext) Value(key any) any {
+	if key == (stateKey{}) {
+		return c.st
+	}
+	return c.Context.Value(key)
+}
+
+func stateOf(ctx context.Context) *callState {
+	if c, ok := ctx.(*callContext); ok {
+		return c.st
+	}
+	st, _ := ctx.Value(stateKey{}).(*callState)
+	return st
+}
+
+// memoryAccessError traps a guest that passed a pointer and length outside its memory.
+type memoryAccessError struct{ fn string }
+
+func (e *memoryAccessError) Error() string { return "invalid memory access in " + e.fn }
+
+// guestBytes returns the guest's memory at [ptr, ptr+n), checked whole; outside it, it
+// traps the guest.
+func guestBytes(mod api.Module, fn string, ptr, n uint64) []byte {
+	b, ok := mod.Memory().Read(uint32(ptr), uint32(n))
+	if !ok {
+		panic(&memoryAccessError{fn: fn})
+	}
+	return b
+}
+
+type funcType struct{ params, results []api.ValueType }
+
+var (
+	i32, i64 = api.ValueTypeI32, api.ValueTypeI64
+	// hostFuncTypes are the signatures of ABI v1's host functions.
+	hostFuncTypes = map[string]funcType{
+		abi.FuncPayloadLen:  {nil, []api.ValueType{i32}},
+		abi.FuncPayloadRead: {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+		abi.FuncMetaRead:    {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
+		abi.FuncAttempt:     {nil, []api.ValueType{i32}},
+		abi.FuncMaxAttempts: {nil, []api.ValueType{i32}},
+		abi.FuncHeaderRead:  {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}},
+		abi.FuncLog:         {[]api.ValueType{i32, i32, i32}, nil},
+		abi.FuncSetReason:   {[]api.ValueType{i32, i32}, nil},
+		abi.FuncSetDelayMs:  {[]api.ValueType{i64}, nil},
+		abi.FuncOutputWrite: {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+		abi.FuncEnqueue:     {[]api.ValueType{i32, i32, i32, i32, i64}, []api.ValueType{i32}},
+	}
+)
+
+func status(s int32) uint64 { return uint64(uint32(s)) }
+
+// hostFuncs implements ABI v1's host functions.
+var hostFuncs = map[string]api.GoModuleFunc{
+	abi.FuncPayloadLen: func(ctx context.Context, mod api.Module, stack []uint64) {
+		stack[0] = uint64(uint32(len(stateOf(ctx).payload())))
+	},
+	abi.FuncPayloadRead: func(ctx context.Context, mod api.Module, stack []uint64) {
+		buf := guestBytes(mod, abi.FuncPayloadRead, stack[0], stack[1])
+		stack[0] = uint64(uint32(copy(buf, stateOf(ctx).payload())))
+	},
+	abi.FuncMetaRead: func(ctx context.Context, mod api.Module, stack []uint64) {
+		key := int32(stack[0])
+		buf := guestBytes(mod, abi.FuncMetaRead, stack[1], stack[2])
+		st := stateOf(ctx)
+		if key < 0 || int(key) >= len(st.meta) {
+			stack[0] = status(abi.StatusNotFound)
+			return
+		}
+		copy(buf, st.meta[key])
+		stack[0] = uint64(uint32(len(st.meta[key])))
+	},
+	abi.FuncAttempt: func(ctx context.Context, mod api.Module, stack []uint64) {
+		if st := stateOf(ctx); st.job != nil {
+			stack[0] = uint64(uint32(st.job.Attempt))
+		} else {
+			stack[0] = 0
+		}
+	},
+	abi.FuncMaxAttempts: func(ctx context.Context, mod api.Module, stack []uint64) {
+		if st := stateOf(ctx); st.job != nil {
+			stack[0] = uint64(uint32(st.job.MaxAttempts))
+		} else {
+			stack[0] = 0
+		}
+	},
+	abi.FuncHeaderRead: func(ctx context.Context, mod api.Module, stack []uint64) {
+		key := guestBytes(mod, abi.FuncHeaderRead, stack[0], stack[1])
+		buf := guestBytes(mod, abi.FuncHeaderRead, stack[2], stack[3])
+		st := stateOf(ctx)
+		var v string
+		ok := false
+		if st.job != nil {
+			v, ok = st.job.Envelope.Headers[string(key)]
+		}
+		if !ok {
+			stack[0] = status(abi.StatusNotFound)
+			return
+		}
+		copy(buf, v)
+		stack[0] = uint64(uint32(len(v)))
+	},
+	abi.FuncLog: func(ctx context.Context, mod api.Module, stack []uint64) {
+		msg := guestBytes(mod, abi.FuncLog, stack[1], stack[2])
+		level := min(max(int32(stack[0]), abi.LogDebug), abi.LogError)
+		stateOf(ctx).emit(slogLevel(level), string(msg))
+	},
+	abi.FuncSetReason: func(ctx context.Context, mod api.Module, stack []uint64) {
+		msg := guestBytes(mod, abi.FuncSetReason, stack[0], stack[1])
+		st := stateOf(ctx)
+		if max := st.limits.MaxReason; len(msg) > max {
+			msg = msg[:max]
+		}
+		st.reason = strings.ToValidUTF8(string(msg), "\uFFFD")
+	},
+	abi.FuncSetDelayMs: func(ctx context.Context, mod api.Module, stack []uint64) {
+		if ms := int64(stack[0]); ms >= 0 {
+			stateOf(ctx).delayMs = ms
+		}
+	},
+	abi.FuncOutputWrite: func(ctx context.Context, mod api.Module, stack []uint64) {
+		buf := guestBytes(mod, abi.FuncOutputWrite, stack[0], stack[1])
+		st := stateOf(ctx)
+		if len(st.output)+len(buf) > st.limits.MaxOutput {
+			stack[0] = status(abi.StatusLimitExceeded)
+			return
+		}
+		st.output = append(st.output, buf...)
+		stack[0] = uint64(uint32(len(buf)))
+	},
+	abi.FuncEnqueue: func(ctx context.Context, mod api.Module, stack []uint64) {
+		queue := guestBytes(mod, abi.FuncEnqueue, stack[0], stack[1])
+		payload := guestBytes(mod, abi.FuncEnqueue, stack[2], stack[3])
+		delayMs := int64(stack[4])
+		st := stateOf(ctx)
+		q := string(queue)
+		switch {
+		case delayMs < 0 || backend.ValidateQueueName(q) != nil:
+			stack[0] = status(abi.StatusBadArgument)
+		case st.allowed != nil && !st.allowed[q]:
+			stack[0] = status(abi.StatusNotPermitted)
+		case len(st.children) >= st.limits.MaxChildren || len(payload) > st.limits.MaxPayload:
+			stack[0] = status(abi.StatusLimitExceeded)
+		default:
+			st.children = append(st.children, worker.Child{
+				Queue:   q,
+				Payload: append([]byte(nil), payload...),
+				Delay:   time.Duration(delayMs) * time.Millisecond,
+			})
+			stack[0] = 0
+		}
+	},
+}
+
+func (st *callState) payload() []byte {
+	if st.job == nil {
+		return nil
+	}
+	return st.job.Envelope.Payload
+}
+
+func slogLevel(l int32) slog.Level {
+	switch l {
+	case abi.LogDebug:
+		return slog.LevelDebug
+	case abi.LogInfo:
+		return slog.LevelInfo
+	case abi.LogWarn:
+		return slog.LevelWarn
+	}
+	return slog.LevelError
+}
+
+// instantiateHostModule provides the wasmjobs import module.
+func (e *Engine) instantiateHostModule(ctx context.Context) error {
+	b := e.rt.NewHostModuleBuilder(abi.ImportModule)
+	for name, fn := range hostFuncs {
+		t := hostFuncTypes[name]
+		b.NewFunctionBuilder().WithGoModuleFunction(fn, t.params, t.results).Export(name)
+	}
+	if _, err := b.Instantiate(ctx); err != nil {
+		return fmt.Errorf("instantiate the %s host module: %w", abi.ImportModule, err)
+	}
+	return nil
+}
+
+// abortError is AssemblyScript's abort, a failure of the job with its message.
+type abortError struct{ msg string }
+
+func (e *abortError) Error() string { return e.msg }
+
+// asAbort implements AssemblyScript's env.abort(message, fileName, line, column).
+func asAbort(ctx context.Context, mod api.Module, stack []uint64) {
+	msg := asString(mod, uint32(stack[0]))
+	file := asString(mod, uint32(stack[1]))
+	text := "abort"
+	if msg != "" {
+		text += ": " + msg
+	}
+	if file != "" {
+		text += fmt.Sprintf(" at %s:%d:%d", file, uint32(stack[2]), uint32(stack[3]))
+	}
+	panic(&abortError{msg: text})
+}
+
+// asTrace implements AssemblyScript's env.trace as a debug log line.
+func asTrace(ctx context.Context, mod api.Module, stack []uint64) {
+	msg := asString(mod, uint32(stack[0]))
+	n := min(int(uint32(stack[1])), 5)
+	for i := range n {
+		msg += fmt.Sprintf(" %v", api.DecodeF64(stack[2+i]))
+	}
+	if st := stateOf(ctx); st != nil {
+		st.emit(slog.LevelDebug, msg)
+	}
+}
+
+// asString reads an AssemblyScript string: UTF-16LE, its byte length in the 4 bytes
+// before ptr. A string that does not fit in memory reads as empty.
+func asString(mod api.Module, ptr uint32) string {
+	if ptr < 4 {
+		return ""
+	}
+	n, ok := mod.Memory().ReadUint32Le(ptr - 4)
+	if !ok || n%2 != 0 || n > 4096 {
+		return ""
+	}
+	b, ok := mod.Memory().Read(ptr, n)
+	if !ok {
+		return ""
+	}
+	u := make([]uint16, n/2)
+	for i := range u {
+		u[i] = uint16(b[2*i]) | uint16(b[2*i+1])<<8
+	}
+	return string(utf16.Decode(u))
+}

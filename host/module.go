@@ -1,0 +1,461 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/wasmjobs/wasmjobs/abi"
+)
+
+// ErrInvalidModule is wrapped by every error that rejects a module at load.
+var ErrInvalidModule = errors.New("invalid module")
+
+// wasmMagic starts every WebAssembly binary.
+var wasmMagic = []byte{0x00, 'a', 's', 'm'}
+
+// Module is one version of one module: compiled, validated, with its manifest and a
+// pool of warm instances. Its methods are safe for concurrent use.
+type Module struct {
+	e        *Engine
+	name     string
+	version  string
+	manifest Manifest
+	allowed  map[string]bool
+	compiled wazero.CompiledModule
+	hasInit  bool // exports wasmjobs_init
+	loadedAt time.Time
+
+	mu      sync.Mutex
+	idle    []*instance
+	inUse   int
+	retired bool
+	closed  chan struct{} // closed when the module is retired and its last job ended
+}
+
+// Name returns the module's name: its file name without .wasm.
+func (m *Module) Name() string { return m.name }
+
+// Version returns the sha256 of the module's bytes, in hex.
+func (m *Module) Version() string { return m.version }
+
+// Manifest returns the module's manifest, defaults filled in.
+func (m *Module) Manifest() Manifest { return m.manifest }
+
+// Queue returns the queue the module consumes.
+func (m *Module) Queue() string { return m.manifest.Queue }
+
+// LoadedAt returns when the module was loaded.
+func (m *Module) LoadedAt() time.Time { return m.loadedAt }
+
+// Version returns the version of a module's bytes: their sha256 in hex.
+func Version(wasm []byte) string {
+	sum := sha256.Sum256(wasm)
+	return hex.EncodeToString(sum[:])
+}
+
+// Load compiles and validates the module name from its bytes and manifest, and makes
+// its first instance, running _initialize and wasmjobs_init. Any problem is an error
+// wrapping ErrInvalidModule that names it. A manifest without a queue consumes the
+// queue name.
+func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifest) (*Module, error) {
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("%w %s: %s", ErrInvalidModule, name, fmt.Sprintf(format, args...))
+	}
+	if !bytes.HasPrefix(wasm, wasmMagic) {
+		return nil, invalid("not a wasm module (no \\0asm header)")
+	}
+	if man.Queue == "" {
+		man.Queue = name
+	}
+	if man.Limits == (Limits{}) {
+		man.Limits = DefaultLimits()
+	}
+	compiled, err := e.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, invalid("%v", err)
+	}
+	m := &Module{
+		e:        e,
+		name:     name,
+		version:  Version(wasm),
+		manifest: man,
+		compiled: compiled,
+		loadedAt: time.Now(),
+		closed:   make(chan struct{}),
+	}
+	if man.Enqueue != nil {
+		m.allowed = make(map[string]bool, len(man.Enqueue))
+		for _, q := range man.Enqueue {
+			m.allowed[q] = true
+		}
+	}
+	if err := m.validate(); err != nil {
+		compiled.Close(ctx)
+		return nil, invalid("%v", err)
+	}
+	inst, err := m.instantiate(ctx)
+	if err != nil {
+		compiled.Close(ctx)
+		return nil, invalid("%v", err)
+	}
+	if man.Isolation == Fresh {
+		inst.close(ctx) // it proved the module initialises; fresh jobs never reuse it
+	} else {
+		m.idle = append(m.idle, inst)
+	}
+	return m, nil
+}
+
+// validate checks the module's exports and imports against ABI v1.
+func (m *Module) validate() error {
+	fns := m.compiled.ExportedFunctions()
+	if _, ok := m.compiled.ExportedMemories()[abi.ExportMemory]; !ok {
+		return fmt.Errorf("missing export %q (a memory)", abi.ExportMemory)
+	}
+	for _, want := range []struct {
+		name     string
+		required bool
+		results  []api.ValueType
+	}{
+		{abi.ExportMarker, true, nil},
+		{abi.ExportHandle, true, []api.ValueType{api.ValueTypeI32}},
+		{abi.ExportInitialize, false, nil},
+		{abi.ExportInit, false, []api.ValueType{api.ValueTypeI32}},
+	} {
+		def, ok := fns[want.name]
+		switch {
+		case !ok && want.required:
+			if want.name == abi.ExportMarker {
+				return fmt.Errorf("missing export %q: not an ABI v1 module", want.name)
+			}
+			return fmt.Errorf("missing export %q", want.name)
+		case !ok:
+			continue
+		case len(def.ParamTypes()) != 0 || !sameTypes(def.ResultTypes(), want.results):
+			return fmt.Errorf("export %q has type %s, want %s", want.name,
+				signature(def.ParamTypes(), def.ResultTypes()), signature(nil, want.results))
+		}
+	}
+	m.hasInit = fns[abi.ExportInit] != nil
+	if _, ok := fns["_start"]; ok && fns[abi.ExportInitialize] == nil {
+		return errors.New("exports _start (a WASI command): build it as a reactor (Go: -buildmode=c-shared; C: -mexec-model=reactor)")
+	}
+	for _, def := range m.compiled.ImportedFunctions() {
+		if err := m.e.importOK(def); err != nil {
+			return err
+		}
+	}
+	if mems := m.compiled.ImportedMemories(); len(mems) > 0 {
+		mod, name, _ := mems[0].Import()
+		return fmt.Errorf("imports memory %s.%s: a module must define its own memory", mod, name)
+	}
+	mem := m.compiled.ExportedMemories()[abi.ExportMemory]
+	if limit := m.manifest.Limits.MemoryPages; mem.Min() > limit {
+		return fmt.Errorf("memory starts at %d pages, above the limit of %d pages (%d MiB); raise memory in the manifest",
+			mem.Min(), limit, limit/16)
+	}
+	return nil
+}
+
+// instance is one instantiation of a module. It runs one call at a time.
+type instance struct {
+	mod    api.Module
+	handle api.Function
+	st     callState
+	stdout lineWriter
+	stderr lineWriter
+	jobs   int
+}
+
+// instantiate makes a new instance and runs its initialisation under the job timeout.
+func (m *Module) instantiate(ctx context.Context) (*instance, error) {
+	inst := &instance{}
+	inst.st.reset(nil, m, m.defaultSink())
+	inst.stdout = lineWriter{st: &inst.st, level: slog.LevelInfo}
+	inst.stderr = lineWriter{st: &inst.st, level: slog.LevelWarn}
+	cfg := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions(). // _initialize is called below, to report its failure precisely
+		WithStdout(&inst.stdout).
+		WithStderr(&inst.stderr).
+		WithSysWalltime().
+		WithSysNanotime().
+		WithSysNanosleep().
+		WithRandSource(rand.Reader)
+	for k, v := range m.manifest.Env {
+		cfg = cfg.WithEnv(k, v)
+	}
+	if len(m.manifest.Dirs) > 0 {
+		fs := wazero.NewFSConfig()
+		for _, d := range m.manifest.Dirs {
+			fs = fs.WithReadOnlyDirMount(d.Host, d.Guest)
+		}
+		cfg = cfg.WithFSConfig(fs)
+	}
+	limit := uint64(m.manifest.Limits.MemoryPages) * 65536
+	ictx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(cap, max uint64) experimental.LinearMemory {
+		return &limitedMemory{limit: limit}
+	}))
+	mod, err := m.e.rt.InstantiateModule(ictx, m.compiled, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("instantiate: %w", err)
+	}
+	inst.mod = mod
+	inst.handle = mod.ExportedFunction(abi.ExportHandle)
+	for _, fn := range []string{abi.ExportInitialize, abi.ExportInit} {
+		f := mod.ExportedFunction(fn)
+		if f == nil {
+			continue
+		}
+		res, fail := inst.call(ctx, f, m.manifest.Limits.Timeout)
+		inst.st.finish()
+		if fail != nil {
+			mod.Close(ctx)
+			return nil, fmt.Errorf("%s failed: %s", fn, fail.reason)
+		}
+		if fn == abi.ExportInit && res != 0 {
+			mod.Close(ctx)
+			return nil, fmt.Errorf("%s returned %d", fn, res)
+		}
+	}
+	return inst, nil
+}
+
+// defaultSink sends logs of calls without a job (initialisation) to the engine's logger.
+func (m *Module) defaultSink() LogFunc {
+	return func(level slog.Level, msg string) {
+		m.e.log.Log(context.Background(), level, msg, "module", m.name, "version", m.version)
+	}
+}
+
+// failure is a call that did not return normally.
+type failure struct {
+	kind   Kind
+	reason string
+}
+
+// call runs f on the instance under timeout and classifies how it ended.
+func (inst *instance) call(ctx context.Context, f api.Function, timeout time.Duration) (int32, *failure) {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := f.Call(&callContext{Context: cctx, st: &inst.st})
+	inst.stdout.flush()
+	inst.stderr.flush()
+	if err == nil {
+		if len(res) == 0 {
+			return 0, nil // _initialize returns nothing
+		}
+		return int32(res[0]), nil
+	}
+	return 0, classify(err, cctx, timeout, &inst.st)
+}
+
+// classify names how a call failed.
+func classify(err error, ctx context.Context, timeout time.Duration, st *callState) *failure {
+	var exit *sys.ExitError
+	var mem *memoryAccessError
+	var abort *abortError
+	switch {
+	case errors.As(err, &exit):
+		switch exit.ExitCode() {
+		case sys.ExitCodeDeadlineExceeded:
+			return &failure{KindTimeout, fmt.Sprintf("timeout after %v", timeout)}
+		case sys.ExitCodeContextCanceled:
+			return &failure{KindTimeout, "cancelled: the host is shutting down"}
+		}
+		return &failure{KindExit, fmt.Sprintf("exit code %d", exit.ExitCode())}
+	case errors.As(err, &mem):
+		return &failure{KindTrap, "trap: " + mem.Error()}
+	case errors.As(err, &abort):
+		return &failure{KindTrap, "trap: " + abort.msg}
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return &failure{KindTimeout, fmt.Sprintf("timeout after %v", timeout)}
+	}
+	msg := err.Error()
+	if line, _, _ := strings.Cut(msg, "\n"); line != "" {
+		msg = line
+	}
+	msg = strings.TrimPrefix(msg, "wasm error: ")
+	return &failure{KindTrap, "trap: " + msg}
+}
+
+// close ends the instance.
+func (inst *instance) close(ctx context.Context) {
+	inst.mod.Close(ctx)
+}
+
+// errRetired is returned by begin for a module that was retired: the caller takes the
+// queue's current module instead.
+var errRetired = errors.New("module version retired")
+
+// begin counts a job in, unless the module is retired.
+func (m *Module) begin() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retired {
+		return errRetired
+	}
+	m.inUse++
+	return nil
+}
+
+// instanceFor takes an instance for a job counted in by begin: a warm one, or a new one.
+// On error the job is counted out.
+func (m *Module) instanceFor(ctx context.Context) (*instance, error) {
+	m.mu.Lock()
+	var inst *instance
+	if m.manifest.Isolation == Pooled && len(m.idle) > 0 {
+		inst = m.idle[len(m.idle)-1]
+		m.idle = m.idle[:len(m.idle)-1]
+	}
+	m.mu.Unlock()
+	if inst != nil {
+		return inst, nil
+	}
+	inst, err := m.instantiate(ctx)
+	if err != nil {
+		m.release(nil, false)
+		return nil, err
+	}
+	return inst, nil
+}
+
+// release returns an instance after a job: to the pool if it is healthy and pooled,
+// closed otherwise. It closes the module's compiled code once the module is retired and
+// its last job has ended.
+func (m *Module) release(inst *instance, healthy bool) {
+	ctx := context.Background()
+	m.mu.Lock()
+	m.inUse--
+	keep := inst != nil && healthy && !m.retired && m.manifest.Isolation == Pooled &&
+		(m.manifest.RecycleAfter == 0 || inst.jobs < m.manifest.RecycleAfter)
+	if keep {
+		m.idle = append(m.idle, inst)
+	}
+	last := m.retired && m.inUse == 0
+	m.mu.Unlock()
+	if inst != nil && !keep {
+		inst.close(ctx)
+	}
+	if last {
+		m.closeCompiled(ctx)
+	}
+}
+
+// Retire stops the module from taking new jobs and closes it once the jobs running on
+// it have ended; Done is closed then. Retire is idempotent.
+func (m *Module) Retire() {
+	m.mu.Lock()
+	if m.retired {
+		m.mu.Unlock()
+		return
+	}
+	m.retired = true
+	idle := m.idle
+	m.idle = nil
+	last := m.inUse == 0
+	m.mu.Unlock()
+	for _, inst := range idle {
+		inst.close(context.Background())
+	}
+	if last {
+		m.closeCompiled(context.Background())
+	}
+}
+
+// Done is closed when a retired module has been closed.
+func (m *Module) Done() <-chan struct{} { return m.closed }
+
+// InUse reports how many jobs are running on the module.
+func (m *Module) InUse() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.inUse
+}
+
+func (m *Module) closeCompiled(ctx context.Context) {
+	m.compiled.Close(ctx)
+	close(m.closed)
+}
+
+// limitedMemory backs an instance's linear memory and refuses to grow past limit, so
+// that memory.grow returns -1 to the guest.
+type limitedMemory struct {
+	buf   []byte
+	limit uint64
+}
+
+func (l *limitedMemory) Reallocate(size uint64) []byte {
+	if size > l.limit && l.buf != nil {
+		return nil
+	}
+	if size <= uint64(cap(l.buf)) {
+		l.buf = l.buf[:size]
+		return l.buf
+	}
+	// Grow geometrically, within the limit, so that repeated grows copy little.
+	newCap := max(size, min(2*uint64(cap(l.buf)), l.limit))
+	buf := make([]byte, size, newCap)
+	copy(buf, l.buf)
+	l.buf = buf
+	return buf
+}
+
+func (l *limitedMemory) Free() { l.buf = nil }
+
+// lineWriter turns a guest's stdout or stderr into log lines of the current call.
+type lineWriter struct {
+	st       *callState
+	level    slog.Level
+	buf      []byte
+	skipping bool // the current line passed the message limit: drop to its end
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		chunk := p
+		if i >= 0 {
+			chunk = p[:i]
+		}
+		if !w.skipping {
+			w.buf = append(w.buf, chunk...)
+			if max := w.st.limits.MaxLogMessage; len(w.buf) > max {
+				w.st.emit(w.level, string(w.buf[:max])+" ... (truncated)")
+				w.buf, w.skipping = w.buf[:0], true
+			}
+		}
+		if i < 0 {
+			break
+		}
+		if !w.skipping {
+			w.st.emit(w.level, string(w.buf))
+		}
+		w.buf, w.skipping = w.buf[:0], false
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+// flush emits a trailing partial line.
+func (w *lineWriter) flush() {
+	if len(w.buf) > 0 && !w.skipping {
+		w.st.emit(w.level, string(w.buf))
+	}
+	w.buf, w.skipping = w.buf[:0], false
+}

@@ -1,0 +1,5 @@
+;; Returns ACK and does nothing else.
+(module
+  (memory (export "memory") 1)
+  (func (export "wasmjobs_abi_v1"))
+  (func (export "wasmjobs_handle") (result i32) (i32.const 0)))
