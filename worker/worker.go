@@ -133,7 +133,7 @@ type Worker struct {
 
 	tasks    chan task // to the runners: one per slot, so a send never waits long
 	jobs     tracker   // jobs from delivery to the end of their settle
-	settling tracker // settle calls under way
+	settling tracker   // settle calls under way
 	resubs   sync.WaitGroup
 }
 
