@@ -1,7 +1,7 @@
 # wasmjobs: build and test. `make help` lists the targets.
 GO ?= go
 
-.PHONY: help test vet build cover bench testdata testdata-check
+.PHONY: help test vet build cover bench testdata testdata-check examples soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -9,11 +9,13 @@ help: ## list the targets
 test: vet ## vet, then every test with the race detector
 	$(GO) test -race -count=1 ./...
 
-vet: ## go vet
+vet: ## go vet, here and in the Go guest SDK and examples (built for wasip1)
 	$(GO) vet ./...
+	cd guest-sdk/go && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	cd examples/greet-go && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 
-build: ## compile every package
-	$(GO) build ./...
+build: ## build the wasmjobs command into bin/
+	$(GO) build -o bin/wasmjobs ./cmd/wasmjobs
 
 cover: ## coverage per package
 	$(GO) test -count=1 -cover ./...
@@ -32,3 +34,10 @@ testdata-check: ## fail if a committed .wasm differs from its WAT source
 	@tmp=$$(mktemp -d); status=0; \
 	for f in $(WAT); do wat2wasm $$f -o $$tmp/out.wasm && cmp -s $$tmp/out.wasm $${f%.wat}.wasm || { echo "stale: $${f%.wat}.wasm (run make testdata)"; status=1; }; done; \
 	rm -rf $$tmp; exit $$status
+
+examples: ## build the example handlers (Go: the plain toolchain)
+	cd examples/greet-go && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o greet-go.wasm .
+
+soak: ## run every hostile module 1,000 times next to normal jobs, with and without -race
+	WASMJOBS_HOSTILE_RUNS=1000 $(GO) test -count=1 -timeout 30m -run TestHostileModulesNeverTakeTheHostDown -v ./host/
+	WASMJOBS_HOSTILE_RUNS=1000 $(GO) test -race -count=1 -timeout 60m -run TestHostileModulesNeverTakeTheHostDown -v ./host/

@@ -399,7 +399,7 @@ func (v value) size() (int, error) {
 	for _, u := range units {
 		if num, ok := strings.CutSuffix(s, u.suffix); ok {
 			n, err := strconv.Atoi(strings.TrimSpace(num))
-			if err == nil && n >= 0 && n <= (1<<32)/u.mult {
+			if err == nil && n >= 0 && n <= (1<<40)/u.mult {
 				return n * u.mult, nil
 			}
 			break

@@ -179,6 +179,22 @@ type instance struct {
 	stdout lineWriter
 	stderr lineWriter
 	jobs   int
+	ctx    context.Context // the current call's, for sleep
+}
+
+// sleep is the instance's WASI sleep: it ends early when the call's context ends, so
+// that a guest asleep in poll_oneoff still stops at its time limit.
+func (inst *instance) sleep(ns int64) {
+	ctx := inst.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	t := time.NewTimer(time.Duration(ns))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // instantiate makes a new instance and runs its initialisation under the job timeout.
@@ -194,7 +210,7 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 		WithStderr(&inst.stderr).
 		WithSysWalltime().
 		WithSysNanotime().
-		WithSysNanosleep().
+		WithNanosleep(inst.sleep).
 		WithRandSource(rand.Reader)
 	for k, v := range m.manifest.Env {
 		cfg = cfg.WithEnv(k, v)
@@ -252,20 +268,27 @@ type failure struct {
 func (inst *instance) call(ctx context.Context, f api.Function, timeout time.Duration) (int32, *failure) {
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	inst.ctx = cctx
 	res, err := f.Call(&callContext{Context: cctx, st: &inst.st})
+	inst.ctx = nil
 	inst.stdout.flush()
 	inst.stderr.flush()
+	if err == nil && cctx.Err() != nil {
+		// The limit passed while the guest was in the host (asleep, say) and it returned
+		// without reaching another check: wazero has closed it; the call failed.
+		err = cctx.Err()
+	}
 	if err == nil {
 		if len(res) == 0 {
 			return 0, nil // _initialize returns nothing
 		}
 		return int32(res[0]), nil
 	}
-	return 0, classify(err, cctx, timeout, &inst.st)
+	return 0, classify(err, timeout)
 }
 
 // classify names how a call failed.
-func classify(err error, ctx context.Context, timeout time.Duration, st *callState) *failure {
+func classify(err error, timeout time.Duration) *failure {
 	var exit *sys.ExitError
 	var mem *memoryAccessError
 	var abort *abortError
@@ -282,8 +305,10 @@ func classify(err error, ctx context.Context, timeout time.Duration, st *callSta
 		return &failure{KindTrap, "trap: " + mem.Error()}
 	case errors.As(err, &abort):
 		return &failure{KindTrap, "trap: " + abort.msg}
-	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded):
 		return &failure{KindTimeout, fmt.Sprintf("timeout after %v", timeout)}
+	case errors.Is(err, context.Canceled):
+		return &failure{KindTimeout, "cancelled: the host is shutting down"}
 	}
 	msg := err.Error()
 	if line, _, _ := strings.Cut(msg, "\n"); line != "" {

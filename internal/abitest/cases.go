@@ -127,6 +127,8 @@ func Cases() []Case {
 
 		{Name: "infinite loop times out", Module: "hostile/loop", Manifest: `timeout = "100ms"`,
 			Kind: "timeout", Settle: "retry", Reason: "timeout after 100ms"},
+		{Name: "an hour's sleep times out", Module: "hostile/sleep", Manifest: `timeout = "100ms"`,
+			Kind: "timeout", Settle: "retry", Reason: "timeout after 100ms"},
 		{Name: "memory bomb", Module: "hostile/membomb", Manifest: `memory = "4MiB"`,
 			Kind: "trap", Settle: "retry", Reason: "trap: unreachable"},
 		{Name: "deep recursion", Module: "hostile/recursion",

@@ -1,0 +1,3 @@
+module github.com/wasmjobs/wasmjobs/guest-sdk/go
+
+go 1.26

@@ -1,0 +1,114 @@
+package wasmjobs
+
+import (
+	"fmt"
+	"time"
+)
+
+// Payload returns the job's payload.
+func (j *Job) Payload() []byte {
+	if !j.read {
+		j.payload = make([]byte, payloadLen())
+		if len(j.payload) > 0 {
+			n := payloadRead(&j.payload[0], int32(len(j.payload)))
+			j.payload = j.payload[:n]
+		}
+		j.read = true
+	}
+	return j.payload
+}
+
+// Text returns the job's payload as a string.
+func (j *Job) Text() string { return string(j.Payload()) }
+
+// ID returns the job's id.
+func (j *Job) ID() string { return meta(metaJobID) }
+
+// Queue returns the job's queue.
+func (j *Job) Queue() string { return meta(metaQueue) }
+
+// Module returns the name of the module running the job.
+func (j *Job) Module() string { return meta(metaModuleName) }
+
+// Version returns the version (sha256) of the module running the job.
+func (j *Job) Version() string { return meta(metaModuleVersion) }
+
+// Attempt returns the 1-based number of this execution of the job.
+func (j *Job) Attempt() int { return int(attempt()) }
+
+// MaxAttempts returns how many executions the job may have.
+func (j *Job) MaxAttempts() int { return int(maxAttempts()) }
+
+// Header returns the job's header key and whether it is set. Keys are exact bytes.
+func (j *Job) Header(key string) (string, bool) {
+	buf := make([]byte, 256)
+	for {
+		n := headerRead(ptr(key), int32(len(key)), bufPtr(buf), int32(len(buf)))
+		if n < 0 {
+			return "", false
+		}
+		if int(n) <= len(buf) {
+			return string(buf[:n]), true
+		}
+		buf = make([]byte, n)
+	}
+}
+
+// Level is a log level.
+type Level int32
+
+// The log levels.
+const (
+	Debug Level = 0
+	Info  Level = 1
+	Warn  Level = 2
+	Error Level = 3
+)
+
+// Log writes msg to the job's log at level.
+func (j *Job) Log(level Level, msg string) { logMsg(int32(level), ptr(msg), int32(len(msg))) }
+
+// Debugf, Infof, Warnf and Errorf log a formatted message.
+func (j *Job) Debugf(format string, args ...any) { j.Log(Debug, fmt.Sprintf(format, args...)) }
+
+// Infof logs a formatted message at info level.
+func (j *Job) Infof(format string, args ...any) { j.Log(Info, fmt.Sprintf(format, args...)) }
+
+// Warnf logs a formatted message at warn level.
+func (j *Job) Warnf(format string, args ...any) { j.Log(Warn, fmt.Sprintf(format, args...)) }
+
+// Errorf logs a formatted message at error level.
+func (j *Job) Errorf(format string, args ...any) { j.Log(Error, fmt.Sprintf(format, args...)) }
+
+// Write appends p to the job's output; it fails with ErrLimitExceeded, writing nothing,
+// when that would pass the module's output limit. Job is an io.Writer.
+func (j *Job) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if s := outputWrite(&p[0], int32(len(p))); s < 0 {
+		return 0, statusError(s)
+	}
+	return len(p), nil
+}
+
+// Enqueue stages a child job on queue, published after delay if this job succeeds.
+func (j *Job) Enqueue(queue string, payload []byte, delay time.Duration) error {
+	return statusError(enqueue(ptr(queue), int32(len(queue)), bufPtr(payload), int32(len(payload)), delay.Milliseconds()))
+}
+
+func meta(key int32) string {
+	buf := make([]byte, 64)
+	for {
+		n := metaRead(key, bufPtr(buf), int32(len(buf)))
+		if n < 0 {
+			return ""
+		}
+		if int(n) <= len(buf) {
+			return string(buf[:n])
+		}
+		buf = make([]byte, n)
+	}
+}
+
+func setReason(s string) { setReasonRaw(ptr(s), int32(len(s))) }

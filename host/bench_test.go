@@ -1,0 +1,81 @@
+package host_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// BenchmarkRunNoop is the host's cost per job of a no-op WAT module: on a warm pooled
+// instance, and on a fresh instance per job.
+func BenchmarkRunNoop(b *testing.B) {
+	for _, iso := range []string{"pooled", "fresh"} {
+		b.Run(iso, func(b *testing.B) {
+			e := newEngine(b)
+			m := loadFile(b, e, "abi/ack", `isolation = "`+iso+`"`)
+			job := &worker.Job{Envelope: backend.NewEnvelope("ack", []byte(`{"n":1}`)), Attempt: 1, MaxAttempts: 3}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if x := m.Run(ctx, job, nil); x.Kind != host.KindAck {
+					b.Fatal(x.Reason)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGoGuest measures the Go example (a 3.4 MB module): compiling it with no
+// cache, compiling it from a warm on-disk cache (each in a new engine, as a restarted
+// host would), and running a job on a fresh instance (instantiate, _initialize, call)
+// against a warm one.
+func BenchmarkGoGuest(b *testing.B) {
+	wasm := buildGoExample(b)
+	ctx := context.Background()
+	loadIn := func(b *testing.B, cfg host.Config) {
+		e, err := host.NewEngine(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer e.Close(ctx)
+		m, err := e.Load(ctx, "greet-go", wasm, host.Manifest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		m.Retire()
+	}
+	b.Run("load-no-cache", func(b *testing.B) {
+		for b.Loop() {
+			loadIn(b, host.Config{NoCache: true})
+		}
+	})
+	b.Run("load-warm-cache", func(b *testing.B) {
+		dir := b.TempDir()
+		loadIn(b, host.Config{CacheDir: dir}) // fills the cache
+		b.ResetTimer()
+		for b.Loop() {
+			loadIn(b, host.Config{CacheDir: dir})
+		}
+	})
+	for _, iso := range []host.Isolation{host.Fresh, host.Pooled} {
+		b.Run("job-"+iso.String(), func(b *testing.B) {
+			e := newEngine(b)
+			m, err := e.Load(ctx, "greet-go", wasm, host.Manifest{Isolation: iso})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Retire()
+			job := &worker.Job{Envelope: backend.NewEnvelope("greet", []byte(`{"name":"Ada"}`)), Attempt: 1, MaxAttempts: 3}
+			b.ReportAllocs()
+			for b.Loop() {
+				if x := m.Run(ctx, job, nil); x.Kind != host.KindAck {
+					b.Fatal(x.Reason)
+				}
+			}
+		})
+	}
+}
+

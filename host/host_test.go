@@ -1,0 +1,236 @@
+package host_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// loadFile loads testdata's module rel (without .wasm) with manifest text.
+func loadFile(t testing.TB, e *host.Engine, rel, manifest string) *host.Module {
+	t.Helper()
+	m, err := load(t, e, abitest.Case{Module: rel, Manifest: manifest})
+	if err != nil {
+		t.Fatalf("Load(%s): %v", rel, err)
+	}
+	t.Cleanup(m.Retire)
+	return m
+}
+
+func run(m *host.Module, payload string) host.Execution {
+	job := &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), []byte(payload)), Attempt: 1, MaxAttempts: 3}
+	return m.Run(context.Background(), job, nil)
+}
+
+func TestPooledInstancesKeepStateFreshOnesDoNot(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	for _, tc := range []struct {
+		name, manifest string
+		want           string
+	}{
+		{"pooled reuses the warm instance", "", "1234"},
+		{"fresh makes one per job", `isolation = "fresh"`, "1111"},
+		{"recycle after 2 jobs", "recycle_after = 2", "1212"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := loadFile(t, e, "abi/init_ok", tc.manifest)
+			var got strings.Builder
+			for range 4 {
+				x := run(m, "")
+				if x.Kind != host.KindAck {
+					t.Fatalf("kind %s: %s", x.Kind, x.Reason)
+				}
+				got.Write(x.Output)
+			}
+			if got.String() != tc.want {
+				t.Fatalf("runs per instance %q, want %q", got.String(), tc.want)
+			}
+		})
+	}
+}
+
+func TestFailedInstanceIsDiscarded(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	// exit.wasm exits on every job: each job needs a new instance, and must get one.
+	m := loadFile(t, e, "hostile/exit", "")
+	for range 5 {
+		if x := run(m, "3"); x.Kind != host.KindExit || x.Reason != "exit code 3" {
+			t.Fatalf("kind %s reason %q", x.Kind, x.Reason)
+		}
+	}
+	// A trapped pooled instance is not reused: init_ok counts jobs per instance, and
+	// after a timeout the count starts again.
+	loop := loadFile(t, e, "hostile/loop", `timeout = "20ms"`)
+	for range 3 {
+		if x := run(loop, ""); x.Kind != host.KindTimeout {
+			t.Fatalf("kind %s", x.Kind)
+		}
+	}
+}
+
+func TestPayloadOverLimitIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	m := loadFile(t, e, "abi/echo", "max_payload = 8")
+	x := run(m, "123456789")
+	if x.Kind != host.KindDeadLetter || x.Reason != "payload of 9 bytes passes the module's limit of 8 bytes" {
+		t.Fatalf("kind %s reason %q", x.Kind, x.Reason)
+	}
+	if x := run(m, "12345678"); x.Kind != host.KindAck || string(x.Output) != "12345678" {
+		t.Fatalf("kind %s output %q", x.Kind, x.Output)
+	}
+}
+
+func TestSwapDrainsTheOldVersion(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	slow := loadFile(t, e, "hostile/loop", `timeout = "300ms"`)
+	fast := loadFile(t, e, "abi/ack", "")
+	h := host.NewHandler(slow, nil)
+	job := func() *worker.Job {
+		return &worker.Job{Envelope: backend.NewEnvelope("q", nil), Attempt: 1, MaxAttempts: 3}
+	}
+	done := make(chan worker.Result)
+	go func() { done <- h.Handle(context.Background(), job()) }()
+	for slow.InUse() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if old := h.Swap(fast); old != slow {
+		t.Fatal("Swap did not return the old module")
+	}
+	select {
+	case <-slow.Done():
+		t.Fatal("the old version closed while a job ran on it")
+	default:
+	}
+	if res := h.Handle(context.Background(), job()); res.Outcome != worker.Ack || res.Version != fast.Version() {
+		t.Fatalf("a new job ran as %+v, want an ack on the new version", res)
+	}
+	res := <-done
+	if res.Outcome != worker.Failed || res.Version != slow.Version() {
+		t.Fatalf("the running job ended as %+v, want it to finish on the old version", res)
+	}
+	select {
+	case <-slow.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old version was not closed after its last job")
+	}
+	if x := slow.Run(context.Background(), job(), nil); x.Kind != host.KindTrap || !strings.Contains(x.Reason, "retired") {
+		t.Fatalf("a retired module ran a job: %+v", x)
+	}
+}
+
+func TestHandlerQueueFromManifest(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	m := loadFile(t, e, "abi/ack", "queue = \"mail\"\nconcurrency = 3\nmax_attempts = 7\nmax_defers = 2\nbackoff_base = \"2s\"\nbackoff_cap = \"1m\"")
+	q := host.NewHandler(m, nil).Queue()
+	if q.Name != "mail" || q.Concurrency != 3 || q.MaxAttempts != 7 || q.MaxDefers != 2 ||
+		q.Backoff != (worker.Backoff{Base: 2 * time.Second, Cap: time.Minute}) {
+		t.Fatalf("Queue() = %+v", q)
+	}
+}
+
+// buildGoExample builds examples/greet-go with the plain Go toolchain.
+func buildGoExample(t testing.TB) []byte {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "greet-go.wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, ".")
+	cmd.Dir = filepath.Join(abitest.Dir(), "..", "examples", "greet-go")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the Go example: %v\n%s", err, b)
+	}
+	wasm, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wasm
+}
+
+// TestGoExampleOnAWorker runs the Go example under a real worker on the memory backend.
+func TestGoExampleOnAWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEngine(t)
+	wasm := buildGoExample(t)
+	man, err := host.ReadManifest(filepath.Join(abitest.Dir(), "..", "examples", "greet-go", "greet-go.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.Load(ctx, "greet-go", wasm, man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := backendWithQueues(t, "notify")
+	var mu sync.Mutex
+	var settled []worker.Event
+	all := make(chan struct{})
+	const jobs = 60
+	w := worker.New(b, worker.Config{Concurrency: 4, Observer: worker.ObserverFunc(func(ev worker.Event) {
+		if ev.Kind != worker.EventSettled {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		settled = append(settled, ev)
+		if len(settled) == jobs {
+			close(all)
+		}
+	})})
+	h := host.NewHandler(m, nil)
+	if err := w.Register(ctx, h.Queue()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	payloads := []string{`{"name":"Ada","lang":"fr","notify":true}`, `{"name":"Grace"}`, `not json`}
+	for i := range jobs {
+		if err := b.Publish(ctx, backend.NewEnvelope("greet", []byte(payloads[i%3])), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-all:
+	case <-time.After(60 * time.Second):
+		t.Fatal("jobs did not settle")
+	}
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, ev := range settled {
+		counts[ev.Settle.String()]++
+		if ev.Result.Version != m.Version() {
+			t.Errorf("job ran on version %q", ev.Result.Version)
+		}
+		if ev.Settle == worker.SettleAck {
+			if out := string(ev.Result.Output); out != "Bonjour, Ada!" && out != "Hello, Grace!" {
+				t.Errorf("output %q", out)
+			}
+		}
+	}
+	if counts["ack"] != 40 || counts["dead_letter"] != 20 {
+		t.Fatalf("settles %v, want 40 acks and 20 dead letters", counts)
+	}
+	if st, _ := b.Stats("notify"); st.Pending != 20 {
+		t.Fatalf("notify queue %+v, want the 20 child jobs", st)
+	}
+	dead, _ := b.DeadLetters(ctx, "greet", 0)
+	if len(dead) != 20 || !strings.HasPrefix(dead[0].Reason, "payload is not a JSON object") {
+		t.Fatalf("dead letters: %d, first %q", len(dead), dead[0].Reason)
+	}
+}

@@ -1,0 +1,136 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// hostileRuns is how many times the soak runs each hostile module: 20 by default,
+// WASMJOBS_HOSTILE_RUNS to change it (`make soak` runs 1,000).
+func hostileRuns(t *testing.T) int {
+	if s := os.Getenv("WASMJOBS_HOSTILE_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("WASMJOBS_HOSTILE_RUNS=%q: want a positive number", s)
+		}
+		return n
+	}
+	return 20
+}
+
+// rssKiB reads the process's resident set size.
+func rssKiB() int {
+	b, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return n
+		}
+	}
+	return 0
+}
+
+func heapMiB() float64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return float64(ms.HeapAlloc) / (1 << 20)
+}
+
+// TestHostileModulesNeverTakeTheHostDown runs every hostile module of the conformance
+// table many times, interleaved with normal jobs on two goroutines, and checks that
+// each ends as the table says, that normal jobs keep their exact results, and that the
+// host's memory does not grow with the number of runs.
+func TestHostileModulesNeverTakeTheHostDown(t *testing.T) {
+	t.Parallel()
+	runs := hostileRuns(t)
+	e := newEngine(t)
+	type loaded struct {
+		c abitest.Case
+		m *host.Module
+	}
+	var hostile []loaded
+	for _, c := range abitest.Cases() {
+		if c.Invalid != "" || !strings.HasPrefix(c.Module, "hostile/") {
+			continue
+		}
+		if c.Module == "hostile/loop" || c.Module == "hostile/sleep" {
+			c.Manifest, c.Reason = `timeout = "10ms"`, "timeout after 10ms"
+		}
+		m, err := load(t, e, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Retire()
+		hostile = append(hostile, loaded{c, m})
+	}
+	echo := loadFile(t, e, "abi/echo", "")
+
+	round := func(i int) error {
+		for _, h := range hostile {
+			// Under -race, a stack overflow costs about a second (wazero grows the guest's
+			// stack to 50 MB, and the race detector shadows every byte): it runs every
+			// tenth round there, and every round without -race.
+			if raceEnabled && h.c.Module == "hostile/recursion" && i%10 != 0 {
+				continue
+			}
+			job := jobFor(h.c, h.m)
+			x := h.m.Run(context.Background(), job, nil)
+			settle, reason := worker.Decide(job, x.Result(), 0)
+			if string(x.Kind) != h.c.Kind || settle.String() != h.c.Settle || reason != h.c.Reason {
+				return fmt.Errorf("run %d of %s: %s %s %q", i, h.c.Name, x.Kind, settle, reason)
+			}
+			payload := fmt.Sprintf("normal job %d after %s", i, h.c.Name)
+			normal := &worker.Job{Envelope: backend.NewEnvelope("echo", []byte(payload)), Attempt: 1, MaxAttempts: 1}
+			if x := echo.Run(context.Background(), normal, nil); x.Kind != host.KindAck || string(x.Output) != payload {
+				return fmt.Errorf("normal job after %s: %s %q %q", h.c.Name, x.Kind, x.Reason, x.Output)
+			}
+		}
+		return nil
+	}
+	soak := func(from, to int) {
+		const workers = 2
+		var wg sync.WaitGroup
+		errs := make(chan error, workers)
+		for w := range workers {
+			wg.Go(func() {
+				for i := from + w; i < to; i += workers {
+					if err := round(i); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	warm := max(runs/10, 5)
+	soak(0, warm)
+	heap0, rss0 := heapMiB(), rssKiB()
+	soak(warm, runs)
+	heap1, rss1 := heapMiB(), rssKiB()
+	note := ""
+	if raceEnabled {
+		note = " (under -race the stack overflow runs every tenth round)"
+	}
+	t.Logf("%d rounds of %d hostile cases%s, each followed by a normal job: heap %.1f -> %.1f MiB, RSS %d -> %d MiB (after round %d -> after round %d)",
+		runs, len(hostile), note, heap0, heap1, rss0>>10, rss1>>10, warm, runs)
+	if heap1-heap0 > 16 {
+		t.Fatalf("heap grew by %.1f MiB over %d runs: something is kept per run", heap1-heap0, runs-warm)
+	}
+}
