@@ -78,4 +78,3 @@ func BenchmarkGoGuest(b *testing.B) {
 		})
 	}
 }
-
