@@ -3,6 +3,7 @@ module github.com/wasmjobs/wasmjobs
 go 1.26
 
 require (
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/spf13/cobra v1.10.2
 	github.com/tetratelabs/wazero v1.12.0
 	go.uber.org/goleak v1.3.0

@@ -1,0 +1,473 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// Defaults of RegistryConfig.
+const (
+	DefaultDebounce = 100 * time.Millisecond
+	DefaultRescan   = 5 * time.Second
+	DefaultDrain    = 30 * time.Second
+)
+
+// Queues is what a Registry registers its modules' queues with: *worker.Worker.
+type Queues interface {
+	Register(ctx context.Context, q worker.Queue) error
+	Unregister(ctx context.Context, name string) error
+}
+
+// RegistryConfig configures a Registry.
+type RegistryConfig struct {
+	// Dir is the modules directory: NAME.wasm files, each with an optional NAME.toml.
+	Dir string
+	// Engine loads the modules.
+	Engine *Engine
+	// Queues serves each module's queue.
+	Queues Queues
+	// Logger receives loads, swaps, removals and rejections, and what guests log. Nil
+	// discards them.
+	Logger *slog.Logger
+	// Debounce is how long the directory must be quiet after a change before it is
+	// read, so that a file being written is read once, whole. Zero means
+	// DefaultDebounce.
+	Debounce time.Duration
+	// Rescan is how often the directory is read even without a change event, to catch
+	// events the watcher missed. Zero means DefaultRescan.
+	Rescan time.Duration
+	// NoWatch turns the file watcher off: changes are seen at the next rescan only
+	// (for file systems without inotify, such as some network mounts).
+	NoWatch bool
+	// Drain bounds how long a removed module's running jobs may take before its queue
+	// is dropped anyway (they return to the backend). Zero means DefaultDrain.
+	Drain time.Duration
+	// OnEvent, if set, is called after every load, swap, removal or rejection.
+	OnEvent func(RegistryEvent)
+}
+
+// RegistryEvent reports a change of a module.
+type RegistryEvent struct {
+	// Kind is "loaded" (a new module), "swapped" (a new version), "removed" or
+	// "rejected" (a new version or module that failed to load).
+	Kind string
+	// Module is the module's name; File its path.
+	Module, File string
+	// Version is the version now serving ("" after a removal or a rejection of a module
+	// that never loaded).
+	Version string
+	// Err is the rejection's cause.
+	Err error
+	// At is when the new version was ready to serve, just before it was put in place.
+	At time.Time
+}
+
+// ModuleStatus describes a module of the directory.
+type ModuleStatus struct {
+	Name  string `json:"name"`
+	File  string `json:"file"`
+	Queue string `json:"queue,omitempty"`
+	// Version is the sha256 of the serving bytes; empty while none serves.
+	Version  string    `json:"version,omitempty"`
+	LoadedAt time.Time `json:"loaded_at,omitzero"`
+	// Status is "serving" or "rejected" (no version serves).
+	Status string `json:"status"`
+	// Error is why the last change was rejected, if it was; a serving module keeps
+	// serving its previous version.
+	Error string `json:"error,omitempty"`
+	// InFlight counts jobs running on the serving version.
+	InFlight int `json:"in_flight"`
+}
+
+// Registry keeps a directory's modules in service: it loads each NAME.wasm with its
+// manifest, serves its queue through Queues, and follows the directory: a new file is
+// loaded and its queue consumed, a changed one is validated and swapped in while jobs
+// on the old version finish, a removed one stops being consumed, and a bad one is
+// rejected while the previous version keeps serving.
+type Registry struct {
+	cfg RegistryConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	entries map[string]*entry // by module name
+
+	syncMu  sync.Mutex // one reconcile at a time
+	watcher *fsnotify.Watcher
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// entry is one module name's state.
+type entry struct {
+	file     string
+	handler  *Handler // nil while no version serves
+	seen     fingerprint
+	manifest []byte // the manifest text of the serving version
+	err      error  // the last rejection, cleared by a successful load
+}
+
+// fingerprint identifies the files' contents cheaply: size, modification time and
+// inode of the module and its manifest, links followed.
+type fingerprint struct {
+	wasm, manifest fileID
+}
+
+type fileID struct {
+	size  int64
+	mtime time.Time
+	ino   uint64
+	ok    bool
+}
+
+func statID(path string) fileID {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}
+	}
+	id := fileID{size: fi.Size(), mtime: fi.ModTime(), ok: true}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.ino = st.Ino
+	}
+	return id
+}
+
+// NewRegistry returns a registry of cfg.Dir. Start loads the modules.
+func NewRegistry(cfg RegistryConfig) (*Registry, error) {
+	if cfg.Engine == nil || cfg.Queues == nil {
+		return nil, errors.New("registry: Engine and Queues are required")
+	}
+	fi, err := os.Stat(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("modules directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("modules directory %s is not a directory", cfg.Dir)
+	}
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = DefaultDebounce
+	}
+	if cfg.Rescan <= 0 {
+		cfg.Rescan = DefaultRescan
+	}
+	if cfg.Drain <= 0 {
+		cfg.Drain = DefaultDrain
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Registry{
+		cfg:     cfg,
+		log:     log,
+		entries: make(map[string]*entry),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}, nil
+}
+
+// Start loads every module of the directory, registers their queues, and follows the
+// directory until Close. A module that fails to load is logged and reported by
+// Modules; it does not stop the others.
+func (r *Registry) Start(ctx context.Context) error {
+	if !r.cfg.NoWatch {
+		w, err := fsnotify.NewWatcher()
+		if err != nil {
+			return fmt.Errorf("watching %s: %w", r.cfg.Dir, err)
+		}
+		if err := w.Add(r.cfg.Dir); err != nil {
+			w.Close()
+			return fmt.Errorf("watching %s: %w", r.cfg.Dir, err)
+		}
+		r.watcher = w
+	}
+	r.Sync(ctx)
+	go r.follow()
+	return nil
+}
+
+// Close stops following the directory. The modules keep serving until Retire.
+func (r *Registry) Close() error {
+	select {
+	case <-r.stop:
+		return nil
+	default:
+	}
+	close(r.stop)
+	<-r.done
+	if r.watcher != nil {
+		return r.watcher.Close()
+	}
+	return nil
+}
+
+// Retire retires every module: each closes once its running jobs end. Call it after
+// the worker has stopped.
+func (r *Registry) Retire() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.entries {
+		if e.handler != nil {
+			e.handler.Module().Retire()
+		}
+	}
+}
+
+// follow reads the directory after each burst of events and at every rescan.
+func (r *Registry) follow() {
+	defer close(r.done)
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if r.watcher != nil {
+		events, errs = r.watcher.Events, r.watcher.Errors
+	}
+	rescan := time.NewTicker(r.cfg.Rescan)
+	defer rescan.Stop()
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	for {
+		select {
+		case <-r.stop:
+			debounce.Stop()
+			return
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if ev.Op != fsnotify.Chmod {
+				debounce.Reset(r.cfg.Debounce)
+			}
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			// An overflow loses events: the next read of the directory catches up.
+			r.log.Warn("watching the modules directory", "dir", r.cfg.Dir, "error", err)
+			debounce.Reset(r.cfg.Debounce)
+		case <-debounce.C:
+			r.Sync(context.Background())
+		case <-rescan.C:
+			r.Sync(context.Background())
+		case <-r.kick:
+			r.Sync(context.Background())
+		}
+	}
+}
+
+// Rescan asks the registry to read the directory now, without waiting for Rescan.
+func (r *Registry) Rescan() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Sync reads the directory once and brings the modules in line with it.
+func (r *Registry) Sync(ctx context.Context) {
+	r.syncMu.Lock()
+	defer r.syncMu.Unlock()
+	names, err := r.list()
+	if err != nil {
+		r.log.Error("reading the modules directory", "dir", r.cfg.Dir, "error", err)
+		return
+	}
+	for _, name := range names {
+		r.syncModule(ctx, name)
+	}
+	r.mu.Lock()
+	var gone []string
+	for name := range r.entries {
+		if !slices.Contains(names, name) {
+			gone = append(gone, name)
+		}
+	}
+	r.mu.Unlock()
+	for _, name := range gone {
+		r.remove(ctx, name)
+	}
+}
+
+// list returns the module names of the directory: regular files (links followed) named
+// NAME.wasm, NAME not starting with a dot.
+func (r *Registry) list() ([]string, error) {
+	des, err := os.ReadDir(r.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, de := range des {
+		n := de.Name()
+		if strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".wasm") || len(n) == len(".wasm") {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(r.cfg.Dir, n))
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		names = append(names, strings.TrimSuffix(n, ".wasm"))
+	}
+	return names, nil
+}
+
+// syncModule loads the module name if its files changed.
+func (r *Registry) syncModule(ctx context.Context, name string) {
+	file := filepath.Join(r.cfg.Dir, name+".wasm")
+	fp := fingerprint{wasm: statID(file), manifest: statID(ManifestPath(file))}
+	r.mu.Lock()
+	e := r.entries[name]
+	if e == nil {
+		e = &entry{file: file}
+		r.entries[name] = e
+	}
+	unchanged := e.seen == fp
+	r.mu.Unlock()
+	if unchanged {
+		return
+	}
+	wasm, err := os.ReadFile(file)
+	if err != nil {
+		r.reject(e, name, fp, err)
+		return
+	}
+	manText, err := os.ReadFile(ManifestPath(file))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		r.reject(e, name, fp, &ManifestError{File: ManifestPath(file), Problem: err.Error()})
+		return
+	}
+	if statID(file) != fp.wasm || statID(ManifestPath(file)) != fp.manifest {
+		return // still being written: the next event or rescan reads it again
+	}
+	r.mu.Lock()
+	h := e.handler
+	r.mu.Unlock()
+	if h != nil && h.Module().Version() == Version(wasm) && bytes.Equal(e.manifest, manText) {
+		r.mu.Lock()
+		e.seen = fp // same bytes, same manifest: nothing to do
+		r.mu.Unlock()
+		return
+	}
+	man, err := ParseManifest(ManifestPath(file), manText)
+	if err != nil {
+		r.reject(e, name, fp, err)
+		return
+	}
+	m, err := r.cfg.Engine.Load(ctx, name, wasm, man)
+	if err != nil {
+		r.reject(e, name, fp, err)
+		return
+	}
+	kind, at := "loaded", time.Now()
+	if h == nil {
+		h = NewHandler(m, r.log)
+	} else {
+		kind = "swapped"
+		if old := h.Module(); old.Queue() != m.Queue() {
+			// The module moves to another queue: stop the old one first.
+			r.unregister(ctx, name, old.Queue())
+			old.Retire()
+			h = NewHandler(m, r.log)
+		} else {
+			h.Swap(m)
+		}
+	}
+	if err := r.cfg.Queues.Register(ctx, h.Queue()); err != nil {
+		r.log.Error("serving a module's queue", "module", name, "queue", m.Queue(), "error", err)
+	}
+	r.mu.Lock()
+	e.handler, e.seen, e.manifest, e.err = h, fp, manText, nil
+	r.mu.Unlock()
+	r.log.Info("module "+kind, "module", name, "file", file, "version", m.Version(), "queue", m.Queue())
+	r.emit(RegistryEvent{Kind: kind, Module: name, File: file, Version: m.Version(), At: at})
+}
+
+// reject records a failed load; the serving version, if any, keeps serving.
+func (r *Registry) reject(e *entry, name string, fp fingerprint, err error) {
+	r.mu.Lock()
+	e.seen, e.err = fp, err
+	version := ""
+	if e.handler != nil {
+		version = e.handler.Module().Version()
+	}
+	r.mu.Unlock()
+	r.log.Error("module rejected", "module", name, "file", e.file, "error", err, "serving_version", version)
+	r.emit(RegistryEvent{Kind: "rejected", Module: name, File: e.file, Version: version, Err: err, At: time.Now()})
+}
+
+// remove stops serving a module whose file is gone: its queue is no longer consumed,
+// its running jobs finish (up to Drain), and its queued jobs stay in the backend.
+func (r *Registry) remove(ctx context.Context, name string) {
+	r.mu.Lock()
+	e := r.entries[name]
+	delete(r.entries, name)
+	r.mu.Unlock()
+	if e == nil || e.handler == nil {
+		return
+	}
+	m := e.handler.Module()
+	r.unregister(ctx, name, m.Queue())
+	m.Retire()
+	r.log.Info("module removed", "module", name, "file", e.file, "queue", m.Queue())
+	r.emit(RegistryEvent{Kind: "removed", Module: name, File: e.file, At: time.Now()})
+}
+
+func (r *Registry) unregister(ctx context.Context, name, queue string) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Drain)
+	defer cancel()
+	if err := r.cfg.Queues.Unregister(ctx, queue); err != nil {
+		r.log.Warn("stopping a module's queue", "module", name, "queue", queue, "error", err)
+	}
+}
+
+func (r *Registry) emit(ev RegistryEvent) {
+	if r.cfg.OnEvent != nil {
+		r.cfg.OnEvent(ev)
+	}
+}
+
+// Modules describes every module of the directory, sorted by name.
+func (r *Registry) Modules() []ModuleStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]ModuleStatus, 0, len(r.entries))
+	for name, e := range r.entries {
+		st := ModuleStatus{Name: name, File: e.file, Status: "rejected"}
+		if e.handler != nil {
+			m := e.handler.Module()
+			st.Status, st.Queue, st.Version, st.LoadedAt, st.InFlight = "serving", m.Queue(), m.Version(), m.LoadedAt(), m.InUse()
+		}
+		if e.err != nil {
+			st.Error = e.err.Error()
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b ModuleStatus) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Handler returns the handler serving the module name, or nil.
+func (r *Registry) Handler(name string) *Handler {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e := r.entries[name]; e != nil {
+		return e.handler
+	}
+	return nil
+}

@@ -1,0 +1,553 @@
+package host_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// variant returns testdata's module rel with a custom section naming tag appended:
+// the same code, different bytes, so a different version.
+func variant(t testing.TB, rel, tag string) []byte {
+	t.Helper()
+	wasm, err := os.ReadFile(filepath.Join(abitest.Dir(), rel+".wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "wasmjobs-test"
+	body := append([]byte{byte(len(name))}, name...)
+	body = append(body, tag...)
+	return append(append(wasm, 0, byte(len(body))), body...) // section id 0, size < 128
+}
+
+// regRig is a registry on a temp directory, serving a worker on a memory backend.
+type regRig struct {
+	t   *testing.T
+	dir string
+	b   *memory.Backend
+	w   *worker.Worker
+	r   *host.Registry
+
+	mu      sync.Mutex
+	events  []regEvent
+	settled []jobRecord
+	started map[string]time.Time
+}
+
+type regEvent struct {
+	host.RegistryEvent
+	seen time.Time // when the registry reported it: the swap is done by then
+}
+
+type jobRecord struct {
+	id, version, settle string
+	outcome             worker.Outcome
+	start, end          time.Time
+}
+
+func newRegRig(t *testing.T, cfg host.RegistryConfig, concurrency int) *regRig {
+	t.Helper()
+	rig := &regRig{t: t, dir: t.TempDir(), b: memory.New(memory.Config{}), started: make(map[string]time.Time)}
+	rig.w = worker.New(rig.b, worker.Config{Concurrency: concurrency, Observer: worker.ObserverFunc(rig.observe)})
+	cfg.Dir, cfg.Engine, cfg.Queues = rig.dir, newEngine(t), rig.w
+	cfg.OnEvent = func(ev host.RegistryEvent) {
+		rig.mu.Lock()
+		rig.events = append(rig.events, regEvent{ev, time.Now()})
+		rig.mu.Unlock()
+	}
+	r, err := host.NewRegistry(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig.r = r
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r.Close()
+		rig.w.Stop(ctx)
+		r.Retire()
+		rig.b.Close(ctx)
+	})
+	return rig
+}
+
+func (rig *regRig) start() {
+	rig.t.Helper()
+	if err := rig.r.Start(context.Background()); err != nil {
+		rig.t.Fatal(err)
+	}
+	if err := rig.w.Start(context.Background()); err != nil {
+		rig.t.Fatal(err)
+	}
+}
+
+func (rig *regRig) observe(e worker.Event) {
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	switch e.Kind {
+	case worker.EventStarted:
+		rig.started[e.Job.Envelope.ID] = time.Now()
+	case worker.EventSettled, worker.EventSettleFailed:
+		rig.settled = append(rig.settled, jobRecord{
+			id: e.Job.Envelope.ID, version: e.Result.Version, settle: e.Settle.String(), outcome: e.Result.Outcome,
+			start: rig.started[e.Job.Envelope.ID], end: time.Now(),
+		})
+	}
+}
+
+// write puts data at name in the directory, atomically (write a temp file, rename).
+func (rig *regRig) write(name string, data []byte) time.Time {
+	rig.t.Helper()
+	tmp := filepath.Join(rig.dir, ".tmp-"+name)
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		rig.t.Fatal(err)
+	}
+	at := time.Now()
+	if err := os.Rename(tmp, filepath.Join(rig.dir, name)); err != nil {
+		rig.t.Fatal(err)
+	}
+	return at
+}
+
+func (rig *regRig) eventsOf(kind string) []regEvent {
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	var out []regEvent
+	for _, e := range rig.events {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func (rig *regRig) waitFor(what string, cond func() bool) {
+	rig.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			rig.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (rig *regRig) status(name string) host.ModuleStatus {
+	for _, st := range rig.r.Modules() {
+		if st.Name == name {
+			return st
+		}
+	}
+	return host.ModuleStatus{}
+}
+
+func (rig *regRig) publish(queue string, n int) {
+	rig.t.Helper()
+	for range n {
+		if err := rig.b.Publish(context.Background(), backend.NewEnvelope(queue, []byte("x")), 0); err != nil {
+			rig.t.Fatal(err)
+		}
+	}
+}
+
+func (rig *regRig) settledCount() int {
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	return len(rig.settled)
+}
+
+// TestSwapsUnderLoad swaps a module 20 times while 10,000 jobs flow at concurrency 16:
+// every job runs exactly once, none fails, each on a version that was live while it
+// ran, and every replaced version is closed.
+func TestSwapsUnderLoad(t *testing.T) {
+	t.Parallel()
+	const jobs, swaps = 10_000, 20
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 16)
+	rig.write("svc.wasm", variant(t, "abi/ack", "v0"))
+	rig.start()
+
+	var modules []*host.Module
+	modules = append(modules, rig.r.Handler("svc").Module())
+	// Jobs flow all along: two a millisecond, about five seconds for all of them, while
+	// the 20 swaps take about two and a half.
+	published := make(chan error, 1)
+	go func() {
+		for n := 0; n < jobs; n += 2 {
+			for range 2 {
+				if err := rig.b.Publish(context.Background(), backend.NewEnvelope("svc", []byte("x")), 0); err != nil {
+					published <- err
+					return
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+		published <- nil
+	}()
+	renamedAt := make(map[string]time.Time) // version -> when its file was renamed into place
+	for i := 1; i <= swaps; i++ {
+		data := variant(t, "abi/ack", fmt.Sprintf("v%d", i))
+		renamedAt[host.Version(data)] = rig.write("svc.wasm", data)
+		rig.waitFor(fmt.Sprintf("swap %d", i), func() bool { return len(rig.eventsOf("swapped")) == i })
+		modules = append(modules, rig.r.Handler("svc").Module())
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+	rig.waitFor("all jobs settled", func() bool { return rig.settledCount() >= jobs })
+	time.Sleep(50 * time.Millisecond) // nothing more may settle
+
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	if len(rig.settled) != jobs {
+		t.Fatalf("%d settles for %d jobs", len(rig.settled), jobs)
+	}
+	// Each version's life: from when it was ready (At) to when the registry reported
+	// the next swap done.
+	type life struct{ from, until time.Time }
+	lives := map[string]life{modules[0].Version(): {time.Time{}, time.Time{}}}
+	swapped := slices.DeleteFunc(slices.Clone(rig.events), func(e regEvent) bool { return e.Kind != "swapped" })
+	prev := modules[0].Version()
+	for _, e := range swapped {
+		l := lives[prev]
+		l.until = e.seen
+		lives[prev] = l
+		lives[e.Version] = life{from: e.At}
+		prev = e.Version
+	}
+	seen := make(map[string]bool)
+	firstOn := make(map[string]time.Time)
+	for _, j := range rig.settled {
+		if seen[j.id] {
+			t.Fatalf("job %s ran twice", j.id)
+		}
+		seen[j.id] = true
+		if j.settle != "ack" || j.outcome != worker.Ack {
+			t.Fatalf("job %s settled %s (outcome %v): a swap failed it", j.id, j.settle, j.outcome)
+		}
+		l, ok := lives[j.version]
+		if !ok {
+			t.Fatalf("job %s ran on unknown version %q", j.id, j.version)
+		}
+		if j.end.Before(l.from) || (!l.until.IsZero() && j.start.After(l.until)) {
+			t.Fatalf("job %s ran [%v, %v] on a version live [%v, %v]", j.id, j.start, j.end, l.from, l.until)
+		}
+		if f, ok := firstOn[j.version]; !ok || j.end.Before(f) {
+			firstOn[j.version] = j.end
+		}
+	}
+	for i, m := range modules[:len(modules)-1] {
+		select {
+		case <-m.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("version %d was not closed after it was replaced", i)
+		}
+	}
+	var latencies []time.Duration
+	for v, at := range renamedAt {
+		if f, ok := firstOn[v]; ok {
+			latencies = append(latencies, f.Sub(at))
+		}
+	}
+	slices.Sort(latencies)
+	if len(latencies) != swaps {
+		t.Fatalf("%d of %d versions ran a job", len(latencies), swaps)
+	}
+	t.Logf("swap latency (renamed into place -> first job on the new version) over %d swaps: p50 %v, p99 %v, max %v",
+		swaps, latencies[len(latencies)/2], latencies[len(latencies)*99/100], latencies[len(latencies)-1])
+}
+
+// TestBadVersionKeepsTheOldServing drops bad versions in while jobs flow: none fails, the
+// old version serves, and the rejection is visible.
+func TestBadVersionKeepsTheOldServing(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 8)
+	good := variant(t, "abi/ack", "good")
+	rig.write("svc.wasm", good)
+	rig.start()
+	trunc := good[:len(good)/2]
+	for i, bad := range []struct {
+		name     string
+		wasm     []byte
+		manifest string
+		want     string
+	}{
+		{"not wasm", []byte("#!/bin/sh\necho hi\n"), "", "not a wasm module"},
+		{"truncated", trunc, "", "invalid module svc"},
+		{"missing exports", variant(t, "hostile/no_handle", "x"), "", `missing export "wasmjobs_handle"`},
+		{"trapping _initialize", variant(t, "hostile/init_trap", "x"), "", "_initialize failed: trap: unreachable"},
+		{"failing wasmjobs_init", variant(t, "hostile/init_fail", "x"), "", "wasmjobs_init returned 5"},
+		{"bad manifest", nil, "timeout = 5\n", "svc.toml:1: field timeout: want a \"quoted string\", got 5"},
+	} {
+		rig.publish("svc", 200)
+		if bad.wasm != nil {
+			rig.write("svc.wasm", bad.wasm)
+		}
+		if bad.manifest != "" {
+			rig.write("svc.toml", []byte(bad.manifest))
+		}
+		rig.waitFor("rejection of "+bad.name, func() bool { return len(rig.eventsOf("rejected")) == i+1 })
+		ev := rig.eventsOf("rejected")[i]
+		st := rig.status("svc")
+		if !strings.Contains(ev.Err.Error(), bad.want) || st.Status != "serving" || st.Version != host.Version(good) || !strings.Contains(st.Error, bad.want) {
+			t.Fatalf("%s: rejection %v, status %+v", bad.name, ev.Err, st)
+		}
+		if bad.manifest != "" {
+			os.Remove(filepath.Join(rig.dir, "svc.toml"))
+		}
+		rig.write("svc.wasm", good) // back to the good bytes: the same version, no load
+	}
+	rig.waitFor("all jobs", func() bool { return rig.settledCount() >= 1200 })
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	for _, j := range rig.settled {
+		if j.settle != "ack" || j.version != host.Version(good) {
+			t.Fatalf("job %s: %s on %.12s", j.id, j.settle, j.version)
+		}
+	}
+	if n := len(rig.events) - 6; n != 1 { // the first load, then only rejections
+		t.Fatalf("%d events besides the 6 rejections: %+v", n, rig.events)
+	}
+}
+
+// loads returns how many times the registry loaded or swapped in name, and the version
+// it serves.
+func (rig *regRig) loads() int { return len(rig.eventsOf("loaded")) + len(rig.eventsOf("swapped")) }
+
+// settle waits for the directory to be read after a change, and then some.
+func (rig *regRig) settle() {
+	time.Sleep(400 * time.Millisecond)
+}
+
+func TestNewModuleIsLoadedAndServed(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	rig.start()
+	if len(rig.r.Modules()) != 0 {
+		t.Fatal("an empty directory has modules")
+	}
+	rig.write("mail.wasm", variant(t, "abi/echo", "1"))
+	rig.waitFor("load", func() bool { return rig.loads() == 1 })
+	rig.publish("mail", 5)
+	rig.waitFor("jobs", func() bool { return rig.settledCount() == 5 })
+	if st := rig.status("mail"); st.Status != "serving" || st.Queue != "mail" || st.File != filepath.Join(rig.dir, "mail.wasm") || st.LoadedAt.IsZero() {
+		t.Fatalf("status %+v", st)
+	}
+	// Files that are not modules are ignored.
+	rig.write("notes.txt", []byte("hello"))
+	rig.write(".hidden.wasm", variant(t, "abi/ack", "h"))
+	rig.settle()
+	if len(rig.r.Modules()) != 1 {
+		t.Fatalf("modules %+v", rig.r.Modules())
+	}
+}
+
+func TestPartialWritesLoadOnce(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	rig.start()
+	final := variant(t, "abi/echo", "final")
+	// cp over the file: truncate, then the bytes arrive in pieces.
+	f, err := os.Create(filepath.Join(rig.dir, "svc.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(final); i += 40 {
+		f.Write(final[i:min(i+40, len(final))])
+		time.Sleep(20 * time.Millisecond) // well inside the debounce
+	}
+	f.Close()
+	rig.settle()
+	if rig.loads() != 1 || len(rig.eventsOf("rejected")) != 0 || rig.status("svc").Version != host.Version(final) {
+		t.Fatalf("loads %d, rejections %d, status %+v; want one load of the final bytes", rig.loads(), len(rig.eventsOf("rejected")), rig.status("svc"))
+	}
+}
+
+func TestEditorWriteThenRename(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
+	rig.start()
+	// vim: write a swap file and a backup, then rename the new file over the old.
+	next := variant(t, "abi/echo", "2")
+	os.WriteFile(filepath.Join(rig.dir, ".svc.wasm.swp"), []byte("swap"), 0o644)
+	os.WriteFile(filepath.Join(rig.dir, "svc.wasm~"), variant(t, "abi/echo", "1"), 0o644)
+	os.WriteFile(filepath.Join(rig.dir, "4913"), nil, 0o644)
+	os.Remove(filepath.Join(rig.dir, "4913"))
+	os.WriteFile(filepath.Join(rig.dir, "svc.wasm.new"), next, 0o644)
+	os.Rename(filepath.Join(rig.dir, "svc.wasm.new"), filepath.Join(rig.dir, "svc.wasm"))
+	os.Remove(filepath.Join(rig.dir, ".svc.wasm.swp"))
+	rig.settle()
+	if rig.loads() != 2 || len(rig.eventsOf("swapped")) != 1 || rig.status("svc").Version != host.Version(next) || len(rig.r.Modules()) != 1 {
+		t.Fatalf("loads %d, swaps %d, modules %+v", rig.loads(), len(rig.eventsOf("swapped")), rig.r.Modules())
+	}
+}
+
+func TestRenameOver(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
+	rig.start()
+	next := variant(t, "abi/echo", "2")
+	rig.write("svc.wasm", next) // write elsewhere, rename over
+	rig.settle()
+	if len(rig.eventsOf("swapped")) != 1 || rig.status("svc").Version != host.Version(next) {
+		t.Fatalf("swaps %d, status %+v", len(rig.eventsOf("swapped")), rig.status("svc"))
+	}
+}
+
+// TestSymlinkSwap follows the Kubernetes ConfigMap layout: the module is a link through
+// ..data, a link to a timestamped directory, swapped by renaming a new link over it.
+func TestSymlinkSwap(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	mkdata := func(stamp string, wasm []byte) {
+		d := filepath.Join(rig.dir, "..2026_11_30_"+stamp)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(d, "svc.wasm"), wasm, 0o644)
+		os.WriteFile(filepath.Join(d, "svc.toml"), []byte(`queue = "svc"`), 0o644)
+		tmp := filepath.Join(rig.dir, "..data_tmp")
+		os.Symlink("..2026_11_30_"+stamp, tmp)
+		if err := os.Rename(tmp, filepath.Join(rig.dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkdata("01", variant(t, "abi/echo", "1"))
+	os.Symlink("..data/svc.wasm", filepath.Join(rig.dir, "svc.wasm"))
+	os.Symlink("..data/svc.toml", filepath.Join(rig.dir, "svc.toml"))
+	rig.start()
+	if rig.loads() != 1 {
+		t.Fatalf("loads %d", rig.loads())
+	}
+	next := variant(t, "abi/echo", "2")
+	mkdata("02", next)
+	os.RemoveAll(filepath.Join(rig.dir, "..2026_11_30_01"))
+	rig.settle()
+	if rig.loads() != 2 || rig.status("svc").Version != host.Version(next) {
+		t.Fatalf("loads %d, status %+v; want exactly one more load, of the new bytes", rig.loads(), rig.status("svc"))
+	}
+}
+
+func TestIdenticalBytesAreANoOp(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	data := variant(t, "abi/echo", "1")
+	rig.write("svc.wasm", data)
+	rig.start()
+	for range 3 {
+		rig.write("svc.wasm", bytes.Clone(data))
+		os.Chtimes(filepath.Join(rig.dir, "svc.wasm"), time.Now(), time.Now())
+	}
+	rig.settle()
+	if rig.loads() != 1 {
+		t.Fatalf("%d loads of the same bytes, want 1", rig.loads())
+	}
+}
+
+func TestRescanCatchesMissedEvents(t *testing.T) {
+	t.Parallel()
+	// Without a watcher, as on a file system without inotify: only rescans see changes.
+	rig := newRegRig(t, host.RegistryConfig{NoWatch: true, Rescan: 100 * time.Millisecond}, 4)
+	rig.start()
+	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
+	rig.waitFor("the rescan to load the module", func() bool { return rig.loads() == 1 })
+	next := variant(t, "abi/echo", "2")
+	rig.write("svc.wasm", next)
+	rig.waitFor("the rescan to swap", func() bool { return rig.status("svc").Version == host.Version(next) })
+}
+
+func TestRemovedModuleStopsConsumingAndKeepsItsJobs(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 2)
+	rig.write("slow.wasm", variant(t, "hostile/loop", "1"))
+	rig.write("slow.toml", []byte("timeout = \"300ms\"\nmax_attempts = 1"))
+	rig.start()
+	rig.publish("slow", 5)
+	rig.waitFor("two jobs running", func() bool { return rig.r.Handler("slow").Module().InUse() == 2 })
+	mod := rig.r.Handler("slow").Module()
+	os.Remove(filepath.Join(rig.dir, "slow.wasm"))
+	rig.waitFor("removal", func() bool { return len(rig.eventsOf("removed")) == 1 })
+	// The two running jobs finished (as timeouts, dead-lettered at max attempts 1); the
+	// other three stay queued; the module is closed.
+	select {
+	case <-mod.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the removed module was not closed")
+	}
+	time.Sleep(200 * time.Millisecond)
+	st, _ := rig.b.Stats("slow")
+	if rig.settledCount() != 2 || st.Pending != 3 || st.Dead != 2 || len(rig.r.Modules()) != 0 {
+		t.Fatalf("settled %d, stats %+v, modules %+v", rig.settledCount(), st, rig.r.Modules())
+	}
+}
+
+func TestManifestChangeReloads(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
+	rig.start()
+	rig.write("svc.toml", []byte("max_payload = 4"))
+	rig.waitFor("reload", func() bool { return len(rig.eventsOf("swapped")) == 1 })
+	if got := rig.r.Handler("svc").Module().Manifest().Limits.MaxPayload; got != 4 {
+		t.Fatalf("max payload %d after the manifest changed", got)
+	}
+	// Moving the module to another queue stops the old queue and serves the new one.
+	rig.write("svc.toml", []byte(`queue = "other"`))
+	rig.waitFor("move", func() bool { return rig.status("svc").Queue == "other" })
+	rig.publish("other", 3)
+	rig.waitFor("jobs on the new queue", func() bool { return rig.settledCount() == 3 })
+	if r := rig.w.Running(); len(r) != 1 {
+		t.Fatalf("queues served: %v, want only other", r)
+	}
+}
+
+func TestRejectedNewModuleIsVisible(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	rig.write("bad.wasm", variant(t, "hostile/no_marker", "1"))
+	rig.start()
+	st := rig.status("bad")
+	if st.Status != "rejected" || st.Version != "" || !strings.Contains(st.Error, "not an ABI v1 module") {
+		t.Fatalf("status %+v", st)
+	}
+	// Fixing it puts it in service.
+	rig.write("bad.wasm", variant(t, "abi/echo", "1"))
+	rig.waitFor("load", func() bool { return rig.status("bad").Status == "serving" })
+	if st := rig.status("bad"); st.Error != "" {
+		t.Fatalf("the old error stayed: %+v", st)
+	}
+}
+
+func TestRegistryConfigErrors(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	b := memory.New(memory.Config{})
+	w := worker.New(b, worker.Config{})
+	if _, err := host.NewRegistry(host.RegistryConfig{Dir: "/nope", Engine: e, Queues: w}); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing dir: %v", err)
+	}
+	f := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(f, nil, 0o644)
+	if _, err := host.NewRegistry(host.RegistryConfig{Dir: f, Engine: e, Queues: w}); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("file as dir: %v", err)
+	}
+	if _, err := host.NewRegistry(host.RegistryConfig{Dir: t.TempDir()}); err == nil {
+		t.Error("no engine accepted")
+	}
+}
