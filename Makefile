@@ -1,10 +1,13 @@
 # wasmjobs: build and test. `make help` lists the targets.
 GO ?= go
 
-.PHONY: help test vet build cover bench testdata testdata-check examples soak
+.PHONY: help run test vet build cover bench testdata testdata-check examples soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+run: ## build, start wasmjobs run with the example handler, enqueue demo jobs; Ctrl-C stops
+	GO=$(GO) scripts/demo.sh
 
 test: vet ## vet, then every test with the race detector
 	$(GO) test -race -count=1 ./...

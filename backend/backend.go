@@ -126,3 +126,22 @@ type DeadLetterStore interface {
 	// there were.
 	PurgeDeadLetters(ctx context.Context, queue string) (int, error)
 }
+
+// QueueStats counts a queue's messages by state, as far as the backend knows them; a
+// count the backend cannot tell is -1.
+type QueueStats struct {
+	// Pending messages are ready to be delivered.
+	Pending int `json:"pending"`
+	// Unacked deliveries were taken by a consumer and are not settled yet.
+	Unacked int `json:"unacked"`
+	// Delayed messages wait for their delay; Deferred ones were deferred.
+	Delayed  int `json:"delayed"`
+	Deferred int `json:"deferred"`
+	// Dead counts the dead letters.
+	Dead int `json:"dead"`
+}
+
+// StatsReader is implemented by backends that can count a queue's messages.
+type StatsReader interface {
+	QueueStats(ctx context.Context, queue string) (QueueStats, error)
+}

@@ -66,7 +66,7 @@ func (x *Execution) Failed() bool {
 // ack and a staged reason only on retry, defer and dead-letter (ABI v1); a failure
 // ignores the staged delay.
 func (x *Execution) Result() worker.Result {
-	res := worker.Result{Reason: x.Reason, Output: x.Output, Version: x.Version}
+	res := worker.Result{Reason: x.Reason, Output: x.Output, Handler: x.Module, Version: x.Version}
 	switch x.Kind {
 	case KindAck:
 		res.Outcome, res.Reason, res.Children = worker.Ack, "", x.Children

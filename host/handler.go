@@ -47,7 +47,7 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 		// Retired between the load and begin: a swap put a new version in place first.
 		next := h.cur.Load()
 		if next == m {
-			return worker.Result{Outcome: worker.Failed, Reason: "module " + m.name + " was removed", Version: m.version}
+			return worker.Result{Outcome: worker.Failed, Reason: "module " + m.name + " was removed", Handler: m.name, Version: m.version}
 		}
 		m = next
 	}

@@ -74,9 +74,9 @@ type Result struct {
 	// Children are published, each confirmed, before the job is acknowledged; only on
 	// Ack. If one cannot be published the job is retried instead.
 	Children []Child
-	// Version names the version of the handler that ran the job, such as a module's
-	// sha256; it is passed on in events and logs.
-	Version string
+	// Handler and Version name the handler that ran the job and its version, such as a
+	// module's name and sha256; they are passed on in events and logs.
+	Handler, Version string
 }
 
 // Handler runs jobs. Handle is called concurrently from many goroutines; ctx is

@@ -95,8 +95,9 @@ func Observers(obs ...Observer) Observer {
 }
 
 // LogObserver logs a line per settled, failed-to-settle or abandoned job on log, with
-// the job id, queue, version, attempt, outcome, settle and duration. Settled acks are
-// logged at debug level, other settles at info, failures to settle at error.
+// the job id, queue, handler (logged as module), version, attempt, outcome, settle and
+// duration. Settled acks are logged at debug level, other settles at info, failures to
+// settle at error.
 func LogObserver(log *slog.Logger) Observer {
 	return ObserverFunc(func(e Event) {
 		if e.Kind == EventStarted {
@@ -116,6 +117,7 @@ func LogObserver(log *slog.Logger) Observer {
 		attrs := []slog.Attr{
 			slog.String("job", e.Job.Envelope.ID),
 			slog.String("queue", e.Job.Envelope.Queue),
+			slog.String("module", e.Result.Handler), // a handler's name: the module under the Wasm host
 			slog.String("version", e.Result.Version),
 			slog.Int("attempt", e.Job.Attempt),
 			slog.String("outcome", e.Result.Outcome.String()),

@@ -498,7 +498,7 @@ func TestObserverAndLogObserver(t *testing.T) {
 			t.Fatalf("settled events = %+v", s)
 		}
 	})
-	for _, want := range []string{"level=INFO msg=\"job settled\"", "queue=q version=v1 attempt=1 outcome=retry settle=retry", "reason=later delay=1s",
+	for _, want := range []string{"level=INFO msg=\"job settled\"", "queue=q module=\"\" version=v1 attempt=1 outcome=retry settle=retry", "reason=later delay=1s",
 		"level=DEBUG msg=\"job settled\"", "version=v2 attempt=2 outcome=ack settle=ack"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("log lacks %q:\n%s", want, buf.String())

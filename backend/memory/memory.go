@@ -58,6 +58,7 @@ func New(cfg Config) *Backend {
 var (
 	_ backend.Backend         = (*Backend)(nil)
 	_ backend.DeadLetterStore = (*Backend)(nil)
+	_ backend.StatsReader     = (*Backend)(nil)
 )
 
 // message is a queued job. A message that could not be decoded carries decodeErr.
@@ -318,6 +319,15 @@ func (b *Backend) Stats(queue string) (QueueStats, error) {
 		}
 	}
 	return st, nil
+}
+
+// QueueStats implements backend.StatsReader.
+func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueStats, error) {
+	st, err := b.Stats(queue)
+	if err != nil {
+		return backend.QueueStats{}, err
+	}
+	return backend.QueueStats{Pending: st.Pending, Unacked: st.Unacked, Delayed: st.Delayed, Deferred: st.Deferred, Dead: st.Dead}, nil
 }
 
 // Pending returns the ready messages of the declared queue in the order they would be

@@ -87,3 +87,99 @@ func TestModulesValidate(t *testing.T) {
 		t.Fatalf("valid module: exit %d", r.code)
 	}
 }
+
+func TestRunAndClientBadUsage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, nil, 0o644)
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"run without modules", nil, []string{"run"}, "--modules is required"},
+		{"run on a file", nil, []string{"run", "--modules", file}, "--modules " + file + ": not a directory"},
+		{"run with zero concurrency", nil, []string{"run", "--modules", dir, "--concurrency", "0"}, "--concurrency 0: want 1 or more"},
+		{"run beyond loopback without token", nil, []string{"run", "--modules", dir, "--listen", "0.0.0.0:0"}, "--listen 0.0.0.0:0 is beyond loopback: set --token"},
+		{"run with a bad log format", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--log-format", "xml"}, `--log-format "xml": want text or json`},
+		{"run with a bad log level", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--log-level", "loud"}, `--log-level "loud": want debug, info, warn or error`},
+		{"run with a bad backend", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--backend", "redis://x"}, `--backend "redis://x": want memory or an amqp:// URL`},
+		{"run with a bad environment variable", []string{"WASMJOBS_CONCURRENCY=many"}, []string{"run", "--modules", dir}, `WASMJOBS_CONCURRENCY="many"`},
+		{"run with a bad drain timeout", nil, []string{"run", "--modules", dir, "--drain-timeout", "0s"}, "--drain-timeout 0s: want a positive duration"},
+		{"enqueue without a queue", nil, []string{"enqueue"}, "want enqueue QUEUE [PAYLOAD | --file F | -], got 0 arguments"},
+		{"enqueue with two payloads", nil, []string{"enqueue", "q", "x", "--file", file}, "give the payload one way"},
+		{"enqueue from a missing file", nil, []string{"enqueue", "q", "--file", "/nope/job.json"}, "--file: open /nope/job.json: no such file or directory"},
+		{"enqueue zero times", nil, []string{"enqueue", "q", "x", "--count", "0"}, "--count 0: want 1 or more"},
+		{"enqueue a bad header", nil, []string{"enqueue", "q", "x", "--header", "k"}, `--header "k": want key=value`},
+		{"enqueue with a bad server", nil, []string{"enqueue", "q", "x", "--server", "ftp://x"}, `--server "ftp://x": want a URL such as http://127.0.0.1:8080`},
+		{"enqueue lines of nothing", nil, []string{"enqueue", "q", "--lines", "--file", file}, "--lines: the input has no lines"},
+		{"dlq replay without ids", nil, []string{"dlq", "replay", "q"}, "want replay QUEUE ID..., got 1 arguments"},
+		{"jobs get without id", nil, []string{"jobs", "get"}, "want get ID, got 0 arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := wasmjobsEnv(t, tc.env, "", tc.args...)
+			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+			if r.code != 2 || r.stdout != "" || len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 2 and one line containing %q", r.code, r.stdout, r.stderr, tc.want)
+			}
+		})
+	}
+}
+
+func TestClientErrorsFromTheServer(t *testing.T) {
+	t.Parallel()
+	// Nothing listens here: the commands say so.
+	for _, args := range [][]string{
+		{"enqueue", "q", "x"}, {"queues", "list"}, {"modules", "list"}, {"jobs", "get", "01X"}, {"dlq", "list", "q"}, {"dlq", "purge", "q"},
+	} {
+		r := wasmjobs(t, "", append(args, "--server", "http://127.0.0.1:9")...)
+		if r.code != 1 || !strings.Contains(r.stderr, "cannot reach wasmjobs at http://127.0.0.1:9 (is `wasmjobs run` running? see --server)") {
+			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
+	}
+	dir := t.TempDir()
+	installModule(t, dir, "abi/echo", "echo", "1")
+	h := startHost(t, dir)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"enqueue", "nope", "x"}, `server answered 404: unknown queue "nope": no module serves it (served: echo)`},
+		{[]string{"enqueue", "echo", "x", "--priority", "5"}, "server answered 400: priority 5: want 0 to 1"},
+		{[]string{"jobs", "get", "01NOPE"}, `server answered 404: job "01NOPE" is not in this host's recent history`},
+		{[]string{"dlq", "list", "nope"}, `server answered 404: unknown queue "nope"`},
+		{[]string{"dlq", "replay", "echo", "01NOPE"}, `server answered 404: no dead letter "01NOPE" in queues echo`},
+	} {
+		r := wasmjobs(t, "", append(tc.args, "--server", h.url)...)
+		if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+	// The happy paths of the listing commands.
+	r := wasmjobs(t, "one\ntwo\n\nthree\n", "enqueue", "echo", "-", "--lines", "--server", h.url)
+	if r.code != 0 || len(strings.Fields(r.stdout)) != 3 {
+		t.Fatalf("--lines: %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"queues", "list"}, "QUEUE  MODULE  PENDING  RUNNING  DELAYED  DEFERRED  DEAD\necho   echo"},
+		{[]string{"modules", "list"}, "MODULE  STATUS   VERSION"},
+		{[]string{"modules", "list", "--json"}, `"status": "serving"`},
+		{[]string{"dlq", "list", "echo"}, "ID  ATTEMPT  DIED  REASON"},
+		{[]string{"dlq", "purge", "echo"}, "purged 0 dead letters of echo"},
+		{[]string{"version"}, "wasmjobs "},
+	} {
+		r := wasmjobs(t, "", append(tc.args, "--server", h.url)...)
+		if tc.args[0] == "version" {
+			r = wasmjobs(t, "", "version")
+		}
+		if r.code != 0 || !strings.Contains(r.stdout, tc.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q, want %q", tc.args, r.code, r.stdout, r.stderr, tc.want)
+		}
+	}
+}

@@ -37,9 +37,16 @@ type result struct {
 // cache in a temporary directory.
 func wasmjobs(t *testing.T, stdin string, args ...string) result {
 	t.Helper()
+	return wasmjobsEnv(t, nil, stdin, args...)
+}
+
+// wasmjobsEnv is wasmjobs with extra environment variables.
+func wasmjobsEnv(t *testing.T, env []string, stdin string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
 	// The race detector sleeps a second at exit unless told not to.
 	cmd.Env = append(os.Environ(), "WASMJOBS_CACHE_DIR="+t.TempDir(), "GORACE=atexit_sleep_ms=0")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdin = bytes.NewBufferString(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

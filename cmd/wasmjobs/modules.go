@@ -50,7 +50,7 @@ version (the sha256 of its bytes) or the problem, and exits 1 if any module is i
 			return nil
 		},
 	}
-	cmd.AddCommand(validate)
+	cmd.AddCommand(validate, newModulesListCommand())
 	return cmd
 }
 

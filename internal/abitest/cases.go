@@ -122,6 +122,8 @@ func Cases() []Case {
 				{"child", "payload-1", 0}, {"child", "payload-2", 250}, {"child", "payload-1", 0}, {"child", "payload-1", 0}}},
 		{Name: "output cap", Module: "abi/output_cap", Manifest: "max_output = 1000",
 			Kind: "ack", Code: code(0), Settle: "ack", Output: strings.Repeat("\x00", 600)},
+		{Name: "sleep, then ack", Module: "abi/sleep_ms", Payload: "20",
+			Kind: "ack", Code: code(0), Settle: "ack", Output: "slept"},
 		{Name: "initialisation runs once, in order", Module: "abi/init_ok",
 			Kind: "ack", Code: code(0), Settle: "ack", Output: "1"},
 

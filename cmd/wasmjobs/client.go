@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// apiFlags are the flags of the commands that talk to a running host.
+type apiFlags struct {
+	server string
+	token  string
+	json   bool
+}
+
+func (a *apiFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&a.server, "server", "http://127.0.0.1:8080", "the API of a running `wasmjobs run` (env WASMJOBS_SERVER)")
+	cmd.Flags().StringVar(&a.token, "token", "", "the API's bearer token (env WASMJOBS_TOKEN)")
+}
+
+func (a *apiFlags) addJSON(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&a.json, "json", false, "print the API's JSON instead of a table")
+}
+
+// client is a client of the HTTP API.
+type client struct {
+	base  *url.URL
+	token string
+	http  *http.Client
+}
+
+func (a *apiFlags) client(cmd *cobra.Command) (*client, error) {
+	if err := applyEnv(cmd); err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(a.server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usagef("--server %q: want a URL such as http://127.0.0.1:8080", a.server)
+	}
+	return &client{base: u, token: a.token, http: &http.Client{Timeout: 60 * time.Second}}, nil
+}
+
+// apiError is an error answered by the API.
+type apiError struct {
+	status int
+	msg    string
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("server answered %d: %s", e.status, e.msg) }
+
+// do sends a request with an optional JSON body and decodes a JSON answer into out.
+func (c *client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	u := *c.base
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	u.RawQuery = query.Encode()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("cannot reach wasmjobs at %s (is `wasmjobs run` running? see --server): %v", c.base, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("reading the answer of %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(data, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(data))
+		}
+		return &apiError{resp.StatusCode, e.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	if raw, ok := out.(*json.RawMessage); ok {
+		*raw = data
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("decoding the answer of %s %s: %w", method, path, err)
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wasmjobs/wasmjobs/internal/api"
+)
+
+type enqueueFlags struct {
+	apiFlags
+	file        string
+	delay       time.Duration
+	priority    int
+	headers     []string
+	maxAttempts int
+	count       int
+	lines       bool
+	quiet       bool
+	backend     string
+}
+
+func newEnqueueCommand() *cobra.Command {
+	f := &enqueueFlags{}
+	cmd := &cobra.Command{
+		Use:   "enqueue QUEUE [PAYLOAD | --file F | -]",
+		Short: "Enqueue jobs through a running host's API",
+		Long: `enqueue publishes jobs to QUEUE through the API of a running 'wasmjobs run' (--server)
+and prints each job's id.
+
+The payload is PAYLOAD, the content of --file, or standard input with '-'. With --lines
+every line of it is a job of its own; with --count N the job is enqueued N times. Large
+batches go in requests of 500 jobs, with a progress bar when standard error is a
+terminal.`,
+		Example: `  wasmjobs enqueue greet '{"name":"Ada","lang":"fr"}'
+  wasmjobs enqueue greet --file job.json --delay 10m --header Trace-Id=abc
+  seq 1 10000 | sed 's/.*/{"name":"user &"}/' | wasmjobs enqueue greet - --lines -q`,
+		Args: argsBetween(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.run(cmd, args)
+		},
+	}
+	f.add(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&f.file, "file", "", "read the payload from a file")
+	fl.DurationVar(&f.delay, "delay", 0, "run the jobs after this delay, such as 90s or 1h30m")
+	fl.IntVar(&f.priority, "priority", 0, fmt.Sprintf("0 to %d, higher first", api.DefaultPriority-1))
+	fl.StringArrayVar(&f.headers, "header", nil, "a job header as key=value (repeatable)")
+	fl.IntVar(&f.maxAttempts, "max-attempts", 0, "attempts allowed (default: the queue's)")
+	fl.IntVar(&f.count, "count", 1, "enqueue the job this many times")
+	fl.BoolVar(&f.lines, "lines", false, "one job per line of the payload")
+	fl.BoolVarP(&f.quiet, "quiet", "q", false, "do not print the jobs' ids")
+	fl.StringVar(&f.backend, "backend", "", "publish straight to a broker (amqp://...) instead of through the API")
+	return cmd
+}
+
+func (f *enqueueFlags) payload(cmd *cobra.Command, args []string) ([]byte, error) {
+	n := 0
+	for _, set := range []bool{len(args) == 2, f.file != ""} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n > 1:
+		return nil, usagef("give the payload one way: PAYLOAD, --file or -")
+	case f.file != "":
+		b, err := os.ReadFile(f.file)
+		if err != nil {
+			return nil, usagef("--file: %v", err)
+		}
+		return b, nil
+	case len(args) == 2 && args[1] == "-":
+		return io.ReadAll(cmd.InOrStdin())
+	case len(args) == 2:
+		return []byte(args[1]), nil
+	}
+	return nil, nil
+}
+
+func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
+	if f.backend != "" {
+		return usagef("--backend %s: the RabbitMQ backend is not in this build yet; enqueue through --server", redact(f.backend))
+	}
+	if f.count < 1 {
+		return usagef("--count %d: want 1 or more", f.count)
+	}
+	if f.delay < 0 {
+		return usagef("--delay %v: want a positive delay", f.delay)
+	}
+	headers, err := parseHeaders(f.headers)
+	if err != nil {
+		return err
+	}
+	payload, err := f.payload(cmd, args)
+	if err != nil {
+		return err
+	}
+	payloads := [][]byte{payload}
+	if f.lines {
+		payloads = nil
+		sc := bufio.NewScanner(bytes.NewReader(payload))
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			if line := sc.Bytes(); len(bytes.TrimSpace(line)) > 0 {
+				payloads = append(payloads, bytes.Clone(line))
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("reading lines: %w", err)
+		}
+		if len(payloads) == 0 {
+			return usagef("--lines: the input has no lines")
+		}
+	}
+	c, err := f.client(cmd)
+	if err != nil {
+		return err
+	}
+	total := len(payloads) * f.count
+	var delay string
+	if f.delay > 0 {
+		delay = f.delay.String()
+	}
+	job := func(p []byte) api.EnqueueRequest {
+		s := string(p)
+		req := api.EnqueueRequest{Queue: args[0], Headers: headers, Delay: delay, Priority: f.priority, MaxAttempts: f.maxAttempts}
+		if strings.ToValidUTF8(s, "") == s {
+			req.Payload = &s
+		} else {
+			b64 := encodeBase64(p)
+			req.PayloadBase64 = &b64
+		}
+		return req
+	}
+	out := bufio.NewWriter(cmd.OutOrStdout())
+	defer out.Flush()
+	bar := newProgress(cmd.ErrOrStderr(), total)
+	batch := make([]api.EnqueueRequest, 0, 500)
+	sent := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		var ids struct {
+			IDs []string `json:"ids"`
+			ID  string   `json:"id"`
+		}
+		var err error
+		if total == 1 {
+			err = c.do(cmd.Context(), "POST", "/v1/jobs", nil, batch[0], &ids)
+			ids.IDs = []string{ids.ID}
+		} else {
+			err = c.do(cmd.Context(), "POST", "/v1/jobs/batch", nil, api.BatchRequest{Jobs: batch}, &ids)
+		}
+		if err != nil {
+			return fmt.Errorf("after %d of %d jobs: %w", sent, total, err)
+		}
+		if !f.quiet {
+			for _, id := range ids.IDs {
+				fmt.Fprintln(out, id)
+			}
+		}
+		sent += len(batch)
+		bar.set(sent)
+		batch = batch[:0]
+		return nil
+	}
+	for range f.count {
+		for _, p := range payloads {
+			batch = append(batch, job(p))
+			if len(batch) == cap(batch) {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	bar.done()
+	return nil
+}

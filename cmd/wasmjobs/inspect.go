@@ -1,0 +1,270 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/api"
+)
+
+func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// printJSON indents raw JSON to w.
+func printJSON(w io.Writer, raw json.RawMessage) error {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
+
+func count(n int) string {
+	if n < 0 {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
+
+func newQueuesCommand() *cobra.Command {
+	f := &apiFlags{}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the served queues with their pending, running, deferred and dead jobs",
+		Args:  argsBetween(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client(cmd)
+			if err != nil {
+				return err
+			}
+			var raw json.RawMessage
+			if err := c.do(cmd.Context(), "GET", "/v1/queues", nil, nil, &raw); err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), raw)
+			}
+			var out struct{ Queues []api.QueueInfo }
+			if err := json.Unmarshal(raw, &out); err != nil {
+				return err
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "QUEUE\tMODULE\tPENDING\tRUNNING\tDELAYED\tDEFERRED\tDEAD")
+			for _, q := range out.Queues {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", q.Name, q.Module, count(q.Pending), q.Running, count(q.Delayed), count(q.Deferred), count(q.Dead))
+			}
+			return tw.Flush()
+		},
+	}
+	f.add(list)
+	f.addJSON(list)
+	cmd := &cobra.Command{Use: "queues", Short: "Inspect the queues of a running host"}
+	cmd.AddCommand(list)
+	return cmd
+}
+
+func newModulesListCommand() *cobra.Command {
+	f := &apiFlags{}
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List a running host's modules: version, queue, status, and why a version was rejected",
+		Args:  argsBetween(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client(cmd)
+			if err != nil {
+				return err
+			}
+			var raw json.RawMessage
+			if err := c.do(cmd.Context(), "GET", "/v1/modules", nil, nil, &raw); err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), raw)
+			}
+			var out struct{ Modules []host.ModuleStatus }
+			if err := json.Unmarshal(raw, &out); err != nil {
+				return err
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "MODULE\tSTATUS\tVERSION\tQUEUE\tLOADED\tIN-FLIGHT\tERROR")
+			for _, m := range out.Modules {
+				loaded := "-"
+				if !m.LoadedAt.IsZero() {
+					loaded = m.LoadedAt.Local().Format(time.DateTime)
+				}
+				version := m.Version
+				if len(version) > 12 {
+					version = version[:12]
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Name, m.Status, orDash(version), orDash(m.Queue), loaded, m.InFlight, m.Error)
+			}
+			return tw.Flush()
+		},
+	}
+	f.add(cmd)
+	f.addJSON(cmd)
+	return cmd
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func newJobsCommand() *cobra.Command {
+	f := &apiFlags{}
+	get := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a job's latest state known to a running host",
+		Args:  argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client(cmd)
+			if err != nil {
+				return err
+			}
+			var raw json.RawMessage
+			if err := c.do(cmd.Context(), "GET", "/v1/jobs/"+url.PathEscape(args[0]), nil, nil, &raw); err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), raw)
+		},
+	}
+	f.add(get)
+	cmd := &cobra.Command{Use: "jobs", Short: "Follow jobs"}
+	cmd.AddCommand(get)
+	return cmd
+}
+
+func newDLQCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "dlq", Short: "Inspect, replay and purge dead letters"}
+	lf := &apiFlags{}
+	var limit int
+	list := &cobra.Command{
+		Use:   "list QUEUE",
+		Short: "List a queue's dead letters, oldest first, with why they died",
+		Args:  argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := lf.client(cmd)
+			if err != nil {
+				return err
+			}
+			var raw json.RawMessage
+			q := url.Values{"queue": {args[0]}, "limit": {strconv.Itoa(limit)}}
+			if err := c.do(cmd.Context(), "GET", "/v1/dead-letters", q, nil, &raw); err != nil {
+				return err
+			}
+			if lf.json {
+				return printJSON(cmd.OutOrStdout(), raw)
+			}
+			var out struct {
+				DeadLetters []api.DeadLetterInfo `json:"dead_letters"`
+			}
+			if err := json.Unmarshal(raw, &out); err != nil {
+				return err
+			}
+			tw := table(cmd.OutOrStdout())
+			fmt.Fprintln(tw, "ID\tATTEMPT\tDIED\tREASON")
+			for _, d := range out.DeadLetters {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", d.ID, d.Attempt, d.At.Local().Format(time.DateTime), strings.ReplaceAll(d.Reason, "\n", " "))
+			}
+			return tw.Flush()
+		},
+	}
+	lf.add(list)
+	lf.addJSON(list)
+	list.Flags().IntVar(&limit, "limit", 100, "list at most this many")
+
+	rf := &apiFlags{}
+	replay := &cobra.Command{
+		Use:   "replay QUEUE ID...",
+		Short: "Put dead letters back on their queue as fresh jobs (attempt 1)",
+		Args:  argsBetween(2, -1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := rf.client(cmd)
+			if err != nil {
+				return err
+			}
+			for _, id := range args[1:] {
+				if err := c.do(cmd.Context(), "POST", "/v1/dead-letters/"+url.PathEscape(id)+"/replay", url.Values{"queue": {args[0]}}, nil, nil); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "replayed %s\n", id)
+			}
+			return nil
+		},
+	}
+	rf.add(replay)
+
+	pf := &apiFlags{}
+	purge := &cobra.Command{
+		Use:   "purge QUEUE",
+		Short: "Delete every dead letter of a queue",
+		Args:  argsBetween(1, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := pf.client(cmd)
+			if err != nil {
+				return err
+			}
+			var out struct {
+				Purged int `json:"purged"`
+			}
+			if err := c.do(cmd.Context(), "DELETE", "/v1/dead-letters", url.Values{"queue": {args[0]}}, nil, &out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "purged %d dead letters of %s\n", out.Purged, args[0])
+			return nil
+		},
+	}
+	pf.add(purge)
+	cmd.AddCommand(list, replay, purge)
+	return cmd
+}
+
+// progress draws a progress bar on a terminal for large batches, and nothing otherwise.
+type progress struct {
+	w     io.Writer
+	total int
+	on    bool
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	p := &progress{w: w, total: total}
+	if f, ok := w.(*os.File); ok && total >= 1000 {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			p.on = true
+		}
+	}
+	return p
+}
+
+func (p *progress) set(n int) {
+	if !p.on {
+		return
+	}
+	const width = 40
+	filled := width * n / p.total
+	fmt.Fprintf(p.w, "\r[%s%s] %d/%d", strings.Repeat("#", filled), strings.Repeat(".", width-filled), n, p.total)
+}
+
+func (p *progress) done() {
+	if p.on {
+		fmt.Fprintln(p.w)
+	}
+}

@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/metrics"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+type runFlags struct {
+	modules      string
+	backend      string
+	concurrency  int
+	listen       string
+	drainTimeout time.Duration
+	logFormat    string
+	logLevel     string
+	token        string
+	history      int
+}
+
+// envDefaults is the environment variable of each flag that has one.
+var envDefaults = map[string]string{
+	"modules": "WASMJOBS_MODULES", "backend": "WASMJOBS_BACKEND", "concurrency": "WASMJOBS_CONCURRENCY",
+	"listen": "WASMJOBS_LISTEN", "drain-timeout": "WASMJOBS_DRAIN_TIMEOUT", "log-format": "WASMJOBS_LOG_FORMAT",
+	"log-level": "WASMJOBS_LOG_LEVEL", "token": "WASMJOBS_TOKEN", "history": "WASMJOBS_HISTORY",
+	"server": "WASMJOBS_SERVER",
+}
+
+// applyEnv sets every flag of cmd that was not given on the command line from its
+// environment variable, if set.
+func applyEnv(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		name, ok := envDefaults[f.Name]
+		if !ok || f.Changed || err != nil {
+			return
+		}
+		if v, set := os.LookupEnv(name); set {
+			if e := f.Value.Set(v); e != nil {
+				err = usagef("%s=%q: %v", name, v, e)
+			}
+		}
+	})
+	return err
+}
+
+func newRunCommand(g *globals) *cobra.Command {
+	f := &runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run --modules DIR",
+		Short: "Serve jobs with the handler modules of a directory",
+		Long: `run consumes jobs and runs each one in the WebAssembly module that serves its queue.
+
+Every NAME.wasm in --modules serves the queue NAME (or the queue its manifest NAME.toml
+names). The directory is watched: drop in, replace or remove a module and the running
+host follows, without a restart and without failing a job. A version that does not load
+is rejected and the previous one keeps serving.
+
+The HTTP API (--listen) takes jobs (POST /v1/jobs), reports them (GET /v1/jobs/{id}),
+queues, modules and dead letters, and serves Prometheus metrics on /metrics.
+
+SIGINT or SIGTERM drains: no new jobs are taken, running jobs finish and settle, up to
+--drain-timeout; then unfinished jobs are left unacknowledged for the backend to deliver
+again. A second signal stops at once.
+
+Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...).`,
+		Example: `  wasmjobs run --modules ./modules
+  wasmjobs run --modules ./modules --concurrency 32 --log-format json
+  WASMJOBS_TOKEN=s3cret wasmjobs run --modules ./modules --listen 0.0.0.0:8080`,
+		Args: argsBetween(0, 0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := applyEnv(cmd); err != nil {
+				return err
+			}
+			return f.run(cmd.Context(), g, cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.modules, "modules", "", "the modules directory (required; env WASMJOBS_MODULES)")
+	fl.StringVar(&f.backend, "backend", "memory", "memory, or a RabbitMQ URL amqp://user:pass@host:5672/vhost (env WASMJOBS_BACKEND)")
+	fl.IntVar(&f.concurrency, "concurrency", worker.DefaultConcurrency, "jobs running at once over all queues (env WASMJOBS_CONCURRENCY)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the HTTP API; beyond loopback it needs --token (env WASMJOBS_LISTEN)")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "how long a shutdown waits for running jobs (env WASMJOBS_DRAIN_TIMEOUT)")
+	fl.StringVar(&f.logFormat, "log-format", "text", "text or json (env WASMJOBS_LOG_FORMAT)")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error; debug logs every job (env WASMJOBS_LOG_LEVEL)")
+	fl.StringVar(&f.token, "token", "", "bearer token the API requires (env WASMJOBS_TOKEN)")
+	fl.IntVar(&f.history, "history", api.DefaultHistory, "recent jobs whose state GET /v1/jobs/{id} reports (env WASMJOBS_HISTORY)")
+	return cmd
+}
+
+// newLogger makes the slog logger of --log-format and --log-level.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", format)
+}
+
+// isLoopback reports whether a listen address stays on this machine.
+func isLoopback(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// openBackend opens the backend of --backend.
+func openBackend(spec string, log *slog.Logger) (backend.Backend, error) {
+	switch {
+	case spec == "memory":
+		return memory.New(memory.Config{Logger: log}), nil
+	case strings.HasPrefix(spec, "amqp://"), strings.HasPrefix(spec, "amqps://"):
+		return nil, usagef("--backend %s: the RabbitMQ backend is not in this build yet; use memory", redact(spec))
+	}
+	return nil, usagef("--backend %q: want memory or an amqp:// URL", spec)
+}
+
+// redact hides the password of a URL for messages.
+func redact(u string) string {
+	if at := strings.LastIndex(u, "@"); at > 0 {
+		if colon := strings.Index(u[:at], "://"); colon >= 0 {
+			if pw := strings.Index(u[colon+3:at], ":"); pw >= 0 {
+				return u[:colon+3+pw] + ":xxxxx" + u[at:]
+			}
+		}
+	}
+	return u
+}
+
+func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error {
+	if f.modules == "" {
+		return usagef("--modules is required: the directory of handler modules")
+	}
+	if fi, err := os.Stat(f.modules); err != nil || !fi.IsDir() {
+		return usagef("--modules %s: not a directory", f.modules)
+	}
+	if f.concurrency < 1 {
+		return usagef("--concurrency %d: want 1 or more", f.concurrency)
+	}
+	if f.drainTimeout <= 0 {
+		return usagef("--drain-timeout %v: want a positive duration", f.drainTimeout)
+	}
+	if !isLoopback(f.listen) && f.token == "" {
+		return usagef("--listen %s is beyond loopback: set --token (or WASMJOBS_TOKEN) so that the API is not open", f.listen)
+	}
+	log, err := newLogger(stderr, f.logFormat, f.logLevel)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	defer ln.Close()
+	b, err := openBackend(f.backend, log)
+	if err != nil {
+		return err
+	}
+	e, err := host.NewEngine(ctx, host.Config{CacheDir: g.cacheDir, Logger: log})
+	if err != nil {
+		b.Close(ctx)
+		return err
+	}
+
+	met := metrics.New()
+	hist := api.NewHistory(f.history)
+	w := worker.New(b, worker.Config{
+		Concurrency: f.concurrency,
+		Observer:    worker.Observers(hist, met, worker.LogObserver(log)),
+		Logger:      log,
+	})
+	reg, err := host.NewRegistry(host.RegistryConfig{Dir: f.modules, Engine: e, Queues: w, Logger: log, OnEvent: met.ModuleEvent})
+	if err != nil {
+		return usagef("%v", err)
+	}
+
+	// The first signal drains; a second one stops at once.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Info("draining: no new jobs are taken", "signal", s.String(), "drain_timeout", f.drainTimeout)
+			cancel()
+		case <-runCtx.Done():
+			return
+		}
+		if s, ok := <-sigs; ok {
+			log.Warn("second signal: stopping at once; running jobs go back to the backend only if it is durable", "signal", s.String())
+			os.Exit(exitFailure)
+		}
+	}()
+
+	if err := reg.Start(ctx); err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	var ready atomic.Bool
+	ready.Store(true)
+	srv := &http.Server{
+		Handler: api.New(api.Config{
+			Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(),
+			Token: f.token, Ready: ready.Load, Logger: log,
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	mods := reg.Modules()
+	serving := 0
+	for _, m := range mods {
+		if m.Status == "serving" {
+			serving++
+		}
+	}
+	log.Info("wasmjobs serving", "api", "http://"+ln.Addr().String(), "modules", f.modules,
+		"serving", serving, "rejected", len(mods)-serving, "backend", redact(f.backend), "concurrency", f.concurrency)
+
+	select {
+	case <-runCtx.Done():
+	case err := <-serveErr:
+		log.Error("the HTTP API stopped", "error", err)
+		cancel()
+	}
+
+	// Drain: stop taking API work and jobs, let running jobs finish and settle.
+	ready.Store(false)
+	reg.Close()
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), f.drainTimeout)
+	defer cancelDrain()
+	stopErr := w.Stop(drainCtx)
+	shutCtx, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelShut()
+	srv.Shutdown(shutCtx)
+	reg.Retire()
+	left := 0
+	if sr, ok := b.(backend.StatsReader); ok {
+		for _, m := range mods {
+			if st, err := sr.QueueStats(context.Background(), m.Queue); err == nil {
+				left += st.Pending + st.Delayed + st.Deferred
+			}
+		}
+	}
+	running := 0
+	for _, n := range w.Running() {
+		running += n
+	}
+	if stopErr != nil {
+		log.Warn("drain timeout: unfinished jobs left unacknowledged", "error", stopErr)
+	} else {
+		log.Info("drained: every running job finished and settled", "running", running)
+	}
+	if _, isMemory := b.(*memory.Backend); isMemory && left > 0 {
+		log.Warn("the memory backend keeps nothing across restarts: queued jobs are dropped at exit", "queued", left)
+	}
+	b.Close(context.Background())
+	e.Close(context.Background())
+	log.Info("wasmjobs stopped")
+	if stopErr != nil && !errors.Is(stopErr, context.DeadlineExceeded) {
+		return stopErr
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package api
+
+import (
+	"container/list"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// DefaultHistory is how many recent jobs a History remembers by default.
+const DefaultHistory = 10_000
+
+// JobState is the latest state of a job known to this host.
+type JobState struct {
+	ID    string `json:"id"`
+	Queue string `json:"queue"`
+	// State is pending, running, succeeded, retrying, deferred or dead.
+	State       string    `json:"state"`
+	Attempt     int       `json:"attempt"`
+	MaxAttempts int       `json:"max_attempts,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	Output      string    `json:"output,omitempty"`
+	Module      ModuleRef `json:"module"`
+	EnqueuedAt  time.Time `json:"enqueued_at,omitzero"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	DurationMs  float64   `json:"duration_ms,omitempty"`
+}
+
+// ModuleRef names the module version that last ran a job.
+type ModuleRef struct {
+	Name    string `json:"name,omitempty"`
+	Version string `json:"version,omitempty"`
+}
+
+// History remembers the latest state of the most recent jobs, up to a bound; the
+// oldest are forgotten first. It is a worker.Observer.
+type History struct {
+	mu    sync.Mutex
+	max   int
+	jobs  map[string]*list.Element // of *JobState
+	order *list.List               // least recently updated at the front
+}
+
+// NewHistory returns a history of at most max jobs (DefaultHistory when max <= 0).
+func NewHistory(max int) *History {
+	if max <= 0 {
+		max = DefaultHistory
+	}
+	return &History{max: max, jobs: make(map[string]*list.Element), order: list.New()}
+}
+
+// update applies f to the job's state, creating it if needed.
+func (h *History) update(id string, f func(*JobState)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	el, ok := h.jobs[id]
+	if !ok {
+		el = h.order.PushBack(&JobState{ID: id})
+		h.jobs[id] = el
+		if h.order.Len() > h.max {
+			oldest := h.order.Front()
+			h.order.Remove(oldest)
+			delete(h.jobs, oldest.Value.(*JobState).ID)
+		}
+	} else {
+		h.order.MoveToBack(el)
+	}
+	st := el.Value.(*JobState)
+	f(st)
+	st.UpdatedAt = time.Now()
+}
+
+// Enqueued records a job published through this host.
+func (h *History) Enqueued(env backend.Envelope, delayed bool) {
+	h.update(env.ID, func(st *JobState) {
+		st.Queue, st.State, st.Attempt, st.MaxAttempts, st.EnqueuedAt = env.Queue, "pending", max(env.Attempt, 1), env.MaxAttempts, env.EnqueuedAt
+		if delayed {
+			st.State = "deferred"
+		}
+	})
+}
+
+// Observe implements worker.Observer.
+func (h *History) Observe(e worker.Event) {
+	env := e.Job.Envelope
+	h.update(env.ID, func(st *JobState) {
+		st.Queue, st.Attempt, st.MaxAttempts = env.Queue, e.Job.Attempt, e.Job.MaxAttempts
+		if st.EnqueuedAt.IsZero() {
+			st.EnqueuedAt = env.EnqueuedAt
+		}
+		switch e.Kind {
+		case worker.EventStarted:
+			st.State = "running"
+			return
+		case worker.EventSettled:
+			st.State = map[worker.Settle]string{worker.SettleAck: "succeeded", worker.SettleRetry: "retrying",
+				worker.SettleDefer: "deferred", worker.SettleDeadLetter: "dead"}[e.Settle]
+		case worker.EventSettleFailed, worker.EventAbandoned:
+			st.State = "pending" // the backend delivers it again
+		}
+		st.Reason = e.Reason
+		st.Output = strings.ToValidUTF8(string(e.Result.Output), "\uFFFD")
+		st.Module = ModuleRef{Name: e.Result.Handler, Version: e.Result.Version}
+		st.DurationMs = float64(e.Duration.Microseconds()) / 1000
+	})
+}
+
+// Get returns the job's latest state, if the history still holds it.
+func (h *History) Get(id string) (JobState, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	el, ok := h.jobs[id]
+	if !ok {
+		return JobState{}, false
+	}
+	return *el.Value.(*JobState), true
+}
+
+// Len returns how many jobs the history holds.
+func (h *History) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.order.Len()
+}
