@@ -156,7 +156,9 @@ func TestEndToEnd(t *testing.T) {
 	if r.code != 0 || len(ids) != 3 {
 		t.Fatalf("enqueue: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
-	var modules struct{ Modules []struct{ Name, Version, Status, Queue string } }
+	var modules struct {
+		Modules []struct{ Name, Version, Status, Queue string }
+	}
 	h.get("/v1/modules", &modules)
 	if len(modules.Modules) != 1 || modules.Modules[0].Status != "serving" {
 		t.Fatalf("modules %+v", modules)
