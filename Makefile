@@ -1,16 +1,21 @@
 # wasmjobs: build and test. `make help` lists the targets.
 GO ?= go
 
-.PHONY: help run test vet build cover bench testdata testdata-check examples soak
+.PHONY: help broker run test vet build cover bench testdata testdata-check examples soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
 
+broker: ## start a throwaway RabbitMQ on loopback (apt-get installs it if missing); prints its URL
+	@scripts/rabbitmq.sh start
+
 run: ## build, start wasmjobs run with the example handler, enqueue demo jobs; Ctrl-C stops
 	GO=$(GO) scripts/demo.sh
 
-test: vet ## vet, then every test with the race detector
-	$(GO) test -race -count=1 ./...
+test: vet ## vet, then every test with the race detector (RabbitMQ's with WASMJOBS_AMQP_URL set)
+	$(GO) test -race -count=1 -skip 'TestBrokerRestart' ./...
+	@# The broker-restart tests run alone: a restart would cut every other test's connection.
+	$(GO) test -race -count=1 -run 'TestBrokerRestart' -v ./backend/rabbitmq/
 
 vet: ## go vet, here and in the Go guest SDK and examples (built for wasip1)
 	$(GO) vet ./...

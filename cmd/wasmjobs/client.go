@@ -13,18 +13,42 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 )
 
 // apiFlags are the flags of the commands that talk to a running host.
 type apiFlags struct {
-	server string
-	token  string
-	json   bool
+	server  string
+	token   string
+	json    bool
+	backend string
 }
 
 func (a *apiFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&a.server, "server", "http://127.0.0.1:8080", "the API of a running `wasmjobs run` (env WASMJOBS_SERVER)")
 	cmd.Flags().StringVar(&a.token, "token", "", "the API's bearer token (env WASMJOBS_TOKEN)")
+}
+
+// addBackend lets a command talk straight to a broker instead of a host.
+func (a *apiFlags) addBackend(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&a.backend, "backend", "", "talk straight to a RabbitMQ broker (amqp://...) instead of a host's API")
+}
+
+// direct opens the broker of --backend, or returns nil when the command goes through
+// the API.
+func (a *apiFlags) direct(cmd *cobra.Command) (*rabbitmq.Backend, error) {
+	if a.backend == "" {
+		return nil, nil
+	}
+	if !isAMQP(a.backend) {
+		return nil, usagef("--backend %q: want an amqp:// URL", a.backend)
+	}
+	b, err := openBackend(cmd.Context(), a.backend, nil)
+	if err != nil {
+		return nil, err
+	}
+	return b.(*rabbitmq.Backend), nil
 }
 
 func (a *apiFlags) addJSON(cmd *cobra.Command) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/api"
 )
 
@@ -86,8 +88,8 @@ func (f *enqueueFlags) payload(cmd *cobra.Command, args []string) ([]byte, error
 }
 
 func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
-	if f.backend != "" {
-		return usagef("--backend %s: the RabbitMQ backend is not in this build yet; enqueue through --server", redact(f.backend))
+	if f.backend != "" && !isAMQP(f.backend) {
+		return usagef("--backend %q: want an amqp:// URL (or enqueue through --server)", f.backend)
 	}
 	if f.count < 1 {
 		return usagef("--count %d: want 1 or more", f.count)
@@ -119,6 +121,9 @@ func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
 		if len(payloads) == 0 {
 			return usagef("--lines: the input has no lines")
 		}
+	}
+	if f.backend != "" {
+		return f.direct(cmd, args[0], headers, payloads)
 	}
 	c, err := f.client(cmd)
 	if err != nil {
@@ -185,6 +190,42 @@ func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
 	}
 	if err := flush(); err != nil {
 		return err
+	}
+	bar.done()
+	return nil
+}
+
+// direct publishes straight to the broker of --backend, as the API would.
+func (f *enqueueFlags) direct(cmd *cobra.Command, queue string, headers map[string]string, payloads [][]byte) error {
+	if f.priority < 0 || f.priority >= api.DefaultPriority {
+		return usagef("--priority %d: want 0 to %d", f.priority, api.DefaultPriority-1)
+	}
+	if f.maxAttempts < 0 {
+		return usagef("--max-attempts %d: want 0 (the queue's) or more", f.maxAttempts)
+	}
+	ctx := cmd.Context()
+	b, err := openBackend(ctx, f.backend, nil)
+	if err != nil {
+		return err
+	}
+	defer b.Close(context.Background())
+	out := bufio.NewWriter(cmd.OutOrStdout())
+	defer out.Flush()
+	bar := newProgress(cmd.ErrOrStderr(), len(payloads)*f.count)
+	sent := 0
+	for range f.count {
+		for _, p := range payloads {
+			env := backend.NewEnvelope(queue, p)
+			env.Headers, env.Priority, env.MaxAttempts = headers, uint8(f.priority), f.maxAttempts
+			if err := b.Publish(ctx, env, f.delay); err != nil {
+				return fmt.Errorf("after %d jobs: %w", sent, err)
+			}
+			if !f.quiet {
+				fmt.Fprintln(out, env.ID)
+			}
+			sent++
+			bar.set(sent)
+		}
 	}
 	bar.done()
 	return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -44,17 +45,47 @@ func count(n int) string {
 func newQueuesCommand() *cobra.Command {
 	f := &apiFlags{}
 	list := &cobra.Command{
-		Use:   "list",
+		Use:   "list [QUEUE...]",
 		Short: "List the served queues with their pending, running, deferred and dead jobs",
-		Args:  argsBetween(0, 0),
+		Long: `list shows the queues a running host serves, with their jobs by state. With --backend
+it asks the broker instead, about the QUEUEs named (the broker cannot list them itself),
+and knows only their pending jobs and dead letters.`,
+		Args: argsBetween(0, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client(cmd)
+			var raw json.RawMessage
+			b, err := f.direct(cmd)
 			if err != nil {
 				return err
 			}
-			var raw json.RawMessage
-			if err := c.do(cmd.Context(), "GET", "/v1/queues", nil, nil, &raw); err != nil {
-				return err
+			if b != nil {
+				defer b.Close(context.Background())
+				if len(args) == 0 {
+					return usagef("queues list --backend: name the queues to show")
+				}
+				out := struct {
+					Queues []api.QueueInfo `json:"queues"`
+				}{Queues: []api.QueueInfo{}}
+				for _, q := range args {
+					st, err := b.QueueStats(cmd.Context(), q)
+					if err != nil {
+						return err
+					}
+					out.Queues = append(out.Queues, api.QueueInfo{Name: q, Module: "-", Running: -1, QueueStats: st})
+				}
+				if raw, err = json.Marshal(out); err != nil {
+					return err
+				}
+			} else {
+				if len(args) > 0 {
+					return usagef("queues list: name queues only with --backend; a host lists its own")
+				}
+				c, err := f.client(cmd)
+				if err != nil {
+					return err
+				}
+				if err := c.do(cmd.Context(), "GET", "/v1/queues", nil, nil, &raw); err != nil {
+					return err
+				}
 			}
 			if f.json {
 				return printJSON(cmd.OutOrStdout(), raw)
@@ -66,14 +97,15 @@ func newQueuesCommand() *cobra.Command {
 			tw := table(cmd.OutOrStdout())
 			fmt.Fprintln(tw, "QUEUE\tMODULE\tPENDING\tRUNNING\tDELAYED\tDEFERRED\tDEAD")
 			for _, q := range out.Queues {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", q.Name, q.Module, count(q.Pending), q.Running, count(q.Delayed), count(q.Deferred), count(q.Dead))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Module, count(q.Pending), count(q.Running), count(q.Delayed), count(q.Deferred), count(q.Dead))
 			}
 			return tw.Flush()
 		},
 	}
 	f.add(list)
 	f.addJSON(list)
-	cmd := &cobra.Command{Use: "queues", Short: "Inspect the queues of a running host"}
+	f.addBackend(list)
+	cmd := &cobra.Command{Use: "queues", Short: "Inspect the queues of a running host, or of a broker"}
 	cmd.AddCommand(list)
 	return cmd
 }
@@ -161,14 +193,29 @@ func newDLQCommand() *cobra.Command {
 		Short: "List a queue's dead letters, oldest first, with why they died",
 		Args:  argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := lf.client(cmd)
+			var raw json.RawMessage
+			b, err := lf.direct(cmd)
 			if err != nil {
 				return err
 			}
-			var raw json.RawMessage
-			q := url.Values{"queue": {args[0]}, "limit": {strconv.Itoa(limit)}}
-			if err := c.do(cmd.Context(), "GET", "/v1/dead-letters", q, nil, &raw); err != nil {
-				return err
+			if b != nil {
+				defer b.Close(context.Background())
+				dead, err := b.DeadLetters(cmd.Context(), args[0], limit)
+				if err != nil {
+					return err
+				}
+				if raw, err = json.Marshal(map[string]any{"dead_letters": api.DeadLetterInfos(args[0], dead)}); err != nil {
+					return err
+				}
+			} else {
+				c, err := lf.client(cmd)
+				if err != nil {
+					return err
+				}
+				q := url.Values{"queue": {args[0]}, "limit": {strconv.Itoa(limit)}}
+				if err := c.do(cmd.Context(), "GET", "/v1/dead-letters", q, nil, &raw); err != nil {
+					return err
+				}
 			}
 			if lf.json {
 				return printJSON(cmd.OutOrStdout(), raw)
@@ -189,6 +236,7 @@ func newDLQCommand() *cobra.Command {
 	}
 	lf.add(list)
 	lf.addJSON(list)
+	lf.addBackend(list)
 	list.Flags().IntVar(&limit, "limit", 100, "list at most this many")
 
 	rf := &apiFlags{}
@@ -197,12 +245,26 @@ func newDLQCommand() *cobra.Command {
 		Short: "Put dead letters back on their queue as fresh jobs (attempt 1)",
 		Args:  argsBetween(2, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := rf.client(cmd)
+			b, err := rf.direct(cmd)
 			if err != nil {
 				return err
 			}
+			replay := func(id string) error {
+				return b.ReplayDeadLetter(cmd.Context(), args[0], id)
+			}
+			if b != nil {
+				defer b.Close(context.Background())
+			} else {
+				c, err := rf.client(cmd)
+				if err != nil {
+					return err
+				}
+				replay = func(id string) error {
+					return c.do(cmd.Context(), "POST", "/v1/dead-letters/"+url.PathEscape(id)+"/replay", url.Values{"queue": {args[0]}}, nil, nil)
+				}
+			}
 			for _, id := range args[1:] {
-				if err := c.do(cmd.Context(), "POST", "/v1/dead-letters/"+url.PathEscape(id)+"/replay", url.Values{"queue": {args[0]}}, nil, nil); err != nil {
+				if err := replay(id); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "replayed %s\n", id)
@@ -211,6 +273,7 @@ func newDLQCommand() *cobra.Command {
 		},
 	}
 	rf.add(replay)
+	rf.addBackend(replay)
 
 	pf := &apiFlags{}
 	purge := &cobra.Command{
@@ -218,21 +281,33 @@ func newDLQCommand() *cobra.Command {
 		Short: "Delete every dead letter of a queue",
 		Args:  argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := pf.client(cmd)
-			if err != nil {
-				return err
-			}
 			var out struct {
 				Purged int `json:"purged"`
 			}
-			if err := c.do(cmd.Context(), "DELETE", "/v1/dead-letters", url.Values{"queue": {args[0]}}, nil, &out); err != nil {
+			b, err := pf.direct(cmd)
+			if err != nil {
 				return err
+			}
+			if b != nil {
+				defer b.Close(context.Background())
+				if out.Purged, err = b.PurgeDeadLetters(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+			} else {
+				c, err := pf.client(cmd)
+				if err != nil {
+					return err
+				}
+				if err := c.do(cmd.Context(), "DELETE", "/v1/dead-letters", url.Values{"queue": {args[0]}}, nil, &out); err != nil {
+					return err
+				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "purged %d dead letters of %s\n", out.Purged, args[0])
 			return nil
 		},
 	}
 	pf.add(purge)
+	pf.addBackend(purge)
 	cmd.AddCommand(list, replay, purge)
 	return cmd
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/api"
 	"github.com/wasmjobs/wasmjobs/internal/metrics"
@@ -137,27 +138,30 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// isAMQP reports whether a --backend value names a RabbitMQ broker.
+func isAMQP(spec string) bool {
+	return strings.HasPrefix(spec, "amqp://") || strings.HasPrefix(spec, "amqps://")
+}
+
 // openBackend opens the backend of --backend.
-func openBackend(spec string, log *slog.Logger) (backend.Backend, error) {
+func openBackend(ctx context.Context, spec string, log *slog.Logger) (backend.Backend, error) {
 	switch {
 	case spec == "memory":
 		return memory.New(memory.Config{Logger: log}), nil
-	case strings.HasPrefix(spec, "amqp://"), strings.HasPrefix(spec, "amqps://"):
-		return nil, usagef("--backend %s: the RabbitMQ backend is not in this build yet; use memory", redact(spec))
+	case isAMQP(spec):
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return rabbitmq.Open(ctx, rabbitmq.Config{URL: spec, Logger: log})
 	}
 	return nil, usagef("--backend %q: want memory or an amqp:// URL", spec)
 }
 
-// redact hides the password of a URL for messages.
-func redact(u string) string {
-	if at := strings.LastIndex(u, "@"); at > 0 {
-		if colon := strings.Index(u[:at], "://"); colon >= 0 {
-			if pw := strings.Index(u[colon+3:at], ":"); pw >= 0 {
-				return u[:colon+3+pw] + ":xxxxx" + u[at:]
-			}
-		}
+// redact hides the password of a --backend value for messages.
+func redact(spec string) string {
+	if isAMQP(spec) {
+		return rabbitmq.Redact(spec)
 	}
-	return u
+	return spec
 }
 
 func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error {
@@ -185,7 +189,7 @@ func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error 
 		return fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
 	defer ln.Close()
-	b, err := openBackend(f.backend, log)
+	b, err := openBackend(ctx, f.backend, log)
 	if err != nil {
 		return err
 	}

@@ -434,13 +434,18 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": DeadLetterInfos(q, dead)})
+}
+
+// DeadLetterInfos describes a queue's dead letters as the API shows them.
+func DeadLetterInfos(queue string, dead []backend.DeadLetter) []DeadLetterInfo {
 	out := make([]DeadLetterInfo, 0, len(dead))
 	for _, d := range dead {
-		out = append(out, DeadLetterInfo{ID: d.Envelope.ID, Queue: q, Reason: d.Reason, At: d.At, Attempt: d.Envelope.Attempt,
+		out = append(out, DeadLetterInfo{ID: d.Envelope.ID, Queue: queue, Reason: d.Reason, At: d.At, Attempt: d.Envelope.Attempt,
 			Headers: d.Envelope.Headers, Payload: strings.ToValidUTF8(string(d.Envelope.Payload), "\uFFFD"),
 			PayloadBase64: base64.StdEncoding.EncodeToString(d.Envelope.Payload)})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": out})
+	return out
 }
 
 func (s *server) replay(w http.ResponseWriter, r *http.Request) {

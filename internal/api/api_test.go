@@ -177,7 +177,13 @@ func TestEnqueueFollowAndDeadLetters(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	first := dead["dead_letters"].([]any)[0].(map[string]any)
+	// The worker ran the two concurrently: find the one with payload a.
+	var first map[string]any
+	for _, d := range dead["dead_letters"].([]any) {
+		if d.(map[string]any)["payload"] == "a" {
+			first = d.(map[string]any)
+		}
+	}
 	if first["reason"] != "bad input" || first["payload"] != "a" || first["payload_base64"] != "YQ==" {
 		t.Fatalf("dead letter %v", first)
 	}

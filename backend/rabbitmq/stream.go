@@ -1,0 +1,277 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+// Consume starts a stream of q.Name on a channel of its own with Qos(q.Prefetch). The
+// stream survives lost connections: it consumes again once the backend has reconnected.
+func (b *Backend) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	q = q.Normalize(b.log)
+	if err := b.exists(ctx, q.Name); err != nil {
+		return nil, err
+	}
+	s := &stream{b: b, q: q, ctx: ctx, out: make(chan backend.Delivery), stop: make(chan struct{}), done: make(chan struct{})}
+	ch, msgs, err := s.subscribe()
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		ch.Close()
+		return nil, backend.ErrShutDown
+	}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go s.run(ch, msgs)
+	return s, nil
+}
+
+// stream is one consumer of a queue.
+type stream struct {
+	b    *Backend
+	q    backend.QueueConfig
+	ctx  context.Context
+	out  chan backend.Delivery
+	stop chan struct{}
+	once sync.Once
+	done chan struct{}
+
+	mu  sync.Mutex
+	err error
+}
+
+func (s *stream) Deliveries() <-chan backend.Delivery { return s.out }
+
+func (s *stream) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *stream) Drop() {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+}
+
+// subscribe opens a channel and starts consuming on it.
+func (s *stream) subscribe() (*amqp.Channel, <-chan amqp.Delivery, error) {
+	ch, err := s.b.channel(s.ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := ch.Qos(s.q.Prefetch, 0, false); err != nil {
+		ch.Close()
+		return nil, nil, &backend.TransportError{Op: "set prefetch", Queue: s.q.Name, Err: err}
+	}
+	msgs, err := ch.Consume(s.q.Name, "", false, false, false, false, nil)
+	if err != nil {
+		ch.Close()
+		return nil, nil, unknownOr(s.q.Name, err)
+	}
+	return ch, msgs, nil
+}
+
+// run hands out deliveries until the stream is dropped, its context ends or the
+// backend closes; after a lost connection it subscribes again. Closing a channel makes
+// the broker requeue every delivery of it not yet acknowledged.
+func (s *stream) run(ch *amqp.Channel, msgs <-chan amqp.Delivery) {
+	defer s.b.wg.Done()
+	defer close(s.done)
+	defer close(s.out)
+	end := func(err error) {
+		if ch != nil {
+			ch.Close()
+		}
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+	}
+	for {
+		if ch == nil {
+			var err error
+			ch, msgs, err = s.resubscribe()
+			if err != nil {
+				end(err)
+				return
+			}
+		}
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				// The channel or the connection closed under us.
+				ch = nil
+				continue
+			}
+			d := newDelivery(s, ch, &m)
+			select {
+			case s.out <- d:
+			case <-s.stop:
+				end(nil)
+				return
+			case <-s.b.done:
+				end(backend.ErrShutDown)
+				return
+			case <-s.ctx.Done():
+				end(s.ctx.Err())
+				return
+			}
+		case <-s.stop:
+			end(nil)
+			return
+		case <-s.b.done:
+			end(backend.ErrShutDown)
+			return
+		case <-s.ctx.Done():
+			end(s.ctx.Err())
+			return
+		}
+	}
+}
+
+// resubscribe waits for the connection and consumes again, until it succeeds or the
+// stream ends.
+func (s *stream) resubscribe() (*amqp.Channel, <-chan amqp.Delivery, error) {
+	pause := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithCancel(s.ctx)
+		go func() {
+			select {
+			case <-s.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		ch, msgs, err := s.subscribe()
+		cancel()
+		if err == nil {
+			return ch, msgs, nil
+		}
+		select {
+		case <-s.stop:
+			return nil, nil, nil
+		default:
+		}
+		if errors.Is(err, backend.ErrShutDown) || s.ctx.Err() != nil {
+			if s.ctx.Err() != nil {
+				return nil, nil, s.ctx.Err()
+			}
+			return nil, nil, err
+		}
+		if errors.Is(err, backend.ErrUnknownQueue) {
+			return nil, nil, err
+		}
+		s.b.log.Warn("consuming again failed", "queue", s.q.Name, "error", err)
+		select {
+		case <-time.After(pause):
+		case <-s.stop:
+			return nil, nil, nil
+		case <-s.b.done:
+			return nil, nil, backend.ErrShutDown
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
+}
+
+// Delivery states.
+const (
+	stateOpen int32 = iota
+	stateSettling
+	stateSettled
+)
+
+// delivery is a message handed to a consumer, settled on the channel it came on.
+type delivery struct {
+	s         *stream
+	ch        *amqp.Channel
+	msg       *amqp.Delivery
+	env       backend.Envelope
+	decodeErr error
+	state     atomic.Int32
+}
+
+func newDelivery(s *stream, ch *amqp.Channel, m *amqp.Delivery) *delivery {
+	d := &delivery{s: s, ch: ch, msg: m}
+	d.env, d.decodeErr = decode(s.q.Name, m)
+	return d
+}
+
+func (d *delivery) Envelope() (backend.Envelope, error) { return d.env, d.decodeErr }
+
+func (d *delivery) begin() error {
+	if d.s.b.isClosed() {
+		return backend.ErrShutDown
+	}
+	if !d.state.CompareAndSwap(stateOpen, stateSettling) {
+		return backend.ErrAlreadySettled
+	}
+	if d.ch.IsClosed() {
+		d.state.Store(stateOpen)
+		return backend.ErrStreamClosed
+	}
+	return nil
+}
+
+// ack acknowledges on the delivery's channel; a closed channel means the broker has
+// put the message back.
+func (d *delivery) ack() error {
+	if err := d.ch.Ack(d.msg.DeliveryTag, false); err != nil {
+		d.state.Store(stateOpen)
+		if errors.Is(err, amqp.ErrClosed) || d.ch.IsClosed() {
+			return backend.ErrStreamClosed
+		}
+		return &backend.TransportError{Op: "ack", Queue: d.s.q.Name, Err: err}
+	}
+	d.state.Store(stateSettled)
+	return nil
+}
+
+func (d *delivery) Ack(ctx context.Context) error {
+	if err := d.begin(); err != nil {
+		return err
+	}
+	return d.ack()
+}
+
+func (d *delivery) Retry(ctx context.Context, next backend.Envelope, delay time.Duration) error {
+	return d.republish(ctx, func() error { return d.s.b.Publish(ctx, next, delay) })
+}
+
+func (d *delivery) Defer(ctx context.Context, next backend.Envelope, delay time.Duration) error {
+	return d.republish(ctx, func() error { return d.s.b.Defer(ctx, next, delay) })
+}
+
+func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
+	if reason == "" {
+		reason = "dead-lettered without a reason"
+	}
+	return d.republish(ctx, func() error { return d.s.b.publishDead(ctx, d.s.q.Name, d.msg, reason) })
+}
+
+// republish publishes first, then acknowledges; if the publish fails the delivery
+// stays unacknowledged.
+func (d *delivery) republish(ctx context.Context, publish func() error) error {
+	if err := d.begin(); err != nil {
+		return err
+	}
+	if err := publish(); err != nil {
+		d.state.Store(stateOpen)
+		return err
+	}
+	return d.ack()
+}
+
+func (b *Backend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}

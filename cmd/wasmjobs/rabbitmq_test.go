@@ -1,0 +1,90 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+// brokerURL returns WASMJOBS_AMQP_URL; without it the test is skipped, except under CI.
+func brokerURL(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("WASMJOBS_AMQP_URL")
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("WASMJOBS_AMQP_URL is not set: CI must start a broker with scripts/rabbitmq.sh start")
+		}
+		t.Skip("no broker: start one with scripts/rabbitmq.sh start and export WASMJOBS_AMQP_URL=$(scripts/rabbitmq.sh url)")
+	}
+	return url
+}
+
+// TestRunOnRabbitMQ runs the host on a real broker: jobs enqueued through the API and
+// straight to the broker run; dead letters are listed, replayed and purged both ways.
+func TestRunOnRabbitMQ(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	dir := t.TempDir()
+	suffix := strings.ToLower(backend.NewID()[20:])
+	echo, mail := "echo-"+suffix, "mail-"+suffix
+	installModule(t, dir, "abi/echo", echo, "1")
+	installModule(t, dir, "abi/dead_letter", mail, "1")
+	h := startHost(t, dir, "--backend", url)
+
+	r := wasmjobs(t, "", "enqueue", echo, "straight to the broker", "--backend", url)
+	if r.code != 0 {
+		t.Fatalf("enqueue --backend: %d %s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	var st jobState
+	waitFor(t, "the job published to the broker to run", func() bool { h.get("/v1/jobs/"+id, &st); return st.State == "succeeded" })
+	if st.Output != "straight to the broker" {
+		t.Fatalf("job %+v", st)
+	}
+	r = wasmjobs(t, "", "enqueue", mail, "doomed", "--count", "2", "--server", h.url)
+	ids := strings.Fields(r.stdout)
+	if r.code != 0 || len(ids) != 2 {
+		t.Fatalf("enqueue: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	for _, id := range ids {
+		waitFor(t, "the dead letter", func() bool { h.get("/v1/jobs/"+id, &st); return st.State == "dead" })
+	}
+	for _, via := range [][]string{{"--backend", url}, {"--server", h.url}} {
+		r = wasmjobs(t, "", append([]string{"dlq", "list", mail}, via...)...)
+		if r.code != 0 || strings.Count(r.stdout, "bad input") != 2 {
+			t.Fatalf("dlq list %v: %d %q %s", via, r.code, r.stdout, r.stderr)
+		}
+	}
+	r = wasmjobs(t, "", "queues", "list", echo, mail, "--backend", url)
+	if r.code != 0 || !strings.Contains(r.stdout, mail+"  -       0        -        -        -         2") {
+		t.Fatalf("queues list --backend: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	r = wasmjobs(t, "", "dlq", "replay", mail, ids[0], "--backend", url)
+	if r.code != 0 || !strings.Contains(r.stdout, "replayed "+ids[0]) {
+		t.Fatalf("dlq replay --backend: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	waitFor(t, "the replayed job to die again", func() bool {
+		r := wasmjobs(t, "", "dlq", "list", mail, "--backend", url)
+		return strings.Count(r.stdout, "bad input") == 2
+	})
+	r = wasmjobs(t, "", "dlq", "purge", mail, "--backend", url)
+	if r.code != 0 || !strings.Contains(r.stdout, "purged 2 dead letters of "+mail) {
+		t.Fatalf("dlq purge --backend: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Fatalf("exit: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+	if !strings.Contains(h.log(), "drained: every running job finished and settled") {
+		t.Fatalf("no clean drain:\n%s", h.log())
+	}
+}
