@@ -271,10 +271,13 @@ func (s *server) payloadLimit(module string) int {
 }
 
 func (s *server) publish(ctx context.Context, env backend.Envelope, delay time.Duration) error {
+	// Recorded first: on a fast backend the job can run and settle before Publish
+	// returns, and its later states must not be overwritten by "pending".
+	s.cfg.History.Enqueued(env, delay > 0)
 	if err := s.cfg.Backend.Publish(ctx, env, delay); err != nil {
+		s.cfg.History.Forget(env.ID)
 		return fmt.Errorf("publishing to queue %s: %w", env.Queue, err)
 	}
-	s.cfg.History.Enqueued(env, delay > 0)
 	return nil
 }
 
@@ -470,12 +473,13 @@ func (s *server) replay(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, q := range queues {
+		s.cfg.History.Enqueued(backend.Envelope{ID: id, Queue: q, Attempt: 1}, false) // before: it may run at once
 		err := store.ReplayDeadLetter(r.Context(), q, id)
 		if err == nil {
-			s.cfg.History.Enqueued(backend.Envelope{ID: id, Queue: q, Attempt: 1}, false)
 			writeJSON(w, http.StatusOK, map[string]string{"id": id, "queue": q})
 			return
 		}
+		s.cfg.History.Forget(id)
 		if !errors.Is(err, backend.ErrNotFound) {
 			fail(w, err)
 			return

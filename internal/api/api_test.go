@@ -249,4 +249,8 @@ func TestHistoryForgetsTheOldest(t *testing.T) {
 	if st, ok := h.Get(ids[4]); !ok || st.State != "pending" {
 		t.Fatalf("newest %+v %v", st, ok)
 	}
+	h.Forget(ids[4])
+	if _, ok := h.Get(ids[4]); ok || h.Len() != 2 {
+		t.Fatal("Forget kept the job")
+	}
 }

@@ -108,6 +108,16 @@ func (h *History) Observe(e worker.Event) {
 	})
 }
 
+// Forget drops a job, such as one whose publish failed.
+func (h *History) Forget(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if el, ok := h.jobs[id]; ok {
+		h.order.Remove(el)
+		delete(h.jobs, id)
+	}
+}
+
 // Get returns the job's latest state, if the history still holds it.
 func (h *History) Get(id string) (JobState, bool) {
 	h.mu.Lock()
