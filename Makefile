@@ -1,7 +1,7 @@
 # wasmjobs: build and test. `make help` lists the targets.
 GO ?= go
 
-.PHONY: help broker run test vet build cover bench testdata testdata-check examples soak
+.PHONY: help broker guests run test vet build cover bench testdata testdata-check examples soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -14,12 +14,14 @@ run: ## build, start wasmjobs run with the example handler, enqueue demo jobs; C
 
 test: vet ## vet, then every test with the race detector (RabbitMQ's with WASMJOBS_AMQP_URL set)
 	$(GO) test -race -count=1 -skip 'TestBrokerRestart' ./...
+	cd guest-sdk/go && $(GO) test -race -count=1 ./...
 	@# The broker-restart tests run alone: a restart would cut every other test's connection.
 	$(GO) test -race -count=1 -run 'TestBrokerRestart' -v ./backend/rabbitmq/
 
 vet: ## go vet, here and in the Go guest SDK and examples (built for wasip1)
 	$(GO) vet ./...
-	cd guest-sdk/go && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	cd guest-sdk/go && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) vet ./...
+	cd guest-sdk/go/conformance && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd examples/greet-go && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 
 build: ## build the wasmjobs command into bin/
@@ -43,7 +45,10 @@ testdata-check: ## fail if a committed .wasm differs from its WAT source
 	for f in $(WAT); do wat2wasm $$f -o $$tmp/out.wasm && cmp -s $$tmp/out.wasm $${f%.wat}.wasm || { echo "stale: $${f%.wat}.wasm (run make testdata)"; status=1; }; done; \
 	rm -rf $$tmp; exit $$status
 
-examples: ## build the example handlers (Go: the plain toolchain)
+guests: ## build every SDK's conformance handler and every example into build/guests (needs clang, rustc, npm)
+	GO=$(GO) scripts/guests.sh
+
+examples: ## build the Go example handler (the plain toolchain)
 	cd examples/greet-go && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o greet-go.wasm .
 
 soak: ## run every hostile module 1,000 times next to normal jobs, with and without -race

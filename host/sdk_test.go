@@ -1,0 +1,138 @@
+package host_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// guestModule returns a guest built by `make guests`. Go's is built here when missing
+// (Go is always at hand); another language's missing build skips the test, except
+// under CI, where it fails.
+func guestModule(t *testing.T, name string) []byte {
+	t.Helper()
+	path, ok := abitest.Guest(name)
+	if !ok && strings.HasPrefix(name, "go-") {
+		path = filepath.Join(t.TempDir(), name+".wasm")
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", path, ".")
+		cmd.Dir = filepath.Join(abitest.Dir(), "..", "guest-sdk", "go", "conformance")
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", name, err, out)
+		}
+		ok = true
+	}
+	if !ok {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s.wasm is not built: CI must run make guests first", name)
+		}
+		t.Skipf("%s.wasm is not built: run make guests (it needs clang, rustc and npm)", name)
+	}
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wasm
+}
+
+// TestSDKConformance runs every language's conformance handler through the host on the
+// same table: the results must be the table's, hence identical across languages.
+func TestSDKConformance(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	for _, lang := range abitest.Languages {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			m, err := e.Load(context.Background(), "conformance", guestModule(t, lang+"-conformance"), host.Manifest{MaxAttempts: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Retire()
+			for _, c := range abitest.SDKCases() {
+				env := backend.NewEnvelope("conformance", []byte(c.Payload))
+				env.ID, env.Headers = abitest.SDKJobID, c.Headers
+				x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: 5}, nil)
+				if string(x.Kind) != c.Kind || x.Reason != c.Reason || string(x.Output) != c.Output {
+					t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Kind, x.Reason, x.Output, c.Kind, c.Reason, c.Output)
+				}
+				if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
+					t.Errorf("%q: code %v, want %v", c.Payload, deref(x.Code), deref(c.Code))
+				}
+				if (x.Delay == nil) != (c.DelayMs == nil) || (x.Delay != nil && x.Delay.Milliseconds() != *c.DelayMs) {
+					t.Errorf("%q: delay %v, want %v", c.Payload, deref(x.Delay), deref(c.DelayMs))
+				}
+				var logs []abitest.Log
+				for _, l := range x.Logs {
+					logs = append(logs, abitest.Log{Level: levelNames[l.Level.String()], Msg: l.Msg})
+				}
+				if len(logs) != len(c.Logs) || (len(logs) > 0 && !equalLogs(logs, c.Logs)) {
+					t.Errorf("%q: logs %v, want %v", c.Payload, logs, c.Logs)
+				}
+				var children []abitest.Child
+				if x.Kind == host.KindAck {
+					for _, ch := range x.Children {
+						children = append(children, abitest.Child{Queue: ch.Queue, Payload: string(ch.Payload), DelayMs: ch.Delay.Milliseconds()})
+					}
+				}
+				if len(children) != len(c.Children) || (len(children) > 0 && children[1] != c.Children[1]) || (len(children) > 0 && children[0] != c.Children[0]) {
+					t.Errorf("%q: children %v, want %v", c.Payload, children, c.Children)
+				}
+			}
+		})
+	}
+}
+
+func equalLogs(a, b []abitest.Log) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestExamples runs each example handler on a job of its README.
+func TestExamples(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	for _, ex := range []struct {
+		name, payload, wantKind, wantOutput, wantChild string
+	}{
+		// The HMAC-SHA256 of the payload under "change-me", as Python's hmac computes it.
+		{"webhook-rust", `{"event":"order.shipped"}`, "ack", "sha256=4a459f6b01035327b745596985e0b8dd8235561e11151afd46fe39ed7a0e7cfe", "deliver-webhook"},
+		{"webhook-rust", ``, "dead_letter", "", ""},
+		{"wordcount-c", "hello brave new world\nsecond line\n", "ack", `{"lines":2,"words":6,"bytes":34}`, ""},
+		{"wordcount-c", "\xff\xfe", "dead_letter", "", ""},
+		{"render-email-as", "template=shipped\nname=Ada\norder=1042\n", "ack", "Subject: Order 1042 shipped\n\nHello Ada,\n\nyour order 1042 is on its way.\n", "send-email"},
+		{"render-email-as", "template=shipped\nname=Ada\n", "dead_letter", "", ""},
+	} {
+		t.Run(ex.name+"/"+ex.wantKind, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(abitest.Dir(), "..", "examples", ex.name)
+			man, err := host.ReadManifest(filepath.Join(dir, ex.name+".wasm"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := e.Load(context.Background(), ex.name, guestModule(t, ex.name), man)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Retire()
+			x := m.Run(context.Background(), &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), []byte(ex.payload)), Attempt: 1, MaxAttempts: 3}, nil)
+			if string(x.Kind) != ex.wantKind || (ex.wantKind == "ack" && string(x.Output) != ex.wantOutput) {
+				t.Fatalf("kind %s reason %q output %q", x.Kind, x.Reason, x.Output)
+			}
+			if ex.wantChild != "" && (len(x.Children) != 1 || x.Children[0].Queue != ex.wantChild) {
+				t.Fatalf("children %+v", x.Children)
+			}
+		})
+	}
+}

@@ -1,0 +1,58 @@
+package abitest
+
+import (
+	"os"
+	"path/filepath"
+)
+
+// Languages are the guest languages with an SDK and a conformance handler.
+var Languages = []string{"go", "rust", "c", "assemblyscript"}
+
+// GuestsDir is where `make guests` puts the built guest modules.
+func GuestsDir() string { return filepath.Join(Dir(), "..", "build", "guests") }
+
+// Guest returns the path of a built guest module, and whether it exists.
+func Guest(name string) (string, bool) {
+	p := filepath.Join(GuestsDir(), name+".wasm")
+	_, err := os.Stat(p)
+	return p, err == nil
+}
+
+// SDKJobID is the job id every SDK conformance case runs with, so that outputs that
+// hold it are the same in every language.
+const SDKJobID = "01JCONFORMANCE000000000000"
+
+// SDKCase is a case of the cross-language conformance table: every SDK's conformance
+// handler (guest-sdk/*/conformance) reads its payload and must produce exactly this.
+type SDKCase struct {
+	Payload  string
+	Headers  map[string]string
+	Attempt  int
+	Kind     string
+	Code     *int32
+	Reason   string
+	DelayMs  *int64
+	Output   string
+	Logs     []Log
+	Children []Child
+}
+
+// SDKCases returns the cross-language table. The module is loaded as "conformance" and
+// consumes the queue "conformance".
+func SDKCases() []SDKCase {
+	return []SDKCase{
+		{Payload: "ack", Kind: "ack", Code: code(0)},
+		{Payload: "retry", Kind: "retry", Code: code(1), Reason: "asked to retry", DelayMs: ms(1500)},
+		{Payload: "defer", Kind: "defer", Code: code(2), Reason: "asked to defer", DelayMs: ms(2000)},
+		{Payload: "dead", Kind: "dead_letter", Code: code(3), Reason: "asked to die"},
+		{Payload: "echo:héllo, wörld", Kind: "ack", Code: code(0), Output: "héllo, wörld"},
+		{Payload: "meta", Headers: map[string]string{"X-Test": "yes"}, Attempt: 2, Kind: "ack", Code: code(0),
+			Output: SDKJobID + "\nconformance\nconformance\n2\n5\nyes\n"},
+		{Payload: "meta", Kind: "ack", Code: code(0), Output: SDKJobID + "\nconformance\nconformance\n1\n5\n-\n"},
+		{Payload: "children", Kind: "ack", Code: code(0), Children: []Child{{"child", "c1", 0}, {"child", "c2", 250}}},
+		{Payload: "log", Attempt: 3, Kind: "ack", Code: code(0),
+			Logs: []Log{{"info", "conformance log line"}, {"warn", "second line, attempt 3"}}},
+		{Payload: "trap", Kind: "trap", Reason: "trap: unreachable"},
+		{Payload: "no such case", Kind: "dead_letter", Code: code(3), Reason: "unknown case"},
+	}
+}
