@@ -1,7 +1,7 @@
 # wasmjobs: build and test. `make help` lists the targets.
 GO ?= go
 
-.PHONY: help broker guests run test vet build cover bench testdata testdata-check examples soak
+.PHONY: help broker guests gobench run test vet build cover bench testdata testdata-check examples soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -30,7 +30,10 @@ build: ## build the wasmjobs command into bin/
 cover: ## coverage per package
 	$(GO) test -count=1 -cover ./...
 
-bench: ## Go benchmarks
+bench: guests ## run the benchmark matrix and write BENCHMARKS.md (RabbitMQ rows need WASMJOBS_AMQP_URL)
+	$(GO) run ./internal/bench/report BENCHMARKS.md
+
+gobench: ## the Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 WAT := $(wildcard testdata/*/*.wat)

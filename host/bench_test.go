@@ -2,10 +2,12 @@ package host_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -70,6 +72,50 @@ func BenchmarkGoGuest(b *testing.B) {
 			defer m.Retire()
 			job := &worker.Job{Envelope: backend.NewEnvelope("greet", []byte(`{"name":"Ada"}`)), Attempt: 1, MaxAttempts: 3}
 			b.ReportAllocs()
+			for b.Loop() {
+				if x := m.Run(ctx, job, nil); x.Kind != host.KindAck {
+					b.Fatal(x.Reason)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGuests measures each language's conformance module (built by make guests):
+// compile (a new engine without cache each time) and a job on a fresh instance
+// (instantiate, initialise, call "ack").
+func BenchmarkGuests(b *testing.B) {
+	ctx := context.Background()
+	for _, lang := range []string{"go", "rust", "c", "assemblyscript"} {
+		path, ok := abitest.Guest(lang + "-conformance")
+		if !ok {
+			b.Logf("%s-conformance.wasm is not built: run make guests", lang)
+			continue
+		}
+		wasm, err := os.ReadFile(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(lang+"/compile", func(b *testing.B) {
+			b.ReportMetric(float64(len(wasm)), "bytes")
+			for b.Loop() {
+				e, err := host.NewEngine(ctx, host.Config{NoCache: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := e.Load(ctx, "conformance", wasm, host.Manifest{Isolation: host.Fresh}); err != nil {
+					b.Fatal(err)
+				}
+				e.Close(ctx)
+			}
+		})
+		b.Run(lang+"/fresh-job", func(b *testing.B) {
+			e := newEngine(b)
+			m, err := e.Load(ctx, "conformance", wasm, host.Manifest{Isolation: host.Fresh})
+			if err != nil {
+				b.Fatal(err)
+			}
+			job := &worker.Job{Envelope: backend.NewEnvelope("conformance", []byte("ack")), Attempt: 1, MaxAttempts: 3}
 			for b.Loop() {
 				if x := m.Run(ctx, job, nil); x.Kind != host.KindAck {
 					b.Fatal(x.Reason)
