@@ -117,6 +117,11 @@ func TestRunAndClientBadUsage(t *testing.T) {
 		{"enqueue lines of nothing", nil, []string{"enqueue", "q", "--lines", "--file", file}, "--lines: the input has no lines"},
 		{"dlq replay without ids", nil, []string{"dlq", "replay", "q"}, "want replay QUEUE ID..., got 1 arguments"},
 		{"jobs get without id", nil, []string{"jobs", "get"}, "want get ID, got 0 arguments"},
+		{"bench without a handler", nil, []string{"bench"}, "give either --module M.wasm or --native"},
+		{"bench with two handlers", nil, []string{"bench", "--native", "--module", "x.wasm"}, "give either --module M.wasm or --native"},
+		{"bench with a bad isolation", nil, []string{"bench", "--native", "--isolation", "shared"}, `--isolation "shared": want pooled or fresh`},
+		{"bench raw amqp on memory", nil, []string{"bench", "--native", "--compare-raw-amqp"}, "--compare-raw-amqp needs --backend amqp://..."},
+		{"bench on a bad backend", nil, []string{"bench", "--native", "--backend", "redis://x"}, `--backend "redis://x": want memory or an amqp:// URL`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -180,6 +185,17 @@ func TestClientErrorsFromTheServer(t *testing.T) {
 		}
 		if r.code != 0 || !strings.Contains(r.stdout, tc.want) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q, want %q", tc.args, r.code, r.stdout, r.stderr, tc.want)
+		}
+	}
+}
+
+func TestBenchReportsJSON(t *testing.T) {
+	t.Parallel()
+	ack := filepath.Join(abitest.Dir(), "abi", "ack.wasm")
+	r := wasmjobs(t, "", "bench", "--module", ack, "--jobs", "2000", "--compare-native", "--json")
+	for _, field := range []string{`"jobs":2000`, `"jobs_per_sec":`, `"p50_ms":`, `"p90_ms":`, `"p99_ms":`, `"cpu_s_per_1k":`, `"peak_rss_mb":`, `"baseline":{"kind":"native","jobs_per_sec":`, `"ratio":`} {
+		if r.code != 0 || !strings.Contains(r.stdout, field) {
+			t.Fatalf("exit %d, stdout %q lacks %s (stderr %q)", r.code, r.stdout, field, r.stderr)
 		}
 	}
 }
