@@ -2,28 +2,17 @@ package rabbitmq_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/backendtest"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
+	"github.com/wasmjobs/wasmjobs/internal/testbroker"
 )
 
-// brokerURL returns the test broker's URL from WASMJOBS_AMQP_URL. Without it the test
-// is skipped, except under CI, where a missing broker fails it.
-func brokerURL(t testing.TB) string {
-	t.Helper()
-	url := os.Getenv("WASMJOBS_AMQP_URL")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("WASMJOBS_AMQP_URL is not set: CI must start a broker with scripts/rabbitmq.sh start")
-		}
-		t.Skip("no broker: start one with scripts/rabbitmq.sh start and export WASMJOBS_AMQP_URL=$(scripts/rabbitmq.sh url)")
-	}
-	return url
-}
+// brokerURL is the test broker's URL (internal/testbroker).
+func brokerURL(t testing.TB) string { t.Helper(); return testbroker.URL(t) }
 
 func open(t testing.TB, cfg rabbitmq.Config) *rabbitmq.Backend {
 	t.Helper()

@@ -96,35 +96,31 @@ func (s *stream) run(ch *amqp.Channel, msgs <-chan amqp.Delivery) {
 		s.err = err
 		s.mu.Unlock()
 	}
+	// One select: while a delivery waits for the consumer, in is nil; while none
+	// waits, out is nil.
+	var pending backend.Delivery
+	var out chan<- backend.Delivery
+	var in <-chan amqp.Delivery
 	for {
 		if ch == nil {
 			var err error
-			ch, msgs, err = s.resubscribe()
-			if err != nil {
+			if ch, msgs, err = s.resubscribe(); err != nil {
 				end(err)
 				return
 			}
 		}
+		if pending == nil {
+			in = msgs
+		}
 		select {
-		case m, ok := <-msgs:
+		case m, ok := <-in:
 			if !ok {
-				// The channel or the connection closed under us.
-				ch = nil
+				ch = nil // the channel or the connection closed under us
 				continue
 			}
-			d := newDelivery(s, ch, &m)
-			select {
-			case s.out <- d:
-			case <-s.stop:
-				end(nil)
-				return
-			case <-s.b.done:
-				end(backend.ErrShutDown)
-				return
-			case <-s.ctx.Done():
-				end(s.ctx.Err())
-				return
-			}
+			pending, out, in = newDelivery(s, ch, &m), s.out, nil
+		case out <- pending:
+			pending, out = nil, nil
 		case <-s.stop:
 			end(nil)
 			return

@@ -1,27 +1,17 @@
 package main
 
 import (
-	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/internal/testbroker"
 )
 
-// brokerURL returns WASMJOBS_AMQP_URL; without it the test is skipped, except under CI.
-func brokerURL(t *testing.T) string {
-	t.Helper()
-	url := os.Getenv("WASMJOBS_AMQP_URL")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("WASMJOBS_AMQP_URL is not set: CI must start a broker with scripts/rabbitmq.sh start")
-		}
-		t.Skip("no broker: start one with scripts/rabbitmq.sh start and export WASMJOBS_AMQP_URL=$(scripts/rabbitmq.sh url)")
-	}
-	return url
-}
+// brokerURL is the test broker's URL (internal/testbroker).
+func brokerURL(t testing.TB) string { t.Helper(); return testbroker.URL(t) }
 
 // TestRunOnRabbitMQ runs the host on a real broker: jobs enqueued through the API and
 // straight to the broker run; dead letters are listed, replayed and purged both ways.
