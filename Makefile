@@ -1,7 +1,7 @@
 # wasmjobs: build and test. `make help` lists the targets.
 GO ?= go
 
-.PHONY: help broker guests gobench run test vet build cover bench testdata testdata-check examples soak
+.PHONY: help broker fuzz guests gobench run test vet build cover bench testdata testdata-check examples soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -57,3 +57,10 @@ examples: ## build the Go example handler (the plain toolchain)
 soak: ## run every hostile module 1,000 times next to normal jobs, with and without -race
 	WASMJOBS_HOSTILE_RUNS=1000 $(GO) test -count=1 -timeout 30m -run TestHostileModulesNeverTakeTheHostDown -v ./host/
 	WASMJOBS_HOSTILE_RUNS=1000 $(GO) test -race -count=1 -timeout 60m -run TestHostileModulesNeverTakeTheHostDown -v ./host/
+
+FUZZTIME ?= 20s
+
+fuzz: ## run each fuzz target for FUZZTIME (crashers land in the package's testdata/fuzz and stay as regression cases)
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./backend/rabbitmq/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseManifest$$' -fuzztime $(FUZZTIME) ./host/
+	$(GO) test -run '^$$' -fuzz '^FuzzHostFunctionPointers$$' -fuzztime $(FUZZTIME) ./host/
