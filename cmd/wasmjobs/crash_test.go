@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
+)
+
+// TestCrashLosesNothing runs the real binary on RabbitMQ, enqueues 10,000 jobs whose
+// handler records its completion as a child job on a results queue, kills the host with
+// SIGKILL in the middle, starts it again, and counts: every job completed at least once,
+// and no more duplicates than jobs in flight at the kill (the prefetch, 16).
+func TestCrashLosesNothing(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	const jobs, concurrency = 10_000, 16
+	ctx := context.Background()
+	suffix := strings.ToLower(backend.NewID()[20:])
+	work, results := "crash-"+suffix, "crash-results-"+suffix
+	b, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(ctx)
+	if err := b.Declare(ctx, backend.QueueConfig{Name: results}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	installModule(t, dir, "abi/record", work, "1")
+	flags := []string{"--backend", url, "--concurrency", fmt.Sprint(concurrency)}
+	h := startHost(t, dir, flags...)
+
+	lines := strings.Repeat("20\n", jobs) // each job takes 20 ms: about 800 a second at concurrency 16
+	if r := wasmjobs(t, lines, "enqueue", work, "-", "--lines", "-q", "--header", "results="+results, "--backend", url); r.code != 0 {
+		t.Fatalf("enqueue: %d %s", r.code, r.stderr)
+	}
+	recorded := func() int {
+		st, err := b.QueueStats(ctx, results)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Pending
+	}
+	waitFor(t, "a third of the jobs", func() bool { return recorded() >= jobs/3 })
+	h.cmd.Process.Signal(syscall.SIGKILL)
+	<-h.done
+	atKill := recorded()
+	startHost(t, dir, flags...)
+	waitFor(t, "every job recorded", func() bool { return recorded() >= jobs })
+	time.Sleep(500 * time.Millisecond) // let anything still in flight land
+	final := recorded()
+
+	// Count the recorded ids.
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, _ := conn.Channel()
+	ch.Qos(1000, 0, false)
+	msgs, err := ch.Consume(results, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(map[string]int)
+	total := 0
+	for quiet := false; !quiet; {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				t.Fatalf("the results consumer closed after %d records: %v", total, ch.IsClosed())
+			}
+			seen[string(m.Body)]++
+			total++
+		case <-time.After(2 * time.Second):
+			quiet = true
+		}
+	}
+	duplicates := total - len(seen)
+	t.Logf("SIGKILL after %d of %d jobs recorded; %d records in the end: %d distinct jobs completed, %d recorded twice (bound: %d in flight)",
+		atKill, jobs, final, len(seen), duplicates, concurrency)
+	if len(seen) != jobs {
+		t.Fatalf("%d of %d jobs completed: lost %d", len(seen), jobs, jobs-len(seen))
+	}
+	if duplicates > concurrency {
+		t.Fatalf("%d duplicates, more than the %d jobs that can be in flight", duplicates, concurrency)
+	}
+}
