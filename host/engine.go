@@ -20,6 +20,9 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -48,6 +51,20 @@ type Engine struct {
 	log   *slog.Logger
 	// wasiNames are the functions wasi_snapshot_preview1 provides.
 	wasiNames map[string]bool
+	// reclaiming is set while a reclaim is scheduled.
+	reclaiming atomic.Bool
+}
+
+// reclaim returns freed memory to the OS a second after a burst of stack overflows. An
+// overflow leaves behind the ~50 MB stack wazero grew for the guest, which the Go
+// runtime would otherwise keep resident for minutes (RATIONALE.md).
+func (e *Engine) reclaim() {
+	if e.reclaiming.CompareAndSwap(false, true) {
+		time.AfterFunc(time.Second, func() {
+			e.reclaiming.Store(false)
+			debug.FreeOSMemory()
+		})
+	}
 }
 
 // NewEngine starts a wazero runtime in compiler mode with the compilation cache, the

@@ -127,6 +127,9 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 	switch {
 	case fail != nil:
 		x.Kind, x.Reason = fail.kind, fail.reason
+		if fail.reason == "trap: stack overflow" {
+			m.e.reclaim()
+		}
 	case code < abi.OutcomeAck || code > abi.OutcomeDeadLetter:
 		x.Code = &code
 		x.Kind, x.Reason = KindInvalidCode, fmt.Sprintf("invalid outcome code %d", code)

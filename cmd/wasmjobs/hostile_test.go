@@ -1,0 +1,135 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rssMB reads a process's resident set size.
+func rssMB(t *testing.T, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return n / 1024
+		}
+	}
+	return 0
+}
+
+// TestHostileGuestsInALiveHost runs hostile modules inside `wasmjobs run` next to normal
+// traffic: the host never panics, normal jobs keep flowing, each hostile job ends
+// dead-lettered (after its retry) with the right reason, and memory stays bounded.
+func TestHostileGuestsInALiveHost(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	hostile := []struct {
+		module, manifest, payload, reason string
+	}{
+		{"loop", `timeout = "50ms"`, "", "timeout after 50ms"},
+		{"sleep", `timeout = "50ms"`, "", "timeout after 50ms"},
+		{"membomb", `memory = "4MiB"`, "", "trap: unreachable"},
+		{"recursion", "", "", "trap: stack overflow"},
+		{"oob", "", "g", "trap: invalid memory access in output_write"},
+		{"exit", "", "2", "exit code 2"},
+		{"trap", "", "", "trap: unreachable"},
+		{"abort", "", "", "trap: abort: boom at a.ts:3:7"},
+		{"invalid_code", "", "", "invalid outcome code 7"},
+	}
+	for _, h := range hostile {
+		installModule(t, dir, "hostile/"+h.module, h.module, "1")
+		os.WriteFile(filepath.Join(dir, h.module+".toml"), []byte(h.manifest+"\nmax_attempts = 2\nbackoff_base = \"10ms\"\nbackoff_cap = \"20ms\"\n"), 0o644)
+	}
+	installModule(t, dir, "hostile/logflood", "logflood", "1")
+	installModule(t, dir, "hostile/outflood", "outflood", "1")
+	os.WriteFile(filepath.Join(dir, "outflood.toml"), []byte(`max_output = "256KiB"`), 0o644)
+	installModule(t, dir, "abi/echo", "echo", "1")
+	host := startHost(t, dir, "--log-level", "info", "--concurrency", "8")
+	rss0 := rssMB(t, host.cmd.Process.Pid)
+
+	const each, normal = 20, 400
+	storm := func(round int) {
+		for _, h := range hostile {
+			n := each
+			if h.module == "recursion" {
+				n = 4 // a stack overflow grows the guest stack to 50 MB first
+			}
+			if r := wasmjobs(t, "", "enqueue", h.module, h.payload, "--count", strconv.Itoa(n), "-q", "--server", host.url); r.code != 0 {
+				t.Fatalf("enqueue %s: %s", h.module, r.stderr)
+			}
+		}
+		for _, flood := range []string{"logflood", "outflood"} {
+			if r := wasmjobs(t, "", "enqueue", flood, "x", "--count", strconv.Itoa(each), "-q", "--server", host.url); r.code != 0 {
+				t.Fatalf("enqueue %s: %s", flood, r.stderr)
+			}
+		}
+		for _, h := range hostile {
+			want := each * round
+			if h.module == "recursion" {
+				want = 4 * round
+			}
+			var out struct {
+				DeadLetters []struct{ Reason string } `json:"dead_letters"`
+			}
+			waitForLong(t, h.module+"'s dead letters", 120e9, func() bool {
+				host.get("/v1/dead-letters?queue="+h.module+"&limit=1000", &out)
+				return len(out.DeadLetters) == want
+			})
+			for _, d := range out.DeadLetters {
+				if d.Reason != "max attempts (2) exceeded: "+h.reason {
+					t.Fatalf("%s: dead letter reason %q, want the %q failure", h.module, d.Reason, h.reason)
+				}
+			}
+		}
+	}
+	lines := ""
+	for i := range normal {
+		lines += fmt.Sprintf("normal job %d\n", i)
+	}
+	r := wasmjobs(t, lines, "enqueue", "echo", "-", "--lines", "--server", host.url)
+	ids := strings.Fields(r.stdout)
+	if r.code != 0 || len(ids) != normal {
+		t.Fatalf("enqueue echo: %d %s", r.code, r.stderr)
+	}
+	storm(1)
+	for i, id := range ids {
+		var st jobState
+		waitForLong(t, "normal job "+id, 120e9, func() bool { host.get("/v1/jobs/"+id, &st); return st.State == "succeeded" })
+		if st.Output != fmt.Sprintf("normal job %d", i) {
+			t.Fatalf("normal job %d: output %q", i, st.Output)
+		}
+	}
+	time.Sleep(2 * time.Second) // the host returns the overflowed stacks to the OS a second after
+	rss1 := rssMB(t, host.cmd.Process.Pid)
+	storm(2)
+	time.Sleep(2 * time.Second)
+	var queues struct {
+		Queues []struct {
+			Name          string
+			Pending, Dead int
+		}
+	}
+	host.get("/v1/queues", &queues)
+	for _, q := range queues.Queues {
+		if (q.Name == "logflood" || q.Name == "outflood") && (q.Pending != 0 || q.Dead != 0) {
+			t.Fatalf("%s: %+v, want every flood job acked", q.Name, q)
+		}
+	}
+	rss2 := rssMB(t, host.cmd.Process.Pid)
+	if strings.Contains(host.log(), "panic") {
+		t.Fatalf("the host logged a panic:\n%s", host.log())
+	}
+	if rss2 > rss1*3/2+50 {
+		t.Fatalf("RSS grew with the count of hostile jobs: %d MB after one storm, %d MB after two", rss1, rss2)
+	}
+	t.Logf("hostile guests in a live host: 2 storms of %d hostile jobs (each run twice) next to %d normal jobs: all normal jobs succeeded, every hostile one dead-lettered with its reason; RSS %d MB at start, %d after one storm, %d after two",
+		each*(len(hostile)-1)+4+2*each, normal, rss0, rss1, rss2)
+}
