@@ -23,18 +23,7 @@ func TestCrashLosesNothing(t *testing.T) {
 	url := brokerURL(t)
 	const jobs, concurrency = 10_000, 16
 	ctx := context.Background()
-	suffix := strings.ToLower(backend.NewID()[20:])
-	work, results := "crash-"+suffix, "crash-results-"+suffix
-	b, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close(ctx)
-	if err := b.Declare(ctx, backend.QueueConfig{Name: results}); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	installModule(t, dir, "abi/record", work, "1")
+	b, dir, work, results := recordSetup(t, url, "crash")
 	flags := []string{"--backend", url, "--concurrency", fmt.Sprint(concurrency)}
 	h := startHost(t, dir, flags...)
 
@@ -93,4 +82,25 @@ func TestCrashLosesNothing(t *testing.T) {
 	if duplicates > concurrency {
 		t.Fatalf("%d duplicates, more than the %d jobs that can be in flight", duplicates, concurrency)
 	}
+}
+
+// recordSetup prepares a run of testdata/abi/record on the broker: a backend for the
+// test's own checks (closed with the test), a results queue, and a modules directory
+// serving a work queue. Names are unique, so tests can share the broker.
+func recordSetup(t *testing.T, url, prefix string) (b *rabbitmq.Backend, dir, work, results string) {
+	t.Helper()
+	ctx := context.Background()
+	suffix := strings.ToLower(backend.NewID()[20:])
+	work, results = prefix+"-"+suffix, prefix+"-results-"+suffix
+	b, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(context.Background()) })
+	if err := b.Declare(ctx, backend.QueueConfig{Name: results}); err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	installModule(t, dir, "abi/record", work, "1")
+	return b, dir, work, results
 }

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 )
 
@@ -23,18 +22,7 @@ func TestBrokerRestartDuringRun(t *testing.T) {
 	url := brokerURL(t)
 	const jobs, delayed = 2000, 20
 	ctx := context.Background()
-	suffix := strings.ToLower(backend.NewID()[20:])
-	work, results := "restart-"+suffix, "restart-results-"+suffix
-	b, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: url})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close(ctx)
-	if err := b.Declare(ctx, backend.QueueConfig{Name: results}); err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	installModule(t, dir, "abi/record", work, "1")
+	_, dir, work, results := recordSetup(t, url, "restart")
 	h := startHost(t, dir, "--backend", url, "--concurrency", "16")
 	r := wasmjobs(t, strings.Repeat("10\n", jobs), "enqueue", work, "-", "--lines", "-q", "--header", "results="+results, "--backend", url)
 	if r.code != 0 {
