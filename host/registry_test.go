@@ -182,16 +182,14 @@ func TestSwapsUnderLoad(t *testing.T) {
 
 	var modules []*host.Module
 	modules = append(modules, rig.r.Handler("svc").Module())
-	// Jobs flow all along: two a millisecond, about five seconds for all of them, while
-	// the 20 swaps take about two and a half.
+	// Jobs flow all along: one a millisecond, about ten seconds for all of them, while
+	// the 20 swaps take about two and a half (four times that on a loaded machine).
 	published := make(chan error, 1)
 	go func() {
-		for n := 0; n < jobs; n += 2 {
-			for range 2 {
-				if err := rig.b.Publish(context.Background(), backend.NewEnvelope("svc", []byte("x")), 0); err != nil {
-					published <- err
-					return
-				}
+		for range jobs {
+			if err := rig.b.Publish(context.Background(), backend.NewEnvelope("svc", []byte("x")), 0); err != nil {
+				published <- err
+				return
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -358,7 +356,8 @@ func TestNewModuleIsLoadedAndServed(t *testing.T) {
 
 func TestPartialWritesLoadOnce(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	// Writes 20 ms apart, well inside a 300 ms debounce even on a loaded machine.
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: 300 * time.Millisecond}, 4)
 	rig.start()
 	final := variant(t, "abi/echo", "final")
 	// cp over the file: truncate, then the bytes arrive in pieces.
@@ -371,6 +370,7 @@ func TestPartialWritesLoadOnce(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // well inside the debounce
 	}
 	f.Close()
+	rig.waitFor("the load", func() bool { return rig.loads()+len(rig.eventsOf("rejected")) > 0 })
 	rig.settle()
 	if rig.loads() != 1 || len(rig.eventsOf("rejected")) != 0 || rig.status("svc").Version != host.Version(final) {
 		t.Fatalf("loads %d, rejections %d, status %+v; want one load of the final bytes", rig.loads(), len(rig.eventsOf("rejected")), rig.status("svc"))
@@ -391,6 +391,7 @@ func TestEditorWriteThenRename(t *testing.T) {
 	os.WriteFile(filepath.Join(rig.dir, "svc.wasm.new"), next, 0o644)
 	os.Rename(filepath.Join(rig.dir, "svc.wasm.new"), filepath.Join(rig.dir, "svc.wasm"))
 	os.Remove(filepath.Join(rig.dir, ".svc.wasm.swp"))
+	rig.waitFor("the swap", func() bool { return len(rig.eventsOf("swapped")) > 0 })
 	rig.settle()
 	if rig.loads() != 2 || len(rig.eventsOf("swapped")) != 1 || rig.status("svc").Version != host.Version(next) || len(rig.r.Modules()) != 1 {
 		t.Fatalf("loads %d, swaps %d, modules %+v", rig.loads(), len(rig.eventsOf("swapped")), rig.r.Modules())
@@ -404,6 +405,7 @@ func TestRenameOver(t *testing.T) {
 	rig.start()
 	next := variant(t, "abi/echo", "2")
 	rig.write("svc.wasm", next) // write elsewhere, rename over
+	rig.waitFor("the swap", func() bool { return len(rig.eventsOf("swapped")) > 0 })
 	rig.settle()
 	if len(rig.eventsOf("swapped")) != 1 || rig.status("svc").Version != host.Version(next) {
 		t.Fatalf("swaps %d, status %+v", len(rig.eventsOf("swapped")), rig.status("svc"))
@@ -438,6 +440,7 @@ func TestSymlinkSwap(t *testing.T) {
 	next := variant(t, "abi/echo", "2")
 	mkdata("02", next)
 	os.RemoveAll(filepath.Join(rig.dir, "..2026_11_30_01"))
+	rig.waitFor("the swap", func() bool { return rig.loads() > 1 })
 	rig.settle()
 	if rig.loads() != 2 || rig.status("svc").Version != host.Version(next) {
 		t.Fatalf("loads %d, status %+v; want exactly one more load, of the new bytes", rig.loads(), rig.status("svc"))
