@@ -376,7 +376,7 @@ func testDeferredAheadDelayedBehind(t *testing.T, h *harness) {
 	for _, p := range []string{"b1", "b2", "b3"} {
 		h.publish(t, job(q, p), 0)
 	}
-	time.Sleep(delay + h.o.Quiet) // both are released onto the queue behind the backlog
+	time.Sleep(delay + 3*h.o.Quiet) // both are released onto the queue behind the backlog
 	got := strings.Join(h.drainInOrder(t, q, 5), " ")
 	if want := "deferred b1 b2 b3 delayed"; got != want {
 		t.Fatalf("delivery order %q, want %q", got, want)
