@@ -153,7 +153,7 @@ func (e *Engine) importOK(def api.FunctionDefinition) error {
 	module, name, _ := def.Import()
 	switch module {
 	case abi.ImportModule:
-		want, ok := hostFuncTypes[name]
+		want, ok := hostFuncs[name]
 		if !ok {
 			return fmt.Errorf("imports %s.%s, which ABI v1 does not define", module, name)
 		}

@@ -116,36 +116,26 @@ func guestBytes(mod api.Module, fn string, ptr, n uint64) []byte {
 
 type funcType struct{ params, results []api.ValueType }
 
-var (
-	i32, i64 = api.ValueTypeI32, api.ValueTypeI64
-	// hostFuncTypes are the signatures of ABI v1's host functions.
-	hostFuncTypes = map[string]funcType{
-		abi.FuncPayloadLen:  {nil, []api.ValueType{i32}},
-		abi.FuncPayloadRead: {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
-		abi.FuncMetaRead:    {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
-		abi.FuncAttempt:     {nil, []api.ValueType{i32}},
-		abi.FuncMaxAttempts: {nil, []api.ValueType{i32}},
-		abi.FuncHeaderRead:  {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}},
-		abi.FuncLog:         {[]api.ValueType{i32, i32, i32}, nil},
-		abi.FuncSetReason:   {[]api.ValueType{i32, i32}, nil},
-		abi.FuncSetDelayMs:  {[]api.ValueType{i64}, nil},
-		abi.FuncOutputWrite: {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
-		abi.FuncEnqueue:     {[]api.ValueType{i32, i32, i32, i32, i64}, []api.ValueType{i32}},
-	}
-)
+var i32, i64 = api.ValueTypeI32, api.ValueTypeI64
 
 func status(s int32) uint64 { return uint64(uint32(s)) }
 
-// hostFuncs implements ABI v1's host functions.
-var hostFuncs = map[string]api.GoModuleFunc{
-	abi.FuncPayloadLen: func(ctx context.Context, mod api.Module, stack []uint64) {
+// hostFunc is a host function of ABI v1: its signature and its implementation.
+type hostFunc struct {
+	funcType
+	fn api.GoModuleFunc
+}
+
+// hostFuncs are ABI v1's host functions, by name.
+var hostFuncs = map[string]hostFunc{
+	abi.FuncPayloadLen: {funcType{nil, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		stack[0] = uint64(uint32(len(stateOf(ctx).payload())))
-	},
-	abi.FuncPayloadRead: func(ctx context.Context, mod api.Module, stack []uint64) {
+	}},
+	abi.FuncPayloadRead: {funcType{[]api.ValueType{i32, i32}, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		buf := guestBytes(mod, abi.FuncPayloadRead, stack[0], stack[1])
 		stack[0] = uint64(uint32(copy(buf, stateOf(ctx).payload())))
-	},
-	abi.FuncMetaRead: func(ctx context.Context, mod api.Module, stack []uint64) {
+	}},
+	abi.FuncMetaRead: {funcType{[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		key := int32(stack[0])
 		buf := guestBytes(mod, abi.FuncMetaRead, stack[1], stack[2])
 		st := stateOf(ctx)
@@ -155,22 +145,22 @@ var hostFuncs = map[string]api.GoModuleFunc{
 		}
 		copy(buf, st.meta[key])
 		stack[0] = uint64(uint32(len(st.meta[key])))
-	},
-	abi.FuncAttempt: func(ctx context.Context, mod api.Module, stack []uint64) {
+	}},
+	abi.FuncAttempt: {funcType{nil, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		if st := stateOf(ctx); st.job != nil {
 			stack[0] = uint64(uint32(st.job.Attempt))
 		} else {
 			stack[0] = 0
 		}
-	},
-	abi.FuncMaxAttempts: func(ctx context.Context, mod api.Module, stack []uint64) {
+	}},
+	abi.FuncMaxAttempts: {funcType{nil, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		if st := stateOf(ctx); st.job != nil {
 			stack[0] = uint64(uint32(st.job.MaxAttempts))
 		} else {
 			stack[0] = 0
 		}
-	},
-	abi.FuncHeaderRead: func(ctx context.Context, mod api.Module, stack []uint64) {
+	}},
+	abi.FuncHeaderRead: {funcType{[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		key := guestBytes(mod, abi.FuncHeaderRead, stack[0], stack[1])
 		buf := guestBytes(mod, abi.FuncHeaderRead, stack[2], stack[3])
 		st := stateOf(ctx)
@@ -185,26 +175,26 @@ var hostFuncs = map[string]api.GoModuleFunc{
 		}
 		copy(buf, v)
 		stack[0] = uint64(uint32(len(v)))
-	},
-	abi.FuncLog: func(ctx context.Context, mod api.Module, stack []uint64) {
+	}},
+	abi.FuncLog: {funcType{[]api.ValueType{i32, i32, i32}, nil}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		msg := guestBytes(mod, abi.FuncLog, stack[1], stack[2])
 		level := min(max(int32(stack[0]), abi.LogDebug), abi.LogError)
 		stateOf(ctx).emit(slogLevel(level), string(msg))
-	},
-	abi.FuncSetReason: func(ctx context.Context, mod api.Module, stack []uint64) {
+	}},
+	abi.FuncSetReason: {funcType{[]api.ValueType{i32, i32}, nil}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		msg := guestBytes(mod, abi.FuncSetReason, stack[0], stack[1])
 		st := stateOf(ctx)
 		if max := st.limits.MaxReason; len(msg) > max {
 			msg = msg[:max]
 		}
 		st.reason = strings.ToValidUTF8(string(msg), "\uFFFD")
-	},
-	abi.FuncSetDelayMs: func(ctx context.Context, mod api.Module, stack []uint64) {
+	}},
+	abi.FuncSetDelayMs: {funcType{[]api.ValueType{i64}, nil}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		if ms := int64(stack[0]); ms >= 0 {
 			stateOf(ctx).delayMs = ms
 		}
-	},
-	abi.FuncOutputWrite: func(ctx context.Context, mod api.Module, stack []uint64) {
+	}},
+	abi.FuncOutputWrite: {funcType{[]api.ValueType{i32, i32}, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		buf := guestBytes(mod, abi.FuncOutputWrite, stack[0], stack[1])
 		st := stateOf(ctx)
 		if len(st.output)+len(buf) > st.limits.MaxOutput {
@@ -213,8 +203,8 @@ var hostFuncs = map[string]api.GoModuleFunc{
 		}
 		st.output = append(st.output, buf...)
 		stack[0] = uint64(uint32(len(buf)))
-	},
-	abi.FuncEnqueue: func(ctx context.Context, mod api.Module, stack []uint64) {
+	}},
+	abi.FuncEnqueue: {funcType{[]api.ValueType{i32, i32, i32, i32, i64}, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		queue := guestBytes(mod, abi.FuncEnqueue, stack[0], stack[1])
 		payload := guestBytes(mod, abi.FuncEnqueue, stack[2], stack[3])
 		delayMs := int64(stack[4])
@@ -235,7 +225,7 @@ var hostFuncs = map[string]api.GoModuleFunc{
 			})
 			stack[0] = 0
 		}
-	},
+	}},
 }
 
 func (st *callState) payload() []byte {
@@ -260,9 +250,8 @@ func slogLevel(l int32) slog.Level {
 // instantiateHostModule provides the wasmjobs import module.
 func (e *Engine) instantiateHostModule(ctx context.Context) error {
 	b := e.rt.NewHostModuleBuilder(abi.ImportModule)
-	for name, fn := range hostFuncs {
-		t := hostFuncTypes[name]
-		b.NewFunctionBuilder().WithGoModuleFunction(fn, t.params, t.results).Export(name)
+	for name, f := range hostFuncs {
+		b.NewFunctionBuilder().WithGoModuleFunction(f.fn, f.params, f.results).Export(name)
 	}
 	if _, err := b.Instantiate(ctx); err != nil {
 		return fmt.Errorf("instantiate the %s host module: %w", abi.ImportModule, err)

@@ -130,14 +130,6 @@ func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
 	if res.Outcome == Retry && res.Delay > 0 {
 		delay = res.Delay // a staged delay applies to a retry, never to a failure
 	}
-	return w.retry(job, reason, delay)
-}
-
-// retry plans the next attempt, or the dead letter when the attempts are used up.
-func (w *Worker) retry(job *Job, reason string, delay time.Duration) plan {
-	if job.Attempt >= job.MaxAttempts {
-		return plan{settle: SettleDeadLetter, reason: fmt.Sprintf("max attempts (%d) exceeded: %s", job.MaxAttempts, reason)}
-	}
 	next := job.Envelope.Clone()
 	next.Attempt, next.MaxAttempts, next.Defers, next.Reason = job.Attempt+1, job.MaxAttempts, 0, reason
 	restorePriority(&next)
@@ -200,7 +192,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 	case SettleAck:
 		if err = w.publishChildren(ctx, job, p.children); err != nil {
 			// A child that cannot be published fails the job: the retry way.
-			p = w.retry(job, err.Error(), w.backoff(spec.Backoff, job.Attempt))
+			p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
 			if p.settle == SettleRetry {
 				err = d.Retry(ctx, p.next, p.delay)
 			} else {

@@ -53,47 +53,58 @@ func (s *stream) run() {
 	defer s.b.wg.Done()
 	defer close(s.finished)
 	defer close(s.ch)
+	// One select: while a delivery is on offer, out is s.ch and wake is not listened to;
+	// while none is, out is nil and a wake makes the stream look at the queue again.
+	var d *delivery
 	for {
-		s.q.mu.Lock()
-		var d *delivery
-		if len(s.inflight) < s.prefetch {
-			if m := s.q.pop(); m != nil {
-				d = &delivery{s: s, m: m, redelivered: m.redelivered}
-				s.inflight[d] = struct{}{}
-				s.q.unsettle++
-				s.q.offering.Add(1)
-			}
-		}
-		s.q.mu.Unlock()
 		if d == nil {
-			select {
-			case <-s.wake:
-				continue
-			case <-s.stop:
-				s.end(nil)
-			case <-s.b.done:
-				s.end(backend.ErrShutDown)
-			case <-s.ctx.Done():
-				s.end(s.ctx.Err())
-			}
-			return
+			d = s.take()
 		}
+		var out chan<- backend.Delivery
+		var wake <-chan struct{}
+		if d != nil {
+			out = s.ch
+		} else {
+			wake = s.wake
+		}
+		var err error
 		select {
-		case s.ch <- d:
+		case out <- d:
 			s.q.offering.Add(-1)
+			d = nil
+			continue
+		case <-wake:
 			continue
 		case <-s.stop:
-			s.q.offering.Add(-1)
-			s.end(nil)
 		case <-s.b.done:
-			s.q.offering.Add(-1)
-			s.end(backend.ErrShutDown)
+			err = backend.ErrShutDown
 		case <-s.ctx.Done():
-			s.q.offering.Add(-1)
-			s.end(s.ctx.Err())
+			err = s.ctx.Err()
 		}
+		if d != nil {
+			s.q.offering.Add(-1) // end puts it back
+		}
+		s.end(err)
 		return
 	}
+}
+
+// take takes the next message off the queue for offering, if prefetch allows one.
+func (s *stream) take() *delivery {
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	if len(s.inflight) >= s.prefetch {
+		return nil
+	}
+	m := s.q.pop()
+	if m == nil {
+		return nil
+	}
+	d := &delivery{s: s, m: m, redelivered: m.redelivered}
+	s.inflight[d] = struct{}{}
+	s.q.unsettle++
+	s.q.offering.Add(1)
+	return d
 }
 
 // end releases every unsettled delivery back to the queue, oldest first at the front,

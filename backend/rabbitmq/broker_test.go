@@ -35,6 +35,18 @@ func uniqueQueue(t *testing.T) backend.QueueConfig {
 	return backend.QueueConfig{Name: fmt.Sprintf("rt-%s-%s", strings.ReplaceAll(t.Name(), "/", "-"), backend.NewID()[18:]), Prefetch: 50, PriorityLevels: 2}
 }
 
+// declared opens a backend, closed with the test, and declares a queue of its own.
+func declared(t *testing.T) (*rabbitmq.Backend, backend.QueueConfig) {
+	t.Helper()
+	b := open(t, rabbitmq.Config{})
+	t.Cleanup(func() { b.Close(context.Background()) })
+	q := uniqueQueue(t)
+	if err := b.Declare(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+	return b, q
+}
+
 // collect receives from s into a map of payloads, acking, until n distinct arrived.
 func collect(t *testing.T, s backend.Stream, n int, timeout time.Duration) map[string]time.Time {
 	t.Helper()
@@ -67,13 +79,8 @@ func collect(t *testing.T, s backend.Stream, n int, timeout time.Duration) map[s
 // delay chain: every one still arrives, none early, on a stream that resumed by itself.
 // It runs before the parallel tests: a restart would disturb them.
 func TestBrokerRestartDuringDelays(t *testing.T) {
-	b := open(t, rabbitmq.Config{})
-	defer b.Close(context.Background())
 	ctx := context.Background()
-	q := uniqueQueue(t)
-	if err := b.Declare(ctx, q); err != nil {
-		t.Fatal(err)
-	}
+	b, q := declared(t)
 	s, err := b.Consume(ctx, q)
 	if err != nil {
 		t.Fatal(err)
@@ -108,13 +115,8 @@ func lateness(got, due map[string]time.Time) time.Duration {
 // TestBrokerRestartDuringConsumption restarts the broker while a stream consumes: the
 // stream resumes by itself and nothing is lost.
 func TestBrokerRestartDuringConsumption(t *testing.T) {
-	b := open(t, rabbitmq.Config{})
-	defer b.Close(context.Background())
 	ctx := context.Background()
-	q := uniqueQueue(t)
-	if err := b.Declare(ctx, q); err != nil {
-		t.Fatal(err)
-	}
+	b, q := declared(t)
 	const n = 2000
 	for i := range n {
 		if err := b.Publish(ctx, backend.NewEnvelope(q.Name, fmt.Appendf(nil, "job-%d", i)), 0); err != nil {
@@ -150,13 +152,8 @@ func TestBrokerRestartDuringConsumption(t *testing.T) {
 // with amqp091-go, and runs a worker on the queue: each is dead-lettered with the reason.
 func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 	t.Parallel()
-	b := open(t, rabbitmq.Config{})
-	defer b.Close(context.Background())
 	ctx := context.Background()
-	q := uniqueQueue(t)
-	if err := b.Declare(ctx, q); err != nil {
-		t.Fatal(err)
-	}
+	b, q := declared(t)
 	conn, err := amqp.Dial(brokerURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -229,13 +226,8 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 
 func TestConflictingDeclarationIsAClearError(t *testing.T) {
 	t.Parallel()
-	b := open(t, rabbitmq.Config{})
-	defer b.Close(context.Background())
 	ctx := context.Background()
-	q := uniqueQueue(t)
-	if err := b.Declare(ctx, q); err != nil {
-		t.Fatal(err)
-	}
+	b, q := declared(t)
 	q.PriorityLevels = 5
 	err := b.Declare(ctx, q)
 	var te *backend.TransportError

@@ -278,7 +278,10 @@ func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error 
 	reg.Retire()
 	left := 0
 	if sr, ok := b.(backend.StatsReader); ok {
-		for _, m := range mods {
+		for _, m := range reg.Modules() { // the modules now, not those at start
+			if m.Status != "serving" {
+				continue
+			}
 			if st, err := sr.QueueStats(context.Background(), m.Queue); err == nil {
 				left += st.Pending + st.Delayed + st.Deferred
 			}

@@ -142,11 +142,7 @@ func fail(w http.ResponseWriter, err error) {
 		writeError(w, he.status, "%s", he.msg)
 		return
 	}
-	if errors.Is(err, backend.ErrUnknownQueue) {
-		writeError(w, http.StatusNotFound, "%v", err)
-		return
-	}
-	if errors.Is(err, backend.ErrNotFound) {
+	if errors.Is(err, backend.ErrUnknownQueue) || errors.Is(err, backend.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "%v", err)
 		return
 	}
