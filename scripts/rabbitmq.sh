@@ -9,12 +9,14 @@
 #
 # State lives in WASMJOBS_RABBIT_DIR (default /tmp/wasmjobs-rabbitmq); the AMQP port is
 # WASMJOBS_RABBIT_PORT (default 5682, so as not to clash with a broker on 5672; Erlang
-# distribution takes that port + 20000). Ports 35672-35682 are RabbitMQ's CLI tools'.
+# distribution takes that port + 20000). Ports 35672-35682 are RabbitMQ's CLI tools'. The node
+# name is WASMJOBS_RABBIT_NODE (default wasmjobs-test@localhost): two brokers side by side
+# need a directory, a port and a node name each.
 set -euo pipefail
 
 D=${WASMJOBS_RABBIT_DIR:-/tmp/wasmjobs-rabbitmq}
 PORT=${WASMJOBS_RABBIT_PORT:-5682}
-NODE=wasmjobs-test@localhost
+NODE=${WASMJOBS_RABBIT_NODE:-wasmjobs-test@localhost}
 URL="amqp://guest:guest@127.0.0.1:${PORT}/"
 
 export HOME="$D" RABBITMQ_NODENAME="$NODE" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
