@@ -10,8 +10,10 @@
 //		})
 //	}
 //
-// The suite also requires backend.DeadLetterStore, which both of the project's
-// backends implement.
+// The suite also requires backend.DeadLetterStore, which every backend of the project
+// implements. The rules of the optional interfaces (backend.BatchPublisher,
+// backend.AtomicDelivery, backend.JobRecordReader) run only on backends that implement
+// them and are skipped, saying so, on the others.
 package backendtest
 
 import (
@@ -19,6 +21,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -80,7 +83,7 @@ func Run(t *testing.T, o Options) {
 	if o.Timeout == 0 {
 		o.Timeout = 15 * time.Second
 	}
-	for _, r := range rules {
+	for _, r := range append(slices.Clone(rules), optionalRules...) {
 		t.Run(r.name, func(t *testing.T) {
 			if o.Parallel {
 				t.Parallel()

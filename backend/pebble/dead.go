@@ -105,7 +105,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	apply := func() {}
 	if owned { // else a job with this id is held already: the dead letter just goes
 		apply = b.stage(batch, q, env, 0, false)
-		b.stageRecord(batch, env, 0)
+		b.stageRecord(batch, env, 0, false)
 	}
 	return b.commit(ctx, batch, pebbledb.Sync, "replay", queue, func() {
 		if owned {

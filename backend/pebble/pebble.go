@@ -141,6 +141,9 @@ var (
 	_ backend.Backend         = (*Backend)(nil)
 	_ backend.DeadLetterStore = (*Backend)(nil)
 	_ backend.StatsReader     = (*Backend)(nil)
+	_ backend.BatchPublisher  = (*Backend)(nil)
+	_ backend.JobRecordReader = (*Backend)(nil)
+	_ backend.AtomicDelivery  = (*delivery)(nil)
 )
 
 // Open opens (or creates) the data directory cfg.Dir, takes its lock and rebuilds the
@@ -175,6 +178,8 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	b.closing, b.cancel = context.WithCancel(context.Background())
 	b.ids.m = make(map[string]chan struct{})
+	b.ids.claims = make(map[string]int)
+	b.recs.kick = make(chan struct{}, 1)
 	b.delays.b = b
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pebble backend: creating data directory %s: %w", dir, err)
@@ -222,6 +227,8 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b.space.start()
+	b.ops.Add(1)
+	go b.pruneLoop()
 	return b, nil
 }
 
@@ -434,11 +441,86 @@ func (b *Backend) publish(ctx context.Context, env backend.Envelope, delay time.
 	}
 	batch := b.db.NewBatch()
 	apply := b.stage(batch, q, env, delay, deferred)
-	b.stageRecord(batch, env, delay)
+	b.stageRecord(batch, env, delay, deferred)
 	return b.commit(ctx, batch, pebbledb.Sync, "publish", env.Queue, func() {
 		b.ids.settle(env.ID, true)
 		apply()
 	}, func() { b.ids.settle(env.ID, false) })
+}
+
+// PublishBatch publishes every publication in one synced batch: all of them or none.
+// Publications whose id the backend holds, or that repeat an id of the batch, are
+// dropped.
+func (b *Backend) PublishBatch(ctx context.Context, pubs []backend.Publication) error {
+	if len(pubs) == 0 {
+		return nil
+	}
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.ops.Done()
+	if err := b.space.check(); err != nil {
+		return err
+	}
+	batch := b.db.NewBatch()
+	apply, undo, _, err := b.stagePublications(ctx, batch, pubs)
+	if err != nil {
+		batch.Close()
+		return err
+	}
+	return b.commit(ctx, batch, pebbledb.Sync, "publish batch", pubs[0].Envelope.Queue, apply, undo)
+}
+
+// stagePublications adds pubs to batch with their records. Every queue is checked
+// before anything is staged. It returns what to do once the batch is committed, what
+// to undo if it is not, and the ids of pubs in order.
+func (b *Backend) stagePublications(ctx context.Context, batch *pebbledb.Batch, pubs []backend.Publication) (apply, undo func(), ids []string, err error) {
+	queues := make([]*queue, len(pubs))
+	for i, p := range pubs {
+		if queues[i], err = b.lookup(p.Envelope.Queue); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	var reserved []string
+	var applies []func()
+	undo = func() {
+		for _, id := range reserved {
+			b.ids.settle(id, false)
+		}
+	}
+	seen := make(map[string]bool, len(pubs))
+	for i, p := range pubs {
+		env := p.Envelope
+		if env.ID != "" {
+			ids = append(ids, env.ID)
+			if seen[env.ID] {
+				continue
+			}
+			seen[env.ID] = true
+		}
+		owned, err := b.ids.reserve(ctx, env.ID)
+		if err != nil {
+			undo()
+			return nil, nil, nil, err
+		}
+		if !owned {
+			continue // held already: a repeat publish is dropped
+		}
+		if env.ID != "" {
+			reserved = append(reserved, env.ID)
+		}
+		applies = append(applies, b.stage(batch, queues[i], env, p.Delay, false))
+		b.stageRecord(batch, env, p.Delay, false)
+	}
+	apply = func() {
+		for _, id := range reserved {
+			b.ids.settle(id, true)
+		}
+		for _, f := range applies {
+			f()
+		}
+	}
+	return apply, undo, ids, nil
 }
 
 // stage adds env to batch as a ready or delayed job of q and returns what to do to the
@@ -632,8 +714,29 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 // drop a repeat publish. An id maps to nil once committed, to an open channel while its
 // publish is in flight.
 type idSet struct {
-	mu sync.Mutex
-	m  map[string]chan struct{}
+	mu     sync.Mutex
+	m      map[string]chan struct{}
+	claims map[string]int // ids of jobs handed out and not settled
+}
+
+func (s *idSet) claim(id string) {
+	s.mu.Lock()
+	s.claims[id]++
+	s.mu.Unlock()
+}
+
+func (s *idSet) unclaim(id string) {
+	s.mu.Lock()
+	if s.claims[id]--; s.claims[id] <= 0 {
+		delete(s.claims, id)
+	}
+	s.mu.Unlock()
+}
+
+func (s *idSet) claimed(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claims[id] > 0
 }
 
 // reserve makes the caller the publisher of id, or reports false when the backend holds

@@ -105,6 +105,7 @@ func (s *stream) take() *delivery {
 	}
 	d := &delivery{s: s, it: it, redelivered: it.redelivered}
 	s.inflight[d] = struct{}{}
+	s.b.ids.claim(it.id)
 	q.unsettle++
 	q.offering.Add(1)
 	q.mu.Unlock()
@@ -163,6 +164,7 @@ func (s *stream) end(err error) {
 	for i := len(released) - 1; i >= 0; i-- {
 		d := released[i]
 		delete(s.inflight, d)
+		s.b.ids.unclaim(d.it.id)
 		s.q.unsettle--
 		s.q.pushFront(d.it)
 	}
@@ -217,6 +219,7 @@ func (d *delivery) reopen() {
 	}
 	d.state.Store(stateReleased)
 	delete(d.s.inflight, d)
+	d.s.b.ids.unclaim(d.it.id)
 	q.unsettle--
 	q.pushFront(d.it)
 }
@@ -236,10 +239,11 @@ func (d *delivery) finish(dead bool) {
 }
 
 // settle runs one settle as one batch: the job's ready key is deleted and stage adds
-// the rest (the next attempt, the dead letter, children). The batch is committed
-// without its own fsync (see the package comment). stage's apply runs once committed.
+// the rest (the next attempt, the dead letter, children, the record). The batch is
+// committed without its own fsync (see the package comment). Once committed, stage's
+// apply runs; if the commit fails, its undo does and the delivery stays unsettled.
 func (d *delivery) settle(ctx context.Context, op string, dead bool,
-	stage func(batch *pebbledb.Batch) (apply func(), err error)) error {
+	stage func(batch *pebbledb.Batch) (apply, undo func(), err error)) error {
 	b := d.s.b
 	if err := b.enter(); err != nil {
 		return err
@@ -250,7 +254,7 @@ func (d *delivery) settle(ctx context.Context, op string, dead bool,
 	}
 	batch := b.db.NewBatch()
 	batch.Delete(d.key, nil)
-	apply, err := stage(batch)
+	apply, undo, err := stage(batch)
 	if err != nil {
 		batch.Close()
 		d.reopen()
@@ -260,59 +264,103 @@ func (d *delivery) settle(ctx context.Context, op string, dead bool,
 		if apply != nil {
 			apply()
 		}
+		b.ids.unclaim(d.it.id)
 		d.finish(dead)
-	}, d.reopen)
+	}, func() {
+		if undo != nil {
+			undo()
+		}
+		d.reopen()
+	})
 }
 
-func (d *delivery) Ack(ctx context.Context) error {
-	return d.settle(ctx, "ack", false, func(batch *pebbledb.Batch) (func(), error) {
-		d.s.b.stageFinished(batch, d, recordSucceeded, "")
-		return func() { d.s.b.ids.remove(d.it.id) }, nil
+func (d *delivery) Ack(ctx context.Context) error { return d.AckWith(ctx, nil, nil) }
+
+// AckWith acknowledges the delivery and publishes children in the same batch, with the
+// job's record (see backend.AtomicDelivery).
+func (d *delivery) AckWith(ctx context.Context, children []backend.Publication, run *backend.JobRecord) error {
+	b := d.s.b
+	return d.settle(ctx, "ack", false, func(batch *pebbledb.Batch) (func(), func(), error) {
+		applyChildren, undo, ids, err := b.stagePublications(ctx, batch, children)
+		if err != nil {
+			return nil, nil, err
+		}
+		n := b.stageSettleRecord(batch, d, backend.JobSucceeded, "", ids, run)
+		return func() {
+			applyChildren()
+			b.ids.remove(d.it.id)
+			b.recs.add(n, b.records.maxCount)
+		}, undo, nil
 	})
 }
 
 func (d *delivery) Retry(ctx context.Context, next backend.Envelope, delay time.Duration) error {
-	return d.republish(ctx, "retry", next, delay, false)
+	return d.republish(ctx, "retry", next, delay, false, nil)
 }
 
 func (d *delivery) Defer(ctx context.Context, next backend.Envelope, delay time.Duration) error {
-	return d.republish(ctx, "defer", next, delay, true)
+	return d.republish(ctx, "defer", next, delay, true, nil)
+}
+
+// RetryWith is Retry with the job's record in the same batch.
+func (d *delivery) RetryWith(ctx context.Context, next backend.Envelope, delay time.Duration, run *backend.JobRecord) error {
+	return d.republish(ctx, "retry", next, delay, false, run)
+}
+
+// DeferWith is Defer with the job's record in the same batch.
+func (d *delivery) DeferWith(ctx context.Context, next backend.Envelope, delay time.Duration, run *backend.JobRecord) error {
+	return d.republish(ctx, "defer", next, delay, true, run)
 }
 
 // republish settles the delivery by publishing next in its place, in one batch.
-func (d *delivery) republish(ctx context.Context, op string, next backend.Envelope, delay time.Duration, deferred bool) error {
+func (d *delivery) republish(ctx context.Context, op string, next backend.Envelope, delay time.Duration, deferred bool, run *backend.JobRecord) error {
 	b := d.s.b
-	return d.settle(ctx, op, false, func(batch *pebbledb.Batch) (func(), error) {
+	return d.settle(ctx, op, false, func(batch *pebbledb.Batch) (func(), func(), error) {
 		q, err := b.lookup(next.Queue)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		apply := b.stage(batch, q, next, delay, deferred)
-		b.stageRecord(batch, next, delay)
+		state := backend.JobRetrying
+		if deferred {
+			state = backend.JobDeferred
+		}
 		old := d.it.id
+		if next.ID != old {
+			b.stageRecord(batch, next, delay, deferred)
+		}
+		b.stageSettleRecord(batch, d, state, next.Reason, nil, run)
 		return func() {
 			if next.ID != old {
 				b.ids.remove(old)
 				b.ids.add(next.ID)
 			}
 			apply()
-		}, nil
+		}, nil, nil
 	})
 }
 
 func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
+	return d.DeadLetterWith(ctx, reason, nil)
+}
+
+// DeadLetterWith is DeadLetter with the job's record in the same batch.
+func (d *delivery) DeadLetterWith(ctx context.Context, reason string, run *backend.JobRecord) error {
 	if reason == "" {
 		reason = "dead-lettered without a reason"
 	}
 	b := d.s.b
-	return d.settle(ctx, "dead-letter", true, func(batch *pebbledb.Batch) (func(), error) {
+	return d.settle(ctx, "dead-letter", true, func(batch *pebbledb.Batch) (func(), func(), error) {
 		now := time.Now()
 		raw := d.raw
 		if raw == nil {
 			raw = encodeEnvelope(nil, d.env)
 		}
 		batch.Set(deadKey(d.s.q.name, now, b.seq.Add(1)), encodeDead(nil, reason, now, raw), nil)
-		b.stageFinished(batch, d, recordDead, reason)
-		return func() { b.ids.remove(d.it.id) }, nil
+		n := b.stageSettleRecord(batch, d, backend.JobDead, reason, nil, run)
+		return func() {
+			b.ids.remove(d.it.id)
+			b.recs.add(n, b.records.maxCount)
+		}, nil, nil
 	})
 }
