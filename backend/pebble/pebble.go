@@ -122,10 +122,10 @@ type Backend struct {
 	// corruption holds the last corruption Pebble reported.
 	corruption atomic.Pointer[pebbledb.DataCorruptionInfo]
 
-	mu      sync.RWMutex
-	queues  map[string]*queue
-	closed  bool
-	done    chan struct{} // closed by Close
+	mu     sync.RWMutex
+	queues map[string]*queue
+	closed bool
+	done   chan struct{} // closed by Close
 	// closing is cancelled by Close: background work (compactions) stops with it.
 	closing context.Context
 	cancel  context.CancelFunc
