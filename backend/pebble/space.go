@@ -136,7 +136,6 @@ func (g *spaceGuard) makeBallast() {
 	}
 }
 
-
 func bytesString(n uint64) string {
 	switch {
 	case n >= 1<<30:
