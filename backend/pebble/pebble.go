@@ -668,6 +668,9 @@ func (b *Backend) Close(ctx context.Context) error {
 	}
 }
 
+// flushOnCloseOver is the memtable size above which Close flushes it.
+const flushOnCloseOver = 1 << 20
+
 func (b *Backend) closeStore() (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -681,6 +684,15 @@ func (b *Backend) closeStore() (err error) {
 			err = fmt.Errorf("pebble backend: releasing the lock of %s: %w", b.dir, lerr)
 		}
 	}()
+	if b.failed.Load() == nil && b.db.Metrics().MemTable.Size > flushOnCloseOver {
+		// Flushing a large memtable makes the next Open read tables instead of
+		// replaying the log: a clean stop restarts faster (a million jobs waiting:
+		// 3.1 s to 1.8-1.9 s here). A small one replays in no time and is left alone,
+		// which also keeps tests in synctest bubbles clear of Pebble's flush pools.
+		if err := b.db.Flush(); err != nil {
+			b.log.Warn("flushing the store before closing", "dir", b.dir, "error", err)
+		}
+	}
 	if err := b.db.Close(); err != nil && b.failed.Load() == nil {
 		return fmt.Errorf("pebble backend: closing %s: %w", b.dir, err)
 	}
