@@ -20,6 +20,12 @@
 //     acknowledge second; if the publish fails the delivery stays unacknowledged.
 //   - Delays never fire early: they are rounded up to the backend's granularity.
 //   - After Close, every operation fails with ErrShutDown and streams end.
+//
+// Backends with a store of their own may implement optional interfaces (durable.go):
+// BatchPublisher (an all-or-nothing batch), AtomicDelivery (an ack committed with its
+// children, settles that carry the job's record) and JobRecordReader (records by id;
+// such a backend drops a repeat publish of an id it still holds). Callers type-assert
+// and fall back to the plain contract.
 package backend
 
 import (

@@ -41,7 +41,8 @@ func TestContract(t *testing.T) {
 	t.Parallel()
 	backendtest.Run(t, backendtest.Options{
 		New: func(t *testing.T) backend.Backend {
-			return open(t, pebblebackend.Config{Dir: filepath.Join(t.TempDir(), "data")})
+			// A small ballast: dozens of parallel stores need not preallocate 64 MiB each.
+			return open(t, pebblebackend.Config{Dir: filepath.Join(t.TempDir(), "data"), BallastSize: 1 << 20})
 		},
 		Parallel: true,
 	})
