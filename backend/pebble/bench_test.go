@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -119,4 +120,67 @@ func BenchmarkPebbleOpen(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(*openJobs), "jobs")
+}
+
+var throughJobs = flag.Int("through-jobs", 100_000, "jobs that BenchmarkPebbleDiskAfterThroughput puts through the store")
+
+// BenchmarkPebbleDiskAfterThroughput puts -through-jobs jobs through a store (batch
+// publishes of 1,000, each consumed and acknowledged), closes it and reports the
+// directory's size in bytes, and the batched jobs/s.
+func BenchmarkPebbleDiskAfterThroughput(b *testing.B) {
+	ctx := context.Background()
+	for range b.N {
+		dir := filepath.Join(b.TempDir(), "data")
+		be, err := pebblebackend.Open(ctx, pebblebackend.Config{Dir: dir, BallastSize: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		q := backend.QueueConfig{Name: "bench", Prefetch: 1024}
+		if err := be.Declare(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+		s, err := be.Consume(ctx, q)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := *throughJobs
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range n {
+				d := <-s.Deliveries()
+				if err := d.Ack(ctx); err != nil {
+					b.Error(err)
+				}
+			}
+		}()
+		start := time.Now()
+		payload := []byte(`{"url":"https://example.com/image.png","size":640}`)
+		batch := make([]backend.Publication, 0, 1000)
+		for i := range n {
+			batch = append(batch, backend.Publication{Envelope: backend.NewEnvelope("bench", payload)})
+			if len(batch) == cap(batch) || i == n-1 {
+				if err := be.PublishBatch(ctx, batch); err != nil {
+					b.Fatal(err)
+				}
+				batch = batch[:0]
+			}
+		}
+		<-done
+		took := time.Since(start)
+		s.Drop()
+		time.Sleep(time.Second) // let a compaction of the drained queue start
+		if err := be.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+		var size int64
+		filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+			if err == nil && !fi.IsDir() {
+				size += fi.Size()
+			}
+			return nil
+		})
+		b.ReportMetric(float64(size), "bytes")
+		b.ReportMetric(float64(n)/took.Seconds(), "jobs/s")
+	}
 }

@@ -291,6 +291,7 @@ type queue struct {
 	delayed  int
 	deferred int
 	dead     int
+	deletes  int // settles since the queue's range was last compacted
 	// offering counts deliveries taken off the queue that a stream offers and no
 	// consumer has received yet: pending, from the consumer's point of view.
 	offering atomic.Int32

@@ -170,6 +170,10 @@ func (s *stream) end(err error) {
 	}
 }
 
+// compactDrainedAfter is how many settles a queue sees before, once it is empty, its
+// range is compacted.
+const compactDrainedAfter = 100_000
+
 // Delivery states.
 const (
 	stateOpen int32 = iota
@@ -234,8 +238,19 @@ func (d *delivery) finish(dead bool) {
 		q.dead++
 	}
 	d.state.Store(stateSettled)
+	q.deletes++
+	drained := q.deletes >= compactDrainedAfter && q.nready == 0 && q.unsettle == 0
+	if drained {
+		q.deletes = 0
+	}
 	q.mu.Unlock()
 	d.s.wakeUp()
+	if drained {
+		// The queue is empty after many settles: compact its ready range so that
+		// the tombstones of the jobs that went through do not linger on disk.
+		prefix := readyPrefix(q.name)
+		d.s.b.compactLater(prefix, prefixEnd(prefix))
+	}
 }
 
 // settle runs one settle as one batch: the job's ready key is deleted and stage adds
