@@ -15,7 +15,12 @@
 //
 // The in-memory indexes (a FIFO per queue and priority, a heap of due times) are rebuilt
 // by one scan of the store at Open, which also reads every block and so finds damage
-// before any job runs (ErrCorrupt). Delays use the time package's timers.
+// before any job runs (ErrCorrupt). Delays use the time package's timers, so tests
+// can run the backend on vfs.NewMem inside a testing/synctest bubble; keep such tests
+// small, though: a memtable flush or compaction inside a bubble hands Pebble's pooled
+// writers a channel of the bubble, and a later flush outside it then crashes the test
+// binary ("send on synctest channel from outside bubble"). Close flushes only a
+// memtable over 1 MiB for that reason.
 package pebble
 
 import (
