@@ -29,6 +29,7 @@ type riverResult struct {
 	ClientCPUS    float64 `json:"client_cpu_s"`
 	PostgresCPUS  float64 `json:"postgres_cpu_s"`
 	PostgresShare float64 `json:"postgres_cpu_share"`
+	JobsPerCPUS   float64 `json:"jobs_per_cpu_s"`
 }
 
 // riverSection runs the River peer (internal/bench/riverpeer, a module of its own) in the
@@ -77,11 +78,11 @@ func riverSection(ctx context.Context, shapes [][]string) string {
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## River on PostgreSQL, the peer\n\nRiver %s on PostgreSQL %s (stock settings, unix socket), driven by internal/bench/riverpeer as `river bench` (v0.43.0+) drives it: 2,000 workers, 2 ms fetch cooldown, 20 ms fetch poll, jobs inserted in batches of 5,000 with InsertMany, a no-op worker, completions counted off the client's event subscription, the jobs table truncated and vacuumed first. `-n N` inserts every job, then starts the client and times it working them; `--duration D` inserts and works at once, topping the backlog up to about 75,000 every 250 ms (at least one batch each time, as river bench does). jobs/s is river bench's figure: jobs worked over the time from the client's start to the last job worked. CPU is what the River client process and every postgres process used in that time.\n\n",
+	fmt.Fprintf(&b, "\n## River on PostgreSQL, the peer\n\nRiver %s on PostgreSQL %s (stock settings, unix socket), driven by internal/bench/riverpeer as `river bench` (v0.43.0+) drives it: 2,000 workers, 2 ms fetch cooldown, 20 ms fetch poll, jobs inserted in batches of 5,000 with InsertMany, a no-op worker, completions counted off the client's event subscription, the jobs table truncated and vacuumed first. `-n N` inserts every job, then starts the client and times it working them; `--duration D` inserts and works at once, topping the backlog up to about 75,000 every 250 ms (at least one batch each time, as river bench does). jobs/s is river bench's figure: jobs worked over the time from the client's start to the last job worked. CPU is what the River client process and every postgres process used in that time; jobs per CPU s divides the jobs by the two together, which says more than jobs/s when other work shares the machine.\n\n",
 		results[0].RiverVersion, results[0].Postgres)
-	b.WriteString("| shape | jobs worked | jobs inserted | jobs/s | client CPU s | Postgres CPU s | Postgres share |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| shape | jobs worked | jobs inserted | jobs/s | client CPU s | Postgres CPU s | Postgres share | jobs per CPU s |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| `%s` | %d | %d | %.0f | %.1f | %.1f | %.0f%% |\n", r.Shape, r.JobsWorked, r.JobsInserted, r.JobsPerSec, r.ClientCPUS, r.PostgresCPUS, 100*r.PostgresShare)
+		fmt.Fprintf(&b, "| `%s` | %d | %d | %.0f | %.1f | %.1f | %.0f%% | %.0f |\n", r.Shape, r.JobsWorked, r.JobsInserted, r.JobsPerSec, r.ClientCPUS, r.PostgresCPUS, 100*r.PostgresShare, r.JobsPerCPUS)
 	}
 	b.WriteString("\nCommands (with `export WASMJOBS_PG_URL=$(scripts/postgres.sh start)`):\n\n")
 	for _, shape := range shapes {

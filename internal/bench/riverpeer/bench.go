@@ -73,6 +73,10 @@ type Result struct {
 	PostgresCPUS  float64 `json:"postgres_cpu_s"`
 	MachineCPUS   float64 `json:"machine_cpu_s"`
 	PostgresShare float64 `json:"postgres_cpu_share"` // of client + Postgres
+	// JobsPerCPUS is jobs worked per CPU second of client and Postgres together: on a
+	// machine shared with other work it says what River would do with the cores to itself
+	// better than jobs/s does.
+	JobsPerCPUS float64 `json:"jobs_per_cpu_s"`
 }
 
 // ErrConfig reports flags that name no shape, or both.
@@ -270,6 +274,7 @@ wait:
 	res.MachineCPUS = after.machine - before.machine
 	if both := res.ClientCPUS + res.PostgresCPUS; both > 0 {
 		res.PostgresShare = res.PostgresCPUS / both
+		res.JobsPerCPUS = float64(res.JobsWorked) / both
 	}
 	return res, nil
 }

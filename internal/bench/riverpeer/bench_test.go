@@ -88,6 +88,9 @@ func TestBothShapesWorkEveryJobOnPostgres(t *testing.T) {
 	if res.JobsInserted != 12000 || res.JobsWorked != 12000 || res.JobsPerSec <= 0 || res.Seconds <= 0 {
 		t.Errorf("-n 12000: %+v, want 12000 inserted and worked at a positive rate", res)
 	}
+	if res.ClientCPUS <= 0 || res.PostgresCPUS <= 0 || res.JobsPerCPUS <= 0 {
+		t.Errorf("-n 12000: %+v, want the CPU of the client and of Postgres", res)
+	}
 	if res.RiverVersion != "v0.51.2" && res.RiverVersion != "unknown" { // unknown under go test's build info
 		t.Errorf("river version %q", res.RiverVersion)
 	}

@@ -100,8 +100,8 @@ func (r Result) Line() string {
 	s := fmt.Sprintf("river %s on Postgres %s, %s: %d jobs worked (%d inserted) in %.2f s: %.0f jobs/s",
 		r.RiverVersion, r.Postgres, r.Shape, r.JobsWorked, r.JobsInserted, r.Seconds, r.JobsPerSec)
 	if r.ClientCPUS+r.PostgresCPUS > 0 {
-		s += fmt.Sprintf("; CPU s: client %.1f, postgres %.1f (%.0f%% of the two), machine %.1f",
-			r.ClientCPUS, r.PostgresCPUS, 100*r.PostgresShare, r.MachineCPUS)
+		s += fmt.Sprintf("; CPU s: client %.1f, postgres %.1f (%.0f%% of the two), machine %.1f; %.0f jobs per CPU s of the two",
+			r.ClientCPUS, r.PostgresCPUS, 100*r.PostgresShare, r.MachineCPUS, r.JobsPerCPUS)
 	}
 	return s
 }
