@@ -109,6 +109,7 @@ func main() {
 	fmt.Fprintf(&b, "| cache | ready in |\n|---|---|\n| none | %v |\n| warm on-disk compilation cache | %v |\n", cold.Round(time.Millisecond), warm.Round(time.Millisecond))
 	fmt.Fprintf(&b, "\n## Hot swap\n\nA module replaced by renaming a new file into the watched directory while jobs flow, %d times: from the rename to the first job settled on the new version: p50 %v, p99 %v.\n",
 		len(swaps), swaps[len(swaps)/2].Round(time.Millisecond), swaps[len(swaps)*99/100].Round(time.Millisecond))
+	b.WriteString(riverSection(ctx, riverShapes()))
 	if os.Getenv("WASMJOBS_AMQP_URL") == "" {
 		b.WriteString("\nRabbitMQ rows are missing: WASMJOBS_AMQP_URL was not set (`export WASMJOBS_AMQP_URL=$(scripts/rabbitmq.sh start)`).\n")
 	}
