@@ -11,6 +11,9 @@ import (
 // the Postgres in WASMJOBS_PG_URL, in two short shapes; without it the test is skipped.
 func TestRiverSectionRunsThePeerInEachShape(t *testing.T) {
 	if os.Getenv("WASMJOBS_PG_URL") == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("WASMJOBS_PG_URL is not set: CI must start Postgres with scripts/postgres.sh start")
+		}
 		t.Skip("WASMJOBS_PG_URL is not set: export WASMJOBS_PG_URL=$(scripts/postgres.sh start)")
 	}
 	got := riverSection(context.Background(), [][]string{{"-n", "6000"}, {"--duration", "2s"}})

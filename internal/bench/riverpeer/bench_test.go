@@ -71,6 +71,9 @@ func TestPostgresTicksCountsOnlyPostgresWithReapedChildren(t *testing.T) {
 func TestBothShapesWorkEveryJobOnPostgres(t *testing.T) {
 	url := os.Getenv("WASMJOBS_PG_URL")
 	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("WASMJOBS_PG_URL is not set: CI must start Postgres with scripts/postgres.sh start")
+		}
 		t.Skip("WASMJOBS_PG_URL is not set: export WASMJOBS_PG_URL=$(scripts/postgres.sh start)")
 	}
 	defer goleak.VerifyNone(t)
