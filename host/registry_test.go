@@ -289,7 +289,7 @@ func TestBadVersionKeepsTheOldServing(t *testing.T) {
 		{"missing exports", variant(t, "hostile/no_handle", "x"), "", `missing export "wasmjobs_handle"`},
 		{"trapping _initialize", variant(t, "hostile/init_trap", "x"), "", "_initialize failed: trap: unreachable"},
 		{"failing wasmjobs_init", variant(t, "hostile/init_fail", "x"), "", "wasmjobs_init returned 5"},
-		{"bad manifest", nil, "timeout = 5\n", "svc.toml:1: field timeout: want a \"quoted string\", got 5"},
+		{"bad manifest", nil, "timeout = 5\n", "svc.toml:1:1: field timeout: want a duration from 1ms to 24h such as \"30s\", got 5"},
 	} {
 		rig.publish("svc", 200)
 		if bad.wasm != nil {

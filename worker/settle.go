@@ -20,8 +20,10 @@ func (w *Worker) process(qs *queueState, d backend.Delivery) {
 	defer w.release(qs)
 	env, err := d.Envelope()
 	if err != nil {
-		// decode: a message that cannot be decoded is dead-lettered with the reason.
+		// decode: a message that cannot be decoded is dead-lettered with the reason. It
+		// starts like any job, so that every observer sees started before settled.
 		job := &Job{Envelope: env, Attempt: max(env.Attempt, 1)}
+		w.obs.Observe(Event{Kind: EventStarted, Job: job})
 		w.settle(qs.policy.Load().spec, d, job, Result{}, 0, plan{settle: SettleDeadLetter, reason: err.Error()})
 		return
 	}

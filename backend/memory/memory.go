@@ -93,9 +93,10 @@ type queue struct {
 	offering atomic.Int32
 }
 
-// Declare creates the queue q.Name if it does not exist. Declaring it again changes
-// nothing, not even a different priority level count: like a broker, the first
-// declaration wins.
+// Declare creates the queue q.Name if it does not exist. Declaring it again with the
+// same priority levels changes nothing; declaring it with other priority levels fails
+// with an error that names both and leaves the queue as it was, as RabbitMQ refuses a
+// queue redeclared with other arguments (the prefetch is a stream's, never a conflict).
 func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 	if err := backend.ValidateQueueName(q.Name); err != nil {
 		return err
@@ -106,7 +107,10 @@ func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 	if b.closed {
 		return backend.ErrShutDown
 	}
-	if _, ok := b.queues[q.Name]; ok {
+	if have, ok := b.queues[q.Name]; ok {
+		if have.levels != q.PriorityLevels {
+			return fmt.Errorf("queue %q exists with %d priority levels, not the %d wanted: it keeps its first declaration", q.Name, have.levels, q.PriorityLevels)
+		}
 		return nil
 	}
 	b.queues[q.Name] = &queue{

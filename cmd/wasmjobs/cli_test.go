@@ -32,7 +32,7 @@ func TestInvokeBadUsage(t *testing.T) {
 		{"unknown flag", []string{"invoke", echo, "--bogus"}, "unknown flag: --bogus"},
 		{"bad flag value", []string{"invoke", echo, "--attempt", "two"}, `invalid argument "two" for "--attempt"`},
 		{"missing module", []string{"invoke", "/nope/m.wasm"}, "open /nope/m.wasm: no such file or directory"},
-		{"bad manifest", []string{"invoke", badManifest}, `echo.toml:3: field timeout: want a duration from 1ms to 24h such as "30s", got "soon"`},
+		{"bad manifest", []string{"invoke", badManifest}, `echo.toml:3:1: field timeout: want a duration from 1ms to 24h such as "30s", got "soon"`},
 		{"validate without paths", []string{"modules", "validate"}, "want validate PATH..., got 0 arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
