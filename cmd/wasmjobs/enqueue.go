@@ -40,7 +40,13 @@ and prints each job's id.
 The payload is PAYLOAD, the content of --file, or standard input with '-'. With --lines
 every line of it is a job of its own; with --count N the job is enqueued N times. Large
 batches go in requests of 500 jobs, with a progress bar when standard error is a
-terminal.`,
+terminal.
+
+With --backend amqp://... the jobs go straight to the broker, checked as the API would
+check them (queue name, reserved wasmjobs- headers, priority, delay, max attempts, and
+the default payload limit: only a host knows a module's manifest).
+
+A host that is draining (after SIGINT or SIGTERM) refuses new jobs with 503.`,
 		Example: `  wasmjobs enqueue greet '{"name":"Ada","lang":"fr"}'
   wasmjobs enqueue greet --file job.json --delay 10m --header Trace-Id=abc
   seq 1 10000 | sed 's/.*/{"name":"user &"}/' | wasmjobs enqueue greet - --lines -q`,
@@ -59,7 +65,7 @@ terminal.`,
 	fl.IntVar(&f.count, "count", 1, "enqueue the job this many times")
 	fl.BoolVar(&f.lines, "lines", false, "one job per line of the payload")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "do not print the jobs' ids")
-	fl.StringVar(&f.backend, "backend", "", "publish straight to a broker (amqp://...) instead of through the API")
+	fl.StringVar(&f.backend, "backend", "", "publish straight to a broker (amqp://...) instead of through the API; jobs are checked as the API checks them, against the default payload limit")
 	return cmd
 }
 
