@@ -167,8 +167,8 @@ func IsLoopbackHost(host string) bool {
 var errDraining = &httpError{http.StatusServiceUnavailable,
 	"the host is draining (shutting down) and takes no new jobs: enqueue through another host, or after it restarts"}
 
-// accepting fails an enqueue while the host drains. A request that passed it before
-// the drain began publishes as it would have a moment earlier.
+// accepting fails an enqueue while the host drains. A request that passed it is
+// checked again after its publish (see publish).
 func (s *server) accepting() error {
 	if !s.cfg.Accepting() {
 		return errDraining
@@ -339,6 +339,12 @@ func (s *server) publish(ctx context.Context, env backend.Envelope, delay time.D
 		s.cfg.History.Forget(env.ID)
 		return fmt.Errorf("publishing to queue %s: %w", env.Queue, err)
 	}
+	// A 202 means the job was in before the drain began. One whose publish the first
+	// signal overtook may be dropped at exit: the client must not count on it.
+	if !s.cfg.Accepting() {
+		return &httpError{http.StatusServiceUnavailable, fmt.Sprintf(
+			"the host is draining (shutting down): it began while job %s was published, which may be dropped at exit; enqueue it again through another host, or after it restarts", env.ID)}
+	}
 	return nil
 }
 
@@ -399,6 +405,7 @@ func (s *server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	ids := make([]string, 0, len(envs))
 	for i, env := range envs {
 		if err := s.publish(r.Context(), env, delays[i]); err != nil {
+			// ids holds the jobs accepted before the failure (or the drain).
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error(), "ids": ids})
 			return
 		}

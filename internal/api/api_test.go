@@ -441,3 +441,26 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestEnqueueOvertakenByTheDrainIsNot202: a job whose publish the first signal
+// overtook may be dropped at exit, so it is not answered 202.
+func TestEnqueueOvertakenByTheDrainIsNot202(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"/v1/jobs", "/v1/jobs/batch"} {
+		t.Run(path, func(t *testing.T) {
+			var calls atomic.Int32
+			// Accepting when the request arrives, draining by the time its publish is done.
+			r := newAPIRig(t, "", func(c *api.Config) { c.Accepting = func() bool { return calls.Add(1) == 1 } })
+			body := `{"queue": "echo", "delay": "1h"}`
+			if path == "/v1/jobs/batch" {
+				body = `{"jobs": [` + body + `]}`
+			}
+			status, got := r.call(t, "POST", path, body)
+			msg, _ := got["error"].(string)
+			ids, _ := got["ids"].([]any)
+			if status != 503 || !strings.Contains(msg, "the host is draining (shutting down): it began while job") || len(ids) != 0 || got["id"] != nil {
+				t.Fatalf("%d %v, want 503 and no id", status, got)
+			}
+		})
+	}
+}
