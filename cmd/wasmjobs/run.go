@@ -242,7 +242,7 @@ func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error 
 	srv := &http.Server{
 		Handler: api.New(api.Config{
 			Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(),
-			Token: f.token, Ready: ready.Load, Logger: log,
+			Token: f.token, Ready: ready.Load, Logger: log, Loopback: isLoopback(ln.Addr().String()),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
