@@ -30,8 +30,8 @@ build: ## build the wasmjobs command into bin/
 cover: ## coverage per package
 	$(GO) test -count=1 -cover ./...
 
-bench: guests ## run the benchmark matrix and write BENCHMARKS.md (RabbitMQ rows need WASMJOBS_AMQP_URL)
-	$(GO) run ./internal/bench/report BENCHMARKS.md
+bench: guests build ## run the benchmark matrix, each row its own bin/wasmjobs process, and write BENCHMARKS.md (RabbitMQ rows need WASMJOBS_AMQP_URL)
+	$(GO) run ./internal/bench/report -bin bin/wasmjobs BENCHMARKS.md
 
 gobench: ## the Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...
