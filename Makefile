@@ -36,8 +36,8 @@ build: ## build the wasmjobs command into bin/
 cover: ## coverage per package
 	$(GO) test -count=1 -cover ./...
 
-bench: guests ## run the benchmark matrix and write BENCHMARKS.md (RabbitMQ rows need WASMJOBS_AMQP_URL; River rows WASMJOBS_PG_URL or a local postgresql)
-	$(GO) run ./internal/bench/report BENCHMARKS.md
+bench: guests build ## run the benchmark matrix, each row its own bin/wasmjobs process, and write BENCHMARKS.md (RabbitMQ rows need WASMJOBS_AMQP_URL; River rows WASMJOBS_PG_URL or a local postgresql)
+	$(GO) run ./internal/bench/report -bin bin/wasmjobs BENCHMARKS.md
 
 bench-river: ## River on PostgreSQL, the peer, alone: -n 200000, then --duration 30s (starts Postgres with scripts/postgres.sh)
 	@url=$${WASMJOBS_PG_URL:-$$(scripts/postgres.sh start)} && cd internal/bench/riverpeer && \

@@ -75,6 +75,11 @@ type RegistryEvent struct {
 	Err error
 	// At is when the new version was ready to serve, just before it was put in place.
 	At time.Time
+	// Noticed is when the watcher first reported the burst of changes whose read
+	// loaded this version (zero when a rescan found it); Read is when that read of the
+	// files began, after the debounce. With At they split a swap's latency into the
+	// watcher's, the debounce's and the load's (benchmarks report them).
+	Noticed, Read time.Time
 }
 
 // ModuleStatus describes a module of the directory.
@@ -107,6 +112,7 @@ type Registry struct {
 	entries map[string]*entry // by module name
 
 	syncMu  sync.Mutex // one reconcile at a time
+	noticed time.Time  // guarded by syncMu: RegistryEvent.Noticed of the current reconcile
 	watcher *fsnotify.Watcher
 	kick    chan struct{}
 	stop    chan struct{}
@@ -241,6 +247,7 @@ func (r *Registry) follow() {
 	defer rescan.Stop()
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
+	var burst time.Time // when the first event of the changes not read yet came
 	for {
 		select {
 		case <-r.stop:
@@ -252,6 +259,9 @@ func (r *Registry) follow() {
 				continue
 			}
 			if ev.Op != fsnotify.Chmod {
+				if burst.IsZero() {
+					burst = time.Now()
+				}
 				debounce.Reset(r.cfg.Debounce)
 			}
 		case err, ok := <-errs:
@@ -263,7 +273,8 @@ func (r *Registry) follow() {
 			r.log.Warn("watching the modules directory", "dir", r.cfg.Dir, "error", err)
 			debounce.Reset(r.cfg.Debounce)
 		case <-debounce.C:
-			r.Sync(context.Background())
+			r.sync(context.Background(), burst)
+			burst = time.Time{}
 		case <-rescan.C:
 			r.Sync(context.Background())
 		case <-r.kick:
@@ -281,9 +292,13 @@ func (r *Registry) Rescan() {
 }
 
 // Sync reads the directory once and brings the modules in line with it.
-func (r *Registry) Sync(ctx context.Context) {
+func (r *Registry) Sync(ctx context.Context) { r.sync(ctx, time.Time{}) }
+
+// sync is Sync after a burst of watcher events, the first of which came at noticed.
+func (r *Registry) sync(ctx context.Context, noticed time.Time) {
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
+	r.noticed = noticed
 	names, err := r.list()
 	if err != nil {
 		r.log.Error("reading the modules directory", "dir", r.cfg.Dir, "error", err)
@@ -342,6 +357,7 @@ func (r *Registry) syncModule(ctx context.Context, name string) {
 	if unchanged {
 		return
 	}
+	read := time.Now()
 	wasm, err := os.ReadFile(file)
 	if err != nil {
 		r.reject(e, name, fp, err)
@@ -395,7 +411,7 @@ func (r *Registry) syncModule(ctx context.Context, name string) {
 	e.handler, e.seen, e.manifest, e.err = h, fp, manText, nil
 	r.mu.Unlock()
 	r.log.Info("module "+kind, "module", name, "file", file, "version", m.Version(), "queue", m.Queue())
-	r.emit(RegistryEvent{Kind: kind, Module: name, File: file, Version: m.Version(), At: at})
+	r.emit(RegistryEvent{Kind: kind, Module: name, File: file, Version: m.Version(), At: at, Noticed: r.noticed, Read: read})
 }
 
 // reject records a failed load; the serving version, if any, keeps serving.
