@@ -80,9 +80,10 @@ is rejected and the previous one keeps serving.
 The HTTP API (--listen) takes jobs (POST /v1/jobs), reports them (GET /v1/jobs/{id}),
 queues, modules and dead letters, and serves Prometheus metrics on /metrics.
 
-SIGINT or SIGTERM drains: no new jobs are taken, running jobs finish and settle, up to
---drain-timeout; then unfinished jobs are left unacknowledged for the backend to deliver
-again. A second signal stops at once.
+SIGINT or SIGTERM drains: the API refuses new jobs (it still answers reads), no new jobs
+are taken, running jobs finish and settle, up to --drain-timeout; then unfinished jobs
+are left unacknowledged for the backend to deliver again, and run exits within 2 s,
+whatever the broker does. A second signal stops at once.
 
 Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...).`,
 		Example: `  wasmjobs run --modules ./modules
