@@ -205,6 +205,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	// reverse, each bounded by closeCtx's deadline.
 	var cleanups []func(ctx context.Context)
 	var finalDeadline time.Time // set when the drain starts: its deadline plus closeGrace
+	served := false
 	defer func() {
 		if finalDeadline.IsZero() {
 			finalDeadline = time.Now().Add(closeGrace)
@@ -214,7 +215,9 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		for i := len(cleanups) - 1; i >= 0; i-- {
 			cleanups[i](closeCtx)
 		}
-		log.Info("wasmjobs stopped")
+		if served {
+			log.Info("wasmjobs stopped")
+		}
 	}()
 
 	// From the first signal the host is draining: Ready reports false at once, so the
@@ -309,6 +312,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		<-serveErr
 	})
 	started.Store(true)
+	served = true
 	mods := reg.Modules()
 	serving := 0
 	for _, m := range mods {
@@ -342,7 +346,11 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if stopErr != nil {
 		log.Warn("drain timeout: unfinished jobs left unacknowledged", "error", stopErr)
 	} else {
-		log.Info("drained: every running job finished and settled")
+		running := 0
+		for _, n := range w.Running() {
+			running += n
+		}
+		log.Info("drained: every running job finished and settled", "running", running)
 	}
 	if mb, isMemory := b.(*memory.Backend); isMemory {
 		left := 0
