@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/internal/backoff"
 )
 
 // PriorityHeader is the reserved header in which a deferred job keeps the priority it
@@ -153,13 +154,7 @@ func restorePriority(env *backend.Envelope) {
 // backoff returns the wait before the attempt after attempt: full jitter under an
 // exponential ceiling.
 func (w *Worker) backoff(b Backoff, attempt int) time.Duration {
-	ceiling := b.Cap
-	if shift := attempt - 1; shift < 62 {
-		if c := b.Base << shift; c > 0 && c>>shift == b.Base && c < b.Cap {
-			ceiling = c
-		}
-	}
-	return w.cfg.Jitter(ceiling)
+	return backoff.Policy{Base: b.Base, Cap: b.Cap, Jitter: w.cfg.Jitter}.Delay(attempt)
 }
 
 func orDefault(s, def string) string {
@@ -183,7 +178,8 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 	defer w.settling.done()
 
 	// Only settles that publish can wait on the backend; a plain ack needs no timer.
-	ctx := context.Background()
+	// Every settle ends at the drain deadline (Stop cancels settleCtx).
+	ctx := w.settleCtx
 	if p.settle != SettleAck || len(p.children) > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, w.cfg.SettleTimeout)
