@@ -1,7 +1,7 @@
 # wasmjobs: build and test. `make help` lists the targets.
 GO ?= go
 
-.PHONY: help broker fuzz guests gobench run test vet build cover bench testdata testdata-check examples soak
+.PHONY: help broker postgres fuzz guests gobench run test vet build cover bench bench-river testdata testdata-check examples soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -9,12 +9,17 @@ help: ## list the targets
 broker: ## start a throwaway RabbitMQ on loopback (apt-get installs it if missing); prints its URL
 	@scripts/rabbitmq.sh start
 
+postgres: ## start Debian's PostgreSQL without systemd (apt-get installs it if missing) with a database river; prints its URL
+	@scripts/postgres.sh start
+
 run: ## build, start wasmjobs run with the example handler, enqueue demo jobs; Ctrl-C stops
 	GO=$(GO) scripts/demo.sh
 
 test: vet ## vet, then every test with the race detector (RabbitMQ's with WASMJOBS_AMQP_URL set)
 	$(GO) test -race -count=1 -skip 'TestBrokerRestart' ./...
 	cd guest-sdk/go && $(GO) test -race -count=1 ./...
+	@# The River peer is a module of its own; its Postgres test runs with WASMJOBS_PG_URL set.
+	cd internal/bench/riverpeer && $(GO) test -race -count=1 ./...
 	@# The broker-restart tests run alone: a restart would cut every other test's connection.
 	$(GO) test -race -count=1 -p 1 -run 'TestBrokerRestart' -v ./backend/rabbitmq/ ./cmd/wasmjobs/
 
@@ -23,6 +28,7 @@ vet: ## go vet, here and in the Go guest SDK and examples (built for wasip1)
 	cd guest-sdk/go && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) vet ./...
 	cd guest-sdk/go/conformance && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd examples/greet-go && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	cd internal/bench/riverpeer && $(GO) vet ./...
 
 build: ## build the wasmjobs command into bin/
 	$(GO) build -o bin/wasmjobs ./cmd/wasmjobs
@@ -30,8 +36,12 @@ build: ## build the wasmjobs command into bin/
 cover: ## coverage per package
 	$(GO) test -count=1 -cover ./...
 
-bench: guests ## run the benchmark matrix and write BENCHMARKS.md (RabbitMQ rows need WASMJOBS_AMQP_URL)
-	$(GO) run ./internal/bench/report BENCHMARKS.md
+bench: guests build ## run the benchmark matrix, each row its own bin/wasmjobs process, and write BENCHMARKS.md (RabbitMQ rows need WASMJOBS_AMQP_URL; River rows WASMJOBS_PG_URL or a local postgresql)
+	$(GO) run ./internal/bench/report -bin bin/wasmjobs BENCHMARKS.md
+
+bench-river: ## River on PostgreSQL, the peer, alone: -n 200000, then --duration 30s (starts Postgres with scripts/postgres.sh)
+	@url=$${WASMJOBS_PG_URL:-$$(scripts/postgres.sh start)} && cd internal/bench/riverpeer && \
+	$(GO) run . -n 200000 --database-url "$$url" && $(GO) run . --duration 30s --database-url "$$url"
 
 gobench: ## the Go benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...

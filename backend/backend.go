@@ -20,6 +20,15 @@
 //     acknowledge second; if the publish fails the delivery stays unacknowledged.
 //   - Delays never fire early: they are rounded up to the backend's granularity.
 //   - After Close, every operation fails with ErrShutDown and streams end.
+//   - A backend that knows ids drops a repeat publish of an id it still holds (ready,
+//     delayed, deferred, or delivered and not settled) and reports success. Child jobs
+//     get ids derived from their parent's (ChildID), so a publish retried after a
+//     partial failure repeats ids instead of making new jobs. The memory backend drops
+//     repeats, per queue; a durable backend that stores jobs by id does too. RabbitMQ
+//     cannot look a message up by id: it publishes the repeat, with the id as the AMQP
+//     message-id so that a consumer can tell. A repeat after the first copy was settled
+//     is a new job on every backend: this makes a retried publish safe, not a job
+//     exactly-once.
 //
 // Backends with a store of their own may implement optional interfaces (durable.go):
 // BatchPublisher (an all-or-nothing batch), AtomicDelivery (an ack committed with its
@@ -44,11 +53,14 @@ type Backend interface {
 	// Publish puts env on env.Queue, after delay when delay > 0. Delays are rounded up
 	// to the backend's granularity, never down. Publishing to a queue that was never
 	// declared fails with an error that wraps ErrUnknownQueue and names the queue.
+	// A backend that knows ids drops a repeat of an env.ID it still holds and reports
+	// success (see the package comment).
 	Publish(ctx context.Context, env Envelope, delay time.Duration) error
 
 	// Defer holds env for delay, then releases it onto env.Queue. The caller raises
 	// env.Priority so that it returns ahead of the backlog. A delay <= 0 releases it at
-	// once.
+	// once. A repeat is dropped as by Publish. Delivery.Retry and Delivery.Defer, which
+	// put back the job they settle, are never repeats.
 	Defer(ctx context.Context, env Envelope, delay time.Duration) error
 
 	// Consume starts a stream of deliveries from the declared queue q.Name, with at most

@@ -35,6 +35,38 @@ func TestNewIDSortsByCreationTime(t *testing.T) {
 	})
 }
 
+// TestChildIDIsStableAndValid: a child's id depends on its parent's id and its index
+// only, so a retried parent repeats it; it is a valid id that keeps the parent's time.
+func TestChildIDIsStableAndValid(t *testing.T) {
+	t.Parallel()
+	valid := func(id string) bool {
+		return len(id) == 26 && id[0] <= '7' && strings.Trim(id, "0123456789ABCDEFGHJKMNPQRSTVWXYZ") == ""
+	}
+	parent, other := backend.NewID(), backend.NewID()
+	seen := map[string]bool{parent: true, other: true}
+	for i := range 100 {
+		id := backend.ChildID(parent, i)
+		if id != backend.ChildID(parent, i) {
+			t.Fatalf("child %d of %s: two ids", i, parent)
+		}
+		if !valid(id) || id[:10] != parent[:10] {
+			t.Fatalf("child %d of %s is %s: want a valid id with the parent's timestamp", i, parent, id)
+		}
+		if seen[id] || seen[backend.ChildID(other, i)] {
+			t.Fatalf("child %d: id %s repeats another", i, id)
+		}
+		seen[id], seen[backend.ChildID(other, i)] = true, true
+	}
+	// A parent id from a foreign publisher is not in our layout: the children still get
+	// valid, stable ids, at timestamp zero.
+	for _, foreign := range []string{"order-17", "", "01ARZ3NDEKTSV4RRFFQ69G5FAVX", "81ARZ3NDEKTSV4RRFFQ69G5FAV", "01ARZ3NDEKTSV4RRFFQ69G5FAU"} {
+		id := backend.ChildID(foreign, 0)
+		if !valid(id) || id[:10] != "0000000000" || id != backend.ChildID(foreign, 0) || id == backend.ChildID(foreign, 1) {
+			t.Fatalf("child of %q is %s", foreign, id)
+		}
+	}
+}
+
 func TestRoundUpNeverShortens(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ d, unit, want time.Duration }{

@@ -2,7 +2,10 @@ package backend
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -16,10 +19,49 @@ func NewID() string {
 	var b [16]byte
 	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixMilli())<<16)
 	rand.Read(b[6:]) // never fails (crypto/rand.Read panics rather than return an error)
+	return encodeID(b)
+}
+
+// ChildID returns the id of the child job number index (0-based) of the job parent:
+// the same for the same two, whichever attempt of the parent publishes it, so that a
+// retried publish repeats an id instead of making a new job, and a backend that knows
+// ids can drop the repeat. It is a valid id in NewID's layout: the parent's timestamp
+// (zero when parent is not such an id), then 80 bits of a SHA-256 of parent and index.
+func ChildID(parent string, index int) string {
+	var b [16]byte
+	ms, _ := idMillis(parent)
+	binary.BigEndian.PutUint64(b[:8], ms<<16)
+	sum := sha256.Sum256([]byte("wasmjobs child\x00" + parent + "\x00" + strconv.Itoa(index)))
+	copy(b[6:], sum[:10])
+	return encodeID(b)
+}
+
+// idMillis returns the timestamp of an id in NewID's layout.
+func idMillis(id string) (uint64, bool) {
+	if len(id) != 26 || id[0] > '7' { // 26 digits of 5 bits hold 130: the first holds 3
+		return 0, false
+	}
+	var v uint64
+	for i := range 10 { // 3 + 9×5 bits: the timestamp
+		d := strings.IndexByte(crockford, id[i])
+		if d < 0 {
+			return 0, false
+		}
+		v = v<<5 | uint64(d)
+	}
+	for i := 10; i < 26; i++ {
+		if strings.IndexByte(crockford, id[i]) < 0 {
+			return 0, false
+		}
+	}
+	return v, true
+}
+
+// encodeID writes 128 bits as 26 five-bit digits: the first digit holds the top 3 bits.
+func encodeID(b [16]byte) string {
 	hi := binary.BigEndian.Uint64(b[:8])
 	lo := binary.BigEndian.Uint64(b[8:])
 	var out [26]byte
-	// 128 bits as 26 five-bit digits: the first digit holds the top 3 bits.
 	for i := 25; i >= 0; i-- {
 		out[i] = crockford[lo&31]
 		lo = lo>>5 | hi<<59

@@ -13,10 +13,12 @@ import (
 )
 
 // FuzzParseManifest: no manifest text makes the parser panic; every refusal is a
-// ManifestError naming the file.
+// ManifestError naming the file, at a line the text has.
 func FuzzParseManifest(f *testing.F) {
 	for _, seed := range []string{"", "queue = \"mail\"\n", "enqueue = [\"a\", \"b\"]", "memory = \"64MiB\"\ntimeout = \"5s\"",
-		"env = [\"A=b\"]", "dirs = [\"/a:/b\"]", "[section]", "queue = \"unterminated", "x = [\"a\\\"b\"]", "max_attempts = 1_000"} {
+		"env = [\"A=b\"]", "dirs = [\"/a:/b\"]", "[section]", "queue = \"unterminated", "x = [\"a\\\"b\"]", "max_attempts = 1_000",
+		"[env]\nA = 'b'\n", "enqueue = [\n 'a', # c\n]\n", "env = { A = \"\\u00e9\" }", "queue = \"\\a\"", "max_attempts = 1__0",
+		"[env]\nA.B = 1\n[[dirs]]\n"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
@@ -24,6 +26,9 @@ func FuzzParseManifest(f *testing.F) {
 		var me *host.ManifestError
 		if err != nil && (!errors.As(err, &me) || !strings.HasPrefix(err.Error(), "m.toml")) {
 			t.Fatalf("error %v is not a ManifestError naming the file", err)
+		}
+		if me != nil && (me.Line < 0 || me.Line > strings.Count(text, "\n")+1) {
+			t.Fatalf("error %v points at line %d of a text of %d lines", err, me.Line, strings.Count(text, "\n")+1)
 		}
 	})
 }

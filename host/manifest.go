@@ -1,13 +1,20 @@
 package host
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
 
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -106,20 +113,24 @@ type Manifest struct {
 type ManifestError struct {
 	// File is the manifest's path.
 	File string
-	// Line is the 1-based line at fault, 0 when the problem is the whole file.
-	Line int
-	// Field is the field at fault, if any.
+	// Line and Column are the 1-based position at fault, 0 when the problem is the
+	// whole file (or, for Column, not known).
+	Line, Column int
+	// Field is the field at fault, if any, as a dotted TOML key ("env.TZ").
 	Field string
 	// Problem says what is wrong.
 	Problem string
 }
 
-// Error implements error.
+// Error implements error: "file:line:column: field F: problem".
 func (e *ManifestError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.File)
 	if e.Line > 0 {
 		fmt.Fprintf(&b, ":%d", e.Line)
+		if e.Column > 0 {
+			fmt.Fprintf(&b, ":%d", e.Column)
+		}
 	}
 	if e.Field != "" {
 		fmt.Fprintf(&b, ": field %s", e.Field)
@@ -149,8 +160,49 @@ func ReadManifest(wasmPath string) (Manifest, error) {
 	return ParseManifest(path, data)
 }
 
-// manifestField parses one field's value into m.
+// manifestDoc is a manifest's TOML document: the keys it may have. Each field is
+// decoded as whatever TOML value it holds and checked by its manifestFields entry,
+// so that a value of the wrong type gets a message of ours, with its position.
+// New settings that group several fields get a table here.
+type manifestDoc struct {
+	Queue         any `toml:"queue"`
+	Enqueue       any `toml:"enqueue"`
+	MaxAttempts   any `toml:"max_attempts"`
+	MaxDefers     any `toml:"max_defers"`
+	BackoffBase   any `toml:"backoff_base"`
+	BackoffCap    any `toml:"backoff_cap"`
+	Concurrency   any `toml:"concurrency"`
+	Isolation     any `toml:"isolation"`
+	RecycleAfter  any `toml:"recycle_after"`
+	Timeout       any `toml:"timeout"`
+	Memory        any `toml:"memory"`
+	MaxPayload    any `toml:"max_payload"`
+	MaxOutput     any `toml:"max_output"`
+	MaxLogMessage any `toml:"max_log_message"`
+	MaxLogLines   any `toml:"max_log_lines"`
+	MaxChildren   any `toml:"max_children"`
+	MaxReason     any `toml:"max_reason"`
+	Env           any `toml:"env"`
+	Dirs          any `toml:"dirs"`
+}
+
+// value is a field's decoded TOML value, with its text as written for messages.
+type value struct {
+	v   any
+	raw string
+}
+
+// manifestField checks one field's value and sets it in m. A problem with one entry
+// of a table returns an *entryError naming the entry.
 type manifestField func(m *Manifest, v value) error
+
+// entryError is a problem with the entry key of a table field.
+type entryError struct {
+	key string
+	err error
+}
+
+func (e *entryError) Error() string { return e.err.Error() }
 
 var manifestFields = map[string]manifestField{
 	"queue": func(m *Manifest, v value) (err error) {
@@ -190,7 +242,7 @@ var manifestFields = map[string]manifestField{
 		case "fresh":
 			m.Isolation = Fresh
 		default:
-			return fmt.Errorf("want \"pooled\" or \"fresh\", got %q", s)
+			return fmt.Errorf("want \"pooled\" or \"fresh\", got %s", v.raw)
 		}
 		return nil
 	},
@@ -213,17 +265,20 @@ var manifestFields = map[string]manifestField{
 	"max_log_lines":   intField(func(m *Manifest) *int { return &m.Limits.MaxLogLines }, 0, 1_000_000),
 	"max_children":    intField(func(m *Manifest) *int { return &m.Limits.MaxChildren }, 0, 100_000),
 	"env": func(m *Manifest, v value) error {
-		list, err := v.list()
-		if err != nil {
-			return err
+		table, ok := v.v.(map[string]any)
+		if !ok {
+			return fmt.Errorf("want a table of NAME = \"value\" entries, such as [env] then TZ = \"UTC\", got %s", v.raw)
 		}
-		m.Env = make(map[string]string, len(list))
-		for _, kv := range list {
-			k, val, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return fmt.Errorf("want \"NAME=value\" entries, got %q", kv)
+		m.Env = make(map[string]string, len(table))
+		for _, k := range slices.Sorted(maps.Keys(table)) {
+			s, ok := table[k].(string)
+			if !ok {
+				return &entryError{key: k, err: fmt.Errorf("want a string, got %s", describe(table[k]))}
 			}
-			m.Env[k] = val
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				return &entryError{key: k, err: fmt.Errorf("want a variable name without '=', got %q", k)}
+			}
+			m.Env[k] = s
 		}
 		return nil
 	},
@@ -246,37 +301,29 @@ var manifestFields = map[string]manifestField{
 
 // ManifestFields lists the fields a manifest may set, sorted.
 func ManifestFields() []string {
-	var names []string
-	for k := range manifestFields {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(manifestFields))
 }
 
 func intField(field func(*Manifest) *int, lo, hi int) manifestField {
 	return func(m *Manifest, v value) error {
-		n, err := v.integer()
-		if err != nil {
-			return err
+		n, ok := v.v.(int64)
+		if !ok {
+			return fmt.Errorf("want a whole number, got %s", v.raw)
 		}
-		if n < lo || n > hi {
-			return fmt.Errorf("want %d to %d, got %d", lo, hi, n)
+		if n < int64(lo) || n > int64(hi) {
+			return fmt.Errorf("want %d to %d, got %s", lo, hi, v.raw)
 		}
-		*field(m) = n
+		*field(m) = int(n)
 		return nil
 	}
 }
 
 func durationField(field func(*Manifest) *time.Duration) manifestField {
 	return func(m *Manifest, v value) error {
-		s, err := v.str()
-		if err != nil {
-			return err
-		}
+		s, ok := v.v.(string)
 		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 || d > 24*time.Hour {
-			return fmt.Errorf("want a duration from 1ms to 24h such as \"30s\", got %q", s)
+		if !ok || err != nil || d <= 0 || d > 24*time.Hour {
+			return fmt.Errorf("want a duration from 1ms to 24h such as \"30s\", got %s", v.raw)
 		}
 		*field(m) = d
 		return nil
@@ -297,157 +344,212 @@ func sizeField(field func(*Manifest) *int) manifestField {
 	}
 }
 
-// ParseManifest parses a manifest's text; file names it in errors. The format is a
-// subset of TOML: one `key = value` per line, values being "strings", whole numbers, or
-// one-line ["lists", "of strings"]; `#` starts a comment.
-func ParseManifest(file string, data []byte) (Manifest, error) {
-	m := Manifest{Limits: DefaultLimits()}
-	seen := make(map[string]int)
-	for i, line := range strings.Split(string(data), "\n") {
-		n := i + 1
-		fail := func(field, format string, args ...any) (Manifest, error) {
-			return Manifest{}, &ManifestError{File: file, Line: n, Field: field, Problem: fmt.Sprintf(format, args...)}
-		}
-		line = strings.TrimSpace(stripComment(line))
-		if line == "" {
-			continue
-		}
-		if strings.HasPrefix(line, "[") {
-			return fail("", "sections are not supported: every field is at the top level")
-		}
-		key, raw, ok := strings.Cut(line, "=")
-		key, raw = strings.TrimSpace(key), strings.TrimSpace(raw)
-		if !ok || key == "" {
-			return fail("", "want `field = value`, got %q", line)
-		}
-		parse, known := manifestFields[key]
-		if !known {
-			return fail(key, "unknown field (known: %s)", strings.Join(ManifestFields(), ", "))
-		}
-		if prev, dup := seen[key]; dup {
-			return fail(key, "set twice (first on line %d)", prev)
-		}
-		seen[key] = n
-		if raw == "" {
-			return fail(key, "no value")
-		}
-		if err := parse(&m, value{raw: raw}); err != nil {
-			return fail(key, "%v", err)
-		}
-	}
-	if m.BackoffBase > 0 && m.BackoffCap > 0 && m.BackoffCap < m.BackoffBase {
-		return Manifest{}, &ManifestError{File: file, Line: seen["backoff_cap"], Field: "backoff_cap",
-			Problem: fmt.Sprintf("%v is below backoff_base %v", m.BackoffCap, m.BackoffBase)}
-	}
-	return m, nil
-}
-
-// stripComment removes a # comment that is not inside a string.
-func stripComment(line string) string {
-	inString, escaped := false, false
-	for i, c := range line {
-		switch {
-		case escaped:
-			escaped = false
-		case c == '\\' && inString:
-			escaped = true
-		case c == '"':
-			inString = !inString
-		case c == '#' && !inString:
-			return line[:i]
-		}
-	}
-	return line
-}
-
-// value is a field's raw value text.
-type value struct{ raw string }
-
 func (v value) str() (string, error) {
-	if !strings.HasPrefix(v.raw, `"`) {
-		return "", fmt.Errorf("want a \"quoted string\", got %s", v.raw)
-	}
-	s, err := strconv.Unquote(v.raw)
-	if err != nil {
-		return "", fmt.Errorf("bad string %s: want a \"quoted string\" with \\\" and \\\\ escapes", v.raw)
+	s, ok := v.v.(string)
+	if !ok {
+		return "", fmt.Errorf("want a string, got %s", v.raw)
 	}
 	return s, nil
-}
-
-func (v value) integer() (int, error) {
-	n, err := strconv.ParseInt(strings.ReplaceAll(v.raw, "_", ""), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("want a whole number, got %s", v.raw)
-	}
-	return int(n), nil
 }
 
 // size parses a whole number of bytes, or a string with a unit: "64KiB", "1MiB", "2GiB",
 // "512B".
 func (v value) size() (int, error) {
-	if !strings.HasPrefix(v.raw, `"`) {
-		return v.integer()
-	}
-	s, err := v.str()
-	if err != nil {
-		return 0, err
-	}
-	units := []struct {
-		suffix string
-		mult   int
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
-	for _, u := range units {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(num))
-			if err == nil && n >= 0 && n <= (1<<40)/u.mult {
-				return n * u.mult, nil
+	switch x := v.v.(type) {
+	case int64:
+		if x < 0 || x > 1<<40 {
+			return 0, fmt.Errorf("want 0 to 1TiB, got %s", v.raw)
+		}
+		return int(x), nil
+	case string:
+		units := []struct {
+			suffix string
+			mult   int
+		}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+		for _, u := range units {
+			if num, ok := strings.CutSuffix(x, u.suffix); ok {
+				n, err := strconv.Atoi(strings.TrimSpace(num))
+				if err == nil && n >= 0 && n <= (1<<40)/u.mult {
+					return n * u.mult, nil
+				}
+				break
 			}
-			break
 		}
 	}
 	return 0, fmt.Errorf("want a size such as \"64KiB\", \"1MiB\" or a number of bytes, got %s", v.raw)
 }
 
+// list returns an array of strings.
 func (v value) list() ([]string, error) {
-	if !strings.HasPrefix(v.raw, "[") || !strings.HasSuffix(v.raw, "]") {
-		return nil, fmt.Errorf("want a one-line [\"list\", \"of strings\"], got %s", v.raw)
+	arr, ok := v.v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("want an array of strings such as [\"a\", \"b\"], got %s", v.raw)
 	}
-	inner := strings.TrimSpace(v.raw[1 : len(v.raw)-1])
-	out := []string{}
-	for inner != "" {
-		if !strings.HasPrefix(inner, `"`) {
-			return nil, fmt.Errorf("want a one-line [\"list\", \"of strings\"], got %s", v.raw)
-		}
-		end := closingQuote(inner)
-		if end < 0 {
-			return nil, fmt.Errorf("unterminated string in %s", v.raw)
-		}
-		s, err := strconv.Unquote(inner[:end+1])
-		if err != nil {
-			return nil, fmt.Errorf("bad string %s in %s", inner[:end+1], v.raw)
+	out := make([]string, 0, len(arr))
+	for _, e := range arr {
+		s, ok := e.(string)
+		if !ok {
+			return nil, fmt.Errorf("want an array of strings, got %s in it", describe(e))
 		}
 		out = append(out, s)
-		inner = strings.TrimSpace(inner[end+1:])
-		if inner != "" {
-			rest, ok := strings.CutPrefix(inner, ",")
-			if !ok {
-				return nil, fmt.Errorf("want commas between the strings of %s", v.raw)
-			}
-			inner = strings.TrimSpace(rest)
-		}
 	}
 	return out, nil
 }
 
-// closingQuote returns the index of the quote closing the string that s starts with.
-func closingQuote(s string) int {
-	for i := 1; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			i++
-		case '"':
-			return i
+// describe names a decoded TOML value for a message.
+func describe(v any) string {
+	switch x := v.(type) {
+	case string:
+		return strconv.Quote(x)
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+// ParseManifest parses a manifest's TOML text; file names it in errors. The document
+// is TOML v1.0 (go-toml/v2), decoded strictly: a key that is not a field is an error.
+// Each field's value is then checked; every error is a *ManifestError with the line
+// and column of the key at fault.
+func ParseManifest(file string, data []byte) (Manifest, error) {
+	var doc manifestDoc
+	if err := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields().Decode(&doc); err != nil {
+		return Manifest{}, decodeError(file, err)
+	}
+	pos := keyPositions(data)
+	fail := func(field string, err error) (Manifest, error) {
+		var ee *entryError
+		if errors.As(err, &ee) {
+			field += "." + ee.key
+		}
+		p := pos.of(field)
+		return Manifest{}, &ManifestError{File: file, Line: p.line, Column: p.col, Field: field, Problem: err.Error()}
+	}
+	m := Manifest{Limits: DefaultLimits()}
+	rv, rt := reflect.ValueOf(doc), reflect.TypeFor[manifestDoc]()
+	for i := range rt.NumField() {
+		v := rv.Field(i).Interface()
+		if v == nil {
+			continue
+		}
+		name := rt.Field(i).Tag.Get("toml")
+		parse, ok := manifestFields[name]
+		if !ok {
+			return fail(name, errors.New("no check for this field (a bug in wasmjobs)"))
+		}
+		if err := parse(&m, value{v: v, raw: pos.of(name).raw}); err != nil {
+			return fail(name, err)
 		}
 	}
-	return -1
+	if m.BackoffBase > 0 && m.BackoffCap > 0 && m.BackoffCap < m.BackoffBase {
+		return fail("backoff_cap", fmt.Errorf("%v is below backoff_base %v", m.BackoffCap, m.BackoffBase))
+	}
+	return m, nil
+}
+
+// decodeError turns go-toml's errors into a ManifestError. Their messages carry no
+// position, so it comes from their Position methods.
+func decodeError(file string, err error) error {
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) && len(strict.Errors) > 0 {
+		first := strict.Errors[0]
+		line, col := first.Position()
+		problem := fmt.Sprintf("unknown field (known: %s)", strings.Join(ManifestFields(), ", "))
+		if more := strict.Errors[1:]; len(more) > 0 {
+			others := make([]string, len(more))
+			for i, e := range more {
+				l, _ := e.Position()
+				others[i] = fmt.Sprintf("%s (line %d)", strings.Join(e.Key(), "."), l)
+			}
+			problem += "; also unknown: " + strings.Join(others, ", ")
+		}
+		return &ManifestError{File: file, Line: line, Column: col, Field: strings.Join(first.Key(), "."), Problem: problem}
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		line, col := de.Position()
+		return &ManifestError{File: file, Line: line, Column: col, Field: strings.Join(de.Key(), "."),
+			Problem: "invalid TOML: " + strings.TrimPrefix(de.Error(), "toml: ")}
+	}
+	return &ManifestError{File: file, Problem: err.Error()}
+}
+
+// position is where a key of the document is, and its value's text as written.
+type position struct {
+	line, col int
+	raw       string
+}
+
+// positions maps the dotted keys of a document ("queue", "env", "env.TZ") to where
+// they are.
+type positions map[string]position
+
+// of returns the position of key, or of the nearest enclosing key that has one.
+func (p positions) of(key string) position {
+	for {
+		if at, ok := p[key]; ok {
+			return at
+		}
+		i := strings.LastIndexByte(key, '.')
+		if i < 0 {
+			return position{}
+		}
+		key = key[:i]
+	}
+}
+
+// keyPositions indexes the keys of a document that go-toml decoded without error,
+// with go-toml's own parser, for the messages of the checks made after decoding.
+func keyPositions(data []byte) positions {
+	out := positions{}
+	var p unstable.Parser
+	p.Reset(data)
+	var table []string
+	for p.NextExpression() {
+		e := p.Expression()
+		switch e.Kind {
+		case unstable.Table, unstable.ArrayTable:
+			table = table[:0]
+			it := e.Key()
+			var first *unstable.Node
+			for it.Next() {
+				if first == nil {
+					first = it.Node()
+				}
+				table = append(table, string(it.Node().Data))
+			}
+			if first == nil {
+				continue
+			}
+			key := strings.Join(table, ".")
+			if _, seen := out[key]; !seen {
+				at := p.Shape(first.Raw).Start
+				out[key] = position{line: at.Line, col: at.Column, raw: "a table"}
+			}
+		case unstable.KeyValue:
+			path := slices.Clone(table)
+			it := e.Key()
+			var first, last *unstable.Node
+			for it.Next() {
+				if first == nil {
+					first = it.Node()
+				}
+				last = it.Node()
+				path = append(path, string(it.Node().Data))
+			}
+			if first == nil {
+				continue
+			}
+			at := p.Shape(first.Raw).Start
+			kv := p.Raw(e.Raw)
+			keyEnd := int(last.Raw.Offset+last.Raw.Length) - int(e.Raw.Offset)
+			raw := strings.TrimSpace(string(kv[min(max(keyEnd, 0), len(kv)):]))
+			raw = strings.TrimSpace(strings.TrimPrefix(raw, "="))
+			out[strings.Join(path, ".")] = position{line: at.Line, col: at.Column, raw: raw}
+		}
+	}
+	return out
 }

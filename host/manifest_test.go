@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -31,8 +32,11 @@ max_log_message = "1KiB"
 max_log_lines = 50
 max_children = 0
 max_reason = "200B"
-env = ["TZ=UTC", "GREETING=a=b # not a comment"]
 dirs = ["/srv/templates:/templates"]
+
+[env]
+TZ = "UTC"
+GREETING = "a=b # not a comment"
 `
 	got, err := host.ParseManifest("mail.toml", []byte(text))
 	if err != nil {
@@ -58,36 +62,110 @@ dirs = ["/srv/templates:/templates"]
 	}
 }
 
+// TestManifestsAreTOML: what TOML allows parses (literal strings, multi-line arrays,
+// tables, inline tables, escapes) and means what TOML says.
+func TestManifestsAreTOML(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, text string
+		want       func(*host.Manifest)
+	}{
+		{"literal string", `queue = 'mail'`, func(m *host.Manifest) { m.Queue = "mail" }},
+		{"literal string keeps backslashes", `dirs = ['/srv/a\b:/b']`, func(m *host.Manifest) { m.Dirs = []host.Mount{{Host: `/srv/a\b`, Guest: "/b"}} }},
+		{"multi-line array with comments and a trailing comma", "enqueue = [\n  \"a\", # first\n  'b',\n]\n",
+			func(m *host.Manifest) { m.Enqueue = []string{"a", "b"} }},
+		{"table", "queue = \"q\"\n\n[env]\nTZ = \"UTC\"\n\"QUOTED.NAME\" = ''\n",
+			func(m *host.Manifest) { m.Queue, m.Env = "q", map[string]string{"TZ": "UTC", "QUOTED.NAME": ""} }},
+		{"inline table", `env = { TZ = "UTC", LANG = "C" }`, func(m *host.Manifest) { m.Env = map[string]string{"TZ": "UTC", "LANG": "C"} }},
+		{"dotted key", `env.TZ = "UTC"`, func(m *host.Manifest) { m.Env = map[string]string{"TZ": "UTC"} }},
+		{"escapes", `env = { A = "tab\there \u00e9 \"q\"" }`, func(m *host.Manifest) { m.Env = map[string]string{"A": "tab\there \u00e9 \"q\""} }},
+		{"multi-line string", "env = { A = \"\"\"\nline1\nline2\"\"\" }", func(m *host.Manifest) { m.Env = map[string]string{"A": "line1\nline2"} }},
+		{"integer forms", "max_attempts = 1_0\nmax_output = 0x10\nmax_log_lines = +7", func(m *host.Manifest) {
+			m.MaxAttempts, m.Limits.MaxOutput, m.Limits.MaxLogLines = 10, 16, 7
+		}},
+		{"CRLF line ends", "queue = \"q\"\r\nmax_attempts = 2\r\n", func(m *host.Manifest) { m.Queue, m.MaxAttempts = "q", 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			want := host.Manifest{Limits: host.DefaultLimits()}
+			tc.want(&want)
+			got, err := host.ParseManifest("m.toml", []byte(tc.text))
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("ParseManifest(%q) =\n %+v, %v\nwant %+v", tc.text, got, err, want)
+			}
+		})
+	}
+}
+
 func TestBadManifestsNameLineAndField(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ text, want string }{
-		{"queue = mail", `m.toml:1: field queue: want a "quoted string", got mail`},
-		{"\n\nmax_attempts = \"five\"", `m.toml:3: field max_attempts: want a whole number, got "five"`},
-		{"max_attempts = 0", "m.toml:1: field max_attempts: want 1 to 1000000, got 0"},
-		{"timeout = \"forever\"", `m.toml:1: field timeout: want a duration from 1ms to 24h such as "30s", got "forever"`},
-		{"timeout = \"-1s\"", `m.toml:1: field timeout: want a duration from 1ms to 24h such as "30s", got "-1s"`},
-		{"memory = \"lots\"", `m.toml:1: field memory: want a size such as "64KiB", "1MiB" or a number of bytes, got "lots"`},
-		{"memory = \"8GiB\"", `m.toml:1: field memory: want 64KiB to 4GiB, got "8GiB"`},
-		{"isolation = \"shared\"", `m.toml:1: field isolation: want "pooled" or "fresh", got "shared"`},
-		{"timeuot = \"1s\"", "m.toml:1: field timeuot: unknown field (known: backoff_base, backoff_cap, concurrency, dirs, enqueue, env, isolation, max_attempts, max_children, max_defers, max_log_lines, max_log_message, max_output, max_payload, max_reason, memory, queue, recycle_after, timeout)"},
-		{"queue = \"a\"\nqueue = \"b\"", "m.toml:2: field queue: set twice (first on line 1)"},
-		{"[limits]", "m.toml:1: sections are not supported: every field is at the top level"},
-		{"just words", "m.toml:1: want `field = value`, got \"just words\""},
-		{"queue =", "m.toml:1: field queue: no value"},
-		{"queue = \"bad name\"", `m.toml:1: field queue: invalid queue name "bad name": want 1 to 200 letters, digits, '-', '_' or '.'`},
-		{"enqueue = \"a\"", `m.toml:1: field enqueue: want a one-line ["list", "of strings"], got "a"`},
-		{"enqueue = [\"a\" \"b\"]", `m.toml:1: field enqueue: want commas between the strings of ["a" "b"]`},
-		{"enqueue = [\"a\", b]", `m.toml:1: field enqueue: want a one-line ["list", "of strings"], got ["a", b]`},
-		{"enqueue = [\"a]", `m.toml:1: field enqueue: unterminated string in ["a]`},
-		{"env = [\"NOEQUALS\"]", `m.toml:1: field env: want "NAME=value" entries, got "NOEQUALS"`},
-		{"dirs = [\"relative:/x\"]", `m.toml:1: field dirs: want "/host/dir:/guest/dir" entries with absolute paths, got "relative:/x"`},
-		{"backoff_base = \"1m\"\nbackoff_cap = \"1s\"", "m.toml:2: field backoff_cap: 1s is below backoff_base 1m0s"},
-		{"queue = \"unterminated", `m.toml:1: field queue: bad string "unterminated: want a "quoted string" with \" and \\ escapes`},
+	known := "known: backoff_base, backoff_cap, concurrency, dirs, enqueue, env, isolation, max_attempts, max_children, max_defers, max_log_lines, max_log_message, max_output, max_payload, max_reason, memory, queue, recycle_after, timeout"
+	for _, tc := range []struct{ name, text, want string }{
+		// What TOML forbids.
+		{"unknown escape \\a", `queue = "\a"`, `m.toml:1:10: invalid TOML: invalid escape character U+0061 'a'`},
+		{"octal escape \\101", `queue = "\101"`, `m.toml:1:10: invalid TOML: invalid escape character U+0031 '1'`},
+		{"double underscore", "max_attempts = 1__0", "m.toml:1:17: invalid TOML: number must have at least one digit between underscores"},
+		{"leading zero", "max_attempts = 01", "m.toml:1:16: invalid TOML: integers cannot have leading zeroes"},
+		{"bare word", "queue = mail", "m.toml:1:9: invalid TOML: unexpected character U+006D 'm' at start of value"},
+		{"no value", "queue =", "m.toml:1:7: invalid TOML: expected value, not end of input"},
+		{"unterminated string", "queue = \"unterminated", "m.toml:1:21: invalid TOML: unterminated basic string"},
+		{"just words", "just words", "m.toml:1:6: invalid TOML: expected '=' after key"},
+		{"set twice", "queue = \"a\"\nqueue = \"b\"", "m.toml:2:1: field queue: invalid TOML: key queue is already defined"},
+		{"missing comma", "enqueue = [\"a\" \"b\"]", "m.toml:1:16: invalid TOML: expected ',' or ']' after array value"},
+		// Keys that are not fields, with where they are.
+		{"unknown field", "\ntimeuot = \"1s\"", "m.toml:2:1: field timeuot: unknown field (" + known + ")"},
+		{"unknown table", "queue = \"q\"\n[limits]\ntimeout = \"1s\"", "m.toml:2:2: field limits: unknown field (" + known + ")"},
+		{"several unknown", "a = 1\nb = 2", "m.toml:1:1: field a: unknown field (" + known + "); also unknown: b (line 2)"},
+		// Our checks on top, with the key's position.
+		{"string for a number", "\n\nmax_attempts = \"five\"", `m.toml:3:1: field max_attempts: want a whole number, got "five"`},
+		{"float for a number", "max_attempts = 1.5", `m.toml:1:1: field max_attempts: want a whole number, got 1.5`},
+		{"out of range", "max_attempts = 0", "m.toml:1:1: field max_attempts: want 1 to 1000000, got 0"},
+		{"number for a string", "timeout = 5", `m.toml:1:1: field timeout: want a duration from 1ms to 24h such as "30s", got 5`},
+		{"bad duration", `timeout = "forever"`, `m.toml:1:1: field timeout: want a duration from 1ms to 24h such as "30s", got "forever"`},
+		{"negative duration", `  timeout = '-1s'`, `m.toml:1:3: field timeout: want a duration from 1ms to 24h such as "30s", got '-1s'`},
+		{"bad size", `memory = "lots"`, `m.toml:1:1: field memory: want a size such as "64KiB", "1MiB" or a number of bytes, got "lots"`},
+		{"size too big", `memory = "8GiB"`, `m.toml:1:1: field memory: want 64KiB to 4GiB, got "8GiB"`},
+		{"bad isolation", `isolation = "shared"`, `m.toml:1:1: field isolation: want "pooled" or "fresh", got "shared"`},
+		{"bad queue name", `queue = "bad name"`, `m.toml:1:1: field queue: invalid queue name "bad name": want 1 to 200 letters, digits, '-', '_' or '.'`},
+		{"string for a list", `enqueue = "a"`, `m.toml:1:1: field enqueue: want an array of strings such as ["a", "b"], got "a"`},
+		{"number in a list", "enqueue = [\n  \"a\",\n  1,\n]", "m.toml:1:1: field enqueue: want an array of strings, got 1 in it"},
+		{"env as the old list", `env = ["TZ=UTC"]`, `m.toml:1:1: field env: want a table of NAME = "value" entries, such as [env] then TZ = "UTC", got ["TZ=UTC"]`},
+		{"env entry not a string", "[env]\nTZ = \"UTC\"\nPORT = 8080", "m.toml:3:1: field env.PORT: want a string, got 8080"},
+		{"env name with =", "[env]\n\"A=B\" = \"c\"", `m.toml:2:1: field env.A=B: want a variable name without '=', got "A=B"`},
+		{"relative dir", `dirs = ["relative:/x"]`, `m.toml:1:1: field dirs: want "/host/dir:/guest/dir" entries with absolute paths, got "relative:/x"`},
+		{"cap below base", "backoff_base = \"1m\"\nbackoff_cap = \"1s\"", "m.toml:2:1: field backoff_cap: 1s is below backoff_base 1m0s"},
+		{"a table for a string", "[queue]\nname = \"q\"", "m.toml:1:2: field queue: want a string, got a table"},
 	} {
-		_, err := host.ParseManifest("m.toml", []byte(tc.text))
-		var me *host.ManifestError
-		if !errors.As(err, &me) || err.Error() != tc.want {
-			t.Errorf("ParseManifest(%q):\n got %v\nwant %s", tc.text, err, tc.want)
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := host.ParseManifest("m.toml", []byte(tc.text))
+			var me *host.ManifestError
+			if !errors.As(err, &me) || err.Error() != tc.want {
+				t.Errorf("ParseManifest(%q):\n got %v\nwant %s", tc.text, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRepositoryManifestsParse: every manifest the repository ships parses.
+func TestRepositoryManifestsParse(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("..", "examples", "*", "*.toml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example manifests: %v", err)
+	}
+	files = append(files, filepath.Join("..", "internal", "scaffold", "templates", "manifest.toml.tmpl"))
+	for _, f := range files {
+		if filepath.Base(f) == "Cargo.toml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = bytes.ReplaceAll(data, []byte("{{.Name}}"), []byte("hello"))
+		if _, err := host.ParseManifest(f, data); err != nil {
+			t.Errorf("%v", err)
 		}
 	}
 }

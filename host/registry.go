@@ -75,6 +75,11 @@ type RegistryEvent struct {
 	Err error
 	// At is when the new version was ready to serve, just before it was put in place.
 	At time.Time
+	// Noticed is when the watcher first reported the burst of changes whose read
+	// loaded this version (zero when a rescan found it); Read is when that read of the
+	// files began, after the debounce. With At they split a swap's latency into the
+	// watcher's, the debounce's and the load's (benchmarks report them).
+	Noticed, Read time.Time
 }
 
 // ModuleStatus describes a module of the directory.
@@ -107,10 +112,14 @@ type Registry struct {
 	entries map[string]*entry // by module name
 
 	syncMu  sync.Mutex // one reconcile at a time
+	noticed time.Time  // guarded by syncMu: RegistryEvent.Noticed of the current reconcile
 	watcher *fsnotify.Watcher
 	kick    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
+	ctx     context.Context // done at Close: ends the reconcile under way
+	cancel  context.CancelFunc
+	started bool          // guarded by mu
+	closed  bool          // guarded by mu
+	done    chan struct{} // closed when follow returns, or by Close if it never ran
 }
 
 // entry is one module name's state.
@@ -120,6 +129,9 @@ type entry struct {
 	seen     fingerprint
 	manifest []byte // the manifest text of the serving version
 	err      error  // the last rejection, cleared by a successful load
+	// unserved: the queue of the serving version could not be registered; the next
+	// read of the directory tries again even if the files did not change.
+	unserved bool
 }
 
 // fingerprint identifies the files' contents cheaply: size, modification time and
@@ -172,20 +184,34 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Registry{
 		cfg:     cfg,
 		log:     log,
 		entries: make(map[string]*entry),
 		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
+		ctx:     ctx,
+		cancel:  cancel,
 		done:    make(chan struct{}),
 	}, nil
 }
 
 // Start loads every module of the directory, registers their queues, and follows the
 // directory until Close. A module that fails to load is logged and reported by
-// Modules; it does not stop the others.
+// Modules; it does not stop the others. A registry starts once; after Close it does
+// not start.
 func (r *Registry) Start(ctx context.Context) error {
+	r.mu.Lock()
+	switch {
+	case r.closed:
+		r.mu.Unlock()
+		return errors.New("registry: start after close")
+	case r.started:
+		r.mu.Unlock()
+		return errors.New("registry: already started")
+	}
+	r.started = true
+	r.mu.Unlock()
 	if !r.cfg.NoWatch {
 		w, err := fsnotify.NewWatcher()
 		if err != nil {
@@ -197,19 +223,32 @@ func (r *Registry) Start(ctx context.Context) error {
 		}
 		r.watcher = w
 	}
-	r.Sync(ctx)
+	// The first read ends with ctx or with Close, whichever comes first.
+	syncCtx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(r.ctx, cancel)
+	r.Sync(syncCtx)
+	stop()
+	cancel()
 	go r.follow()
 	return nil
 }
 
-// Close stops following the directory. The modules keep serving until Retire.
+// Close stops following the directory and ends a reconcile under way (a registration
+// waiting on the backend gives up). The modules keep serving until Retire. Close is
+// idempotent, and returns at once on a registry that never started.
 func (r *Registry) Close() error {
-	select {
-	case <-r.stop:
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
 		return nil
-	default:
 	}
-	close(r.stop)
+	r.closed = true
+	started := r.started
+	r.mu.Unlock()
+	r.cancel()
+	if !started {
+		return nil
+	}
 	<-r.done
 	if r.watcher != nil {
 		return r.watcher.Close()
@@ -241,9 +280,10 @@ func (r *Registry) follow() {
 	defer rescan.Stop()
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
+	var burst time.Time // when the first event of the changes not read yet came
 	for {
 		select {
-		case <-r.stop:
+		case <-r.ctx.Done():
 			debounce.Stop()
 			return
 		case ev, ok := <-events:
@@ -252,6 +292,9 @@ func (r *Registry) follow() {
 				continue
 			}
 			if ev.Op != fsnotify.Chmod {
+				if burst.IsZero() {
+					burst = time.Now()
+				}
 				debounce.Reset(r.cfg.Debounce)
 			}
 		case err, ok := <-errs:
@@ -263,11 +306,12 @@ func (r *Registry) follow() {
 			r.log.Warn("watching the modules directory", "dir", r.cfg.Dir, "error", err)
 			debounce.Reset(r.cfg.Debounce)
 		case <-debounce.C:
-			r.Sync(context.Background())
+			r.sync(r.ctx, burst)
+			burst = time.Time{}
 		case <-rescan.C:
-			r.Sync(context.Background())
+			r.Sync(r.ctx)
 		case <-r.kick:
-			r.Sync(context.Background())
+			r.Sync(r.ctx)
 		}
 	}
 }
@@ -281,9 +325,13 @@ func (r *Registry) Rescan() {
 }
 
 // Sync reads the directory once and brings the modules in line with it.
-func (r *Registry) Sync(ctx context.Context) {
+func (r *Registry) Sync(ctx context.Context) { r.sync(ctx, time.Time{}) }
+
+// sync is Sync after a burst of watcher events, the first of which came at noticed.
+func (r *Registry) sync(ctx context.Context, noticed time.Time) {
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
+	r.noticed = noticed
 	names, err := r.list()
 	if err != nil {
 		r.log.Error("reading the modules directory", "dir", r.cfg.Dir, "error", err)
@@ -342,6 +390,7 @@ func (r *Registry) syncModule(ctx context.Context, name string) {
 	if unchanged {
 		return
 	}
+	read := time.Now()
 	wasm, err := os.ReadFile(file)
 	if err != nil {
 		r.reject(e, name, fp, err)
@@ -356,9 +405,9 @@ func (r *Registry) syncModule(ctx context.Context, name string) {
 		return // still being written: the next event or rescan reads it again
 	}
 	r.mu.Lock()
-	h := e.handler
+	h, unserved := e.handler, e.unserved
 	r.mu.Unlock()
-	if h != nil && h.Module().Version() == Version(wasm) && bytes.Equal(e.manifest, manText) {
+	if h != nil && !unserved && h.Module().Version() == Version(wasm) && bytes.Equal(e.manifest, manText) {
 		r.mu.Lock()
 		e.seen = fp // same bytes, same manifest: nothing to do
 		r.mu.Unlock()
@@ -375,6 +424,7 @@ func (r *Registry) syncModule(ctx context.Context, name string) {
 		return
 	}
 	kind, at := "loaded", time.Now()
+	fresh := h == nil // a new handler: not serving until its queue is registered
 	if h == nil {
 		h = NewHandler(m, r.log)
 	} else {
@@ -383,19 +433,20 @@ func (r *Registry) syncModule(ctx context.Context, name string) {
 			// The module moves to another queue: stop the old one first.
 			r.unregister(ctx, name, old.Queue())
 			old.Retire()
-			h = NewHandler(m, r.log)
+			h, fresh = NewHandler(m, r.log), true
 		} else {
 			h.Swap(m)
 		}
 	}
 	if err := r.cfg.Queues.Register(ctx, h.Queue()); err != nil {
-		r.log.Error("serving a module's queue", "module", name, "queue", m.Queue(), "error", err)
+		r.unserved(e, name, h, fresh, fmt.Errorf("serving queue %q: %w", m.Queue(), err))
+		return
 	}
 	r.mu.Lock()
-	e.handler, e.seen, e.manifest, e.err = h, fp, manText, nil
+	e.handler, e.seen, e.manifest, e.err, e.unserved = h, fp, manText, nil, false
 	r.mu.Unlock()
 	r.log.Info("module "+kind, "module", name, "file", file, "version", m.Version(), "queue", m.Queue())
-	r.emit(RegistryEvent{Kind: kind, Module: name, File: file, Version: m.Version(), At: at})
+	r.emit(RegistryEvent{Kind: kind, Module: name, File: file, Version: m.Version(), At: at, Noticed: r.noticed, Read: read})
 }
 
 // reject records a failed load; the serving version, if any, keeps serving.
@@ -408,6 +459,31 @@ func (r *Registry) reject(e *entry, name string, fp fingerprint, err error) {
 	}
 	r.mu.Unlock()
 	r.log.Error("module rejected", "module", name, "file", e.file, "error", err, "serving_version", version)
+	r.emit(RegistryEvent{Kind: "rejected", Module: name, File: e.file, Version: version, Err: err, At: time.Now()})
+}
+
+// unserved records a version whose queue could not be registered, as a rejection that
+// the next read of the directory tries again (the files need not change). A new
+// handler is dropped: its module serves nothing. A swapped one stays: the new version
+// serves the queue under its previous settings.
+func (r *Registry) unserved(e *entry, name string, h *Handler, fresh bool, err error) {
+	r.mu.Lock()
+	e.seen, e.err = fingerprint{}, err
+	if fresh {
+		e.handler = nil
+	} else {
+		e.unserved = true
+	}
+	version := ""
+	if e.handler != nil {
+		version = e.handler.Module().Version()
+	}
+	r.mu.Unlock()
+	if fresh {
+		h.Module().Retire()
+	}
+	r.log.Error("module rejected: its queue is not served; trying again at the next read of the directory",
+		"module", name, "file", e.file, "error", err, "serving_version", version)
 	r.emit(RegistryEvent{Kind: "rejected", Module: name, File: e.file, Version: version, Err: err, At: time.Now()})
 }
 

@@ -3,12 +3,14 @@ package host_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,7 +209,7 @@ func TestSwapsUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	rig.waitFor("all jobs settled", func() bool { return rig.settledCount() >= jobs })
-	time.Sleep(50 * time.Millisecond) // nothing more may settle
+	rig.stopWorker() // nothing more can settle
 
 	rig.mu.Lock()
 	defer rig.mu.Unlock()
@@ -289,7 +291,7 @@ func TestBadVersionKeepsTheOldServing(t *testing.T) {
 		{"missing exports", variant(t, "hostile/no_handle", "x"), "", `missing export "wasmjobs_handle"`},
 		{"trapping _initialize", variant(t, "hostile/init_trap", "x"), "", "_initialize failed: trap: unreachable"},
 		{"failing wasmjobs_init", variant(t, "hostile/init_fail", "x"), "", "wasmjobs_init returned 5"},
-		{"bad manifest", nil, "timeout = 5\n", "svc.toml:1: field timeout: want a \"quoted string\", got 5"},
+		{"bad manifest", nil, "timeout = 5\n", "svc.toml:1:1: field timeout: want a duration from 1ms to 24h such as \"30s\", got 5"},
 	} {
 		rig.publish("svc", 200)
 		if bad.wasm != nil {
@@ -310,12 +312,17 @@ func TestBadVersionKeepsTheOldServing(t *testing.T) {
 		rig.write("svc.wasm", good) // back to the good bytes: the same version, no load
 	}
 	rig.waitFor("all jobs", func() bool { return rig.settledCount() >= 1200 })
+	rig.quiesce()
+	rig.stopWorker()
 	rig.mu.Lock()
 	defer rig.mu.Unlock()
 	for _, j := range rig.settled {
 		if j.settle != "ack" || j.version != host.Version(good) {
 			t.Fatalf("job %s: %s on %.12s", j.id, j.settle, j.version)
 		}
+	}
+	if len(rig.settled) != 1200 {
+		t.Fatalf("%d settles of 1200 jobs", len(rig.settled))
 	}
 	if n := len(rig.events) - 6; n != 1 { // the first load, then only rejections
 		t.Fatalf("%d events besides the 6 rejections: %+v", n, rig.events)
@@ -326,9 +333,25 @@ func TestBadVersionKeepsTheOldServing(t *testing.T) {
 // it serves.
 func (rig *regRig) loads() int { return len(rig.eventsOf("loaded")) + len(rig.eventsOf("swapped")) }
 
-// settle waits for the directory to be read after a change, and then some.
-func (rig *regRig) settle() {
-	time.Sleep(400 * time.Millisecond)
+// quiesce stops the registry following the directory (waiting for a read under way),
+// then reads the directory once more: whatever the changes so far lead to has happened
+// when it returns, and nothing more happens after. No sleep can promise that.
+func (rig *regRig) quiesce() {
+	rig.t.Helper()
+	if err := rig.r.Close(); err != nil {
+		rig.t.Fatal(err)
+	}
+	rig.r.Sync(context.Background())
+}
+
+// stopWorker drains the worker: no job settles after it returns.
+func (rig *regRig) stopWorker() {
+	rig.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := rig.w.Stop(ctx); err != nil {
+		rig.t.Fatal(err)
+	}
 }
 
 func TestNewModuleIsLoadedAndServed(t *testing.T) {
@@ -348,7 +371,7 @@ func TestNewModuleIsLoadedAndServed(t *testing.T) {
 	// Files that are not modules are ignored.
 	rig.write("notes.txt", []byte("hello"))
 	rig.write(".hidden.wasm", variant(t, "abi/ack", "h"))
-	rig.settle()
+	rig.quiesce()
 	if len(rig.r.Modules()) != 1 {
 		t.Fatalf("modules %+v", rig.r.Modules())
 	}
@@ -371,7 +394,7 @@ func TestPartialWritesLoadOnce(t *testing.T) {
 	}
 	f.Close()
 	rig.waitFor("the load", func() bool { return rig.loads()+len(rig.eventsOf("rejected")) > 0 })
-	rig.settle()
+	rig.quiesce()
 	if rig.loads() != 1 || len(rig.eventsOf("rejected")) != 0 || rig.status("svc").Version != host.Version(final) {
 		t.Fatalf("loads %d, rejections %d, status %+v; want one load of the final bytes", rig.loads(), len(rig.eventsOf("rejected")), rig.status("svc"))
 	}
@@ -392,7 +415,7 @@ func TestEditorWriteThenRename(t *testing.T) {
 	os.Rename(filepath.Join(rig.dir, "svc.wasm.new"), filepath.Join(rig.dir, "svc.wasm"))
 	os.Remove(filepath.Join(rig.dir, ".svc.wasm.swp"))
 	rig.waitFor("the swap", func() bool { return len(rig.eventsOf("swapped")) > 0 })
-	rig.settle()
+	rig.quiesce()
 	if rig.loads() != 2 || len(rig.eventsOf("swapped")) != 1 || rig.status("svc").Version != host.Version(next) || len(rig.r.Modules()) != 1 {
 		t.Fatalf("loads %d, swaps %d, modules %+v", rig.loads(), len(rig.eventsOf("swapped")), rig.r.Modules())
 	}
@@ -406,7 +429,7 @@ func TestRenameOver(t *testing.T) {
 	next := variant(t, "abi/echo", "2")
 	rig.write("svc.wasm", next) // write elsewhere, rename over
 	rig.waitFor("the swap", func() bool { return len(rig.eventsOf("swapped")) > 0 })
-	rig.settle()
+	rig.quiesce()
 	if len(rig.eventsOf("swapped")) != 1 || rig.status("svc").Version != host.Version(next) {
 		t.Fatalf("swaps %d, status %+v", len(rig.eventsOf("swapped")), rig.status("svc"))
 	}
@@ -441,7 +464,7 @@ func TestSymlinkSwap(t *testing.T) {
 	mkdata("02", next)
 	os.RemoveAll(filepath.Join(rig.dir, "..2026_11_30_01"))
 	rig.waitFor("the swap", func() bool { return rig.loads() > 1 })
-	rig.settle()
+	rig.quiesce()
 	if rig.loads() != 2 || rig.status("svc").Version != host.Version(next) {
 		t.Fatalf("loads %d, status %+v; want exactly one more load, of the new bytes", rig.loads(), rig.status("svc"))
 	}
@@ -457,7 +480,7 @@ func TestIdenticalBytesAreANoOp(t *testing.T) {
 		rig.write("svc.wasm", bytes.Clone(data))
 		os.Chtimes(filepath.Join(rig.dir, "svc.wasm"), time.Now(), time.Now())
 	}
-	rig.settle()
+	rig.quiesce()
 	if rig.loads() != 1 {
 		t.Fatalf("%d loads of the same bytes, want 1", rig.loads())
 	}
@@ -493,7 +516,11 @@ func TestRemovedModuleStopsConsumingAndKeepsItsJobs(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the removed module was not closed")
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Unregister returned before the event: the queue is no longer consumed, its
+	// stream gave back what it held, and its two jobs settled.
+	if _, consumed := rig.w.Running()["slow"]; consumed {
+		t.Fatal("the removed module's queue is still consumed")
+	}
 	st, _ := rig.b.Stats("slow")
 	if rig.settledCount() != 2 || st.Pending != 3 || st.Dead != 2 || len(rig.r.Modules()) != 0 {
 		t.Fatalf("settled %d, stats %+v, modules %+v", rig.settledCount(), st, rig.r.Modules())
@@ -553,4 +580,85 @@ func TestRegistryConfigErrors(t *testing.T) {
 	if _, err := host.NewRegistry(host.RegistryConfig{Dir: t.TempDir()}); err == nil {
 		t.Error("no engine accepted")
 	}
+}
+
+// TestCloseOfARegistryNeverStarted: Close returns on a registry that was never
+// started, and Start after Close fails.
+func TestCloseOfARegistryNeverStarted(t *testing.T) {
+	t.Parallel()
+	w := worker.New(memory.New(memory.Config{}), worker.Config{})
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: t.TempDir(), Engine: newEngine(t), Queues: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close of a registry never started did not return")
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("a second Close: %v", err)
+	}
+	if err := r.Start(context.Background()); err == nil {
+		t.Fatal("Start after Close succeeded")
+	}
+}
+
+// failingQueues registers queues with a worker, except while fail is set.
+type failingQueues struct {
+	*worker.Worker
+	fail atomic.Bool
+}
+
+func (f *failingQueues) Register(ctx context.Context, q worker.Queue) error {
+	if f.fail.Load() {
+		return errors.New("broker unreachable")
+	}
+	return f.Worker.Register(ctx, q)
+}
+
+// TestFailedRegisterIsARejectionTriedAgain: a module whose queue cannot be registered
+// is shown as rejected with the error, and the next read of the directory tries again
+// although its files did not change.
+func TestFailedRegisterIsARejectionTriedAgain(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	q := &failingQueues{Worker: rig.w}
+	q.fail.Store(true)
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mods := r.Modules()
+	if len(mods) != 1 || mods[0].Status != "rejected" || mods[0].Version != "" || !strings.Contains(mods[0].Error, "broker unreachable") {
+		t.Fatalf("modules %+v, want svc rejected with the registration's error", mods)
+	}
+	if r.Handler("svc") != nil {
+		t.Fatal("a module whose queue is not served has a handler")
+	}
+	r.Sync(context.Background()) // still failing: still rejected
+	if st := r.Modules()[0]; st.Status != "rejected" {
+		t.Fatalf("status %+v", st)
+	}
+	q.fail.Store(false)
+	r.Sync(context.Background()) // the same files: tried again
+	if st := r.Modules()[0]; st.Status != "serving" || st.Error != "" || st.Queue != "svc" {
+		t.Fatalf("status %+v after the registration works, want serving with no error", st)
+	}
+	defer r.Retire()
+	if err := rig.w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rig.publish("svc", 3)
+	rig.waitFor("the jobs", func() bool { return rig.settledCount() == 3 })
 }

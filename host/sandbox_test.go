@@ -30,7 +30,7 @@ func TestSandbox(t *testing.T) { // not parallel: it sets an environment variabl
 	}{
 		{"nothing granted", "", map[string]string{
 			"o": "open=8", "x": "escape=63", "l": "ls=8", "e": "env=0", "s": "sock=8"}},
-		{"a directory and two variables granted", fmt.Sprintf("dirs = [%q]\nenv = [\"A=1\", \"B=2\"]", granted+":/data"), map[string]string{
+		{"a directory and two variables granted", fmt.Sprintf("dirs = [%q]\n\n[env]\nA = \"1\"\nB = \"2\"", granted+":/data"), map[string]string{
 			"o": "open=0 data=top secret", "x": "escape=63", "l": "ls=0", "e": "env=2", "s": "sock=8"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,7 +11,8 @@ type EventKind int
 
 // The events a worker reports.
 const (
-	// EventStarted: the job was decoded and its handler is about to run.
+	// EventStarted: the worker took the job from its delivery: its handler is about to
+	// run or, for a message that could not be decoded, it is about to be dead-lettered.
 	EventStarted EventKind = iota
 	// EventSettled: the job was settled; Event.Settle says how.
 	EventSettled
@@ -75,6 +76,10 @@ type Event struct {
 
 // Observer receives a worker's events. Observe is called from the goroutine that runs
 // the job, synchronously: it must be quick and must not block.
+//
+// Every delivery the worker takes, decodable or not, reports EventStarted first and
+// then exactly one of EventSettled, EventSettleFailed or EventAbandoned, in that order
+// and from the same goroutine, so an observer may count what is in flight.
 type Observer interface {
 	Observe(Event)
 }

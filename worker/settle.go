@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/internal/backoff"
 )
 
 // PriorityHeader is the reserved header in which a deferred job keeps the priority it
@@ -20,8 +21,10 @@ func (w *Worker) process(qs *queueState, d backend.Delivery) {
 	defer w.release(qs)
 	env, err := d.Envelope()
 	if err != nil {
-		// decode: a message that cannot be decoded is dead-lettered with the reason.
+		// decode: a message that cannot be decoded is dead-lettered with the reason. It
+		// starts like any job, so that every observer sees started before settled.
 		job := &Job{Envelope: env, Attempt: max(env.Attempt, 1)}
+		w.obs.Observe(Event{Kind: EventStarted, Job: job})
 		w.settle(qs.policy.Load().spec, d, job, Result{}, 0, plan{settle: SettleDeadLetter, reason: err.Error()})
 		return
 	}
@@ -151,13 +154,7 @@ func restorePriority(env *backend.Envelope) {
 // backoff returns the wait before the attempt after attempt: full jitter under an
 // exponential ceiling.
 func (w *Worker) backoff(b Backoff, attempt int) time.Duration {
-	ceiling := b.Cap
-	if shift := attempt - 1; shift < 62 {
-		if c := b.Base << shift; c > 0 && c>>shift == b.Base && c < b.Cap {
-			ceiling = c
-		}
-	}
-	return w.cfg.Jitter(ceiling)
+	return backoff.Policy{Base: b.Base, Cap: b.Cap, Jitter: w.cfg.Jitter}.Delay(attempt)
 }
 
 func orDefault(s, def string) string {
@@ -181,7 +178,8 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 	defer w.settling.done()
 
 	// Only settles that publish can wait on the backend; a plain ack needs no timer.
-	ctx := context.Background()
+	// Every settle ends at the drain deadline (Stop cancels settleCtx).
+	ctx := w.settleCtx
 	if p.settle != SettleAck || len(p.children) > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, w.cfg.SettleTimeout)
@@ -259,8 +257,8 @@ func runRecord(res Result, took time.Duration) *backend.JobRecord {
 	}
 }
 
-// childPublications turns a job's children into publications for an atomic ack.
-// NOTE(merge): it must make the same envelopes, with the same ids, as publishChildren.
+// childPublications turns a job's children into publications for an atomic ack: the
+// same envelopes, with the same ids, as publishChildren makes.
 func childPublications(job *Job, children []Child) []backend.Publication {
 	if len(children) == 0 {
 		return nil
@@ -268,17 +266,20 @@ func childPublications(job *Job, children []Child) []backend.Publication {
 	pubs := make([]backend.Publication, len(children))
 	for i, c := range children {
 		env := backend.NewEnvelope(c.Queue, c.Payload)
-		env.Headers = c.Headers
+		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, i), c.Headers
 		pubs[i] = backend.Publication{Envelope: env, Delay: c.Delay}
 	}
 	return pubs
 }
 
-// publishChildren publishes a job's children, each confirmed by the backend.
+// publishChildren publishes a job's children, each confirmed by the backend. A child's
+// id derives from the parent's id and its index, never from the attempt: when child k
+// fails, the parent is retried and publishes children 1 to k-1 again under the same
+// ids, which a backend that knows ids drops (see backend.Backend.Publish).
 func (w *Worker) publishChildren(ctx context.Context, job *Job, children []Child) error {
 	for i, c := range children {
 		env := backend.NewEnvelope(c.Queue, c.Payload)
-		env.Headers = c.Headers
+		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, i), c.Headers
 		if err := w.b.Publish(ctx, env, c.Delay); err != nil {
 			return fmt.Errorf("publishing child job %d of %d to queue %q: %w", i+1, len(children), c.Queue, err)
 		}

@@ -20,13 +20,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/internal/backoff"
 )
 
 // Defaults of Config and Queue.
@@ -40,6 +40,9 @@ const (
 	DefaultSettleTimeout  = 30 * time.Second
 	DefaultReadyPoll      = 50 * time.Millisecond
 )
+
+// resubscribeBackoff paces the subscriptions again of a stream that ended.
+var resubscribeBackoff = backoff.Policy{Base: 100 * time.Millisecond, Cap: 30 * time.Second}
 
 // Backoff is exponential backoff with full jitter: before attempt n+1 the job waits a
 // random time between 0 and min(Cap, Base * 2^(n-1)).
@@ -61,7 +64,8 @@ type Config struct {
 	Backoff Backoff
 	// MaxDefers is the default of Queue.MaxDefers. Zero means DefaultMaxDefers.
 	MaxDefers int
-	// SettleTimeout bounds each settle call. Zero means DefaultSettleTimeout.
+	// SettleTimeout bounds each settle call. Zero means DefaultSettleTimeout. A drain
+	// deadline cuts it short: Stop ends every settle under way when its context ends.
 	SettleTimeout time.Duration
 	// ReadyPoll is how often a handler that is not ready is asked again. Zero means
 	// DefaultReadyPoll.
@@ -120,16 +124,21 @@ type Worker struct {
 
 	mu        sync.Mutex
 	queues    map[string]*queueState
+	starting  bool // Start is subscribing
 	started   bool
 	stopping  bool
 	abandoned bool
 
-	stop          chan struct{} // closed by Stop: take no more deliveries
+	stop          chan struct{}   // closed by Stop: take no more deliveries
+	stopCtx       context.Context // done when stop is closed: ends resubscriptions
+	cancelStop    context.CancelFunc
 	dispatchDone  chan struct{} // closed when the dispatcher returns
 	streamCtx     context.Context
 	cancelStreams context.CancelFunc
 	handlerCtx    context.Context
 	cancelHandler context.CancelFunc
+	settleCtx     context.Context // done at the drain deadline: settles end with it
+	cancelSettles context.CancelFunc
 
 	tasks    chan task // to the runners: one per slot, so a send never waits long
 	jobs     tracker   // jobs from delivery to the end of their settle
@@ -142,9 +151,10 @@ type queueState struct {
 	qc        backend.QueueConfig
 	policy    atomic.Pointer[policy] // replaced when the queue is registered again
 	running   atomic.Int32
-	stream    backend.Stream // guarded by Worker.mu; nil while (re)subscribing
-	removed   bool           // guarded by Worker.mu
-	drained   chan struct{}  // closed when a removed queue's last job ends
+	stream    backend.Stream     // guarded by Worker.mu; nil while (re)subscribing
+	cancel    context.CancelFunc // ends stream's context; guarded by Worker.mu
+	removed   bool               // guarded by Worker.mu
+	drained   chan struct{}      // closed when a removed queue's last job ends
 	drainOnce sync.Once
 }
 
@@ -175,7 +185,7 @@ func New(b backend.Backend, cfg Config) *Worker {
 	cfg.SettleTimeout = positiveOr(cfg.SettleTimeout, DefaultSettleTimeout)
 	cfg.ReadyPoll = positiveOr(cfg.ReadyPoll, DefaultReadyPoll)
 	if cfg.Jitter == nil {
-		cfg.Jitter = func(ceiling time.Duration) time.Duration { return rand.N(ceiling + 1) }
+		cfg.Jitter = backoff.Full
 	}
 	obs := cfg.Observer
 	if obs == nil {
@@ -183,6 +193,8 @@ func New(b backend.Backend, cfg Config) *Worker {
 	}
 	streamCtx, cancelStreams := context.WithCancel(context.Background())
 	handlerCtx, cancelHandler := context.WithCancel(context.Background())
+	settleCtx, cancelSettles := context.WithCancel(context.Background())
+	stopCtx, cancelStop := context.WithCancel(context.Background())
 	return &Worker{
 		b:             b,
 		cfg:           cfg,
@@ -193,11 +205,15 @@ func New(b backend.Backend, cfg Config) *Worker {
 		wake:          make(chan struct{}, 1),
 		queues:        make(map[string]*queueState),
 		stop:          make(chan struct{}),
+		stopCtx:       stopCtx,
+		cancelStop:    cancelStop,
 		dispatchDone:  make(chan struct{}),
 		streamCtx:     streamCtx,
 		cancelStreams: cancelStreams,
 		handlerCtx:    handlerCtx,
 		cancelHandler: cancelHandler,
+		settleCtx:     settleCtx,
+		cancelSettles: cancelSettles,
 	}
 }
 
@@ -214,6 +230,8 @@ var ErrStopped = errors.New("worker stopped")
 // Register declares q on the backend and, once the worker is started, consumes it.
 // Registering a queue that is already registered replaces its handler and policies
 // for the jobs that start from then on; its stream, prefetch and priority levels stay.
+// If the queue cannot be consumed, Register fails and the queue is not registered, so
+// that registering it again tries again. ctx bounds the calls to the backend.
 func (w *Worker) Register(ctx context.Context, q Queue) error {
 	if q.Handler == nil {
 		return fmt.Errorf("register queue %q: nil handler", q.Name)
@@ -223,19 +241,31 @@ func (w *Worker) Register(ctx context.Context, q Queue) error {
 		return fmt.Errorf("register queue %q: %w", q.Name, err)
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.stopping {
+		w.mu.Unlock()
 		return ErrStopped
 	}
 	if old, ok := w.queues[q.Name]; ok && !old.removed {
 		// Keep the stream and the running count; swap the policy.
 		old.policy.Store(qs.policy.Load())
 		w.signal()
+		w.mu.Unlock()
 		return nil
 	}
 	w.queues[q.Name] = qs
-	if w.started {
-		return w.subscribeLocked(ctx, qs)
+	started := w.started
+	w.mu.Unlock()
+	if !started {
+		return nil // Start consumes it
+	}
+	// No lock across the backend: settles and the dispatcher go on meanwhile.
+	if err := w.subscribe(ctx, qs); err != nil {
+		w.mu.Lock()
+		if w.queues[q.Name] == qs {
+			delete(w.queues, q.Name)
+		}
+		w.mu.Unlock()
+		return fmt.Errorf("register queue %q: %w", q.Name, err)
 	}
 	return nil
 }
@@ -269,15 +299,49 @@ func (w *Worker) newQueueState(q Queue) *queueState {
 	return qs
 }
 
-// subscribeLocked starts consuming qs. w.mu is held.
-func (w *Worker) subscribeLocked(ctx context.Context, qs *queueState) error {
-	s, err := w.b.Consume(w.streamCtx, qs.qc)
+// subscribe starts consuming qs, without w.mu held: Consume can wait on the network.
+// ctx bounds the call; the stream itself lives until Stop ends the streams or the
+// queue is unregistered. A queue removed meanwhile is not consumed; a worker stopping
+// meanwhile fails with ErrStopped.
+func (w *Worker) subscribe(ctx context.Context, qs *queueState) error {
+	sctx, cancel := context.WithCancel(w.streamCtx)
+	stop := context.AfterFunc(ctx, cancel)
+	s, err := w.b.Consume(sctx, qs.qc)
+	if !stop() && err == nil {
+		// ctx ended during the call, and with it the new stream's context.
+		err = ctx.Err()
+		s.Drop()
+	}
 	if err != nil {
+		cancel()
 		return fmt.Errorf("consume queue %q: %w", qs.qc.Name, err)
 	}
-	qs.stream = s
+	w.mu.Lock()
+	if w.stopping || qs.removed {
+		stopping := w.stopping
+		w.mu.Unlock()
+		cancel()
+		s.Drop()
+		if stopping {
+			return ErrStopped
+		}
+		return nil
+	}
+	qs.stream, qs.cancel = s, cancel
 	w.signal()
+	w.mu.Unlock()
 	return nil
+}
+
+// endStream ends a stream taken from its queue: its context first, so that a stream
+// waiting for a lost connection gives up, then Drop, which returns what it holds.
+func endStream(s backend.Stream, cancel context.CancelFunc) {
+	if cancel != nil {
+		cancel()
+	}
+	if s != nil {
+		s.Drop()
+	}
 }
 
 // Unregister stops taking jobs from the queue, waits for its running jobs to finish
@@ -304,46 +368,81 @@ func (w *Worker) Unregister(ctx context.Context, name string) error {
 		err = fmt.Errorf("unregister queue %q: %d jobs still running, left unacknowledged: %w", name, qs.running.Load(), ctx.Err())
 	}
 	w.mu.Lock()
-	s := qs.stream
-	qs.stream = nil
+	s, cancel := qs.stream, qs.cancel
+	qs.stream, qs.cancel = nil, nil
 	if w.queues[name] == qs {
 		delete(w.queues, name)
 	}
 	w.mu.Unlock()
-	if s != nil {
-		s.Drop()
-	}
+	endStream(s, cancel)
 	return err
 }
 
-// Start consumes every registered queue and starts taking jobs. It returns at once;
-// Stop ends the work.
+// Start consumes every registered queue and starts taking jobs; ctx bounds the calls
+// to the backend. It returns once every queue is consumed; Stop ends the work. If a
+// queue cannot be consumed, Start ends the streams it opened and fails.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.stopping {
+		w.mu.Unlock()
 		return ErrStopped
 	}
-	if w.started {
+	if w.started || w.starting {
+		w.mu.Unlock()
 		return errors.New("worker already started")
 	}
-	for _, qs := range w.queues {
-		if err := w.subscribeLocked(ctx, qs); err != nil {
-			for _, qs := range w.queues {
-				if qs.stream != nil {
-					qs.stream.Drop()
-					qs.stream = nil
-				}
+	w.starting = true
+	w.mu.Unlock()
+	// Subscribe without the lock, until no queue is left: a queue registered meanwhile
+	// is left to Start until started is set, then Register consumes it itself.
+	for {
+		w.mu.Lock()
+		if w.stopping {
+			w.mu.Unlock()
+			w.abortStart()
+			return ErrStopped
+		}
+		var todo []*queueState
+		for _, qs := range w.queues {
+			if !qs.removed && qs.stream == nil {
+				todo = append(todo, qs)
 			}
-			return err
+		}
+		if len(todo) == 0 {
+			w.started = true
+			w.mu.Unlock()
+			break
+		}
+		w.mu.Unlock()
+		for _, qs := range todo {
+			if err := w.subscribe(ctx, qs); err != nil {
+				w.abortStart()
+				return err
+			}
 		}
 	}
-	w.started = true
 	for range w.cfg.Concurrency {
 		go w.runner()
 	}
 	go w.dispatch()
 	return nil
+}
+
+// abortStart ends the streams a failed Start opened.
+func (w *Worker) abortStart() {
+	w.mu.Lock()
+	w.starting = false
+	var ends []func()
+	for _, qs := range w.queues {
+		if s, cancel := qs.stream, qs.cancel; s != nil {
+			qs.stream, qs.cancel = nil, nil
+			ends = append(ends, func() { endStream(s, cancel) })
+		}
+	}
+	w.mu.Unlock()
+	for _, end := range ends {
+		end()
+	}
 }
 
 // task is a delivery on its way to a runner.
@@ -362,10 +461,12 @@ func (w *Worker) runner() {
 
 // Stop drains the worker. It stops taking deliveries, then waits for every running job
 // and its settle until ctx is done. If ctx is done first, it cancels the running
-// handlers' contexts, leaves their deliveries unacknowledged (the backend delivers
-// them again), waits only for settles already under way, and returns an error that
-// says how many jobs it left. Either way it ends every stream before it returns; it
-// does not close the backend.
+// handlers' contexts and the contexts of the settles under way (so that no settle
+// outlives the drain, whatever the backend does), leaves the unsettled deliveries
+// unacknowledged (the backend delivers them again), and returns an error that says how
+// many jobs it left. Either way it ends every stream before it returns, their contexts
+// first, so that a stream waiting for a lost connection gives up at once; it does not
+// close the backend.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if w.stopping {
@@ -375,6 +476,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.stopping = true
 	started := w.started
 	close(w.stop)
+	w.cancelStop()
 	w.mu.Unlock()
 	if started {
 		<-w.dispatchDone
@@ -387,24 +489,26 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.mu.Unlock()
 		left := w.jobs.count()
 		w.cancelHandler()
-		w.settling.wait(context.Background())
+		w.cancelSettles()
+		w.settling.wait(context.Background()) // each returns once its context ended
 		err = fmt.Errorf("worker stop: drain timeout: %d jobs left unacknowledged: %w", left, err)
 	}
+	w.cancelStreams()
 	w.mu.Lock()
-	var streams []backend.Stream
+	var ends []func()
 	for _, qs := range w.queues {
-		if qs.stream != nil {
-			streams = append(streams, qs.stream)
-			qs.stream = nil
+		if s, cancel := qs.stream, qs.cancel; s != nil {
+			qs.stream, qs.cancel = nil, nil
+			ends = append(ends, func() { endStream(s, cancel) })
 		}
 	}
 	w.mu.Unlock()
-	for _, s := range streams {
-		s.Drop()
+	for _, end := range ends {
+		end()
 	}
-	w.cancelStreams()
 	w.resubs.Wait()
 	w.cancelHandler()
+	w.cancelSettles()
 	return err
 }
 
@@ -543,7 +647,8 @@ func (w *Worker) streamEnded(qs *queueState, s backend.Stream) {
 	if qs.stream != s {
 		return
 	}
-	qs.stream = nil
+	qs.cancel() // frees the ended stream's context
+	qs.stream, qs.cancel = nil, nil
 	if w.stopping || qs.removed {
 		return
 	}
@@ -556,31 +661,29 @@ func (w *Worker) streamEnded(qs *queueState, s backend.Stream) {
 	go w.resubscribe(qs)
 }
 
+// resubscribe consumes qs again, with backoff, until it succeeds, the backend is shut
+// down, the queue is removed or the worker stops. It holds no lock while it waits or
+// calls the backend.
 func (w *Worker) resubscribe(qs *queueState) {
 	defer w.resubs.Done()
-	pause := 100 * time.Millisecond
-	for {
-		select {
-		case <-time.After(w.cfg.Jitter(pause)):
-		case <-w.stop:
-			return
-		}
-		w.mu.Lock()
-		if w.stopping || qs.removed {
-			w.mu.Unlock()
-			return
-		}
-		err := w.subscribeLocked(w.streamCtx, qs)
-		w.mu.Unlock()
-		if err == nil {
-			return
+	p := resubscribeBackoff
+	p.Jitter = w.cfg.Jitter
+	// A pause before the first attempt too: a stream that ends at once must not spin.
+	if backoff.Sleep(w.stopCtx, p.Delay(1)) != nil {
+		return
+	}
+	backoff.Retry(w.stopCtx, p, func(ctx context.Context, _ int) error {
+		err := w.subscribe(ctx, qs)
+		switch {
+		case err == nil, errors.Is(err, ErrStopped), ctx.Err() != nil:
+			return backoff.Permanent(err)
+		case errors.Is(err, backend.ErrShutDown):
+			w.log.Error("backend shut down: queue no longer consumed", slog.String("queue", qs.qc.Name))
+			return backoff.Permanent(err)
 		}
 		w.log.Warn("subscribing again failed", slog.String("queue", qs.qc.Name), slog.Any("error", err))
-		if errors.Is(err, backend.ErrShutDown) {
-			return
-		}
-		pause = min(2*pause, 30*time.Second)
-	}
+		return err
+	})
 }
 
 // tracker counts work under way and lets a caller wait for it to reach zero.

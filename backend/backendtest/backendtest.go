@@ -10,10 +10,16 @@
 //		})
 //	}
 //
-// The suite also requires backend.DeadLetterStore, which every backend of the project
-// implements. The rules of the optional interfaces (backend.BatchPublisher,
-// backend.AtomicDelivery, backend.JobRecordReader) run only on backends that implement
-// them and are skipped, saying so, on the others.
+// The suite also requires backend.DeadLetterStore and backend.StatsReader, which every
+// backend of the project implements. The rules of the optional interfaces
+// (backend.BatchPublisher, backend.AtomicDelivery, backend.JobRecordReader) run only on
+// backends that implement them and are skipped, saying so, on the others.
+//
+// Nothing here proves with a sleep that something did not happen. In a synctest bubble
+// the suite waits out its quiet periods in virtual time. On a real broker it uses
+// positive signals: a marker published after the fact and received next proves that
+// nothing was deliverable before it, and the queue's stats prove what the backend holds
+// back under a full prefetch.
 package backendtest
 
 import (
@@ -39,8 +45,9 @@ type Options struct {
 	// Synctest runs every subtest inside a testing/synctest bubble, in virtual time:
 	// for backends whose timers come from the time package.
 	Synctest bool
-	// Quiet is how long the suite waits to be sure that nothing more arrives. Zero
-	// means 300 ms.
+	// Quiet is how long, in virtual time, the suite waits in a synctest bubble to be
+	// sure that nothing more arrives. Zero means 300 ms. Without Synctest the suite
+	// uses markers and queue stats instead (see the package comment).
 	Quiet time.Duration
 	// Timeout bounds every wait for a delivery. Zero means 15 s.
 	Timeout time.Duration
@@ -171,17 +178,92 @@ func (h *harness) receive(t *testing.T, s backend.Stream) (backend.Delivery, bac
 	panic("unreachable")
 }
 
-// expectNothing asserts that s delivers nothing for the quiet period.
-func (h *harness) expectNothing(t *testing.T, s backend.Stream) {
+// expectNothing asserts that s, a stream of q, has nothing more to deliver. In a
+// synctest bubble it waits the quiet period in virtual time. On a real backend it
+// publishes a marker at the lowest priority to q and receives: whatever was deliverable
+// comes before the marker, so the marker coming next proves there was nothing. s must
+// have room under its prefetch for the marker.
+func (h *harness) expectNothing(t *testing.T, q backend.QueueConfig, s backend.Stream) {
 	t.Helper()
+	if h.o.Synctest {
+		select {
+		case d, ok := <-s.Deliveries():
+			if ok {
+				env, _ := d.Envelope()
+				t.Fatalf("unexpected delivery %s (payload %q)", env.ID, env.Payload)
+			}
+			t.Fatalf("stream ended unexpectedly: %v", s.Err())
+		case <-time.After(h.o.Quiet):
+		}
+		return
+	}
+	marker := h.marker(t, q)
+	d, env := h.receive(t, s)
+	if env.ID != marker.ID {
+		t.Fatalf("unexpected delivery %s (payload %q) before the marker published after the last expected one", env.ID, env.Payload)
+	}
+	mustSettle(t, "Ack of the marker", d.Ack(h.ctx()))
+}
+
+// marker publishes a marker job at the lowest priority to q.
+func (h *harness) marker(t *testing.T, q backend.QueueConfig) backend.Envelope {
+	t.Helper()
+	m := job(q, "marker")
+	h.publish(t, m, 0)
+	return m
+}
+
+// expectHeldBack asserts that the backend holds back q's remaining messages while s's
+// prefetch is full: in a synctest bubble nothing is delivered for the quiet period (in
+// virtual time); on a real backend the queue still counts pending as ready, so it
+// handed out no more than the prefetch.
+func (h *harness) expectHeldBack(t *testing.T, q backend.QueueConfig, s backend.Stream, pending int) {
+	t.Helper()
+	if h.o.Synctest {
+		h.expectNothing(t, q, s)
+		return
+	}
+	st := h.stats(t, q)
+	if st.Pending != pending {
+		t.Fatalf("with the prefetch (%d) full, the queue has %d ready, want %d: the backend handed out more than its prefetch", q.Prefetch, st.Pending, pending)
+	}
 	select {
 	case d, ok := <-s.Deliveries():
 		if ok {
 			env, _ := d.Envelope()
-			t.Fatalf("unexpected delivery %s (payload %q)", env.ID, env.Payload)
+			t.Fatalf("delivery %s (payload %q) beyond the prefetch of %d", env.ID, env.Payload, q.Prefetch)
 		}
 		t.Fatalf("stream ended unexpectedly: %v", s.Err())
-	case <-time.After(h.o.Quiet):
+	default:
+	}
+}
+
+func (h *harness) stats(t *testing.T, q backend.QueueConfig) backend.QueueStats {
+	t.Helper()
+	sr, ok := h.b.(backend.StatsReader)
+	if !ok {
+		t.Fatalf("%T does not implement backend.StatsReader", h.b)
+	}
+	st, err := sr.QueueStats(h.ctx(), q.Name)
+	if err != nil {
+		t.Fatalf("QueueStats(%s): %v", q.Name, err)
+	}
+	return st
+}
+
+// waitStats polls q's stats until cond holds of them.
+func (h *harness) waitStats(t *testing.T, q backend.QueueConfig, what string, cond func(backend.QueueStats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(h.o.Timeout)
+	for {
+		st := h.stats(t, q)
+		if cond(st) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v: %s has %+v", what, h.o.Timeout, q.Name, st)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -211,7 +293,7 @@ func testDeclareIsIdempotent(t *testing.T, h *harness) {
 		t.Fatalf("payload = %q, want %q", env.Payload, "kept")
 	}
 	mustSettle(t, "Ack", d.Ack(h.ctx()))
-	h.expectNothing(t, s)
+	h.expectNothing(t, q, s)
 }
 
 func testRoundTripIsExact(t *testing.T, h *harness) {
@@ -275,7 +357,7 @@ func testPrefetch(t *testing.T, h *harness, prefetch int) {
 		d, _ := h.receive(t, s)
 		held = append(held, d)
 	}
-	h.expectNothing(t, s) // prefetch reached: no more until one is settled
+	h.expectHeldBack(t, q, s, total-prefetch) // prefetch reached: no more until one is settled
 	received := prefetch
 	for len(held) > 0 {
 		mustSettle(t, "Ack", held[0].Ack(h.ctx()))
@@ -284,7 +366,7 @@ func testPrefetch(t *testing.T, h *harness, prefetch int) {
 			d, _ := h.receive(t, s)
 			held = append(held, d)
 			received++
-			h.expectNothing(t, s)
+			h.expectHeldBack(t, q, s, total-received)
 		}
 	}
 	if received != total {
@@ -312,7 +394,7 @@ func testDelaysNeverFireEarly(t *testing.T, h *harness) {
 		}
 		mustSettle(t, "Ack", d.Ack(h.ctx()))
 	}
-	h.expectNothing(t, s)
+	h.expectNothing(t, q, s)
 }
 
 func testShortDelayNotHeldBehindLong(t *testing.T, h *harness) {
@@ -349,7 +431,7 @@ func (h *harness) drainInOrder(t *testing.T, q backend.QueueConfig, n int) []str
 		got = append(got, string(env.Payload))
 		mustSettle(t, "Ack", d.Ack(h.ctx()))
 	}
-	h.expectNothing(t, s)
+	h.expectNothing(t, q, s)
 	return got
 }
 
@@ -381,7 +463,10 @@ func testDeferredAheadDelayedBehind(t *testing.T, h *harness) {
 		t.Fatalf("Defer: %v", err)
 	}
 	h.publish(t, job(q, "delayed"), delay)
-	time.Sleep(delay + 3*h.o.Quiet) // both are released onto the queue behind the backlog
+	// Both are released onto the queue, behind the backlog.
+	h.waitStats(t, q, "release of the deferred and the delayed job", func(st backend.QueueStats) bool {
+		return st.Pending == 5 && st.Delayed <= 0 && st.Deferred <= 0
+	})
 	got := strings.Join(h.drainInOrder(t, q, 5), " ")
 	if want := "deferred b1 b2 b3 delayed"; got != want {
 		t.Fatalf("delivery order %q, want %q", got, want)
@@ -400,7 +485,17 @@ func testDropLosesNothing(t *testing.T, h *harness) {
 		d, _ := h.receive(t, s)
 		taken = append(taken, d)
 	}
-	time.Sleep(h.o.Quiet) // let the backend pull what prefetch allows
+	// Let the backend pull what the prefetch allows, so that Drop has buffered
+	// deliveries to return as well as taken ones.
+	if h.o.Synctest {
+		synctest.Wait()
+	} else {
+		// A broker pushes up to the prefetch; a backend whose stream hands out only what
+		// a consumer takes (an unbuffered channel) holds nothing beyond the taken ones.
+		h.waitStats(t, q, "prefetch filled", func(st backend.QueueStats) bool {
+			return st.Pending == total-q.Prefetch || (st.Unacked == len(taken) && st.Pending == total-len(taken))
+		})
+	}
 	s.Drop()
 	for range s.Deliveries() { // whatever was buffered is not ours any more
 	}
@@ -428,7 +523,7 @@ func testDropLosesNothing(t *testing.T, h *harness) {
 	if redelivered < len(taken) {
 		t.Fatalf("%d jobs marked redelivered, want at least the %d taken before Drop", redelivered, len(taken))
 	}
-	h.expectNothing(t, s2)
+	h.expectNothing(t, q, s2)
 }
 
 func testSettleTwice(t *testing.T, h *harness) {
@@ -467,7 +562,7 @@ func testSettleTwice(t *testing.T, h *harness) {
 		t.Fatalf("got %+v, want the retried job at attempt %d", env, next.Attempt)
 	}
 	mustSettle(t, "Ack", d.Ack(h.ctx()))
-	h.expectNothing(t, s)
+	h.expectNothing(t, q, s)
 	dead := h.deadLetters(t, q)
 	if len(dead) != 1 || dead[0].Reason != "first reason" {
 		t.Fatalf("dead letters = %+v, want one with reason %q", dead, "first reason")
@@ -544,9 +639,9 @@ func testSettlePublishesFirst(t *testing.T, h *harness) {
 		}
 		mustSettle(t, "Ack", d.Ack(h.ctx()))
 	}
-	h.expectNothing(t, s)
+	h.expectNothing(t, q, s)
 	s.Drop()
-	h.expectNothing(t, h.consume(t, q)) // the originals were acknowledged
+	h.expectNothing(t, q, h.consume(t, q)) // the originals were acknowledged
 	dead := h.deadLetters(t, q)
 	if len(dead) != 1 || dead[0].Reason != "because dead" || string(dead[0].Envelope.Payload) != "dead" {
 		t.Fatalf("dead letters = %+v", dead)
@@ -666,10 +761,23 @@ func testConcurrent(t *testing.T, h *harness) {
 			t.Fatalf("received %d of %d jobs", len(seen), publishers*each)
 		}
 	}
+	if h.o.Synctest {
+		select {
+		case id := <-ids:
+			t.Fatalf("extra delivery of %s", id)
+		case <-time.After(h.o.Quiet):
+		}
+		return
+	}
+	// Nothing may come before a marker published now.
+	marker := h.marker(t, q)
 	select {
 	case id := <-ids:
-		t.Fatalf("extra delivery of %s", id)
-	case <-time.After(h.o.Quiet):
+		if id != marker.ID {
+			t.Fatalf("extra delivery of %s", id)
+		}
+	case <-time.After(h.o.Timeout):
+		t.Fatal("the marker published after every job did not arrive")
 	}
 }
 
@@ -721,5 +829,5 @@ func testDeadLetters(t *testing.T, h *harness) {
 	if dead := h.deadLetters(t, q); len(dead) != 0 {
 		t.Fatalf("%d dead letters after purge", len(dead))
 	}
-	h.expectNothing(t, s)
+	h.expectNothing(t, q, s)
 }

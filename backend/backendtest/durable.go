@@ -90,7 +90,7 @@ func testAckWithChildren(t *testing.T, h *harness) {
 		t.Fatalf("AckWith a child to an undeclared queue: %v, want ErrUnknownQueue", err)
 	}
 	ks := h.consume(t, kids)
-	h.expectNothing(t, ks)
+	h.expectNothing(t, kids, ks)
 	children := []backend.Publication{
 		{Envelope: job(kids, "k1")},
 		{Envelope: job(kids, "k2")},
@@ -112,9 +112,9 @@ func testAckWithChildren(t *testing.T, h *harness) {
 	if strings.Join(got, " ") != "k1 k2 k3" {
 		t.Fatalf("children delivered: %q, want k1 k2 k3", got)
 	}
-	h.expectNothing(t, ks)
+	h.expectNothing(t, kids, ks)
 	s.Drop()
-	h.expectNothing(t, h.consume(t, parents)) // the parent was acknowledged
+	h.expectNothing(t, parents, h.consume(t, parents)) // the parent was acknowledged
 	_ = env
 }
 
@@ -246,12 +246,12 @@ func testRepeatPublishDropped(t *testing.T, h *harness) {
 	}
 	h.publish(t, env, 0) // handed out, still held: dropped
 	mustSettle(t, "Ack", d.Ack(h.ctx()))
-	h.expectNothing(t, s)
+	h.expectNothing(t, q, s)
 	h.publish(t, env, 0) // gone from the backend: published again
 	d, got = h.receive(t, s)
 	if got.ID != env.ID {
 		t.Fatalf("got %s, want %s", got.ID, env.ID)
 	}
 	mustSettle(t, "Ack", d.Ack(h.ctx()))
-	h.expectNothing(t, s)
+	h.expectNothing(t, q, s)
 }

@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -27,6 +28,10 @@ func BenchmarkMemoryPublishConsumeAck(b *testing.B) {
 			}
 			defer s.Drop()
 			env := backend.NewEnvelope("bench", []byte(`{"n":1}`))
+			ids := make([]string, b.N) // one job each: a repeated id would be dropped
+			for i := range ids {
+				ids[i] = strconv.Itoa(i)
+			}
 			done := make(chan struct{})
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -40,7 +45,8 @@ func BenchmarkMemoryPublishConsumeAck(b *testing.B) {
 					}
 				}
 			}()
-			for range b.N {
+			for _, id := range ids {
+				env.ID = id
 				if err := mb.Publish(ctx, env, 0); err != nil {
 					b.Fatal(err)
 				}

@@ -88,14 +88,18 @@ type queue struct {
 	acked    int
 	dead     []deadLetter
 	unsettle int // deliveries taken off the queue and not settled, over all streams
+	// ids counts the messages the queue holds per job id: ready, delayed, deferred or
+	// taken and not settled. A publish of an id it holds is a repeat, and is dropped.
+	ids map[string]int
 	// offering counts the deliveries taken off the queue that a stream is offering and
 	// no consumer has received yet: still pending, from the consumer's point of view.
 	offering atomic.Int32
 }
 
-// Declare creates the queue q.Name if it does not exist. Declaring it again changes
-// nothing, not even a different priority level count: like a broker, the first
-// declaration wins.
+// Declare creates the queue q.Name if it does not exist. Declaring it again with the
+// same priority levels changes nothing; declaring it with other priority levels fails
+// with an error that names both and leaves the queue as it was, as RabbitMQ refuses a
+// queue redeclared with other arguments (the prefetch is a stream's, never a conflict).
 func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 	if err := backend.ValidateQueueName(q.Name); err != nil {
 		return err
@@ -106,7 +110,10 @@ func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 	if b.closed {
 		return backend.ErrShutDown
 	}
-	if _, ok := b.queues[q.Name]; ok {
+	if have, ok := b.queues[q.Name]; ok {
+		if have.levels != q.PriorityLevels {
+			return fmt.Errorf("queue %q exists with %d priority levels, not the %d wanted: it keeps its first declaration", q.Name, have.levels, q.PriorityLevels)
+		}
 		return nil
 	}
 	b.queues[q.Name] = &queue{
@@ -115,6 +122,7 @@ func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 		ready:   make([]ring, q.PriorityLevels+1),
 		streams: make(map[*stream]struct{}),
 		held:    make(map[*time.Timer]bool),
+		ids:     make(map[string]int),
 	}
 	return nil
 }
@@ -139,14 +147,18 @@ func (b *Backend) isClosed() bool {
 	return b.closed
 }
 
-// Publish puts env on env.Queue, after delay rounded up to the granularity.
+// Publish puts env on env.Queue, after delay rounded up to the granularity. A repeat,
+// an env whose ID the queue still holds (ready, delayed, deferred, or delivered and not
+// settled), is dropped and reports success, as the contract asks of a backend that
+// knows ids.
 func (b *Backend) Publish(ctx context.Context, env backend.Envelope, delay time.Duration) error {
-	return b.enqueue(&message{env: env.Clone()}, delay, false)
+	return b.enqueue(&message{env: env.Clone()}, delay, false, true)
 }
 
 // Defer holds env for delay rounded up to the granularity, then puts it on env.Queue.
+// A repeat is dropped, as by Publish.
 func (b *Backend) Defer(ctx context.Context, env backend.Envelope, delay time.Duration) error {
-	return b.enqueue(&message{env: env.Clone()}, delay, true)
+	return b.enqueue(&message{env: env.Clone()}, delay, true, true)
 }
 
 // InjectMalformed puts on queue a message that cannot be decoded: its delivery's
@@ -155,10 +167,12 @@ func (b *Backend) Defer(ctx context.Context, env backend.Envelope, delay time.Du
 // publisher can put on a broker's queue.
 func (b *Backend) InjectMalformed(ctx context.Context, queue string, raw []byte, problem string) error {
 	env := backend.Envelope{ID: backend.NewID(), Queue: queue, Payload: slices.Clone(raw)}
-	return b.enqueue(&message{env: env, decodeErr: fmt.Errorf("%w: %s", backend.ErrMalformed, problem)}, 0, false)
+	return b.enqueue(&message{env: env, decodeErr: fmt.Errorf("%w: %s", backend.ErrMalformed, problem)}, 0, false, false)
 }
 
-func (b *Backend) enqueue(m *message, delay time.Duration, deferred bool) error {
+// enqueue puts m on its queue, or holds it for delay. With dropRepeat, a message whose
+// id the queue holds is dropped: a settle's republish of its own job passes false.
+func (b *Backend) enqueue(m *message, delay time.Duration, deferred, dropRepeat bool) error {
 	q, err := b.lookup(m.env.Queue)
 	if err != nil {
 		return err
@@ -167,6 +181,11 @@ func (b *Backend) enqueue(m *message, delay time.Duration, deferred bool) error 
 	delay = backend.RoundUp(delay, b.granularity)
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if dropRepeat && m.env.ID != "" && q.ids[m.env.ID] > 0 {
+		b.log.Debug("repeat publish dropped: the queue holds the job", "queue", q.name, "job", m.env.ID)
+		return nil
+	}
+	q.hold(m)
 	if delay == 0 {
 		q.pushBack(m)
 		return nil
@@ -183,6 +202,15 @@ func (b *Backend) enqueue(m *message, delay time.Duration, deferred bool) error 
 	})
 	q.held[t] = deferred
 	return nil
+}
+
+// hold counts m among the messages the queue holds; release, when it leaves.
+func (q *queue) hold(m *message) { q.ids[m.env.ID]++ }
+
+func (q *queue) release(m *message) {
+	if q.ids[m.env.ID]--; q.ids[m.env.ID] <= 0 {
+		delete(q.ids, m.env.ID)
+	}
 }
 
 // pushBack makes m ready behind its equals and wakes the streams.
@@ -386,6 +414,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	m := &message{env: q.dead[i].m.env, decodeErr: q.dead[i].m.decodeErr}
 	q.dead = slices.Delete(q.dead, i, i+1)
 	m.env.Attempt, m.env.Reason, m.env.Defers = 1, "", 0
+	q.hold(m)
 	q.pushBack(m)
 	return nil
 }

@@ -269,3 +269,65 @@ func mustDo(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestRepeatPublishIsDropped: a publish of a job id the queue still holds (ready,
+// delayed, deferred, delivered and not settled) is dropped and reports success; once
+// the job is settled the id may come again; a settle's own republish is no repeat.
+func TestRepeatPublishIsDropped(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := memory.New(memory.Config{})
+		defer b.Close(ctx)
+		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
+		mustDo(t, b.Declare(ctx, q))
+		stats := func(want memory.QueueStats) {
+			t.Helper()
+			synctest.Wait()
+			if got, err := b.Stats("jobs"); err != nil || got != want {
+				t.Fatalf("Stats = %+v %v, want %+v", got, err, want)
+			}
+		}
+		ready := backend.NewEnvelope("jobs", []byte("ready"))
+		delayed := backend.NewEnvelope("jobs", []byte("delayed"))
+		deferred := backend.NewEnvelope("jobs", []byte("deferred"))
+		mustDo(t, b.Publish(ctx, ready, 0))
+		mustDo(t, b.Publish(ctx, delayed, time.Minute))
+		mustDo(t, b.Defer(ctx, deferred, time.Minute))
+		for _, env := range []backend.Envelope{ready, delayed, deferred} {
+			mustDo(t, b.Publish(ctx, env, 0))
+			mustDo(t, b.Publish(ctx, env, time.Second))
+			mustDo(t, b.Defer(ctx, env, time.Second))
+		}
+		stats(memory.QueueStats{Pending: 1, Delayed: 1, Deferred: 1})
+
+		s, err := b.Consume(ctx, q)
+		mustDo(t, err)
+		d := <-s.Deliveries() // ready, in flight
+		mustDo(t, b.Publish(ctx, ready, 0))
+		stats(memory.QueueStats{Unacked: 1, Delayed: 1, Deferred: 1})
+		// Retry republishes the job it settles: not a repeat.
+		mustDo(t, d.Retry(ctx, ready, 0))
+		d = <-s.Deliveries()
+		stats(memory.QueueStats{Unacked: 1, Delayed: 1, Deferred: 1, Acked: 1})
+		mustDo(t, d.Ack(ctx))
+		// Settled: the id is free again.
+		mustDo(t, b.Publish(ctx, ready, 0))
+		stats(memory.QueueStats{Pending: 1, Delayed: 1, Deferred: 1, Acked: 2})
+		d = <-s.Deliveries()
+		mustDo(t, d.DeadLetter(ctx, "dead"))
+		mustDo(t, b.Publish(ctx, ready, 0)) // a dead letter is not held
+		stats(memory.QueueStats{Pending: 1, Delayed: 1, Deferred: 1, Acked: 2, Dead: 1})
+
+		// Released after their delays, the others are held until they are settled.
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		mustDo(t, b.Publish(ctx, delayed, 0))
+		mustDo(t, b.Publish(ctx, deferred, 0))
+		pending, err := b.Pending("jobs")
+		mustDo(t, err)
+		if len(pending) != 2 {
+			t.Fatalf("pending %d jobs, want 2 (one offered to the stream)", len(pending))
+		}
+	})
+}

@@ -189,6 +189,7 @@ func (d *delivery) finish(dead string) {
 	q.mu.Lock()
 	delete(d.s.inflight, d)
 	q.unsettle--
+	q.release(d.m)
 	if dead != "" {
 		q.dead = append(q.dead, deadLetter{m: d.m, reason: dead, at: time.Now()})
 	} else {
@@ -208,19 +209,20 @@ func (d *delivery) Ack(ctx context.Context) error {
 }
 
 func (d *delivery) Retry(ctx context.Context, next backend.Envelope, delay time.Duration) error {
-	return d.republish(ctx, next, delay, d.s.b.Publish)
+	return d.republish(next, delay, false)
 }
 
 func (d *delivery) Defer(ctx context.Context, next backend.Envelope, delay time.Duration) error {
-	return d.republish(ctx, next, delay, d.s.b.Defer)
+	return d.republish(next, delay, true)
 }
 
-func (d *delivery) republish(ctx context.Context, next backend.Envelope, delay time.Duration,
-	publish func(context.Context, backend.Envelope, time.Duration) error) error {
+// republish puts next, usually this delivery's own job, back for later, then settles.
+// It is no repeat publish: the queue holds the job only until this settle finishes.
+func (d *delivery) republish(next backend.Envelope, delay time.Duration, deferred bool) error {
 	if err := d.begin(); err != nil {
 		return err
 	}
-	if err := publish(ctx, next, delay); err != nil {
+	if err := d.s.b.enqueue(&message{env: next.Clone()}, delay, deferred, false); err != nil {
 		d.reopen()
 		return err
 	}

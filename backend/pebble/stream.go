@@ -71,7 +71,7 @@ func (s *stream) run() {
 		var err error
 		select {
 		case out <- d:
-			s.q.offering.Add(-1)
+			d.received()
 			d = nil
 			continue
 		case <-wake:
@@ -83,7 +83,7 @@ func (s *stream) run() {
 			err = s.ctx.Err()
 		}
 		if d != nil {
-			s.q.offering.Add(-1) // end puts it back
+			d.received() // no longer on offer: end puts it back
 		}
 		s.end(err)
 		return
@@ -104,6 +104,7 @@ func (s *stream) take() *delivery {
 		return nil
 	}
 	d := &delivery{s: s, it: it, redelivered: it.redelivered}
+	d.offered.Store(true)
 	s.inflight[d] = struct{}{}
 	s.b.ids.claim(it.id)
 	q.unsettle++
@@ -192,9 +193,20 @@ type delivery struct {
 	decodeErr   error
 	redelivered bool
 	state       atomic.Int32
+	offered     atomic.Bool // counted in q.offering
+}
+
+// received ends the delivery's time on offer, once: called by the stream after the
+// send and by Envelope, whichever comes first, so that stats read by a consumer that
+// has just received it never count it as pending.
+func (d *delivery) received() {
+	if d.offered.CompareAndSwap(true, false) {
+		d.s.q.offering.Add(-1)
+	}
 }
 
 func (d *delivery) Envelope() (backend.Envelope, error) {
+	d.received()
 	env := d.env.Clone()
 	env.Redelivered = d.redelivered
 	return env, d.decodeErr

@@ -29,7 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -38,6 +38,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/internal/backoff"
 )
 
 // Defaults of Config.
@@ -46,6 +47,10 @@ const (
 	DefaultLevels = 28 // 2^28 units of 10 ms: about 31 days
 	DefaultPrefix = "wasmjobs"
 )
+
+// handshakeTimeout bounds a connection's TCP dial and AMQP handshake when the caller's
+// context has no sooner deadline (amqp091-go's own default).
+const handshakeTimeout = 30 * time.Second
 
 // Config configures a RabbitMQ backend.
 type Config struct {
@@ -59,8 +64,8 @@ type Config struct {
 	Levels int
 	// Prefix names the shared delay exchanges and queues. Zero means DefaultPrefix.
 	Prefix string
-	// ReconnectMin and ReconnectMax bound the jittered backoff between reconnection
-	// attempts. Zero means 100 ms and 10 s.
+	// ReconnectMin and ReconnectMax bound the backoff between reconnection attempts
+	// (exponential, equal jitter). Zero means 100 ms and 10 s.
 	ReconnectMin, ReconnectMax time.Duration
 	// Logger receives reconnections and clamped settings. Nil discards them.
 	Logger *slog.Logger
@@ -79,7 +84,9 @@ type Backend struct {
 	declared  map[string]backend.QueueConfig
 	known     map[string]bool // queues seen to exist on the broker
 	closed    bool
-	done      chan struct{} // closed by Close
+	done      chan struct{}   // closed by Close
+	ctx       context.Context // done at Close: ends a reconnection under way
+	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 }
 
@@ -99,7 +106,7 @@ func Redact(rawURL string) string {
 }
 
 // Open connects to the broker and declares the shared delay topology. It fails if the
-// broker cannot be reached.
+// broker cannot be reached, or when ctx ends first.
 func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	log := cfg.Logger
 	if log == nil {
@@ -126,6 +133,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.ReconnectMax <= 0 {
 		cfg.ReconnectMax = 10 * time.Second
 	}
+	lifetime, cancel := context.WithCancel(context.Background())
 	b := &Backend{
 		cfg:       cfg,
 		log:       log,
@@ -133,8 +141,11 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		declared:  make(map[string]backend.QueueConfig),
 		known:     make(map[string]bool),
 		done:      make(chan struct{}),
+		ctx:       lifetime,
+		cancel:    cancel,
 	}
-	if err := b.connect(); err != nil {
+	if err := b.connect(ctx); err != nil {
+		cancel()
 		return nil, err
 	}
 	return b, nil
@@ -146,14 +157,48 @@ func (b *Backend) MaxDelay() time.Duration {
 }
 
 // connect dials, declares the topology and the declared queues, and opens the
-// publisher. It is called at Open and by the reconnection loop.
-func (b *Backend) connect() error {
-	conn, err := amqp.DialConfig(b.cfg.URL, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US"})
+// publisher. It is called at Open and by the reconnection loop. It ends when ctx does,
+// whatever the broker does: the dial takes ctx, and until the connection is in place
+// ctx's end closes its socket, which ends the handshake and any declaration waiting on
+// a broker that does not answer.
+func (b *Backend) connect(ctx context.Context) error {
+	var dialer net.Dialer
+	unwatch := func() bool { return true }
+	dial := func(network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		// Heartbeats start after the handshake: until then a deadline guards it, as
+		// amqp091-go's own dialer does; amqp091-go clears it once the connection opens.
+		deadline := time.Now().Add(handshakeTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+		if err := c.SetDeadline(deadline); err != nil {
+			c.Close()
+			return nil, err
+		}
+		unwatch = context.AfterFunc(ctx, func() { c.Close() })
+		return c, nil
+	}
+	failed := func(op string, err error) error {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		return &backend.TransportError{Op: op, Err: err}
+	}
+	conn, err := amqp.DialConfig(b.cfg.URL, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Dial: dial})
 	if err != nil {
-		return &backend.TransportError{Op: "connect to " + Redact(b.cfg.URL), Err: err}
+		unwatch()
+		return failed("connect to "+Redact(b.cfg.URL), err)
 	}
 	fail := func(err error) error {
+		unwatch()
 		conn.Close()
+		if ctx.Err() != nil {
+			return failed("connect to "+Redact(b.cfg.URL), err)
+		}
 		return err
 	}
 	ch, err := conn.Channel()
@@ -178,6 +223,10 @@ func (b *Backend) connect() error {
 	pub, err := newPublisher(conn)
 	if err != nil {
 		return fail(err)
+	}
+	if !unwatch() {
+		conn.Close() // ctx ended and closed the socket
+		return failed("connect to "+Redact(b.cfg.URL), ctx.Err())
 	}
 	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
 	b.mu.Lock()
@@ -213,24 +262,23 @@ func (b *Backend) watch(conn *amqp.Connection, closes chan *amqp.Error) {
 	b.conn, b.pub = nil, nil
 	b.mu.Unlock()
 	b.log.Warn("RabbitMQ connection lost; reconnecting", "url", Redact(b.cfg.URL), "reason", reason)
-	pause := b.cfg.ReconnectMin
-	for attempt := 1; ; attempt++ {
-		select {
-		case <-time.After(pause/2 + rand.N(pause/2+1)):
-		case <-b.done:
-			return
-		}
-		err := b.connect()
-		if err == nil {
+	p := backoff.Policy{Base: b.cfg.ReconnectMin, Cap: b.cfg.ReconnectMax, Jitter: backoff.Equal}
+	// A pause before the first attempt too: the broker has just gone.
+	if backoff.Sleep(b.ctx, p.Delay(1)) != nil {
+		return
+	}
+	backoff.Retry(b.ctx, p, func(ctx context.Context, attempt int) error {
+		err := b.connect(ctx)
+		switch {
+		case err == nil:
 			b.log.Info("RabbitMQ connection restored", "url", Redact(b.cfg.URL), "attempts", attempt)
-			return
-		}
-		if errors.Is(err, backend.ErrShutDown) {
-			return
+			return nil
+		case errors.Is(err, backend.ErrShutDown), ctx.Err() != nil:
+			return backoff.Permanent(err)
 		}
 		b.log.Warn("RabbitMQ reconnection failed", "attempt", attempt, "error", err)
-		pause = min(2*pause, b.cfg.ReconnectMax)
-	}
+		return err
+	})
 }
 
 // current waits for a connection and returns it with its publisher.
@@ -445,6 +493,7 @@ func (b *Backend) Close(ctx context.Context) error {
 	}
 	b.closed = true
 	close(b.done)
+	b.cancel()
 	conn := b.conn
 	b.conn, b.pub = nil, nil
 	b.mu.Unlock()

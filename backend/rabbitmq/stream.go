@@ -10,7 +10,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/internal/backoff"
 )
+
+// resubscribeBackoff paces a stream's attempts to consume again after a lost
+// connection.
+var resubscribeBackoff = backoff.Policy{Base: 50 * time.Millisecond, Cap: 5 * time.Second, Jitter: backoff.Equal}
 
 // Consume starts a stream of q.Name on a channel of its own with Qos(q.Prefetch). The
 // stream survives lost connections: it consumes again once the backend has reconnected.
@@ -20,7 +25,7 @@ func (b *Backend) Consume(ctx context.Context, q backend.QueueConfig) (backend.S
 		return nil, err
 	}
 	s := &stream{b: b, q: q, ctx: ctx, out: make(chan backend.Delivery), stop: make(chan struct{}), done: make(chan struct{})}
-	ch, msgs, err := s.subscribe()
+	ch, msgs, err := s.subscribe(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -63,9 +68,10 @@ func (s *stream) Drop() {
 	<-s.done
 }
 
-// subscribe opens a channel and starts consuming on it.
-func (s *stream) subscribe() (*amqp.Channel, <-chan amqp.Delivery, error) {
-	ch, err := s.b.channel(s.ctx)
+// subscribe opens a channel and starts consuming on it; ctx bounds the wait for a
+// connection.
+func (s *stream) subscribe(ctx context.Context) (*amqp.Channel, <-chan amqp.Delivery, error) {
+	ch, err := s.b.channel(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -134,48 +140,49 @@ func (s *stream) run(ch *amqp.Channel, msgs <-chan amqp.Delivery) {
 	}
 }
 
-// resubscribe waits for the connection and consumes again, until it succeeds or the
-// stream ends.
+// resubscribe waits for the connection and consumes again, with backoff, until it
+// succeeds or the stream ends: dropped (nil error), its context done, or the backend
+// closed. Each of those also ends a wait for the connection under way.
 func (s *stream) resubscribe() (*amqp.Channel, <-chan amqp.Delivery, error) {
-	pause := 50 * time.Millisecond
-	for {
-		ctx, cancel := context.WithCancel(s.ctx)
-		go func() {
-			select {
-			case <-s.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		ch, msgs, err := s.subscribe()
-		cancel()
-		if err == nil {
-			return ch, msgs, nil
-		}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	go func() {
 		select {
 		case <-s.stop:
-			return nil, nil, nil
-		default:
+		case <-s.b.done:
+		case <-ctx.Done():
 		}
-		if errors.Is(err, backend.ErrShutDown) || s.ctx.Err() != nil {
-			if s.ctx.Err() != nil {
-				return nil, nil, s.ctx.Err()
-			}
-			return nil, nil, err
-		}
-		if errors.Is(err, backend.ErrUnknownQueue) {
-			return nil, nil, err
+		cancel()
+	}()
+	var ch *amqp.Channel
+	var msgs <-chan amqp.Delivery
+	err := backoff.Retry(ctx, resubscribeBackoff, func(ctx context.Context, _ int) error {
+		var err error
+		ch, msgs, err = s.subscribe(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, backend.ErrShutDown), errors.Is(err, backend.ErrUnknownQueue), ctx.Err() != nil:
+			return backoff.Permanent(err)
 		}
 		s.b.log.Warn("consuming again failed", "queue", s.q.Name, "error", err)
-		select {
-		case <-time.After(pause):
-		case <-s.stop:
-			return nil, nil, nil
-		case <-s.b.done:
-			return nil, nil, backend.ErrShutDown
-		}
-		pause = min(2*pause, 5*time.Second)
+		return err
+	})
+	if err == nil {
+		return ch, msgs, nil
 	}
+	select {
+	case <-s.stop:
+		return nil, nil, nil
+	default:
+	}
+	switch {
+	case s.ctx.Err() != nil:
+		return nil, nil, s.ctx.Err()
+	case s.b.isClosed():
+		return nil, nil, backend.ErrShutDown
+	}
+	return nil, nil, err
 }
 
 // Delivery states.

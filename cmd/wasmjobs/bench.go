@@ -22,10 +22,14 @@ func newBenchCommand(g *globals) *cobra.Command {
 		Short: "Measure jobs per second and latency through the real worker and backend",
 		Long: `bench publishes --jobs jobs while a worker of --concurrency runs them with the module
 (or the native no-op handler), and reports jobs per second, enqueue-to-settle latency
-(p50, p90, p99), CPU seconds per 1,000 jobs and peak RSS. --compare-native runs the native
+(p50, p90, p99), CPU seconds per 1,000 jobs and the run's own peak RSS (measured before
+any baseline runs). --compare-native runs the same jobs, payload included, on the native
 no-op handler in the same invocation and prints the ratio; --compare-raw-amqp runs a bare
-amqp091-go publish/consume loop on the same broker. Every job must succeed: give a
-module that acks (a payload it takes as a no-op can be set with --payload).`,
+amqp091-go loop on the same broker that does the worker's work without it: as many
+publishers, confirms waited and checked, persistent messages, the worker's prefetch and
+as many consumers acking as its concurrency, every error and nack counted. Every job
+must succeed: give a module that acks (a payload it takes as a no-op can be set with
+--payload).`,
 		Example: `  wasmjobs bench --module testdata/abi/ack.wasm --compare-native
   wasmjobs bench --module build/guests/c-conformance.wasm --payload ack --isolation fresh --jobs 20000
   wasmjobs bench --backend amqp://guest:guest@127.0.0.1:5672/ --module testdata/abi/ack.wasm --compare-raw-amqp --json`,
@@ -63,14 +67,14 @@ module that acks (a payload it takes as a no-op can be set with --payload).`,
 			switch {
 			case cmpNat:
 				base := cfg
-				base.Module, base.Payload = "", nil
+				base.Module = "" // the same jobs, payload included, on the native handler
 				nat, err := bench.Run(ctx, base)
 				if err != nil {
 					return fmt.Errorf("the native baseline: %w", err)
 				}
 				res.Compare("native", nat.JobsPerSec)
 			case cmpRaw:
-				rate, err := bench.RawAMQP(ctx, cfg.Backend, res.Jobs, max(len(cfg.Payload), cfg.PayloadSize))
+				rate, err := bench.RawAMQP(ctx, cfg)
 				if err != nil {
 					return fmt.Errorf("the bare amqp091-go loop: %w", err)
 				}

@@ -32,7 +32,7 @@ func TestInvokeBadUsage(t *testing.T) {
 		{"unknown flag", []string{"invoke", echo, "--bogus"}, "unknown flag: --bogus"},
 		{"bad flag value", []string{"invoke", echo, "--attempt", "two"}, `invalid argument "two" for "--attempt"`},
 		{"missing module", []string{"invoke", "/nope/m.wasm"}, "open /nope/m.wasm: no such file or directory"},
-		{"bad manifest", []string{"invoke", badManifest}, `echo.toml:3: field timeout: want a duration from 1ms to 24h such as "30s", got "soon"`},
+		{"bad manifest", []string{"invoke", badManifest}, `echo.toml:3:1: field timeout: want a duration from 1ms to 24h such as "30s", got "soon"`},
 		{"validate without paths", []string{"modules", "validate"}, "want validate PATH..., got 0 arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,6 +93,10 @@ func TestRunAndClientBadUsage(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "file")
 	os.WriteFile(file, nil, 0o644)
+	big := filepath.Join(dir, "big")
+	os.WriteFile(big, make([]byte, 1<<20+1), 0o644)
+	lines := filepath.Join(dir, "lines")
+	os.WriteFile(lines, []byte("a\nb\n"), 0o644)
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -115,6 +119,14 @@ func TestRunAndClientBadUsage(t *testing.T) {
 		{"enqueue a bad header", nil, []string{"enqueue", "q", "x", "--header", "k"}, `--header "k": want key=value`},
 		{"enqueue with a bad server", nil, []string{"enqueue", "q", "x", "--server", "ftp://x"}, `--server "ftp://x": want a URL such as http://127.0.0.1:8080`},
 		{"enqueue lines of nothing", nil, []string{"enqueue", "q", "--lines", "--file", file}, "--lines: the input has no lines"},
+		// Straight to a broker the jobs are checked as the API checks them, before any
+		// connection (nothing listens on port 9).
+		{"enqueue --backend with a reserved header", nil, []string{"enqueue", "q", "x", "--backend", "amqp://127.0.0.1:9/", "--header", "wasmjobs-priority=2"}, `headers: "wasmjobs-priority": the prefix wasmjobs- is reserved`},
+		{"enqueue --backend in the deferred lane", nil, []string{"enqueue", "q", "x", "--backend", "amqp://127.0.0.1:9/", "--priority", "2"}, "priority 2: want 0 to 1"},
+		{"enqueue --backend over the payload limit", nil, []string{"enqueue", "q", "--file", big, "--backend", "amqp://127.0.0.1:9/"}, "payload of 1048577 bytes passes queue q's limit of 1048576 bytes"},
+		{"enqueue --backend to a bad queue name", nil, []string{"enqueue", "q/x", "x", "--backend", "amqp://127.0.0.1:9/"}, `invalid queue name "q/x"`},
+		{"enqueue --backend to a dead-letter queue", nil, []string{"enqueue", "q.dead", "x", "--backend", "amqp://127.0.0.1:9/"}, "the suffix .dead is reserved"},
+		{"enqueue --backend a bad line", nil, []string{"enqueue", "q", "--lines", "--file", lines, "--backend", "amqp://127.0.0.1:9/", "--max-attempts", "-1"}, "line 1: max_attempts -1: want 0 (the queue's) or more"},
 		{"dlq replay without ids", nil, []string{"dlq", "replay", "q"}, "want replay QUEUE ID..., got 1 arguments"},
 		{"jobs get without id", nil, []string{"jobs", "get"}, "want get ID, got 0 arguments"},
 		{"bench without a handler", nil, []string{"bench"}, "give either --module M.wasm or --native"},
@@ -172,7 +184,7 @@ func TestClientErrorsFromTheServer(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"queues", "list"}, "QUEUE  MODULE  PENDING  RUNNING  DELAYED  DEFERRED  DEAD\necho   echo"},
+		{[]string{"queues", "list"}, "QUEUE  MODULE  PENDING  RUNNING  DELAYED  DEFERRED  DEAD  ERROR\necho   echo"},
 		{[]string{"modules", "list"}, "MODULE  STATUS   VERSION"},
 		{[]string{"modules", "list", "--json"}, `"status": "serving"`},
 		{[]string{"dlq", "list", "echo"}, "ID  ATTEMPT  DIED  REASON"},

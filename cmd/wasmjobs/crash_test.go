@@ -42,9 +42,19 @@ func TestCrashLosesNothing(t *testing.T) {
 	h.cmd.Process.Signal(syscall.SIGKILL)
 	<-h.done
 	atKill := recorded()
-	startHost(t, dir, flags...)
+	h = startHost(t, dir, flags...)
 	waitFor(t, "every job recorded", func() bool { return recorded() >= jobs })
-	time.Sleep(500 * time.Millisecond) // let anything still in flight land
+	// Stop the host: its drain lets every job in flight finish and record, and after
+	// its exit nothing more can land, so the count is final.
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Fatalf("the second host's exit after SIGTERM: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the second host did not exit within a minute of SIGTERM")
+	}
 	final := recorded()
 
 	// Count the recorded ids.
@@ -61,7 +71,7 @@ func TestCrashLosesNothing(t *testing.T) {
 	}
 	seen := make(map[string]int)
 	total := 0
-	for quiet := false; !quiet; {
+	for total < final {
 		select {
 		case m, ok := <-msgs:
 			if !ok {
@@ -69,8 +79,8 @@ func TestCrashLosesNothing(t *testing.T) {
 			}
 			seen[string(m.Body)]++
 			total++
-		case <-time.After(2 * time.Second):
-			quiet = true
+		case <-time.After(30 * time.Second):
+			t.Fatalf("read %d of the %d records", total, final)
 		}
 	}
 	duplicates := total - len(seen)

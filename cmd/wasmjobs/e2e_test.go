@@ -182,9 +182,11 @@ func TestEndToEnd(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	want := fmt.Sprintf(`wasmjobs_jobs_total{module="work",outcome="ack",queue="work",version="%s"} 3`, v1)
-	if !strings.Contains(string(metrics), want) || !strings.Contains(string(metrics), `wasmjobs_module_events_total{kind="loaded",module="work"} 1`) {
-		t.Fatalf("metrics lack %q:\n%s", want, metrics)
+	for _, want := range []string{`wasmjobs_jobs_total{module="work",queue="work",settle="ack"} 3`,
+		fmt.Sprintf(`wasmjobs_module_info{module="work",version="%s"} 1`, v1), `wasmjobs_module_events_total{kind="loaded",module="work"} 1`} {
+		if !strings.Contains(string(metrics), want) {
+			t.Fatalf("metrics lack %q:\n%s", want, metrics)
+		}
 	}
 
 	// Swap the module and see the new version serve.

@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/jobspec"
 )
 
 type enqueueFlags struct {
@@ -40,7 +40,13 @@ and prints each job's id.
 The payload is PAYLOAD, the content of --file, or standard input with '-'. With --lines
 every line of it is a job of its own; with --count N the job is enqueued N times. Large
 batches go in requests of 500 jobs, with a progress bar when standard error is a
-terminal.`,
+terminal.
+
+With --backend amqp://... the jobs go straight to the broker, checked as the API would
+check them (queue name, reserved wasmjobs- headers, priority, delay, max attempts, and
+the default payload limit: only a host knows a module's manifest).
+
+A host that is draining (after SIGINT or SIGTERM) refuses new jobs with 503.`,
 		Example: `  wasmjobs enqueue greet '{"name":"Ada","lang":"fr"}'
   wasmjobs enqueue greet --file job.json --delay 10m --header Trace-Id=abc
   seq 1 10000 | sed 's/.*/{"name":"user &"}/' | wasmjobs enqueue greet - --lines -q`,
@@ -53,13 +59,13 @@ terminal.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.file, "file", "", "read the payload from a file")
 	fl.DurationVar(&f.delay, "delay", 0, "run the jobs after this delay, such as 90s or 1h30m")
-	fl.IntVar(&f.priority, "priority", 0, fmt.Sprintf("0 to %d, higher first", api.DefaultPriority-1))
+	fl.IntVar(&f.priority, "priority", 0, fmt.Sprintf("0 to %d, higher first", jobspec.PriorityLevels-1))
 	fl.StringArrayVar(&f.headers, "header", nil, "a job header as key=value (repeatable)")
 	fl.IntVar(&f.maxAttempts, "max-attempts", 0, "attempts allowed (default: the queue's)")
 	fl.IntVar(&f.count, "count", 1, "enqueue the job this many times")
 	fl.BoolVar(&f.lines, "lines", false, "one job per line of the payload")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "do not print the jobs' ids")
-	fl.StringVar(&f.backend, "backend", "", "publish straight to a broker (amqp://...) instead of through the API")
+	fl.StringVar(&f.backend, "backend", "", "publish straight to a broker (amqp://...) instead of through the API; jobs are checked as the API checks them, against the default payload limit")
 	return cmd
 }
 
@@ -197,11 +203,18 @@ func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
 
 // direct publishes straight to the broker of --backend, as the API would.
 func (f *enqueueFlags) direct(cmd *cobra.Command, queue string, headers map[string]string, payloads [][]byte) error {
-	if f.priority < 0 || f.priority >= api.DefaultPriority {
-		return usagef("--priority %d: want 0 to %d", f.priority, api.DefaultPriority-1)
-	}
-	if f.maxAttempts < 0 {
-		return usagef("--max-attempts %d: want 0 (the queue's) or more", f.maxAttempts)
+	// The API validates what it is sent; straight to the broker, nobody would. The same
+	// check, with the default payload limit: the module's manifest may raise it, and
+	// only a host knows the manifest.
+	specs := make([]jobspec.Spec, len(payloads))
+	for i, p := range payloads {
+		specs[i] = jobspec.Spec{Queue: queue, Payload: p, Headers: headers, Delay: f.delay, Priority: f.priority, MaxAttempts: f.maxAttempts}
+		if err := jobspec.Validate(specs[i], 0); err != nil {
+			if len(payloads) > 1 {
+				return usagef("line %d: %v", i+1, err)
+			}
+			return usagef("%v", err)
+		}
 	}
 	ctx := cmd.Context()
 	b, err := openBackend(ctx, f.backend, nil)
@@ -214,10 +227,9 @@ func (f *enqueueFlags) direct(cmd *cobra.Command, queue string, headers map[stri
 	bar := newProgress(cmd.ErrOrStderr(), len(payloads)*f.count)
 	sent := 0
 	for range f.count {
-		for _, p := range payloads {
-			env := backend.NewEnvelope(queue, p)
-			env.Headers, env.Priority, env.MaxAttempts = headers, uint8(f.priority), f.maxAttempts
-			if err := b.Publish(ctx, env, f.delay); err != nil {
+		for _, spec := range specs {
+			env := spec.Envelope()
+			if err := b.Publish(ctx, env, spec.Delay); err != nil {
 				return fmt.Errorf("after %d jobs: %w", sent, err)
 			}
 			if !f.quiet {

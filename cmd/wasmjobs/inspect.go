@@ -49,7 +49,10 @@ func newQueuesCommand() *cobra.Command {
 		Short: "List the served queues with their pending, running, deferred and dead jobs",
 		Long: `list shows the queues a running host serves, with their jobs by state. With --backend
 it asks the broker instead, about the QUEUEs named (the broker cannot list them itself),
-and knows only their pending jobs and dead letters.`,
+and knows only their pending jobs and dead letters.
+
+A count shown as - is one the backend cannot tell (RabbitMQ does not count delayed or
+deferred jobs); ? means counting failed, and ERROR says why (the command then exits 1).`,
 		Args: argsBetween(0, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var raw json.RawMessage
@@ -70,7 +73,7 @@ and knows only their pending jobs and dead letters.`,
 					if err != nil {
 						return err
 					}
-					out.Queues = append(out.Queues, api.QueueInfo{Name: q, Module: "-", Running: -1, QueueStats: st})
+					out.Queues = append(out.Queues, api.QueueInfo{Name: q, Module: "-", Running: -1, QueueStats: &st})
 				}
 				if raw, err = json.Marshal(out); err != nil {
 					return err
@@ -95,11 +98,24 @@ and knows only their pending jobs and dead letters.`,
 				return err
 			}
 			tw := table(cmd.OutOrStdout())
-			fmt.Fprintln(tw, "QUEUE\tMODULE\tPENDING\tRUNNING\tDELAYED\tDEFERRED\tDEAD")
+			fmt.Fprintln(tw, "QUEUE\tMODULE\tPENDING\tRUNNING\tDELAYED\tDEFERRED\tDEAD\tERROR")
+			failed := 0
 			for _, q := range out.Queues {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Module, count(q.Pending), count(q.Running), count(q.Delayed), count(q.Deferred), count(q.Dead))
+				pending, delayed, deferred, dead := "?", "?", "?", "?" // counting failed: see ERROR
+				if st := q.QueueStats; st != nil {
+					pending, delayed, deferred, dead = count(st.Pending), count(st.Delayed), count(st.Deferred), count(st.Dead)
+				} else {
+					failed++
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", q.Name, q.Module, pending, count(q.Running), delayed, deferred, dead, orDash(q.Error))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if failed > 0 {
+				return fmt.Errorf("counting the messages of %d of %d queues failed (see ERROR)", failed, len(out.Queues))
+			}
+			return nil
 		},
 	}
 	f.add(list)

@@ -80,9 +80,10 @@ is rejected and the previous one keeps serving.
 The HTTP API (--listen) takes jobs (POST /v1/jobs), reports them (GET /v1/jobs/{id}),
 queues, modules and dead letters, and serves Prometheus metrics on /metrics.
 
-SIGINT or SIGTERM drains: no new jobs are taken, running jobs finish and settle, up to
---drain-timeout; then unfinished jobs are left unacknowledged for the backend to deliver
-again. A second signal stops at once.
+SIGINT or SIGTERM drains: the API refuses new jobs (it still answers reads), no new jobs
+are taken, running jobs finish and settle, up to --drain-timeout; then unfinished jobs
+are left unacknowledged for the backend to deliver again, and run exits within 2 s,
+whatever the broker does. A second signal stops at once.
 
 Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...).`,
 		Example: `  wasmjobs run --modules ./modules
@@ -164,7 +165,22 @@ func redact(spec string) string {
 	return spec
 }
 
+// closeGrace is what run gives, past the drain timeout, to closing the API, the backend
+// and the engine: run exits within --drain-timeout plus this, whatever the broker does.
+const closeGrace = 2 * time.Second
+
 func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error {
+	// The first signal drains; a second one stops at once.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	return f.serve(ctx, g, stderr, sigs, func() { os.Exit(exitFailure) })
+}
+
+// serve is run with its signals and its hard exit given: the first signal (or ctx's
+// end) drains, a second one calls exit. Everything it opens it closes on every path,
+// in one deferred cleanup, bounded by the drain's deadline plus closeGrace.
+func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs <-chan os.Signal, exit func()) (err error) {
 	if f.modules == "" {
 		return usagef("--modules is required: the directory of handler modules")
 	}
@@ -184,20 +200,70 @@ func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+
+	// One cleanup path: each step pushes what undoes it, and every return runs them in
+	// reverse, each bounded by closeCtx's deadline.
+	var cleanups []func(ctx context.Context)
+	var finalDeadline time.Time // set when the drain starts: its deadline plus closeGrace
+	served := false
+	defer func() {
+		if finalDeadline.IsZero() {
+			finalDeadline = time.Now().Add(closeGrace)
+		}
+		closeCtx, cancel := context.WithDeadline(context.Background(), finalDeadline)
+		defer cancel()
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i](closeCtx)
+		}
+		if served {
+			log.Info("wasmjobs stopped")
+		}
+	}()
+
+	// From the first signal the host is draining: Ready reports false at once, so the
+	// API refuses new jobs, and runCtx ends. The goroutine ends with serve.
+	var started, draining atomic.Bool
+	runCtx, cancel := context.WithCancel(ctx)
+	exited := make(chan struct{})
+	cleanups = append(cleanups, func(context.Context) { close(exited); cancel() })
+	go func() {
+		select {
+		case s := <-sigs:
+			draining.Store(true)
+			log.Info("draining: no new jobs are taken", "signal", s.String(), "drain_timeout", f.drainTimeout)
+			cancel()
+		case <-runCtx.Done():
+			draining.Store(true)
+		case <-exited:
+			return
+		}
+		select {
+		case s := <-sigs:
+			log.Warn("second signal: stopping at once; running jobs go back to the backend only if it is durable", "signal", s.String())
+			exit()
+		case <-exited:
+		}
+	}()
+
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
-	defer ln.Close()
-	b, err := openBackend(ctx, f.backend, log)
+	cleanups = append(cleanups, func(context.Context) { ln.Close() })
+	b, err := openBackend(runCtx, f.backend, log)
 	if err != nil {
 		return err
 	}
-	e, err := host.NewEngine(ctx, host.Config{CacheDir: g.cacheDir, Logger: log})
+	cleanups = append(cleanups, func(ctx context.Context) {
+		if err := b.Close(ctx); err != nil {
+			log.Warn("closing the backend", "error", err)
+		}
+	})
+	e, err := host.NewEngine(runCtx, host.Config{CacheDir: g.cacheDir, Logger: log})
 	if err != nil {
-		b.Close(ctx)
 		return err
 	}
+	cleanups = append(cleanups, func(ctx context.Context) { e.Close(ctx) })
 
 	met := metrics.New()
 	hist := api.NewHistory(f.history)
@@ -210,45 +276,44 @@ func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error 
 	if err != nil {
 		return usagef("%v", err)
 	}
+	// On an early return: stop following the directory, stop the worker (nothing runs
+	// yet, so at once), retire the modules. On the drain path these ran already.
+	cleanups = append(cleanups, func(ctx context.Context) {
+		reg.Close()
+		w.Stop(ctx)
+		reg.Retire()
+	})
 
-	// The first signal drains; a second one stops at once.
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case s := <-sigs:
-			log.Info("draining: no new jobs are taken", "signal", s.String(), "drain_timeout", f.drainTimeout)
-			cancel()
-		case <-runCtx.Done():
-			return
-		}
-		if s, ok := <-sigs; ok {
-			log.Warn("second signal: stopping at once; running jobs go back to the backend only if it is durable", "signal", s.String())
-			os.Exit(exitFailure)
-		}
-	}()
-
-	if err := reg.Start(ctx); err != nil {
+	if err := reg.Start(runCtx); err != nil {
 		return err
 	}
-	if err := w.Start(ctx); err != nil {
+	if err := w.Start(runCtx); err != nil {
+		if runCtx.Err() != nil {
+			log.Info("wasmjobs stopped before it served")
+			return nil
+		}
 		return err
 	}
-	var ready atomic.Bool
-	ready.Store(true)
 	srv := &http.Server{
 		Handler: api.New(api.Config{
 			Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(),
-			Token: f.token, Ready: ready.Load, Logger: log,
+			Token: f.token, Ready: func() bool { return started.Load() && !draining.Load() }, Logger: log,
+			Loopback: isLoopback(ln.Addr().String()),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
+	cleanups = append(cleanups, func(ctx context.Context) {
+		// Reads go on until the drain ends; then the API closes within what is left.
+		if err := srv.Shutdown(ctx); err != nil {
+			srv.Close()
+		}
+		<-serveErr
+	})
+	started.Store(true)
+	served = true
 	mods := reg.Modules()
 	serving := 0
 	for _, m := range mods {
@@ -262,46 +327,43 @@ func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error 
 	select {
 	case <-runCtx.Done():
 	case err := <-serveErr:
+		serveErr <- err // for the cleanup
 		log.Error("the HTTP API stopped", "error", err)
 		cancel()
 	}
 
-	// Drain: stop taking API work and jobs, let running jobs finish and settle.
-	ready.Store(false)
+	// Drain. The API already refuses new jobs (Ready is false since the signal) and
+	// keeps answering reads until the cleanup. Stop following the directory, stop
+	// taking jobs, let running jobs finish and settle until the drain deadline; settles
+	// under way end with it.
+	draining.Store(true)
+	drainDeadline := time.Now().Add(f.drainTimeout)
+	finalDeadline = drainDeadline.Add(closeGrace)
 	reg.Close()
-	drainCtx, cancelDrain := context.WithTimeout(context.Background(), f.drainTimeout)
+	drainCtx, cancelDrain := context.WithDeadline(context.Background(), drainDeadline)
 	defer cancelDrain()
 	stopErr := w.Stop(drainCtx)
-	shutCtx, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancelShut()
-	srv.Shutdown(shutCtx)
 	reg.Retire()
-	left := 0
-	if sr, ok := b.(backend.StatsReader); ok {
-		for _, m := range reg.Modules() { // the modules now, not those at start
-			if m.Status != "serving" {
-				continue
-			}
-			if st, err := sr.QueueStats(context.Background(), m.Queue); err == nil {
-				left += st.Pending + st.Delayed + st.Deferred
-			}
-		}
-	}
-	running := 0
-	for _, n := range w.Running() {
-		running += n
-	}
 	if stopErr != nil {
 		log.Warn("drain timeout: unfinished jobs left unacknowledged", "error", stopErr)
 	} else {
+		running := 0
+		for _, n := range w.Running() {
+			running += n
+		}
 		log.Info("drained: every running job finished and settled", "running", running)
 	}
-	if _, isMemory := b.(*memory.Backend); isMemory && left > 0 {
-		log.Warn("the memory backend keeps nothing across restarts: queued jobs are dropped at exit", "queued", left)
+	if mb, isMemory := b.(*memory.Backend); isMemory {
+		left := 0
+		for _, m := range reg.Modules() { // the modules now, not those at start
+			if st, err := mb.QueueStats(context.Background(), m.Queue); m.Status == "serving" && err == nil {
+				left += st.Pending + st.Delayed + st.Deferred
+			}
+		}
+		if left > 0 {
+			log.Warn("the memory backend keeps nothing across restarts: queued jobs are dropped at exit", "queued", left)
+		}
 	}
-	b.Close(context.Background())
-	e.Close(context.Background())
-	log.Info("wasmjobs stopped")
 	if stopErr != nil && !errors.Is(stopErr, context.DeadlineExceeded) {
 		return stopErr
 	}

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -20,14 +22,14 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/worker"
+	"github.com/wasmjobs/wasmjobs/internal/jobspec"
 )
 
 // Defaults of Config.
 const (
 	DefaultMaxBody  = 4 << 20 // a 1 MiB payload in base64 inside JSON fits
 	MaxBatch        = 1000
-	DefaultPriority = worker.DefaultPriorityLevels // jobs may use 0..levels-1
+	DefaultPriority = jobspec.PriorityLevels // jobs may use 0..levels-1
 )
 
 // Config is what the API serves.
@@ -42,8 +44,19 @@ type Config struct {
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every request
 	// but /healthz and /readyz.
 	Token string
-	// Ready reports whether the host serves jobs (for /readyz).
+	// Ready reports whether the host serves jobs (for /readyz). Nil means always.
 	Ready func() bool
+	// Accepting reports whether the host takes new jobs: POST /v1/jobs, the batch and
+	// dead-letter replays answer 503 while it is false, so that no job is accepted
+	// that the drain would then drop. Nil means Ready: a host that drains stops being
+	// ready and stops taking jobs at the same moment. A durable backend, which keeps
+	// what is queued for the next start, may accept through the drain.
+	Accepting func() bool
+	// Loopback says the API listens on a loopback address only. It then refuses a
+	// request whose Host header is not a loopback name or address (localhost,
+	// 127.0.0.0/8, [::1]), so that a DNS name rebound to 127.0.0.1 by a web page
+	// cannot reach it.
+	Loopback bool
 	// MaxBody bounds request bodies; zero means DefaultMaxBody.
 	MaxBody int64
 	Logger  *slog.Logger
@@ -62,6 +75,9 @@ func New(cfg Config) http.Handler {
 	}
 	if cfg.Ready == nil {
 		cfg.Ready = func() bool { return true }
+	}
+	if cfg.Accepting == nil {
+		cfg.Accepting = cfg.Ready
 	}
 	s := &server{cfg: cfg, log: cfg.Logger}
 	if s.log == nil {
@@ -92,7 +108,72 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
 	})
-	return s.auth(mux)
+	// Outermost first: a foreign Host, a cross-site state change and a body that is not
+	// JSON are refused before the token is even looked at.
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusForbidden, "cross-origin request refused: %s %s comes from another site (Origin %q)", r.Method, r.URL.Path, r.Header.Get("Origin"))
+	}))
+	h := cop.Handler(requireJSON(s.auth(mux)))
+	if cfg.Loopback {
+		h = loopbackOnly(h)
+	}
+	return h
+}
+
+// requireJSON refuses a request with a body that is not declared as JSON. A browser
+// sends a cross-site form or a text/plain body without asking first (no CORS
+// preflight); it must ask to send application/json, and this API never says yes.
+func requireJSON(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 { // -1: a body of unknown length
+			ct := r.Header.Get("Content-Type")
+			if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+				writeError(w, http.StatusUnsupportedMediaType, "Content-Type %q: a request body must be application/json", ct)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// loopbackOnly refuses a request whose Host is not a loopback name or address: on a
+// loopback listener any other Host means a DNS name was rebound to this machine.
+func loopbackOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !IsLoopbackHost(r.Host) {
+			writeError(w, http.StatusForbidden, "Host %q refused: this API listens on loopback and answers only to localhost, 127.0.0.0/8 or [::1]", r.Host)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// IsLoopbackHost reports whether host, a Host header with or without a port, names
+// this machine's loopback: localhost, an address of 127.0.0.0/8, or [::1].
+func IsLoopbackHost(host string) bool {
+	h, _, err := net.SplitHostPort(host)
+	if err != nil { // no port
+		h = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	}
+	if strings.EqualFold(h, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// errDraining answers an enqueue while the host drains.
+var errDraining = &httpError{http.StatusServiceUnavailable,
+	"the host is draining (shutting down) and takes no new jobs: enqueue through another host, or after it restarts"}
+
+// accepting fails an enqueue while the host drains. A request that passed it is
+// checked again after its publish (see publish).
+func (s *server) accepting() error {
+	if !s.cfg.Accepting() {
+		return errDraining
+	}
+	return nil
 }
 
 // auth requires the bearer token where one is configured.
@@ -207,56 +288,40 @@ func (s *server) served(queue string) (host.ModuleStatus, error) {
 
 // envelope validates a request and makes its job.
 func (s *server) envelope(req EnqueueRequest) (backend.Envelope, time.Duration, error) {
-	if req.Queue == "" {
-		return backend.Envelope{}, 0, badRequest("queue is required")
+	spec := jobspec.Spec{Queue: req.Queue, Headers: req.Headers, Priority: req.Priority, MaxAttempts: req.MaxAttempts}
+	limit := 0
+	if req.Queue != "" {
+		mod, err := s.served(req.Queue)
+		if err != nil {
+			return backend.Envelope{}, 0, err
+		}
+		limit = s.payloadLimit(mod.Name)
 	}
-	mod, err := s.served(req.Queue)
-	if err != nil {
-		return backend.Envelope{}, 0, err
-	}
-	var payload []byte
+	var err error
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:
 		return backend.Envelope{}, 0, badRequest("give payload or payload_base64, not both")
 	case req.PayloadBase64 != nil:
-		payload, err = base64.StdEncoding.DecodeString(*req.PayloadBase64)
+		spec.Payload, err = base64.StdEncoding.DecodeString(*req.PayloadBase64)
 		if err != nil {
 			return backend.Envelope{}, 0, badRequest("payload_base64: %v", err)
 		}
 	case req.Payload != nil:
-		payload = []byte(*req.Payload)
+		spec.Payload = []byte(*req.Payload)
 	}
-	if limit := s.payloadLimit(mod.Name); len(payload) > limit {
-		return backend.Envelope{}, 0, &httpError{http.StatusRequestEntityTooLarge,
-			fmt.Sprintf("payload of %d bytes passes queue %s's limit of %d bytes", len(payload), req.Queue, limit)}
-	}
-	var delay time.Duration
 	if req.Delay != "" {
-		delay, err = time.ParseDuration(req.Delay)
+		spec.Delay, err = time.ParseDuration(req.Delay)
 		if err != nil {
 			return backend.Envelope{}, 0, badRequest("delay: want a duration such as \"90s\" or \"1h30m\", got %q", req.Delay)
 		}
-		if delay < 0 {
-			return backend.Envelope{}, 0, badRequest("delay %q is negative", req.Delay)
+	}
+	if err := jobspec.Validate(spec, limit); err != nil {
+		if errors.Is(err, jobspec.ErrTooLarge) {
+			return backend.Envelope{}, 0, &httpError{http.StatusRequestEntityTooLarge, err.Error()}
 		}
+		return backend.Envelope{}, 0, badRequest("%v", err)
 	}
-	if req.Priority < 0 || req.Priority >= DefaultPriority {
-		return backend.Envelope{}, 0, badRequest("priority %d: want 0 to %d", req.Priority, DefaultPriority-1)
-	}
-	if req.MaxAttempts < 0 {
-		return backend.Envelope{}, 0, badRequest("max_attempts %d: want 0 (the queue's) or more", req.MaxAttempts)
-	}
-	for k := range req.Headers {
-		if k == "" {
-			return backend.Envelope{}, 0, badRequest("headers: empty key")
-		}
-		if strings.HasPrefix(k, "wasmjobs-") {
-			return backend.Envelope{}, 0, badRequest("headers: %q: the prefix wasmjobs- is reserved", k)
-		}
-	}
-	env := backend.NewEnvelope(req.Queue, payload)
-	env.Headers, env.Priority, env.MaxAttempts = req.Headers, uint8(req.Priority), req.MaxAttempts
-	return env, delay, nil
+	return spec.Envelope(), spec.Delay, nil
 }
 
 func (s *server) payloadLimit(module string) int {
@@ -274,10 +339,20 @@ func (s *server) publish(ctx context.Context, env backend.Envelope, delay time.D
 		s.cfg.History.Forget(env.ID)
 		return fmt.Errorf("publishing to queue %s: %w", env.Queue, err)
 	}
+	// A 202 means the job was in before the drain began. One whose publish the first
+	// signal overtook may be dropped at exit: the client must not count on it.
+	if !s.cfg.Accepting() {
+		return &httpError{http.StatusServiceUnavailable, fmt.Sprintf(
+			"the host is draining (shutting down): it began while job %s was published, which may be dropped at exit; enqueue it again through another host, or after it restarts", env.ID)}
+	}
 	return nil
 }
 
 func (s *server) enqueue(w http.ResponseWriter, r *http.Request) {
+	if err := s.accepting(); err != nil {
+		fail(w, err)
+		return
+	}
 	var req EnqueueRequest
 	if err := s.decode(w, r, &req); err != nil {
 		fail(w, err)
@@ -301,6 +376,10 @@ type BatchRequest struct {
 }
 
 func (s *server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
+	if err := s.accepting(); err != nil {
+		fail(w, err)
+		return
+	}
 	var req BatchRequest
 	if err := s.decode(w, r, &req); err != nil {
 		fail(w, err)
@@ -326,6 +405,7 @@ func (s *server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	ids := make([]string, 0, len(envs))
 	for i, env := range envs {
 		if err := s.publish(r.Context(), env, delays[i]); err != nil {
+			// ids holds the jobs accepted before the failure (or the drain).
 			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error(), "ids": ids})
 			return
 		}
@@ -344,30 +424,41 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// QueueInfo describes a served queue in GET /v1/queues.
+// QueueInfo describes a served queue in GET /v1/queues. A count of -1 is one the
+// backend cannot tell (RabbitMQ does not count unacked, delayed or deferred messages).
+// When reading the counts failed, they are absent (QueueStats is nil) and Error says
+// why: "unknown" and "failed" are never the same value.
 type QueueInfo struct {
 	Name    string `json:"name"`
 	Module  string `json:"module"`
 	Running int    `json:"running"`
-	backend.QueueStats
+	*backend.QueueStats
+	// Error is why the counts could not be read, empty when they were.
+	Error string `json:"error,omitempty"`
 }
+
+// unknownStats are the counts of a backend that cannot count at all.
+var unknownStats = backend.QueueStats{Pending: -1, Unacked: -1, Delayed: -1, Deferred: -1, Dead: -1}
 
 func (s *server) queues(w http.ResponseWriter, r *http.Request) {
 	running := map[string]int{}
 	if s.cfg.Running != nil {
 		running = s.cfg.Running()
 	}
+	sr, canCount := s.cfg.Backend.(backend.StatsReader)
 	out := []QueueInfo{}
 	for _, m := range s.cfg.Registry.Modules() {
 		if m.Status != "serving" {
 			continue
 		}
-		qi := QueueInfo{Name: m.Queue, Module: m.Name, Running: running[m.Queue],
-			QueueStats: backend.QueueStats{Pending: -1, Unacked: -1, Delayed: -1, Deferred: -1, Dead: -1}}
-		if sr, ok := s.cfg.Backend.(backend.StatsReader); ok {
-			if st, err := sr.QueueStats(r.Context(), m.Queue); err == nil {
-				qi.QueueStats = st
-			}
+		qi := QueueInfo{Name: m.Queue, Module: m.Name, Running: running[m.Queue], QueueStats: &backend.QueueStats{}}
+		if !canCount {
+			*qi.QueueStats = unknownStats
+		} else if st, err := sr.QueueStats(r.Context(), m.Queue); err != nil {
+			s.log.Error("counting a queue's messages failed", "queue", m.Queue, "error", err)
+			qi.QueueStats, qi.Error = nil, fmt.Sprintf("counting the messages of queue %s: %v", m.Queue, err)
+		} else {
+			*qi.QueueStats = st
 		}
 		out = append(out, qi)
 	}
@@ -448,6 +539,10 @@ func DeadLetterInfos(queue string, dead []backend.DeadLetter) []DeadLetterInfo {
 }
 
 func (s *server) replay(w http.ResponseWriter, r *http.Request) {
+	if err := s.accepting(); err != nil {
+		fail(w, err)
+		return
+	}
 	id := r.PathValue("id")
 	store, err := s.store()
 	if err != nil {

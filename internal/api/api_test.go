@@ -1,14 +1,18 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,7 +33,7 @@ type apiRig struct {
 	hist *api.History
 }
 
-func newAPIRig(t *testing.T, token string) *apiRig {
+func newAPIRig(t *testing.T, token string, opts ...func(*api.Config)) *apiRig {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -59,8 +63,12 @@ func newAPIRig(t *testing.T, token string) *apiRig {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(api.Config{Backend: b, Registry: reg, Running: w.Running, History: hist,
-		Metrics: met.Handler(), Token: token, MaxBody: 1 << 12}))
+	cfg := api.Config{Backend: b, Registry: reg, Running: w.Running, History: hist,
+		Metrics: met.Handler(), Token: token, MaxBody: 1 << 12}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv := httptest.NewServer(api.New(cfg))
 	t.Cleanup(func() {
 		srv.Close()
 		reg.Close()
@@ -72,11 +80,19 @@ func newAPIRig(t *testing.T, token string) *apiRig {
 	return &apiRig{srv: srv, b: b, hist: hist}
 }
 
-// call sends a request and returns the status and decoded JSON body.
+// call sends a request and returns the status and decoded JSON body. A body is sent
+// as application/json unless header says otherwise; header "Host" sets the Host.
 func (r *apiRig) call(t *testing.T, method, path, body string, header ...string) (int, map[string]any) {
 	t.Helper()
 	req, _ := http.NewRequest(method, r.srv.URL+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -111,7 +127,7 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{"both payloads", "POST", "/v1/jobs", `{"queue": "echo", "payload": "a", "payload_base64": "YQ=="}`, 400, "give payload or payload_base64, not both"},
 		{"bad base64", "POST", "/v1/jobs", `{"queue": "echo", "payload_base64": "%%%"}`, 400, "payload_base64: illegal base64 data at input byte 0"},
 		{"bad duration", "POST", "/v1/jobs", `{"queue": "echo", "delay": "soon"}`, 400, `delay: want a duration such as "90s" or "1h30m", got "soon"`},
-		{"negative delay", "POST", "/v1/jobs", `{"queue": "echo", "delay": "-1s"}`, 400, `delay "-1s" is negative`},
+		{"negative delay", "POST", "/v1/jobs", `{"queue": "echo", "delay": "-1s"}`, 400, `delay -1s is negative`},
 		{"priority out of range", "POST", "/v1/jobs", `{"queue": "echo", "priority": 7}`, 400, "priority 7: want 0 to 1"},
 		{"negative max attempts", "POST", "/v1/jobs", `{"queue": "echo", "max_attempts": -2}`, 400, "max_attempts -2: want 0 (the queue's) or more"},
 		{"reserved header", "POST", "/v1/jobs", `{"queue": "echo", "headers": {"wasmjobs-priority": "1"}}`, 400, `"wasmjobs-priority": the prefix wasmjobs- is reserved`},
@@ -252,5 +268,199 @@ func TestHistoryForgetsTheOldest(t *testing.T) {
 	h.Forget(ids[4])
 	if _, ok := h.Get(ids[4]); ok || h.Len() != 2 {
 		t.Fatal("Forget kept the job")
+	}
+}
+
+// TestEnqueueIsRefusedWhileDraining: from the moment the host stops accepting (the
+// first signal), every way of enqueueing answers 503 and publishes nothing, while the
+// reads go on answering.
+func TestEnqueueIsRefusedWhileDraining(t *testing.T) {
+	t.Parallel()
+	var ready atomic.Bool
+	ready.Store(true)
+	r := newAPIRig(t, "", func(c *api.Config) { c.Ready = ready.Load })
+	status, body := r.call(t, "POST", "/v1/jobs", `{"queue": "echo", "delay": "1h"}`)
+	if status != 202 {
+		t.Fatalf("before the drain: %d %v", status, body)
+	}
+	id := body["id"].(string)
+	ready.Store(false)
+	for _, tc := range []struct{ path, body string }{
+		{"/v1/jobs", `{"queue": "echo", "payload": "x"}`},
+		{"/v1/jobs/batch", `{"jobs": [{"queue": "echo"}, {"queue": "mail"}]}`},
+		{"/v1/dead-letters/" + id + "/replay?queue=echo", ""},
+	} {
+		status, body := r.call(t, "POST", tc.path, tc.body)
+		if msg, _ := body["error"].(string); status != 503 || !strings.Contains(msg, "the host is draining") {
+			t.Errorf("POST %s while draining: %d %v, want 503 saying the host is draining", tc.path, status, body)
+		}
+	}
+	st, _ := r.b.Stats("echo")
+	if st.Pending+st.Delayed+st.Acked != 1 {
+		t.Fatalf("a refused enqueue was published: %+v", st)
+	}
+	for path, want := range map[string]int{"/v1/jobs/" + id: 200, "/v1/queues": 200, "/v1/modules": 200, "/healthz": 200, "/readyz": 503} {
+		if status, body := r.call(t, "GET", path, ""); status != want {
+			t.Errorf("GET %s while draining: %d %v, want %d", path, status, body, want)
+		}
+	}
+}
+
+// TestAcceptingIsItsOwnSwitch: a host may stay ready while it takes no jobs.
+func TestAcceptingIsItsOwnSwitch(t *testing.T) {
+	t.Parallel()
+	r := newAPIRig(t, "", func(c *api.Config) { c.Accepting = func() bool { return false } })
+	if status, _ := r.call(t, "POST", "/v1/jobs", `{"queue": "echo"}`); status != 503 {
+		t.Fatalf("not accepting: %d", status)
+	}
+	if status, _ := r.call(t, "GET", "/readyz", ""); status != 200 {
+		t.Fatalf("readyz: %d", status)
+	}
+}
+
+// TestCrossSiteRequestsAreRefused: a web page the user visits cannot drive a loopback
+// API: not with a form or text/plain POST (no CORS preflight), not with a cross-origin
+// state change, not through a DNS name rebound to 127.0.0.1. What a client of its own
+// sends (no Origin, a loopback Host, JSON) goes through.
+func TestCrossSiteRequestsAreRefused(t *testing.T) {
+	t.Parallel()
+	r := newAPIRig(t, "", func(c *api.Config) { c.Loopback = true })
+	job := `{"queue": "echo", "delay": "1h"}`
+	for _, tc := range []struct {
+		name, method, path, body string
+		header                   []string
+		status                   int
+		want                     string
+	}{
+		{"text/plain from another site", "POST", "/v1/jobs", job,
+			[]string{"Content-Type", "text/plain", "Origin", "http://evil.example"}, 403, "cross-origin request refused"},
+		{"a form from another site", "POST", "/v1/jobs", "queue=echo",
+			[]string{"Content-Type", "application/x-www-form-urlencoded", "Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site"}, 403, "cross-origin request refused"},
+		{"JSON from another site", "POST", "/v1/jobs/batch", `{"jobs": [` + job + `]}`,
+			[]string{"Origin", "https://evil.example"}, 403, "cross-origin request refused"},
+		{"a purge from another site", "DELETE", "/v1/dead-letters?queue=mail", "",
+			[]string{"Sec-Fetch-Site", "cross-site"}, 403, "cross-origin request refused"},
+		{"text/plain without an origin", "POST", "/v1/jobs", job,
+			[]string{"Content-Type", "text/plain"}, 415, `Content-Type "text/plain": a request body must be application/json`},
+		{"no content type", "POST", "/v1/jobs", job,
+			[]string{"Content-Type", ""}, 415, "a request body must be application/json"},
+		{"a rebound DNS name", "GET", "/v1/queues", "", []string{"Host", "rebind.evil.example"}, 403, `Host "rebind.evil.example" refused`},
+		{"a rebound DNS name with a port", "POST", "/v1/jobs", job, []string{"Host", "evil.example:8080"}, 403, "this API listens on loopback"},
+		{"a LAN address", "GET", "/healthz", "", []string{"Host", "192.168.1.2:8080"}, 403, "refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := r.call(t, tc.method, tc.path, tc.body, tc.header...)
+			if msg, _ := body["error"].(string); status != tc.status || !strings.Contains(msg, tc.want) {
+				t.Fatalf("%d %v, want %d and an error containing %q", status, body, tc.status, tc.want)
+			}
+		})
+	}
+	if st, _ := r.b.Stats("echo"); st.Pending+st.Delayed+st.Acked != 0 {
+		t.Fatalf("a refused request published something: %+v", st)
+	}
+	for _, tc := range []struct {
+		name, method, path, body string
+		header                   []string
+		status                   int
+	}{
+		{"a client of its own", "POST", "/v1/jobs", job, nil, 202},
+		{"JSON with a charset", "POST", "/v1/jobs", job, []string{"Content-Type", "application/json; charset=utf-8"}, 202},
+		{"the same origin", "POST", "/v1/jobs", job, []string{"Origin", r.srv.URL, "Sec-Fetch-Site", "same-origin"}, 202},
+		{"localhost", "GET", "/v1/queues", "", []string{"Host", "localhost:8080"}, 200},
+		{"LOCALHOST without a port", "GET", "/v1/queues", "", []string{"Host", "LOCALHOST"}, 200},
+		{"127.0.0.0/8", "GET", "/v1/queues", "", []string{"Host", "127.1.2.3:80"}, 200},
+		{"IPv6 loopback", "GET", "/v1/queues", "", []string{"Host", "[::1]:8080"}, 200},
+		{"IPv6 loopback without a port", "GET", "/v1/queues", "", []string{"Host", "[::1]"}, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if status, body := r.call(t, tc.method, tc.path, tc.body, tc.header...); status != tc.status {
+				t.Fatalf("%d %v, want %d", status, body, tc.status)
+			}
+		})
+	}
+}
+
+// TestForeignHostIsFineBeyondLoopback: a host listening beyond loopback is reached by
+// names of its own; there the token guards it.
+func TestForeignHostIsFineBeyondLoopback(t *testing.T) {
+	t.Parallel()
+	r := newAPIRig(t, "")
+	if status, body := r.call(t, "GET", "/v1/queues", "", "Host", "jobs.internal:8080"); status != 200 {
+		t.Fatalf("%d %v", status, body)
+	}
+}
+
+// noStats is a backend that cannot count: it hides memory's StatsReader.
+type noStats struct{ backend.Backend }
+
+// TestQueueCountsTellUnknownFromFailed: a backend that cannot count shows -1 and no
+// error; a count that fails is logged and shown in the queue's error, with no counts.
+func TestQueueCountsTellUnknownFromFailed(t *testing.T) {
+	t.Parallel()
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	r := newAPIRig(t, "", func(c *api.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	})
+	_, body := r.call(t, "GET", "/v1/queues", "")
+	q := body["queues"].([]any)[0].(map[string]any)
+	if q["pending"] != 0.0 || q["error"] != nil {
+		t.Fatalf("counted: %v", q)
+	}
+	r.b.Close(context.Background()) // every count now fails with backend.ErrShutDown
+	_, body = r.call(t, "GET", "/v1/queues", "")
+	for _, q := range body["queues"].([]any) {
+		q := q.(map[string]any)
+		msg, _ := q["error"].(string)
+		if _, counted := q["pending"]; counted || !strings.Contains(msg, "counting the messages of queue "+q["name"].(string)+": backend shut down") {
+			t.Fatalf("failed count: %v", q)
+		}
+	}
+	mu.Lock()
+	logged := logs.String()
+	mu.Unlock()
+	if !strings.Contains(logged, `level=ERROR msg="counting a queue's messages failed" queue=echo error="backend shut down"`) {
+		t.Fatalf("log: %s", logged)
+	}
+
+	u := newAPIRig(t, "", func(c *api.Config) { c.Backend = noStats{c.Backend} })
+	_, body = u.call(t, "GET", "/v1/queues", "")
+	q = body["queues"].([]any)[0].(map[string]any)
+	if q["pending"] != -1.0 || q["dead"] != -1.0 || q["error"] != nil {
+		t.Fatalf("unknown counts: %v", q)
+	}
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestEnqueueOvertakenByTheDrainIsNot202: a job whose publish the first signal
+// overtook may be dropped at exit, so it is not answered 202.
+func TestEnqueueOvertakenByTheDrainIsNot202(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"/v1/jobs", "/v1/jobs/batch"} {
+		t.Run(path, func(t *testing.T) {
+			var calls atomic.Int32
+			// Accepting when the request arrives, draining by the time its publish is done.
+			r := newAPIRig(t, "", func(c *api.Config) { c.Accepting = func() bool { return calls.Add(1) == 1 } })
+			body := `{"queue": "echo", "delay": "1h"}`
+			if path == "/v1/jobs/batch" {
+				body = `{"jobs": [` + body + `]}`
+			}
+			status, got := r.call(t, "POST", path, body)
+			msg, _ := got["error"].(string)
+			ids, _ := got["ids"].([]any)
+			if status != 503 || !strings.Contains(msg, "the host is draining (shutting down): it began while job") || len(ids) != 0 || got["id"] != nil {
+				t.Fatalf("%d %v, want 503 and no id", status, got)
+			}
+		})
 	}
 }

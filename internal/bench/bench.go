@@ -9,7 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -50,7 +53,13 @@ type Result struct {
 	P90Ms      float64 `json:"p90_ms"`
 	P99Ms      float64 `json:"p99_ms"`
 	CPUSPer1k  float64 `json:"cpu_s_per_1k"`
+	// PeakRSSMB is the peak resident set of this run: the process's high-water mark,
+	// reset to the current resident set when the run starts (Linux's
+	// /proc/self/clear_refs), so it is this run's peak and not the process's peak so
+	// far. Runs in one process must therefore not overlap. Where the mark cannot be
+	// reset, PeakRSSOwn is false and the figure is the process's peak so far.
 	PeakRSSMB  float64 `json:"peak_rss_mb"`
+	PeakRSSOwn bool    `json:"peak_rss_own"`
 	// Baseline and Ratio are set when the run was compared with a baseline.
 	Baseline *Baseline `json:"baseline"`
 	Ratio    *float64  `json:"ratio"`
@@ -84,6 +93,27 @@ func (c *Config) defaults() {
 	if c.PayloadSize <= 0 {
 		c.PayloadSize = 64
 	}
+}
+
+// payload is every job's payload.
+func (c *Config) payload() []byte {
+	if c.Payload != nil {
+		return c.Payload
+	}
+	p := make([]byte, c.PayloadSize)
+	for i := range p {
+		p[i] = 'a' + byte(i%26)
+	}
+	return p
+}
+
+// publishers is how many goroutines publish: a broker's publishes wait for their
+// confirm, so 64 keep as many in flight as the broker takes well; in memory, up to 32.
+func (c *Config) publishers() int {
+	if c.Backend != "memory" {
+		return 64
+	}
+	return min(c.Concurrency, 32)
 }
 
 func openBackend(ctx context.Context, spec string) (backend.Backend, error) {
@@ -160,25 +190,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := w.Start(ctx); err != nil {
 		return Result{}, err
 	}
-	payload := cfg.Payload
-	if payload == nil {
-		payload = make([]byte, cfg.PayloadSize)
-		for i := range payload {
-			payload[i] = 'a' + byte(i%26)
-		}
-	}
+	payload := cfg.payload()
+	own := resetPeakRSS()
 	cpu0 := cpuSeconds()
 	start := time.Now()
 	var wg sync.WaitGroup
 	var pubErr error
 	var pubOnce sync.Once
 	next := atomic.Int64{}
-	// A broker's publishes wait for confirms: as many in flight as the bare loop keeps.
-	publishers := min(cfg.Concurrency, 32)
-	if cfg.Backend != "memory" {
-		publishers = 64
-	}
-	for range publishers {
+	for range cfg.publishers() {
 		wg.Go(func() {
 			for next.Add(1) <= int64(cfg.Jobs) {
 				if err := b.Publish(ctx, backend.NewEnvelope(queue, payload), 0); err != nil {
@@ -220,6 +240,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		P99Ms:      pct(0.99),
 		CPUSPer1k:  cpu / float64(cfg.Jobs) * 1000,
 		PeakRSSMB:  peakRSSMB(),
+		PeakRSSOwn: own,
 	}, nil
 }
 
@@ -229,75 +250,174 @@ func cpuSeconds() float64 {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
+// resetPeakRSS returns what it can of the heap to the OS and resets the process's
+// resident high-water mark to its current resident set, so that the mark read at the
+// end is this run's peak. It reports whether the mark could be reset (Linux only).
+func resetPeakRSS() bool {
+	debug.FreeOSMemory()
+	// "5" resets the peak RSS (proc(5), since Linux 4.0).
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+}
+
+// peakRSSMB reads the resident high-water mark (VmHWM), or, where there is none, the
+// process's peak from getrusage.
 func peakRSSMB() float64 {
+	if b, err := os.ReadFile("/proc/self/status"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				if kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))); err == nil {
+					return float64(kb) / 1024
+				}
+			}
+		}
+	}
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return float64(ru.Maxrss) / 1024 // kilobytes on Linux
 }
 
-// RawAMQP publishes n persistent messages with confirms (64 outstanding) and consumes
-// them with prefetch 100 and an ack each, with amqp091-go alone: the broker's own pace
-// on this machine. It returns messages per second.
-func RawAMQP(ctx context.Context, url string, n, payloadSize int) (float64, error) {
-	conn, err := amqp.Dial(url)
+// RawAMQP runs cfg's jobs through a bare amqp091-go loop on the broker at cfg.Backend,
+// doing the work the worker and the RabbitMQ backend do for a run of cfg, without them:
+// a durable queue with the same priority levels; as many publishers as Run uses, on one
+// channel in confirm mode, each publishing cfg's payload persistent and mandatory and
+// waiting for its confirm; one consumer channel with cfg.Concurrency as its prefetch
+// (the worker's) and cfg.Concurrency goroutines acking one delivery each. Every error
+// counts: a failed publish, a nack, a return, a failed ack, a closed channel. It
+// returns messages per second, from the first publish to the last ack.
+func RawAMQP(ctx context.Context, cfg Config) (float64, error) {
+	return rawAMQP(ctx, cfg, nil)
+}
+
+// rawAMQP is RawAMQP with extra arguments for its queue (tests use them to make the
+// broker nack).
+func rawAMQP(ctx context.Context, cfg Config, extra amqp.Table) (float64, error) {
+	cfg.defaults()
+	conn, err := amqp.Dial(cfg.Backend)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("connecting: %w", err)
 	}
 	defer conn.Close()
 	ch, err := conn.Channel()
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("opening the publishing channel: %w", err)
 	}
 	name := "bench-raw-" + backend.NewID()[16:]
-	if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-max-priority": int32(2)}); err != nil {
-		return 0, err
+	args := amqp.Table{"x-max-priority": int32(worker.DefaultPriorityLevels)}
+	for k, v := range extra {
+		args[k] = v
 	}
-	defer ch.QueueDelete(name, false, false, false)
+	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
+		return 0, fmt.Errorf("declaring %s: %w", name, err)
+	}
+	defer func() {
+		if dch, err := conn.Channel(); err == nil {
+			dch.QueueDelete(name, false, false, false)
+			dch.Close()
+		}
+	}()
 	if err := ch.Confirm(false); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("enabling confirms: %w", err)
 	}
-	payload := make([]byte, payloadSize)
-	start := time.Now()
+	returns := ch.NotifyReturn(make(chan amqp.Return, 1))
+	var returned atomic.Int64
+	returnsDone := make(chan struct{})
+	go func() {
+		defer close(returnsDone)
+		for range returns {
+			returned.Add(1)
+		}
+	}()
 	cch, err := conn.Channel()
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("opening the consuming channel: %w", err)
 	}
-	cch.Qos(100, 0, false)
+	if err := cch.Qos(cfg.Concurrency, 0, false); err != nil {
+		return 0, fmt.Errorf("setting the prefetch: %w", err)
+	}
 	msgs, err := cch.Consume(name, "", false, false, false, false, nil)
 	if err != nil {
+		return 0, fmt.Errorf("consuming %s: %w", name, err)
+	}
+	payload := cfg.payload()
+	var (
+		acked, ackErrs, pubErrs, nacks atomic.Int64
+		firstErr                       error
+		errOnce                        sync.Once
+	)
+	fail := func(err error) { errOnce.Do(func() { firstErr = err }) }
+	allAcked := make(chan struct{})
+	consumeCtx, stopConsumers := context.WithCancel(ctx)
+	defer stopConsumers()
+	var consumers sync.WaitGroup
+	for range cfg.Concurrency {
+		consumers.Go(func() {
+			for {
+				select {
+				case <-consumeCtx.Done():
+					return
+				case m, ok := <-msgs:
+					if !ok {
+						fail(errors.New("the consumer's channel closed"))
+						stopConsumers()
+						return
+					}
+					if err := m.Ack(false); err != nil {
+						ackErrs.Add(1)
+						fail(fmt.Errorf("ack: %w", err))
+					}
+					if acked.Add(1) == int64(cfg.Jobs) {
+						close(allAcked)
+					}
+				}
+			}
+		})
+	}
+	start := time.Now()
+	next := atomic.Int64{}
+	var publishers sync.WaitGroup
+	for range cfg.publishers() {
+		publishers.Go(func() {
+			for i := next.Add(1); i <= int64(cfg.Jobs); i = next.Add(1) {
+				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", name, true, false,
+					amqp.Publishing{MessageId: strconv.FormatInt(i, 10), Body: payload, DeliveryMode: amqp.Persistent})
+				if err != nil {
+					pubErrs.Add(1)
+					fail(fmt.Errorf("publish: %w", err))
+					continue
+				}
+				ok, err := dc.WaitContext(ctx)
+				if err != nil {
+					pubErrs.Add(1)
+					fail(fmt.Errorf("waiting for a confirm: %w", err))
+				} else if !ok {
+					nacks.Add(1)
+				}
+			}
+		})
+	}
+	publishers.Wait()
+	// A return comes before its message's confirm; closing the channel closes the
+	// returns channel after the last of them.
+	ch.Close()
+	<-returnsDone
+	bad := pubErrs.Load() + nacks.Load() + returned.Load()
+	if bad == 0 {
+		select {
+		case <-allAcked:
+		case <-consumeCtx.Done():
+		case <-time.After(10 * time.Minute):
+			fail(errors.New("the messages were not all consumed within 10 minutes"))
+		}
+	}
+	elapsed := time.Since(start)
+	stopConsumers()
+	consumers.Wait()
+	if bad += ackErrs.Load(); bad > 0 || firstErr != nil {
+		return 0, fmt.Errorf("%d of %d messages failed (%d publish errors, %d nacks, %d returns, %d ack errors; first error: %v)",
+			bad, cfg.Jobs, pubErrs.Load(), nacks.Load(), returned.Load(), ackErrs.Load(), firstErr)
+	}
+	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	consumed := make(chan error, 1)
-	go func() {
-		for range n {
-			m, ok := <-msgs
-			if !ok {
-				consumed <- errors.New("the consumer channel closed")
-				return
-			}
-			m.Ack(false)
-		}
-		consumed <- nil
-	}()
-	pending := make([]*amqp.DeferredConfirmation, 0, 64)
-	for i := range n {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", name, true, false,
-			amqp.Publishing{MessageId: fmt.Sprint(i), Body: payload, DeliveryMode: amqp.Persistent})
-		if err != nil {
-			return 0, err
-		}
-		if pending = append(pending, dc); len(pending) == cap(pending) {
-			for _, dc := range pending {
-				dc.Wait()
-			}
-			pending = pending[:0]
-		}
-	}
-	for _, dc := range pending {
-		dc.Wait()
-	}
-	if err := <-consumed; err != nil {
-		return 0, err
-	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return float64(cfg.Jobs) / elapsed.Seconds(), nil
 }

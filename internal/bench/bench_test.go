@@ -1,30 +1,35 @@
-package bench_test
+package bench
 
 import (
 	"context"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
-	"github.com/wasmjobs/wasmjobs/internal/bench"
+	"github.com/wasmjobs/wasmjobs/internal/testbroker"
 )
 
 func TestRunMeasuresEveryJob(t *testing.T) {
 	t.Parallel()
 	ack := filepath.Join(abitest.Dir(), "abi", "ack.wasm")
-	for _, cfg := range []bench.Config{
+	for _, cfg := range []Config{
 		{Jobs: 2000},
 		{Jobs: 2000, Module: ack},
 		{Jobs: 500, Module: ack, Isolation: host.Fresh, Concurrency: 4, Payload: []byte("x")},
 	} {
-		res, err := bench.Run(context.Background(), cfg)
+		res, err := Run(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Jobs != cfg.Jobs || res.JobsPerSec <= 0 || res.Seconds <= 0 || res.P50Ms > res.P90Ms || res.P90Ms > res.P99Ms ||
-			res.CPUSPer1k <= 0 || res.PeakRSSMB <= 0 || res.Baseline != nil {
+			res.CPUSPer1k <= 0 || res.Baseline != nil {
 			t.Fatalf("%+v: %+v", cfg, res)
 		}
 		res.Compare("native", res.JobsPerSec*2)
@@ -34,13 +39,88 @@ func TestRunMeasuresEveryJob(t *testing.T) {
 	}
 }
 
+// TestPeakRSSIsTheRunsOwn makes the process's peak far larger than a small run needs,
+// then runs: the run's peak must be its own, below that earlier peak, and still what a
+// Go process running the host really holds. Not parallel: a peak is per process.
+func TestPeakRSSIsTheRunsOwn(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the resident high-water mark is reset through Linux's /proc")
+	}
+	// The ballast is mapped outside the Go heap, so that unmapping it returns it to the
+	// OS at once (and the race detector does not shadow it).
+	const ballastMB = 400
+	ballast, err := syscall.Mmap(-1, 0, ballastMB<<20, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(ballast); i += 4096 {
+		ballast[i] = 1 // resident, page by page
+	}
+	if before := peakRSSMB(); before < ballastMB {
+		t.Fatalf("the ballast did not raise the peak: %.0f MB", before)
+	}
+	if err := syscall.Munmap(ballast); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), Config{Jobs: 2000, Module: filepath.Join(abitest.Dir(), "abi", "ack.wasm")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A Go process with a wazero engine and 2,000 jobs in memory holds more than 8 MB;
+	// it does not need the ballast's 400.
+	if !res.PeakRSSOwn || res.PeakRSSMB < 8 || res.PeakRSSMB > ballastMB/2 {
+		t.Fatalf("peak RSS %.1f MB (own %v), want this run's own peak, between 8 and %d MB", res.PeakRSSMB, res.PeakRSSOwn, ballastMB/2)
+	}
+	t.Logf("the run's own peak: %.1f MB after a %d MB peak of the process", res.PeakRSSMB, ballastMB)
+}
+
 func TestRunRefusesAModuleThatDoesNotAck(t *testing.T) {
 	t.Parallel()
-	_, err := bench.Run(context.Background(), bench.Config{Jobs: 50, Module: filepath.Join(abitest.Dir(), "abi", "retry.wasm")})
+	_, err := Run(context.Background(), Config{Jobs: 50, Module: filepath.Join(abitest.Dir(), "abi", "retry.wasm")})
 	if err == nil || !strings.Contains(err.Error(), "50 of 50 jobs did not succeed") {
 		t.Fatalf("err = %v", err)
 	}
-	if _, err := bench.Run(context.Background(), bench.Config{Module: "/nope.wasm"}); err == nil {
+	if _, err := Run(context.Background(), Config{Module: "/nope.wasm"}); err == nil {
 		t.Fatal("a missing module was accepted")
+	}
+}
+
+// TestRawAMQPChecksEveryConfirm runs the bare loop, then runs it on a queue that refuses
+// every publish: the broker's nacks must fail it, not count as throughput.
+func TestRawAMQPChecksEveryConfirm(t *testing.T) {
+	t.Parallel()
+	url := testbroker.URL(t)
+	ctx := context.Background()
+	cfg := Config{Backend: url, Jobs: 500, Concurrency: 8, Payload: []byte("ack")}
+	rate, err := RawAMQP(ctx, cfg)
+	if err != nil || rate <= 0 {
+		t.Fatalf("RawAMQP = %v, %v", rate, err)
+	}
+	_, err = rawAMQP(ctx, cfg, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"})
+	if err == nil || !strings.Contains(err.Error(), "500 nacks") {
+		t.Fatalf("RawAMQP on a queue that nacks every publish: %v, want 500 nacks counted as failures", err)
+	}
+}
+
+// TestSwapsReportTheirParts swaps a module a few times: each swap's parts add up to
+// its total, and the debounce part is at least the configured debounce.
+func TestSwapsReportTheirParts(t *testing.T) {
+	t.Parallel()
+	const debounce = 30 * time.Millisecond
+	swaps, err := Swaps(context.Background(), SwapConfig{Module: filepath.Join(abitest.Dir(), "abi", "ack.wasm"), Swaps: 5, Debounce: debounce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(swaps) != 5 {
+		t.Fatalf("%d swaps, want 5", len(swaps))
+	}
+	for i, s := range swaps {
+		if s.Event < 0 || s.Debounce < debounce || s.Load <= 0 || s.FirstJob < 0 || s.Event+s.Debounce+s.Load+s.FirstJob != s.Total {
+			t.Fatalf("swap %d: %+v: want non-negative parts adding up to the total, the debounce at least %v", i, s, debounce)
+		}
+	}
+	total := func(s Swap) time.Duration { return s.Total }
+	if p50, p99 := SwapPercentile(swaps, total, 0.5), SwapPercentile(swaps, total, 0.99); p50 > p99 || p99 != SwapPercentile(swaps, total, 1) {
+		t.Fatalf("percentiles of 5 swaps: p50 %v, p99 %v", p50, p99)
 	}
 }

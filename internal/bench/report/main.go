@@ -1,38 +1,108 @@
 // Command report runs the benchmark matrix of `make bench` and writes BENCHMARKS.md from
-// scratch: every figure in it comes from this run. It expects `make guests` to have
-// built the guest modules, and measures RabbitMQ when WASMJOBS_AMQP_URL is set.
+// scratch: every figure in it comes from this run. Each row is a `wasmjobs bench --json`
+// child process of its own, so that its peak RSS is its own. It expects `make guests`
+// to have built the guest modules, and measures RabbitMQ when WASMJOBS_AMQP_URL is set.
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"flag"
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/internal/bench"
-	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 type row struct {
-	what, command string
-	res           bench.Result
-	note          string
+	what string
+	args []string // the wasmjobs command line, without --json
+	res  bench.Result
+}
+
+// command is the row's command line as BENCHMARKS.md shows it.
+func (r row) command(url string) string {
+	s := "wasmjobs " + strings.Join(r.args, " ")
+	if url != "" {
+		s = strings.ReplaceAll(s, url, "$WASMJOBS_AMQP_URL")
+	}
+	return s
+}
+
+// runRow runs `wasmjobs ARGS --json` as a child process of its own, so that its peak
+// RSS is its own and no earlier row's, and decodes the result.
+func runRow(ctx context.Context, bin string, args []string) (bench.Result, error) {
+	cmd := exec.CommandContext(ctx, bin, append(slices.Clone(args), "--json")...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return bench.Result{}, fmt.Errorf("wasmjobs %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
+	}
+	var res bench.Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		return bench.Result{}, fmt.Errorf("wasmjobs %s: decoding its JSON: %w: %s", strings.Join(args, " "), err, stdout.Bytes())
+	}
+	if !res.PeakRSSOwn {
+		return bench.Result{}, fmt.Errorf("wasmjobs %s: its peak RSS is not its own run's (no /proc/self/clear_refs?)", strings.Join(args, " "))
+	}
+	return res, nil
+}
+
+// buildWasmjobs builds the wasmjobs command into dir.
+func buildWasmjobs(ctx context.Context, dir string) (string, error) {
+	goCmd := os.Getenv("GO")
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	bin := filepath.Join(dir, "wasmjobs")
+	cmd := exec.CommandContext(ctx, goCmd, "build", "-o", bin, "./cmd/wasmjobs")
+	cmd.Dir = filepath.Join(abitest.Dir(), "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building wasmjobs: %w\n%s", err, out)
+	}
+	return bin, nil
 }
 
 func main() {
 	ctx := context.Background()
+	bin := flag.String("bin", "", "the wasmjobs binary to run each row with (default: build one)")
+	jobs := flag.Int("jobs", 0, "run every row with this many jobs instead of its own count (a quick check of the report; not for BENCHMARKS.md)")
+	nswaps := flag.Int("swaps", 200, "hot swaps to measure")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: report [flags] [BENCHMARKS.md]\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
 	out := "BENCHMARKS.md"
-	if len(os.Args) > 1 {
-		out = os.Args[1]
+	if flag.NArg() > 0 {
+		out = flag.Arg(0)
+	}
+	if *bin == "" {
+		dir, err := os.MkdirTemp("", "wasmjobs-bench-")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		if *bin, err = buildWasmjobs(ctx, dir); err != nil {
+			log.Fatal(err)
+		}
+	}
+	rel := func(p string) string {
+		if r, err := filepath.Rel(filepath.Join(abitest.Dir(), ".."), p); err == nil {
+			return r
+		}
+		return p
 	}
 	ack := filepath.Join(abitest.Dir(), "abi", "ack.wasm")
 	guest := func(name string) string {
@@ -42,56 +112,59 @@ func main() {
 		}
 		return p
 	}
+	// Paths are relative to the repository, where the report runs.
+	if err := os.Chdir(filepath.Join(abitest.Dir(), "..")); err != nil {
+		log.Fatal(err)
+	}
 	var rows []row
-	add := func(what, command string, cfg bench.Config, compareNative bool) bench.Result {
-		log.Printf("running: %s", what)
-		res, err := bench.Run(ctx, cfg)
+	add := func(what string, jobCount int, args ...string) {
+		if *jobs > 0 {
+			jobCount = *jobs
+		}
+		if jobCount > 0 {
+			args = append(args, "--jobs", strconv.Itoa(jobCount))
+		}
+		r := row{what: what, args: args}
+		log.Printf("running: %s", r.command(""))
+		res, err := runRow(ctx, *bin, args)
 		if err != nil {
 			log.Fatalf("%s: %v", what, err)
 		}
-		if compareNative {
-			base := cfg
-			base.Module, base.Payload = "", nil
-			nat, err := bench.Run(ctx, base)
-			if err != nil {
-				log.Fatalf("%s, native baseline: %v", what, err)
-			}
-			res.Compare("native", nat.JobsPerSec)
-		}
-		rows = append(rows, row{what: what, command: command, res: res})
-		return res
+		r.res = res
+		rows = append(rows, r)
 	}
-	add("native Go no-op handler", "wasmjobs bench --native", bench.Config{}, false)
-	add("WAT no-op, pooled", "wasmjobs bench --module testdata/abi/ack.wasm --compare-native",
-		bench.Config{Module: ack}, true)
-	add("WAT no-op, fresh instance per job", "wasmjobs bench --module testdata/abi/ack.wasm --isolation fresh --jobs 20000",
-		bench.Config{Module: ack, Isolation: host.Fresh, Jobs: 20_000}, false)
-	add("C no-op, fresh instance per job", "wasmjobs bench --module build/guests/c-conformance.wasm --payload ack --isolation fresh --jobs 20000",
-		bench.Config{Module: guest("c-conformance"), Payload: []byte("ack"), Isolation: host.Fresh, Jobs: 20_000}, false)
+	add("native Go no-op handler", 0, "bench", "--native")
+	add("WAT no-op, pooled", 0, "bench", "--module", rel(ack), "--compare-native")
+	add("WAT no-op, fresh instance per job", 20_000, "bench", "--module", rel(ack), "--isolation", "fresh")
+	add("C no-op, fresh instance per job", 20_000, "bench", "--module", rel(guest("c-conformance")), "--payload", "ack", "--isolation", "fresh")
 	for _, lang := range abitest.Languages {
-		add(lang+" SDK no-op (conformance \"ack\"), pooled",
-			fmt.Sprintf("wasmjobs bench --module build/guests/%s-conformance.wasm --payload ack --compare-native", lang),
-			bench.Config{Module: guest(lang + "-conformance"), Payload: []byte("ack")}, true)
+		add(lang+" SDK no-op (conformance \"ack\"), pooled", 0,
+			"bench", "--module", rel(guest(lang+"-conformance")), "--payload", "ack", "--compare-native")
 	}
-	if url := os.Getenv("WASMJOBS_AMQP_URL"); url != "" {
+	url := os.Getenv("WASMJOBS_AMQP_URL")
+	if url != "" {
 		// The worker's prefetch is its concurrency (nothing claimed beyond what it can
-		// run): 64 matches the bare loop's 64 unconfirmed publishes and prefetch 100 best.
-		res := add("RabbitMQ, WAT no-op, pooled, concurrency 64", "wasmjobs bench --backend $WASMJOBS_AMQP_URL --module testdata/abi/ack.wasm --concurrency 64 --jobs 20000 --compare-raw-amqp",
-			bench.Config{Backend: url, Module: ack, Concurrency: 64, Jobs: 20_000}, false)
-		raw, err := bench.RawAMQP(ctx, url, res.Jobs, 64)
-		if err != nil {
-			log.Fatal(err)
-		}
-		rows[len(rows)-1].res.Compare("raw-amqp", raw)
+		// run); the bare loop uses the same prefetch, publishers and consumers.
+		add("RabbitMQ, WAT no-op, pooled, concurrency 64", 20_000,
+			"bench", "--backend", url, "--module", rel(ack), "--concurrency", "64", "--compare-raw-amqp")
 	}
 
 	cold, warm := goColdStart(ctx, guest("go-conformance"))
-	swaps := swapLatency(ctx)
+	swaps, err := bench.Swaps(ctx, bench.SwapConfig{Module: ack, Swaps: *nswaps})
+	if err != nil {
+		log.Fatalf("hot swaps: %v", err)
+	}
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `make bench` (internal/bench/report) on %s; every figure below comes from that run.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	if *jobs > 0 {
+		fmt.Fprintf(&b, "**A quick check, not a measurement: every row ran %d jobs (`-jobs %d`).**\n\n", *jobs, *jobs)
+	}
 	fmt.Fprintf(&b, "Machine: %d cores (%s), %s, %s/%s. Times on it are noisy: compare ratios from one run.\n\n", runtime.NumCPU(), cpuModel(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	b.WriteString("Each row publishes its jobs while the worker (concurrency 16 unless said) runs them; latency is enqueue to settle, so it includes the queue a saturating publisher builds. The bare amqp091-go loop publishes with 64 confirms outstanding and consumes with prefetch 100 and an ack each.\n\n")
+	b.WriteString("Each row is its own `wasmjobs bench` process (the command below), so its peak RSS is its own: the resident high-water mark of the row's run, before any baseline runs. ")
+	b.WriteString("Each row publishes its jobs while the worker (concurrency 16 unless said) runs them; latency is enqueue to settle, so it includes the queue a saturating publisher builds. ")
+	b.WriteString("A native baseline runs the same jobs, with the same payload, on a native no-op handler in the same process after the row. ")
+	b.WriteString("The bare amqp091-go baseline does the worker's work without it: as many publishers (64) on one confirm channel, each message persistent and mandatory with its confirm waited and checked, the worker's prefetch and as many consumers acking as its concurrency; any error, nack or return fails the run.\n\n")
 	b.WriteString("| what | jobs | jobs/s | p50 ms | p90 ms | p99 ms | CPU s / 1k | peak RSS MB | baseline | ratio |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		base, ratio := "-", "-"
@@ -103,19 +176,49 @@ func main() {
 	}
 	b.WriteString("\nCommands:\n\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "- %s: `%s`\n", r.what, r.command)
+		fmt.Fprintf(&b, "- %s: `%s`\n", r.what, r.command(url))
 	}
 	fmt.Fprintf(&b, "\n## Go guest cold start\n\nThe Go conformance module (%.1f MB), compiled and initialised by a new engine, as a restarted host would (median of 5):\n\n", fileMB(guest("go-conformance")))
 	fmt.Fprintf(&b, "| cache | ready in |\n|---|---|\n| none | %v |\n| warm on-disk compilation cache | %v |\n", cold.Round(time.Millisecond), warm.Round(time.Millisecond))
-	fmt.Fprintf(&b, "\n## Hot swap\n\nA module replaced by renaming a new file into the watched directory while jobs flow, %d times: from the rename to the first job settled on the new version: p50 %v, p99 %v.\n",
-		len(swaps), swaps[len(swaps)/2].Round(time.Millisecond), swaps[len(swaps)*99/100].Round(time.Millisecond))
-	if os.Getenv("WASMJOBS_AMQP_URL") == "" {
+	b.WriteString(swapSection(swaps))
+	b.WriteString(riverSection(ctx, riverShapes()))
+	if url == "" {
 		b.WriteString("\nRabbitMQ rows are missing: WASMJOBS_AMQP_URL was not set (`export WASMJOBS_AMQP_URL=$(scripts/rabbitmq.sh start)`).\n")
 	}
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		log.Fatal(err)
 	}
 	log.Printf("wrote %s", out)
+}
+
+// swapSection describes the hot swaps: the total and each part, by percentile.
+func swapSection(swaps []bench.Swap) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## Hot swap\n\nA module (testdata/abi/ack.wasm with a new custom section each time) replaced %d times by renaming a new file into the watched directory, while jobs flow (one a millisecond, memory backend, debounce %v). ", len(swaps), host.DefaultDebounce)
+	b.WriteString("Each swap's latency runs from the rename to the first job settled on the new version, and splits into: the watcher's event reaching the registry; the debounce (the directory must be quiet that long, so a file being written is read once, whole); the load (read, validate, compile, initialise); and the first job on the new version.\n\n")
+	b.WriteString("| part | p50 | p90 | p99 | max |\n|---|---|---|---|---|\n")
+	for _, p := range []struct {
+		name string
+		part func(bench.Swap) time.Duration
+	}{
+		{"watcher event", func(s bench.Swap) time.Duration { return s.Event }},
+		{"debounce", func(s bench.Swap) time.Duration { return s.Debounce }},
+		{"load", func(s bench.Swap) time.Duration { return s.Load }},
+		{"first job", func(s bench.Swap) time.Duration { return s.FirstJob }},
+		{"**rename to first job**", func(s bench.Swap) time.Duration { return s.Total }},
+	} {
+		f := func(q float64) string { return fmtDuration(bench.SwapPercentile(swaps, p.part, q)) }
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", p.name, f(0.5), f(0.9), f(0.99), f(1))
+	}
+	b.WriteString("\nPercentiles by nearest rank; the parts' percentiles do not add up to the total's.\n")
+	return b.String()
+}
+
+func fmtDuration(d time.Duration) string {
+	if d < time.Millisecond {
+		return d.Round(time.Microsecond).String()
+	}
+	return d.Round(100 * time.Microsecond).String()
 }
 
 func cpuModel() string {
@@ -171,79 +274,4 @@ func goColdStart(ctx context.Context, path string) (cold, warm time.Duration) {
 	load(host.Config{CacheDir: dir}) // fill the cache
 	warm = median(func() time.Duration { return load(host.Config{CacheDir: dir}) })
 	return cold, warm
-}
-
-// swapLatency swaps a module 20 times under a trickle of jobs and measures each rename
-// to the first job settled on the new version.
-func swapLatency(ctx context.Context) []time.Duration {
-	dir, _ := os.MkdirTemp("", "wasmjobs-bench-swap-")
-	defer os.RemoveAll(dir)
-	ack, err := os.ReadFile(filepath.Join(abitest.Dir(), "abi", "ack.wasm"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	variant := func(i int) []byte {
-		tag := fmt.Sprintf("v%d", i)
-		sec := append([]byte{4}, "swap"...)
-		sec = append(sec, tag...)
-		return append(append(slices.Clone(ack), 0, byte(len(sec))), sec...)
-	}
-	write := func(data []byte) time.Time {
-		tmp := filepath.Join(dir, ".tmp")
-		os.WriteFile(tmp, data, 0o644)
-		at := time.Now()
-		os.Rename(tmp, filepath.Join(dir, "svc.wasm"))
-		return at
-	}
-	b := memory.New(memory.Config{})
-	defer b.Close(ctx)
-	first := make(chan worker.Event, 1024)
-	w := worker.New(b, worker.Config{Observer: worker.ObserverFunc(func(e worker.Event) {
-		if e.Kind == worker.EventSettled {
-			select {
-			case first <- e:
-			default:
-			}
-		}
-	})})
-	e, err := host.NewEngine(ctx, host.Config{NoCache: true})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer e.Close(ctx)
-	write(variant(0))
-	reg, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: e, Queues: w})
-	if err != nil {
-		log.Fatal(err)
-	}
-	reg.Start(ctx)
-	defer reg.Close()
-	w.Start(ctx)
-	defer w.Stop(ctx)
-	stop := make(chan struct{})
-	go func() { // a trickle of jobs: one a millisecond
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Millisecond):
-				b.Publish(ctx, backend.NewEnvelope("svc", nil), 0)
-			}
-		}
-	}()
-	defer close(stop)
-	var lat []time.Duration
-	for i := 1; i <= 20; i++ {
-		data := variant(i)
-		at := write(data)
-		want := host.Version(data)
-		for ev := range first {
-			if ev.Result.Version == want {
-				lat = append(lat, time.Since(at))
-				break
-			}
-		}
-	}
-	slices.Sort(lat)
-	return lat
 }

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/wasmjobs/wasmjobs/internal/testbroker"
+)
+
+// TestDrainDuringBrokerOutage: with the broker unreachable and a job running, SIGTERM
+// to `run --drain-timeout 5s` exits within 10 s. The outage is a proxy of this test's
+// own that it cuts, so the shared broker is left alone.
+func TestDrainDuringBrokerOutage(t *testing.T) {
+	t.Parallel()
+	url := brokerURL(t)
+	px := testbroker.NewProxy(t, url)
+	dir := t.TempDir()
+	name := "outage-" + strings.ToLower(t.Name()[len(t.Name())-6:]) + "-" + time.Now().Format("150405.000000")
+	name = strings.ReplaceAll(name, ".", "")
+	installModule(t, dir, "hostile/loop", name, "1")
+	if err := os.WriteFile(filepath.Join(dir, name+".toml"), []byte("timeout = \"60s\"\nmax_attempts = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := startHost(t, dir, "--backend", px.URL(url), "--drain-timeout", "5s")
+	r := wasmjobs(t, "", "enqueue", name, "spin", "--server", h.url)
+	if r.code != 0 {
+		t.Fatalf("enqueue: %d %s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	var st jobState
+	waitFor(t, "the job to run", func() bool { h.get("/v1/jobs/"+id, &st); return st.State == "running" })
+
+	px.Cut()
+	waitFor(t, "the host to see the outage", func() bool { return strings.Contains(h.log(), "RabbitMQ connection lost") })
+	start := time.Now()
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-h.done:
+		took := time.Since(start)
+		t.Logf("exited %v after SIGTERM (drain timeout 5s)", took)
+		if err != nil {
+			t.Fatalf("exit: %v", err)
+		}
+		if took > 10*time.Second {
+			t.Fatalf("exited %v after SIGTERM: past the 5s drain timeout and a margin", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("still running 10s after SIGTERM with a 5s drain timeout")
+	}
+	if !strings.Contains(h.log(), "drain timeout: unfinished jobs left unacknowledged") {
+		t.Fatalf("no drain timeout logged:\n%s", h.log())
+	}
+}
+
+// notifyWriter is a log sink that reports when a line containing want is written.
+type notifyWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *notifyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+func (w *notifyWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestRunLeavesNothingBehind runs `run` in this process and checks that it leaves no
+// goroutine behind, on an early error (after the backend is open) and after a signal.
+// Not parallel: goleak must see this test's goroutines only.
+func TestRunLeavesNothingBehind(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		backend func(t *testing.T) string
+		cache   func(t *testing.T) string
+		signal  bool
+		wantErr string
+	}{
+		{"early error with the backend open", func(t *testing.T) string { return brokerURL(t) }, func(t *testing.T) string {
+			f := filepath.Join(t.TempDir(), "file")
+			os.WriteFile(f, nil, 0o644)
+			return f // a file where the cache directory should be: the engine fails
+		}, false, "compilation cache"},
+		{"signal", func(*testing.T) string { return "memory" }, func(t *testing.T) string { return t.TempDir() }, true, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			dir := t.TempDir()
+			installModule(t, dir, "abi/echo", "echo", "1")
+			f := &runFlags{modules: dir, backend: c.backend(t), concurrency: 2, listen: "127.0.0.1:0",
+				drainTimeout: 5 * time.Second, logFormat: "text", logLevel: "info", history: 10}
+			logs := &notifyWriter{want: "wasmjobs serving", seen: make(chan struct{})}
+			sigs := make(chan os.Signal, 2)
+			exited := make(chan struct{}, 1)
+			errc := make(chan error, 1)
+			go func() {
+				errc <- f.serve(context.Background(), &globals{cacheDir: c.cache(t)}, logs, sigs, func() { exited <- struct{}{} })
+			}()
+			if c.signal {
+				select {
+				case <-logs.seen:
+				case err := <-errc:
+					t.Fatalf("run returned before serving: %v\n%s", err, logs)
+				case <-time.After(30 * time.Second):
+					t.Fatalf("run did not serve:\n%s", logs)
+				}
+				sigs <- syscall.SIGTERM
+			}
+			var err error
+			select {
+			case err = <-errc:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("run did not return:\n%s", logs)
+			}
+			if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
+				t.Fatalf("run: %v, want %q\n%s", err, c.wantErr, logs)
+			}
+			select {
+			case <-exited:
+				t.Fatal("one signal made run exit at once")
+			default:
+			}
+			if c.signal && !strings.Contains(logs.String(), "wasmjobs stopped") {
+				t.Fatalf("no stop logged:\n%s", logs)
+			}
+		})
+	}
+}

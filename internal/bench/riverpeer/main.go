@@ -1,0 +1,107 @@
+// Command riverpeer runs River (github.com/riverqueue/river) on PostgreSQL the way River's
+// own `river bench` (v0.43.0 and later) does, so wasmjobs' benchmarks can put a figure for
+// its best-known peer beside their own, measured on the same machine in the same run.
+//
+// River's CLI module is not served by the Go module proxy here; its library and pgx driver
+// are, so this is a module of its own (River never enters wasmjobs' go.mod) that repeats
+// what the bench command does with the library: 2,000 workers in the default queue, a 2 ms
+// fetch cooldown and a 20 ms fetch poll, inserts in batches of 5,000 with InsertMany, a
+// worker that does nothing, jobs counted as their completions come out of the client's
+// event subscription, and the jobs table truncated and vacuumed before each run. It runs
+// River's migrations first.
+//
+//	riverpeer -n 200000          insert 200,000 jobs, then start the client and time it
+//	                             working them all
+//	riverpeer --duration 30s     insert and work at once for 30 s, keeping about 75,000
+//	                             jobs waiting
+//
+// The database is --database-url, or WASMJOBS_PG_URL (scripts/postgres.sh start prints
+// one). The figure is river bench's: jobs worked divided by the time from the client's
+// start to the last job worked. --json prints the result as JSON instead of a line.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run parses args, runs the benchmark and prints its result; it returns the exit code.
+func run(ctx context.Context, args []string, stdout, errOut io.Writer) int {
+	fs := flag.NewFlagSet("riverpeer", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	var (
+		cfg     Config
+		asJSON  bool
+		verbose bool
+		debug   bool
+	)
+	fs.IntVar(&cfg.Jobs, "n", 0, "insert this many jobs, then time working them (river bench -n)")
+	fs.IntVar(&cfg.Jobs, "num-total-jobs", 0, "same as -n")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "insert and work at once for this long (river bench --duration)")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("WASMJOBS_PG_URL"), "Postgres URL (default $WASMJOBS_PG_URL)")
+	fs.BoolVar(&cfg.Fast, "fast", false, "insert with InsertManyFast (COPY) instead of river bench's InsertMany")
+	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	fs.BoolVar(&verbose, "v", false, "print progress every 2 s to stderr, as river bench does")
+	fs.BoolVar(&debug, "debug", false, "log River's debug messages to stderr")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(errOut, "riverpeer: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if cfg.DatabaseURL == "" {
+		fmt.Fprintln(errOut, "riverpeer: no database: set --database-url or WASMJOBS_PG_URL (scripts/postgres.sh start prints one)")
+		return 2
+	}
+	if verbose {
+		cfg.Progress = func(line string) { fmt.Fprintln(errOut, line) }
+	}
+	if debug {
+		cfg.Logger = slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	res, err := Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(errOut, err)
+		if errors.Is(err, ErrConfig) {
+			return 2
+		}
+		return 1
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			fmt.Fprintln(errOut, err)
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintln(stdout, res.Line())
+	return 0
+}
+
+// Line is the result as one line of figures.
+func (r Result) Line() string {
+	s := fmt.Sprintf("river %s on Postgres %s, %s: %d jobs worked (%d inserted) in %.2f s: %.0f jobs/s",
+		r.RiverVersion, r.Postgres, r.Shape, r.JobsWorked, r.JobsInserted, r.Seconds, r.JobsPerSec)
+	if r.ClientCPUS+r.PostgresCPUS > 0 {
+		s += fmt.Sprintf("; CPU s: client %.1f, postgres %.1f (%.0f%% of the two), machine %.1f; %.0f jobs per CPU s of the two",
+			r.ClientCPUS, r.PostgresCPUS, 100*r.PostgresShare, r.MachineCPUS, r.JobsPerCPUS)
+	}
+	return s
+}

@@ -1,0 +1,107 @@
+// Package jobspec checks a job before it is enqueued. It is the one validation that
+// every way in shares (the HTTP API and the CLI's direct path, `enqueue --backend`), so
+// that no way in can put a job where the worker does not expect one: a reserved
+// header, a priority in the lane kept for deferred jobs, a payload its module refuses.
+package jobspec
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/abi"
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// Limits of a job.
+const (
+	// PriorityLevels is how many priorities a job may ask for: 0 to PriorityLevels-1.
+	// The level above them is the worker's, for deferred jobs coming back.
+	PriorityLevels = worker.DefaultPriorityLevels
+	// ReservedHeaderPrefix begins the headers the worker keeps for itself (such as
+	// worker.PriorityHeader); a job cannot set them.
+	ReservedHeaderPrefix = "wasmjobs-"
+	// DefaultMaxPayload is the payload limit of a module whose manifest sets none.
+	DefaultMaxPayload = abi.DefaultMaxPayload
+)
+
+// Sentinel errors of Validate, for callers that answer by kind (the API's 400 and 413).
+var (
+	// ErrInvalid is wrapped by every error of a job that cannot be enqueued as given.
+	ErrInvalid = errors.New("invalid job")
+	// ErrTooLarge is wrapped by the error of a payload over its limit.
+	ErrTooLarge = errors.New("payload too large")
+)
+
+// Spec is a job as a client asks for it.
+type Spec struct {
+	Queue   string
+	Payload []byte
+	Headers map[string]string
+	// Delay is how long the job waits before it runs; zero runs it at once.
+	Delay time.Duration
+	// Priority is 0 to PriorityLevels-1, higher first.
+	Priority int
+	// MaxAttempts is how many executions are allowed; zero means the queue's.
+	MaxAttempts int
+}
+
+// specError is an error of Validate: its message names the field and the problem; it
+// unwraps to its kind.
+type specError struct {
+	kind error
+	msg  string
+}
+
+func (e *specError) Error() string { return e.msg }
+func (e *specError) Unwrap() error { return e.kind }
+
+func invalid(format string, args ...any) error {
+	return &specError{ErrInvalid, fmt.Sprintf(format, args...)}
+}
+
+// Validate reports the first problem of s, or nil. maxPayload is the payload limit of
+// the module serving s.Queue; <= 0 means DefaultMaxPayload. Every error wraps
+// ErrInvalid; one about the payload's size wraps ErrTooLarge too.
+func Validate(s Spec, maxPayload int) error {
+	if s.Queue == "" {
+		return invalid("queue is required")
+	}
+	if err := backend.ValidateQueueName(s.Queue); err != nil {
+		return invalid("%v", err)
+	}
+	if maxPayload <= 0 {
+		maxPayload = DefaultMaxPayload
+	}
+	if len(s.Payload) > maxPayload {
+		return &specError{errors.Join(ErrInvalid, ErrTooLarge),
+			fmt.Sprintf("payload of %d bytes passes queue %s's limit of %d bytes", len(s.Payload), s.Queue, maxPayload)}
+	}
+	for k := range s.Headers {
+		if k == "" {
+			return invalid("headers: empty key")
+		}
+		if strings.HasPrefix(k, ReservedHeaderPrefix) {
+			return invalid("headers: %q: the prefix %s is reserved", k, ReservedHeaderPrefix)
+		}
+	}
+	if s.Delay < 0 {
+		return invalid("delay %v is negative", s.Delay)
+	}
+	if s.Priority < 0 || s.Priority >= PriorityLevels {
+		return invalid("priority %d: want 0 to %d", s.Priority, PriorityLevels-1)
+	}
+	if s.MaxAttempts < 0 {
+		return invalid("max_attempts %d: want 0 (the queue's) or more", s.MaxAttempts)
+	}
+	return nil
+}
+
+// Envelope returns the fresh job of a valid s: a new id, attempt 1.
+func (s Spec) Envelope() backend.Envelope {
+	env := backend.NewEnvelope(s.Queue, s.Payload)
+	env.Headers, env.Priority, env.MaxAttempts = s.Headers, uint8(s.Priority), s.MaxAttempts
+	return env
+}

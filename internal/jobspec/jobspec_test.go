@@ -1,0 +1,57 @@
+package jobspec_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/internal/jobspec"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	ok := jobspec.Spec{Queue: "q", Payload: []byte("x"), Headers: map[string]string{"k": "v"}, Delay: time.Minute, Priority: 1, MaxAttempts: 3}
+	for _, tc := range []struct {
+		name       string
+		change     func(*jobspec.Spec)
+		maxPayload int
+		want       string // "" for valid
+		tooLarge   bool
+	}{
+		{"valid", func(*jobspec.Spec) {}, 0, "", false},
+		{"no queue", func(s *jobspec.Spec) { s.Queue = "" }, 0, "queue is required", false},
+		{"bad queue name", func(s *jobspec.Spec) { s.Queue = "a b" }, 0, `invalid queue name "a b"`, false},
+		{"a dead-letter queue", func(s *jobspec.Spec) { s.Queue = "q.dead" }, 0, "the suffix .dead is reserved", false},
+		{"payload at the limit", func(s *jobspec.Spec) { s.Payload = make([]byte, 4) }, 4, "", false},
+		{"payload over the limit", func(s *jobspec.Spec) { s.Payload = make([]byte, 5) }, 4, "payload of 5 bytes passes queue q's limit of 4 bytes", true},
+		{"payload over the default limit", func(s *jobspec.Spec) { s.Payload = make([]byte, jobspec.DefaultMaxPayload+1) }, 0, "limit of 1048576 bytes", true},
+		{"the worker's priority header", func(s *jobspec.Spec) { s.Headers = map[string]string{worker.PriorityHeader: "2"} }, 0, `headers: "wasmjobs-priority": the prefix wasmjobs- is reserved`, false},
+		{"any reserved header", func(s *jobspec.Spec) { s.Headers = map[string]string{"wasmjobs-x": ""} }, 0, "the prefix wasmjobs- is reserved", false},
+		{"empty header key", func(s *jobspec.Spec) { s.Headers = map[string]string{"": "v"} }, 0, "headers: empty key", false},
+		{"negative delay", func(s *jobspec.Spec) { s.Delay = -time.Second }, 0, "delay -1s is negative", false},
+		{"negative priority", func(s *jobspec.Spec) { s.Priority = -1 }, 0, "priority -1: want 0 to 1", false},
+		{"the deferred lane", func(s *jobspec.Spec) { s.Priority = worker.DefaultPriorityLevels }, 0, "priority 2: want 0 to 1", false},
+		{"negative max attempts", func(s *jobspec.Spec) { s.MaxAttempts = -1 }, 0, "max_attempts -1: want 0 (the queue's) or more", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := ok
+			tc.change(&s)
+			err := jobspec.Validate(s, tc.maxPayload)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("valid job refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, jobspec.ErrInvalid) || errors.Is(err, jobspec.ErrTooLarge) != tc.tooLarge {
+				t.Fatalf("error %v, want one containing %q (too large: %v)", err, tc.want, tc.tooLarge)
+			}
+		})
+	}
+	env := ok.Envelope()
+	if env.ID == "" || env.Queue != "q" || env.Priority != 1 || env.MaxAttempts != 3 || env.Attempt != 1 || env.Headers["k"] != "v" {
+		t.Fatalf("envelope %+v", env)
+	}
+}
