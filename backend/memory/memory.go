@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/internal/ring"
 )
 
 // Config configures a memory backend. The zero value is ready to use.
@@ -81,7 +82,7 @@ type queue struct {
 	levels int
 
 	mu       sync.Mutex
-	ready    []ring // index = priority level
+	ready    []ring.Ring[*message] // index = priority level
 	nready   int
 	streams  map[*stream]struct{}
 	held     map[*time.Timer]bool // delayed or deferred messages; true for deferred
@@ -119,7 +120,7 @@ func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 	b.queues[q.Name] = &queue{
 		name:    q.Name,
 		levels:  q.PriorityLevels,
-		ready:   make([]ring, q.PriorityLevels+1),
+		ready:   make([]ring.Ring[*message], q.PriorityLevels+1),
 		streams: make(map[*stream]struct{}),
 		held:    make(map[*time.Timer]bool),
 		ids:     make(map[string]int),
@@ -215,7 +216,7 @@ func (q *queue) release(m *message) {
 
 // pushBack makes m ready behind its equals and wakes the streams.
 func (q *queue) pushBack(m *message) {
-	q.ready[min(int(m.env.Priority), q.levels)].pushBack(m)
+	q.ready[min(int(m.env.Priority), q.levels)].PushBack(m)
 	q.nready++
 	q.wakeAll()
 }
@@ -223,7 +224,7 @@ func (q *queue) pushBack(m *message) {
 // pushFront makes m ready ahead of its equals, for a message that goes back.
 func (q *queue) pushFront(m *message) {
 	m.redelivered = true
-	q.ready[min(int(m.env.Priority), q.levels)].pushFront(m)
+	q.ready[min(int(m.env.Priority), q.levels)].PushFront(m)
 	q.nready++
 	q.wakeAll()
 }
@@ -234,7 +235,7 @@ func (q *queue) pop() *message {
 		return nil
 	}
 	for level := q.levels; level >= 0; level-- {
-		if m := q.ready[level].popFront(); m != nil {
+		if m := q.ready[level].PopFront(); m != nil {
 			q.nready--
 			return m
 		}
@@ -370,8 +371,8 @@ func (b *Backend) Pending(queue string) ([]backend.Envelope, error) {
 	out := make([]backend.Envelope, 0, q.nready)
 	for level := q.levels; level >= 0; level-- {
 		r := &q.ready[level]
-		for i := range r.len() {
-			out = append(out, r.at(i).env.Clone())
+		for i := range r.Len() {
+			out = append(out, r.At(i).env.Clone())
 		}
 	}
 	return out, nil

@@ -103,7 +103,7 @@ func (b *Backend) load(ctx context.Context) error {
 		if int(e.it.priority) > q.levels {
 			return b.corrupt("", fmt.Errorf("ready job %s of queue %q at priority %d above its %d levels", e.it.id, e.queue, e.it.priority, q.levels))
 		}
-		q.ready[e.it.priority].pushBack(e.it)
+		q.ready[e.it.priority].PushBack(e.it)
 		q.nready++
 		b.ids.add(e.it.id)
 		recovered.Ready++

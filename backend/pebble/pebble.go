@@ -39,6 +39,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/internal/ring"
 )
 
 // Sentinel errors of this backend. Each is wrapped with the data directory's name.
@@ -289,7 +290,7 @@ type queue struct {
 	levels int
 
 	mu       sync.Mutex
-	ready    []ring // index = priority level
+	ready    []ring.Ring[*item] // index = priority level
 	nready   int
 	streams  map[*stream]struct{}
 	unsettle int // deliveries taken and not settled, over all streams
@@ -303,7 +304,7 @@ type queue struct {
 }
 
 func newQueue(name string, levels int) *queue {
-	return &queue{name: name, levels: levels, ready: make([]ring, levels+1), streams: make(map[*stream]struct{})}
+	return &queue{name: name, levels: levels, ready: make([]ring.Ring[*item], levels+1), streams: make(map[*stream]struct{})}
 }
 
 // item is a ready job in the index: where its value is, and its id.
@@ -318,7 +319,7 @@ func (q *queue) key(it *item) []byte { return readyKey(q.name, it.priority, it.s
 
 // pushBack makes it ready behind its equals and wakes the streams. q.mu is held.
 func (q *queue) pushBack(it *item) {
-	q.ready[it.priority].pushBack(it)
+	q.ready[it.priority].PushBack(it)
 	q.nready++
 	q.wakeAll()
 }
@@ -326,7 +327,7 @@ func (q *queue) pushBack(it *item) {
 // pushFront puts back a job that was handed out, ahead of its equals. q.mu is held.
 func (q *queue) pushFront(it *item) {
 	it.redelivered = true
-	q.ready[it.priority].pushFront(it)
+	q.ready[it.priority].PushFront(it)
 	q.nready++
 	q.wakeAll()
 }
@@ -336,7 +337,7 @@ func (q *queue) pop() *item {
 		return nil
 	}
 	for level := q.levels; level >= 0; level-- {
-		if it := q.ready[level].popFront(); it != nil {
+		if it := q.ready[level].PopFront(); it != nil {
 			q.nready--
 			return it
 		}
