@@ -119,7 +119,7 @@ type Registry struct {
 	cancel  context.CancelFunc
 	started bool          // guarded by mu
 	closed  bool          // guarded by mu
-	done    chan struct{} // closed when follow returns, or by Close if it never ran
+	done    chan struct{} // closed when follow returns, or by a Start that failed before it
 }
 
 // entry is one module name's state.
@@ -214,11 +214,14 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.mu.Unlock()
 	if !r.cfg.NoWatch {
 		w, err := fsnotify.NewWatcher()
-		if err != nil {
-			return fmt.Errorf("watching %s: %w", r.cfg.Dir, err)
+		if err == nil {
+			if err = w.Add(r.cfg.Dir); err != nil {
+				w.Close()
+			}
 		}
-		if err := w.Add(r.cfg.Dir); err != nil {
-			w.Close()
+		if err != nil {
+			// follow never runs: done is closed here, so that Close returns.
+			close(r.done)
 			return fmt.Errorf("watching %s: %w", r.cfg.Dir, err)
 		}
 		r.watcher = w

@@ -662,3 +662,38 @@ func TestFailedRegisterIsARejectionTriedAgain(t *testing.T) {
 	rig.publish("svc", 3)
 	rig.waitFor("the jobs", func() bool { return rig.settledCount() == 3 })
 }
+
+// TestCloseAfterAFailedStart: a Start that fails before it follows the directory (here
+// the watcher cannot watch a directory that is gone) leaves a registry that Close
+// closes at once, and that does not start again.
+func TestCloseAfterAFailedStart(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "modules")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := worker.New(memory.New(memory.Config{}), worker.Config{})
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: newEngine(t), Queues: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "watching "+dir) {
+		t.Fatalf("Start on a removed directory: %v, want an error watching it", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close after a failed Start did not return")
+	}
+	if err := r.Start(context.Background()); err == nil {
+		t.Fatal("Start after a failed Start and Close succeeded")
+	}
+}
