@@ -129,9 +129,6 @@ type entry struct {
 	seen     fingerprint
 	manifest []byte // the manifest text of the serving version
 	err      error  // the last rejection, cleared by a successful load
-	// unserved: the queue of the serving version could not be registered; the next
-	// read of the directory tries again even if the files did not change.
-	unserved bool
 }
 
 // fingerprint identifies the files' contents cheaply: size, modification time and
@@ -408,9 +405,9 @@ func (r *Registry) syncModule(ctx context.Context, name string) {
 		return // still being written: the next event or rescan reads it again
 	}
 	r.mu.Lock()
-	h, unserved := e.handler, e.unserved
+	h := e.handler
 	r.mu.Unlock()
-	if h != nil && !unserved && h.Module().Version() == Version(wasm) && bytes.Equal(e.manifest, manText) {
+	if h != nil && h.Module().Version() == Version(wasm) && bytes.Equal(e.manifest, manText) {
 		r.mu.Lock()
 		e.seen = fp // same bytes, same manifest: nothing to do
 		r.mu.Unlock()
@@ -436,17 +433,23 @@ func (r *Registry) syncModule(ctx context.Context, name string) {
 			// The module moves to another queue: stop the old one first.
 			r.unregister(ctx, name, old.Queue())
 			old.Retire()
+			r.mu.Lock()
+			e.handler = nil // its queue is no longer served
+			r.mu.Unlock()
 			h, fresh = NewHandler(m, r.log), true
-		} else {
-			h.Swap(m)
 		}
 	}
-	if err := r.cfg.Queues.Register(ctx, h.Queue()); err != nil {
-		r.unserved(e, name, h, fresh, fmt.Errorf("serving queue %q: %w", m.Queue(), err))
+	// The queue's new policy first, the new version second: if the registration fails,
+	// the serving version keeps serving under the policy it was registered with.
+	if err := r.cfg.Queues.Register(ctx, h.queueFor(m)); err != nil {
+		r.unserved(e, name, m, fresh, fmt.Errorf("serving queue %q: %w", m.Queue(), err))
 		return
 	}
+	if !fresh {
+		h.Swap(m)
+	}
 	r.mu.Lock()
-	e.handler, e.seen, e.manifest, e.err, e.unserved = h, fp, manText, nil, false
+	e.handler, e.seen, e.manifest, e.err = h, fp, manText, nil
 	r.mu.Unlock()
 	r.log.Info("module "+kind, "module", name, "file", file, "version", m.Version(), "queue", m.Queue())
 	r.emit(RegistryEvent{Kind: kind, Module: name, File: file, Version: m.Version(), At: at, Noticed: r.noticed, Read: read})
@@ -465,28 +468,24 @@ func (r *Registry) reject(e *entry, name string, fp fingerprint, err error) {
 	r.emit(RegistryEvent{Kind: "rejected", Module: name, File: e.file, Version: version, Err: err, At: time.Now()})
 }
 
-// unserved records a version whose queue could not be registered, as a rejection that
-// the next read of the directory tries again (the files need not change). A new
-// handler is dropped: its module serves nothing. A swapped one stays: the new version
-// serves the queue under its previous settings.
-func (r *Registry) unserved(e *entry, name string, h *Handler, fresh bool, err error) {
+// unserved records a version m whose queue could not be registered, as a rejection
+// that the next read of the directory tries again (the files need not change). m
+// serves nothing and is retired; the serving version, if any, keeps serving under the
+// policy it was registered with.
+func (r *Registry) unserved(e *entry, name string, m *Module, fresh bool, err error) {
 	r.mu.Lock()
 	e.seen, e.err = fingerprint{}, err
-	if fresh {
-		e.handler = nil
-	} else {
-		e.unserved = true
-	}
 	version := ""
 	if e.handler != nil {
 		version = e.handler.Module().Version()
 	}
 	r.mu.Unlock()
-	if fresh {
-		h.Module().Retire()
+	m.Retire()
+	msg := "module rejected: its queue could not be registered, so it is not served; trying again at the next read of the directory"
+	if !fresh {
+		msg = "new version rejected: its queue could not be registered with the new manifest; the previous version keeps serving; trying again at the next read of the directory"
 	}
-	r.log.Error("module rejected: its queue is not served; trying again at the next read of the directory",
-		"module", name, "file", e.file, "error", err, "serving_version", version)
+	r.log.Error(msg, "module", name, "file", e.file, "error", err, "rejected_version", m.Version(), "serving_version", version)
 	r.emit(RegistryEvent{Kind: "rejected", Module: name, File: e.file, Version: version, Err: err, At: time.Now()})
 }
 

@@ -697,3 +697,56 @@ func TestCloseAfterAFailedStart(t *testing.T) {
 		t.Fatal("Start after a failed Start and Close succeeded")
 	}
 }
+
+// TestFailedRegisterOfASwapKeepsTheOldVersion: a new version whose queue cannot be
+// registered with its manifest is rejected whole: the previous version keeps serving
+// (its jobs run on it), the status shows it serving with the error, and the next read
+// of the directory swaps the new version in once the registration works.
+func TestFailedRegisterOfASwapKeepsTheOldVersion(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	q := &failingQueues{Worker: rig.w}
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	v1, v2 := variant(t, "abi/echo", "1"), variant(t, "abi/echo", "2")
+	rig.write("svc.wasm", v1)
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Retire()
+	if err := rig.w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	q.fail.Store(true)
+	rig.write("svc.wasm", v2)
+	rig.write("svc.toml", []byte("max_attempts = 7"))
+	r.Sync(context.Background())
+	st := r.Modules()[0]
+	if st.Status != "serving" || st.Version != host.Version(v1) || !strings.Contains(st.Error, "broker unreachable") {
+		t.Fatalf("status %+v, want the first version serving with the registration's error", st)
+	}
+	if got := r.Handler("svc").Module(); got.Version() != host.Version(v1) || got.Manifest().MaxAttempts == 7 {
+		t.Fatalf("the handler runs version %s with max_attempts %d: the rejected version was swapped in", got.Version(), got.Manifest().MaxAttempts)
+	}
+	rig.publish("svc", 2)
+	rig.waitFor("the jobs", func() bool { return rig.settledCount() == 2 })
+	rig.mu.Lock()
+	for _, j := range rig.settled {
+		if j.version != host.Version(v1) {
+			t.Errorf("job %s ran on %s, want the serving version", j.id, j.version)
+		}
+	}
+	rig.mu.Unlock()
+	q.fail.Store(false)
+	r.Sync(context.Background()) // the same files: tried again
+	st = r.Modules()[0]
+	if st.Status != "serving" || st.Version != host.Version(v2) || st.Error != "" {
+		t.Fatalf("status %+v after the registration works, want the new version with no error", st)
+	}
+	if got := r.Handler("svc").Module().Manifest().MaxAttempts; got != 7 {
+		t.Fatalf("max_attempts %d after the swap, want 7", got)
+	}
+}
