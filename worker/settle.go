@@ -215,13 +215,14 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 }
 
 // publishChildren publishes a job's children, each confirmed by the backend. A child's
-// id derives from the parent's id and its index, never from the attempt: when child k
-// fails, the parent is retried and publishes children 1 to k-1 again under the same
-// ids, which a backend that knows ids drops (see backend.Backend.Publish).
+// id derives from the parent's id, its index, its queue and its payload, never from the
+// attempt: when child k fails, the parent is retried and publishes children 1 to k-1
+// again under the same ids, which a backend that knows ids drops (see
+// backend.Backend.Publish); a different child at the same index is a new job.
 func (w *Worker) publishChildren(ctx context.Context, job *Job, children []Child) error {
 	for i, c := range children {
 		env := backend.NewEnvelope(c.Queue, c.Payload)
-		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, i), c.Headers
+		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, i, c.Queue, c.Payload), c.Headers
 		if err := w.b.Publish(ctx, env, c.Delay); err != nil {
 			return fmt.Errorf("publishing child job %d of %d to queue %q: %w", i+1, len(children), c.Queue, err)
 		}
