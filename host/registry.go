@@ -129,6 +129,11 @@ type entry struct {
 	seen     fingerprint
 	manifest []byte // the manifest text of the serving version
 	err      error  // the last rejection, cleared by a successful load
+	// pending is a version loaded whose queue could not be registered, from the files
+	// of pendingFP: the next read tries it again without compiling it again if they did
+	// not change, so that an outage does not recompile it at every read.
+	pending   *Module
+	pendingFP fingerprint
 }
 
 // fingerprint identifies the files' contents cheaply: size, modification time and
@@ -264,6 +269,10 @@ func (r *Registry) Retire() {
 	for _, e := range r.entries {
 		if e.handler != nil {
 			e.handler.Module().Retire()
+		}
+		if e.pending != nil {
+			e.pending.Retire()
+			e.pending = nil
 		}
 	}
 }
@@ -405,23 +414,33 @@ func (r *Registry) syncModule(ctx context.Context, name string) {
 		return // still being written: the next event or rescan reads it again
 	}
 	r.mu.Lock()
-	h := e.handler
+	h, m := e.handler, e.pending
+	sameFiles := e.pendingFP == fp
+	e.pending = nil
 	r.mu.Unlock()
+	if m != nil && !sameFiles {
+		m.Retire() // the files changed since: load them
+		m = nil
+	}
 	if h != nil && h.Module().Version() == Version(wasm) && bytes.Equal(e.manifest, manText) {
 		r.mu.Lock()
 		e.seen = fp // same bytes, same manifest: nothing to do
 		r.mu.Unlock()
+		if m != nil {
+			m.Retire()
+		}
 		return
 	}
-	man, err := ParseManifest(ManifestPath(file), manText)
-	if err != nil {
-		r.reject(e, name, fp, err)
-		return
-	}
-	m, err := r.cfg.Engine.Load(ctx, name, wasm, man)
-	if err != nil {
-		r.reject(e, name, fp, err)
-		return
+	if m == nil {
+		man, err := ParseManifest(ManifestPath(file), manText)
+		if err != nil {
+			r.reject(e, name, fp, err)
+			return
+		}
+		if m, err = r.cfg.Engine.Load(ctx, name, wasm, man); err != nil {
+			r.reject(e, name, fp, err)
+			return
+		}
 	}
 	kind, at := "loaded", time.Now()
 	fresh := h == nil // a new handler: not serving until its queue is registered
@@ -442,7 +461,7 @@ func (r *Registry) syncModule(ctx context.Context, name string) {
 	// The queue's new policy first, the new version second: if the registration fails,
 	// the serving version keeps serving under the policy it was registered with.
 	if err := r.cfg.Queues.Register(ctx, h.queueFor(m)); err != nil {
-		r.unserved(e, name, m, fresh, fmt.Errorf("serving queue %q: %w", m.Queue(), err))
+		r.unserved(e, name, m, fp, fresh, fmt.Errorf("serving queue %q: %w", m.Queue(), err))
 		return
 	}
 	if !fresh {
@@ -470,17 +489,18 @@ func (r *Registry) reject(e *entry, name string, fp fingerprint, err error) {
 
 // unserved records a version m whose queue could not be registered, as a rejection
 // that the next read of the directory tries again (the files need not change). m
-// serves nothing and is retired; the serving version, if any, keeps serving under the
-// policy it was registered with.
-func (r *Registry) unserved(e *entry, name string, m *Module, fresh bool, err error) {
+// serves nothing; it waits as the entry's pending version, so that the next read of
+// the same files registers it without compiling it again. The serving version, if
+// any, keeps serving under the policy it was registered with.
+func (r *Registry) unserved(e *entry, name string, m *Module, fp fingerprint, fresh bool, err error) {
 	r.mu.Lock()
 	e.seen, e.err = fingerprint{}, err
+	e.pending, e.pendingFP = m, fp
 	version := ""
 	if e.handler != nil {
 		version = e.handler.Module().Version()
 	}
 	r.mu.Unlock()
-	m.Retire()
 	msg := "module rejected: its queue could not be registered, so it is not served; trying again at the next read of the directory"
 	if !fresh {
 		msg = "new version rejected: its queue could not be registered with the new manifest; the previous version keeps serving; trying again at the next read of the directory"
@@ -495,7 +515,14 @@ func (r *Registry) remove(ctx context.Context, name string) {
 	r.mu.Lock()
 	e := r.entries[name]
 	delete(r.entries, name)
+	var pending *Module
+	if e != nil {
+		pending, e.pending = e.pending, nil
+	}
 	r.mu.Unlock()
+	if pending != nil {
+		pending.Retire()
+	}
 	if e == nil || e.handler == nil {
 		return
 	}

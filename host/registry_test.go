@@ -700,8 +700,9 @@ func TestCloseAfterAFailedStart(t *testing.T) {
 
 // TestFailedRegisterOfASwapKeepsTheOldVersion: a new version whose queue cannot be
 // registered with its manifest is rejected whole: the previous version keeps serving
-// (its jobs run on it), the status shows it serving with the error, and the next read
-// of the directory swaps the new version in once the registration works.
+// (its jobs run on it), the status shows it serving with the error, and a later read of
+// the directory swaps the new version in once the registration works, without
+// compiling it again.
 func TestFailedRegisterOfASwapKeepsTheOldVersion(t *testing.T) {
 	t.Parallel()
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
@@ -740,11 +741,21 @@ func TestFailedRegisterOfASwapKeepsTheOldVersion(t *testing.T) {
 		}
 	}
 	rig.mu.Unlock()
+	loadedBy := time.Now()
+	r.Sync(context.Background()) // still failing: still the first version
+	if st := r.Modules()[0]; st.Version != host.Version(v1) || st.Error == "" {
+		t.Fatalf("status %+v", st)
+	}
 	q.fail.Store(false)
 	r.Sync(context.Background()) // the same files: tried again
 	st = r.Modules()[0]
 	if st.Status != "serving" || st.Version != host.Version(v2) || st.Error != "" {
 		t.Fatalf("status %+v after the registration works, want the new version with no error", st)
+	}
+	// The files did not change: the version loaded before the retries serves, not
+	// one compiled again at each read.
+	if !st.LoadedAt.Before(loadedBy) {
+		t.Fatalf("the new version was loaded at %v, after the first read (%v): compiled again", st.LoadedAt, loadedBy)
 	}
 	if got := r.Handler("svc").Module().Manifest().MaxAttempts; got != 7 {
 		t.Fatalf("max_attempts %d after the swap, want 7", got)
