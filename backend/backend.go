@@ -22,13 +22,14 @@
 //   - After Close, every operation fails with ErrShutDown and streams end.
 //   - A backend that knows ids drops a repeat publish of an id it still holds (ready,
 //     delayed, deferred, or delivered and not settled) and reports success. Child jobs
-//     get ids derived from their parent's (ChildID), so a publish retried after a
-//     partial failure repeats ids instead of making new jobs. The memory backend drops
-//     repeats, per queue; a durable backend that stores jobs by id does too. RabbitMQ
-//     cannot look a message up by id: it publishes the repeat, with the id as the AMQP
-//     message-id so that a consumer can tell. A repeat after the first copy was settled
-//     is a new job on every backend: this makes a retried publish safe, not a job
-//     exactly-once.
+//     get ids derived from their parent's id, their index, queue and payload
+//     (ChildID), so a publish retried after a partial failure repeats ids instead of
+//     making new jobs, while a different child at the same index is a new job. The
+//     memory backend drops repeats, per queue; a durable backend that stores jobs by id
+//     does too. RabbitMQ cannot look a message up by id: it publishes the repeat, with
+//     the id as the AMQP message-id so that a consumer can tell. A repeat after the
+//     first copy was settled is a new job on every backend: this makes a retried
+//     publish safe, not a job exactly-once.
 //
 // Backends with a store of their own may implement optional interfaces (durable.go):
 // BatchPublisher (an all-or-nothing batch), AtomicDelivery (an ack committed with its

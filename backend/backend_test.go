@@ -1,6 +1,7 @@
 package backend_test
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"slices"
@@ -35,33 +36,45 @@ func TestNewIDSortsByCreationTime(t *testing.T) {
 	})
 }
 
-// TestChildIDIsStableAndValid: a child's id depends on its parent's id and its index
-// only, so a retried parent repeats it; it is a valid id that keeps the parent's time.
+// TestChildIDIsStableAndValid: a child's id depends on its parent's id, its index, its
+// queue and its payload only, so a retried parent repeats it, and a different child at
+// the same index gets another; it is a valid id that keeps the parent's time.
 func TestChildIDIsStableAndValid(t *testing.T) {
 	t.Parallel()
 	valid := func(id string) bool {
 		return len(id) == 26 && id[0] <= '7' && strings.Trim(id, "0123456789ABCDEFGHJKMNPQRSTVWXYZ") == ""
 	}
 	parent, other := backend.NewID(), backend.NewID()
+	payload := []byte("send the welcome mail")
 	seen := map[string]bool{parent: true, other: true}
 	for i := range 100 {
-		id := backend.ChildID(parent, i)
-		if id != backend.ChildID(parent, i) {
-			t.Fatalf("child %d of %s: two ids", i, parent)
+		id := backend.ChildID(parent, i, "mail", payload)
+		if id != backend.ChildID(parent, i, "mail", bytes.Clone(payload)) {
+			t.Fatalf("child %d of %s: two ids for the same child", i, parent)
 		}
 		if !valid(id) || id[:10] != parent[:10] {
 			t.Fatalf("child %d of %s is %s: want a valid id with the parent's timestamp", i, parent, id)
 		}
-		if seen[id] || seen[backend.ChildID(other, i)] {
-			t.Fatalf("child %d: id %s repeats another", i, id)
+		// Another parent, queue or payload at the same index is another job.
+		for _, o := range []string{
+			backend.ChildID(other, i, "mail", payload),
+			backend.ChildID(parent, i, "sms", payload),
+			backend.ChildID(parent, i, "mail", []byte("send the goodbye mail")),
+			backend.ChildID(parent, i, "mail", nil),
+			backend.ChildID(parent, i, "mai", append([]byte("l"), payload...)), // no field runs into the next
+		} {
+			if seen[id] || seen[o] || o == id {
+				t.Fatalf("child %d: id %s or %s repeats another", i, id, o)
+			}
+			seen[o] = true
 		}
-		seen[id], seen[backend.ChildID(other, i)] = true, true
+		seen[id] = true
 	}
 	// A parent id from a foreign publisher is not in our layout: the children still get
 	// valid, stable ids, at timestamp zero.
 	for _, foreign := range []string{"order-17", "", "01ARZ3NDEKTSV4RRFFQ69G5FAVX", "81ARZ3NDEKTSV4RRFFQ69G5FAV", "01ARZ3NDEKTSV4RRFFQ69G5FAU"} {
-		id := backend.ChildID(foreign, 0)
-		if !valid(id) || id[:10] != "0000000000" || id != backend.ChildID(foreign, 0) || id == backend.ChildID(foreign, 1) {
+		id := backend.ChildID(foreign, 0, "q", nil)
+		if !valid(id) || id[:10] != "0000000000" || id != backend.ChildID(foreign, 0, "q", nil) || id == backend.ChildID(foreign, 1, "q", nil) {
 			t.Fatalf("child of %q is %s", foreign, id)
 		}
 	}

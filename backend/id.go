@@ -22,17 +22,27 @@ func NewID() string {
 	return encodeID(b)
 }
 
-// ChildID returns the id of the child job number index (0-based) of the job parent:
-// the same for the same two, whichever attempt of the parent publishes it, so that a
-// retried publish repeats an id instead of making a new job, and a backend that knows
-// ids can drop the repeat. It is a valid id in NewID's layout: the parent's timestamp
-// (zero when parent is not such an id), then 80 bits of a SHA-256 of parent and index.
-func ChildID(parent string, index int) string {
+// ChildID returns the id of the child job number index (0-based) of the job parent,
+// for queue and payload: the same for the same four, whichever attempt of the parent
+// publishes it, so that a retried publish repeats an id instead of making a new job,
+// and a backend that knows ids can drop the repeat. A retried parent that stages a
+// different child at the same index (another queue or payload, say because its
+// input changed) gets a different id, so that child is not dropped as a repeat. It is
+// a valid id in NewID's layout: the parent's timestamp (zero when parent is not such an
+// id), then 80 bits of a SHA-256 of the four.
+func ChildID(parent string, index int, queue string, payload []byte) string {
 	var b [16]byte
 	ms, _ := idMillis(parent)
 	binary.BigEndian.PutUint64(b[:8], ms<<16)
-	sum := sha256.Sum256([]byte("wasmjobs child\x00" + parent + "\x00" + strconv.Itoa(index)))
-	copy(b[6:], sum[:10])
+	payloadSum := sha256.Sum256(payload)
+	h := sha256.New()
+	h.Write([]byte("wasmjobs child\x00"))
+	for _, field := range [][]byte{[]byte(parent), []byte(strconv.Itoa(index)), []byte(queue), payloadSum[:]} {
+		// Each field after its length, so that no two tuples write the same bytes.
+		h.Write(binary.AppendUvarint(nil, uint64(len(field))))
+		h.Write(field)
+	}
+	copy(b[6:], h.Sum(nil)[:10])
 	return encodeID(b)
 }
 

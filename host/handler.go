@@ -63,8 +63,12 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 
 // Queue returns the worker.Queue that serves the module's queue with h, its policies
 // taken from the module's manifest.
-func (h *Handler) Queue() worker.Queue {
-	man := h.Module().Manifest()
+func (h *Handler) Queue() worker.Queue { return h.queueFor(h.Module()) }
+
+// queueFor returns the worker.Queue that serves m's queue with h, before m is swapped
+// in: the queue is registered first, so that a failed registration changes nothing.
+func (h *Handler) queueFor(m *Module) worker.Queue {
+	man := m.Manifest()
 	return worker.Queue{
 		Name:        man.Queue,
 		Handler:     h,

@@ -4,9 +4,15 @@ import (
 	"context"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 )
+
+// TestMain fails the package if a goroutine outlives its tests: the registry's follow
+// loop, a worker's, a module's.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // backendWithQueues returns a memory backend with the queues declared, closed with the
 // test.

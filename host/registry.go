@@ -119,7 +119,7 @@ type Registry struct {
 	cancel  context.CancelFunc
 	started bool          // guarded by mu
 	closed  bool          // guarded by mu
-	done    chan struct{} // closed when follow returns, or by Close if it never ran
+	done    chan struct{} // closed when follow returns, or by a Start that failed before it
 }
 
 // entry is one module name's state.
@@ -129,9 +129,11 @@ type entry struct {
 	seen     fingerprint
 	manifest []byte // the manifest text of the serving version
 	err      error  // the last rejection, cleared by a successful load
-	// unserved: the queue of the serving version could not be registered; the next
-	// read of the directory tries again even if the files did not change.
-	unserved bool
+	// pending is a version loaded whose queue could not be registered, from the files
+	// of pendingFP: the next read tries it again without compiling it again if they did
+	// not change, so that an outage does not recompile it at every read.
+	pending   *Module
+	pendingFP fingerprint
 }
 
 // fingerprint identifies the files' contents cheaply: size, modification time and
@@ -214,11 +216,14 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.mu.Unlock()
 	if !r.cfg.NoWatch {
 		w, err := fsnotify.NewWatcher()
-		if err != nil {
-			return fmt.Errorf("watching %s: %w", r.cfg.Dir, err)
+		if err == nil {
+			if err = w.Add(r.cfg.Dir); err != nil {
+				w.Close()
+			}
 		}
-		if err := w.Add(r.cfg.Dir); err != nil {
-			w.Close()
+		if err != nil {
+			// follow never runs: done is closed here, so that Close returns.
+			close(r.done)
 			return fmt.Errorf("watching %s: %w", r.cfg.Dir, err)
 		}
 		r.watcher = w
@@ -264,6 +269,10 @@ func (r *Registry) Retire() {
 	for _, e := range r.entries {
 		if e.handler != nil {
 			e.handler.Module().Retire()
+		}
+		if e.pending != nil {
+			e.pending.Retire()
+			e.pending = nil
 		}
 	}
 }
@@ -405,23 +414,33 @@ func (r *Registry) syncModule(ctx context.Context, name string) {
 		return // still being written: the next event or rescan reads it again
 	}
 	r.mu.Lock()
-	h, unserved := e.handler, e.unserved
+	h, m := e.handler, e.pending
+	sameFiles := e.pendingFP == fp
+	e.pending = nil
 	r.mu.Unlock()
-	if h != nil && !unserved && h.Module().Version() == Version(wasm) && bytes.Equal(e.manifest, manText) {
+	if m != nil && !sameFiles {
+		m.Retire() // the files changed since: load them
+		m = nil
+	}
+	if h != nil && h.Module().Version() == Version(wasm) && bytes.Equal(e.manifest, manText) {
 		r.mu.Lock()
 		e.seen = fp // same bytes, same manifest: nothing to do
 		r.mu.Unlock()
+		if m != nil {
+			m.Retire()
+		}
 		return
 	}
-	man, err := ParseManifest(ManifestPath(file), manText)
-	if err != nil {
-		r.reject(e, name, fp, err)
-		return
-	}
-	m, err := r.cfg.Engine.Load(ctx, name, wasm, man)
-	if err != nil {
-		r.reject(e, name, fp, err)
-		return
+	if m == nil {
+		man, err := ParseManifest(ManifestPath(file), manText)
+		if err != nil {
+			r.reject(e, name, fp, err)
+			return
+		}
+		if m, err = r.cfg.Engine.Load(ctx, name, wasm, man); err != nil {
+			r.reject(e, name, fp, err)
+			return
+		}
 	}
 	kind, at := "loaded", time.Now()
 	fresh := h == nil // a new handler: not serving until its queue is registered
@@ -433,17 +452,23 @@ func (r *Registry) syncModule(ctx context.Context, name string) {
 			// The module moves to another queue: stop the old one first.
 			r.unregister(ctx, name, old.Queue())
 			old.Retire()
+			r.mu.Lock()
+			e.handler = nil // its queue is no longer served
+			r.mu.Unlock()
 			h, fresh = NewHandler(m, r.log), true
-		} else {
-			h.Swap(m)
 		}
 	}
-	if err := r.cfg.Queues.Register(ctx, h.Queue()); err != nil {
-		r.unserved(e, name, h, fresh, fmt.Errorf("serving queue %q: %w", m.Queue(), err))
+	// The queue's new policy first, the new version second: if the registration fails,
+	// the serving version keeps serving under the policy it was registered with.
+	if err := r.cfg.Queues.Register(ctx, h.queueFor(m)); err != nil {
+		r.unserved(e, name, m, fp, fresh, fmt.Errorf("serving queue %q: %w", m.Queue(), err))
 		return
 	}
+	if !fresh {
+		h.Swap(m)
+	}
 	r.mu.Lock()
-	e.handler, e.seen, e.manifest, e.err, e.unserved = h, fp, manText, nil, false
+	e.handler, e.seen, e.manifest, e.err = h, fp, manText, nil
 	r.mu.Unlock()
 	r.log.Info("module "+kind, "module", name, "file", file, "version", m.Version(), "queue", m.Queue())
 	r.emit(RegistryEvent{Kind: kind, Module: name, File: file, Version: m.Version(), At: at, Noticed: r.noticed, Read: read})
@@ -462,28 +487,25 @@ func (r *Registry) reject(e *entry, name string, fp fingerprint, err error) {
 	r.emit(RegistryEvent{Kind: "rejected", Module: name, File: e.file, Version: version, Err: err, At: time.Now()})
 }
 
-// unserved records a version whose queue could not be registered, as a rejection that
-// the next read of the directory tries again (the files need not change). A new
-// handler is dropped: its module serves nothing. A swapped one stays: the new version
-// serves the queue under its previous settings.
-func (r *Registry) unserved(e *entry, name string, h *Handler, fresh bool, err error) {
+// unserved records a version m whose queue could not be registered, as a rejection
+// that the next read of the directory tries again (the files need not change). m
+// serves nothing; it waits as the entry's pending version, so that the next read of
+// the same files registers it without compiling it again. The serving version, if
+// any, keeps serving under the policy it was registered with.
+func (r *Registry) unserved(e *entry, name string, m *Module, fp fingerprint, fresh bool, err error) {
 	r.mu.Lock()
 	e.seen, e.err = fingerprint{}, err
-	if fresh {
-		e.handler = nil
-	} else {
-		e.unserved = true
-	}
+	e.pending, e.pendingFP = m, fp
 	version := ""
 	if e.handler != nil {
 		version = e.handler.Module().Version()
 	}
 	r.mu.Unlock()
-	if fresh {
-		h.Module().Retire()
+	msg := "module rejected: its queue could not be registered, so it is not served; trying again at the next read of the directory"
+	if !fresh {
+		msg = "new version rejected: its queue could not be registered with the new manifest; the previous version keeps serving; trying again at the next read of the directory"
 	}
-	r.log.Error("module rejected: its queue is not served; trying again at the next read of the directory",
-		"module", name, "file", e.file, "error", err, "serving_version", version)
+	r.log.Error(msg, "module", name, "file", e.file, "error", err, "rejected_version", m.Version(), "serving_version", version)
 	r.emit(RegistryEvent{Kind: "rejected", Module: name, File: e.file, Version: version, Err: err, At: time.Now()})
 }
 
@@ -493,7 +515,14 @@ func (r *Registry) remove(ctx context.Context, name string) {
 	r.mu.Lock()
 	e := r.entries[name]
 	delete(r.entries, name)
+	var pending *Module
+	if e != nil {
+		pending, e.pending = e.pending, nil
+	}
 	r.mu.Unlock()
+	if pending != nil {
+		pending.Retire()
+	}
 	if e == nil || e.handler == nil {
 		return
 	}

@@ -662,3 +662,102 @@ func TestFailedRegisterIsARejectionTriedAgain(t *testing.T) {
 	rig.publish("svc", 3)
 	rig.waitFor("the jobs", func() bool { return rig.settledCount() == 3 })
 }
+
+// TestCloseAfterAFailedStart: a Start that fails before it follows the directory (here
+// the watcher cannot watch a directory that is gone) leaves a registry that Close
+// closes at once, and that does not start again.
+func TestCloseAfterAFailedStart(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "modules")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w := worker.New(memory.New(memory.Config{}), worker.Config{})
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: newEngine(t), Queues: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "watching "+dir) {
+		t.Fatalf("Start on a removed directory: %v, want an error watching it", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- r.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close after a failed Start did not return")
+	}
+	if err := r.Start(context.Background()); err == nil {
+		t.Fatal("Start after a failed Start and Close succeeded")
+	}
+}
+
+// TestFailedRegisterOfASwapKeepsTheOldVersion: a new version whose queue cannot be
+// registered with its manifest is rejected whole: the previous version keeps serving
+// (its jobs run on it), the status shows it serving with the error, and a later read of
+// the directory swaps the new version in once the registration works, without
+// compiling it again.
+func TestFailedRegisterOfASwapKeepsTheOldVersion(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	q := &failingQueues{Worker: rig.w}
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	v1, v2 := variant(t, "abi/echo", "1"), variant(t, "abi/echo", "2")
+	rig.write("svc.wasm", v1)
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Retire()
+	if err := rig.w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	q.fail.Store(true)
+	rig.write("svc.wasm", v2)
+	rig.write("svc.toml", []byte("max_attempts = 7"))
+	r.Sync(context.Background())
+	st := r.Modules()[0]
+	if st.Status != "serving" || st.Version != host.Version(v1) || !strings.Contains(st.Error, "broker unreachable") {
+		t.Fatalf("status %+v, want the first version serving with the registration's error", st)
+	}
+	if got := r.Handler("svc").Module(); got.Version() != host.Version(v1) || got.Manifest().MaxAttempts == 7 {
+		t.Fatalf("the handler runs version %s with max_attempts %d: the rejected version was swapped in", got.Version(), got.Manifest().MaxAttempts)
+	}
+	rig.publish("svc", 2)
+	rig.waitFor("the jobs", func() bool { return rig.settledCount() == 2 })
+	rig.mu.Lock()
+	for _, j := range rig.settled {
+		if j.version != host.Version(v1) {
+			t.Errorf("job %s ran on %s, want the serving version", j.id, j.version)
+		}
+	}
+	rig.mu.Unlock()
+	loadedBy := time.Now()
+	r.Sync(context.Background()) // still failing: still the first version
+	if st := r.Modules()[0]; st.Version != host.Version(v1) || st.Error == "" {
+		t.Fatalf("status %+v", st)
+	}
+	q.fail.Store(false)
+	r.Sync(context.Background()) // the same files: tried again
+	st = r.Modules()[0]
+	if st.Status != "serving" || st.Version != host.Version(v2) || st.Error != "" {
+		t.Fatalf("status %+v after the registration works, want the new version with no error", st)
+	}
+	// The files did not change: the version loaded before the retries serves, not
+	// one compiled again at each read.
+	if !st.LoadedAt.Before(loadedBy) {
+		t.Fatalf("the new version was loaded at %v, after the first read (%v): compiled again", st.LoadedAt, loadedBy)
+	}
+	if got := r.Handler("svc").Module().Manifest().MaxAttempts; got != 7 {
+		t.Fatalf("max_attempts %d after the swap, want 7", got)
+	}
+}

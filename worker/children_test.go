@@ -54,9 +54,50 @@ func TestPartialChildPublishIsNotRepeated(t *testing.T) {
 			}
 		}
 		slices.Sort(got)
-		want := []string{"1=" + backend.ChildID(parent.ID, 0), "2=" + backend.ChildID(parent.ID, 1), "3=" + backend.ChildID(parent.ID, 2)}
+		want := []string{"1=" + backend.ChildID(parent.ID, 0, "child", []byte("1")), "2=" + backend.ChildID(parent.ID, 1, "later", []byte("2")),
+			"3=" + backend.ChildID(parent.ID, 2, "child", []byte("3"))}
 		if !slices.Equal(got, want) {
 			t.Fatalf("children queued %v, want each once with its derived id %v", got, want)
+		}
+	})
+}
+
+// TestRetriedParentWithADifferentChild: a retried parent that stages another child at
+// an index than its first attempt did (here another payload) publishes a new job: the
+// backend does not drop it as a repeat of the first attempt's child, still queued.
+func TestRetriedParentWithADifferentChild(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
+			if j.Attempt == 1 {
+				return worker.Result{Children: []worker.Child{
+					{Queue: "child", Payload: []byte("first attempt")},
+					{Queue: "undeclared", Payload: []byte("fails")},
+				}}
+			}
+			return worker.Result{Children: []worker.Child{{Queue: "child", Payload: []byte("second attempt")}}}
+		})
+		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h})
+		if err := r.b.Declare(context.Background(), backend.QueueConfig{Name: "child"}); err != nil {
+			t.Fatal(err)
+		}
+		r.publish("q", "parent")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if s := r.settled(); len(s) != 2 || s[0].Settle != worker.SettleRetry || s[1].Settle != worker.SettleAck {
+			t.Fatalf("settles %+v, want a retry then an ack", s)
+		}
+		pending, err := r.b.Pending("child")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, env := range pending {
+			got = append(got, string(env.Payload))
+		}
+		slices.Sort(got)
+		if want := []string{"first attempt", "second attempt"}; !slices.Equal(got, want) {
+			t.Fatalf("children queued %q, want %q: a different child is a new job", got, want)
 		}
 	})
 }

@@ -257,8 +257,11 @@ func runRecord(res Result, took time.Duration) *backend.JobRecord {
 	}
 }
 
-// childPublications turns a job's children into publications for an atomic ack: the
-// same envelopes, with the same ids, as publishChildren makes.
+// childPublications turns a job's children into the envelopes both settle paths
+// publish. A child's id derives from the parent's id, its index, its queue and its
+// payload, never from the attempt: when child k fails, the parent is retried and
+// publishes children 1 to k-1 again under the same ids, which a backend that knows ids
+// drops (see backend.Backend.Publish); a different child at the same index is a new job.
 func childPublications(job *Job, children []Child) []backend.Publication {
 	if len(children) == 0 {
 		return nil
@@ -266,22 +269,18 @@ func childPublications(job *Job, children []Child) []backend.Publication {
 	pubs := make([]backend.Publication, len(children))
 	for i, c := range children {
 		env := backend.NewEnvelope(c.Queue, c.Payload)
-		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, i), c.Headers
+		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, i, c.Queue, c.Payload), c.Headers
 		pubs[i] = backend.Publication{Envelope: env, Delay: c.Delay}
 	}
 	return pubs
 }
 
-// publishChildren publishes a job's children, each confirmed by the backend. A child's
-// id derives from the parent's id and its index, never from the attempt: when child k
-// fails, the parent is retried and publishes children 1 to k-1 again under the same
-// ids, which a backend that knows ids drops (see backend.Backend.Publish).
+// publishChildren publishes a job's children one by one, each confirmed by the backend:
+// the path for backends without an atomic ack.
 func (w *Worker) publishChildren(ctx context.Context, job *Job, children []Child) error {
-	for i, c := range children {
-		env := backend.NewEnvelope(c.Queue, c.Payload)
-		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, i), c.Headers
-		if err := w.b.Publish(ctx, env, c.Delay); err != nil {
-			return fmt.Errorf("publishing child job %d of %d to queue %q: %w", i+1, len(children), c.Queue, err)
+	for i, p := range childPublications(job, children) {
+		if err := w.b.Publish(ctx, p.Envelope, p.Delay); err != nil {
+			return fmt.Errorf("publishing child job %d of %d to queue %q: %w", i+1, len(children), p.Envelope.Queue, err)
 		}
 	}
 	return nil

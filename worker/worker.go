@@ -148,14 +148,46 @@ type Worker struct {
 
 // queueState is a registered queue.
 type queueState struct {
-	qc        backend.QueueConfig
-	policy    atomic.Pointer[policy] // replaced when the queue is registered again
-	running   atomic.Int32
-	stream    backend.Stream     // guarded by Worker.mu; nil while (re)subscribing
-	cancel    context.CancelFunc // ends stream's context; guarded by Worker.mu
-	removed   bool               // guarded by Worker.mu
-	drained   chan struct{}      // closed when a removed queue's last job ends
+	qc      backend.QueueConfig
+	policy  atomic.Pointer[policy] // replaced when the queue is registered again
+	running atomic.Int32
+	stream  backend.Stream     // guarded by Worker.mu; nil while (re)subscribing
+	cancel  context.CancelFunc // ends stream's context; guarded by Worker.mu
+	removed bool               // guarded by Worker.mu
+	// life ends when the queue is unregistered (or its registration fails) or the
+	// worker stops: a subscription under way, or waiting to try again, gives up with it.
+	// It is not the stream's context: Unregister keeps the stream while jobs settle.
+	life      context.Context
+	endLife   context.CancelFunc
+	sub       *subscription // guarded by Worker.mu: the outcome of the first subscription
+	drained   chan struct{} // closed when a removed queue's last job ends
 	drainOnce sync.Once
+}
+
+// subscription is the outcome of a queue's first subscription, which a Register of the
+// same queue made meanwhile waits for, so that it does not report a queue served that
+// is not.
+type subscription struct {
+	done chan struct{} // closed once err is set
+	err  error
+}
+
+func newSubscription() *subscription { return &subscription{done: make(chan struct{})} }
+
+// settle records the outcome and wakes the waiters. Call it with Worker.mu held, once.
+func (s *subscription) settle(err error) {
+	s.err = err
+	close(s.done)
+}
+
+// wait returns the outcome, or ctx's error when ctx ends first.
+func (s *subscription) wait(ctx context.Context) error {
+	select {
+	case <-s.done:
+		return s.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // policy is what a job of a queue runs with; a job keeps the policy it started with.
@@ -231,7 +263,10 @@ var ErrStopped = errors.New("worker stopped")
 // Registering a queue that is already registered replaces its handler and policies
 // for the jobs that start from then on; its stream, prefetch and priority levels stay.
 // If the queue cannot be consumed, Register fails and the queue is not registered, so
-// that registering it again tries again. ctx bounds the calls to the backend.
+// that registering it again tries again. Register returns only once it knows: a
+// Register made while Start is subscribing, or while another Register of the same new
+// queue is, waits for that outcome and fails with it. ctx bounds the calls to the
+// backend and that wait.
 func (w *Worker) Register(ctx context.Context, q Queue) error {
 	if q.Handler == nil {
 		return fmt.Errorf("register queue %q: nil handler", q.Name)
@@ -249,25 +284,59 @@ func (w *Worker) Register(ctx context.Context, q Queue) error {
 		// Keep the stream and the running count; swap the policy.
 		old.policy.Store(qs.policy.Load())
 		w.signal()
-		w.mu.Unlock()
-		return nil
-	}
-	w.queues[q.Name] = qs
-	started := w.started
-	w.mu.Unlock()
-	if !started {
-		return nil // Start consumes it
-	}
-	// No lock across the backend: settles and the dispatcher go on meanwhile.
-	if err := w.subscribe(ctx, qs); err != nil {
-		w.mu.Lock()
-		if w.queues[q.Name] == qs {
-			delete(w.queues, q.Name)
+		sub := old.sub
+		if !w.started && !w.starting {
+			sub = nil // Start consumes it, and says how that went
 		}
 		w.mu.Unlock()
+		if sub == nil {
+			return nil
+		}
+		if err := sub.wait(ctx); err != nil {
+			return fmt.Errorf("register queue %q: %w", q.Name, err)
+		}
+		return nil
+	}
+	qs.life, qs.endLife = context.WithCancel(w.stopCtx)
+	qs.sub = newSubscription()
+	w.queues[q.Name] = qs
+	started, starting := w.started, w.starting
+	w.mu.Unlock()
+	var err error
+	switch {
+	case !started && !starting:
+		return nil // Start consumes it
+	case started:
+		// No lock across the backend: settles and the dispatcher go on meanwhile.
+		err = w.subscribe(ctx, qs)
+		w.mu.Lock()
+		qs.sub.settle(err)
+		w.mu.Unlock()
+	default:
+		// Start subscribes it, in its loop: its outcome is Start's.
+		err = qs.sub.wait(ctx)
+	}
+	if err != nil {
+		w.forget(qs)
 		return fmt.Errorf("register queue %q: %w", q.Name, err)
 	}
 	return nil
+}
+
+// forget removes a queue whose registration failed: nothing consumes it, and a
+// subscription still under way for it gives up.
+func (w *Worker) forget(qs *queueState) {
+	w.mu.Lock()
+	if w.queues[qs.qc.Name] == qs {
+		delete(w.queues, qs.qc.Name)
+	}
+	qs.removed = true
+	s, cancel := qs.stream, qs.cancel
+	qs.stream, qs.cancel = nil, nil
+	w.signal()
+	w.mu.Unlock()
+	qs.endLife()
+	endStream(s, cancel)
 }
 
 func (w *Worker) newQueueState(q Queue) *queueState {
@@ -300,20 +369,42 @@ func (w *Worker) newQueueState(q Queue) *queueState {
 }
 
 // subscribe starts consuming qs, without w.mu held: Consume can wait on the network.
-// ctx bounds the call; the stream itself lives until Stop ends the streams or the
-// queue is unregistered. A queue removed meanwhile is not consumed; a worker stopping
-// meanwhile fails with ErrStopped.
+// ctx and the queue's life bound the call; the stream itself lives until Stop ends the
+// streams or the queue is unregistered. A queue removed before or during the call is
+// not consumed; a worker stopping meanwhile fails with ErrStopped.
 func (w *Worker) subscribe(ctx context.Context, qs *queueState) error {
+	w.mu.Lock()
+	stopping, removed := w.stopping, qs.removed
+	w.mu.Unlock()
+	switch {
+	case stopping:
+		return ErrStopped
+	case removed:
+		return nil
+	}
+	ctx, endCall := context.WithCancel(ctx)
+	defer endCall()
+	defer context.AfterFunc(qs.life, endCall)()
 	sctx, cancel := context.WithCancel(w.streamCtx)
 	stop := context.AfterFunc(ctx, cancel)
 	s, err := w.b.Consume(sctx, qs.qc)
 	if !stop() && err == nil {
-		// ctx ended during the call, and with it the new stream's context.
+		// ctx or the queue's life ended during the call, and with it the new stream's
+		// context.
 		err = ctx.Err()
 		s.Drop()
 	}
 	if err != nil {
 		cancel()
+		w.mu.Lock()
+		stopping, removed := w.stopping, qs.removed
+		w.mu.Unlock()
+		switch {
+		case stopping:
+			return ErrStopped
+		case removed:
+			return nil // the queue went while the call waited: nothing to consume
+		}
 		return fmt.Errorf("consume queue %q: %w", qs.qc.Name, err)
 	}
 	w.mu.Lock()
@@ -360,6 +451,7 @@ func (w *Worker) Unregister(ctx context.Context, name string) error {
 	}
 	w.signal()
 	w.mu.Unlock()
+	qs.endLife() // a subscription under way or waiting to try again gives up
 
 	var err error
 	select {
@@ -394,29 +486,37 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.starting = true
 	w.mu.Unlock()
 	// Subscribe without the lock, until no queue is left: a queue registered meanwhile
-	// is left to Start until started is set, then Register consumes it itself.
+	// is left to Start until started is set (its Register waits for Start's outcome),
+	// then Register consumes it itself.
+	done := make(map[*queueState]bool)
 	for {
 		w.mu.Lock()
 		if w.stopping {
 			w.mu.Unlock()
-			w.abortStart()
+			w.abortStart(ErrStopped)
 			return ErrStopped
 		}
 		var todo []*queueState
 		for _, qs := range w.queues {
-			if !qs.removed && qs.stream == nil {
+			if !qs.removed && qs.stream == nil && !done[qs] {
 				todo = append(todo, qs)
 			}
 		}
 		if len(todo) == 0 {
 			w.started = true
+			for _, qs := range w.queues {
+				if qs.sub != nil && !isDone(qs.sub.done) {
+					qs.sub.settle(nil)
+				}
+			}
 			w.mu.Unlock()
 			break
 		}
 		w.mu.Unlock()
 		for _, qs := range todo {
+			done[qs] = true
 			if err := w.subscribe(ctx, qs); err != nil {
-				w.abortStart()
+				w.abortStart(err)
 				return err
 			}
 		}
@@ -428,12 +528,17 @@ func (w *Worker) Start(ctx context.Context) error {
 	return nil
 }
 
-// abortStart ends the streams a failed Start opened.
-func (w *Worker) abortStart() {
+// abortStart ends the streams a failed Start opened, and fails the Registers waiting
+// for it with err; the queues registered before Start stay for the next Start.
+func (w *Worker) abortStart(err error) {
 	w.mu.Lock()
 	w.starting = false
 	var ends []func()
 	for _, qs := range w.queues {
+		if qs.sub != nil && !isDone(qs.sub.done) {
+			qs.sub.settle(fmt.Errorf("worker start failed: %w", err))
+			qs.sub = newSubscription()
+		}
 		if s, cancel := qs.stream, qs.cancel; s != nil {
 			qs.stream, qs.cancel = nil, nil
 			ends = append(ends, func() { endStream(s, cancel) })
@@ -442,6 +547,15 @@ func (w *Worker) abortStart() {
 	w.mu.Unlock()
 	for _, end := range ends {
 		end()
+	}
+}
+
+func isDone(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -662,17 +776,18 @@ func (w *Worker) streamEnded(qs *queueState, s backend.Stream) {
 }
 
 // resubscribe consumes qs again, with backoff, until it succeeds, the backend is shut
-// down, the queue is removed or the worker stops. It holds no lock while it waits or
+// down, the queue is removed (Unregister ends its life, and with it a wait or a call
+// under way) or the worker stops. It holds no lock while it waits or
 // calls the backend.
 func (w *Worker) resubscribe(qs *queueState) {
 	defer w.resubs.Done()
 	p := resubscribeBackoff
 	p.Jitter = w.cfg.Jitter
 	// A pause before the first attempt too: a stream that ends at once must not spin.
-	if backoff.Sleep(w.stopCtx, p.Delay(1)) != nil {
+	if backoff.Sleep(qs.life, p.Delay(1)) != nil {
 		return
 	}
-	backoff.Retry(w.stopCtx, p, func(ctx context.Context, _ int) error {
+	backoff.Retry(qs.life, p, func(ctx context.Context, _ int) error {
 		err := w.subscribe(ctx, qs)
 		switch {
 		case err == nil, errors.Is(err, ErrStopped), ctx.Err() != nil:

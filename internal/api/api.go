@@ -138,10 +138,12 @@ func requireJSON(next http.Handler) http.Handler {
 }
 
 // loopbackOnly refuses a request whose Host is not a loopback name or address: on a
-// loopback listener any other Host means a DNS name was rebound to this machine.
+// loopback listener any other Host means a DNS name was rebound to this machine. A
+// request without a Host (HTTP/1.0, such as a load balancer's health check) passes: a
+// browser always sends one, so its absence cannot be a rebinding.
 func loopbackOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !IsLoopbackHost(r.Host) {
+		if r.Host != "" && !IsLoopbackHost(r.Host) {
 			writeError(w, http.StatusForbidden, "Host %q refused: this API listens on loopback and answers only to localhost, 127.0.0.0/8 or [::1]", r.Host)
 			return
 		}
@@ -150,13 +152,14 @@ func loopbackOnly(next http.Handler) http.Handler {
 }
 
 // IsLoopbackHost reports whether host, a Host header with or without a port, names
-// this machine's loopback: localhost, an address of 127.0.0.0/8, or [::1].
+// this machine's loopback: localhost (also fully qualified, "localhost."), an address
+// of 127.0.0.0/8, or [::1].
 func IsLoopbackHost(host string) bool {
 	h, _, err := net.SplitHostPort(host)
 	if err != nil { // no port
 		h = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 	}
-	if strings.EqualFold(h, "localhost") {
+	if strings.EqualFold(strings.TrimSuffix(h, "."), "localhost") {
 		return true
 	}
 	ip := net.ParseIP(h)
@@ -342,6 +345,9 @@ func (s *server) publish(ctx context.Context, env backend.Envelope, delay time.D
 	// A 202 means the job was in before the drain began. One whose publish the first
 	// signal overtook may be dropped at exit: the client must not count on it.
 	if !s.cfg.Accepting() {
+		// The client is told the job was refused: GET must not show it as pending. If
+		// it runs all the same, its events record it again.
+		s.cfg.History.Forget(env.ID)
 		return &httpError{http.StatusServiceUnavailable, fmt.Sprintf(
 			"the host is draining (shutting down): it began while job %s was published, which may be dropped at exit; enqueue it again through another host, or after it restarts", env.ID)}
 	}

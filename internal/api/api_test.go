@@ -1,11 +1,13 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -460,6 +462,79 @@ func TestEnqueueOvertakenByTheDrainIsNot202(t *testing.T) {
 			ids, _ := got["ids"].([]any)
 			if status != 503 || !strings.Contains(msg, "the host is draining (shutting down): it began while job") || len(ids) != 0 || got["id"] != nil {
 				t.Fatalf("%d %v, want 503 and no id", status, got)
+			}
+			// The client was told the job was refused: its history does not show it pending.
+			if n := r.hist.Len(); n != 0 {
+				t.Fatalf("the history holds %d jobs after the 503, want none", n)
+			}
+		})
+	}
+}
+
+func TestIsLoopbackHost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		host string
+		want bool
+	}{
+		{"localhost", true},
+		{"LOCALHOST", true},
+		{"localhost:8080", true},
+		{"localhost.", true},
+		{"localhost.:8080", true},
+		{"LocalHost.:80", true},
+		{"127.0.0.1", true},
+		{"127.1.2.3:80", true},
+		{"[::1]", true},
+		{"[::1]:8080", true},
+		{"", false},
+		{"localhost..", false},
+		{"localhost.evil.example", false},
+		{"evil.localhost", false},
+		{"127.0.0.1.", false},
+		{"192.168.1.2:8080", false},
+		{"[::2]:8080", false},
+		{"rebind.evil.example", false},
+	} {
+		if got := api.IsLoopbackHost(tc.host); got != tc.want {
+			t.Errorf("IsLoopbackHost(%q) = %v, want %v", tc.host, got, tc.want)
+		}
+	}
+}
+
+// TestLoopbackAnswersRequestsWithoutHost: on loopback, a request that names no Host
+// (HTTP/1.0, as a load balancer's default health check sends it) is answered: a
+// browser always sends a Host, so it cannot be a rebinding. A foreign Host is still
+// refused over HTTP/1.0.
+func TestLoopbackAnswersRequestsWithoutHost(t *testing.T) {
+	t.Parallel()
+	r := newAPIRig(t, "", func(c *api.Config) { c.Loopback = true })
+	for _, tc := range []struct {
+		name, request string
+		status        int
+	}{
+		{"HTTP/1.0 without Host", "GET /healthz HTTP/1.0\r\n\r\n", 200},
+		{"HTTP/1.0 without Host, an API read", "GET /v1/queues HTTP/1.0\r\n\r\n", 200},
+		{"HTTP/1.0 with localhost.", "GET /healthz HTTP/1.0\r\nHost: localhost.\r\n\r\n", 200},
+		{"HTTP/1.0 with a foreign Host", "GET /healthz HTTP/1.0\r\nHost: rebind.evil.example\r\n\r\n", 403},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", r.srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, tc.request); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("%d %s, want %d", resp.StatusCode, body, tc.status)
 			}
 		})
 	}
