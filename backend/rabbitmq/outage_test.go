@@ -143,3 +143,110 @@ func TestStreamEndsDuringAnOutage(t *testing.T) {
 		})
 	}
 }
+
+// frozen opens a backend through a proxy of the test's own, declares a queue, and
+// returns them with the proxy, not yet frozen. The backend is closed with the test.
+func frozen(t *testing.T) (*rabbitmq.Backend, backend.QueueConfig, *testbroker.Proxy) {
+	t.Helper()
+	px := testbroker.NewProxy(t, brokerURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: px.URL(brokerURL(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+		defer ccancel()
+		b.Close(cctx)
+	})
+	q := uniqueQueue(t)
+	if err := b.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	return b, q, px
+}
+
+// frozenMargin is what a call may take past its context on a frozen broker: far below
+// amqp091-go's 30 s heartbeat check, which ended such calls before.
+const frozenMargin = 2 * time.Second
+
+// TestCallsEndWithTheirContextOnAFrozenBroker: with the broker hanging (connections
+// open, nothing answered), every call returns within its context plus a small margin:
+// a settle, a publish that must first check its queue, a Consume, a Drop (the stream's
+// context bounds it), and Close.
+func TestCallsEndWithTheirContextOnAFrozenBroker(t *testing.T) {
+	t.Parallel()
+	b, q, px := frozen(t)
+	other := uniqueQueue(t) // declared elsewhere: b must ask the broker whether it exists
+	direct := open(t, rabbitmq.Config{})
+	defer direct.Close(context.Background())
+	if err := direct.Declare(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(context.Background(), backend.NewEnvelope(q.Name, []byte("x")), 0); err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	s, err := b.Consume(sctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := <-s.Deliveries()
+	px.Freeze()
+
+	const limit = 300 * time.Millisecond
+	bounded := func(what string, f func(ctx context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		var err error
+		within(t, what+" on a frozen broker", limit+frozenMargin, func() { err = f(ctx) })
+		if err == nil {
+			t.Errorf("%s on a frozen broker succeeded", what)
+		}
+	}
+	bounded("a settle (retry)", func(ctx context.Context) error {
+		env, _ := d.Envelope()
+		return d.Retry(ctx, env, 0)
+	})
+	bounded("a publish to a queue not yet checked", func(ctx context.Context) error {
+		return b.Publish(ctx, backend.NewEnvelope(other.Name, nil), 0)
+	})
+	bounded("a Consume", func(ctx context.Context) error {
+		s2, err := b.Consume(ctx, q)
+		if err == nil {
+			s2.Drop()
+		}
+		return err
+	})
+	bounded("QueueStats", func(ctx context.Context) error { _, err := b.QueueStats(ctx, q.Name); return err })
+	within(t, "a Drop whose stream's context ends, on a frozen broker", limit+frozenMargin, func() {
+		time.AfterFunc(limit, scancel)
+		s.Drop()
+	})
+	bounded("Close", func(ctx context.Context) error { return b.Close(ctx) })
+}
+
+// TestStuckPublishEndsWithItsContext: a publish whose write the broker does not take
+// (it stopped reading: the socket buffers fill) returns within its context plus the
+// grace after which the connection is torn down; the backend then closes at once.
+func TestStuckPublishEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	b, q, px := frozen(t)
+	px.Freeze()
+	big := make([]byte, 64<<20) // more than the socket buffers hold
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var err error
+	within(t, "a publish stuck in its write", 300*time.Millisecond+frozenMargin, func() {
+		err = b.Publish(ctx, backend.NewEnvelope(q.Name, big), 0)
+	})
+	if err == nil {
+		t.Fatal("a 64 MB publish through a frozen broker succeeded")
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer ccancel()
+	within(t, "Close after a stuck publish", 300*time.Millisecond+frozenMargin, func() { b.Close(cctx) })
+}
