@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/internal/testbroker"
@@ -249,4 +251,48 @@ func TestStuckPublishEndsWithItsContext(t *testing.T) {
 	cctx, ccancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer ccancel()
 	within(t, "Close after a stuck publish", 300*time.Millisecond+frozenMargin, func() { b.Close(cctx) })
+}
+
+// TestStaleReturnIsNotTakenForALaterPublish: ids repeat (a retry keeps its job's id,
+// children keep theirs). A publish that gave up before the broker returned its message
+// must not leave that return for a later publish of the same id, which reached its
+// queue, to report as "no queue took the message".
+func TestStaleReturnIsNotTakenForALaterPublish(t *testing.T) {
+	t.Parallel()
+	b, q, px := frozen(t)
+	gone := uniqueQueue(t)
+	if err := b.Declare(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	// Delete it behind b's back: b still knows it, so a publish to it is returned.
+	conn, err := amqp.Dial(brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete(gone.Name, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	env := backend.NewEnvelope(gone.Name, []byte("first"))
+	px.Freeze()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := b.Publish(ctx, env, 0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("publish on a frozen broker: %v, want the deadline", err)
+	}
+	px.Thaw()
+	// The broker now returns the first message. A confirmed publish after it proves the
+	// return has arrived: the broker answers a channel's publishes in order.
+	if err := b.Publish(context.Background(), backend.NewEnvelope(q.Name, nil), 0); err != nil {
+		t.Fatal(err)
+	}
+	again := env
+	again.Queue, again.Payload = q.Name, []byte("again")
+	if err := b.Publish(context.Background(), again, 0); err != nil {
+		t.Fatalf("publish of a reused id to a queue that exists: %v", err)
+	}
 }
