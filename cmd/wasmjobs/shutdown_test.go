@@ -22,6 +22,23 @@ import (
 // own that it cuts, so the shared broker is left alone.
 func TestDrainDuringBrokerOutage(t *testing.T) {
 	t.Parallel()
+	drainDuringOutage(t, func(t *testing.T, h *hostProc, px *testbroker.Proxy) {
+		px.Cut()
+		waitFor(t, "the host to see the outage", func() bool { return strings.Contains(h.log(), "RabbitMQ connection lost") })
+	})
+}
+
+// TestDrainWhileBrokerHangs: the same with a broker that hangs instead (connections stay
+// open, nothing is answered), which no error reveals: SIGTERM still exits within 10 s.
+func TestDrainWhileBrokerHangs(t *testing.T) {
+	t.Parallel()
+	drainDuringOutage(t, func(t *testing.T, h *hostProc, px *testbroker.Proxy) { px.Freeze() })
+}
+
+// drainDuringOutage starts a host through a proxy, runs a job that spins, makes the
+// outage, sends SIGTERM and checks that run exits cleanly within the drain timeout
+// plus a margin.
+func drainDuringOutage(t *testing.T, outage func(t *testing.T, h *hostProc, px *testbroker.Proxy)) {
 	url := brokerURL(t)
 	px := testbroker.NewProxy(t, url)
 	dir := t.TempDir()
@@ -40,8 +57,7 @@ func TestDrainDuringBrokerOutage(t *testing.T) {
 	var st jobState
 	waitFor(t, "the job to run", func() bool { h.get("/v1/jobs/"+id, &st); return st.State == "running" })
 
-	px.Cut()
-	waitFor(t, "the host to see the outage", func() bool { return strings.Contains(h.log(), "RabbitMQ connection lost") })
+	outage(t, h, px)
 	start := time.Now()
 	h.cmd.Process.Signal(syscall.SIGTERM)
 	select {
