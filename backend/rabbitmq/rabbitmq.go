@@ -15,10 +15,11 @@
 //
 // Wire format: the body is the payload; the message id is the job id; the priority
 // property is the job's priority; the timestamp property is when it was enqueued (to the
-// second); persistent delivery mode. Headers: x-wasmjobs, the string "v1 ATTEMPT
-// MAX_ATTEMPTS DEFERS ENQUEUED_AT_UNIX_NS"; x-wasmjobs-reason, the last failure (string,
-// when there is one); x-wasmjobs-headers, the job's own headers (a table of strings,
-// when there are some). A dead letter adds x-wasmjobs-dead-reason (string) and
+// second); persistent delivery mode; the correlation id is the publishing host's own
+// number for the publish, to match a broker's return to it (consumers ignore it).
+// Headers: x-wasmjobs, the string "v1 ATTEMPT MAX_ATTEMPTS DEFERS ENQUEUED_AT_UNIX_NS";
+// x-wasmjobs-reason, the last failure (string, when there is one); x-wasmjobs-headers,
+// the job's own headers (a table of strings, when there are some). A dead letter adds x-wasmjobs-dead-reason (string) and
 // x-wasmjobs-dead-at (int64 Unix nanoseconds). A message without a message id or the
 // x-wasmjobs header, or with headers of the wrong form, cannot be decoded: its delivery
 // reports backend.ErrMalformed, and it is dead-lettered with the reason like any other.
