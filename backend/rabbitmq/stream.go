@@ -72,6 +72,10 @@ func (s *stream) Err() error {
 	return s.err
 }
 
+// Drop ends the stream. It waits for the broker to take the channel's close only while
+// the stream's context lasts and the backend is open (see run): cancel the context
+// first and Drop returns at once; the broker puts back what the stream held when the
+// close reaches it, or when the connection ends.
 func (s *stream) Drop() {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
