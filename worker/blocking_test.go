@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -238,6 +239,73 @@ func TestStopEndsStreamsBeforeDroppingThem(t *testing.T) {
 		default:
 			t.Fatal("Stop waits on a stream it dropped before ending its context")
 			// (the bubble then reports the stuck goroutines)
+		}
+	})
+}
+
+// deafSettles wraps a backend so that publishing settles ignore their context and wait
+// until release is closed: a backend that breaks its promise.
+type deafSettles struct {
+	backend.Backend
+	release chan struct{}
+}
+
+func (h *deafSettles) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	st, err := h.Backend.Consume(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan backend.Delivery)
+	go func() {
+		defer close(out)
+		for d := range st.Deliveries() {
+			out <- deafDelivery{d, h.release}
+		}
+	}()
+	return &wrappedStream{Stream: st, ch: out}, nil
+}
+
+type deafDelivery struct {
+	backend.Delivery
+	release chan struct{}
+}
+
+func (d deafDelivery) Retry(context.Context, backend.Envelope, time.Duration) error {
+	<-d.release
+	return errors.New("released")
+}
+
+// TestStopIsBoundedWhenASettleIgnoresItsContext: even a backend whose settle ignores
+// its context cannot hold Stop past the drain deadline plus its grace; Stop says so.
+func TestStopIsBoundedWhenASettleIgnoresItsContext(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		mb := memory.New(memory.Config{})
+		defer mb.Close(ctx)
+		b := &deafSettles{Backend: mb, release: make(chan struct{})}
+		defer close(b.release) // before the bubble ends, the stuck settle returns
+		w := worker.New(b, worker.Config{SettleTimeout: time.Hour})
+		h := worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{Outcome: worker.Retry} })
+		if err := w.Register(ctx, worker.Queue{Name: "q", Handler: h}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := mb.Publish(ctx, backend.NewEnvelope("q", nil), 0); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the job runs and its settle hangs
+		start := time.Now()
+		drain, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		err := w.Stop(drain)
+		if took := time.Since(start); took > 5*time.Second+time.Second {
+			t.Fatalf("Stop returned after %v, want the 5s drain timeout plus its 1s grace at most", took)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "1 settles still under way") {
+			t.Fatalf("stop: %v, want the drain timeout and the stuck settle named", err)
 		}
 	})
 }

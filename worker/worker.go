@@ -580,7 +580,9 @@ func (w *Worker) runner() {
 // unacknowledged (the backend delivers them again), and returns an error that says how
 // many jobs it left. Either way it ends every stream before it returns, their contexts
 // first, so that a stream waiting for a lost connection gives up at once; it does not
-// close the backend.
+// close the backend. Whatever the backend does, Stop returns within ctx plus stopGrace
+// (twice at most: settles, then streams): a settle or a stream end that a misbehaving
+// backend keeps past that is left behind, logged and reported in the error.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if w.stopping {
@@ -604,8 +606,17 @@ func (w *Worker) Stop(ctx context.Context) error {
 		left := w.jobs.count()
 		w.cancelHandler()
 		w.cancelSettles()
-		w.settling.wait(context.Background()) // each returns once its context ended
-		err = fmt.Errorf("worker stop: drain timeout: %d jobs left unacknowledged: %w", left, err)
+		// Each settle returns once its context ended, if the backend keeps its promise.
+		graceCtx, cancelGrace := context.WithTimeout(context.Background(), stopGrace)
+		stuck := w.settling.wait(graceCtx)
+		cancelGrace()
+		if stuck != nil {
+			n := w.settling.count()
+			w.log.Error("settles still under way after the drain deadline: left behind", slog.Int("settles", n), slog.Duration("grace", stopGrace))
+			err = fmt.Errorf("worker stop: drain timeout: %d jobs left unacknowledged, %d settles still under way %v after it (the backend ignores their context): %w", left, n, stopGrace, err)
+		} else {
+			err = fmt.Errorf("worker stop: drain timeout: %d jobs left unacknowledged: %w", left, err)
+		}
 	}
 	w.cancelStreams()
 	w.mu.Lock()
@@ -617,14 +628,37 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 	}
 	w.mu.Unlock()
-	for _, end := range ends {
-		end()
+	// End the streams at once, each on its own, up to stopGrace past ctx.
+	endCtx, cancelEnd := context.WithCancel(context.Background())
+	defer cancelEnd()
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(stopGrace, cancelEnd) })()
+	var left atomic.Int32
+	left.Store(int32(len(ends)))
+	ended := make(chan struct{})
+	go func() {
+		var wg sync.WaitGroup
+		for _, end := range ends {
+			wg.Go(func() { end(); left.Add(-1) })
+		}
+		wg.Wait()
+		w.resubs.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-endCtx.Done():
+		n := left.Load()
+		w.log.Error("streams or resubscriptions did not end after the drain deadline: left behind", slog.Int("streams", int(n)), slog.Duration("grace", stopGrace))
+		err = errors.Join(err, fmt.Errorf("worker stop: %d streams (or resubscriptions) did not end %v after the deadline", n, stopGrace))
 	}
-	w.resubs.Wait()
 	w.cancelHandler()
 	w.cancelSettles()
 	return err
 }
+
+// stopGrace is what Stop gives, past its context, to settles it cancelled and to
+// streams it ends, before it reports them stuck and returns.
+const stopGrace = time.Second
 
 // Running reports how many jobs of each registered queue are running.
 func (w *Worker) Running() map[string]int {

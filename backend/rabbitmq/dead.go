@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -53,51 +55,63 @@ func deadLetter(queue string, m *amqp.Delivery) backend.DeadLetter {
 
 // scanDead takes up to limit messages (all when limit <= 0) off queue's dead letters on
 // a channel of its own, unacknowledged, and calls visit for each until it returns false.
-// Closing the channel afterwards puts back every message not acknowledged by visit.
+// Closing the channel afterwards puts back every message not acknowledged by visit. It
+// returns when ctx ends, whatever the broker does (onChannel); the scan stops at its
+// next message then. visit runs on the scan's goroutine: it keeps what it gathers to
+// itself until scanDead has returned.
 func (b *Backend) scanDead(ctx context.Context, queue string, limit int, visit func(ch *amqp.Channel, m *amqp.Delivery) (bool, error)) error {
 	if err := b.exists(ctx, queue); err != nil {
 		return err
 	}
-	ch, err := b.channel(ctx)
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	for n := 0; limit <= 0 || n < limit; n++ {
-		m, ok, err := ch.Get(DeadQueue(queue), false)
-		if err != nil {
-			return unknownOr(DeadQueue(queue), err)
+	_, err := onChannel(ctx, b, "read the dead letters of "+queue, func(ctx context.Context, ch *amqp.Channel) (struct{}, error) {
+		for n := 0; limit <= 0 || n < limit; n++ {
+			if ctx.Err() != nil {
+				return struct{}{}, ctx.Err()
+			}
+			m, ok, err := ch.Get(DeadQueue(queue), false)
+			if err != nil {
+				return struct{}{}, unknownOr(DeadQueue(queue), err)
+			}
+			if !ok {
+				return struct{}{}, nil
+			}
+			more, err := visit(ch, &m)
+			if err != nil || !more {
+				return struct{}{}, err
+			}
 		}
-		if !ok {
-			return nil
-		}
-		more, err := visit(ch, &m)
-		if err != nil || !more {
-			return err
-		}
-	}
-	return nil
+		return struct{}{}, nil
+	})
+	return err
 }
 
 // DeadLetters lists up to limit dead letters of queue, oldest first.
 func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]backend.DeadLetter, error) {
+	var mu sync.Mutex // the scan may outlive this call when ctx ends
 	var out []backend.DeadLetter
 	err := b.scanDead(ctx, queue, limit, func(_ *amqp.Channel, m *amqp.Delivery) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
 		out = append(out, deadLetter(queue, m))
 		return true, nil
 	})
-	return out, err
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // ReplayDeadLetter puts the dead letter id back on queue as a fresh job: attempt 1, no
 // reason, no defers.
 func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error {
-	found := false
+	var found atomic.Bool // the scan may outlive this call when ctx ends
 	err := b.scanDead(ctx, queue, 0, func(ch *amqp.Channel, m *amqp.Delivery) (bool, error) {
 		if m.MessageId != id {
 			return true, nil
 		}
-		found = true
+		found.Store(true)
 		msg := amqp.Publishing{MessageId: id, Body: m.Body, Priority: m.Priority, DeliveryMode: amqp.Persistent,
 			ContentType: m.ContentType, Timestamp: m.Timestamp, Headers: amqp.Table{}}
 		for k, v := range m.Headers {
@@ -112,14 +126,17 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 			enqueued = time.Now().UnixNano() // a malformed message replays as a fresh job
 		}
 		msg.Headers[hJob] = jobHeader(1, maxAttempts, 0, enqueued)
-		_, pub, err := b.current(ctx)
+		l, pub, err := b.current(ctx)
 		if err != nil {
 			return false, err
 		}
 		if err := pub.publish(ctx, "", queue, msg); err != nil {
 			return false, &backend.TransportError{Op: "replay", Queue: queue, Err: err}
 		}
-		if err := ch.Ack(m.DeliveryTag, false); err != nil {
+		stop := l.guard(ctx, "an ack")
+		err = ch.Ack(m.DeliveryTag, false)
+		stop()
+		if err != nil {
 			return false, &backend.TransportError{Op: "ack the replayed dead letter", Queue: queue, Err: err}
 		}
 		return false, nil
@@ -127,7 +144,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	if err != nil {
 		return err
 	}
-	if !found {
+	if !found.Load() {
 		return fmt.Errorf("dead letter %q of queue %q: %w", id, queue, backend.ErrNotFound)
 	}
 	return nil
@@ -138,13 +155,14 @@ func (b *Backend) PurgeDeadLetters(ctx context.Context, queue string) (int, erro
 	if err := b.exists(ctx, queue); err != nil {
 		return 0, err
 	}
-	ch, err := b.channel(ctx)
+	n, err := onChannel(ctx, b, "purge "+DeadQueue(queue), func(_ context.Context, ch *amqp.Channel) (int, error) {
+		return ch.QueuePurge(DeadQueue(queue), false)
+	})
 	if err != nil {
-		return 0, err
-	}
-	defer ch.Close()
-	n, err := ch.QueuePurge(DeadQueue(queue), false)
-	if err != nil {
+		var te *backend.TransportError
+		if errors.As(err, &te) {
+			return 0, err
+		}
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
 			return 0, backend.UnknownQueue(queue)

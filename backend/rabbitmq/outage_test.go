@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/internal/testbroker"
@@ -141,5 +143,156 @@ func TestStreamEndsDuringAnOutage(t *testing.T) {
 			}
 			within(t, "closing the backend during the outage", 10*time.Second, func() { b.Close(context.Background()) })
 		})
+	}
+}
+
+// frozen opens a backend through a proxy of the test's own, declares a queue, and
+// returns them with the proxy, not yet frozen. The backend is closed with the test.
+func frozen(t *testing.T) (*rabbitmq.Backend, backend.QueueConfig, *testbroker.Proxy) {
+	t.Helper()
+	px := testbroker.NewProxy(t, brokerURL(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: px.URL(brokerURL(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+		defer ccancel()
+		b.Close(cctx)
+	})
+	q := uniqueQueue(t)
+	if err := b.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	return b, q, px
+}
+
+// frozenMargin is what a call may take past its context on a frozen broker: far below
+// amqp091-go's 30 s heartbeat check, which ended such calls before.
+const frozenMargin = 2 * time.Second
+
+// TestCallsEndWithTheirContextOnAFrozenBroker: with the broker hanging (connections
+// open, nothing answered), every call returns within its context plus a small margin:
+// a settle, a publish that must first check its queue, a Consume, a Drop (the stream's
+// context bounds it), and Close.
+func TestCallsEndWithTheirContextOnAFrozenBroker(t *testing.T) {
+	t.Parallel()
+	b, q, px := frozen(t)
+	other := uniqueQueue(t) // declared elsewhere: b must ask the broker whether it exists
+	direct := open(t, rabbitmq.Config{})
+	defer direct.Close(context.Background())
+	if err := direct.Declare(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Publish(context.Background(), backend.NewEnvelope(q.Name, []byte("x")), 0); err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	s, err := b.Consume(sctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := <-s.Deliveries()
+	px.Freeze()
+
+	const limit = 300 * time.Millisecond
+	bounded := func(what string, f func(ctx context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
+		defer cancel()
+		var err error
+		within(t, what+" on a frozen broker", limit+frozenMargin, func() { err = f(ctx) })
+		if err == nil {
+			t.Errorf("%s on a frozen broker succeeded", what)
+		}
+	}
+	bounded("a settle (retry)", func(ctx context.Context) error {
+		env, _ := d.Envelope()
+		return d.Retry(ctx, env, 0)
+	})
+	bounded("a publish to a queue not yet checked", func(ctx context.Context) error {
+		return b.Publish(ctx, backend.NewEnvelope(other.Name, nil), 0)
+	})
+	bounded("a Consume", func(ctx context.Context) error {
+		s2, err := b.Consume(ctx, q)
+		if err == nil {
+			s2.Drop()
+		}
+		return err
+	})
+	bounded("QueueStats", func(ctx context.Context) error { _, err := b.QueueStats(ctx, q.Name); return err })
+	within(t, "a Drop whose stream's context ends, on a frozen broker", limit+frozenMargin, func() {
+		time.AfterFunc(limit, scancel)
+		s.Drop()
+	})
+	bounded("Close", func(ctx context.Context) error { return b.Close(ctx) })
+}
+
+// TestStuckPublishEndsWithItsContext: a publish whose write the broker does not take
+// (it stopped reading: the socket buffers fill) returns within its context plus the
+// grace after which the connection is torn down; the backend then closes at once.
+func TestStuckPublishEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	b, q, px := frozen(t)
+	px.Freeze()
+	big := make([]byte, 64<<20) // more than the socket buffers hold
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var err error
+	within(t, "a publish stuck in its write", 300*time.Millisecond+frozenMargin, func() {
+		err = b.Publish(ctx, backend.NewEnvelope(q.Name, big), 0)
+	})
+	if err == nil {
+		t.Fatal("a 64 MB publish through a frozen broker succeeded")
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer ccancel()
+	within(t, "Close after a stuck publish", 300*time.Millisecond+frozenMargin, func() { b.Close(cctx) })
+}
+
+// TestStaleReturnIsNotTakenForALaterPublish: ids repeat (a retry keeps its job's id,
+// children keep theirs). A publish that gave up before the broker returned its message
+// must not leave that return for a later publish of the same id, which reached its
+// queue, to report as "no queue took the message".
+func TestStaleReturnIsNotTakenForALaterPublish(t *testing.T) {
+	t.Parallel()
+	b, q, px := frozen(t)
+	gone := uniqueQueue(t)
+	if err := b.Declare(context.Background(), gone); err != nil {
+		t.Fatal(err)
+	}
+	// Delete it behind b's back: b still knows it, so a publish to it is returned.
+	conn, err := amqp.Dial(brokerURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDelete(gone.Name, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	env := backend.NewEnvelope(gone.Name, []byte("first"))
+	px.Freeze()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := b.Publish(ctx, env, 0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("publish on a frozen broker: %v, want the deadline", err)
+	}
+	px.Thaw()
+	// The broker now returns the first message. A confirmed publish after it proves the
+	// return has arrived: the broker answers a channel's publishes in order.
+	if err := b.Publish(context.Background(), backend.NewEnvelope(q.Name, nil), 0); err != nil {
+		t.Fatal(err)
+	}
+	again := env
+	again.Queue, again.Payload = q.Name, []byte("again")
+	if err := b.Publish(context.Background(), again, 0); err != nil {
+		t.Fatalf("publish of a reused id to a queue that exists: %v", err)
 	}
 }

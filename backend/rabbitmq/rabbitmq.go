@@ -15,10 +15,11 @@
 //
 // Wire format: the body is the payload; the message id is the job id; the priority
 // property is the job's priority; the timestamp property is when it was enqueued (to the
-// second); persistent delivery mode. Headers: x-wasmjobs, the string "v1 ATTEMPT
-// MAX_ATTEMPTS DEFERS ENQUEUED_AT_UNIX_NS"; x-wasmjobs-reason, the last failure (string,
-// when there is one); x-wasmjobs-headers, the job's own headers (a table of strings,
-// when there are some). A dead letter adds x-wasmjobs-dead-reason (string) and
+// second); persistent delivery mode; the correlation id is the publishing host's own
+// number for the publish, to match a broker's return to it (consumers ignore it).
+// Headers: x-wasmjobs, the string "v1 ATTEMPT MAX_ATTEMPTS DEFERS ENQUEUED_AT_UNIX_NS";
+// x-wasmjobs-reason, the last failure (string, when there is one); x-wasmjobs-headers,
+// the job's own headers (a table of strings, when there are some). A dead letter adds x-wasmjobs-dead-reason (string) and
 // x-wasmjobs-dead-at (int64 Unix nanoseconds). A message without a message id or the
 // x-wasmjobs header, or with headers of the wrong form, cannot be decoded: its delivery
 // reports backend.ErrMalformed, and it is dead-lettered with the reason like any other.
@@ -78,7 +79,7 @@ type Backend struct {
 	log *slog.Logger
 
 	mu        sync.Mutex
-	conn      *amqp.Connection
+	link      *link // the connection; nil while reconnecting
 	pub       *publisher
 	connected chan struct{} // closed while a connection is up
 	declared  map[string]backend.QueueConfig
@@ -87,7 +88,7 @@ type Backend struct {
 	done      chan struct{}   // closed by Close
 	ctx       context.Context // done at Close: ends a reconnection under way
 	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	tasks     group // the connection's watcher and the streams
 }
 
 var (
@@ -163,6 +164,7 @@ func (b *Backend) MaxDelay() time.Duration {
 // a broker that does not answer.
 func (b *Backend) connect(ctx context.Context) error {
 	var dialer net.Dialer
+	var sock net.Conn // kept: closing it ends any call on the connection
 	unwatch := func() bool { return true }
 	dial := func(network, addr string) (net.Conn, error) {
 		c, err := dialer.DialContext(ctx, network, addr)
@@ -171,15 +173,14 @@ func (b *Backend) connect(ctx context.Context) error {
 		}
 		// Heartbeats start after the handshake: until then a deadline guards it, as
 		// amqp091-go's own dialer does; amqp091-go clears it once the connection opens.
-		deadline := time.Now().Add(handshakeTimeout)
-		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-			deadline = d
-		}
-		if err := c.SetDeadline(deadline); err != nil {
+		// ctx's own end closes the socket (below), so that the error is ctx's, not a
+		// socket timeout that races it.
+		if err := c.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
 			c.Close()
 			return nil, err
 		}
 		unwatch = context.AfterFunc(ctx, func() { c.Close() })
+		sock = c
 		return c, nil
 	}
 	failed := func(op string, err error) error {
@@ -220,7 +221,8 @@ func (b *Backend) connect(ctx context.Context) error {
 		}
 	}
 	ch.Close()
-	pub, err := newPublisher(conn)
+	l := &link{conn: conn, sock: sock, log: b.log}
+	pub, err := newPublisher(l)
 	if err != nil {
 		return fail(err)
 	}
@@ -235,18 +237,18 @@ func (b *Backend) connect(ctx context.Context) error {
 		conn.Close()
 		return backend.ErrShutDown
 	}
-	b.conn, b.pub = conn, pub
+	b.link, b.pub = l, pub
 	close(b.connected)
+	b.tasks.add()
 	b.mu.Unlock()
-	b.wg.Add(1)
-	go b.watch(conn, closes)
+	go b.watch(closes)
 	return nil
 }
 
 // watch waits for the connection to close and, unless the backend was closed,
 // reconnects with jittered backoff.
-func (b *Backend) watch(conn *amqp.Connection, closes chan *amqp.Error) {
-	defer b.wg.Done()
+func (b *Backend) watch(closes chan *amqp.Error) {
+	defer b.tasks.done()
 	var reason *amqp.Error
 	select {
 	case reason = <-closes:
@@ -259,7 +261,7 @@ func (b *Backend) watch(conn *amqp.Connection, closes chan *amqp.Error) {
 		return
 	}
 	b.connected = make(chan struct{})
-	b.conn, b.pub = nil, nil
+	b.link, b.pub = nil, nil
 	b.mu.Unlock()
 	b.log.Warn("RabbitMQ connection lost; reconnecting", "url", Redact(b.cfg.URL), "reason", reason)
 	p := backoff.Policy{Base: b.cfg.ReconnectMin, Cap: b.cfg.ReconnectMax, Jitter: backoff.Equal}
@@ -282,17 +284,17 @@ func (b *Backend) watch(conn *amqp.Connection, closes chan *amqp.Error) {
 }
 
 // current waits for a connection and returns it with its publisher.
-func (b *Backend) current(ctx context.Context) (*amqp.Connection, *publisher, error) {
+func (b *Backend) current(ctx context.Context) (*link, *publisher, error) {
 	for {
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()
 			return nil, nil, backend.ErrShutDown
 		}
-		conn, pub, connected := b.conn, b.pub, b.connected
+		l, pub, connected := b.link, b.pub, b.connected
 		b.mu.Unlock()
-		if conn != nil {
-			return conn, pub, nil
+		if l != nil {
+			return l, pub, nil
 		}
 		select {
 		case <-connected:
@@ -302,19 +304,6 @@ func (b *Backend) current(ctx context.Context) (*amqp.Connection, *publisher, er
 			return nil, nil, &backend.TransportError{Op: "wait for the RabbitMQ connection", Err: ctx.Err()}
 		}
 	}
-}
-
-// channel opens a channel on the current connection.
-func (b *Backend) channel(ctx context.Context) (*amqp.Channel, error) {
-	conn, _, err := b.current(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, &backend.TransportError{Op: "open a channel", Err: err}
-	}
-	return ch, nil
 }
 
 // delayExchange names level's exchange and queue. The unit is in the name: a queue's
@@ -399,12 +388,9 @@ func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 		return err
 	}
 	q = q.Normalize(b.log)
-	ch, err := b.channel(ctx)
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	if err := b.declareQueue(ch, q); err != nil {
+	if _, err := onChannel(ctx, b, "declare "+q.Name, func(_ context.Context, ch *amqp.Channel) (struct{}, error) {
+		return struct{}{}, b.declareQueue(ch, q)
+	}); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -424,12 +410,13 @@ func (b *Backend) exists(ctx context.Context, queue string) error {
 	if backend.ValidateQueueName(queue) != nil {
 		return backend.UnknownQueue(queue)
 	}
-	ch, err := b.channel(ctx)
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	if _, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil); err != nil {
+	if _, err := onChannel(ctx, b, "check "+queue, func(_ context.Context, ch *amqp.Channel) (amqp.Queue, error) {
+		return ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	}); err != nil {
+		var te *backend.TransportError
+		if errors.As(err, &te) {
+			return err
+		}
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
 			return backend.UnknownQueue(queue)
@@ -494,19 +481,23 @@ func (b *Backend) Close(ctx context.Context) error {
 	b.closed = true
 	close(b.done)
 	b.cancel()
-	conn := b.conn
-	b.conn, b.pub = nil, nil
+	l := b.link
+	b.link, b.pub = nil, nil
 	b.mu.Unlock()
 	var err error
-	if conn != nil {
-		err = conn.Close()
+	if l != nil {
+		// Close waits for the broker's close-ok; a broker that does not answer would
+		// hold it until the heartbeat check gives up. When ctx ends, closing the socket
+		// ends the wait, and with it every call still under way on the connection.
+		unwatch := context.AfterFunc(ctx, func() { l.sock.Close() })
+		err = l.conn.Close()
+		unwatch()
 	}
-	finished := make(chan struct{})
-	go func() { b.wg.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-ctx.Done():
-		return fmt.Errorf("rabbitmq backend close: waiting for streams: %w", ctx.Err())
+	if werr := b.tasks.wait(ctx); werr != nil {
+		return fmt.Errorf("rabbitmq backend close: waiting for streams: %w", werr)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("rabbitmq backend close: the broker did not answer in time, connection dropped: %w", ctx.Err())
 	}
 	if err != nil && !errors.Is(err, amqp.ErrClosed) {
 		return &backend.TransportError{Op: "close", Err: err}
@@ -517,23 +508,19 @@ func (b *Backend) Close(ctx context.Context) error {
 // QueueStats implements backend.StatsReader: the broker counts ready messages and dead
 // letters; unacknowledged, delayed and deferred ones it cannot tell per queue (-1).
 func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueStats, error) {
-	ch, err := b.channel(ctx)
-	if err != nil {
-		return backend.QueueStats{}, err
-	}
-	defer ch.Close()
 	st := backend.QueueStats{Unacked: -1, Delayed: -1, Deferred: -1}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	// A channel each: a 404 closes the channel it happens on.
+	passive := func(name string) (amqp.Queue, error) {
+		return onChannel(ctx, b, "inspect "+name, func(_ context.Context, ch *amqp.Channel) (amqp.Queue, error) {
+			return ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		})
+	}
+	q, err := passive(queue)
 	if err != nil {
 		return st, unknownOr(queue, err)
 	}
 	st.Pending = q.Messages
-	ch2, err := b.channel(ctx)
-	if err != nil {
-		return st, err
-	}
-	defer ch2.Close()
-	dq, err := ch2.QueueDeclarePassive(DeadQueue(queue), true, false, false, false, nil)
+	dq, err := passive(DeadQueue(queue))
 	if err != nil {
 		return st, unknownOr(queue, err)
 	}
@@ -543,6 +530,10 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 
 // unknownOr maps a broker's 404 to the unknown-queue error.
 func unknownOr(queue string, err error) error {
+	var te *backend.TransportError
+	if errors.As(err, &te) {
+		return err
+	}
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
 		return backend.UnknownQueue(queue)

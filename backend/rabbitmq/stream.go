@@ -25,19 +25,19 @@ func (b *Backend) Consume(ctx context.Context, q backend.QueueConfig) (backend.S
 		return nil, err
 	}
 	s := &stream{b: b, q: q, ctx: ctx, out: make(chan backend.Delivery), stop: make(chan struct{}), done: make(chan struct{})}
-	ch, msgs, err := s.subscribe(ctx)
+	sub, err := s.subscribe(ctx)
 	if err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		ch.Close()
+		go sub.ch.Close() // not waited for: the backend is closing the connection under it
 		return nil, backend.ErrShutDown
 	}
-	b.wg.Add(1)
+	b.tasks.add()
 	b.mu.Unlock()
-	go s.run(ch, msgs)
+	go s.run(sub)
 	return s, nil
 }
 
@@ -51,8 +51,17 @@ type stream struct {
 	once sync.Once
 	done chan struct{}
 
+	ended atomic.Bool // set when run ends: settles then fail with ErrStreamClosed
+
 	mu  sync.Mutex
 	err error
+}
+
+// subscription is a stream's channel, its deliveries, and the connection under them.
+type subscription struct {
+	l    *link
+	ch   *amqp.Channel
+	msgs <-chan amqp.Delivery
 }
 
 func (s *stream) Deliveries() <-chan backend.Delivery { return s.out }
@@ -63,40 +72,65 @@ func (s *stream) Err() error {
 	return s.err
 }
 
+// Drop ends the stream. It waits for the broker to take the channel's close only while
+// the stream's context lasts and the backend is open (see run): cancel the context
+// first and Drop returns at once; the broker puts back what the stream held when the
+// close reaches it, or when the connection ends.
 func (s *stream) Drop() {
 	s.once.Do(func() { close(s.stop) })
 	<-s.done
 }
 
-// subscribe opens a channel and starts consuming on it; ctx bounds the wait for a
-// connection.
-func (s *stream) subscribe(ctx context.Context) (*amqp.Channel, <-chan amqp.Delivery, error) {
-	ch, err := s.b.channel(ctx)
+// subscribe opens a channel and starts consuming on it. It returns when ctx ends,
+// whatever the broker does (await); a subscription that completes after that is closed.
+func (s *stream) subscribe(ctx context.Context) (subscription, error) {
+	l, _, err := s.b.current(ctx)
 	if err != nil {
-		return nil, nil, err
+		return subscription{}, err
 	}
-	if err := ch.Qos(s.q.Prefetch, 0, false); err != nil {
-		ch.Close()
-		return nil, nil, &backend.TransportError{Op: "set prefetch", Queue: s.q.Name, Err: err}
+	sub, err := await(ctx, func() (subscription, error) {
+		ch, err := l.conn.Channel()
+		if err != nil {
+			return subscription{}, &backend.TransportError{Op: "open a channel", Queue: s.q.Name, Err: err}
+		}
+		if err := ch.Qos(s.q.Prefetch, 0, false); err != nil {
+			ch.Close()
+			return subscription{}, &backend.TransportError{Op: "set prefetch", Queue: s.q.Name, Err: err}
+		}
+		msgs, err := ch.Consume(s.q.Name, "", false, false, false, false, nil)
+		if err != nil {
+			ch.Close()
+			return subscription{}, unknownOr(s.q.Name, err)
+		}
+		return subscription{l: l, ch: ch, msgs: msgs}, nil
+	}, func(sub subscription) { sub.ch.Close() })
+	if err != nil && err == ctx.Err() {
+		return subscription{}, &backend.TransportError{Op: "consume: waiting for the broker's answer", Queue: s.q.Name, Err: err}
 	}
-	msgs, err := ch.Consume(s.q.Name, "", false, false, false, false, nil)
-	if err != nil {
-		ch.Close()
-		return nil, nil, unknownOr(s.q.Name, err)
-	}
-	return ch, msgs, nil
+	return sub, err
 }
 
 // run hands out deliveries until the stream is dropped, its context ends or the
 // backend closes; after a lost connection it subscribes again. Closing a channel makes
 // the broker requeue every delivery of it not yet acknowledged.
-func (s *stream) run(ch *amqp.Channel, msgs <-chan amqp.Delivery) {
-	defer s.b.wg.Done()
+//
+// Ending closes the channel and waits for the broker's close-ok, but only while the
+// stream's context lasts and the backend is open: a stream ended by its context (as
+// the worker ends its streams) or by Close does not wait on the broker, and a broker
+// that does not answer cannot hold Drop beyond the stream's context.
+func (s *stream) run(sub subscription) {
+	defer s.b.tasks.done()
 	defer close(s.done)
 	defer close(s.out)
+	ch, msgs, l := sub.ch, sub.msgs, sub.l
 	end := func(err error) {
+		s.ended.Store(true)
 		if ch != nil {
-			ch.Close()
+			ctx, cancel := context.WithCancel(s.ctx)
+			unwatch := context.AfterFunc(s.b.ctx, cancel)
+			await(ctx, func() (struct{}, error) { return struct{}{}, ch.Close() }, nil)
+			unwatch()
+			cancel()
 		}
 		s.mu.Lock()
 		s.err = err
@@ -109,11 +143,12 @@ func (s *stream) run(ch *amqp.Channel, msgs <-chan amqp.Delivery) {
 	var in <-chan amqp.Delivery
 	for {
 		if ch == nil {
-			var err error
-			if ch, msgs, err = s.resubscribe(); err != nil {
+			sub, err := s.resubscribe()
+			if err != nil {
 				end(err)
 				return
 			}
+			ch, msgs, l = sub.ch, sub.msgs, sub.l
 		}
 		if pending == nil {
 			in = msgs
@@ -124,7 +159,7 @@ func (s *stream) run(ch *amqp.Channel, msgs <-chan amqp.Delivery) {
 				ch = nil // the channel or the connection closed under us
 				continue
 			}
-			pending, out, in = newDelivery(s, ch, &m), s.out, nil
+			pending, out, in = newDelivery(s, l, ch, &m), s.out, nil
 		case out <- pending:
 			pending, out = nil, nil
 		case <-s.stop:
@@ -143,7 +178,7 @@ func (s *stream) run(ch *amqp.Channel, msgs <-chan amqp.Delivery) {
 // resubscribe waits for the connection and consumes again, with backoff, until it
 // succeeds or the stream ends: dropped (nil error), its context done, or the backend
 // closed. Each of those also ends a wait for the connection under way.
-func (s *stream) resubscribe() (*amqp.Channel, <-chan amqp.Delivery, error) {
+func (s *stream) resubscribe() (subscription, error) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	go func() {
@@ -154,11 +189,10 @@ func (s *stream) resubscribe() (*amqp.Channel, <-chan amqp.Delivery, error) {
 		}
 		cancel()
 	}()
-	var ch *amqp.Channel
-	var msgs <-chan amqp.Delivery
+	var sub subscription
 	err := backoff.Retry(ctx, resubscribeBackoff, func(ctx context.Context, _ int) error {
 		var err error
-		ch, msgs, err = s.subscribe(ctx)
+		sub, err = s.subscribe(ctx)
 		switch {
 		case err == nil:
 			return nil
@@ -169,20 +203,20 @@ func (s *stream) resubscribe() (*amqp.Channel, <-chan amqp.Delivery, error) {
 		return err
 	})
 	if err == nil {
-		return ch, msgs, nil
+		return sub, nil
 	}
 	select {
 	case <-s.stop:
-		return nil, nil, nil
+		return subscription{}, nil
 	default:
 	}
 	switch {
 	case s.ctx.Err() != nil:
-		return nil, nil, s.ctx.Err()
+		return subscription{}, s.ctx.Err()
 	case s.b.isClosed():
-		return nil, nil, backend.ErrShutDown
+		return subscription{}, backend.ErrShutDown
 	}
-	return nil, nil, err
+	return subscription{}, err
 }
 
 // Delivery states.
@@ -195,6 +229,7 @@ const (
 // delivery is a message handed to a consumer, settled on the channel it came on.
 type delivery struct {
 	s         *stream
+	l         *link
 	ch        *amqp.Channel
 	msg       *amqp.Delivery
 	env       backend.Envelope
@@ -202,8 +237,8 @@ type delivery struct {
 	state     atomic.Int32
 }
 
-func newDelivery(s *stream, ch *amqp.Channel, m *amqp.Delivery) *delivery {
-	d := &delivery{s: s, ch: ch, msg: m}
+func newDelivery(s *stream, l *link, ch *amqp.Channel, m *amqp.Delivery) *delivery {
+	d := &delivery{s: s, l: l, ch: ch, msg: m}
 	d.env, d.decodeErr = decode(s.q.Name, m)
 	return d
 }
@@ -217,7 +252,7 @@ func (d *delivery) begin() error {
 	if !d.state.CompareAndSwap(stateOpen, stateSettling) {
 		return backend.ErrAlreadySettled
 	}
-	if d.ch.IsClosed() {
+	if d.s.ended.Load() || d.ch.IsClosed() {
 		d.state.Store(stateOpen)
 		return backend.ErrStreamClosed
 	}
@@ -225,9 +260,13 @@ func (d *delivery) begin() error {
 }
 
 // ack acknowledges on the delivery's channel; a closed channel means the broker has
-// put the message back.
-func (d *delivery) ack() error {
-	if err := d.ch.Ack(d.msg.DeliveryTag, false); err != nil {
+// put the message back. The ack is a write: a broker that does not take it cannot hold
+// it beyond ctx (link.guard).
+func (d *delivery) ack(ctx context.Context) error {
+	stop := d.l.guard(ctx, "an ack")
+	err := d.ch.Ack(d.msg.DeliveryTag, false)
+	stop()
+	if err != nil {
 		d.state.Store(stateOpen)
 		if errors.Is(err, amqp.ErrClosed) || d.ch.IsClosed() {
 			return backend.ErrStreamClosed
@@ -242,7 +281,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 	if err := d.begin(); err != nil {
 		return err
 	}
-	return d.ack()
+	return d.ack(ctx)
 }
 
 func (d *delivery) Retry(ctx context.Context, next backend.Envelope, delay time.Duration) error {
@@ -270,7 +309,7 @@ func (d *delivery) republish(ctx context.Context, publish func() error) error {
 		d.state.Store(stateOpen)
 		return err
 	}
-	return d.ack()
+	return d.ack(ctx)
 }
 
 func (b *Backend) isClosed() bool {

@@ -252,6 +252,10 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	cleanups = append(cleanups, func(context.Context) { ln.Close() })
 	b, err := openBackend(runCtx, f.backend, log)
 	if err != nil {
+		if runCtx.Err() != nil { // a signal during the connection: nothing served yet
+			log.Info("wasmjobs stopped before it served")
+			return nil
+		}
 		return err
 	}
 	cleanups = append(cleanups, func(ctx context.Context) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,23 @@ import (
 // own that it cuts, so the shared broker is left alone.
 func TestDrainDuringBrokerOutage(t *testing.T) {
 	t.Parallel()
+	drainDuringOutage(t, func(t *testing.T, h *hostProc, px *testbroker.Proxy) {
+		px.Cut()
+		waitFor(t, "the host to see the outage", func() bool { return strings.Contains(h.log(), "RabbitMQ connection lost") })
+	})
+}
+
+// TestDrainWhileBrokerHangs: the same with a broker that hangs instead (connections stay
+// open, nothing is answered), which no error reveals: SIGTERM still exits within 10 s.
+func TestDrainWhileBrokerHangs(t *testing.T) {
+	t.Parallel()
+	drainDuringOutage(t, func(t *testing.T, h *hostProc, px *testbroker.Proxy) { px.Freeze() })
+}
+
+// drainDuringOutage starts a host through a proxy, runs a job that spins, makes the
+// outage, sends SIGTERM and checks that run exits cleanly within the drain timeout
+// plus a margin.
+func drainDuringOutage(t *testing.T, outage func(t *testing.T, h *hostProc, px *testbroker.Proxy)) {
 	url := brokerURL(t)
 	px := testbroker.NewProxy(t, url)
 	dir := t.TempDir()
@@ -39,8 +57,7 @@ func TestDrainDuringBrokerOutage(t *testing.T) {
 	var st jobState
 	waitFor(t, "the job to run", func() bool { h.get("/v1/jobs/"+id, &st); return st.State == "running" })
 
-	px.Cut()
-	waitFor(t, "the host to see the outage", func() bool { return strings.Contains(h.log(), "RabbitMQ connection lost") })
+	outage(t, h, px)
 	start := time.Now()
 	h.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -145,5 +162,50 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 				t.Fatalf("no stop logged:\n%s", logs)
 			}
 		})
+	}
+}
+
+// TestSignalDuringBrokerConnect: a signal while `run` connects to a broker that
+// accepted the connection and never answers takes the clean "stopped before it served"
+// path, as one during the worker's start does: no error, exit 0.
+func TestSignalDuringBrokerConnect(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	dir := t.TempDir()
+	f := &runFlags{modules: dir, backend: "amqp://guest:guest@" + ln.Addr().String() + "/", concurrency: 1,
+		listen: "127.0.0.1:0", drainTimeout: 5 * time.Second, logFormat: "text", logLevel: "info", history: 10}
+	logs := &notifyWriter{want: "never", seen: make(chan struct{})}
+	sigs := make(chan os.Signal, 2)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- f.serve(context.Background(), &globals{cacheDir: t.TempDir()}, logs, sigs, func() {})
+	}()
+	select {
+	case c := <-accepted:
+		defer c.Close()
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not connect to the broker")
+	}
+	sigs <- syscall.SIGTERM
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("run: %v, want nil: a signal during the connection is a clean stop\n%s", err, logs)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run did not return after the signal:\n%s", logs)
+	}
+	if !strings.Contains(logs.String(), "wasmjobs stopped before it served") {
+		t.Fatalf("no clean stop logged:\n%s", logs)
 	}
 }
