@@ -89,7 +89,10 @@ type Stream interface {
 	// Drop ends the stream. Every delivery it pulled but did not hand out, and every
 	// delivery it handed out that is not settled yet, returns to the queue (marked
 	// redelivered). Settling one of those afterwards fails with ErrStreamClosed.
-	// Drop is idempotent and returns once the stream has released what it held.
+	// Drop is idempotent. It returns once the stream has released what it held, or,
+	// for a stream whose context already ended (as the worker's shutdown does it), once
+	// the release is under way: a broker then requeues the deliveries when it
+	// confirms the close or the connection ends. Either way nothing is lost.
 	Drop()
 }
 
