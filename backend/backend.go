@@ -29,6 +29,12 @@
 //     message-id so that a consumer can tell. A repeat after the first copy was settled
 //     is a new job on every backend: this makes a retried publish safe, not a job
 //     exactly-once.
+//
+// Backends with a store of their own may implement optional interfaces (durable.go):
+// BatchPublisher (an all-or-nothing batch), AtomicDelivery (an ack committed with its
+// children, settles that carry the job's record) and JobRecordReader (records by id;
+// such a backend drops a repeat publish of an id it still holds). Callers type-assert
+// and fall back to the plain contract.
 package backend
 
 import (

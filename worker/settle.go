@@ -186,8 +186,28 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 		defer cancel()
 	}
 	var err error
+	// A backend whose deliveries settle atomically gets the children and the record in
+	// the settle's own write; any other gets today's publish-then-ack.
+	ad, atomic := d.(backend.AtomicDelivery)
+	var rec *backend.JobRecord
+	if atomic {
+		rec = runRecord(res, took)
+	}
 	switch p.settle {
 	case SettleAck:
+		if atomic {
+			if err = ad.AckWith(ctx, childPublications(job, p.children), rec); err == nil {
+				break
+			}
+			// Nothing was written: the job is failed the retry way, as below.
+			p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
+			if p.settle == SettleRetry {
+				err = ad.RetryWith(ctx, p.next, p.delay, rec)
+			} else {
+				err = ad.DeadLetterWith(ctx, p.reason, rec)
+			}
+			break
+		}
 		if err = w.publishChildren(ctx, job, p.children); err != nil {
 			// A child that cannot be published fails the job: the retry way.
 			p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
@@ -200,10 +220,22 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 		}
 		err = d.Ack(ctx)
 	case SettleRetry:
+		if atomic {
+			err = ad.RetryWith(ctx, p.next, p.delay, rec)
+			break
+		}
 		err = d.Retry(ctx, p.next, p.delay)
 	case SettleDefer:
+		if atomic {
+			err = ad.DeferWith(ctx, p.next, p.delay, rec)
+			break
+		}
 		err = d.Defer(ctx, p.next, p.delay)
 	case SettleDeadLetter:
+		if atomic {
+			err = ad.DeadLetterWith(ctx, p.reason, rec)
+			break
+		}
 		err = d.DeadLetter(ctx, p.reason)
 	}
 	ev := Event{Kind: EventSettled, Job: job, Result: res, Settle: p.settle, Reason: p.reason, Delay: p.delay, Duration: took}
@@ -212,6 +244,32 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 		w.log.Error("settle failed; the backend will deliver the job again", "job", job.Envelope.ID, "queue", job.Envelope.Queue, "settle", p.settle.String(), "error", err)
 	}
 	w.obs.Observe(ev)
+}
+
+// runRecord is what the worker knows of a run for the job's record: the backend adds
+// the job's identity, state, attempt and reason. (Guest log lines are not in a Result
+// yet: the host can add them here.)
+func runRecord(res Result, took time.Duration) *backend.JobRecord {
+	end := time.Now()
+	return &backend.JobRecord{
+		Output: res.Output, Module: res.Handler, ModuleVersion: res.Version,
+		StartedAt: end.Add(-took), FinishedAt: end,
+	}
+}
+
+// childPublications turns a job's children into publications for an atomic ack, with
+// the same envelopes and ids as publishChildren makes.
+func childPublications(job *Job, children []Child) []backend.Publication {
+	if len(children) == 0 {
+		return nil
+	}
+	pubs := make([]backend.Publication, len(children))
+	for i, c := range children {
+		env := backend.NewEnvelope(c.Queue, c.Payload)
+		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, i), c.Headers
+		pubs[i] = backend.Publication{Envelope: env, Delay: c.Delay}
+	}
+	return pubs
 }
 
 // publishChildren publishes a job's children, each confirmed by the backend. A child's

@@ -10,8 +10,10 @@
 //		})
 //	}
 //
-// The suite also requires backend.DeadLetterStore and backend.StatsReader, which both of
-// the project's backends implement.
+// The suite also requires backend.DeadLetterStore and backend.StatsReader, which every
+// backend of the project implements. The rules of the optional interfaces (backend.BatchPublisher,
+// backend.AtomicDelivery, backend.JobRecordReader) run only on backends that implement
+// them and are skipped, saying so, on the others.
 //
 // Nothing here proves with a sleep that something did not happen. In a synctest bubble
 // the suite waits out its quiet periods in virtual time. On a real broker it uses
@@ -25,6 +27,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,7 +90,7 @@ func Run(t *testing.T, o Options) {
 	if o.Timeout == 0 {
 		o.Timeout = 15 * time.Second
 	}
-	for _, r := range rules {
+	for _, r := range append(slices.Clone(rules), optionalRules...) {
 		t.Run(r.name, func(t *testing.T) {
 			if o.Parallel {
 				t.Parallel()
@@ -449,15 +452,17 @@ func testPriority(t *testing.T, h *harness) {
 func testDeferredAheadDelayedBehind(t *testing.T, h *harness) {
 	q := h.declare(t, 1, 1)
 	delay := 100 * time.Millisecond
+	// The backlog first: on a backend whose publishes wait for a disk or a broker,
+	// three publishes can take longer than the delay.
+	for _, p := range []string{"b1", "b2", "b3"} {
+		h.publish(t, job(q, p), 0)
+	}
 	deferred := job(q, "deferred")
 	deferred.Priority = 1
 	if err := h.b.Defer(h.ctx(), deferred, delay); err != nil {
 		t.Fatalf("Defer: %v", err)
 	}
 	h.publish(t, job(q, "delayed"), delay)
-	for _, p := range []string{"b1", "b2", "b3"} {
-		h.publish(t, job(q, p), 0)
-	}
 	// Both are released onto the queue, behind the backlog.
 	h.waitStats(t, q, "release of the deferred and the delayed job", func(st backend.QueueStats) bool {
 		return st.Pending == 5 && st.Delayed <= 0 && st.Deferred <= 0
@@ -485,7 +490,9 @@ func testDropLosesNothing(t *testing.T, h *harness) {
 	if h.o.Synctest {
 		synctest.Wait()
 	} else {
-		h.waitStats(t, q, "prefetch filled", func(st backend.QueueStats) bool { return st.Pending == total-q.Prefetch })
+		// A broker fills the prefetch; a backend that claims one job at a time for
+		// its consumer holds one beyond those taken.
+		h.waitStats(t, q, "a delivery claimed beyond those taken", func(st backend.QueueStats) bool { return st.Pending <= total-len(taken)-1 })
 	}
 	s.Drop()
 	for range s.Deliveries() { // whatever was buffered is not ours any more

@@ -1,0 +1,116 @@
+package backend
+
+import (
+	"context"
+	"time"
+)
+
+// Optional parts of the contract, for backends that write to a store of their own. Each
+// has its own rules in backendtest, run only on backends that implement it; the worker
+// and the API use them where a backend has them and the plain contract where not.
+
+// Publication is one job of a batch publish or one child of a settle: the envelope and
+// the delay before it is ready (zero for none).
+type Publication struct {
+	Envelope Envelope
+	Delay    time.Duration
+}
+
+// BatchPublisher is implemented by backends that publish several jobs in one atomic
+// write.
+type BatchPublisher interface {
+	// PublishBatch publishes every publication, all or nothing, and returns once they are
+	// durable. A publication to a queue never declared fails the whole batch with an
+	// error wrapping ErrUnknownQueue that names the queue; an empty batch does nothing.
+	// When ctx ends first the error says so and the batch may still be published, whole.
+	PublishBatch(ctx context.Context, pubs []Publication) error
+}
+
+// AtomicDelivery is implemented by deliveries that settle in one atomic write together
+// with the job's children and its record. Each method settles the delivery exactly once
+// like its plain counterpart (a second settle fails with ErrAlreadySettled), and, when it
+// fails, leaves the delivery unsettled with nothing of it written.
+//
+// rec, when not nil, carries what the consumer knows of the run: output, log lines,
+// module, start and finish times. The backend sets the record's identity, state,
+// attempt, reason and children itself, and caps output and logs.
+type AtomicDelivery interface {
+	Delivery
+	// AckWith acknowledges the delivery and publishes children in the same write: the
+	// ack and every child are kept, or none of them. A child to a queue never declared
+	// fails it with ErrUnknownQueue naming the queue. A child whose id the backend still
+	// holds is not published again.
+	AckWith(ctx context.Context, children []Publication, rec *JobRecord) error
+	// RetryWith is Retry, writing rec in the same write.
+	RetryWith(ctx context.Context, next Envelope, delay time.Duration, rec *JobRecord) error
+	// DeferWith is Defer, writing rec in the same write.
+	DeferWith(ctx context.Context, next Envelope, delay time.Duration, rec *JobRecord) error
+	// DeadLetterWith is DeadLetter, writing rec in the same write.
+	DeadLetterWith(ctx context.Context, reason string, rec *JobRecord) error
+}
+
+// JobState is the state of a job in its record.
+type JobState string
+
+// States of a job record.
+const (
+	// JobPending jobs are ready to be delivered.
+	JobPending JobState = "pending"
+	// JobDelayed jobs wait for the delay they were published with.
+	JobDelayed JobState = "delayed"
+	// JobRunning jobs were handed to a consumer and are not settled yet.
+	JobRunning JobState = "running"
+	// JobSucceeded jobs were acknowledged.
+	JobSucceeded JobState = "succeeded"
+	// JobRetrying jobs failed and wait for their next attempt.
+	JobRetrying JobState = "retrying"
+	// JobDeferred jobs were deferred and wait to come back.
+	JobDeferred JobState = "deferred"
+	// JobDead jobs were dead-lettered.
+	JobDead JobState = "dead"
+)
+
+// Finished reports whether the state is final: succeeded or dead.
+func (s JobState) Finished() bool { return s == JobSucceeded || s == JobDead }
+
+// JobRecord is what a backend keeps of one job: its latest state and what its last run
+// left, so that a job can be looked up after it left the queue, and after a restart.
+type JobRecord struct {
+	ID          string   `json:"id"`
+	Queue       string   `json:"queue"`
+	State       JobState `json:"state"`
+	Attempt     int      `json:"attempt"`
+	MaxAttempts int      `json:"max_attempts,omitempty"`
+	// Reason is the last failure reason, or why the job was dead-lettered.
+	Reason string `json:"reason,omitempty"`
+	// Output is what the last run produced, up to the backend's cap; OutputTruncated
+	// says it was cut.
+	Output          []byte `json:"output,omitempty"`
+	OutputTruncated bool   `json:"output_truncated,omitempty"`
+	// Logs are the guest's log lines of the last run, up to the backend's cap;
+	// LogsTruncated says lines were dropped.
+	Logs          []string `json:"logs,omitempty"`
+	LogsTruncated bool     `json:"logs_truncated,omitempty"`
+	// Module and ModuleVersion name the handler that last ran the job.
+	Module        string `json:"module,omitempty"`
+	ModuleVersion string `json:"module_version,omitempty"`
+	// CreatedAt is when the job was first enqueued; StartedAt and FinishedAt bound its
+	// last run; UpdatedAt is when the record was last written.
+	CreatedAt  time.Time `json:"created_at,omitzero"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
+	// Children are the ids of the jobs published with the job's ack.
+	Children []string `json:"children,omitempty"`
+}
+
+// JobRecordReader is implemented by backends that keep job records, written in the same
+// atomic writes as the publishes and settles they describe. Such a backend knows the ids
+// of the jobs it holds, and so drops a repeat publish of an id it still holds (waiting,
+// delayed or handed out), reporting success: a retried parent can publish its children
+// again under the same ids without doubling them.
+type JobRecordReader interface {
+	// JobRecord returns the record of the job with id id, or an error wrapping
+	// ErrNotFound when the backend has none (never had, or pruned it).
+	JobRecord(ctx context.Context, id string) (JobRecord, error)
+}

@@ -1,0 +1,187 @@
+package pebble
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+
+	pebbledb "github.com/cockroachdb/pebble/v2"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+func heapInit(h *delayHeap) { heap.Init(h) }
+
+// DeadLetters lists up to limit dead letters of the declared queue, oldest first;
+// limit <= 0 lists all.
+func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]backend.DeadLetter, error) {
+	if _, err := b.lookup(queue); err != nil {
+		return nil, err
+	}
+	if err := b.enter(); err != nil {
+		return nil, err
+	}
+	defer b.ops.Done()
+	var out []backend.DeadLetter
+	err := b.scanDead(queue, func(key, value []byte) (bool, error) {
+		reason, at, raw, err := decodeDead(value)
+		if err != nil {
+			return false, fmt.Errorf("dead letter %q in %s: %w", key, b.dir, err)
+		}
+		env, derr := decodeEnvelope(raw)
+		if derr != nil {
+			env.Payload = append([]byte(nil), raw...)
+		}
+		out = append(out, backend.DeadLetter{Envelope: env, Reason: reason, At: at})
+		return limit <= 0 || len(out) < limit, nil
+	})
+	return out, err
+}
+
+// scanDead calls fn on the dead letters of queue in order while it returns true.
+func (b *Backend) scanDead(queue string, fn func(key, value []byte) (bool, error)) error {
+	prefix := deadPrefix(queue)
+	it, err := b.db.NewIter(&pebbledb.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return &backend.TransportError{Op: "dead letters", Queue: queue, Err: err}
+	}
+	defer it.Close()
+	for valid := it.First(); valid; valid = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return &backend.TransportError{Op: "dead letters", Queue: queue, Err: err}
+		}
+		more, err := fn(it.Key(), v)
+		if err != nil || !more {
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		return &backend.TransportError{Op: "dead letters", Queue: queue, Err: err}
+	}
+	return nil
+}
+
+// ReplayDeadLetter puts the dead letter with job id id back on its queue as a fresh
+// job (attempt 1, no reason, no defers), in one synced batch.
+func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error {
+	q, err := b.lookup(queue)
+	if err != nil {
+		return err
+	}
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.ops.Done()
+	var key, raw []byte
+	err = b.scanDead(queue, func(k, v []byte) (bool, error) {
+		_, _, value, err := decodeDead(v)
+		if err != nil {
+			return false, fmt.Errorf("dead letter %q in %s: %w", k, b.dir, err)
+		}
+		if got, err := envelopeID(value); err == nil && got == id {
+			key, raw = append([]byte(nil), k...), append([]byte(nil), value...)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	if key == nil {
+		return fmt.Errorf("dead letter %q of queue %q: %w", id, queue, backend.ErrNotFound)
+	}
+	env, err := decodeEnvelope(raw)
+	if err != nil {
+		return fmt.Errorf("replaying dead letter %q of queue %q: %w", id, queue, err)
+	}
+	owned, err := b.ids.reserve(ctx, env.ID)
+	if err != nil {
+		return err
+	}
+	env.Attempt, env.Reason, env.Defers = 1, "", 0
+	batch := b.db.NewBatch()
+	batch.Delete(key, nil)
+	apply := func() {}
+	if owned { // else a job with this id is held already: the dead letter just goes
+		apply = b.stage(batch, q, env, 0, false)
+		b.stageRecord(batch, env, 0, false)
+	}
+	return b.commit(ctx, batch, pebbledb.Sync, "replay", queue, func() {
+		if owned {
+			b.ids.settle(env.ID, true)
+		}
+		q.mu.Lock()
+		q.dead--
+		q.mu.Unlock()
+		apply()
+	}, func() {
+		if owned {
+			b.ids.settle(env.ID, false)
+		}
+	})
+}
+
+// PurgeDeadLetters deletes the dead letters of the declared queue with one range
+// delete, and compacts the range in the background so that the space is given back.
+func (b *Backend) PurgeDeadLetters(ctx context.Context, queue string) (int, error) {
+	q, err := b.lookup(queue)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.enter(); err != nil {
+		return 0, err
+	}
+	defer b.ops.Done()
+	n := 0
+	if err := b.scanDead(queue, func(_, _ []byte) (bool, error) { n++; return true, nil }); err != nil {
+		return 0, err
+	}
+	prefix := deadPrefix(queue)
+	batch := b.db.NewBatch()
+	batch.DeleteRange(prefix, prefixEnd(prefix), nil)
+	err = b.commit(ctx, batch, pebbledb.Sync, "purge dead letters", queue, func() {
+		q.mu.Lock()
+		q.dead = 0
+		q.mu.Unlock()
+	}, nil)
+	if err != nil {
+		return 0, err
+	}
+	b.compactLater(prefix, prefixEnd(prefix))
+	return n, nil
+}
+
+// compactLater compacts [start, end) in the background, so that a drained range's
+// tombstones do not linger.
+func (b *Backend) compactLater(start, end []byte) {
+	if b.enter() != nil {
+		return
+	}
+	go func() {
+		defer b.ops.Done()
+		if err := b.db.Compact(b.closing, start, end, false); err != nil {
+			b.log.Warn("compacting a purged range", "dir", b.dir, "error", err)
+		}
+	}()
+}
+
+// QueueStats counts the declared queue's jobs by state.
+func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueStats, error) {
+	q, err := b.lookup(queue)
+	if err != nil {
+		return backend.QueueStats{}, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	// A job a stream claimed and offers, not yet received, counts as unacked, as a
+	// message in a RabbitMQ consumer's prefetch buffer does: counting it as pending
+	// would make the figure depend on whether the consumer's receive had returned.
+	return backend.QueueStats{
+		Pending:  q.nready,
+		Unacked:  q.unsettle,
+		Delayed:  q.delayed,
+		Deferred: q.deferred,
+		Dead:     q.dead,
+	}, nil
+}

@@ -1,0 +1,369 @@
+package pebble
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	pebbledb "github.com/cockroachdb/pebble/v2"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+// Defaults of RecordConfig.
+const (
+	// DefaultRecordMaxCount is how many finished job records are kept at most.
+	DefaultRecordMaxCount = 100_000
+	// DefaultRecordMaxAge is how long a finished job record is kept at most.
+	DefaultRecordMaxAge = 7 * 24 * time.Hour
+	// DefaultRecordMaxOutput caps the output kept in a record, in bytes.
+	DefaultRecordMaxOutput = 64 << 10
+	// DefaultRecordMaxLogLines caps the guest log lines kept in a record.
+	DefaultRecordMaxLogLines = 100
+	// DefaultRecordMaxLogLine caps one log line, in bytes.
+	DefaultRecordMaxLogLine = 1024
+	// DefaultRecordPruneInterval is how often finished records are pruned.
+	DefaultRecordPruneInterval = time.Minute
+)
+
+// RecordConfig configures the job records the backend keeps (backend.JobRecord). A
+// job's record is written in the same batch as its publish and each of its settles;
+// records of finished jobs (succeeded or dead) are pruned, oldest first, past MaxCount
+// or MaxAge. Records of jobs still held are never pruned.
+type RecordConfig struct {
+	// MaxCount is how many finished records are kept. Zero means DefaultRecordMaxCount;
+	// a negative value keeps none.
+	MaxCount int
+	// MaxAge is how long a finished record is kept. Zero means DefaultRecordMaxAge; a
+	// negative value keeps them regardless of age.
+	MaxAge time.Duration
+	// MaxOutput caps a record's output in bytes. Zero means DefaultRecordMaxOutput; a
+	// negative value keeps no output.
+	MaxOutput int
+	// MaxLogLines caps a record's log lines, the first ones kept. Zero means
+	// DefaultRecordMaxLogLines; a negative value keeps none.
+	MaxLogLines int
+	// MaxLogLine caps one log line in bytes. Zero means DefaultRecordMaxLogLine.
+	MaxLogLine int
+	// PruneInterval is how often finished records are pruned (also whenever their count
+	// passes MaxCount by an eighth). Zero means DefaultRecordPruneInterval.
+	PruneInterval time.Duration
+}
+
+type recordConfig struct {
+	maxCount, maxOutput, maxLogLines, maxLogLine int
+	maxAge, interval                             time.Duration
+}
+
+func (c RecordConfig) normalize() recordConfig {
+	pick := func(v, def int) int {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	r := recordConfig{
+		maxCount:    pick(c.MaxCount, DefaultRecordMaxCount),
+		maxOutput:   pick(c.MaxOutput, DefaultRecordMaxOutput),
+		maxLogLines: pick(c.MaxLogLines, DefaultRecordMaxLogLines),
+		maxLogLine:  pick(c.MaxLogLine, DefaultRecordMaxLogLine),
+		maxAge:      c.MaxAge,
+		interval:    c.PruneInterval,
+	}
+	if r.maxAge == 0 {
+		r.maxAge = DefaultRecordMaxAge
+	}
+	if r.interval <= 0 {
+		r.interval = DefaultRecordPruneInterval
+	}
+	return r
+}
+
+// recordIndex counts the finished records (their by-time keys) and wakes the pruner.
+type recordIndex struct {
+	mu       sync.Mutex
+	finished int
+	kick     chan struct{}
+}
+
+func (r *recordIndex) load(k, v []byte) error {
+	if k[0] == kindByTime {
+		if len(k) < 9 {
+			return fmt.Errorf("record time key %x: bad layout", k)
+		}
+		r.finished++
+	}
+	return nil
+}
+
+func (r *recordIndex) add(n int, max int) {
+	r.mu.Lock()
+	r.finished += n
+	over := max >= 0 && r.finished > max+max/8
+	r.mu.Unlock()
+	if over && r.kick != nil {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func recordKey(id string) []byte { return append([]byte{kindRecord}, id...) }
+
+func byTimeKey(at time.Time, id string) []byte {
+	k := make([]byte, 0, 9+len(id))
+	k = append(k, kindByTime)
+	k = binary.BigEndian.AppendUint64(k, uint64(at.UnixNano()))
+	return append(k, id...)
+}
+
+const recordV1 byte = 1
+
+func encodeRecord(r *backend.JobRecord) []byte {
+	dst := make([]byte, 0, 128+len(r.Output))
+	dst = append(dst, recordV1)
+	dst = appendString(dst, r.ID)
+	dst = appendString(dst, r.Queue)
+	dst = appendString(dst, string(r.State))
+	dst = binary.AppendVarint(dst, int64(r.Attempt))
+	dst = binary.AppendVarint(dst, int64(r.MaxAttempts))
+	dst = appendString(dst, r.Reason)
+	dst = appendBytes(dst, r.Output)
+	var flags byte
+	if r.OutputTruncated {
+		flags |= 1
+	}
+	if r.LogsTruncated {
+		flags |= 2
+	}
+	dst = append(dst, flags)
+	dst = binary.AppendUvarint(dst, uint64(len(r.Logs)))
+	for _, l := range r.Logs {
+		dst = appendString(dst, l)
+	}
+	dst = appendString(dst, r.Module)
+	dst = appendString(dst, r.ModuleVersion)
+	for _, t := range []time.Time{r.CreatedAt, r.StartedAt, r.FinishedAt, r.UpdatedAt} {
+		dst = appendTime(dst, t)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(r.Children)))
+	for _, c := range r.Children {
+		dst = appendString(dst, c)
+	}
+	return dst
+}
+
+func decodeRecord(b []byte) (backend.JobRecord, error) {
+	var rec backend.JobRecord
+	r := reader{b: b}
+	if v := r.byte(); r.err == nil && v != recordV1 {
+		return rec, fmt.Errorf("job record encoding version %d is not known to this build", v)
+	}
+	rec.ID = r.string()
+	rec.Queue = r.string()
+	rec.State = backend.JobState(r.string())
+	rec.Attempt = r.int()
+	rec.MaxAttempts = r.int()
+	rec.Reason = r.string()
+	rec.Output = r.bytes()
+	flags := r.byte()
+	rec.OutputTruncated, rec.LogsTruncated = flags&1 != 0, flags&2 != 0
+	if n := r.uvarint(); r.err == nil {
+		if n > uint64(len(r.b)) {
+			r.err = errShort
+		} else {
+			for range n {
+				rec.Logs = append(rec.Logs, r.string())
+			}
+		}
+	}
+	rec.Module = r.string()
+	rec.ModuleVersion = r.string()
+	rec.CreatedAt, rec.StartedAt, rec.FinishedAt, rec.UpdatedAt = r.time(), r.time(), r.time(), r.time()
+	if n := r.uvarint(); r.err == nil {
+		if n > uint64(len(r.b)) {
+			r.err = errShort
+		} else {
+			for range n {
+				rec.Children = append(rec.Children, r.string())
+			}
+		}
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%d bytes left over", len(r.b))
+	}
+	if r.err != nil {
+		return rec, fmt.Errorf("decoding job record: %w", r.err)
+	}
+	return rec, nil
+}
+
+// stageRecord writes the record of a job being published (pending, delayed or
+// deferred) into batch.
+func (b *Backend) stageRecord(batch *pebbledb.Batch, env backend.Envelope, delay time.Duration, deferred bool) {
+	if env.ID == "" {
+		return
+	}
+	state := backend.JobPending
+	switch {
+	case delay > 0 && deferred:
+		state = backend.JobDeferred
+	case delay > 0:
+		state = backend.JobDelayed
+	}
+	rec := backend.JobRecord{
+		ID: env.ID, Queue: env.Queue, State: state, Attempt: max(env.Attempt, 1), MaxAttempts: env.MaxAttempts,
+		Reason: env.Reason, CreatedAt: env.EnqueuedAt, UpdatedAt: time.Now(),
+	}
+	batch.Set(recordKey(env.ID), encodeRecord(&rec), nil)
+}
+
+// stageSettleRecord writes the record of d's job as settled into batch: state, the
+// run's details from run (may be nil), capped. It returns 1 when the record is finished
+// (and so counts towards retention).
+func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state backend.JobState, reason string, children []string, run *backend.JobRecord) int {
+	env := d.env
+	if env.ID == "" {
+		return 0
+	}
+	now := time.Now()
+	rec := backend.JobRecord{}
+	if run != nil {
+		rec = *run
+	}
+	rec.ID, rec.Queue, rec.State = env.ID, d.s.q.name, state
+	rec.Attempt, rec.MaxAttempts, rec.Reason = max(env.Attempt, 1), env.MaxAttempts, reason
+	rec.CreatedAt, rec.UpdatedAt, rec.Children = env.EnqueuedAt, now, children
+	if rec.FinishedAt.IsZero() && state.Finished() {
+		rec.FinishedAt = now
+	}
+	b.capRecord(&rec)
+	batch.Set(recordKey(env.ID), encodeRecord(&rec), nil)
+	if !state.Finished() {
+		return 0
+	}
+	batch.Set(byTimeKey(rec.FinishedAt, env.ID), nil, nil)
+	return 1
+}
+
+func (b *Backend) capRecord(rec *backend.JobRecord) {
+	c := b.records
+	if len(rec.Output) > c.maxOutput {
+		rec.Output, rec.OutputTruncated = rec.Output[:c.maxOutput], true
+	}
+	if len(rec.Logs) > c.maxLogLines {
+		rec.Logs, rec.LogsTruncated = rec.Logs[:c.maxLogLines], true
+	}
+	for i, l := range rec.Logs {
+		if len(l) > c.maxLogLine {
+			if i == 0 || &rec.Logs[0] == &rec.Logs[i] {
+				rec.Logs = append([]string(nil), rec.Logs...)
+			}
+			rec.Logs[i], rec.LogsTruncated = l[:c.maxLogLine], true
+		}
+	}
+}
+
+// JobRecord returns the record of the job with id id. A job handed to a consumer and
+// not settled is reported as running (claims are not written to disk).
+func (b *Backend) JobRecord(ctx context.Context, id string) (backend.JobRecord, error) {
+	if err := b.enter(); err != nil {
+		return backend.JobRecord{}, err
+	}
+	defer b.ops.Done()
+	v, err := b.get(recordKey(id))
+	if errors.Is(err, pebbledb.ErrNotFound) {
+		return backend.JobRecord{}, fmt.Errorf("job %q: %w", id, backend.ErrNotFound)
+	}
+	if err != nil {
+		return backend.JobRecord{}, &backend.TransportError{Op: "job record", Err: err}
+	}
+	rec, err := decodeRecord(v)
+	if err != nil {
+		return backend.JobRecord{}, fmt.Errorf("job %q in %s: %w", id, b.dir, err)
+	}
+	if !rec.State.Finished() && b.ids.claimed(id) {
+		rec.State = backend.JobRunning
+	}
+	return rec, nil
+}
+
+// pruneLoop prunes finished records every interval, and when kicked.
+func (b *Backend) pruneLoop() {
+	defer b.ops.Done()
+	t := time.NewTicker(b.records.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.done:
+			return
+		case <-t.C:
+		case <-b.recs.kick:
+		}
+		if err := b.prune(time.Now()); err != nil {
+			b.log.Warn("pruning job records", "dir", b.dir, "error", err)
+		}
+	}
+}
+
+// prune deletes the oldest finished records past the count or the age limit, a batch
+// of at most 1024 at a time. A by-time key whose record was written again since (the
+// id published anew) goes without its record.
+func (b *Backend) prune(now time.Time) error {
+	c := b.records
+	for {
+		b.recs.mu.Lock()
+		excess := b.recs.finished - c.maxCount
+		b.recs.mu.Unlock()
+		prefix := []byte{kindByTime}
+		it, err := b.db.NewIter(&pebbledb.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		if err != nil {
+			return err
+		}
+		batch := b.db.NewBatch()
+		n := 0
+		for valid := it.First(); valid && n < 1024; valid = it.Next() {
+			k := it.Key()
+			at := time.Unix(0, int64(binary.BigEndian.Uint64(k[1:9])))
+			if n >= excess && (c.maxAge < 0 || now.Sub(at) < c.maxAge) {
+				break
+			}
+			id := string(k[9:])
+			batch.Delete(k, nil)
+			n++
+			if v, err := b.get(recordKey(id)); err == nil {
+				if rec, err := decodeRecord(v); err == nil && rec.State.Finished() && rec.FinishedAt.Equal(at) {
+					batch.Delete(recordKey(id), nil)
+				}
+			}
+		}
+		ierr := it.Error()
+		it.Close()
+		if ierr != nil {
+			batch.Close()
+			return ierr
+		}
+		if n == 0 {
+			batch.Close()
+			return nil
+		}
+		err = b.apply(batch, pebbledb.NoSync)
+		batch.Close()
+		if err != nil {
+			return err
+		}
+		b.recs.mu.Lock()
+		b.recs.finished -= n
+		b.recs.mu.Unlock()
+		if n < 1024 {
+			return nil
+		}
+	}
+}

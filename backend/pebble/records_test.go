@@ -1,0 +1,69 @@
+package pebble_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	pebblebackend "github.com/wasmjobs/wasmjobs/backend/pebble"
+)
+
+// Finished records are pruned oldest first past the count, and past the age; records of
+// jobs still held are kept; output and log lines are capped. Records survive a reopen.
+func TestRecordRetentionAndCaps(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		cfg := pebblebackend.Config{Dir: "/data", FS: vfs.NewMem(), Records: pebblebackend.RecordConfig{
+			MaxCount: 5, MaxAge: time.Hour, PruneInterval: time.Minute, MaxOutput: 4, MaxLogLines: 2, MaxLogLine: 3,
+		}}
+		b := open(t, cfg)
+		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
+		mustDo(t, b.Declare(ctx, q))
+		held := backend.NewEnvelope("jobs", []byte("held"))
+		mustDo(t, b.Publish(ctx, held, 10*time.Hour))
+		var ids []string
+		s, err := b.Consume(ctx, q)
+		mustDo(t, err)
+		for i := range 10 {
+			env := backend.NewEnvelope("jobs", []byte{byte('a' + i)})
+			mustDo(t, b.Publish(ctx, env, 0))
+			ids = append(ids, env.ID)
+			d := <-s.Deliveries()
+			mustDo(t, d.(backend.AtomicDelivery).AckWith(ctx, nil, &backend.JobRecord{
+				Output: []byte("abcdefgh"), Logs: []string{"one", "two", "three"},
+			}))
+			time.Sleep(time.Second) // distinct finish times
+		}
+		s.Drop()
+		rec, err := b.JobRecord(ctx, ids[9])
+		mustDo(t, err)
+		if string(rec.Output) != "abcd" || !rec.OutputTruncated || len(rec.Logs) != 2 || rec.Logs[1] != "two" || !rec.LogsTruncated {
+			t.Fatalf("capped record = %+v, want output abcd and the first 2 log lines, both marked truncated", rec)
+		}
+		closeBackend(t, b)
+		b = open(t, cfg) // the count of finished records is rebuilt at Open
+		defer closeBackend(t, b)
+		time.Sleep(2 * time.Minute)
+		for i, id := range ids {
+			_, err := b.JobRecord(ctx, id)
+			if kept := err == nil; kept != (i >= 5) {
+				t.Errorf("record %d of 10 kept = %v (%v), want only the newest 5 kept", i, kept, err)
+			}
+		}
+		time.Sleep(2 * time.Hour)
+		for _, id := range ids[5:] {
+			if _, err := b.JobRecord(ctx, id); !errors.Is(err, backend.ErrNotFound) {
+				t.Errorf("record %s older than MaxAge: %v, want ErrNotFound", id, err)
+			}
+		}
+		if rec, err := b.JobRecord(ctx, held.ID); err != nil || rec.State != backend.JobDelayed {
+			t.Errorf("record of a job still held = %+v, %v; want it kept, delayed", rec, err)
+		}
+	})
+}

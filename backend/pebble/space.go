@@ -1,0 +1,149 @@
+package pebble
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// ballastName is the ballast file in the data directory.
+const ballastName = "BALLAST"
+
+// spaceCheckEvery bounds how often the free space is read: publishes between two reads
+// use the last answer.
+const spaceCheckEvery = 250 * time.Millisecond
+
+// spaceGuard keeps the free-space reserve. Pebble treats a failed write of its log as
+// fatal, so the store must not reach a full disk: publishes are refused while the free
+// space is under the reserve (settles go on: they are small and free space), and a
+// ballast file is deleted when a write meets a full disk anyway, so that what was in
+// progress can finish.
+type spaceGuard struct {
+	b        *Backend
+	fs       vfs.FS // the unwrapped filesystem: the ballast is handled there
+	dir      string
+	reserve  int64
+	ballast  int64
+	disabled bool
+
+	mu        sync.Mutex
+	checkedAt time.Time
+	low       error // ErrDiskFull while under the reserve, else nil
+	hitFull   atomic.Bool
+	making    atomic.Bool
+}
+
+func newSpaceGuard(b *Backend, fs vfs.FS, dir string, reserve, ballast int64) *spaceGuard {
+	g := &spaceGuard{b: b, fs: fs, dir: dir, reserve: reserve, ballast: ballast}
+	if g.reserve == 0 {
+		g.reserve = DefaultFreeSpaceReserve
+	}
+	if g.ballast == 0 {
+		g.ballast = DefaultBallastSize
+	}
+	g.disabled = g.reserve < 0
+	return g
+}
+
+// wrap returns fs with the disk-full backstop: on ENOSPC the ballast goes, the write is
+// tried once more, and publishes are refused until the space is back.
+func (g *spaceGuard) wrap(fs vfs.FS) vfs.FS {
+	return vfs.OnDiskFull(fs, func() {
+		g.hitFull.Store(true)
+		if err := g.fs.Remove(g.fs.PathJoin(g.dir, ballastName)); err == nil {
+			g.b.log.Error("disk full: released the ballast file", "dir", g.dir)
+		}
+	})
+}
+
+// start makes the ballast if there is room for it.
+func (g *spaceGuard) start() { g.makeBallast() }
+
+func (g *spaceGuard) stop() {}
+
+// check returns ErrDiskFull, naming the directory, while the free space is under the
+// reserve or after a write met a full disk.
+func (g *spaceGuard) check() error {
+	if g.disabled {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	if !g.checkedAt.IsZero() && now.Sub(g.checkedAt) < spaceCheckEvery && !g.hitFull.Load() {
+		return g.low
+	}
+	g.checkedAt = now
+	usage, err := g.fs.GetDiskUsage(g.dir)
+	if errors.Is(err, vfs.ErrUnsupported) {
+		g.low = nil // a filesystem that cannot tell (a memory one): no reserve
+		return nil
+	}
+	if err != nil {
+		g.b.log.Warn("reading free disk space", "dir", g.dir, "error", err)
+		return g.low // keep the last answer
+	}
+	was := g.low
+	if int64(usage.AvailBytes) < g.reserve {
+		g.low = fmt.Errorf("pebble backend: %w in %s: %s free, under the reserve of %s; free some space (jobs already accepted are kept)",
+			ErrDiskFull, g.dir, bytesString(usage.AvailBytes), bytesString(uint64(g.reserve)))
+		if was == nil {
+			g.b.log.Error("disk almost full: refusing new jobs", "dir", g.dir, "free", usage.AvailBytes, "reserve", g.reserve)
+		}
+		return g.low
+	}
+	g.low = nil
+	if g.hitFull.Swap(false) || was != nil {
+		g.b.log.Info("disk space back above the reserve: accepting jobs again", "dir", g.dir, "free", usage.AvailBytes)
+		go g.makeBallast()
+	}
+	return nil
+}
+
+// makeBallast creates the ballast file when it is missing and the space allows it.
+// It preallocates rather than writes, so it costs no I/O.
+func (g *spaceGuard) makeBallast() {
+	if g.ballast <= 0 || g.disabled || !g.making.CompareAndSwap(false, true) {
+		return
+	}
+	defer g.making.Store(false)
+	path := g.fs.PathJoin(g.dir, ballastName)
+	if _, err := g.fs.Stat(path); err == nil {
+		return
+	}
+	if usage, err := g.fs.GetDiskUsage(g.dir); err == nil && int64(usage.AvailBytes) < g.reserve+g.ballast {
+		return
+	}
+	f, err := g.fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		g.b.log.Warn("creating the ballast file", "path", path, "error", err)
+		return
+	}
+	err = f.Preallocate(0, g.ballast)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		g.b.log.Warn("creating the ballast file", "path", path, "error", err)
+		g.fs.Remove(path)
+	}
+}
+
+func bytesString(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

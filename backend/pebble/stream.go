@@ -1,0 +1,376 @@
+package pebble
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pebbledb "github.com/cockroachdb/pebble/v2"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+// stream is one consumer of a queue. As in the memory backend, a goroutine hands out
+// deliveries one at a time through an unbuffered channel, so a job is claimed only when
+// a consumer takes it.
+type stream struct {
+	b        *Backend
+	q        *queue
+	ctx      context.Context
+	prefetch int
+	ch       chan backend.Delivery
+	wake     chan struct{} // buffered 1: something changed, look again
+	stop     chan struct{} // closed by Drop
+	dropOnce sync.Once
+	finished chan struct{} // closed when run returns
+
+	// guarded by q.mu
+	inflight map[*delivery]struct{}
+	ended    bool
+	err      error
+}
+
+func (s *stream) Deliveries() <-chan backend.Delivery { return s.ch }
+
+func (s *stream) Err() error {
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	return s.err
+}
+
+func (s *stream) Drop() {
+	s.dropOnce.Do(func() { close(s.stop) })
+	<-s.finished
+}
+
+func (s *stream) wakeUp() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *stream) run() {
+	defer s.b.streams.Done()
+	defer close(s.finished)
+	defer close(s.ch)
+	var d *delivery
+	for {
+		if d == nil {
+			d = s.take()
+		}
+		var out chan<- backend.Delivery
+		var wake <-chan struct{}
+		if d != nil {
+			out = s.ch
+		} else {
+			wake = s.wake
+		}
+		var err error
+		select {
+		case out <- d:
+			d = nil
+			continue
+		case <-wake:
+			continue
+		case <-s.stop:
+		case <-s.b.done:
+			err = backend.ErrShutDown
+		case <-s.ctx.Done():
+			err = s.ctx.Err()
+		}
+		s.end(err)
+		return
+	}
+}
+
+// take claims the next job for offering, if prefetch allows one, and reads its value.
+func (s *stream) take() *delivery {
+	q := s.q
+	q.mu.Lock()
+	if len(s.inflight) >= s.prefetch {
+		q.mu.Unlock()
+		return nil
+	}
+	it := q.pop()
+	if it == nil {
+		q.mu.Unlock()
+		return nil
+	}
+	d := &delivery{s: s, it: it, redelivered: it.redelivered}
+	s.inflight[d] = struct{}{}
+	s.b.ids.claim(it.id)
+	q.unsettle++
+	q.mu.Unlock()
+	// Nobody else touches a claimed job's key, so it is read outside the lock.
+	d.key = q.key(it)
+	raw, err := s.b.get(d.key)
+	if err != nil {
+		s.b.log.Error("reading a ready job", "dir", s.b.dir, "queue", q.name, "job", it.id, "error", err)
+		d.env = backend.Envelope{ID: it.id, Queue: q.name}
+		d.decodeErr = fmt.Errorf("%w: reading job %s from %s: %v", backend.ErrMalformed, it.id, s.b.dir, err)
+		return d
+	}
+	d.raw = raw
+	d.env, d.decodeErr = decodeEnvelope(raw)
+	if d.env.Queue == "" {
+		d.env.Queue = q.name
+	}
+	if d.env.ID == "" && d.decodeErr != nil {
+		d.env.ID = it.id
+	}
+	return d
+}
+
+// get reads the value of key, copied.
+func (b *Backend) get(key []byte) ([]byte, error) {
+	v, closer, err := b.db.Get(key)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]byte(nil), v...)
+	closer.Close()
+	return out, nil
+}
+
+// end releases every unsettled delivery back to the index, oldest first at the front,
+// and records why the stream ended. Nothing is written: the jobs never left the disk.
+func (s *stream) end(err error) {
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	s.ended, s.err = true, err
+	delete(s.q.streams, s)
+	var released []*delivery
+	for d := range s.inflight {
+		if d.state.CompareAndSwap(stateOpen, stateReleased) {
+			released = append(released, d)
+		}
+	}
+	// Newest first, so that the oldest ends up at the front.
+	for i := len(released) - 1; i >= 0; i-- {
+		for j := 0; j < i; j++ {
+			if released[j].it.seq > released[j+1].it.seq {
+				released[j], released[j+1] = released[j+1], released[j]
+			}
+		}
+	}
+	for i := len(released) - 1; i >= 0; i-- {
+		d := released[i]
+		delete(s.inflight, d)
+		s.b.ids.unclaim(d.it.id)
+		s.q.unsettle--
+		s.q.pushFront(d.it)
+	}
+}
+
+// compactDrainedAfter is how many settles a queue sees before, once it is empty, its
+// range is compacted.
+const compactDrainedAfter = 100_000
+
+// Delivery states.
+const (
+	stateOpen int32 = iota
+	stateSettling
+	stateSettled
+	stateReleased
+)
+
+// delivery is a job handed to a consumer.
+type delivery struct {
+	s           *stream
+	it          *item
+	key         []byte
+	raw         []byte
+	env         backend.Envelope
+	decodeErr   error
+	redelivered bool
+	state       atomic.Int32
+}
+
+func (d *delivery) Envelope() (backend.Envelope, error) {
+	env := d.env.Clone()
+	env.Redelivered = d.redelivered
+	return env, d.decodeErr
+}
+
+// begin moves the delivery into its settle, or says why it cannot be settled.
+func (d *delivery) begin() error {
+	if d.state.CompareAndSwap(stateOpen, stateSettling) {
+		return nil
+	}
+	if d.state.Load() == stateReleased {
+		return backend.ErrStreamClosed
+	}
+	return backend.ErrAlreadySettled
+}
+
+// reopen undoes begin after a failed settle: the delivery stays unacknowledged, or goes
+// back to the queue if its stream ended meanwhile.
+func (d *delivery) reopen() {
+	q := d.s.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !d.s.ended {
+		d.state.Store(stateOpen)
+		return
+	}
+	d.state.Store(stateReleased)
+	delete(d.s.inflight, d)
+	d.s.b.ids.unclaim(d.it.id)
+	q.unsettle--
+	q.pushFront(d.it)
+}
+
+// finish completes a settle: the delivery leaves the stream, freeing a prefetch slot.
+func (d *delivery) finish(dead bool) {
+	q := d.s.q
+	q.mu.Lock()
+	delete(d.s.inflight, d)
+	q.unsettle--
+	if dead {
+		q.dead++
+	}
+	d.state.Store(stateSettled)
+	q.deletes++
+	drained := q.deletes >= compactDrainedAfter && q.nready == 0 && q.unsettle == 0
+	if drained {
+		q.deletes = 0
+	}
+	q.mu.Unlock()
+	d.s.wakeUp()
+	if drained {
+		// The queue is empty after many settles: compact its ready range so that
+		// the tombstones of the jobs that went through do not linger on disk.
+		prefix := readyPrefix(q.name)
+		d.s.b.compactLater(prefix, prefixEnd(prefix))
+	}
+}
+
+// settle runs one settle as one batch: the job's ready key is deleted and stage adds
+// the rest (the next attempt, the dead letter, children, the record). The batch is
+// committed without its own fsync (see the package comment). Once committed, stage's
+// apply runs; if the commit fails, its undo does and the delivery stays unsettled.
+func (d *delivery) settle(ctx context.Context, op string, dead bool,
+	stage func(batch *pebbledb.Batch) (apply, undo func(), err error)) error {
+	b := d.s.b
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.ops.Done()
+	if err := d.begin(); err != nil {
+		return err
+	}
+	batch := b.db.NewBatch()
+	batch.Delete(d.key, nil)
+	apply, undo, err := stage(batch)
+	if err != nil {
+		batch.Close()
+		d.reopen()
+		return err
+	}
+	return b.commit(ctx, batch, pebbledb.NoSync, op, d.s.q.name, func() {
+		if apply != nil {
+			apply()
+		}
+		b.ids.unclaim(d.it.id)
+		d.finish(dead)
+	}, func() {
+		if undo != nil {
+			undo()
+		}
+		d.reopen()
+	})
+}
+
+func (d *delivery) Ack(ctx context.Context) error { return d.AckWith(ctx, nil, nil) }
+
+// AckWith acknowledges the delivery and publishes children in the same batch, with the
+// job's record (see backend.AtomicDelivery).
+func (d *delivery) AckWith(ctx context.Context, children []backend.Publication, run *backend.JobRecord) error {
+	b := d.s.b
+	return d.settle(ctx, "ack", false, func(batch *pebbledb.Batch) (func(), func(), error) {
+		applyChildren, undo, ids, err := b.stagePublications(ctx, batch, children)
+		if err != nil {
+			return nil, nil, err
+		}
+		n := b.stageSettleRecord(batch, d, backend.JobSucceeded, "", ids, run)
+		return func() {
+			applyChildren()
+			b.ids.remove(d.it.id)
+			b.recs.add(n, b.records.maxCount)
+		}, undo, nil
+	})
+}
+
+func (d *delivery) Retry(ctx context.Context, next backend.Envelope, delay time.Duration) error {
+	return d.republish(ctx, "retry", next, delay, false, nil)
+}
+
+func (d *delivery) Defer(ctx context.Context, next backend.Envelope, delay time.Duration) error {
+	return d.republish(ctx, "defer", next, delay, true, nil)
+}
+
+// RetryWith is Retry with the job's record in the same batch.
+func (d *delivery) RetryWith(ctx context.Context, next backend.Envelope, delay time.Duration, run *backend.JobRecord) error {
+	return d.republish(ctx, "retry", next, delay, false, run)
+}
+
+// DeferWith is Defer with the job's record in the same batch.
+func (d *delivery) DeferWith(ctx context.Context, next backend.Envelope, delay time.Duration, run *backend.JobRecord) error {
+	return d.republish(ctx, "defer", next, delay, true, run)
+}
+
+// republish settles the delivery by publishing next in its place, in one batch.
+func (d *delivery) republish(ctx context.Context, op string, next backend.Envelope, delay time.Duration, deferred bool, run *backend.JobRecord) error {
+	b := d.s.b
+	return d.settle(ctx, op, false, func(batch *pebbledb.Batch) (func(), func(), error) {
+		q, err := b.lookup(next.Queue)
+		if err != nil {
+			return nil, nil, err
+		}
+		apply := b.stage(batch, q, next, delay, deferred)
+		state := backend.JobRetrying
+		if deferred {
+			state = backend.JobDeferred
+		}
+		old := d.it.id
+		if next.ID != old {
+			b.stageRecord(batch, next, delay, deferred)
+		}
+		b.stageSettleRecord(batch, d, state, next.Reason, nil, run)
+		return func() {
+			if next.ID != old {
+				b.ids.remove(old)
+				b.ids.add(next.ID)
+			}
+			apply()
+		}, nil, nil
+	})
+}
+
+func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
+	return d.DeadLetterWith(ctx, reason, nil)
+}
+
+// DeadLetterWith is DeadLetter with the job's record in the same batch.
+func (d *delivery) DeadLetterWith(ctx context.Context, reason string, run *backend.JobRecord) error {
+	if reason == "" {
+		reason = "dead-lettered without a reason"
+	}
+	b := d.s.b
+	return d.settle(ctx, "dead-letter", true, func(batch *pebbledb.Batch) (func(), func(), error) {
+		now := time.Now()
+		raw := d.raw
+		if raw == nil {
+			raw = encodeEnvelope(nil, d.env)
+		}
+		batch.Set(deadKey(d.s.q.name, now, b.seq.Add(1)), encodeDead(nil, reason, now, raw), nil)
+		n := b.stageSettleRecord(batch, d, backend.JobDead, reason, nil, run)
+		return func() {
+			b.ids.remove(d.it.id)
+			b.recs.add(n, b.records.maxCount)
+		}, nil, nil
+	})
+}
