@@ -31,6 +31,7 @@ as many consumers acking as its concurrency, every error and nack counted. Every
 must succeed: give a module that acks (a payload it takes as a no-op can be set with
 --payload).`,
 		Example: `  wasmjobs bench --module testdata/abi/ack.wasm --compare-native
+  wasmjobs bench --backend pebble --module testdata/abi/ack.wasm --jobs 200000 --concurrency 64
   wasmjobs bench --module build/guests/c-conformance.wasm --payload ack --isolation fresh --jobs 20000
   wasmjobs bench --backend amqp://guest:guest@127.0.0.1:5672/ --module testdata/abi/ack.wasm --compare-raw-amqp --json`,
 		Args: argsBetween(0, 0),
@@ -46,8 +47,11 @@ must succeed: give a module that acks (a payload it takes as a no-op can be set 
 			default:
 				return usagef("--isolation %q: want pooled or fresh", isolation)
 			}
-			if cfg.Backend != "memory" && !isAMQP(cfg.Backend) {
-				return usagef("--backend %q: want memory or an amqp:// URL", cfg.Backend)
+			if cfg.Backend != "memory" && cfg.Backend != "pebble" && !isAMQP(cfg.Backend) {
+				return usagef("--backend %q: want memory, pebble or an amqp:// URL", cfg.Backend)
+			}
+			if cfg.DataDir != "" && cfg.Backend != "pebble" {
+				return usagef("--data-dir is for --backend pebble")
 			}
 			if cmpRaw && !isAMQP(cfg.Backend) {
 				return usagef("--compare-raw-amqp needs --backend amqp://...")
@@ -99,7 +103,8 @@ must succeed: give a module that acks (a payload it takes as a no-op can be set 
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&cfg.Backend, "backend", "memory", "memory, or an amqp:// URL")
+	fl.StringVar(&cfg.Backend, "backend", "memory", "memory, pebble or an amqp:// URL")
+	fl.StringVar(&cfg.DataDir, "data-dir", "", "the pebble backend's data directory (default: a temporary one, removed after the run)")
 	fl.StringVar(&cfg.Module, "module", "", "the module to run each job on")
 	fl.BoolVar(&native, "native", false, "run a native Go no-op handler instead of a module")
 	fl.IntVar(&cfg.Jobs, "jobs", 0, "jobs to run (default 100000, 10000 on RabbitMQ)")

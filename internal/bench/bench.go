@@ -22,6 +22,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/worker"
@@ -29,8 +30,11 @@ import (
 
 // Config is one run.
 type Config struct {
-	// Backend is "memory" or an amqp:// URL.
+	// Backend is "memory", "pebble" or an amqp:// URL.
 	Backend string
+	// DataDir is the pebble backend's data directory; empty means a temporary one,
+	// removed after the run.
+	DataDir string
 	// Module is the .wasm file to run; empty runs the native no-op handler.
 	Module string
 	// Jobs, Concurrency and PayloadSize shape the load. Zeros mean 100,000 jobs (10,000
@@ -83,7 +87,7 @@ func (c *Config) defaults() {
 	}
 	if c.Jobs <= 0 {
 		c.Jobs = 100_000
-		if c.Backend != "memory" {
+		if c.Backend != "memory" && c.Backend != "pebble" {
 			c.Jobs = 10_000
 		}
 	}
@@ -108,7 +112,8 @@ func (c *Config) payload() []byte {
 }
 
 // publishers is how many goroutines publish: a broker's publishes wait for their
-// confirm, so 64 keep as many in flight as the broker takes well; in memory, up to 32.
+// confirm and pebble's for their fsync, shared by the publishes committing at once, so
+// 64 keep enough in flight; in memory, up to 32.
 func (c *Config) publishers() int {
 	if c.Backend != "memory" {
 		return 64
@@ -116,11 +121,30 @@ func (c *Config) publishers() int {
 	return min(c.Concurrency, 32)
 }
 
-func openBackend(ctx context.Context, spec string) (backend.Backend, error) {
-	if spec == "memory" {
-		return memory.New(memory.Config{}), nil
+// openBackend opens the run's backend; cleanup removes what it made (a temporary data
+// directory), after the backend is closed.
+func openBackend(ctx context.Context, cfg Config) (b backend.Backend, cleanup func(), err error) {
+	switch cfg.Backend {
+	case "memory":
+		return memory.New(memory.Config{}), func() {}, nil
+	case "pebble":
+		dir, cleanup := cfg.DataDir, func() {}
+		if dir == "" {
+			tmp, err := os.MkdirTemp("", "wasmjobs-bench-")
+			if err != nil {
+				return nil, nil, fmt.Errorf("a temporary data directory: %w", err)
+			}
+			dir, cleanup = tmp, func() { os.RemoveAll(tmp) }
+		}
+		pb, err := pebble.Open(ctx, pebble.Config{Dir: dir})
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		return pb, cleanup, nil
 	}
-	return rabbitmq.Open(ctx, rabbitmq.Config{URL: spec})
+	rb, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: cfg.Backend})
+	return rb, func() {}, err
 }
 
 // handler returns the handler of a run and a function that releases it.
@@ -153,10 +177,11 @@ func handler(ctx context.Context, cfg Config) (worker.Handler, func(), error) {
 // publish to the last settle.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
-	b, err := openBackend(ctx, cfg.Backend)
+	b, cleanup, err := openBackend(ctx, cfg)
 	if err != nil {
 		return Result{}, err
 	}
+	defer cleanup()
 	defer b.Close(context.Background())
 	h, release, err := handler(ctx, cfg)
 	if err != nil {
