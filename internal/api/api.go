@@ -11,10 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"mime"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,6 +97,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/dead-letters", s.deadLetters)
 	mux.HandleFunc("DELETE /v1/dead-letters", s.purgeDeadLetters)
 	mux.HandleFunc("POST /v1/dead-letters/{id}/replay", s.replay)
+	mux.HandleFunc("POST /v1/backup", s.backup)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -660,4 +664,58 @@ func (s *server) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+}
+
+// Checkpointer is implemented by backends that can copy their store, consistently,
+// while they run (the pebble backend): POST /v1/backup uses it.
+type Checkpointer interface {
+	// Checkpoint writes a consistent copy of the store into dir, which must not exist.
+	Checkpoint(ctx context.Context, dir string) error
+}
+
+// BackupRequest is the body of POST /v1/backup.
+type BackupRequest struct {
+	// Dir is where the copy goes, a path on the host's machine: absolute, and either
+	// missing or an empty directory.
+	Dir string `json:"dir"`
+}
+
+// backup copies the backend's store into a new directory, while jobs run.
+func (s *server) backup(w http.ResponseWriter, r *http.Request) {
+	cp, ok := s.cfg.Backend.(Checkpointer)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "this backend keeps no data of its own to back up (only the pebble backend does; back RabbitMQ up with its own tools)")
+		return
+	}
+	var req BackupRequest
+	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	if req.Dir == "" || !filepath.IsAbs(req.Dir) {
+		fail(w, badRequest("dir %q: want an absolute path on the host's machine", req.Dir))
+		return
+	}
+	// An empty directory is taken (made ready by the caller); one with files is refused,
+	// never merged into.
+	if entries, err := os.ReadDir(req.Dir); err == nil {
+		if len(entries) > 0 {
+			fail(w, &httpError{http.StatusConflict, fmt.Sprintf("dir %s exists and is not empty: give a new or empty directory", req.Dir)})
+			return
+		}
+		if err := os.Remove(req.Dir); err != nil {
+			fail(w, &httpError{http.StatusInternalServerError, fmt.Sprintf("dir %s: %v", req.Dir, err)})
+			return
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		fail(w, badRequest("dir %s: %v", req.Dir, err))
+		return
+	}
+	start := time.Now()
+	if err := cp.Checkpoint(r.Context(), req.Dir); err != nil {
+		writeError(w, http.StatusInternalServerError, "backup into %s: %v", req.Dir, err)
+		return
+	}
+	s.log.Info("backup written", "dir", req.Dir, "took", time.Since(start))
+	writeJSON(w, http.StatusOK, map[string]any{"dir": req.Dir, "took_ms": float64(time.Since(start).Microseconds()) / 1000})
 }

@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +98,51 @@ func TestBatchIsOneWrite(t *testing.T) {
 		if status, job := r.call(t, "GET", "/v1/jobs/"+id.(string), ""); status != 200 || job["state"] != "delayed" {
 			t.Fatalf("job %v of the batch: %d %v, want delayed", id, status, job)
 		}
+	}
+}
+
+// POST /v1/backup copies the running store into a new or empty directory, which opens
+// with the jobs it held; a directory with files, a relative path and a backend with no
+// store of its own are refused with the reason.
+func TestBackup(t *testing.T) {
+	t.Parallel()
+	b := openPebble(t, pebble.Config{})
+	r := newRigOn(t, b, nil, "")
+	if status, body := r.call(t, "POST", "/v1/jobs", `{"queue": "echo", "payload": "later", "delay": "1h"}`); status != 202 {
+		t.Fatalf("enqueue: %d %v", status, body)
+	}
+	empty := t.TempDir()
+	full := t.TempDir()
+	os.WriteFile(filepath.Join(full, "x"), nil, 0o644)
+	for _, c := range []struct {
+		dir        string
+		status     int
+		wantInBody string
+	}{
+		{filepath.Join(t.TempDir(), "new"), 200, ""},
+		{empty, 200, ""},
+		{full, 409, "not empty"},
+		{"relative/dir", 400, "absolute"},
+	} {
+		status, body := r.call(t, "POST", "/v1/backup", `{"dir": "`+c.dir+`"}`)
+		if msg, _ := body["error"].(string); status != c.status || !strings.Contains(msg, c.wantInBody) {
+			t.Errorf("backup into %s: %d %v, want %d %q", c.dir, status, body, c.status, c.wantInBody)
+			continue
+		}
+		if status != 200 {
+			continue
+		}
+		cp, err := pebble.Open(context.Background(), pebble.Config{Dir: c.dir})
+		if err != nil {
+			t.Fatalf("opening the backup in %s: %v", c.dir, err)
+		}
+		if rec := cp.Recovered(); rec.Delayed != 1 {
+			t.Errorf("the backup in %s holds %+v, want the delayed job", c.dir, rec)
+		}
+		cp.Close(context.Background())
+	}
+	mem := newAPIRig(t, "")
+	if status, body := mem.call(t, "POST", "/v1/backup", `{"dir": "/tmp/x"}`); status != 501 {
+		t.Fatalf("backup on the memory backend: %d %v, want 501", status, body)
 	}
 }
