@@ -93,6 +93,9 @@ must succeed: give a module that acks (a payload it takes as a no-op can be set 
 				what = cfg.Module + " (" + isolation + ")"
 			}
 			fmt.Fprintf(w, "%d jobs of %s on %s at concurrency %d\n", res.Jobs, what, redact(cfg.Backend), max(cfg.Concurrency, 16))
+			if cfg.InsertFirst {
+				fmt.Fprintf(w, "  (inserted first; the work alone is timed)\n")
+			}
 			fmt.Fprintf(w, "  %.0f jobs/s in %.2f s\n", res.JobsPerSec, res.Seconds)
 			fmt.Fprintf(w, "  enqueue to settle: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms\n", res.P50Ms, res.P90Ms, res.P99Ms)
 			fmt.Fprintf(w, "  %.3f CPU s per 1,000 jobs, peak RSS %.0f MB\n", res.CPUSPer1k, res.PeakRSSMB)
@@ -104,6 +107,7 @@ must succeed: give a module that acks (a payload it takes as a no-op can be set 
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&cfg.Backend, "backend", "memory", "memory, pebble or an amqp:// URL")
+	fl.BoolVar(&cfg.InsertFirst, "insert-first", false, "publish every job before the worker starts and time the work alone (River's bench -n shape)")
 	fl.StringVar(&cfg.DataDir, "data-dir", "", "the pebble backend's data directory (default: a temporary one, removed after the run)")
 	fl.StringVar(&cfg.Module, "module", "", "the module to run each job on")
 	fl.BoolVar(&native, "native", false, "run a native Go no-op handler instead of a module")

@@ -166,7 +166,7 @@ func TestClientErrorsFromTheServer(t *testing.T) {
 	}{
 		{[]string{"enqueue", "nope", "x"}, `server answered 404: unknown queue "nope": no module serves it (served: echo)`},
 		{[]string{"enqueue", "echo", "x", "--priority", "5"}, "server answered 400: priority 5: want 0 to 1"},
-		{[]string{"jobs", "get", "01NOPE"}, `server answered 404: job "01NOPE" is not in this host's recent history`},
+		{[]string{"jobs", "get", "01NOPE"}, `server answered 404: job "01NOPE" is not in the backend's job records`},
 		{[]string{"dlq", "list", "nope"}, `server answered 404: unknown queue "nope"`},
 		{[]string{"dlq", "replay", "echo", "01NOPE"}, `server answered 404: no dead letter "01NOPE" in queues echo`},
 	} {

@@ -46,6 +46,10 @@ type Config struct {
 	Isolation host.Isolation
 	// CacheDir is the engine's compilation cache; empty means none.
 	CacheDir string
+	// InsertFirst publishes every job before the worker starts, and measures the work
+	// alone, from the worker's start to the last settle (River's `bench -n` shape);
+	// latency then includes the wait behind the whole backlog.
+	InsertFirst bool
 }
 
 // Result is what a run measured.
@@ -174,7 +178,8 @@ func handler(ctx context.Context, cfg Config) (worker.Handler, func(), error) {
 }
 
 // Run enqueues cfg.Jobs jobs while a worker runs them, and measures from the first
-// publish to the last settle.
+// publish to the last settle; with cfg.InsertFirst it enqueues them first and measures
+// from the worker's start.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
 	b, cleanup, err := openBackend(ctx, cfg)
@@ -212,8 +217,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := w.Register(ctx, worker.Queue{Name: queue, Handler: h}); err != nil {
 		return Result{}, err
 	}
-	if err := w.Start(ctx); err != nil {
-		return Result{}, err
+	if !cfg.InsertFirst {
+		if err := w.Start(ctx); err != nil {
+			return Result{}, err
+		}
 	}
 	payload := cfg.payload()
 	own := resetPeakRSS()
@@ -236,6 +243,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	wg.Wait()
 	if pubErr != nil {
 		return Result{}, fmt.Errorf("publishing: %w", pubErr)
+	}
+	if cfg.InsertFirst {
+		cpu0, start = cpuSeconds(), time.Now()
+		if err := w.Start(ctx); err != nil {
+			return Result{}, err
+		}
 	}
 	select {
 	case <-done:
