@@ -56,6 +56,9 @@ must succeed: give a module that acks (a payload it takes as a no-op can be set 
 			if cmpRaw && !isAMQP(cfg.Backend) {
 				return usagef("--compare-raw-amqp needs --backend amqp://...")
 			}
+			if cfg.Rate < 0 || (cfg.Rate > 0 && cfg.InsertFirst) {
+				return usagef("--rate: want a positive rate, and not with --insert-first")
+			}
 			if cfg.Jobs < 0 || cfg.Concurrency < 0 || cfg.PayloadSize < 0 {
 				return usagef("--jobs, --concurrency and --payload-size must not be negative")
 			}
@@ -107,6 +110,7 @@ must succeed: give a module that acks (a payload it takes as a no-op can be set 
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&cfg.Backend, "backend", "memory", "memory, pebble or an amqp:// URL")
+	fl.Float64Var(&cfg.Rate, "rate", 0, "publish at most this many jobs a second, for latency at a moderate load (default: as fast as they go)")
 	fl.BoolVar(&cfg.InsertFirst, "insert-first", false, "publish every job before the worker starts and time the work alone (River's bench -n shape)")
 	fl.StringVar(&cfg.DataDir, "data-dir", "", "the pebble backend's data directory (default: a temporary one, removed after the run)")
 	fl.StringVar(&cfg.Module, "module", "", "the module to run each job on")

@@ -50,6 +50,10 @@ type Config struct {
 	// alone, from the worker's start to the last settle (River's `bench -n` shape);
 	// latency then includes the wait behind the whole backlog.
 	InsertFirst bool
+	// Rate, when positive, paces the publishes at that many jobs a second (the n-th
+	// is published no earlier than n/Rate seconds after the start), so that latency is
+	// measured at a moderate load rather than behind a saturating publisher.
+	Rate float64
 }
 
 // Result is what a run measured.
@@ -232,7 +236,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	next := atomic.Int64{}
 	for range cfg.publishers() {
 		wg.Go(func() {
-			for next.Add(1) <= int64(cfg.Jobs) {
+			for {
+				n := next.Add(1)
+				if n > int64(cfg.Jobs) {
+					return
+				}
+				if cfg.Rate > 0 {
+					time.Sleep(time.Until(start.Add(time.Duration(float64(n-1) / cfg.Rate * float64(time.Second)))))
+				}
 				if err := b.Publish(ctx, backend.NewEnvelope(queue, payload), 0); err != nil {
 					pubOnce.Do(func() { pubErr = err })
 					return
