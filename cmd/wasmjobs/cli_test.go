@@ -111,6 +111,8 @@ func TestRunAndClientBadUsage(t *testing.T) {
 		{"run with a bad log level", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--log-level", "loud"}, `--log-level "loud": want debug, info, warn or error`},
 		{"run with a bad backend", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--backend", "redis://x"}, `--backend "redis://x": want pebble, memory or an amqp:// URL`},
 		{"run with a bad environment variable", []string{"WASMJOBS_CONCURRENCY=many"}, []string{"run", "--modules", dir}, `WASMJOBS_CONCURRENCY="many"`},
+		{"run with negative records", nil, []string{"run", "--modules", dir, "--records-max", "-1"}, "--records-max -1, --records-max-age 168h0m0s: want 0 or more"},
+		{"bench with a data dir off pebble", nil, []string{"bench", "--native", "--data-dir", dir}, "--data-dir is for --backend pebble"},
 		{"run with a bad drain timeout", nil, []string{"run", "--modules", dir, "--drain-timeout", "0s"}, "--drain-timeout 0s: want a positive duration"},
 		{"enqueue without a queue", nil, []string{"enqueue"}, "want enqueue QUEUE [PAYLOAD | --file F | -], got 0 arguments"},
 		{"enqueue with two payloads", nil, []string{"enqueue", "q", "x", "--file", file}, "give the payload one way"},
