@@ -42,7 +42,8 @@ func TestSecondRunOnTheDataDirFails(t *testing.T) {
 		t.Fatalf("the host does not say where its data is:\n%s", h.log())
 	}
 	start := time.Now()
-	r := wasmjobs(t, "", "run", "--modules", dir, "--listen", "127.0.0.1:0", "--data-dir", data)
+	// The same flags as the first, port included: the directory is what it names.
+	r := wasmjobs(t, "", "run", "--modules", dir, "--listen", strings.TrimPrefix(h.url, "http://"), "--data-dir", data)
 	if r.code == 0 || !strings.Contains(r.stderr, data) || !strings.Contains(r.stderr, "in use") {
 		t.Fatalf("a second run on %s: exit %d, stderr %q; want a failure naming the directory", data, r.code, r.stderr)
 	}

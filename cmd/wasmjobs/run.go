@@ -85,13 +85,21 @@ is rejected and the previous one keeps serving.
 The HTTP API (--listen) takes jobs (POST /v1/jobs), reports them (GET /v1/jobs/{id}),
 queues, modules and dead letters, and serves Prometheus metrics on /metrics.
 
-SIGINT or SIGTERM drains: the API refuses new jobs (it still answers reads), no new jobs
+Jobs are kept in --data-dir (./wasmjobs-data by default) by the embedded pebble backend:
+queued, delayed and dead-lettered jobs and job records survive a stop or a crash, and
+the log says at start how many jobs were found waiting. One run owns a directory at a
+time. --backend memory keeps nothing across a stop; --backend amqp://... shares queues
+between hosts through RabbitMQ.
+
+SIGINT or SIGTERM drains: the API still answers reads and, on a durable backend, still
+accepts jobs (kept for the next start; the memory backend refuses them), no new jobs
 are taken, running jobs finish and settle, up to --drain-timeout; then unfinished jobs
 are left unacknowledged for the backend to deliver again, and run exits within 2 s,
 whatever the broker does. A second signal stops at once.
 
 Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...).`,
 		Example: `  wasmjobs run --modules ./modules
+  wasmjobs run --modules ./modules --data-dir /var/lib/wasmjobs
   wasmjobs run --modules ./modules --concurrency 32 --log-format json
   WASMJOBS_TOKEN=s3cret wasmjobs run --modules ./modules --listen 0.0.0.0:8080`,
 		Args: argsBetween(0, 0),
@@ -300,11 +308,8 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		}
 	}()
 
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", f.listen, err)
-	}
-	cleanups = append(cleanups, func(context.Context) { ln.Close() })
+	// The backend first: a second run on a data directory in use is most often a second
+	// run with the same flags, and its error must name the directory, not the port.
 	b, err := openBackend(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig()}, log)
 	if err != nil {
 		return err
@@ -314,6 +319,11 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 			log.Warn("closing the backend", "error", err)
 		}
 	})
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	cleanups = append(cleanups, func(context.Context) { ln.Close() })
 	e, err := host.NewEngine(runCtx, host.Config{CacheDir: g.cacheDir, Logger: log})
 	if err != nil {
 		return err
