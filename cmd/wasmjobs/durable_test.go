@@ -153,7 +153,7 @@ var settledLine = regexp.MustCompile(`msg="job settled" job=(\S+) queue=work `)
 func TestCrashLosesNothingOnPebble(t *testing.T) {
 	t.Parallel()
 	const jobs, delayed, dead, concurrency = 4000, 300, 200, 16
-	const delay = 3 * time.Second
+	const delay = 10 * time.Second // due well after the kill: the delayed jobs cross it
 	dir, data := t.TempDir(), t.TempDir()
 	installModule(t, dir, "abi/sleep_ms", "work", "1")
 	installModule(t, dir, "abi/dead_letter", "mail", "1")
@@ -163,8 +163,8 @@ func TestCrashLosesNothingOnPebble(t *testing.T) {
 
 	logged := enqueueIDs(t, h, "logger", "x\n")[0]
 	deadIDs := enqueueIDs(t, h, "mail", strings.Repeat("x\n", dead))
-	delayedIDs := enqueueIDs(t, h, "work", strings.Repeat("5\n", delayed), "--delay", delay.String())
 	workIDs := enqueueIDs(t, h, "work", strings.Repeat("5\n", jobs)) // 5 ms each: about 3,000 a second at 16
+	delayedIDs := enqueueIDs(t, h, "work", strings.Repeat("5\n", delayed), "--delay", delay.String())
 	waitFor(t, "a third of the jobs", func() bool { return len(settledLine.FindAllString(h.log(), -1)) >= jobs/3 })
 	stopHost(t, h, syscall.SIGKILL)
 	before := h.log()
@@ -172,8 +172,8 @@ func TestCrashLosesNothingOnPebble(t *testing.T) {
 
 	h = startHost(t, dir, flags...)
 	m := regexp.MustCompile(`msg="data directory opened" data_dir=\S+ waiting=(\d+) delayed=(\d+) dead_letters=(\d+)`).FindStringSubmatch(h.log())
-	if m == nil || m[1] == "0" {
-		t.Fatalf("the restart does not say it found jobs waiting:\n%s", h.log())
+	if m == nil || m[1] == "0" || m[2] == "0" {
+		t.Fatalf("the restart does not say it found jobs waiting and delayed:\n%s", h.log())
 	}
 	t.Logf("SIGKILL after %d jobs settled; the restart found %s waiting, %s delayed, %s dead letters", atKill, m[1], m[2], m[3])
 	waitFor(t, "every job done", func() bool { return h.queued("work")+h.queued("mail") == 0 })
@@ -257,7 +257,7 @@ func TestDrainOnPebbleLosesNothing(t *testing.T) {
 	installModule(t, dir, "abi/sleep_ms", "work", "1")
 	flags := []string{"--data-dir", data, "--concurrency", "2", "--drain-timeout", "60s"}
 	h := startHost(t, dir, flags...)
-	slow := enqueueIDs(t, h, "work", "1500\n1500\n")
+	slow := enqueueIDs(t, h, "work", "8000\n8000\n") // running through the backups and the enqueues of the drain
 	queued := enqueueIDs(t, h, "work", strings.Repeat("1\n", 20))
 	waitFor(t, "the slow jobs to run", func() bool {
 		var a, b record
