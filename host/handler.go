@@ -52,14 +52,27 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 		m = next
 	}
 	log := h.log
+	// The lines go to the host's log and, up to MaxResultLogs, into the result, for
+	// the job's record. The guest's call is synchronous, so the slice needs no lock.
+	var lines []string
 	sink := func(level slog.Level, msg string) {
 		log.LogAttrs(ctx, level, msg,
 			slog.String("job", job.Envelope.ID), slog.String("queue", job.Envelope.Queue),
 			slog.String("module", m.name), slog.String("version", m.version), slog.Int("attempt", job.Attempt))
+		if len(lines) < MaxResultLogs {
+			lines = append(lines, level.String()+" "+msg)
+		}
 	}
 	x := m.run(ctx, job, sink)
-	return x.Result()
+	res := x.Result()
+	res.Logs = lines
+	return res
 }
+
+// MaxResultLogs bounds the guest log lines a Handler returns in a job's result (each
+// "LEVEL message", already cut to the manifest's max_log_message); the manifest's
+// max_log_lines bounds them first, and a backend that keeps them caps them again.
+const MaxResultLogs = 1000
 
 // Queue returns the worker.Queue that serves the module's queue with h, its policies
 // taken from the module's manifest.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -232,5 +233,27 @@ func TestGoExampleOnAWorker(t *testing.T) {
 	dead, _ := b.DeadLetters(ctx, "greet", 0)
 	if len(dead) != 20 || !strings.HasPrefix(dead[0].Reason, "payload is not a JSON object") {
 		t.Fatalf("dead letters: %d, first %q", len(dead), dead[0].Reason)
+	}
+}
+
+// A Handler returns the guest's log lines in the result, for the job's record: the log
+// host function's and stdout's and stderr's, each "LEVEL message", in order, bounded
+// by the manifest's max_log_lines (then one line saying how many were dropped).
+func TestHandlerReturnsTheGuestsLogLines(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	for _, c := range []struct {
+		manifest string
+		want     []string
+	}{
+		{"", []string{"DEBUG debug line", "INFO info line", "WARN warn line", "ERROR error line", "ERROR clamped high",
+			"DEBUG clamped low", "INFO out 1", "WARN err 1", "INFO out 2"}},
+		{"max_log_lines = 2", []string{"DEBUG debug line", "INFO info line", "WARN 7 log lines dropped (limit 2 per job)"}},
+	} {
+		m := loadFile(t, e, "abi/log", c.manifest)
+		res := host.NewHandler(m, nil).Handle(context.Background(), &worker.Job{Envelope: backend.NewEnvelope("q", nil), Attempt: 1})
+		if res.Outcome != worker.Ack || !slices.Equal(res.Logs, c.want) {
+			t.Errorf("manifest %q: %v logs %q, want an ack with %q", c.manifest, res.Outcome, res.Logs, c.want)
+		}
 	}
 }

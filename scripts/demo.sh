@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# make run: builds wasmjobs and the example handler, starts `wasmjobs run` on the memory
-# backend with the example in .run/modules, enqueues a few demo jobs and shows them
-# processed. The host then keeps running in the foreground until Ctrl-C.
+# make run: builds wasmjobs and the example handler, starts `wasmjobs run` on its durable
+# default backend (data in .run/data) with the example in .run/modules, enqueues a few
+# demo jobs and shows them processed. The host then keeps running in the foreground until
+# Ctrl-C; jobs still queued then are there at the next `make run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -13,8 +14,8 @@ $GO build -o bin/wasmjobs ./cmd/wasmjobs
 mkdir -p .run/modules
 cp examples/greet-go/greet-go.wasm examples/greet-go/greet-go.toml .run/modules/
 
-echo "== starting: bin/wasmjobs run --modules .run/modules"
-bin/wasmjobs run --modules .run/modules --listen "${WASMJOBS_LISTEN:-127.0.0.1:8080}" &
+echo "== starting: bin/wasmjobs run --modules .run/modules --data-dir .run/data"
+bin/wasmjobs run --modules .run/modules --data-dir .run/data --listen "${WASMJOBS_LISTEN:-127.0.0.1:8080}" &
 pid=$!
 # Ctrl-C reaches the host from the terminal: wait for its drain. A TERM to this script is
 # passed on. Leaving in any other way stops the host too.
@@ -51,6 +52,7 @@ wasmjobs is running with the handler in .run/modules. In another terminal, try:
   bin/wasmjobs enqueue greet '{"name":"Linus","lang":"es"}'
   bin/wasmjobs modules list
   bin/wasmjobs dlq list greet
-Ctrl-C drains and stops it.
+  bin/wasmjobs backup .run/backup-\$(date +%s)
+Ctrl-C drains and stops it; what is queued stays in .run/data for the next start.
 MSG
 wait $pid

@@ -31,7 +31,7 @@ func TestAtomicAckWithChildren(t *testing.T) {
 			if string(j.Envelope.Payload) == "bad" && j.Attempt == 1 {
 				return worker.Result{Children: []worker.Child{{Queue: "kids", Payload: []byte("orphan")}, {Queue: "nowhere"}}}
 			}
-			return worker.Result{Output: []byte("done"), Handler: "mod", Version: "v1",
+			return worker.Result{Output: []byte("done"), Handler: "mod", Version: "v1", Logs: []string{"INFO one", "WARN two"},
 				Children: []worker.Child{{Queue: "kids", Payload: []byte("k1")}, {Queue: "kids", Payload: []byte("k2"), Delay: time.Second}}}
 		})
 		child := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
@@ -72,7 +72,8 @@ func TestAtomicAckWithChildren(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec.State != backend.JobSucceeded || len(rec.Children) != 2 || string(rec.Output) != "done" || rec.Module != "mod" || rec.ModuleVersion != "v1" {
+		if rec.State != backend.JobSucceeded || len(rec.Children) != 2 || string(rec.Output) != "done" || rec.Module != "mod" || rec.ModuleVersion != "v1" ||
+			strings.Join(rec.Logs, "|") != "INFO one|WARN two" {
 			t.Fatalf("record of the parent = %+v", rec)
 		}
 		rec, err = b.JobRecord(ctx, bad.ID)

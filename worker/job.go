@@ -77,6 +77,10 @@ type Result struct {
 	// Handler and Version name the handler that ran the job and its version, such as a
 	// module's name and sha256; they are passed on in events and logs.
 	Handler, Version string
+	// Logs are the log lines the handler wants kept with the job's record, oldest
+	// first; a backend that keeps records stores them (up to its own cap), any other
+	// ignores them. The handler bounds how many it returns.
+	Logs []string
 }
 
 // Handler runs jobs. Handle is called concurrently from many goroutines; ctx is

@@ -247,12 +247,11 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 }
 
 // runRecord is what the worker knows of a run for the job's record: the backend adds
-// the job's identity, state, attempt and reason. (Guest log lines are not in a Result
-// yet: the host can add them here.)
+// the job's identity, state, attempt and reason, and caps output and logs.
 func runRecord(res Result, took time.Duration) *backend.JobRecord {
 	end := time.Now()
 	return &backend.JobRecord{
-		Output: res.Output, Module: res.Handler, ModuleVersion: res.Version,
+		Output: res.Output, Logs: res.Logs, Module: res.Handler, ModuleVersion: res.Version,
 		StartedAt: end.Add(-took), FinishedAt: end,
 	}
 }

@@ -31,6 +31,7 @@ as many consumers acking as its concurrency, every error and nack counted. Every
 must succeed: give a module that acks (a payload it takes as a no-op can be set with
 --payload).`,
 		Example: `  wasmjobs bench --module testdata/abi/ack.wasm --compare-native
+  wasmjobs bench --backend pebble --module testdata/abi/ack.wasm --jobs 200000 --concurrency 64
   wasmjobs bench --module build/guests/c-conformance.wasm --payload ack --isolation fresh --jobs 20000
   wasmjobs bench --backend amqp://guest:guest@127.0.0.1:5672/ --module testdata/abi/ack.wasm --compare-raw-amqp --json`,
 		Args: argsBetween(0, 0),
@@ -46,11 +47,17 @@ must succeed: give a module that acks (a payload it takes as a no-op can be set 
 			default:
 				return usagef("--isolation %q: want pooled or fresh", isolation)
 			}
-			if cfg.Backend != "memory" && !isAMQP(cfg.Backend) {
-				return usagef("--backend %q: want memory or an amqp:// URL", cfg.Backend)
+			if cfg.Backend != "memory" && cfg.Backend != "pebble" && !isAMQP(cfg.Backend) {
+				return usagef("--backend %q: want memory, pebble or an amqp:// URL", cfg.Backend)
+			}
+			if cfg.DataDir != "" && cfg.Backend != "pebble" {
+				return usagef("--data-dir is for --backend pebble")
 			}
 			if cmpRaw && !isAMQP(cfg.Backend) {
 				return usagef("--compare-raw-amqp needs --backend amqp://...")
+			}
+			if cfg.Rate < 0 || (cfg.Rate > 0 && cfg.InsertFirst) {
+				return usagef("--rate: want a positive rate, and not with --insert-first")
 			}
 			if cfg.Jobs < 0 || cfg.Concurrency < 0 || cfg.PayloadSize < 0 {
 				return usagef("--jobs, --concurrency and --payload-size must not be negative")
@@ -89,6 +96,9 @@ must succeed: give a module that acks (a payload it takes as a no-op can be set 
 				what = cfg.Module + " (" + isolation + ")"
 			}
 			fmt.Fprintf(w, "%d jobs of %s on %s at concurrency %d\n", res.Jobs, what, redact(cfg.Backend), max(cfg.Concurrency, 16))
+			if cfg.InsertFirst {
+				fmt.Fprintf(w, "  (inserted first; the work alone is timed)\n")
+			}
 			fmt.Fprintf(w, "  %.0f jobs/s in %.2f s\n", res.JobsPerSec, res.Seconds)
 			fmt.Fprintf(w, "  enqueue to settle: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms\n", res.P50Ms, res.P90Ms, res.P99Ms)
 			fmt.Fprintf(w, "  %.3f CPU s per 1,000 jobs, peak RSS %.0f MB\n", res.CPUSPer1k, res.PeakRSSMB)
@@ -99,7 +109,10 @@ must succeed: give a module that acks (a payload it takes as a no-op can be set 
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&cfg.Backend, "backend", "memory", "memory, or an amqp:// URL")
+	fl.StringVar(&cfg.Backend, "backend", "memory", "memory, pebble or an amqp:// URL")
+	fl.Float64Var(&cfg.Rate, "rate", 0, "publish at most this many jobs a second, for latency at a moderate load (default: as fast as they go)")
+	fl.BoolVar(&cfg.InsertFirst, "insert-first", false, "publish every job before the worker starts and time the work alone (River's bench -n shape)")
+	fl.StringVar(&cfg.DataDir, "data-dir", "", "the pebble backend's data directory (default: a temporary one, removed after the run)")
 	fl.StringVar(&cfg.Module, "module", "", "the module to run each job on")
 	fl.BoolVar(&native, "native", false, "run a native Go no-op handler instead of a module")
 	fl.IntVar(&cfg.Jobs, "jobs", 0, "jobs to run (default 100000, 10000 on RabbitMQ)")

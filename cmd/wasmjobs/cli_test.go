@@ -109,8 +109,10 @@ func TestRunAndClientBadUsage(t *testing.T) {
 		{"run beyond loopback without token", nil, []string{"run", "--modules", dir, "--listen", "0.0.0.0:0"}, "--listen 0.0.0.0:0 is beyond loopback: set --token"},
 		{"run with a bad log format", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--log-format", "xml"}, `--log-format "xml": want text or json`},
 		{"run with a bad log level", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--log-level", "loud"}, `--log-level "loud": want debug, info, warn or error`},
-		{"run with a bad backend", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--backend", "redis://x"}, `--backend "redis://x": want memory or an amqp:// URL`},
+		{"run with a bad backend", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--backend", "redis://x"}, `--backend "redis://x": want pebble, memory or an amqp:// URL`},
 		{"run with a bad environment variable", []string{"WASMJOBS_CONCURRENCY=many"}, []string{"run", "--modules", dir}, `WASMJOBS_CONCURRENCY="many"`},
+		{"run with negative records", nil, []string{"run", "--modules", dir, "--records-max", "-1"}, "--records-max -1, --records-max-age 168h0m0s: want 0 or more"},
+		{"bench with a data dir off pebble", nil, []string{"bench", "--native", "--data-dir", dir}, "--data-dir is for --backend pebble"},
 		{"run with a bad drain timeout", nil, []string{"run", "--modules", dir, "--drain-timeout", "0s"}, "--drain-timeout 0s: want a positive duration"},
 		{"enqueue without a queue", nil, []string{"enqueue"}, "want enqueue QUEUE [PAYLOAD | --file F | -], got 0 arguments"},
 		{"enqueue with two payloads", nil, []string{"enqueue", "q", "x", "--file", file}, "give the payload one way"},
@@ -133,7 +135,7 @@ func TestRunAndClientBadUsage(t *testing.T) {
 		{"bench with two handlers", nil, []string{"bench", "--native", "--module", "x.wasm"}, "give either --module M.wasm or --native"},
 		{"bench with a bad isolation", nil, []string{"bench", "--native", "--isolation", "shared"}, `--isolation "shared": want pooled or fresh`},
 		{"bench raw amqp on memory", nil, []string{"bench", "--native", "--compare-raw-amqp"}, "--compare-raw-amqp needs --backend amqp://..."},
-		{"bench on a bad backend", nil, []string{"bench", "--native", "--backend", "redis://x"}, `--backend "redis://x": want memory or an amqp:// URL`},
+		{"bench on a bad backend", nil, []string{"bench", "--native", "--backend", "redis://x"}, `--backend "redis://x": want memory, pebble or an amqp:// URL`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -166,7 +168,7 @@ func TestClientErrorsFromTheServer(t *testing.T) {
 	}{
 		{[]string{"enqueue", "nope", "x"}, `server answered 404: unknown queue "nope": no module serves it (served: echo)`},
 		{[]string{"enqueue", "echo", "x", "--priority", "5"}, "server answered 400: priority 5: want 0 to 1"},
-		{[]string{"jobs", "get", "01NOPE"}, `server answered 404: job "01NOPE" is not in this host's recent history`},
+		{[]string{"jobs", "get", "01NOPE"}, `server answered 404: job "01NOPE" is not in the backend's job records`},
 		{[]string{"dlq", "list", "nope"}, `server answered 404: unknown queue "nope"`},
 		{[]string{"dlq", "replay", "echo", "01NOPE"}, `server answered 404: no dead letter "01NOPE" in queues echo`},
 	} {

@@ -44,7 +44,7 @@ func (a *apiFlags) direct(cmd *cobra.Command) (*rabbitmq.Backend, error) {
 	if !isAMQP(a.backend) {
 		return nil, usagef("--backend %q: want an amqp:// URL", a.backend)
 	}
-	b, err := openBackend(cmd.Context(), a.backend, nil)
+	b, err := openBackend(cmd.Context(), backendSpec{spec: a.backend}, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ func TestEnqueueDuringTheDrainIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	installModule(t, dir, "abi/sleep_ms", "work", "v1")
 	os.WriteFile(filepath.Join(dir, "work.toml"), []byte("max_attempts = 1\n"), 0o644)
-	h := startHost(t, dir, "--drain-timeout", "60s")
+	h := startHost(t, dir, "--backend", "memory", "--drain-timeout", "60s")
 
 	status, body := h.post("/v1/jobs", `{"queue": "work", "payload": "4000"}`)
 	var acc struct{ ID string }

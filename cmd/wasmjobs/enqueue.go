@@ -217,7 +217,7 @@ func (f *enqueueFlags) direct(cmd *cobra.Command, queue string, headers map[stri
 		}
 	}
 	ctx := cmd.Context()
-	b, err := openBackend(ctx, f.backend, nil)
+	b, err := openBackend(ctx, backendSpec{spec: f.backend}, nil)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,11 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	// Tests keep their data in temporary directories, never in the default one.
+	if _, err := os.Stat(defaultDataDir); err == nil {
+		os.Stderr.WriteString("FAIL: a test left the default data directory " + defaultDataDir + " in the package directory\n")
+		code = 1
+	}
 	os.Exit(code)
 }
 

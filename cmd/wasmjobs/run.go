@@ -20,6 +20,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/api"
@@ -37,6 +38,9 @@ type runFlags struct {
 	logLevel     string
 	token        string
 	history      int
+	dataDir      string
+	recordsMax   int
+	recordsAge   time.Duration
 }
 
 // envDefaults is the environment variable of each flag that has one.
@@ -44,7 +48,8 @@ var envDefaults = map[string]string{
 	"modules": "WASMJOBS_MODULES", "backend": "WASMJOBS_BACKEND", "concurrency": "WASMJOBS_CONCURRENCY",
 	"listen": "WASMJOBS_LISTEN", "drain-timeout": "WASMJOBS_DRAIN_TIMEOUT", "log-format": "WASMJOBS_LOG_FORMAT",
 	"log-level": "WASMJOBS_LOG_LEVEL", "token": "WASMJOBS_TOKEN", "history": "WASMJOBS_HISTORY",
-	"server": "WASMJOBS_SERVER",
+	"server": "WASMJOBS_SERVER", "data-dir": "WASMJOBS_DATA_DIR", "records-max": "WASMJOBS_RECORDS_MAX",
+	"records-max-age": "WASMJOBS_RECORDS_MAX_AGE",
 }
 
 // applyEnv sets every flag of cmd that was not given on the command line from its
@@ -80,13 +85,21 @@ is rejected and the previous one keeps serving.
 The HTTP API (--listen) takes jobs (POST /v1/jobs), reports them (GET /v1/jobs/{id}),
 queues, modules and dead letters, and serves Prometheus metrics on /metrics.
 
-SIGINT or SIGTERM drains: the API refuses new jobs (it still answers reads), no new jobs
+Jobs are kept in --data-dir (./wasmjobs-data by default) by the embedded pebble backend:
+queued, delayed and dead-lettered jobs and job records survive a stop or a crash, and
+the log says at start how many jobs were found waiting. One run owns a directory at a
+time. --backend memory keeps nothing across a stop; --backend amqp://... shares queues
+between hosts through RabbitMQ.
+
+SIGINT or SIGTERM drains: the API still answers reads and, on a durable backend, still
+accepts jobs (kept for the next start; the memory backend refuses them), no new jobs
 are taken, running jobs finish and settle, up to --drain-timeout; then unfinished jobs
 are left unacknowledged for the backend to deliver again, and run exits within 2 s,
 whatever the broker does. A second signal stops at once.
 
 Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...).`,
 		Example: `  wasmjobs run --modules ./modules
+  wasmjobs run --modules ./modules --data-dir /var/lib/wasmjobs
   wasmjobs run --modules ./modules --concurrency 32 --log-format json
   WASMJOBS_TOKEN=s3cret wasmjobs run --modules ./modules --listen 0.0.0.0:8080`,
 		Args: argsBetween(0, 0),
@@ -99,14 +112,17 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.modules, "modules", "", "the modules directory (required; env WASMJOBS_MODULES)")
-	fl.StringVar(&f.backend, "backend", "memory", "memory, or a RabbitMQ URL amqp://user:pass@host:5672/vhost (env WASMJOBS_BACKEND)")
+	fl.StringVar(&f.backend, "backend", "pebble", "pebble (durable, in --data-dir), memory (nothing survives a stop), or a RabbitMQ URL amqp://user:pass@host:5672/vhost (env WASMJOBS_BACKEND)")
+	fl.StringVar(&f.dataDir, "data-dir", defaultDataDir, "the pebble backend's data directory, owned by one run at a time (env WASMJOBS_DATA_DIR)")
+	fl.IntVar(&f.recordsMax, "records-max", pebble.DefaultRecordMaxCount, "finished job records the pebble backend keeps for GET /v1/jobs/{id}, the newest; 0 keeps none (env WASMJOBS_RECORDS_MAX)")
+	fl.DurationVar(&f.recordsAge, "records-max-age", pebble.DefaultRecordMaxAge, "how long the pebble backend keeps a finished job's record; 0 keeps them regardless of age (env WASMJOBS_RECORDS_MAX_AGE)")
 	fl.IntVar(&f.concurrency, "concurrency", worker.DefaultConcurrency, "jobs running at once over all queues (env WASMJOBS_CONCURRENCY)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the HTTP API; beyond loopback it needs --token (env WASMJOBS_LISTEN)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "how long a shutdown waits for running jobs (env WASMJOBS_DRAIN_TIMEOUT)")
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json (env WASMJOBS_LOG_FORMAT)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error; debug logs every job (env WASMJOBS_LOG_LEVEL)")
 	fl.StringVar(&f.token, "token", "", "bearer token the API requires (env WASMJOBS_TOKEN)")
-	fl.IntVar(&f.history, "history", api.DefaultHistory, "recent jobs whose state GET /v1/jobs/{id} reports (env WASMJOBS_HISTORY)")
+	fl.IntVar(&f.history, "history", api.DefaultHistory, "recent jobs whose state GET /v1/jobs/{id} reports on the memory and RabbitMQ backends (env WASMJOBS_HISTORY)")
 	return cmd
 }
 
@@ -144,17 +160,47 @@ func isAMQP(spec string) bool {
 	return strings.HasPrefix(spec, "amqp://") || strings.HasPrefix(spec, "amqps://")
 }
 
-// openBackend opens the backend of --backend.
-func openBackend(ctx context.Context, spec string, log *slog.Logger) (backend.Backend, error) {
+// defaultDataDir is where the pebble backend keeps its data when --data-dir is not
+// given: in the working directory, like Prometheus' data/ and etcd's default.etcd.
+const defaultDataDir = "wasmjobs-data"
+
+// backendSpec is what openBackend needs: --backend and, for pebble, the data directory
+// and the records' retention.
+type backendSpec struct {
+	spec    string
+	dataDir string
+	records pebble.RecordConfig
+}
+
+// openBackend opens the backend of --backend. A pebble directory in use or damaged is
+// refused with the directory, and the file and problem, named.
+func openBackend(ctx context.Context, bs backendSpec, log *slog.Logger) (backend.Backend, error) {
 	switch {
-	case spec == "memory":
+	case bs.spec == "memory":
 		return memory.New(memory.Config{Logger: log}), nil
-	case isAMQP(spec):
+	case bs.spec == "pebble":
+		if bs.dataDir == "" {
+			return nil, usagef("--data-dir is empty: the pebble backend needs a data directory")
+		}
+		b, err := pebble.Open(ctx, pebble.Config{Dir: bs.dataDir, Logger: log, Records: bs.records})
+		switch {
+		case errors.Is(err, pebble.ErrLocked):
+			return nil, fmt.Errorf("--data-dir %s: %w; another `wasmjobs run` owns it: stop that one, or give this one another --data-dir", bs.dataDir, err)
+		case errors.Is(err, pebble.ErrCorrupt):
+			return nil, fmt.Errorf("--data-dir %s: refusing to start on a damaged store: %w; restore a backup (see `wasmjobs backup`) or move the directory aside", bs.dataDir, err)
+		case err != nil:
+			return nil, fmt.Errorf("--data-dir %s: %w", bs.dataDir, err)
+		}
+		rec := b.Recovered()
+		log.Info("data directory opened", "data_dir", b.Dir(), "waiting", rec.Ready, "delayed", rec.Delayed,
+			"dead_letters", rec.Dead, "queues", rec.Queues, "took", rec.Took.Round(time.Millisecond))
+		return b, nil
+	case isAMQP(bs.spec):
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		return rabbitmq.Open(ctx, rabbitmq.Config{URL: spec, Logger: log})
+		return rabbitmq.Open(ctx, rabbitmq.Config{URL: bs.spec, Logger: log})
 	}
-	return nil, usagef("--backend %q: want memory or an amqp:// URL", spec)
+	return nil, usagef("--backend %q: want pebble, memory or an amqp:// URL", bs.spec)
 }
 
 // redact hides the password of a --backend value for messages.
@@ -163,6 +209,20 @@ func redact(spec string) string {
 		return rabbitmq.Redact(spec)
 	}
 	return spec
+}
+
+// recordConfig maps the records flags onto the pebble backend's configuration, where
+// zero means its default: here 0 keeps no record (--records-max) or keeps them
+// regardless of age (--records-max-age).
+func (f *runFlags) recordConfig() pebble.RecordConfig {
+	rc := pebble.RecordConfig{MaxCount: f.recordsMax, MaxAge: f.recordsAge}
+	if rc.MaxCount == 0 {
+		rc.MaxCount = -1
+	}
+	if rc.MaxAge == 0 {
+		rc.MaxAge = -1
+	}
+	return rc
 }
 
 // closeGrace is what run gives, past the drain timeout, to closing the API, the backend
@@ -192,6 +252,9 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	}
 	if f.drainTimeout <= 0 {
 		return usagef("--drain-timeout %v: want a positive duration", f.drainTimeout)
+	}
+	if f.recordsMax < 0 || f.recordsAge < 0 {
+		return usagef("--records-max %d, --records-max-age %v: want 0 or more", f.recordsMax, f.recordsAge)
 	}
 	if !isLoopback(f.listen) && f.token == "" {
 		return usagef("--listen %s is beyond loopback: set --token (or WASMJOBS_TOKEN) so that the API is not open", f.listen)
@@ -245,12 +308,9 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		}
 	}()
 
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", f.listen, err)
-	}
-	cleanups = append(cleanups, func(context.Context) { ln.Close() })
-	b, err := openBackend(runCtx, f.backend, log)
+	// The backend first: a second run on a data directory in use is most often a second
+	// run with the same flags, and its error must name the directory, not the port.
+	b, err := openBackend(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig()}, log)
 	if err != nil {
 		if runCtx.Err() != nil { // a signal during the connection: nothing served yet
 			log.Info("wasmjobs stopped before it served")
@@ -263,6 +323,11 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 			log.Warn("closing the backend", "error", err)
 		}
 	})
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	cleanups = append(cleanups, func(context.Context) { ln.Close() })
 	e, err := host.NewEngine(runCtx, host.Config{CacheDir: g.cacheDir, Logger: log})
 	if err != nil {
 		return err
@@ -270,10 +335,17 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	cleanups = append(cleanups, func(ctx context.Context) { e.Close(ctx) })
 
 	met := metrics.New()
-	hist := api.NewHistory(f.history)
+	// A backend with job records (pebble) answers GET /v1/jobs/{id} itself, after a
+	// restart too; the others get the in-memory history of recent jobs.
+	var hist *api.History
+	obs := worker.Observers(met, worker.LogObserver(log))
+	if _, records := b.(backend.JobRecordReader); !records {
+		hist = api.NewHistory(f.history)
+		obs = worker.Observers(hist, met, worker.LogObserver(log))
+	}
 	w := worker.New(b, worker.Config{
 		Concurrency: f.concurrency,
-		Observer:    worker.Observers(hist, met, worker.LogObserver(log)),
+		Observer:    obs,
 		Logger:      log,
 	})
 	reg, err := host.NewRegistry(host.RegistryConfig{Dir: f.modules, Engine: e, Queues: w, Logger: log, OnEvent: met.ModuleEvent})
@@ -298,10 +370,17 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		}
 		return err
 	}
+	// The memory backend drops at exit what is queued, so it takes jobs only until the
+	// drain; a durable one (pebble, RabbitMQ) keeps them for the next start, and takes
+	// them through the drain for as long as the API answers.
+	accepting := func() bool { return started.Load() && !draining.Load() }
+	if _, isMemory := b.(*memory.Backend); !isMemory {
+		accepting = started.Load
+	}
 	srv := &http.Server{
 		Handler: api.New(api.Config{
 			Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(),
-			Token: f.token, Ready: func() bool { return started.Load() && !draining.Load() }, Logger: log,
+			Token: f.token, Ready: func() bool { return started.Load() && !draining.Load() }, Accepting: accepting, Logger: log,
 			Loopback: isLoopback(ln.Addr().String()),
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -357,15 +436,22 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		}
 		log.Info("drained: every running job finished and settled", "running", running)
 	}
-	if mb, isMemory := b.(*memory.Backend); isMemory {
+	// Say what becomes of the jobs still queued: the memory backend drops them, the
+	// pebble backend keeps them for the next start.
+	_, isMemory := b.(*memory.Backend)
+	pb, isPebble := b.(*pebble.Backend)
+	if sr, ok := b.(backend.StatsReader); ok && (isMemory || isPebble) {
 		left := 0
 		for _, m := range reg.Modules() { // the modules now, not those at start
-			if st, err := mb.QueueStats(context.Background(), m.Queue); m.Status == "serving" && err == nil {
+			if st, err := sr.QueueStats(context.Background(), m.Queue); m.Status == "serving" && err == nil {
 				left += st.Pending + st.Delayed + st.Deferred
 			}
 		}
-		if left > 0 {
+		switch {
+		case left > 0 && isMemory:
 			log.Warn("the memory backend keeps nothing across restarts: queued jobs are dropped at exit", "queued", left)
+		case left > 0:
+			log.Info("queued jobs are kept for the next start", "queued", left, "data_dir", pb.Dir())
 		}
 	}
 	if stopErr != nil && !errors.Is(stopErr, context.DeadlineExceeded) {

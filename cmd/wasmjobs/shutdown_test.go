@@ -120,12 +120,13 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 			return f // a file where the cache directory should be: the engine fails
 		}, false, "compilation cache"},
 		{"signal", func(*testing.T) string { return "memory" }, func(t *testing.T) string { return t.TempDir() }, true, ""},
+		{"signal on pebble", func(*testing.T) string { return "pebble" }, func(t *testing.T) string { return t.TempDir() }, true, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 			dir := t.TempDir()
 			installModule(t, dir, "abi/echo", "echo", "1")
-			f := &runFlags{modules: dir, backend: c.backend(t), concurrency: 2, listen: "127.0.0.1:0",
+			f := &runFlags{modules: dir, backend: c.backend(t), dataDir: t.TempDir(), concurrency: 2, listen: "127.0.0.1:0",
 				drainTimeout: 5 * time.Second, logFormat: "text", logLevel: "info", history: 10}
 			logs := &notifyWriter{want: "wasmjobs serving", seen: make(chan struct{})}
 			sigs := make(chan os.Signal, 2)

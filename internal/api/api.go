@@ -11,10 +11,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"mime"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +41,8 @@ type Config struct {
 	Registry *host.Registry
 	// Running reports the running jobs per queue (worker.Worker.Running).
 	Running func() map[string]int
+	// History answers GET /v1/jobs/{id} when the backend keeps no job records (it is
+	// not a backend.JobRecordReader); nil remembers nothing.
 	History *History
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
@@ -92,6 +97,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/dead-letters", s.deadLetters)
 	mux.HandleFunc("DELETE /v1/dead-letters", s.purgeDeadLetters)
 	mux.HandleFunc("POST /v1/dead-letters/{id}/replay", s.replay)
+	mux.HandleFunc("POST /v1/backup", s.backup)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -230,6 +236,9 @@ func fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, "%v", err)
 		return
 	}
+	// A full disk (pebble.ErrDiskFull) and a failed store (pebble.ErrStoreFailed) are
+	// the host's trouble, not the client's: 503, with the data directory named by the
+	// backend's message. Nothing else is written: the client may try again later.
 	writeError(w, http.StatusServiceUnavailable, "%v", err)
 }
 
@@ -408,6 +417,10 @@ func (s *server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if bp, ok := s.cfg.Backend.(backend.BatchPublisher); ok {
+		s.publishBatch(w, r, bp, envs, delays)
+		return
+	}
 	ids := make([]string, 0, len(envs))
 	for i, env := range envs {
 		if err := s.publish(r.Context(), env, delays[i]); err != nil {
@@ -420,8 +433,63 @@ func (s *server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, map[string]any{"ids": ids})
 }
 
+// publishBatch publishes a batch in one atomic write: every job is accepted, or none.
+func (s *server) publishBatch(w http.ResponseWriter, r *http.Request, bp backend.BatchPublisher, envs []backend.Envelope, delays []time.Duration) {
+	pubs := make([]backend.Publication, len(envs))
+	ids := make([]string, len(envs))
+	for i, env := range envs {
+		pubs[i] = backend.Publication{Envelope: env, Delay: delays[i]}
+		ids[i] = env.ID
+		s.cfg.History.Enqueued(env, delays[i] > 0) // first: see publish
+	}
+	if err := bp.PublishBatch(r.Context(), pubs); err != nil {
+		for _, id := range ids {
+			s.cfg.History.Forget(id)
+		}
+		if errors.Is(err, backend.ErrUnknownQueue) {
+			fail(w, fmt.Errorf("publishing a batch of %d jobs: %w", len(envs), err))
+			return
+		}
+		// ids is empty: the batch is one write, so none of its jobs was accepted.
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{
+			"error": fmt.Sprintf("publishing a batch of %d jobs: none was accepted: %v", len(envs), err), "ids": []string{}})
+		return
+	}
+	if !s.cfg.Accepting() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": fmt.Sprintf(
+			"the host is draining (shutting down): it began while a batch of %d jobs was published, which may be dropped at exit; enqueue them again through another host, or after it restarts", len(envs)), "ids": []string{}})
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"ids": ids})
+}
+
+// jobState is a backend's job record as GET /v1/jobs/{id} shows it.
+func jobState(rec backend.JobRecord) JobState {
+	st := JobState{ID: rec.ID, Queue: rec.Queue, State: string(rec.State), Attempt: rec.Attempt, MaxAttempts: rec.MaxAttempts,
+		Reason: rec.Reason, Output: strings.ToValidUTF8(string(rec.Output), "\uFFFD"), OutputTruncated: rec.OutputTruncated,
+		Logs: rec.Logs, LogsTruncated: rec.LogsTruncated, Module: ModuleRef{Name: rec.Module, Version: rec.ModuleVersion},
+		EnqueuedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt, Children: rec.Children}
+	if !rec.StartedAt.IsZero() && rec.FinishedAt.After(rec.StartedAt) {
+		st.DurationMs = float64(rec.FinishedAt.Sub(rec.StartedAt).Microseconds()) / 1000
+	}
+	return st
+}
+
 func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if rr, ok := s.cfg.Backend.(backend.JobRecordReader); ok {
+		rec, err := rr.JobRecord(r.Context(), id)
+		if errors.Is(err, backend.ErrNotFound) {
+			writeError(w, http.StatusNotFound, "job %q is not in the backend's job records (never enqueued, or pruned by retention)", id)
+			return
+		}
+		if err != nil {
+			fail(w, fmt.Errorf("reading the record of job %q: %w", id, err))
+			return
+		}
+		writeJSON(w, http.StatusOK, jobState(rec))
+		return
+	}
 	st, ok := s.cfg.History.Get(id)
 	if !ok {
 		writeError(w, http.StatusNotFound, "job %q is not in this host's recent history", id)
@@ -602,4 +670,58 @@ func (s *server) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+}
+
+// Checkpointer is implemented by backends that can copy their store, consistently,
+// while they run (the pebble backend): POST /v1/backup uses it.
+type Checkpointer interface {
+	// Checkpoint writes a consistent copy of the store into dir, which must not exist.
+	Checkpoint(ctx context.Context, dir string) error
+}
+
+// BackupRequest is the body of POST /v1/backup.
+type BackupRequest struct {
+	// Dir is where the copy goes, a path on the host's machine: absolute, and either
+	// missing or an empty directory.
+	Dir string `json:"dir"`
+}
+
+// backup copies the backend's store into a new directory, while jobs run.
+func (s *server) backup(w http.ResponseWriter, r *http.Request) {
+	cp, ok := s.cfg.Backend.(Checkpointer)
+	if !ok {
+		writeError(w, http.StatusNotImplemented, "this backend keeps no data of its own to back up (only the pebble backend does; back RabbitMQ up with its own tools)")
+		return
+	}
+	var req BackupRequest
+	if err := s.decode(w, r, &req); err != nil {
+		fail(w, err)
+		return
+	}
+	if req.Dir == "" || !filepath.IsAbs(req.Dir) {
+		fail(w, badRequest("dir %q: want an absolute path on the host's machine", req.Dir))
+		return
+	}
+	// An empty directory is taken (made ready by the caller); one with files is refused,
+	// never merged into.
+	if entries, err := os.ReadDir(req.Dir); err == nil {
+		if len(entries) > 0 {
+			fail(w, &httpError{http.StatusConflict, fmt.Sprintf("dir %s exists and is not empty: give a new or empty directory", req.Dir)})
+			return
+		}
+		if err := os.Remove(req.Dir); err != nil {
+			fail(w, &httpError{http.StatusInternalServerError, fmt.Sprintf("dir %s: %v", req.Dir, err)})
+			return
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		fail(w, badRequest("dir %s: %v", req.Dir, err))
+		return
+	}
+	start := time.Now()
+	if err := cp.Checkpoint(r.Context(), req.Dir); err != nil {
+		writeError(w, http.StatusInternalServerError, "backup into %s: %v", req.Dir, err)
+		return
+	}
+	s.log.Info("backup written", "dir", req.Dir, "took", time.Since(start))
+	writeJSON(w, http.StatusOK, map[string]any{"dir": req.Dir, "took_ms": float64(time.Since(start).Microseconds()) / 1000})
 }

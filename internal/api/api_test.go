@@ -37,6 +37,15 @@ type apiRig struct {
 
 func newAPIRig(t *testing.T, token string, opts ...func(*api.Config)) *apiRig {
 	t.Helper()
+	b := memory.New(memory.Config{})
+	srv := newRigOn(t, b, api.NewHistory(100), token, opts...)
+	return &apiRig{srv: srv.srv, b: b, hist: srv.hist}
+}
+
+// newRigOn is newAPIRig on the backend b (closed with the test), with hist (nil for
+// a backend with job records).
+func newRigOn(t *testing.T, b backend.Backend, hist *api.History, token string, opts ...func(*api.Config)) *apiRig {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	for name, rel := range map[string]string{"mail": "abi/dead_letter", "echo": "abi/echo"} {
@@ -51,10 +60,12 @@ func newAPIRig(t *testing.T, token string, opts ...func(*api.Config)) *apiRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := memory.New(memory.Config{})
-	hist := api.NewHistory(100)
 	met := metrics.New()
-	w := worker.New(b, worker.Config{Observer: worker.Observers(hist, met)})
+	obs := worker.Observers(met)
+	if hist != nil {
+		obs = worker.Observers(hist, met)
+	}
+	w := worker.New(b, worker.Config{Observer: obs})
 	reg, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: e, Queues: w, Rescan: time.Hour, OnEvent: met.ModuleEvent})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +90,7 @@ func newAPIRig(t *testing.T, token string, opts ...func(*api.Config)) *apiRig {
 		b.Close(ctx)
 		e.Close(ctx)
 	})
-	return &apiRig{srv: srv, b: b, hist: hist}
+	return &apiRig{srv: srv, hist: hist}
 }
 
 // call sends a request and returns the status and decoded JSON body. A body is sent

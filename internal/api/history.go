@@ -18,15 +18,28 @@ type JobState struct {
 	ID    string `json:"id"`
 	Queue string `json:"queue"`
 	// State is pending, running, succeeded, retrying, deferred or dead.
-	State       string    `json:"state"`
-	Attempt     int       `json:"attempt"`
-	MaxAttempts int       `json:"max_attempts,omitempty"`
-	Reason      string    `json:"reason,omitempty"`
-	Output      string    `json:"output,omitempty"`
-	Module      ModuleRef `json:"module"`
-	EnqueuedAt  time.Time `json:"enqueued_at,omitzero"`
-	UpdatedAt   time.Time `json:"updated_at"`
-	DurationMs  float64   `json:"duration_ms,omitempty"`
+	// From a backend's job records (pebble), the states are those of backend.JobState,
+	// and a delayed job is "delayed".
+	State       string `json:"state"`
+	Attempt     int    `json:"attempt"`
+	MaxAttempts int    `json:"max_attempts,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	Output      string `json:"output,omitempty"`
+	// OutputTruncated says the backend kept only the start of the output.
+	OutputTruncated bool `json:"output_truncated,omitempty"`
+	// Logs are the guest's log lines of the last run, up to the backend's cap
+	// (LogsTruncated says lines were dropped); only job records keep them.
+	Logs          []string  `json:"logs,omitempty"`
+	LogsTruncated bool      `json:"logs_truncated,omitempty"`
+	Module        ModuleRef `json:"module"`
+	EnqueuedAt    time.Time `json:"enqueued_at,omitzero"`
+	UpdatedAt     time.Time `json:"updated_at"`
+	// StartedAt and FinishedAt bound the last run (job records only).
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	DurationMs float64   `json:"duration_ms,omitempty"`
+	// Children are the ids of the jobs published with the job's ack (job records only).
+	Children []string `json:"children,omitempty"`
 }
 
 // ModuleRef names the module version that last ran a job.
@@ -36,7 +49,8 @@ type ModuleRef struct {
 }
 
 // History remembers the latest state of the most recent jobs, up to a bound; the
-// oldest are forgotten first. It is a worker.Observer.
+// oldest are forgotten first. It is a worker.Observer. A nil *History remembers
+// nothing: a backend with job records needs none.
 type History struct {
 	mu    sync.Mutex
 	max   int
@@ -54,6 +68,9 @@ func NewHistory(max int) *History {
 
 // update applies f to the job's state, creating it if needed.
 func (h *History) update(id string, f func(*JobState)) {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	el, ok := h.jobs[id]
@@ -110,6 +127,9 @@ func (h *History) Observe(e worker.Event) {
 
 // Forget drops a job, such as one whose publish failed.
 func (h *History) Forget(id string) {
+	if h == nil {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if el, ok := h.jobs[id]; ok {
@@ -120,6 +140,9 @@ func (h *History) Forget(id string) {
 
 // Get returns the job's latest state, if the history still holds it.
 func (h *History) Get(id string) (JobState, bool) {
+	if h == nil {
+		return JobState{}, false
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	el, ok := h.jobs[id]
@@ -131,6 +154,9 @@ func (h *History) Get(id string) (JobState, bool) {
 
 // Len returns how many jobs the history holds.
 func (h *History) Len() int {
+	if h == nil {
+		return 0
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.order.Len()

@@ -22,6 +22,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/worker"
@@ -29,8 +30,11 @@ import (
 
 // Config is one run.
 type Config struct {
-	// Backend is "memory" or an amqp:// URL.
+	// Backend is "memory", "pebble" or an amqp:// URL.
 	Backend string
+	// DataDir is the pebble backend's data directory; empty means a temporary one,
+	// removed after the run.
+	DataDir string
 	// Module is the .wasm file to run; empty runs the native no-op handler.
 	Module string
 	// Jobs, Concurrency and PayloadSize shape the load. Zeros mean 100,000 jobs (10,000
@@ -42,6 +46,14 @@ type Config struct {
 	Isolation host.Isolation
 	// CacheDir is the engine's compilation cache; empty means none.
 	CacheDir string
+	// InsertFirst publishes every job before the worker starts, and measures the work
+	// alone, from the worker's start to the last settle (River's `bench -n` shape);
+	// latency then includes the wait behind the whole backlog.
+	InsertFirst bool
+	// Rate, when positive, paces the publishes at that many jobs a second (the n-th
+	// is published no earlier than n/Rate seconds after the start), so that latency is
+	// measured at a moderate load rather than behind a saturating publisher.
+	Rate float64
 }
 
 // Result is what a run measured.
@@ -83,7 +95,7 @@ func (c *Config) defaults() {
 	}
 	if c.Jobs <= 0 {
 		c.Jobs = 100_000
-		if c.Backend != "memory" {
+		if c.Backend != "memory" && c.Backend != "pebble" {
 			c.Jobs = 10_000
 		}
 	}
@@ -108,7 +120,8 @@ func (c *Config) payload() []byte {
 }
 
 // publishers is how many goroutines publish: a broker's publishes wait for their
-// confirm, so 64 keep as many in flight as the broker takes well; in memory, up to 32.
+// confirm and pebble's for their fsync, shared by the publishes committing at once, so
+// 64 keep enough in flight; in memory, up to 32.
 func (c *Config) publishers() int {
 	if c.Backend != "memory" {
 		return 64
@@ -116,11 +129,30 @@ func (c *Config) publishers() int {
 	return min(c.Concurrency, 32)
 }
 
-func openBackend(ctx context.Context, spec string) (backend.Backend, error) {
-	if spec == "memory" {
-		return memory.New(memory.Config{}), nil
+// openBackend opens the run's backend; cleanup removes what it made (a temporary data
+// directory), after the backend is closed.
+func openBackend(ctx context.Context, cfg Config) (b backend.Backend, cleanup func(), err error) {
+	switch cfg.Backend {
+	case "memory":
+		return memory.New(memory.Config{}), func() {}, nil
+	case "pebble":
+		dir, cleanup := cfg.DataDir, func() {}
+		if dir == "" {
+			tmp, err := os.MkdirTemp("", "wasmjobs-bench-")
+			if err != nil {
+				return nil, nil, fmt.Errorf("a temporary data directory: %w", err)
+			}
+			dir, cleanup = tmp, func() { os.RemoveAll(tmp) }
+		}
+		pb, err := pebble.Open(ctx, pebble.Config{Dir: dir})
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		return pb, cleanup, nil
 	}
-	return rabbitmq.Open(ctx, rabbitmq.Config{URL: spec})
+	rb, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: cfg.Backend})
+	return rb, func() {}, err
 }
 
 // handler returns the handler of a run and a function that releases it.
@@ -150,13 +182,15 @@ func handler(ctx context.Context, cfg Config) (worker.Handler, func(), error) {
 }
 
 // Run enqueues cfg.Jobs jobs while a worker runs them, and measures from the first
-// publish to the last settle.
+// publish to the last settle; with cfg.InsertFirst it enqueues them first and measures
+// from the worker's start.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg.defaults()
-	b, err := openBackend(ctx, cfg.Backend)
+	b, cleanup, err := openBackend(ctx, cfg)
 	if err != nil {
 		return Result{}, err
 	}
+	defer cleanup()
 	defer b.Close(context.Background())
 	h, release, err := handler(ctx, cfg)
 	if err != nil {
@@ -187,8 +221,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := w.Register(ctx, worker.Queue{Name: queue, Handler: h}); err != nil {
 		return Result{}, err
 	}
-	if err := w.Start(ctx); err != nil {
-		return Result{}, err
+	if !cfg.InsertFirst {
+		if err := w.Start(ctx); err != nil {
+			return Result{}, err
+		}
 	}
 	payload := cfg.payload()
 	own := resetPeakRSS()
@@ -200,7 +236,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	next := atomic.Int64{}
 	for range cfg.publishers() {
 		wg.Go(func() {
-			for next.Add(1) <= int64(cfg.Jobs) {
+			for {
+				n := next.Add(1)
+				if n > int64(cfg.Jobs) {
+					return
+				}
+				if cfg.Rate > 0 {
+					time.Sleep(time.Until(start.Add(time.Duration(float64(n-1) / cfg.Rate * float64(time.Second)))))
+				}
 				if err := b.Publish(ctx, backend.NewEnvelope(queue, payload), 0); err != nil {
 					pubOnce.Do(func() { pubErr = err })
 					return
@@ -211,6 +254,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	wg.Wait()
 	if pubErr != nil {
 		return Result{}, fmt.Errorf("publishing: %w", pubErr)
+	}
+	if cfg.InsertFirst {
+		cpu0, start = cpuSeconds(), time.Now()
+		if err := w.Start(ctx); err != nil {
+			return Result{}, err
+		}
 	}
 	select {
 	case <-done:

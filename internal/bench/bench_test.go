@@ -23,6 +23,9 @@ func TestRunMeasuresEveryJob(t *testing.T) {
 		{Jobs: 2000},
 		{Jobs: 2000, Module: ack},
 		{Jobs: 500, Module: ack, Isolation: host.Fresh, Concurrency: 4, Payload: []byte("x")},
+		{Jobs: 500, Module: ack, Backend: "pebble", DataDir: t.TempDir()},
+		{Jobs: 500, Backend: "pebble", InsertFirst: true},
+		{Jobs: 200, Backend: "pebble", Rate: 2000},
 	} {
 		res, err := Run(context.Background(), cfg)
 		if err != nil {

@@ -141,6 +141,14 @@ func main() {
 		add(lang+" SDK no-op (conformance \"ack\"), pooled", 0,
 			"bench", "--module", rel(guest(lang+"-conformance")), "--payload", "ack", "--compare-native")
 	}
+	// The durable default, in a temporary data directory of its own per row, in River's
+	// two shapes: jobs published while they are worked, and all published first.
+	add("Pebble (durable default), WAT no-op, pooled, concurrency 64", 200_000,
+		"bench", "--backend", "pebble", "--module", rel(ack), "--concurrency", "64")
+	add("Pebble, inserted first then worked, WAT no-op, pooled, concurrency 64", 200_000,
+		"bench", "--backend", "pebble", "--module", rel(ack), "--concurrency", "64", "--insert-first")
+	add("Pebble, paced at 1,000 jobs/s (latency at a moderate rate), WAT no-op, pooled, concurrency 64", 20_000,
+		"bench", "--backend", "pebble", "--module", rel(ack), "--concurrency", "64", "--rate", "1000")
 	url := os.Getenv("WASMJOBS_AMQP_URL")
 	if url != "" {
 		// The worker's prefetch is its concurrency (nothing claimed beyond what it can
