@@ -46,7 +46,8 @@ With --backend amqp://... the jobs go straight to the broker, checked as the API
 check them (queue name, reserved wasmjobs- headers, priority, delay, max attempts, and
 the default payload limit: only a host knows a module's manifest).
 
-A host that is draining (after SIGINT or SIGTERM) refuses new jobs with 503.`,
+A host on the memory backend that is draining (after SIGINT or SIGTERM) refuses new
+jobs with 503; a durable one (the default, or RabbitMQ) keeps them for the next start.`,
 		Example: `  wasmjobs enqueue greet '{"name":"Ada","lang":"fr"}'
   wasmjobs enqueue greet --file job.json --delay 10m --header Trace-Id=abc
   seq 1 10000 | sed 's/.*/{"name":"user &"}/' | wasmjobs enqueue greet - --lines -q`,
