@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -55,8 +56,10 @@ var (
 	// directory's filesystem is under the reserve (Config.FreeSpaceReserve).
 	ErrDiskFull = errors.New("not enough free disk space")
 	// ErrStoreFailed is returned by every operation after the storage engine reported
-	// an error it cannot continue from (such as a failed write of its log). Jobs whose
-	// publish returned are on disk; reopen the directory to continue.
+	// an error it cannot continue from (such as a failed write of its log, or a job the
+	// index holds whose value cannot be read). Every stream ends with it, Consume
+	// returns it, and Close releases the directory without closing the engine. Jobs
+	// whose publish returned are on disk; restart the process to reopen the directory.
 	ErrStoreFailed = errors.New("storage engine failed")
 )
 
@@ -123,8 +126,11 @@ type Backend struct {
 	space       *spaceGuard
 	records     recordConfig
 
-	// failed holds the error that broke the store (ErrStoreFailed), if one did.
-	failed atomic.Pointer[error]
+	// failed holds the error that broke the store (ErrStoreFailed), if one did;
+	// failCh is closed when it is set, and ends every stream.
+	failed   atomic.Pointer[error]
+	failCh   chan struct{}
+	failOnce sync.Once
 	// corruption holds the last corruption Pebble reported.
 	corruption atomic.Pointer[pebbledb.DataCorruptionInfo]
 
@@ -181,6 +187,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		records:     cfg.Records.normalize(),
 		queues:      make(map[string]*queue),
 		done:        make(chan struct{}),
+		failCh:      make(chan struct{}),
 	}
 	b.closing, b.cancel = context.WithCancel(context.Background())
 	b.ids.m = make(map[string]chan struct{})
@@ -264,16 +271,7 @@ func (b *Backend) openDB(opts *pebbledb.Options) (db *pebbledb.DB, err error) {
 // holds it (fcntl's EAGAIN or EACCES, or Pebble's own check within one process).
 func isLockHeld(err error) bool {
 	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
-		errors.Is(err, os.ErrExist) || containsString(err.Error(), "lock held by current process")
-}
-
-func containsString(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
+		errors.Is(err, os.ErrExist) || strings.Contains(err.Error(), "lock held by current process")
 }
 
 // Dir returns the data directory, as an absolute path when it is on the operating
@@ -601,11 +599,28 @@ func (b *Backend) apply(batch *pebbledb.Batch, opts *pebbledb.WriteOptions) (err
 			if !ok {
 				panic(r)
 			}
-			err = fmt.Errorf("%w: %s: %s", ErrStoreFailed, b.dir, f.msg)
-			b.failed.CompareAndSwap(nil, &err)
+			err = b.fail(fmt.Errorf("%w: %s: %s", ErrStoreFailed, b.dir, f.msg))
 		}
 	}()
 	return batch.Commit(opts)
+}
+
+// fail marks the store failed with err (the first error wins, and is returned): every
+// later operation fails with it and every stream ends with it, so that no job is handed
+// out whose settle cannot be written. The process must reopen the directory (restart)
+// to continue: a Pebble that reported a fatal error is not closed cleanly.
+func (b *Backend) fail(err error) error {
+	b.failed.CompareAndSwap(nil, &err)
+	b.failOnce.Do(func() { close(b.failCh) })
+	return *b.failed.Load()
+}
+
+// failure returns the error that broke the store, or nil.
+func (b *Backend) failure() error {
+	if p := b.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Consume starts a stream of the declared queue qc.Name with prefetch qc.Prefetch.
@@ -613,6 +628,9 @@ func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.
 	qc = qc.Normalize(b.log)
 	q, err := b.lookup(qc.Name)
 	if err != nil {
+		return nil, err
+	}
+	if err := b.failure(); err != nil {
 		return nil, err
 	}
 	s := &stream{
@@ -691,7 +709,14 @@ func (b *Backend) closeStore() (err error) {
 			err = fmt.Errorf("pebble backend: releasing the lock of %s: %w", b.dir, lerr)
 		}
 	}()
-	if b.failed.Load() == nil && b.db.Metrics().MemTable.Size > flushOnCloseOver {
+	if err := b.failure(); err != nil {
+		// Pebble reported a fatal error: closing it may meet the same failure again
+		// (or wait on a log writer that is gone). Only the lock is released; what
+		// was committed is on disk, and the next Open recovers from the log.
+		b.log.Error("not closing a failed store: restart the process to reopen it", "dir", b.dir, "error", err)
+		return err
+	}
+	if b.db.Metrics().MemTable.Size > flushOnCloseOver {
 		// Flushing a large memtable makes the next Open read tables instead of
 		// replaying the log: a clean stop restarts faster (a million jobs waiting:
 		// 3.1 s to 1.8-1.9 s here). A small one replays in no time and is left alone,
@@ -700,7 +725,7 @@ func (b *Backend) closeStore() (err error) {
 			b.log.Warn("flushing the store before closing", "dir", b.dir, "error", err)
 		}
 	}
-	if err := b.db.Close(); err != nil && b.failed.Load() == nil {
+	if err := b.db.Close(); err != nil {
 		return fmt.Errorf("pebble backend: closing %s: %w", b.dir, err)
 	}
 	return nil

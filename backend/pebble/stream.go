@@ -1,8 +1,10 @@
 package pebble
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,7 +61,11 @@ func (s *stream) run() {
 	var d *delivery
 	for {
 		if d == nil {
-			d = s.take()
+			var err error
+			if d, err = s.take(); err != nil {
+				s.end(err)
+				return
+			}
 		}
 		var out chan<- backend.Delivery
 		var wake <-chan struct{}
@@ -79,6 +85,8 @@ func (s *stream) run() {
 		case <-s.stop:
 		case <-s.b.done:
 			err = backend.ErrShutDown
+		case <-s.b.failCh:
+			err = s.b.failure()
 		case <-s.ctx.Done():
 			err = s.ctx.Err()
 		}
@@ -91,17 +99,23 @@ func (s *stream) run() {
 }
 
 // take claims the next job for offering, if prefetch allows one, and reads its value.
-func (s *stream) take() *delivery {
+// A job whose value cannot be read is never handed out: it goes back to the front of
+// its queue (it is still on disk, as far as anyone knows) and the store fails, which
+// ends every stream; an error is returned then.
+func (s *stream) take() (*delivery, error) {
 	q := s.q
+	if err := s.b.failure(); err != nil {
+		return nil, err
+	}
 	q.mu.Lock()
 	if len(s.inflight) >= s.prefetch {
 		q.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	it := q.pop()
 	if it == nil {
 		q.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	d := &delivery{s: s, it: it, redelivered: it.redelivered}
 	d.offered.Store(true)
@@ -114,10 +128,14 @@ func (s *stream) take() *delivery {
 	d.key = q.key(it)
 	raw, err := s.b.get(d.key)
 	if err != nil {
-		s.b.log.Error("reading a ready job", "dir", s.b.dir, "queue", q.name, "job", it.id, "error", err)
-		d.env = backend.Envelope{ID: it.id, Queue: q.name}
-		d.decodeErr = fmt.Errorf("%w: reading job %s from %s: %v", backend.ErrMalformed, it.id, s.b.dir, err)
-		return d
+		// The index holds a job the store cannot give: the store is damaged or the
+		// engine is failing. Handing the job out without its value would let the
+		// worker dead-letter (and delete) a job nobody read.
+		d.received()
+		err = s.b.fail(fmt.Errorf("%w: %w: %s: reading job %s of queue %q (key %q): %v",
+			ErrStoreFailed, ErrCorrupt, s.b.dir, it.id, q.name, d.key, err))
+		s.b.log.Error("reading a ready job; the store is failed", "dir", s.b.dir, "queue", q.name, "job", it.id, "error", err)
+		return nil, err // end puts the job back: it is in s.inflight, open
 	}
 	d.raw = raw
 	d.env, d.decodeErr = decodeEnvelope(raw)
@@ -127,7 +145,7 @@ func (s *stream) take() *delivery {
 	if d.env.ID == "" && d.decodeErr != nil {
 		d.env.ID = it.id
 	}
-	return d
+	return d, nil
 }
 
 // get reads the value of key, copied.
@@ -154,14 +172,8 @@ func (s *stream) end(err error) {
 			released = append(released, d)
 		}
 	}
-	// Newest first, so that the oldest ends up at the front.
-	for i := len(released) - 1; i >= 0; i-- {
-		for j := 0; j < i; j++ {
-			if released[j].it.seq > released[j+1].it.seq {
-				released[j], released[j+1] = released[j+1], released[j]
-			}
-		}
-	}
+	// Pushed newest first, so that the oldest ends up at the front.
+	slices.SortFunc(released, func(a, b *delivery) int { return cmp.Compare(a.it.seq, b.it.seq) })
 	for i := len(released) - 1; i >= 0; i-- {
 		d := released[i]
 		delete(s.inflight, d)
@@ -378,11 +390,12 @@ func (d *delivery) DeadLetterWith(ctx context.Context, reason string, run *backe
 	}
 	b := d.s.b
 	return d.settle(ctx, "dead-letter", true, func(batch *pebbledb.Batch) (func(), func(), error) {
-		now := time.Now()
 		raw := d.raw
 		if raw == nil {
-			raw = encodeEnvelope(nil, d.env)
+			// Never delete a key whose value was not read: the job would be lost.
+			return nil, nil, fmt.Errorf("dead-lettering job %s of queue %q: its value was never read from %s", d.it.id, d.s.q.name, b.dir)
 		}
+		now := time.Now()
 		batch.Set(deadKey(d.s.q.name, now, b.seq.Add(1)), encodeDead(nil, reason, now, raw), nil)
 		n := b.stageSettleRecord(batch, d, backend.JobDead, reason, nil, run)
 		return func() {

@@ -1,0 +1,80 @@
+package pebble
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	pebbledb "github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+func openMem(t *testing.T, fs vfs.FS, cfg Config) *Backend {
+	t.Helper()
+	if fs == nil {
+		fs = vfs.NewMem()
+	}
+	cfg.Dir, cfg.FS = "/data", fs
+	b, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return b
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A job whose value cannot be read is never handed out (before the fix it was handed out
+// with an empty envelope and a decode error, and the worker dead-lettered it: the job's
+// key was deleted and the dead letter held no payload). The store fails instead, every
+// stream ends with ErrStoreFailed, and the job is still on the index and on disk.
+func TestUnreadableJobIsNotHandedOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	// A second stream on another queue, idle: it must end too.
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "other"}))
+	idle, err := b.Consume(ctx, backend.QueueConfig{Name: "other"})
+	must(t, err)
+	must(t, b.Publish(ctx, backend.Envelope{ID: "j1", Queue: "q", Payload: []byte("x")}, 0))
+	q, _ := b.lookup("q")
+	q.mu.Lock()
+	key := q.key(q.ready[0].At(0))
+	q.mu.Unlock()
+	// The read fails: here the key is gone underneath the index.
+	must(t, b.db.Delete(key, pebbledb.Sync))
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+	must(t, err)
+	for d := range s.Deliveries() {
+		env, derr := d.Envelope()
+		t.Fatalf("a job whose value was not read was handed out: %+v, %v", env, derr)
+	}
+	if err := s.Err(); !errors.Is(err, ErrStoreFailed) || !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("stream ended with %v, want ErrStoreFailed and ErrCorrupt", err)
+	}
+	for range idle.Deliveries() {
+	}
+	if err := idle.Err(); !errors.Is(err, ErrStoreFailed) {
+		t.Fatalf("idle stream ended with %v, want ErrStoreFailed", err)
+	}
+	if _, err := b.Consume(ctx, backend.QueueConfig{Name: "q"}); !errors.Is(err, ErrStoreFailed) {
+		t.Fatalf("Consume after the failure = %v, want ErrStoreFailed", err)
+	}
+	if st, _ := b.QueueStats(ctx, "q"); st.Pending != 1 || st.Unacked != 0 || st.Dead != 0 {
+		t.Fatalf("stats after the failure %+v, want the job pending", st)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := b.Close(cctx); !errors.Is(err, ErrStoreFailed) {
+		t.Fatalf("Close of a failed store = %v, want ErrStoreFailed", err)
+	}
+}
