@@ -3,6 +3,8 @@ package pebble
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,5 +78,48 @@ func TestUnreadableJobIsNotHandedOut(t *testing.T) {
 	defer cancel()
 	if err := b.Close(cctx); !errors.Is(err, ErrStoreFailed) {
 		t.Fatalf("Close of a failed store = %v, want ErrStoreFailed", err)
+	}
+}
+
+// Concurrent declarations of one queue with different levels: one wins, the others get
+// the conflict error, and the store reopens with the winner's levels (before the fix
+// every declaration committed its own levels, memory kept the first, and a job at a
+// priority above the levels on disk made the next Open fail).
+func TestConcurrentDeclaresCommitOnlyTheWinner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	for round := range 20 {
+		name := fmt.Sprintf("q%d", round)
+		b := openMem(t, fs, Config{})
+		errs := make([]error, 10)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() { errs[i] = b.Declare(ctx, backend.QueueConfig{Name: name, PriorityLevels: i}) })
+		}
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			if err == nil {
+				if won >= 0 {
+					t.Fatalf("round %d: declarations with %d and %d levels both succeeded", round, won, i)
+				}
+				won = i
+			}
+		}
+		q, err := b.lookup(name)
+		must(t, err)
+		if won < 0 || q.levels != won {
+			t.Fatalf("round %d: winner %d, queue has %d levels; errors %v", round, won, q.levels, errs)
+		}
+		must(t, b.Publish(ctx, backend.Envelope{ID: name, Queue: name, Priority: 9}, 0))
+		must(t, b.Close(ctx))
+		b = openMem(t, fs, Config{})
+		q, err = b.lookup(name)
+		must(t, err)
+		if q.levels != won {
+			t.Fatalf("round %d: reopened with %d levels, the winner declared %d", round, q.levels, won)
+		}
+		must(t, b.Close(ctx))
 	}
 }

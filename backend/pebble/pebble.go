@@ -136,8 +136,10 @@ type Backend struct {
 
 	mu     sync.RWMutex
 	queues map[string]*queue
-	closed bool
-	done   chan struct{} // closed by Close
+	// declaring holds the names whose declaration is being committed.
+	declaring map[string]*declaration
+	closed    bool
+	done      chan struct{} // closed by Close
 	// closing is cancelled by Close: background work (compactions) stops with it.
 	closing context.Context
 	cancel  context.CancelFunc
@@ -186,6 +188,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		granularity: backend.ClampGranularity(cfg.Granularity, log),
 		records:     cfg.Records.normalize(),
 		queues:      make(map[string]*queue),
+		declaring:   make(map[string]*declaration),
 		done:        make(chan struct{}),
 		failCh:      make(chan struct{}),
 	}
@@ -389,9 +392,11 @@ func (b *Backend) isClosed() bool {
 	return b.closed
 }
 
-// Declare creates the queue q.Name if it does not exist, durably. Declaring it again
-// changes nothing, not even a different priority level count: the first declaration
-// wins, as on a broker.
+// Declare creates the queue q.Name if it does not exist, durably. The first
+// declaration wins, as on a broker: declaring it again with the same priority levels
+// changes nothing, and with other levels fails and changes nothing. Concurrent
+// declarations of one name are ordered: the name is claimed before the commit, so
+// that only the winner's levels reach the disk.
 func (b *Backend) Declare(ctx context.Context, qc backend.QueueConfig) error {
 	if err := backend.ValidateQueueName(qc.Name); err != nil {
 		return err
@@ -401,18 +406,55 @@ func (b *Backend) Declare(ctx context.Context, qc backend.QueueConfig) error {
 		return err
 	}
 	defer b.ops.Done()
-	if _, err := b.lookup(qc.Name); err == nil {
+	conflict := func(have int) error {
+		return fmt.Errorf("queue %q exists with %d priority levels, not the %d wanted: it keeps its first declaration", qc.Name, have, qc.PriorityLevels)
+	}
+	b.mu.Lock()
+	if q, ok := b.queues[qc.Name]; ok {
+		b.mu.Unlock()
+		if q.levels != qc.PriorityLevels {
+			return conflict(q.levels)
+		}
 		return nil
 	}
+	if p, ok := b.declaring[qc.Name]; ok {
+		b.mu.Unlock()
+		if p.levels != qc.PriorityLevels {
+			return conflict(p.levels)
+		}
+		select {
+		case <-p.done:
+			return p.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	p := &declaration{levels: qc.PriorityLevels, done: make(chan struct{})}
+	b.declaring[qc.Name] = p
+	b.mu.Unlock()
 	batch := b.db.NewBatch()
 	batch.Set(queueKey(qc.Name), encodeQueue(qc.PriorityLevels), nil)
 	return b.commit(ctx, batch, pebbledb.Sync, "declare", qc.Name, func() {
 		b.mu.Lock()
-		if _, ok := b.queues[qc.Name]; !ok {
-			b.queues[qc.Name] = newQueue(qc.Name, qc.PriorityLevels)
-		}
+		b.queues[qc.Name] = newQueue(qc.Name, qc.PriorityLevels)
+		delete(b.declaring, qc.Name)
 		b.mu.Unlock()
-	}, nil)
+		close(p.done)
+	}, func() {
+		b.mu.Lock()
+		delete(b.declaring, qc.Name)
+		b.mu.Unlock()
+		p.err = fmt.Errorf("declaring queue %q in %s: the concurrent declaration failed", qc.Name, b.dir)
+		close(p.done)
+	})
+}
+
+// declaration is a queue being declared: its name is claimed, its commit in flight.
+// err is set before done is closed.
+type declaration struct {
+	levels int
+	done   chan struct{}
+	err    error
 }
 
 // Publish puts env on env.Queue, after delay rounded up to the granularity, and returns
