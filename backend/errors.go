@@ -22,6 +22,9 @@ var (
 	ErrMalformed = errors.New("malformed message")
 	// ErrNotFound is returned when a named item, such as a dead letter, does not exist.
 	ErrNotFound = errors.New("not found")
+	// ErrDelayTooLong is returned by a publish, retry or defer whose delay passes the
+	// longest the backend holds (at most MaxDelay).
+	ErrDelayTooLong = errors.New("delay too long")
 )
 
 // UnknownQueue returns an error wrapping ErrUnknownQueue that names queue.

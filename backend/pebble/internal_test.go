@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -121,5 +122,29 @@ func TestConcurrentDeclaresCommitOnlyTheWinner(t *testing.T) {
 			t.Fatalf("round %d: reopened with %d levels, the winner declared %d", round, q.levels, won)
 		}
 		must(t, b.Close(ctx))
+	}
+}
+
+// A delay near the largest Duration overflowed the rounding and became negative: the job
+// was released at once. Delays past backend.MaxDelay are refused; MaxDelay itself holds.
+func TestDelayPastMaxDelayIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	defer b.Close(ctx)
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	for _, d := range []time.Duration{math.MaxInt64 - 5, backend.MaxDelay + 1} {
+		err := b.Publish(ctx, backend.Envelope{ID: fmt.Sprint(d), Queue: "q"}, d)
+		if !errors.Is(err, backend.ErrDelayTooLong) {
+			t.Errorf("Publish with delay %v = %v, want ErrDelayTooLong", d, err)
+		}
+		err = b.PublishBatch(ctx, []backend.Publication{{Envelope: backend.Envelope{ID: "b" + fmt.Sprint(d), Queue: "q"}, Delay: d}})
+		if !errors.Is(err, backend.ErrDelayTooLong) {
+			t.Errorf("PublishBatch with delay %v = %v, want ErrDelayTooLong", d, err)
+		}
+	}
+	must(t, b.Publish(ctx, backend.Envelope{ID: "max", Queue: "q"}, backend.MaxDelay))
+	if st, _ := b.QueueStats(ctx, "q"); st.Pending != 0 || st.Delayed != 1 {
+		t.Fatalf("stats %+v, want only the job delayed by MaxDelay, delayed", st)
 	}
 }

@@ -479,6 +479,9 @@ func (b *Backend) publish(ctx context.Context, env backend.Envelope, delay time.
 	if err != nil {
 		return err
 	}
+	if err := backend.CheckDelay(delay, backend.MaxDelay); err != nil {
+		return fmt.Errorf("publishing job %s to %q: %w", env.ID, env.Queue, err)
+	}
 	if err := b.space.check(); err != nil {
 		return err
 	}
@@ -526,6 +529,9 @@ func (b *Backend) stagePublications(ctx context.Context, batch *pebbledb.Batch, 
 	for i, p := range pubs {
 		if queues[i], err = b.lookup(p.Envelope.Queue); err != nil {
 			return nil, nil, nil, err
+		}
+		if err := backend.CheckDelay(p.Delay, backend.MaxDelay); err != nil {
+			return nil, nil, nil, fmt.Errorf("publishing job %s to %q: %w", p.Envelope.ID, p.Envelope.Queue, err)
 		}
 	}
 	var reserved []string

@@ -359,6 +359,9 @@ func (d *delivery) republish(ctx context.Context, op string, next backend.Envelo
 		if err != nil {
 			return nil, nil, err
 		}
+		if err := backend.CheckDelay(delay, backend.MaxDelay); err != nil {
+			return nil, nil, fmt.Errorf("%s of job %s: %w", op, next.ID, err)
+		}
 		apply := b.stage(batch, q, next, delay, deferred)
 		state := backend.JobRetrying
 		if deferred {
