@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -146,5 +148,53 @@ func TestDelayPastMaxDelayIsRefused(t *testing.T) {
 	must(t, b.Publish(ctx, backend.Envelope{ID: "max", Queue: "q"}, backend.MaxDelay))
 	if st, _ := b.QueueStats(ctx, "q"); st.Pending != 0 || st.Delayed != 1 {
 		t.Fatalf("stats %+v, want only the job delayed by MaxDelay, delayed", st)
+	}
+}
+
+// A second Close returned nil at once while the first was still waiting for a write.
+func TestSecondCloseWaitsForTheStore(t *testing.T) {
+	t.Parallel()
+	b := openMem(t, nil, Config{})
+	must(t, b.enter()) // a write in progress
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := b.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first Close = %v, want its deadline", err)
+	}
+	if err := b.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second Close while a write is in progress = %v, want its deadline", err)
+	}
+	b.ops.Done()
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatalf("Close once the write finished = %v", err)
+	}
+	select {
+	case <-b.storeClosed:
+	default:
+		t.Fatal("Close returned before the store was closed")
+	}
+}
+
+// capRecord wrote the cut lines into the caller's Logs slice, and cut inside a rune.
+func TestCapRecordKeepsTheCallersLogsAndRunes(t *testing.T) {
+	t.Parallel()
+	b := &Backend{records: RecordConfig{MaxLogLine: 4, MaxOutput: 2}.normalize()}
+	logs := []string{"ok", "hé€x", "abcdef", "€€"}
+	want := slices.Clone(logs)
+	rec := backend.JobRecord{Logs: logs, Output: []byte("output")}
+	b.capRecord(&rec)
+	if !slices.Equal(logs, want) {
+		t.Errorf("the caller's Logs were changed: %q, was %q", logs, want)
+	}
+	if got := []string{"ok", "hé", "abcd", "€"}; !slices.Equal(rec.Logs, got) || !rec.LogsTruncated {
+		t.Errorf("capped logs %q (truncated %v), want %q", rec.Logs, rec.LogsTruncated, got)
+	}
+	for _, l := range rec.Logs {
+		if !utf8.ValidString(l) {
+			t.Errorf("capped line %q is not valid UTF-8", l)
+		}
+	}
+	if string(rec.Output) != "ou" || !rec.OutputTruncated {
+		t.Errorf("capped output %q", rec.Output)
 	}
 }

@@ -140,6 +140,9 @@ type Backend struct {
 	declaring map[string]*declaration
 	closed    bool
 	done      chan struct{} // closed by Close
+	// storeClosed is closed once the store is closed; closeErr, set before, says how.
+	storeClosed chan struct{}
+	closeErr    error
 	// closing is cancelled by Close: background work (compactions) stops with it.
 	closing context.Context
 	cancel  context.CancelFunc
@@ -191,6 +194,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		declaring:   make(map[string]*declaration),
 		done:        make(chan struct{}),
 		failCh:      make(chan struct{}),
+		storeClosed: make(chan struct{}),
 	}
 	b.closing, b.cancel = context.WithCancel(context.Background())
 	b.ids.m = make(map[string]chan struct{})
@@ -709,7 +713,8 @@ func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.
 // Close ends every stream (their unsettled deliveries stay on disk, to be delivered
 // again after the next Open), waits for writes in progress, closes the store and
 // releases the directory. It waits for ctx at most; the store is then closed once the
-// last write finishes. Close is idempotent.
+// last write finishes. Close is idempotent: a later call waits, under its own ctx, for
+// the store to be closed and returns the same result.
 func (b *Backend) Close(ctx context.Context) error {
 	b.mu.Lock()
 	first := !b.closed
@@ -723,19 +728,19 @@ func (b *Backend) Close(ctx context.Context) error {
 		b.delays.stop()
 		b.space.stop()
 	}
-	finished := make(chan error, 1)
 	if first {
 		go func() {
 			b.streams.Wait()
 			b.ops.Wait()
-			finished <- b.closeStore()
+			b.closeErr = b.closeStore()
+			close(b.storeClosed)
 		}()
-	} else {
-		close(finished)
 	}
+	// Every call, the first or a later one, waits for the store to be closed (under its
+	// own ctx) and returns the result of closing it.
 	select {
-	case err := <-finished:
-		return err
+	case <-b.storeClosed:
+		return b.closeErr
 	case <-ctx.Done():
 		return fmt.Errorf("pebble backend close %s: waiting for streams and writes: %w", b.dir, ctx.Err())
 	}
