@@ -25,6 +25,11 @@ var (
 	// ErrDelayTooLong is returned by a publish, retry or defer whose delay passes the
 	// longest the backend holds (at most MaxDelay).
 	ErrDelayTooLong = errors.New("delay too long")
+	// ErrSettleUnknown is returned by a settle whose context ended while its write was
+	// in flight: the outcome is unknown, the write may still land. The delivery must
+	// not be settled again (a second settle gets ErrAlreadySettled); if the write
+	// fails after all, the backend puts the job back on its queue.
+	ErrSettleUnknown = errors.New("settle outcome unknown: the write may still land")
 )
 
 // UnknownQueue returns an error wrapping ErrUnknownQueue that names queue.

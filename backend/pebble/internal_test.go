@@ -198,3 +198,49 @@ func TestCapRecordKeepsTheCallersLogsAndRunes(t *testing.T) {
 		t.Errorf("capped output %q", rec.Output)
 	}
 }
+
+// A settle whose ctx ends while its write is in flight says the outcome is unknown
+// (before, a plain ctx error that read like "nothing was written", so the worker settled
+// the delivery again and got ErrAlreadySettled); the write then lands.
+func TestSettleWhoseContextEndsIsUnknown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	defer b.Close(ctx)
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+	gate := make(chan struct{})
+	var open sync.Once
+	defer open.Do(func() { close(gate) }) // before Close, which waits for the write
+	b.beforeCommit = func(op string) {
+		if op == "ack" {
+			<-gate
+		}
+	}
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+	must(t, err)
+	defer s.Drop()
+	d := (<-s.Deliveries()).(*delivery)
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := d.AckWith(short, nil, nil); !errors.Is(err, backend.ErrSettleUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ack whose ctx ended in flight = %v, want ErrSettleUnknown", err)
+	}
+	if err := d.Ack(ctx); !errors.Is(err, backend.ErrAlreadySettled) {
+		t.Fatalf("second settle = %v, want ErrAlreadySettled", err)
+	}
+	open.Do(func() { close(gate) })
+	for {
+		st, _ := b.QueueStats(ctx, "q")
+		if st.Unacked == 0 {
+			if st.Pending != 0 {
+				t.Fatalf("stats %+v after the ack landed", st)
+			}
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if rec, err := b.JobRecord(ctx, "j"); err != nil || rec.State != backend.JobSucceeded {
+		t.Fatalf("record %+v, %v: want succeeded", rec, err)
+	}
+}

@@ -152,6 +152,10 @@ type Backend struct {
 	ids    idSet
 	delays delayIndex
 	recs   recordIndex
+
+	// beforeCommit, when set (by tests only), is called before each commit with the
+	// operation's name.
+	beforeCommit func(op string)
 }
 
 var (
@@ -599,12 +603,19 @@ func (b *Backend) stage(batch *pebbledb.Batch, q *queue, env backend.Envelope, d
 	return func() { b.delays.add(dl) }
 }
 
+// errStillWriting is wrapped by commit's error when ctx ended while the write was in
+// flight: it may still land.
+var errStillWriting = errors.New("the write may still complete")
+
 // commit commits batch and then runs apply, or onFail when the commit fails. When ctx
 // ends first, commit returns ctx's error at once and the commit finishes on its own
 // (apply or onFail still run): a deadline is kept whatever the disk does, and the
 // in-memory index always follows what is on disk.
 func (b *Backend) commit(ctx context.Context, batch *pebbledb.Batch, opts *pebbledb.WriteOptions, op, queue string, apply, onFail func()) error {
 	run := func() error {
+		if b.beforeCommit != nil {
+			b.beforeCommit(op)
+		}
 		err := b.apply(batch, opts)
 		batch.Close()
 		if err != nil {
@@ -638,7 +649,7 @@ func (b *Backend) commit(ctx context.Context, batch *pebbledb.Batch, opts *pebbl
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%s to %q: %w (the write may still complete)", op, queue, ctx.Err())
+		return fmt.Errorf("%s to %q: %w: %w", op, queue, errStillWriting, ctx.Err())
 	}
 }
 

@@ -3,6 +3,7 @@ package pebble
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -206,6 +207,7 @@ type delivery struct {
 	redelivered bool
 	state       atomic.Int32
 	offered     atomic.Bool // counted in q.offering
+	orphaned    bool        // guarded by q.mu: see orphan
 }
 
 // received ends the delivery's time on offer, once: called by the stream after the
@@ -241,15 +243,22 @@ func (d *delivery) reopen() {
 	q := d.s.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !d.s.ended {
+	if !d.s.ended && !d.orphaned {
 		d.state.Store(stateOpen)
 		return
 	}
+	d.release()
+}
+
+// release puts the delivery's job back at the front of its queue. q.mu is held.
+func (d *delivery) release() {
+	q := d.s.q
 	d.state.Store(stateReleased)
 	delete(d.s.inflight, d)
 	d.s.b.ids.unclaim(d.it.id)
 	q.unsettle--
 	q.pushFront(d.it)
+	d.s.wakeUp()
 }
 
 // finish completes a settle: the delivery leaves the stream, freeing a prefetch slot.
@@ -299,7 +308,7 @@ func (d *delivery) settle(ctx context.Context, op string, dead bool,
 		d.reopen()
 		return err
 	}
-	return b.commit(ctx, batch, pebbledb.NoSync, op, d.s.q.name, func() {
+	err = b.commit(ctx, batch, pebbledb.NoSync, op, d.s.q.name, func() {
 		if apply != nil {
 			apply()
 		}
@@ -311,6 +320,26 @@ func (d *delivery) settle(ctx context.Context, op string, dead bool,
 		}
 		d.reopen()
 	})
+	if errors.Is(err, errStillWriting) {
+		// The consumer will not settle this delivery again: should the write fail
+		// after all, the job must go back to its queue rather than hold a prefetch
+		// slot until the stream ends.
+		d.orphan()
+		return fmt.Errorf("%w: %w", backend.ErrSettleUnknown, err)
+	}
+	return err
+}
+
+// orphan marks a delivery whose settle's outcome is unknown to its consumer: if the
+// settle's write fails (now or already), the job goes back to its queue.
+func (d *delivery) orphan() {
+	q := d.s.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d.orphaned = true
+	if d.state.Load() == stateOpen { // the write failed already: reopen ran
+		d.release()
+	}
 }
 
 func (d *delivery) Ack(ctx context.Context) error { return d.AckWith(ctx, nil, nil) }
