@@ -244,3 +244,57 @@ func TestSettleWhoseContextEndsIsUnknown(t *testing.T) {
 		t.Fatalf("record %+v, %v: want succeeded", rec, err)
 	}
 }
+
+// Concurrent replays of one dead letter counted it off q.dead once each.
+func TestConcurrentReplaysCountTheDeadLetterOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	defer b.Close(ctx)
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+	must(t, err)
+	must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
+	s.Drop()
+	gate := make(chan struct{})
+	var first sync.Once
+	b.beforeCommit = func(op string) {
+		if op == "replay" {
+			first.Do(func() { <-gate })
+		}
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { b.ReplayDeadLetter(ctx, "q", "j") })
+	}
+	time.Sleep(50 * time.Millisecond) // let every replay find the dead letter
+	close(gate)
+	wg.Wait()
+	if st, _ := b.QueueStats(ctx, "q"); st.Dead != 0 || st.Pending != 1 {
+		t.Fatalf("stats after concurrent replays %+v, want 0 dead, 1 pending", st)
+	}
+}
+
+// A delayed job whose value cannot be read when it falls due was dropped from the index
+// and left on disk; the store fails instead and the job stays counted as delayed.
+func TestUnreadableDelayedJobFailsTheStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, time.Hour))
+	b.delays.mu.Lock()
+	dl := b.delays.h[0]
+	dl.due = time.Now().Add(-time.Second) // due now
+	b.delays.mu.Unlock()
+	must(t, b.db.Delete(dl.key, pebbledb.Sync))
+	b.delays.fire()
+	if err := b.failure(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("store failed with %v, want ErrCorrupt", err)
+	}
+	if st, _ := b.QueueStats(ctx, "q"); st.Delayed != 1 {
+		t.Fatalf("stats %+v, want the job still delayed", st)
+	}
+	b.Close(ctx)
+}

@@ -153,6 +153,9 @@ type Backend struct {
 	delays delayIndex
 	recs   recordIndex
 
+	// replaying holds the dead-letter keys being replayed.
+	replaying sync.Map
+
 	// beforeCommit, when set (by tests only), is called before each commit with the
 	// operation's name.
 	beforeCommit func(op string)
