@@ -86,14 +86,17 @@ type Config struct {
 	// Granularity is the unit delays are rounded up to. Zero means 1 ms; a finer value
 	// is clamped to backend.MinGranularity and logged.
 	Granularity time.Duration
-	// FreeSpaceReserve is the free space, in bytes, under which publishes fail with
-	// ErrDiskFull (settles still go through: they free space). Zero means
+	// FreeSpaceReserve is the free space, in bytes, under which publishes and acks
+	// with children fail with ErrDiskFull. Other settles still go through (they free
+	// the job's value), writing job records without output or log lines. Zero means
 	// DefaultFreeSpaceReserve; a negative value turns the check off.
 	FreeSpaceReserve int64
-	// BallastSize is the size of the file "BALLAST" kept in the directory and deleted
-	// when a write meets a full disk, so that the store can finish what it was doing and
-	// refuse further work. It is made again once free space is back above the reserve.
-	// Zero means DefaultBallastSize; a negative value means no ballast.
+	// BallastSize is the size of the file "BALLAST" kept in the directory (space
+	// preallocated, not written) and deleted when a write meets a full disk (ENOSPC),
+	// so that the write can be tried once more and the store refuse further work. It is
+	// made, at Open or later, whenever it is missing and the free space is at least
+	// the reserve plus the ballast. Zero means DefaultBallastSize; a negative value
+	// means no ballast.
 	BallastSize int64
 	// CacheSize is the size of Pebble's block cache in bytes. Zero means
 	// DefaultCacheSize.

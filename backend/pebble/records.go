@@ -247,6 +247,11 @@ func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state ba
 		rec.FinishedAt = now
 	}
 	b.capRecord(&rec)
+	if b.space.check() != nil {
+		// Under the free-space reserve a settle writes as little as it can.
+		rec.Output, rec.OutputTruncated = nil, rec.OutputTruncated || len(rec.Output) > 0
+		rec.Logs, rec.LogsTruncated = nil, rec.LogsTruncated || len(rec.Logs) > 0
+	}
 	batch.Set(recordKey(env.ID), encodeRecord(&rec), nil)
 	if !state.Finished() {
 		return 0

@@ -349,6 +349,13 @@ func (d *delivery) Ack(ctx context.Context) error { return d.AckWith(ctx, nil, n
 func (d *delivery) AckWith(ctx context.Context, children []backend.Publication, run *backend.JobRecord) error {
 	b := d.s.b
 	return d.settle(ctx, "ack", false, func(batch *pebbledb.Batch) (func(), func(), error) {
+		if len(children) > 0 {
+			// Children are new work: under the free-space reserve they are refused
+			// like publishes, and the delivery stays unsettled.
+			if err := b.space.check(); err != nil {
+				return nil, nil, err
+			}
+		}
 		applyChildren, undo, ids, err := b.stagePublications(ctx, batch, children)
 		if err != nil {
 			return nil, nil, err
