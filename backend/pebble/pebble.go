@@ -7,15 +7,16 @@
 //     write and returns only then; concurrent publishes share one fsync (Pebble's group
 //     commit). A job whose publish returned survives a crash.
 //   - A settle (Ack, Retry, Defer, DeadLetter) is one atomic batch committed without its
-//     own fsync: it reaches the disk with the next synced commit or the log's own flush.
+//     own fsync: it reaches the disk with the next synced commit (any publish), a
+//     rotation of the log, or Close (WALBytesPerSync is 0: nothing syncs on a timer).
 //     A settle lost in a crash means the job is delivered again, never that it is lost.
 //   - A claim (a delivery handed to a consumer) lives in memory only: the directory has
 //     one owner (a second Open fails with ErrLocked), so after a crash everything
 //     unsettled is simply still there and is delivered again, at the same attempt.
 //
 // The in-memory indexes (a FIFO per queue and priority, a heap of due times) are rebuilt
-// by one scan of the store at Open, which also reads every block and so finds damage
-// before any job runs (ErrCorrupt). Delays use the time package's timers, so tests
+// by one scan of the store at Open, which also reads every data block of the live keys
+// (not the filter blocks) and so finds damage to any job before it runs (ErrCorrupt). Delays use the time package's timers, so tests
 // can run the backend on vfs.NewMem inside a testing/synctest bubble; keep such tests
 // small, though: a memtable flush or compaction inside a bubble hands Pebble's pooled
 // writers a channel of the bubble, and a later flush outside it then crashes the test
@@ -67,7 +68,8 @@ var (
 const (
 	// DefaultFreeSpaceReserve is the free space under which publishes are refused.
 	DefaultFreeSpaceReserve = 256 << 20
-	// DefaultBallastSize is the size of the ballast file released when the disk fills.
+	// DefaultBallastSize is the size of the ballast file (preallocated, see
+	// Config.BallastSize) deleted when a write meets a full disk.
 	DefaultBallastSize = 64 << 20
 	// DefaultCacheSize is Pebble's block cache.
 	DefaultCacheSize = 64 << 20
