@@ -217,8 +217,11 @@ func testJobRecords(t *testing.T, h *harness) {
 	next := env
 	next.Attempt, next.Reason = 2, "flaky"
 	mustSettle(t, "Retry", d.Retry(h.ctx(), next, 0))
-	if r := state(env.ID); r.State != backend.JobRetrying && r.State != backend.JobPending && r.State != backend.JobRunning {
-		t.Errorf("record after a plain Retry = %s, want retrying (or pending/running)", r.State)
+	// The retry is written: retrying with its reason, or running with it when the
+	// next attempt was already handed to the stream (claims are not written). A record
+	// still "pending" from the publish, or without the reason, was never updated.
+	if r := state(env.ID); (r.State != backend.JobRetrying && r.State != backend.JobRunning) || r.Reason != "flaky" {
+		t.Errorf("record after a plain Retry = %s with reason %q, want retrying (or running) with reason \"flaky\"", r.State, r.Reason)
 	}
 	d, env = h.receive(t, s)
 	mustSettle(t, "DeadLetter", d.DeadLetter(h.ctx(), "gave up"))
@@ -238,6 +241,9 @@ func testRepeatPublishDropped(t *testing.T, h *harness) {
 		if err := bp.PublishBatch(h.ctx(), []backend.Publication{{Envelope: env}, {Envelope: env}}); err != nil {
 			t.Fatalf("PublishBatch of a held id: %v", err)
 		}
+	}
+	if st := h.stats(t, q); st.Pending != 1 || st.Delayed != 0 {
+		t.Fatalf("stats after repeat publishes of a held id %+v, want 1 pending and nothing delayed", st)
 	}
 	s := h.consume(t, q)
 	d, got := h.receive(t, s)
