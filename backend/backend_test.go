@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -89,6 +90,8 @@ func TestRoundUpNeverShortens(t *testing.T) {
 		{time.Millisecond, time.Millisecond, time.Millisecond},
 		{1500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond},
 		{1001 * time.Millisecond, 100 * time.Millisecond, 1100 * time.Millisecond},
+		{math.MaxInt64 - 5, time.Millisecond, math.MaxInt64}, // saturates: never wraps negative
+		{math.MaxInt64, time.Millisecond, math.MaxInt64},
 	} {
 		if got := backend.RoundUp(tc.d, tc.unit); got != tc.want {
 			t.Errorf("RoundUp(%v, %v) = %v, want %v", tc.d, tc.unit, got, tc.want)

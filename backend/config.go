@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"regexp"
 	"time"
 )
@@ -93,13 +94,32 @@ func ClampGranularity(g time.Duration, log *slog.Logger) time.Duration {
 	return MinGranularity
 }
 
+// MaxDelay is the longest delay (of a publish, a retry, a defer) that any backend
+// accepts: ten years. A longer one fails with ErrDelayTooLong, so that a due time never
+// passes what time.Time's UnixNano can hold (the year 2262), even after a restart. A
+// backend may hold less (RabbitMQ's delay chain: its own MaxDelay method) and then
+// fails with ErrDelayTooLong as well.
+const MaxDelay = 10 * 365 * 24 * time.Hour
+
+// CheckDelay returns an error wrapping ErrDelayTooLong when d passes max.
+func CheckDelay(d, max time.Duration) error {
+	if d > max {
+		return fmt.Errorf("%w: delay %v passes the longest delay accepted, %v", ErrDelayTooLong, d, max)
+	}
+	return nil
+}
+
 // RoundUp rounds d up to a whole multiple of unit (which must be positive): a delay is
-// never shortened. A negative d counts as zero.
+// never shortened. A negative d counts as zero; a d whose rounding would overflow
+// saturates at the largest Duration.
 func RoundUp(d, unit time.Duration) time.Duration {
 	if d <= 0 {
 		return 0
 	}
 	if r := d % unit; r != 0 {
+		if d > math.MaxInt64-(unit-r) {
+			return math.MaxInt64
+		}
 		d += unit - r
 	}
 	return d

@@ -29,7 +29,10 @@ type BatchPublisher interface {
 // AtomicDelivery is implemented by deliveries that settle in one atomic write together
 // with the job's children and its record. Each method settles the delivery exactly once
 // like its plain counterpart (a second settle fails with ErrAlreadySettled), and, when it
-// fails, leaves the delivery unsettled with nothing of it written.
+// fails, leaves the delivery unsettled with nothing of it written, with one exception:
+// when ctx ends while the write is in flight, the method returns an error wrapping
+// ErrSettleUnknown, the write may still land, and the delivery must not be settled
+// again (if the write fails after all, the job goes back to its queue).
 //
 // rec, when not nil, carries what the consumer knows of the run: output, log lines,
 // module, start and finish times. The backend sets the record's identity, state,

@@ -22,6 +22,14 @@ var (
 	ErrMalformed = errors.New("malformed message")
 	// ErrNotFound is returned when a named item, such as a dead letter, does not exist.
 	ErrNotFound = errors.New("not found")
+	// ErrDelayTooLong is returned by a publish, retry or defer whose delay passes the
+	// longest the backend holds (at most MaxDelay).
+	ErrDelayTooLong = errors.New("delay too long")
+	// ErrSettleUnknown is returned by a settle whose context ended while its write was
+	// in flight: the outcome is unknown, the write may still land. The delivery must
+	// not be settled again (a second settle gets ErrAlreadySettled); if the write
+	// fails after all, the backend puts the job back on its queue.
+	ErrSettleUnknown = errors.New("settle outcome unknown: the write may still land")
 )
 
 // UnknownQueue returns an error wrapping ErrUnknownQueue that names queue.

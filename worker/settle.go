@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -196,8 +197,8 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 	switch p.settle {
 	case SettleAck:
 		if atomic {
-			if err = ad.AckWith(ctx, childPublications(job, p.children), rec); err == nil {
-				break
+			if err = ad.AckWith(ctx, childPublications(job, p.children), rec); err == nil || errors.Is(err, backend.ErrSettleUnknown) {
+				break // unknown: the ack may still land, so no second settle
 			}
 			// Nothing was written: the job is failed the retry way, as below.
 			p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
@@ -241,7 +242,11 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 	ev := Event{Kind: EventSettled, Job: job, Result: res, Settle: p.settle, Reason: p.reason, Delay: p.delay, Duration: took}
 	if err != nil {
 		ev.Kind, ev.Err = EventSettleFailed, fmt.Errorf("%s job %s of queue %q: %w", p.settle, job.Envelope.ID, job.Envelope.Queue, err)
-		w.log.Error("settle failed; the backend will deliver the job again", "job", job.Envelope.ID, "queue", job.Envelope.Queue, "settle", p.settle.String(), "error", err)
+		msg := "settle failed; the backend will deliver the job again"
+		if errors.Is(err, backend.ErrSettleUnknown) {
+			msg = "settle outcome unknown: the write may still land, else the backend delivers the job again"
+		}
+		w.log.Error(msg, "job", job.Envelope.ID, "queue", job.Envelope.Queue, "settle", p.settle.String(), "error", err)
 	}
 	w.obs.Observe(ev)
 }

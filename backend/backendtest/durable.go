@@ -91,10 +91,19 @@ func testAckWithChildren(t *testing.T, h *harness) {
 	}
 	ks := h.consume(t, kids)
 	h.expectNothing(t, kids, ks)
+	// A child whose id the backend holds is not published again, and an id repeated
+	// within the batch is published once.
+	held := job(kids, "held")
+	h.publish(t, held, 0)
+	again := held
+	again.Payload = []byte("held-again")
+	k1 := job(kids, "k1")
 	children := []backend.Publication{
-		{Envelope: job(kids, "k1")},
+		{Envelope: k1},
 		{Envelope: job(kids, "k2")},
 		{Envelope: job(kids, "k3"), Delay: 100 * time.Millisecond},
+		{Envelope: again},
+		{Envelope: k1},
 	}
 	if err := d.AckWith(h.ctx(), children, nil); err != nil {
 		t.Fatalf("AckWith after the failed one (the delivery must have stayed unsettled): %v", err)
@@ -103,14 +112,14 @@ func testAckWithChildren(t *testing.T, h *harness) {
 		t.Fatalf("Ack after AckWith: %v, want ErrAlreadySettled", err)
 	}
 	var got []string
-	for range children {
+	for range 4 {
 		kd, kenv := h.receive(t, ks)
 		got = append(got, string(kenv.Payload))
 		mustSettle(t, "Ack", kd.Ack(h.ctx()))
 	}
 	slices.Sort(got)
-	if strings.Join(got, " ") != "k1 k2 k3" {
-		t.Fatalf("children delivered: %q, want k1 k2 k3", got)
+	if strings.Join(got, " ") != "held k1 k2 k3" {
+		t.Fatalf("children delivered: %q, want held k1 k2 k3 (the held id and the repeat dropped)", got)
 	}
 	h.expectNothing(t, kids, ks)
 	s.Drop()
@@ -217,8 +226,11 @@ func testJobRecords(t *testing.T, h *harness) {
 	next := env
 	next.Attempt, next.Reason = 2, "flaky"
 	mustSettle(t, "Retry", d.Retry(h.ctx(), next, 0))
-	if r := state(env.ID); r.State != backend.JobRetrying && r.State != backend.JobPending && r.State != backend.JobRunning {
-		t.Errorf("record after a plain Retry = %s, want retrying (or pending/running)", r.State)
+	// The retry is written: retrying with its reason, or running with it when the
+	// next attempt was already handed to the stream (claims are not written). A record
+	// still "pending" from the publish, or without the reason, was never updated.
+	if r := state(env.ID); (r.State != backend.JobRetrying && r.State != backend.JobRunning) || r.Reason != "flaky" {
+		t.Errorf("record after a plain Retry = %s with reason %q, want retrying (or running) with reason \"flaky\"", r.State, r.Reason)
 	}
 	d, env = h.receive(t, s)
 	mustSettle(t, "DeadLetter", d.DeadLetter(h.ctx(), "gave up"))
@@ -238,6 +250,9 @@ func testRepeatPublishDropped(t *testing.T, h *harness) {
 		if err := bp.PublishBatch(h.ctx(), []backend.Publication{{Envelope: env}, {Envelope: env}}); err != nil {
 			t.Fatalf("PublishBatch of a held id: %v", err)
 		}
+	}
+	if st := h.stats(t, q); st.Pending != 1 || st.Delayed != 0 {
+		t.Fatalf("stats after repeat publishes of a held id %+v, want 1 pending and nothing delayed", st)
 	}
 	s := h.consume(t, q)
 	d, got := h.receive(t, s)

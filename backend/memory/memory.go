@@ -179,6 +179,9 @@ func (b *Backend) enqueue(m *message, delay time.Duration, deferred, dropRepeat 
 		return err
 	}
 	m.env.Redelivered = false
+	if err := backend.CheckDelay(delay, backend.MaxDelay); err != nil {
+		return fmt.Errorf("job %s for queue %q: %w", m.env.ID, m.env.Queue, err)
+	}
 	delay = backend.RoundUp(delay, b.granularity)
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -95,6 +95,15 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	if err != nil {
 		return fmt.Errorf("replaying dead letter %q of queue %q: %w", id, queue, err)
 	}
+	// Claim the dead letter's key, then check it is still there: two replays of one
+	// id would otherwise both delete it and both count it off q.dead.
+	if _, busy := b.replaying.LoadOrStore(string(key), true); busy {
+		return fmt.Errorf("dead letter %q of queue %q: being replayed already: %w", id, queue, backend.ErrNotFound)
+	}
+	defer b.replaying.Delete(string(key))
+	if _, err := b.get(key); err != nil {
+		return fmt.Errorf("dead letter %q of queue %q: %w", id, queue, backend.ErrNotFound)
+	}
 	owned, err := b.ids.reserve(ctx, env.ID)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package pebble
 
 import (
 	"container/heap"
+	"fmt"
 	"sync"
 	"time"
 
@@ -105,11 +106,20 @@ func (x *delayIndex) fire() {
 	for _, dl := range due {
 		value, err := b.get(dl.key)
 		if err != nil {
-			// The key is gone or unreadable: nothing to release. Log it; a damaged
-			// store is reported by the corruption listener.
-			b.log.Error("releasing a delayed job", "dir", b.dir, "queue", dl.q.name, "job", dl.id, "error", err)
-			items = append(items, nil)
-			continue
+			// The index holds a delayed job the store cannot give: the store is
+			// damaged or failing. Dropping it from the index would leave it stuck on
+			// disk until a restart; the store fails instead (every stream ends), and
+			// every job stays where it is for the next Open.
+			batch.Close()
+			err = b.fail(fmt.Errorf("%w: %w: %s: reading delayed job %s of queue %q (key %q): %v",
+				ErrStoreFailed, ErrCorrupt, b.dir, dl.id, dl.q.name, dl.key, err))
+			b.log.Error("releasing a delayed job; the store is failed", "dir", b.dir, "error", err)
+			x.mu.Lock()
+			for _, dl := range due {
+				heap.Push(&x.h, dl)
+			}
+			x.mu.Unlock()
+			return
 		}
 		seq := b.seq.Add(1)
 		batch.Delete(dl.key, nil)

@@ -26,7 +26,10 @@ func ExampleOpen() {
 	}
 	rec := b.Recovered()
 	fmt.Printf("found %d jobs waiting, %d delayed\n", rec.Ready, rec.Delayed)
-	b.Declare(ctx, backend.QueueConfig{Name: "resize"})
+	if err := b.Declare(ctx, backend.QueueConfig{Name: "resize"}); err != nil {
+		fmt.Println(err)
+		return
+	}
 	if err := b.Publish(ctx, backend.NewEnvelope("resize", []byte(`{"w":640}`)), 0); err != nil {
 		fmt.Println(err) // errors.Is(err, pebblebackend.ErrDiskFull): answer 503
 	}

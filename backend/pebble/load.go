@@ -11,8 +11,9 @@ import (
 )
 
 // load checks the schema version and rebuilds the in-memory indexes with one scan of
-// every key. The scan reads every block of the store, so a checksum mismatch anywhere
-// fails Open with ErrCorrupt instead of surfacing mid-run.
+// every key. The scan reads every data block it iterates (the live keys; not the filter
+// blocks, nor data hidden by tombstones), so a checksum mismatch in any job fails Open
+// with ErrCorrupt instead of surfacing mid-run.
 func (b *Backend) load(ctx context.Context) error {
 	start := time.Now()
 	if err := b.checkSchema(); err != nil {

@@ -7,15 +7,16 @@
 //     write and returns only then; concurrent publishes share one fsync (Pebble's group
 //     commit). A job whose publish returned survives a crash.
 //   - A settle (Ack, Retry, Defer, DeadLetter) is one atomic batch committed without its
-//     own fsync: it reaches the disk with the next synced commit or the log's own flush.
+//     own fsync: it reaches the disk with the next synced commit (any publish), a
+//     rotation of the log, or Close (WALBytesPerSync is 0: nothing syncs on a timer).
 //     A settle lost in a crash means the job is delivered again, never that it is lost.
 //   - A claim (a delivery handed to a consumer) lives in memory only: the directory has
 //     one owner (a second Open fails with ErrLocked), so after a crash everything
 //     unsettled is simply still there and is delivered again, at the same attempt.
 //
 // The in-memory indexes (a FIFO per queue and priority, a heap of due times) are rebuilt
-// by one scan of the store at Open, which also reads every block and so finds damage
-// before any job runs (ErrCorrupt). Delays use the time package's timers, so tests
+// by one scan of the store at Open, which also reads every data block of the live keys
+// (not the filter blocks) and so finds damage to any job before it runs (ErrCorrupt). Delays use the time package's timers, so tests
 // can run the backend on vfs.NewMem inside a testing/synctest bubble; keep such tests
 // small, though: a memtable flush or compaction inside a bubble hands Pebble's pooled
 // writers a channel of the bubble, and a later flush outside it then crashes the test
@@ -30,6 +31,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -55,8 +57,10 @@ var (
 	// directory's filesystem is under the reserve (Config.FreeSpaceReserve).
 	ErrDiskFull = errors.New("not enough free disk space")
 	// ErrStoreFailed is returned by every operation after the storage engine reported
-	// an error it cannot continue from (such as a failed write of its log). Jobs whose
-	// publish returned are on disk; reopen the directory to continue.
+	// an error it cannot continue from (such as a failed write of its log, or a job the
+	// index holds whose value cannot be read). Every stream ends with it, Consume
+	// returns it, and Close releases the directory without closing the engine. Jobs
+	// whose publish returned are on disk; restart the process to reopen the directory.
 	ErrStoreFailed = errors.New("storage engine failed")
 )
 
@@ -64,7 +68,8 @@ var (
 const (
 	// DefaultFreeSpaceReserve is the free space under which publishes are refused.
 	DefaultFreeSpaceReserve = 256 << 20
-	// DefaultBallastSize is the size of the ballast file released when the disk fills.
+	// DefaultBallastSize is the size of the ballast file (preallocated, see
+	// Config.BallastSize) deleted when a write meets a full disk.
 	DefaultBallastSize = 64 << 20
 	// DefaultCacheSize is Pebble's block cache.
 	DefaultCacheSize = 64 << 20
@@ -83,14 +88,17 @@ type Config struct {
 	// Granularity is the unit delays are rounded up to. Zero means 1 ms; a finer value
 	// is clamped to backend.MinGranularity and logged.
 	Granularity time.Duration
-	// FreeSpaceReserve is the free space, in bytes, under which publishes fail with
-	// ErrDiskFull (settles still go through: they free space). Zero means
+	// FreeSpaceReserve is the free space, in bytes, under which publishes and acks
+	// with children fail with ErrDiskFull. Other settles still go through (they free
+	// the job's value), writing job records without output or log lines. Zero means
 	// DefaultFreeSpaceReserve; a negative value turns the check off.
 	FreeSpaceReserve int64
-	// BallastSize is the size of the file "BALLAST" kept in the directory and deleted
-	// when a write meets a full disk, so that the store can finish what it was doing and
-	// refuse further work. It is made again once free space is back above the reserve.
-	// Zero means DefaultBallastSize; a negative value means no ballast.
+	// BallastSize is the size of the file "BALLAST" kept in the directory (space
+	// preallocated, not written) and deleted when a write meets a full disk (ENOSPC),
+	// so that the write can be tried once more and the store refuse further work. It is
+	// made, at Open or later, whenever it is missing and the free space is at least
+	// the reserve plus the ballast. Zero means DefaultBallastSize; a negative value
+	// means no ballast.
 	BallastSize int64
 	// CacheSize is the size of Pebble's block cache in bytes. Zero means
 	// DefaultCacheSize.
@@ -123,15 +131,23 @@ type Backend struct {
 	space       *spaceGuard
 	records     recordConfig
 
-	// failed holds the error that broke the store (ErrStoreFailed), if one did.
-	failed atomic.Pointer[error]
+	// failed holds the error that broke the store (ErrStoreFailed), if one did;
+	// failCh is closed when it is set, and ends every stream.
+	failed   atomic.Pointer[error]
+	failCh   chan struct{}
+	failOnce sync.Once
 	// corruption holds the last corruption Pebble reported.
 	corruption atomic.Pointer[pebbledb.DataCorruptionInfo]
 
 	mu     sync.RWMutex
 	queues map[string]*queue
-	closed bool
-	done   chan struct{} // closed by Close
+	// declaring holds the names whose declaration is being committed.
+	declaring map[string]*declaration
+	closed    bool
+	done      chan struct{} // closed by Close
+	// storeClosed is closed once the store is closed; closeErr, set before, says how.
+	storeClosed chan struct{}
+	closeErr    error
 	// closing is cancelled by Close: background work (compactions) stops with it.
 	closing context.Context
 	cancel  context.CancelFunc
@@ -141,6 +157,13 @@ type Backend struct {
 	ids    idSet
 	delays delayIndex
 	recs   recordIndex
+
+	// replaying holds the dead-letter keys being replayed.
+	replaying sync.Map
+
+	// beforeCommit, when set (by tests only), is called before each commit with the
+	// operation's name.
+	beforeCommit func(op string)
 }
 
 var (
@@ -180,7 +203,10 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		granularity: backend.ClampGranularity(cfg.Granularity, log),
 		records:     cfg.Records.normalize(),
 		queues:      make(map[string]*queue),
+		declaring:   make(map[string]*declaration),
 		done:        make(chan struct{}),
+		failCh:      make(chan struct{}),
+		storeClosed: make(chan struct{}),
 	}
 	b.closing, b.cancel = context.WithCancel(context.Background())
 	b.ids.m = make(map[string]chan struct{})
@@ -264,16 +290,7 @@ func (b *Backend) openDB(opts *pebbledb.Options) (db *pebbledb.DB, err error) {
 // holds it (fcntl's EAGAIN or EACCES, or Pebble's own check within one process).
 func isLockHeld(err error) bool {
 	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
-		errors.Is(err, os.ErrExist) || containsString(err.Error(), "lock held by current process")
-}
-
-func containsString(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
+		errors.Is(err, os.ErrExist) || strings.Contains(err.Error(), "lock held by current process")
 }
 
 // Dir returns the data directory, as an absolute path when it is on the operating
@@ -391,9 +408,11 @@ func (b *Backend) isClosed() bool {
 	return b.closed
 }
 
-// Declare creates the queue q.Name if it does not exist, durably. Declaring it again
-// changes nothing, not even a different priority level count: the first declaration
-// wins, as on a broker.
+// Declare creates the queue q.Name if it does not exist, durably. The first
+// declaration wins, as on a broker: declaring it again with the same priority levels
+// changes nothing, and with other levels fails and changes nothing. Concurrent
+// declarations of one name are ordered: the name is claimed before the commit, so
+// that only the winner's levels reach the disk.
 func (b *Backend) Declare(ctx context.Context, qc backend.QueueConfig) error {
 	if err := backend.ValidateQueueName(qc.Name); err != nil {
 		return err
@@ -403,18 +422,55 @@ func (b *Backend) Declare(ctx context.Context, qc backend.QueueConfig) error {
 		return err
 	}
 	defer b.ops.Done()
-	if _, err := b.lookup(qc.Name); err == nil {
+	conflict := func(have int) error {
+		return fmt.Errorf("queue %q exists with %d priority levels, not the %d wanted: it keeps its first declaration", qc.Name, have, qc.PriorityLevels)
+	}
+	b.mu.Lock()
+	if q, ok := b.queues[qc.Name]; ok {
+		b.mu.Unlock()
+		if q.levels != qc.PriorityLevels {
+			return conflict(q.levels)
+		}
 		return nil
 	}
+	if p, ok := b.declaring[qc.Name]; ok {
+		b.mu.Unlock()
+		if p.levels != qc.PriorityLevels {
+			return conflict(p.levels)
+		}
+		select {
+		case <-p.done:
+			return p.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	p := &declaration{levels: qc.PriorityLevels, done: make(chan struct{})}
+	b.declaring[qc.Name] = p
+	b.mu.Unlock()
 	batch := b.db.NewBatch()
 	batch.Set(queueKey(qc.Name), encodeQueue(qc.PriorityLevels), nil)
 	return b.commit(ctx, batch, pebbledb.Sync, "declare", qc.Name, func() {
 		b.mu.Lock()
-		if _, ok := b.queues[qc.Name]; !ok {
-			b.queues[qc.Name] = newQueue(qc.Name, qc.PriorityLevels)
-		}
+		b.queues[qc.Name] = newQueue(qc.Name, qc.PriorityLevels)
+		delete(b.declaring, qc.Name)
 		b.mu.Unlock()
-	}, nil)
+		close(p.done)
+	}, func() {
+		b.mu.Lock()
+		delete(b.declaring, qc.Name)
+		b.mu.Unlock()
+		p.err = fmt.Errorf("declaring queue %q in %s: the concurrent declaration failed", qc.Name, b.dir)
+		close(p.done)
+	})
+}
+
+// declaration is a queue being declared: its name is claimed, its commit in flight.
+// err is set before done is closed.
+type declaration struct {
+	levels int
+	done   chan struct{}
+	err    error
 }
 
 // Publish puts env on env.Queue, after delay rounded up to the granularity, and returns
@@ -438,6 +494,9 @@ func (b *Backend) publish(ctx context.Context, env backend.Envelope, delay time.
 	q, err := b.lookup(env.Queue)
 	if err != nil {
 		return err
+	}
+	if err := backend.CheckDelay(delay, backend.MaxDelay); err != nil {
+		return fmt.Errorf("publishing job %s to %q: %w", env.ID, env.Queue, err)
 	}
 	if err := b.space.check(); err != nil {
 		return err
@@ -486,6 +545,9 @@ func (b *Backend) stagePublications(ctx context.Context, batch *pebbledb.Batch, 
 	for i, p := range pubs {
 		if queues[i], err = b.lookup(p.Envelope.Queue); err != nil {
 			return nil, nil, nil, err
+		}
+		if err := backend.CheckDelay(p.Delay, backend.MaxDelay); err != nil {
+			return nil, nil, nil, fmt.Errorf("publishing job %s to %q: %w", p.Envelope.ID, p.Envelope.Queue, err)
 		}
 	}
 	var reserved []string
@@ -549,12 +611,19 @@ func (b *Backend) stage(batch *pebbledb.Batch, q *queue, env backend.Envelope, d
 	return func() { b.delays.add(dl) }
 }
 
+// errStillWriting is wrapped by commit's error when ctx ended while the write was in
+// flight: it may still land.
+var errStillWriting = errors.New("the write may still complete")
+
 // commit commits batch and then runs apply, or onFail when the commit fails. When ctx
 // ends first, commit returns ctx's error at once and the commit finishes on its own
 // (apply or onFail still run): a deadline is kept whatever the disk does, and the
 // in-memory index always follows what is on disk.
 func (b *Backend) commit(ctx context.Context, batch *pebbledb.Batch, opts *pebbledb.WriteOptions, op, queue string, apply, onFail func()) error {
 	run := func() error {
+		if b.beforeCommit != nil {
+			b.beforeCommit(op)
+		}
 		err := b.apply(batch, opts)
 		batch.Close()
 		if err != nil {
@@ -588,7 +657,7 @@ func (b *Backend) commit(ctx context.Context, batch *pebbledb.Batch, opts *pebbl
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%s to %q: %w (the write may still complete)", op, queue, ctx.Err())
+		return fmt.Errorf("%s to %q: %w: %w", op, queue, errStillWriting, ctx.Err())
 	}
 }
 
@@ -601,11 +670,28 @@ func (b *Backend) apply(batch *pebbledb.Batch, opts *pebbledb.WriteOptions) (err
 			if !ok {
 				panic(r)
 			}
-			err = fmt.Errorf("%w: %s: %s", ErrStoreFailed, b.dir, f.msg)
-			b.failed.CompareAndSwap(nil, &err)
+			err = b.fail(fmt.Errorf("%w: %s: %s", ErrStoreFailed, b.dir, f.msg))
 		}
 	}()
 	return batch.Commit(opts)
+}
+
+// fail marks the store failed with err (the first error wins, and is returned): every
+// later operation fails with it and every stream ends with it, so that no job is handed
+// out whose settle cannot be written. The process must reopen the directory (restart)
+// to continue: a Pebble that reported a fatal error is not closed cleanly.
+func (b *Backend) fail(err error) error {
+	b.failed.CompareAndSwap(nil, &err)
+	b.failOnce.Do(func() { close(b.failCh) })
+	return *b.failed.Load()
+}
+
+// failure returns the error that broke the store, or nil.
+func (b *Backend) failure() error {
+	if p := b.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Consume starts a stream of the declared queue qc.Name with prefetch qc.Prefetch.
@@ -613,6 +699,9 @@ func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.
 	qc = qc.Normalize(b.log)
 	q, err := b.lookup(qc.Name)
 	if err != nil {
+		return nil, err
+	}
+	if err := b.failure(); err != nil {
 		return nil, err
 	}
 	s := &stream{
@@ -643,7 +732,8 @@ func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.
 // Close ends every stream (their unsettled deliveries stay on disk, to be delivered
 // again after the next Open), waits for writes in progress, closes the store and
 // releases the directory. It waits for ctx at most; the store is then closed once the
-// last write finishes. Close is idempotent.
+// last write finishes. Close is idempotent: a later call waits, under its own ctx, for
+// the store to be closed and returns the same result.
 func (b *Backend) Close(ctx context.Context) error {
 	b.mu.Lock()
 	first := !b.closed
@@ -657,19 +747,19 @@ func (b *Backend) Close(ctx context.Context) error {
 		b.delays.stop()
 		b.space.stop()
 	}
-	finished := make(chan error, 1)
 	if first {
 		go func() {
 			b.streams.Wait()
 			b.ops.Wait()
-			finished <- b.closeStore()
+			b.closeErr = b.closeStore()
+			close(b.storeClosed)
 		}()
-	} else {
-		close(finished)
 	}
+	// Every call, the first or a later one, waits for the store to be closed (under its
+	// own ctx) and returns the result of closing it.
 	select {
-	case err := <-finished:
-		return err
+	case <-b.storeClosed:
+		return b.closeErr
 	case <-ctx.Done():
 		return fmt.Errorf("pebble backend close %s: waiting for streams and writes: %w", b.dir, ctx.Err())
 	}
@@ -691,7 +781,14 @@ func (b *Backend) closeStore() (err error) {
 			err = fmt.Errorf("pebble backend: releasing the lock of %s: %w", b.dir, lerr)
 		}
 	}()
-	if b.failed.Load() == nil && b.db.Metrics().MemTable.Size > flushOnCloseOver {
+	if err := b.failure(); err != nil {
+		// Pebble reported a fatal error: closing it may meet the same failure again
+		// (or wait on a log writer that is gone). Only the lock is released; what
+		// was committed is on disk, and the next Open recovers from the log.
+		b.log.Error("not closing a failed store: restart the process to reopen it", "dir", b.dir, "error", err)
+		return err
+	}
+	if b.db.Metrics().MemTable.Size > flushOnCloseOver {
 		// Flushing a large memtable makes the next Open read tables instead of
 		// replaying the log: a clean stop restarts faster (a million jobs waiting:
 		// 3.1 s to 1.8-1.9 s here). A small one replays in no time and is left alone,
@@ -700,7 +797,7 @@ func (b *Backend) closeStore() (err error) {
 			b.log.Warn("flushing the store before closing", "dir", b.dir, "error", err)
 		}
 	}
-	if err := b.db.Close(); err != nil && b.failed.Load() == nil {
+	if err := b.db.Close(); err != nil {
 		return fmt.Errorf("pebble backend: closing %s: %w", b.dir, err)
 	}
 	return nil

@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 
@@ -245,6 +247,11 @@ func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state ba
 		rec.FinishedAt = now
 	}
 	b.capRecord(&rec)
+	if b.space.check() != nil {
+		// Under the free-space reserve a settle writes as little as it can.
+		rec.Output, rec.OutputTruncated = nil, rec.OutputTruncated || len(rec.Output) > 0
+		rec.Logs, rec.LogsTruncated = nil, rec.LogsTruncated || len(rec.Logs) > 0
+	}
 	batch.Set(recordKey(env.ID), encodeRecord(&rec), nil)
 	if !state.Finished() {
 		return 0
@@ -253,6 +260,9 @@ func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state ba
 	return 1
 }
 
+// capRecord cuts rec's output and log lines to the caps. The caller's slices are never
+// written: the log lines are cloned once, if one of them is cut. A line is cut at a rune
+// boundary, so that it stays valid UTF-8.
 func (b *Backend) capRecord(rec *backend.JobRecord) {
 	c := b.records
 	if len(rec.Output) > c.maxOutput {
@@ -261,14 +271,28 @@ func (b *Backend) capRecord(rec *backend.JobRecord) {
 	if len(rec.Logs) > c.maxLogLines {
 		rec.Logs, rec.LogsTruncated = rec.Logs[:c.maxLogLines], true
 	}
+	cloned := false
 	for i, l := range rec.Logs {
-		if len(l) > c.maxLogLine {
-			if i == 0 || &rec.Logs[0] == &rec.Logs[i] {
-				rec.Logs = append([]string(nil), rec.Logs...)
-			}
-			rec.Logs[i], rec.LogsTruncated = l[:c.maxLogLine], true
+		if len(l) <= c.maxLogLine {
+			continue
 		}
+		if !cloned {
+			rec.Logs, cloned = slices.Clone(rec.Logs), true
+		}
+		rec.Logs[i], rec.LogsTruncated = cutUTF8(l, c.maxLogLine), true
 	}
+}
+
+// cutUTF8 returns the longest prefix of s of at most n bytes that does not end inside a
+// multi-byte rune.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // JobRecord returns the record of the job with id id. A job handed to a consumer and

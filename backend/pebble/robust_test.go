@@ -239,3 +239,61 @@ func TestCheckpointOfARunningStore(t *testing.T) {
 		t.Fatalf("the copy holds %+v, want 20 ready and 1 delayed", rec)
 	}
 }
+
+// Under the reserve, settles write less: a record keeps no output or logs, and an ack
+// with children is refused.
+func TestUnderTheReserveSettlesWriteLess(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		fs := vfs.NewMem()
+		fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 10 << 30, TotalBytes: 20 << 30})
+		b := open(t, pebblebackend.Config{Dir: "/data", FS: fs, FreeSpaceReserve: 1 << 30, BallastSize: 64 << 20})
+		defer closeBackend(t, b)
+		q := backend.QueueConfig{Name: "jobs"}
+		mustDo(t, b.Declare(ctx, q))
+		mustDo(t, b.Publish(ctx, backend.Envelope{ID: "a", Queue: "jobs"}, 0))
+		mustDo(t, b.Publish(ctx, backend.Envelope{ID: "b", Queue: "jobs"}, 0))
+		fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 100 << 20, TotalBytes: 20 << 30})
+		time.Sleep(time.Second)
+		s, err := b.Consume(ctx, q)
+		mustDo(t, err)
+		defer s.Drop()
+		d := (<-s.Deliveries()).(backend.AtomicDelivery)
+		err = d.AckWith(ctx, []backend.Publication{{Envelope: backend.Envelope{ID: "child", Queue: "jobs"}}}, nil)
+		if !errors.Is(err, pebblebackend.ErrDiskFull) {
+			t.Fatalf("AckWith children under the reserve = %v, want ErrDiskFull", err)
+		}
+		run := &backend.JobRecord{Output: []byte("big output"), Logs: []string{"a line"}}
+		mustDo(t, d.RetryWith(ctx, backend.Envelope{ID: "a", Queue: "jobs", Attempt: 2}, 0, run))
+		rec, err := b.JobRecord(ctx, "a")
+		mustDo(t, err)
+		if len(rec.Output) != 0 || len(rec.Logs) != 0 || !rec.OutputTruncated || !rec.LogsTruncated {
+			t.Fatalf("record written under the reserve: %+v, want no output or logs, marked truncated", rec)
+		}
+	})
+}
+
+// A ballast not made at Open for want of room (free space between the reserve and the
+// reserve plus the ballast, never under the reserve) is made once the space allows it.
+func TestBallastIsMadeOnceTheSpaceAllows(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		fs := vfs.NewMem()
+		fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1<<30 + 1<<20, TotalBytes: 20 << 30})
+		b := open(t, pebblebackend.Config{Dir: "/data", FS: fs, FreeSpaceReserve: 1 << 30, BallastSize: 64 << 20})
+		defer closeBackend(t, b)
+		mustDo(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
+		if fileExists(fs, "/data/BALLAST") {
+			t.Fatal("ballast made without room for it")
+		}
+		fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 10 << 30, TotalBytes: 20 << 30})
+		time.Sleep(time.Second)
+		mustDo(t, b.Publish(ctx, backend.Envelope{ID: "c", Queue: "jobs"}, 0))
+		synctest.Wait()
+		if !fileExists(fs, "/data/BALLAST") {
+			t.Fatal("the ballast was not made once the space allowed it")
+		}
+	})
+}

@@ -19,9 +19,11 @@ const spaceCheckEvery = 250 * time.Millisecond
 
 // spaceGuard keeps the free-space reserve. Pebble treats a failed write of its log as
 // fatal, so the store must not reach a full disk: publishes are refused while the free
-// space is under the reserve (settles go on: they are small and free space), and a
+// space is under the reserve, and a
 // ballast file is deleted when a write meets a full disk anyway, so that what was in
-// progress can finish.
+// progress can finish. Settles go on under the reserve, but write less: a job record
+// keeps no output and no log lines, and an ack with children is refused (ErrDiskFull;
+// the worker then fails the job the retry way), since children are new work.
 type spaceGuard struct {
 	b        *Backend
 	fs       vfs.FS // the unwrapped filesystem: the ballast is handled there
@@ -35,6 +37,9 @@ type spaceGuard struct {
 	low       error // ErrDiskFull while under the reserve, else nil
 	hitFull   atomic.Bool
 	making    atomic.Bool
+	// missing is set while the ballast is not there (released, or never made for
+	// want of space): check makes it once the space allows it.
+	missing atomic.Bool
 }
 
 func newSpaceGuard(b *Backend, fs vfs.FS, dir string, reserve, ballast int64) *spaceGuard {
@@ -54,6 +59,7 @@ func newSpaceGuard(b *Backend, fs vfs.FS, dir string, reserve, ballast int64) *s
 func (g *spaceGuard) wrap(fs vfs.FS) vfs.FS {
 	return vfs.OnDiskFull(fs, func() {
 		g.hitFull.Store(true)
+		g.missing.Store(true)
 		if err := g.fs.Remove(g.fs.PathJoin(g.dir, ballastName)); err == nil {
 			g.b.log.Error("disk full: released the ballast file", "dir", g.dir)
 		}
@@ -99,7 +105,12 @@ func (g *spaceGuard) check() error {
 	g.low = nil
 	if g.hitFull.Swap(false) || was != nil {
 		g.b.log.Info("disk space back above the reserve: accepting jobs again", "dir", g.dir, "free", usage.AvailBytes)
-		go g.makeBallast()
+	}
+	if g.missing.Load() && int64(usage.AvailBytes) >= g.reserve+g.ballast && g.b.enter() == nil {
+		go func() { // counted in ops: Close waits for it
+			defer g.b.ops.Done()
+			g.makeBallast()
+		}()
 	}
 	return nil
 }
@@ -116,8 +127,10 @@ func (g *spaceGuard) makeBallast() {
 		return
 	}
 	if usage, err := g.fs.GetDiskUsage(g.dir); err == nil && int64(usage.AvailBytes) < g.reserve+g.ballast {
+		g.missing.Store(true)
 		return
 	}
+	g.missing.Store(false)
 	f, err := g.fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		g.b.log.Warn("creating the ballast file", "path", path, "error", err)

@@ -1,8 +1,11 @@
 package pebble
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,7 +62,11 @@ func (s *stream) run() {
 	var d *delivery
 	for {
 		if d == nil {
-			d = s.take()
+			var err error
+			if d, err = s.take(); err != nil {
+				s.end(err)
+				return
+			}
 		}
 		var out chan<- backend.Delivery
 		var wake <-chan struct{}
@@ -79,6 +86,8 @@ func (s *stream) run() {
 		case <-s.stop:
 		case <-s.b.done:
 			err = backend.ErrShutDown
+		case <-s.b.failCh:
+			err = s.b.failure()
 		case <-s.ctx.Done():
 			err = s.ctx.Err()
 		}
@@ -91,17 +100,23 @@ func (s *stream) run() {
 }
 
 // take claims the next job for offering, if prefetch allows one, and reads its value.
-func (s *stream) take() *delivery {
+// A job whose value cannot be read is never handed out: it goes back to the front of
+// its queue (it is still on disk, as far as anyone knows) and the store fails, which
+// ends every stream; an error is returned then.
+func (s *stream) take() (*delivery, error) {
 	q := s.q
+	if err := s.b.failure(); err != nil {
+		return nil, err
+	}
 	q.mu.Lock()
 	if len(s.inflight) >= s.prefetch {
 		q.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	it := q.pop()
 	if it == nil {
 		q.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	d := &delivery{s: s, it: it, redelivered: it.redelivered}
 	d.offered.Store(true)
@@ -114,10 +129,14 @@ func (s *stream) take() *delivery {
 	d.key = q.key(it)
 	raw, err := s.b.get(d.key)
 	if err != nil {
-		s.b.log.Error("reading a ready job", "dir", s.b.dir, "queue", q.name, "job", it.id, "error", err)
-		d.env = backend.Envelope{ID: it.id, Queue: q.name}
-		d.decodeErr = fmt.Errorf("%w: reading job %s from %s: %v", backend.ErrMalformed, it.id, s.b.dir, err)
-		return d
+		// The index holds a job the store cannot give: the store is damaged or the
+		// engine is failing. Handing the job out without its value would let the
+		// worker dead-letter (and delete) a job nobody read.
+		d.received()
+		err = s.b.fail(fmt.Errorf("%w: %w: %s: reading job %s of queue %q (key %q): %v",
+			ErrStoreFailed, ErrCorrupt, s.b.dir, it.id, q.name, d.key, err))
+		s.b.log.Error("reading a ready job; the store is failed", "dir", s.b.dir, "queue", q.name, "job", it.id, "error", err)
+		return nil, err // end puts the job back: it is in s.inflight, open
 	}
 	d.raw = raw
 	d.env, d.decodeErr = decodeEnvelope(raw)
@@ -127,7 +146,7 @@ func (s *stream) take() *delivery {
 	if d.env.ID == "" && d.decodeErr != nil {
 		d.env.ID = it.id
 	}
-	return d
+	return d, nil
 }
 
 // get reads the value of key, copied.
@@ -154,14 +173,8 @@ func (s *stream) end(err error) {
 			released = append(released, d)
 		}
 	}
-	// Newest first, so that the oldest ends up at the front.
-	for i := len(released) - 1; i >= 0; i-- {
-		for j := 0; j < i; j++ {
-			if released[j].it.seq > released[j+1].it.seq {
-				released[j], released[j+1] = released[j+1], released[j]
-			}
-		}
-	}
+	// Pushed newest first, so that the oldest ends up at the front.
+	slices.SortFunc(released, func(a, b *delivery) int { return cmp.Compare(a.it.seq, b.it.seq) })
 	for i := len(released) - 1; i >= 0; i-- {
 		d := released[i]
 		delete(s.inflight, d)
@@ -194,6 +207,7 @@ type delivery struct {
 	redelivered bool
 	state       atomic.Int32
 	offered     atomic.Bool // counted in q.offering
+	orphaned    bool        // guarded by q.mu: see orphan
 }
 
 // received ends the delivery's time on offer, once: called by the stream after the
@@ -229,15 +243,22 @@ func (d *delivery) reopen() {
 	q := d.s.q
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !d.s.ended {
+	if !d.s.ended && !d.orphaned {
 		d.state.Store(stateOpen)
 		return
 	}
+	d.release()
+}
+
+// release puts the delivery's job back at the front of its queue. q.mu is held.
+func (d *delivery) release() {
+	q := d.s.q
 	d.state.Store(stateReleased)
 	delete(d.s.inflight, d)
 	d.s.b.ids.unclaim(d.it.id)
 	q.unsettle--
 	q.pushFront(d.it)
+	d.s.wakeUp()
 }
 
 // finish completes a settle: the delivery leaves the stream, freeing a prefetch slot.
@@ -287,7 +308,7 @@ func (d *delivery) settle(ctx context.Context, op string, dead bool,
 		d.reopen()
 		return err
 	}
-	return b.commit(ctx, batch, pebbledb.NoSync, op, d.s.q.name, func() {
+	err = b.commit(ctx, batch, pebbledb.NoSync, op, d.s.q.name, func() {
 		if apply != nil {
 			apply()
 		}
@@ -299,6 +320,26 @@ func (d *delivery) settle(ctx context.Context, op string, dead bool,
 		}
 		d.reopen()
 	})
+	if errors.Is(err, errStillWriting) {
+		// The consumer will not settle this delivery again: should the write fail
+		// after all, the job must go back to its queue rather than hold a prefetch
+		// slot until the stream ends.
+		d.orphan()
+		return fmt.Errorf("%w: %w", backend.ErrSettleUnknown, err)
+	}
+	return err
+}
+
+// orphan marks a delivery whose settle's outcome is unknown to its consumer: if the
+// settle's write fails (now or already), the job goes back to its queue.
+func (d *delivery) orphan() {
+	q := d.s.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d.orphaned = true
+	if d.state.Load() == stateOpen { // the write failed already: reopen ran
+		d.release()
+	}
 }
 
 func (d *delivery) Ack(ctx context.Context) error { return d.AckWith(ctx, nil, nil) }
@@ -308,6 +349,13 @@ func (d *delivery) Ack(ctx context.Context) error { return d.AckWith(ctx, nil, n
 func (d *delivery) AckWith(ctx context.Context, children []backend.Publication, run *backend.JobRecord) error {
 	b := d.s.b
 	return d.settle(ctx, "ack", false, func(batch *pebbledb.Batch) (func(), func(), error) {
+		if len(children) > 0 {
+			// Children are new work: under the free-space reserve they are refused
+			// like publishes, and the delivery stays unsettled.
+			if err := b.space.check(); err != nil {
+				return nil, nil, err
+			}
+		}
 		applyChildren, undo, ids, err := b.stagePublications(ctx, batch, children)
 		if err != nil {
 			return nil, nil, err
@@ -347,6 +395,9 @@ func (d *delivery) republish(ctx context.Context, op string, next backend.Envelo
 		if err != nil {
 			return nil, nil, err
 		}
+		if err := backend.CheckDelay(delay, backend.MaxDelay); err != nil {
+			return nil, nil, fmt.Errorf("%s of job %s: %w", op, next.ID, err)
+		}
 		apply := b.stage(batch, q, next, delay, deferred)
 		state := backend.JobRetrying
 		if deferred {
@@ -378,11 +429,12 @@ func (d *delivery) DeadLetterWith(ctx context.Context, reason string, run *backe
 	}
 	b := d.s.b
 	return d.settle(ctx, "dead-letter", true, func(batch *pebbledb.Batch) (func(), func(), error) {
-		now := time.Now()
 		raw := d.raw
 		if raw == nil {
-			raw = encodeEnvelope(nil, d.env)
+			// Never delete a key whose value was not read: the job would be lost.
+			return nil, nil, fmt.Errorf("dead-lettering job %s of queue %q: its value was never read from %s", d.it.id, d.s.q.name, b.dir)
 		}
+		now := time.Now()
 		batch.Set(deadKey(d.s.q.name, now, b.seq.Add(1)), encodeDead(nil, reason, now, raw), nil)
 		n := b.stageSettleRecord(batch, d, backend.JobDead, reason, nil, run)
 		return func() {

@@ -447,7 +447,7 @@ func (b *Backend) send(ctx context.Context, env backend.Envelope, delay time.Dur
 	}
 	units := int64(backend.RoundUp(delay, b.cfg.Unit) / b.cfg.Unit)
 	if max := int64(1)<<b.cfg.Levels - 1; units > max {
-		return fmt.Errorf("delay %v of a job for queue %q passes the longest delay this backend holds, %v", delay, env.Queue, b.MaxDelay())
+		return fmt.Errorf("%w: delay %v of a job for queue %q passes the longest delay this backend holds, %v", backend.ErrDelayTooLong, delay, env.Queue, b.MaxDelay())
 	}
 	msg := encode(env)
 	exchange, key := "", env.Queue

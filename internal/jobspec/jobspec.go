@@ -90,6 +90,9 @@ func Validate(s Spec, maxPayload int) error {
 	if s.Delay < 0 {
 		return invalid("delay %v is negative", s.Delay)
 	}
+	if s.Delay > backend.MaxDelay {
+		return invalid("delay %v passes the longest delay accepted, %v", s.Delay, backend.MaxDelay)
+	}
 	if s.Priority < 0 || s.Priority >= PriorityLevels {
 		return invalid("priority %d: want 0 to %d", s.Priority, PriorityLevels-1)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/jobspec"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
@@ -31,6 +32,7 @@ func TestValidate(t *testing.T) {
 		{"any reserved header", func(s *jobspec.Spec) { s.Headers = map[string]string{"wasmjobs-x": ""} }, 0, "the prefix wasmjobs- is reserved", false},
 		{"empty header key", func(s *jobspec.Spec) { s.Headers = map[string]string{"": "v"} }, 0, "headers: empty key", false},
 		{"negative delay", func(s *jobspec.Spec) { s.Delay = -time.Second }, 0, "delay -1s is negative", false},
+		{"delay past the maximum", func(s *jobspec.Spec) { s.Delay = backend.MaxDelay + time.Second }, 0, "passes the longest delay accepted", false},
 		{"negative priority", func(s *jobspec.Spec) { s.Priority = -1 }, 0, "priority -1: want 0 to 1", false},
 		{"the deferred lane", func(s *jobspec.Spec) { s.Priority = worker.DefaultPriorityLevels }, 0, "priority 2: want 0 to 1", false},
 		{"negative max attempts", func(s *jobspec.Spec) { s.MaxAttempts = -1 }, 0, "max_attempts -1: want 0 (the queue's) or more", false},

@@ -1,0 +1,300 @@
+package pebble
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	pebbledb "github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+func openMem(t *testing.T, fs vfs.FS, cfg Config) *Backend {
+	t.Helper()
+	if fs == nil {
+		fs = vfs.NewMem()
+	}
+	cfg.Dir, cfg.FS = "/data", fs
+	b, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return b
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A job whose value cannot be read is never handed out (before the fix it was handed out
+// with an empty envelope and a decode error, and the worker dead-lettered it: the job's
+// key was deleted and the dead letter held no payload). The store fails instead, every
+// stream ends with ErrStoreFailed, and the job is still on the index and on disk.
+func TestUnreadableJobIsNotHandedOut(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	// A second stream on another queue, idle: it must end too.
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "other"}))
+	idle, err := b.Consume(ctx, backend.QueueConfig{Name: "other"})
+	must(t, err)
+	must(t, b.Publish(ctx, backend.Envelope{ID: "j1", Queue: "q", Payload: []byte("x")}, 0))
+	q, _ := b.lookup("q")
+	q.mu.Lock()
+	key := q.key(q.ready[0].At(0))
+	q.mu.Unlock()
+	// The read fails: here the key is gone underneath the index.
+	must(t, b.db.Delete(key, pebbledb.Sync))
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+	must(t, err)
+	for d := range s.Deliveries() {
+		env, derr := d.Envelope()
+		t.Fatalf("a job whose value was not read was handed out: %+v, %v", env, derr)
+	}
+	if err := s.Err(); !errors.Is(err, ErrStoreFailed) || !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("stream ended with %v, want ErrStoreFailed and ErrCorrupt", err)
+	}
+	for range idle.Deliveries() {
+	}
+	if err := idle.Err(); !errors.Is(err, ErrStoreFailed) {
+		t.Fatalf("idle stream ended with %v, want ErrStoreFailed", err)
+	}
+	if _, err := b.Consume(ctx, backend.QueueConfig{Name: "q"}); !errors.Is(err, ErrStoreFailed) {
+		t.Fatalf("Consume after the failure = %v, want ErrStoreFailed", err)
+	}
+	if st, _ := b.QueueStats(ctx, "q"); st.Pending != 1 || st.Unacked != 0 || st.Dead != 0 {
+		t.Fatalf("stats after the failure %+v, want the job pending", st)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := b.Close(cctx); !errors.Is(err, ErrStoreFailed) {
+		t.Fatalf("Close of a failed store = %v, want ErrStoreFailed", err)
+	}
+}
+
+// Concurrent declarations of one queue with different levels: one wins, the others get
+// the conflict error, and the store reopens with the winner's levels (before the fix
+// every declaration committed its own levels, memory kept the first, and a job at a
+// priority above the levels on disk made the next Open fail).
+func TestConcurrentDeclaresCommitOnlyTheWinner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	for round := range 20 {
+		name := fmt.Sprintf("q%d", round)
+		b := openMem(t, fs, Config{})
+		errs := make([]error, 10)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() { errs[i] = b.Declare(ctx, backend.QueueConfig{Name: name, PriorityLevels: i}) })
+		}
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			if err == nil {
+				if won >= 0 {
+					t.Fatalf("round %d: declarations with %d and %d levels both succeeded", round, won, i)
+				}
+				won = i
+			}
+		}
+		q, err := b.lookup(name)
+		must(t, err)
+		if won < 0 || q.levels != won {
+			t.Fatalf("round %d: winner %d, queue has %d levels; errors %v", round, won, q.levels, errs)
+		}
+		must(t, b.Publish(ctx, backend.Envelope{ID: name, Queue: name, Priority: 9}, 0))
+		must(t, b.Close(ctx))
+		b = openMem(t, fs, Config{})
+		q, err = b.lookup(name)
+		must(t, err)
+		if q.levels != won {
+			t.Fatalf("round %d: reopened with %d levels, the winner declared %d", round, q.levels, won)
+		}
+		must(t, b.Close(ctx))
+	}
+}
+
+// A delay near the largest Duration overflowed the rounding and became negative: the job
+// was released at once. Delays past backend.MaxDelay are refused; MaxDelay itself holds.
+func TestDelayPastMaxDelayIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	defer b.Close(ctx)
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	for _, d := range []time.Duration{math.MaxInt64 - 5, backend.MaxDelay + 1} {
+		err := b.Publish(ctx, backend.Envelope{ID: fmt.Sprint(d), Queue: "q"}, d)
+		if !errors.Is(err, backend.ErrDelayTooLong) {
+			t.Errorf("Publish with delay %v = %v, want ErrDelayTooLong", d, err)
+		}
+		err = b.PublishBatch(ctx, []backend.Publication{{Envelope: backend.Envelope{ID: "b" + fmt.Sprint(d), Queue: "q"}, Delay: d}})
+		if !errors.Is(err, backend.ErrDelayTooLong) {
+			t.Errorf("PublishBatch with delay %v = %v, want ErrDelayTooLong", d, err)
+		}
+	}
+	must(t, b.Publish(ctx, backend.Envelope{ID: "max", Queue: "q"}, backend.MaxDelay))
+	if st, _ := b.QueueStats(ctx, "q"); st.Pending != 0 || st.Delayed != 1 {
+		t.Fatalf("stats %+v, want only the job delayed by MaxDelay, delayed", st)
+	}
+}
+
+// A second Close returned nil at once while the first was still waiting for a write.
+func TestSecondCloseWaitsForTheStore(t *testing.T) {
+	t.Parallel()
+	b := openMem(t, nil, Config{})
+	must(t, b.enter()) // a write in progress
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := b.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first Close = %v, want its deadline", err)
+	}
+	if err := b.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second Close while a write is in progress = %v, want its deadline", err)
+	}
+	b.ops.Done()
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatalf("Close once the write finished = %v", err)
+	}
+	select {
+	case <-b.storeClosed:
+	default:
+		t.Fatal("Close returned before the store was closed")
+	}
+}
+
+// capRecord wrote the cut lines into the caller's Logs slice, and cut inside a rune.
+func TestCapRecordKeepsTheCallersLogsAndRunes(t *testing.T) {
+	t.Parallel()
+	b := &Backend{records: RecordConfig{MaxLogLine: 4, MaxOutput: 2}.normalize()}
+	logs := []string{"ok", "hé€x", "abcdef", "€€"}
+	want := slices.Clone(logs)
+	rec := backend.JobRecord{Logs: logs, Output: []byte("output")}
+	b.capRecord(&rec)
+	if !slices.Equal(logs, want) {
+		t.Errorf("the caller's Logs were changed: %q, was %q", logs, want)
+	}
+	if got := []string{"ok", "hé", "abcd", "€"}; !slices.Equal(rec.Logs, got) || !rec.LogsTruncated {
+		t.Errorf("capped logs %q (truncated %v), want %q", rec.Logs, rec.LogsTruncated, got)
+	}
+	for _, l := range rec.Logs {
+		if !utf8.ValidString(l) {
+			t.Errorf("capped line %q is not valid UTF-8", l)
+		}
+	}
+	if string(rec.Output) != "ou" || !rec.OutputTruncated {
+		t.Errorf("capped output %q", rec.Output)
+	}
+}
+
+// A settle whose ctx ends while its write is in flight says the outcome is unknown
+// (before, a plain ctx error that read like "nothing was written", so the worker settled
+// the delivery again and got ErrAlreadySettled); the write then lands.
+func TestSettleWhoseContextEndsIsUnknown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	defer b.Close(ctx)
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+	gate := make(chan struct{})
+	var open sync.Once
+	defer open.Do(func() { close(gate) }) // before Close, which waits for the write
+	b.beforeCommit = func(op string) {
+		if op == "ack" {
+			<-gate
+		}
+	}
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+	must(t, err)
+	defer s.Drop()
+	d := (<-s.Deliveries()).(*delivery)
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := d.AckWith(short, nil, nil); !errors.Is(err, backend.ErrSettleUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ack whose ctx ended in flight = %v, want ErrSettleUnknown", err)
+	}
+	if err := d.Ack(ctx); !errors.Is(err, backend.ErrAlreadySettled) {
+		t.Fatalf("second settle = %v, want ErrAlreadySettled", err)
+	}
+	open.Do(func() { close(gate) })
+	for {
+		st, _ := b.QueueStats(ctx, "q")
+		if st.Unacked == 0 {
+			if st.Pending != 0 {
+				t.Fatalf("stats %+v after the ack landed", st)
+			}
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if rec, err := b.JobRecord(ctx, "j"); err != nil || rec.State != backend.JobSucceeded {
+		t.Fatalf("record %+v, %v: want succeeded", rec, err)
+	}
+}
+
+// Concurrent replays of one dead letter counted it off q.dead once each.
+func TestConcurrentReplaysCountTheDeadLetterOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	defer b.Close(ctx)
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+	must(t, err)
+	must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
+	s.Drop()
+	gate := make(chan struct{})
+	var first sync.Once
+	b.beforeCommit = func(op string) {
+		if op == "replay" {
+			first.Do(func() { <-gate })
+		}
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { b.ReplayDeadLetter(ctx, "q", "j") })
+	}
+	time.Sleep(50 * time.Millisecond) // let every replay find the dead letter
+	close(gate)
+	wg.Wait()
+	if st, _ := b.QueueStats(ctx, "q"); st.Dead != 0 || st.Pending != 1 {
+		t.Fatalf("stats after concurrent replays %+v, want 0 dead, 1 pending", st)
+	}
+}
+
+// A delayed job whose value cannot be read when it falls due was dropped from the index
+// and left on disk; the store fails instead and the job stays counted as delayed.
+func TestUnreadableDelayedJobFailsTheStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, time.Hour))
+	b.delays.mu.Lock()
+	dl := b.delays.h[0]
+	dl.due = time.Now().Add(-time.Second) // due now
+	b.delays.mu.Unlock()
+	must(t, b.db.Delete(dl.key, pebbledb.Sync))
+	b.delays.fire()
+	if err := b.failure(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("store failed with %v, want ErrCorrupt", err)
+	}
+	if st, _ := b.QueueStats(ctx, "q"); st.Delayed != 1 {
+		t.Fatalf("stats %+v, want the job still delayed", st)
+	}
+	b.Close(ctx)
+}
