@@ -253,9 +253,9 @@ func TestCrashLosesNothingOnPebble(t *testing.T) {
 // drain, put in place of a data directory, starts with the jobs it held.
 func TestDrainOnPebbleLosesNothing(t *testing.T) {
 	t.Parallel()
-	dir, data := t.TempDir(), t.TempDir()
+	dir, data, backups := t.TempDir(), t.TempDir(), t.TempDir()
 	installModule(t, dir, "abi/sleep_ms", "work", "1")
-	flags := []string{"--data-dir", data, "--concurrency", "2", "--drain-timeout", "60s"}
+	flags := []string{"--data-dir", data, "--backup-dir", backups, "--concurrency", "2", "--drain-timeout", "60s"}
 	h := startHost(t, dir, flags...)
 	slow := enqueueIDs(t, h, "work", "8000\n8000\n") // running through the backups and the enqueues of the drain
 	queued := enqueueIDs(t, h, "work", strings.Repeat("1\n", 20))
@@ -265,16 +265,22 @@ func TestDrainOnPebbleLosesNothing(t *testing.T) {
 		h.get("/v1/jobs/"+slow[1], &b)
 		return a.State == "running" && b.State == "running"
 	})
-	backup := filepath.Join(t.TempDir(), "backup")
-	if r := wasmjobs(t, "", "backup", backup, "--server", h.url); r.code != 0 || !strings.Contains(r.stdout, backup) {
+	backup := filepath.Join(backups, "nightly")
+	if r := wasmjobs(t, "", "backup", "nightly", "--server", h.url); r.code != 0 || !strings.Contains(r.stdout, backup) {
 		t.Fatalf("backup: %d %s %s", r.code, r.stdout, r.stderr)
 	}
-	if r := wasmjobs(t, "", "backup", backup, "--server", h.url); r.code == 0 || !strings.Contains(r.stderr, "not empty") {
-		t.Fatalf("a backup into a directory with files: %d %s %s; want a refusal", r.code, r.stdout, r.stderr)
+	if r := wasmjobs(t, "", "backup", "nightly", "--server", h.url); r.code == 0 || !strings.Contains(r.stderr, "exists") {
+		t.Fatalf("a backup of a name taken: %d %s %s; want a refusal", r.code, r.stdout, r.stderr)
+	}
+	if r := wasmjobs(t, "", "backup", "../escaped", "--server", h.url); r.code == 0 || !strings.Contains(r.stderr, "one plain name") {
+		t.Fatalf("a backup named out of the backup directory: %d %s %s; want a refusal", r.code, r.stdout, r.stderr)
 	}
 
 	h.cmd.Process.Signal(syscall.SIGTERM)
 	waitFor(t, "readyz to say 503", func() bool { return h.get("/readyz", nil) == 503 })
+	if r := wasmjobs(t, "", "backup", "late", "--server", h.url); r.code == 0 || !strings.Contains(r.stderr, "draining") {
+		t.Fatalf("a backup during the drain: %d %s %s; want a refusal", r.code, r.stdout, r.stderr)
+	}
 	status, body := h.post("/v1/jobs", `{"queue": "work", "payload": "1"}`)
 	if status != 202 {
 		t.Fatalf("enqueue during the drain: %d %s, want 202 on a durable backend", status, body)

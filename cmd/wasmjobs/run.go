@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -41,6 +42,7 @@ type runFlags struct {
 	dataDir      string
 	recordsMax   int
 	recordsAge   time.Duration
+	backupDir    string
 }
 
 // envDefaults is the environment variable of each flag that has one.
@@ -49,7 +51,7 @@ var envDefaults = map[string]string{
 	"listen": "WASMJOBS_LISTEN", "drain-timeout": "WASMJOBS_DRAIN_TIMEOUT", "log-format": "WASMJOBS_LOG_FORMAT",
 	"log-level": "WASMJOBS_LOG_LEVEL", "token": "WASMJOBS_TOKEN", "history": "WASMJOBS_HISTORY",
 	"server": "WASMJOBS_SERVER", "data-dir": "WASMJOBS_DATA_DIR", "records-max": "WASMJOBS_RECORDS_MAX",
-	"records-max-age": "WASMJOBS_RECORDS_MAX_AGE",
+	"records-max-age": "WASMJOBS_RECORDS_MAX_AGE", "backup-dir": "WASMJOBS_BACKUP_DIR",
 }
 
 // applyEnv sets every flag of cmd that was not given on the command line from its
@@ -116,6 +118,7 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	fl.StringVar(&f.dataDir, "data-dir", defaultDataDir, "the pebble backend's data directory, owned by one run at a time (env WASMJOBS_DATA_DIR)")
 	fl.IntVar(&f.recordsMax, "records-max", pebble.DefaultRecordMaxCount, "finished job records the pebble backend keeps for GET /v1/jobs/{id}, the newest; 0 keeps none (env WASMJOBS_RECORDS_MAX)")
 	fl.DurationVar(&f.recordsAge, "records-max-age", pebble.DefaultRecordMaxAge, "how long the pebble backend keeps a finished job's record; 0 keeps them regardless of age (env WASMJOBS_RECORDS_MAX_AGE)")
+	fl.StringVar(&f.backupDir, "backup-dir", "", "the directory `wasmjobs backup NAME` writes backups into (made 0700 if missing); empty turns backups off (env WASMJOBS_BACKUP_DIR)")
 	fl.IntVar(&f.concurrency, "concurrency", worker.DefaultConcurrency, "jobs running at once over all queues (env WASMJOBS_CONCURRENCY)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the HTTP API; beyond loopback it needs --token (env WASMJOBS_LISTEN)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "how long a shutdown waits for running jobs (env WASMJOBS_DRAIN_TIMEOUT)")
@@ -225,6 +228,33 @@ func (f *runFlags) recordConfig() pebble.RecordConfig {
 	return rc
 }
 
+// checkBackupDir checks --backup-dir and makes it (0700) if missing; it returns it
+// absolute, or "" when backups are off. Backups exist only on the pebble backend and
+// never go inside the data directory (a restore moves that directory aside).
+func (f *runFlags) checkBackupDir() (string, error) {
+	if f.backupDir == "" {
+		return "", nil
+	}
+	if f.backend != "pebble" {
+		return "", usagef("--backup-dir %s: only the pebble backend keeps data to back up (--backend %s)", f.backupDir, redact(f.backend))
+	}
+	dir, err := filepath.Abs(f.backupDir)
+	if err != nil {
+		return "", usagef("--backup-dir %s: %v", f.backupDir, err)
+	}
+	data, err := filepath.Abs(f.dataDir)
+	if err != nil {
+		return "", usagef("--data-dir %s: %v", f.dataDir, err)
+	}
+	if rel, err := filepath.Rel(data, dir); err == nil && filepath.IsLocal(rel) || dir == data {
+		return "", usagef("--backup-dir %s is inside --data-dir %s: put backups beside it, not in it", dir, data)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("--backup-dir %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
 // closeGrace is what run gives, past the drain timeout, to closing the API, the backend
 // and the engine: run exits within --drain-timeout plus this, whatever the broker does.
 const closeGrace = 2 * time.Second
@@ -255,6 +285,10 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	}
 	if f.recordsMax < 0 || f.recordsAge < 0 {
 		return usagef("--records-max %d, --records-max-age %v: want 0 or more", f.recordsMax, f.recordsAge)
+	}
+	backupDir, err := f.checkBackupDir()
+	if err != nil {
+		return err
 	}
 	if !isLoopback(f.listen) && f.token == "" {
 		return usagef("--listen %s is beyond loopback: set --token (or WASMJOBS_TOKEN) so that the API is not open", f.listen)
@@ -381,7 +415,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		Handler: api.New(api.Config{
 			Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(),
 			Token: f.token, Ready: func() bool { return started.Load() && !draining.Load() }, Accepting: accepting, Logger: log,
-			Loopback: isLoopback(ln.Addr().String()),
+			Loopback: isLoopback(ln.Addr().String()), BackupDir: backupDir,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
