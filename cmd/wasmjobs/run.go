@@ -43,6 +43,9 @@ type runFlags struct {
 	recordsMax   int
 	recordsAge   time.Duration
 	backupDir    string
+
+	// open opens the backend; nil means openBackend. Tests give a backend of theirs.
+	open func(context.Context, backendSpec, *slog.Logger) (backend.Backend, error)
 }
 
 // envDefaults is the environment variable of each flag that has one.
@@ -344,7 +347,11 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 
 	// The backend first: a second run on a data directory in use is most often a second
 	// run with the same flags, and its error must name the directory, not the port.
-	b, err := openBackend(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig()}, log)
+	open := f.open
+	if open == nil {
+		open = openBackend
+	}
+	b, err := open(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig()}, log)
 	if err != nil {
 		if runCtx.Err() != nil { // a signal during the connection: nothing served yet
 			log.Info("wasmjobs stopped before it served")
@@ -411,10 +418,46 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if _, isMemory := b.(*memory.Backend); !isMemory {
 		accepting = started.Load
 	}
+	// A backend whose store can break for good (pebble after a failed log write)
+	// reports it through Err: the host then stops calling itself ready or healthy,
+	// drains and exits with the error, rather than answering 503 to every enqueue and
+	// failing every settle for ever while it says 200.
+	var storeErr atomic.Pointer[error]
+	healthStop, healthDone := make(chan struct{}), make(chan struct{})
+	cleanups = append(cleanups, func(context.Context) { close(healthStop); <-healthDone })
+	go func() {
+		defer close(healthDone)
+		hr, ok := b.(errReporter)
+		if !ok {
+			return
+		}
+		t := time.NewTicker(healthEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-healthStop:
+				return
+			case <-t.C:
+			}
+			if err := hr.Err(); err != nil {
+				storeErr.Store(&err)
+				log.Error("the backend's store failed: draining and exiting; restart the host (it reopens the store from disk)", "error", err)
+				cancel()
+				return
+			}
+		}
+	}()
+	failed := func() error {
+		if p := storeErr.Load(); p != nil {
+			return *p
+		}
+		return nil
+	}
 	srv := &http.Server{
 		Handler: api.New(api.Config{
 			Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(),
-			Token: f.token, Ready: func() bool { return started.Load() && !draining.Load() }, Accepting: accepting, Logger: log,
+			Token: f.token, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
+			Healthy:  failed,
 			Loopback: isLoopback(ln.Addr().String()), BackupDir: backupDir,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -488,8 +531,18 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 			log.Info("queued jobs are kept for the next start", "queued", left, "data_dir", pb.Dir())
 		}
 	}
+	if err := failed(); err != nil {
+		return fmt.Errorf("stopped on a failed store: %w", err)
+	}
 	if stopErr != nil && !errors.Is(stopErr, context.DeadlineExceeded) {
 		return stopErr
 	}
 	return nil
 }
+
+// errReporter is a backend that can break for good and says so (the pebble backend
+// once its store failed): run polls it every healthEvery.
+type errReporter interface{ Err() error }
+
+// healthEvery is how often run asks the backend whether its store failed.
+const healthEvery = time.Second

@@ -52,6 +52,9 @@ type Config struct {
 	Token string
 	// Ready reports whether the host serves jobs (for /readyz). Nil means always.
 	Ready func() bool
+	// Healthy reports what broke the host (a failed store) for /healthz, which then
+	// answers 503 with it; nil means always healthy.
+	Healthy func() error
 	// Accepting reports whether the host takes new jobs: POST /v1/jobs, the batch and
 	// dead-letter replays answer 503 while it is false, so that no job is accepted
 	// that the drain would then drop. Nil means Ready: a host that drains stops being
@@ -105,6 +108,12 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/dead-letters/{id}/replay", s.replay)
 	mux.HandleFunc("POST /v1/backup", s.backup)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Healthy != nil {
+			if err := s.cfg.Healthy(); err != nil {
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "failed", "error": err.Error()})
+				return
+			}
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
