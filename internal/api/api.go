@@ -465,7 +465,14 @@ func (s *server) publishBatch(w http.ResponseWriter, r *http.Request, bp backend
 			fail(w, fmt.Errorf("publishing a batch of %d jobs: %w", len(envs), err))
 			return
 		}
-		// ids is empty: the batch is one write, so none of its jobs was accepted.
+		// The batch is one write: whole or not at all. But a write that ended with the
+		// request's context, or with a store that failed while committing it, may have
+		// landed: the caller gets the ids to look up rather than a "none" that may lie.
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || s.storeFailed() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{
+				"error": fmt.Sprintf("publishing a batch of %d jobs: %v; the batch may have been accepted (all of it or none): check with GET /v1/jobs/{id} for the ids given", len(envs), err), "ids": ids})
+			return
+		}
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{
 			"error": fmt.Sprintf("publishing a batch of %d jobs: none was accepted: %v", len(envs), err), "ids": []string{}})
 		return
@@ -476,6 +483,13 @@ func (s *server) publishBatch(w http.ResponseWriter, r *http.Request, bp backend
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"ids": ids})
+}
+
+// storeFailed reports whether the backend says its store broke (the pebble backend's
+// Err, non-nil once a commit failed: that commit may have reached the disk).
+func (s *server) storeFailed() bool {
+	hr, ok := s.cfg.Backend.(interface{ Err() error })
+	return ok && hr.Err() != nil
 }
 
 // jobState is a backend's job record as GET /v1/jobs/{id} shows it.
