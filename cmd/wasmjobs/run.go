@@ -112,6 +112,9 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 			if err := applyEnv(cmd); err != nil {
 				return err
 			}
+			if err := pebbleOnlyFlags(cmd, f.backend); err != nil {
+				return err
+			}
 			return f.run(cmd.Context(), g, cmd.ErrOrStderr())
 		},
 	}
@@ -130,6 +133,22 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	fl.StringVar(&f.token, "token", "", "bearer token the API requires (env WASMJOBS_TOKEN)")
 	fl.IntVar(&f.history, "history", api.DefaultHistory, "recent jobs whose state GET /v1/jobs/{id} reports on the memory and RabbitMQ backends (env WASMJOBS_HISTORY)")
 	return cmd
+}
+
+// pebbleOnlyFlags refuses the pebble backend's flags, given on the command line or by
+// their environment variable, with another backend: they would be ignored, and a
+// --data-dir that keeps nothing is a surprise found only after a restart.
+func pebbleOnlyFlags(cmd *cobra.Command, spec string) error {
+	if spec == "pebble" {
+		return nil
+	}
+	for _, name := range []string{"data-dir", "records-max", "records-max-age", "backup-dir"} {
+		_, env := os.LookupEnv(envDefaults[name])
+		if cmd.Flags().Changed(name) || env {
+			return usagef("--%s (or %s) is for --backend pebble; --backend %s keeps no data directory", name, envDefaults[name], redact(spec))
+		}
+	}
+	return nil
 }
 
 // newLogger makes the slog logger of --log-format and --log-level.
@@ -261,6 +280,10 @@ func (f *runFlags) checkBackupDir() (string, error) {
 // closeGrace is what run gives, past the drain timeout, to closing the API, the backend
 // and the engine: run exits within --drain-timeout plus this, whatever the broker does.
 const closeGrace = 2 * time.Second
+
+// backendCloseSlice is the part of closeGrace kept for closing the backend (flushing
+// the pebble store), after the API's shutdown has had the rest.
+const backendCloseSlice = time.Second
 
 func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error {
 	// The first signal drains; a second one stops at once.
@@ -466,7 +489,14 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	cleanups = append(cleanups, func(ctx context.Context) {
-		// Reads go on until the drain ends; then the API closes within what is left.
+		// Reads go on until the drain ends; then the API closes within what is left,
+		// less backendCloseSlice: the backend, closed after it, gets its own time to
+		// write out its state rather than a context that a slow client let expire.
+		if dl, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, dl.Add(-backendCloseSlice))
+			defer cancel()
+		}
 		if err := srv.Shutdown(ctx); err != nil {
 			srv.Close()
 		}
