@@ -135,17 +135,17 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	return cmd
 }
 
-// pebbleOnlyFlags refuses the pebble backend's flags, given on the command line or by
-// their environment variable, with another backend: they would be ignored, and a
-// --data-dir that keeps nothing is a surprise found only after a restart.
+// pebbleOnlyFlags refuses the pebble backend's flags given on the command line with
+// another backend: they would be ignored, and a --data-dir that keeps nothing is a
+// surprise found only after a restart. Their environment variables are not refused:
+// an environment is often shared by hosts of several backends.
 func pebbleOnlyFlags(cmd *cobra.Command, spec string) error {
 	if spec == "pebble" {
 		return nil
 	}
 	for _, name := range []string{"data-dir", "records-max", "records-max-age", "backup-dir"} {
-		_, env := os.LookupEnv(envDefaults[name])
-		if cmd.Flags().Changed(name) || env {
-			return usagef("--%s (or %s) is for --backend pebble; --backend %s keeps no data directory", name, envDefaults[name], redact(spec))
+		if cmd.Flags().Changed(name) {
+			return usagef("--%s is for --backend pebble; --backend %s keeps no data directory", name, redact(spec))
 		}
 	}
 	return nil
@@ -254,11 +254,8 @@ func (f *runFlags) recordConfig() pebble.RecordConfig {
 // absolute, or "" when backups are off. Backups exist only on the pebble backend and
 // never go inside the data directory (a restore moves that directory aside).
 func (f *runFlags) checkBackupDir() (string, error) {
-	if f.backupDir == "" {
+	if f.backupDir == "" || f.backend != "pebble" { // given on the command line, refused before
 		return "", nil
-	}
-	if f.backend != "pebble" {
-		return "", usagef("--backup-dir %s: only the pebble backend keeps data to back up (--backend %s)", f.backupDir, redact(f.backend))
 	}
 	dir, err := filepath.Abs(f.backupDir)
 	if err != nil {
