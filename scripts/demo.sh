@@ -14,8 +14,8 @@ $GO build -o bin/wasmjobs ./cmd/wasmjobs
 mkdir -p .run/modules
 cp examples/greet-go/greet-go.wasm examples/greet-go/greet-go.toml .run/modules/
 
-echo "== starting: bin/wasmjobs run --modules .run/modules --data-dir .run/data"
-bin/wasmjobs run --modules .run/modules --data-dir .run/data --listen "${WASMJOBS_LISTEN:-127.0.0.1:8080}" &
+echo "== starting: bin/wasmjobs run --modules .run/modules --data-dir .run/data --backup-dir .run/backups"
+bin/wasmjobs run --modules .run/modules --data-dir .run/data --backup-dir .run/backups --listen "${WASMJOBS_LISTEN:-127.0.0.1:8080}" &
 pid=$!
 # Ctrl-C reaches the host from the terminal: wait for its drain. A TERM to this script is
 # passed on. Leaving in any other way stops the host too.
@@ -52,7 +52,7 @@ wasmjobs is running with the handler in .run/modules. In another terminal, try:
   bin/wasmjobs enqueue greet '{"name":"Linus","lang":"es"}'
   bin/wasmjobs modules list
   bin/wasmjobs dlq list greet
-  bin/wasmjobs backup .run/backup-\$(date +%s)
+  bin/wasmjobs backup nightly-\$(date +%s)        # into .run/backups/
 Ctrl-C drains and stops it; what is queued stays in .run/data for the next start.
 MSG
 wait $pid

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -41,6 +42,10 @@ type runFlags struct {
 	dataDir      string
 	recordsMax   int
 	recordsAge   time.Duration
+	backupDir    string
+
+	// open opens the backend; nil means openBackend. Tests give a backend of theirs.
+	open func(context.Context, backendSpec, *slog.Logger) (backend.Backend, error)
 }
 
 // envDefaults is the environment variable of each flag that has one.
@@ -49,7 +54,7 @@ var envDefaults = map[string]string{
 	"listen": "WASMJOBS_LISTEN", "drain-timeout": "WASMJOBS_DRAIN_TIMEOUT", "log-format": "WASMJOBS_LOG_FORMAT",
 	"log-level": "WASMJOBS_LOG_LEVEL", "token": "WASMJOBS_TOKEN", "history": "WASMJOBS_HISTORY",
 	"server": "WASMJOBS_SERVER", "data-dir": "WASMJOBS_DATA_DIR", "records-max": "WASMJOBS_RECORDS_MAX",
-	"records-max-age": "WASMJOBS_RECORDS_MAX_AGE",
+	"records-max-age": "WASMJOBS_RECORDS_MAX_AGE", "backup-dir": "WASMJOBS_BACKUP_DIR",
 }
 
 // applyEnv sets every flag of cmd that was not given on the command line from its
@@ -107,6 +112,9 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 			if err := applyEnv(cmd); err != nil {
 				return err
 			}
+			if err := pebbleOnlyFlags(cmd, f.backend); err != nil {
+				return err
+			}
 			return f.run(cmd.Context(), g, cmd.ErrOrStderr())
 		},
 	}
@@ -116,6 +124,7 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	fl.StringVar(&f.dataDir, "data-dir", defaultDataDir, "the pebble backend's data directory, owned by one run at a time (env WASMJOBS_DATA_DIR)")
 	fl.IntVar(&f.recordsMax, "records-max", pebble.DefaultRecordMaxCount, "finished job records the pebble backend keeps for GET /v1/jobs/{id}, the newest; 0 keeps none (env WASMJOBS_RECORDS_MAX)")
 	fl.DurationVar(&f.recordsAge, "records-max-age", pebble.DefaultRecordMaxAge, "how long the pebble backend keeps a finished job's record; 0 keeps them regardless of age (env WASMJOBS_RECORDS_MAX_AGE)")
+	fl.StringVar(&f.backupDir, "backup-dir", "", "the directory `wasmjobs backup NAME` writes backups into (made 0700 if missing); empty turns backups off (env WASMJOBS_BACKUP_DIR)")
 	fl.IntVar(&f.concurrency, "concurrency", worker.DefaultConcurrency, "jobs running at once over all queues (env WASMJOBS_CONCURRENCY)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the HTTP API; beyond loopback it needs --token (env WASMJOBS_LISTEN)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "how long a shutdown waits for running jobs (env WASMJOBS_DRAIN_TIMEOUT)")
@@ -124,6 +133,22 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	fl.StringVar(&f.token, "token", "", "bearer token the API requires (env WASMJOBS_TOKEN)")
 	fl.IntVar(&f.history, "history", api.DefaultHistory, "recent jobs whose state GET /v1/jobs/{id} reports on the memory and RabbitMQ backends (env WASMJOBS_HISTORY)")
 	return cmd
+}
+
+// pebbleOnlyFlags refuses the pebble backend's flags given on the command line with
+// another backend: they would be ignored, and a --data-dir that keeps nothing is a
+// surprise found only after a restart. Their environment variables are not refused:
+// an environment is often shared by hosts of several backends.
+func pebbleOnlyFlags(cmd *cobra.Command, spec string) error {
+	if spec == "pebble" {
+		return nil
+	}
+	for _, name := range []string{"data-dir", "records-max", "records-max-age", "backup-dir"} {
+		if cmd.Flags().Changed(name) {
+			return usagef("--%s is for --backend pebble; --backend %s keeps no data directory", name, redact(spec))
+		}
+	}
+	return nil
 }
 
 // newLogger makes the slog logger of --log-format and --log-level.
@@ -225,9 +250,37 @@ func (f *runFlags) recordConfig() pebble.RecordConfig {
 	return rc
 }
 
+// checkBackupDir checks --backup-dir and makes it (0700) if missing; it returns it
+// absolute, or "" when backups are off. Backups exist only on the pebble backend and
+// never go inside the data directory (a restore moves that directory aside).
+func (f *runFlags) checkBackupDir() (string, error) {
+	if f.backupDir == "" || f.backend != "pebble" { // given on the command line, refused before
+		return "", nil
+	}
+	dir, err := filepath.Abs(f.backupDir)
+	if err != nil {
+		return "", usagef("--backup-dir %s: %v", f.backupDir, err)
+	}
+	data, err := filepath.Abs(f.dataDir)
+	if err != nil {
+		return "", usagef("--data-dir %s: %v", f.dataDir, err)
+	}
+	if rel, err := filepath.Rel(data, dir); err == nil && filepath.IsLocal(rel) || dir == data {
+		return "", usagef("--backup-dir %s is inside --data-dir %s: put backups beside it, not in it", dir, data)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("--backup-dir %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
 // closeGrace is what run gives, past the drain timeout, to closing the API, the backend
 // and the engine: run exits within --drain-timeout plus this, whatever the broker does.
 const closeGrace = 2 * time.Second
+
+// backendCloseSlice is the part of closeGrace kept for closing the backend (flushing
+// the pebble store), after the API's shutdown has had the rest.
+const backendCloseSlice = time.Second
 
 func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error {
 	// The first signal drains; a second one stops at once.
@@ -255,6 +308,10 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	}
 	if f.recordsMax < 0 || f.recordsAge < 0 {
 		return usagef("--records-max %d, --records-max-age %v: want 0 or more", f.recordsMax, f.recordsAge)
+	}
+	backupDir, err := f.checkBackupDir()
+	if err != nil {
+		return err
 	}
 	if !isLoopback(f.listen) && f.token == "" {
 		return usagef("--listen %s is beyond loopback: set --token (or WASMJOBS_TOKEN) so that the API is not open", f.listen)
@@ -310,7 +367,11 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 
 	// The backend first: a second run on a data directory in use is most often a second
 	// run with the same flags, and its error must name the directory, not the port.
-	b, err := openBackend(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig()}, log)
+	open := f.open
+	if open == nil {
+		open = openBackend
+	}
+	b, err := open(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig()}, log)
 	if err != nil {
 		if runCtx.Err() != nil { // a signal during the connection: nothing served yet
 			log.Info("wasmjobs stopped before it served")
@@ -377,11 +438,47 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if _, isMemory := b.(*memory.Backend); !isMemory {
 		accepting = started.Load
 	}
+	// A backend whose store can break for good (pebble after a failed log write)
+	// reports it through Err: the host then stops calling itself ready or healthy,
+	// drains and exits with the error, rather than answering 503 to every enqueue and
+	// failing every settle for ever while it says 200.
+	var storeErr atomic.Pointer[error]
+	healthStop, healthDone := make(chan struct{}), make(chan struct{})
+	cleanups = append(cleanups, func(context.Context) { close(healthStop); <-healthDone })
+	go func() {
+		defer close(healthDone)
+		hr, ok := b.(errReporter)
+		if !ok {
+			return
+		}
+		t := time.NewTicker(healthEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-healthStop:
+				return
+			case <-t.C:
+			}
+			if err := hr.Err(); err != nil {
+				storeErr.Store(&err)
+				log.Error("the backend's store failed: draining and exiting; restart the host (it reopens the store from disk)", "error", err)
+				cancel()
+				return
+			}
+		}
+	}()
+	failed := func() error {
+		if p := storeErr.Load(); p != nil {
+			return *p
+		}
+		return nil
+	}
 	srv := &http.Server{
 		Handler: api.New(api.Config{
 			Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(),
-			Token: f.token, Ready: func() bool { return started.Load() && !draining.Load() }, Accepting: accepting, Logger: log,
-			Loopback: isLoopback(ln.Addr().String()),
+			Token: f.token, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
+			Healthy:  failed,
+			Loopback: isLoopback(ln.Addr().String()), BackupDir: backupDir,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -389,7 +486,14 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	cleanups = append(cleanups, func(ctx context.Context) {
-		// Reads go on until the drain ends; then the API closes within what is left.
+		// Reads go on until the drain ends; then the API closes within what is left,
+		// less backendCloseSlice: the backend, closed after it, gets its own time to
+		// write out its state rather than a context that a slow client let expire.
+		if dl, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, dl.Add(-backendCloseSlice))
+			defer cancel()
+		}
 		if err := srv.Shutdown(ctx); err != nil {
 			srv.Close()
 		}
@@ -454,8 +558,18 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 			log.Info("queued jobs are kept for the next start", "queued", left, "data_dir", pb.Dir())
 		}
 	}
+	if err := failed(); err != nil {
+		return fmt.Errorf("stopped on a failed store: %w", err)
+	}
 	if stopErr != nil && !errors.Is(stopErr, context.DeadlineExceeded) {
 		return stopErr
 	}
 	return nil
 }
+
+// errReporter is a backend that can break for good and says so (the pebble backend
+// once its store failed): run polls it every healthEvery.
+type errReporter interface{ Err() error }
+
+// healthEvery is how often run asks the backend whether its store failed.
+const healthEvery = time.Second

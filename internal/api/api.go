@@ -5,6 +5,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
@@ -51,6 +52,9 @@ type Config struct {
 	Token string
 	// Ready reports whether the host serves jobs (for /readyz). Nil means always.
 	Ready func() bool
+	// Healthy reports what broke the host (a failed store) for /healthz, which then
+	// answers 503 with it; nil means always healthy.
+	Healthy func() error
 	// Accepting reports whether the host takes new jobs: POST /v1/jobs, the batch and
 	// dead-letter replays answer 503 while it is false, so that no job is accepted
 	// that the drain would then drop. Nil means Ready: a host that drains stops being
@@ -62,6 +66,10 @@ type Config struct {
 	// 127.0.0.0/8, [::1]), so that a DNS name rebound to 127.0.0.1 by a web page
 	// cannot reach it.
 	Loopback bool
+	// BackupDir is the directory POST /v1/backup writes backups into (run's
+	// --backup-dir), absolute; empty turns backups off (501). A request names only
+	// the backup, never a path.
+	BackupDir string
 	// MaxBody bounds request bodies; zero means DefaultMaxBody.
 	MaxBody int64
 	Logger  *slog.Logger
@@ -69,8 +77,9 @@ type Config struct {
 
 // server serves the API.
 type server struct {
-	cfg Config
-	log *slog.Logger
+	cfg       Config
+	log       *slog.Logger
+	backupSem chan struct{} // one backup at a time
 }
 
 // New returns the API's handler.
@@ -84,7 +93,7 @@ func New(cfg Config) http.Handler {
 	if cfg.Accepting == nil {
 		cfg.Accepting = cfg.Ready
 	}
-	s := &server{cfg: cfg, log: cfg.Logger}
+	s := &server{cfg: cfg, log: cfg.Logger, backupSem: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -99,6 +108,12 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/dead-letters/{id}/replay", s.replay)
 	mux.HandleFunc("POST /v1/backup", s.backup)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Healthy != nil {
+			if err := s.cfg.Healthy(); err != nil {
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "failed", "error": err.Error()})
+				return
+			}
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -450,7 +465,14 @@ func (s *server) publishBatch(w http.ResponseWriter, r *http.Request, bp backend
 			fail(w, fmt.Errorf("publishing a batch of %d jobs: %w", len(envs), err))
 			return
 		}
-		// ids is empty: the batch is one write, so none of its jobs was accepted.
+		// The batch is one write: whole or not at all. But a write that ended with the
+		// request's context, or with a store that failed while committing it, may have
+		// landed: the caller gets the ids to look up rather than a "none" that may lie.
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || s.storeFailed() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{
+				"error": fmt.Sprintf("publishing a batch of %d jobs: %v; the batch may have been accepted (all of it or none): check with GET /v1/jobs/{id} for the ids given", len(envs), err), "ids": ids})
+			return
+		}
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{
 			"error": fmt.Sprintf("publishing a batch of %d jobs: none was accepted: %v", len(envs), err), "ids": []string{}})
 		return
@@ -461,6 +483,13 @@ func (s *server) publishBatch(w http.ResponseWriter, r *http.Request, bp backend
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"ids": ids})
+}
+
+// storeFailed reports whether the backend says its store broke (the pebble backend's
+// Err, non-nil once a commit failed: that commit may have reached the disk).
+func (s *server) storeFailed() bool {
+	hr, ok := s.cfg.Backend.(interface{ Err() error })
+	return ok && hr.Err() != nil
 }
 
 // jobState is a backend's job record as GET /v1/jobs/{id} shows it.
@@ -681,16 +710,38 @@ type Checkpointer interface {
 
 // BackupRequest is the body of POST /v1/backup.
 type BackupRequest struct {
-	// Dir is where the copy goes, a path on the host's machine: absolute, and either
-	// missing or an empty directory.
-	Dir string `json:"dir"`
+	// Name is the backup's directory inside the host's --backup-dir: one path element
+	// (no separator, no "..", not starting with "."), that must not exist yet. The
+	// caller chooses only the name; the host chooses where backups go.
+	Name string `json:"name"`
 }
 
-// backup copies the backend's store into a new directory, while jobs run.
+// checkBackupName refuses a name that is not one plain element inside the backup
+// root: a separator, "..", an absolute path, or a leading "." (the host's own
+// temporary directories start with ".tmp-").
+func checkBackupName(name string) error {
+	switch {
+	case name == "":
+		return badRequest("name is empty: give the backup's name, a directory made inside the host's --backup-dir")
+	case !filepath.IsLocal(name) || strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, "."):
+		return badRequest("name %q: want one plain name (no separator, no \"..\", not starting with \".\"); the backup goes into the host's --backup-dir", name)
+	}
+	return nil
+}
+
+// backup copies the backend's store into a new directory under Config.BackupDir, while
+// jobs run. It never writes outside that root and never removes what it did not make:
+// the copy goes into a fresh temporary directory, made through an os.Root (so that a
+// symbolic link is not followed out of the root), which is renamed to the name only
+// when the copy is whole.
 func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 	cp, ok := s.cfg.Backend.(Checkpointer)
 	if !ok {
 		writeError(w, http.StatusNotImplemented, "this backend keeps no data of its own to back up (only the pebble backend does; back RabbitMQ up with its own tools)")
+		return
+	}
+	if s.cfg.BackupDir == "" {
+		writeError(w, http.StatusNotImplemented, "backups are off: start run with --backup-dir DIR, the directory backups are written into")
 		return
 	}
 	var req BackupRequest
@@ -698,30 +749,66 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	if req.Dir == "" || !filepath.IsAbs(req.Dir) {
-		fail(w, badRequest("dir %q: want an absolute path on the host's machine", req.Dir))
+	if err := checkBackupName(req.Name); err != nil {
+		fail(w, err)
 		return
 	}
-	// An empty directory is taken (made ready by the caller); one with files is refused,
-	// never merged into.
-	if entries, err := os.ReadDir(req.Dir); err == nil {
-		if len(entries) > 0 {
-			fail(w, &httpError{http.StatusConflict, fmt.Sprintf("dir %s exists and is not empty: give a new or empty directory", req.Dir)})
-			return
-		}
-		if err := os.Remove(req.Dir); err != nil {
-			fail(w, &httpError{http.StatusInternalServerError, fmt.Sprintf("dir %s: %v", req.Dir, err)})
-			return
-		}
+	if !s.cfg.Ready() {
+		writeError(w, http.StatusServiceUnavailable, "the host is draining (shutting down) or not started: no backup is taken; take it from the next run")
+		return
+	}
+	// One backup at a time: two of the same name must not both pass the check below.
+	select {
+	case s.backupSem <- struct{}{}:
+		defer func() { <-s.backupSem }()
+	case <-r.Context().Done():
+		fail(w, r.Context().Err())
+		return
+	}
+	root, err := os.OpenRoot(s.cfg.BackupDir)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "backup directory: %v", err)
+		return
+	}
+	defer root.Close()
+	if _, err := root.Lstat(req.Name); err == nil {
+		fail(w, &httpError{http.StatusConflict, fmt.Sprintf("backup %q exists in %s: give a new name", req.Name, s.cfg.BackupDir)})
+		return
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		fail(w, badRequest("dir %s: %v", req.Dir, err))
+		writeError(w, http.StatusInternalServerError, "backup %q in %s: %v", req.Name, s.cfg.BackupDir, err)
 		return
 	}
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	tmp := fmt.Sprintf(".tmp-%s-%x", req.Name, rnd)
+	if err := root.Mkdir(tmp, 0o700); err != nil {
+		writeError(w, http.StatusInternalServerError, "backup %q: making its temporary directory in %s: %v", req.Name, s.cfg.BackupDir, err)
+		return
+	}
+	defer root.RemoveAll(tmp) // ours only: a fresh name, made above
+	// The store writes into a fresh directory inside tmp, which only this user can
+	// enter: nothing of anyone else's is on that path.
+	inner := filepath.Join(tmp, "data")
 	start := time.Now()
-	if err := cp.Checkpoint(r.Context(), req.Dir); err != nil {
-		writeError(w, http.StatusInternalServerError, "backup into %s: %v", req.Dir, err)
+	if err := cp.Checkpoint(r.Context(), filepath.Join(s.cfg.BackupDir, inner)); err != nil {
+		writeError(w, http.StatusInternalServerError, "backup %q: %v", req.Name, err)
 		return
 	}
-	s.log.Info("backup written", "dir", req.Dir, "took", time.Since(start))
-	writeJSON(w, http.StatusOK, map[string]any{"dir": req.Dir, "took_ms": float64(time.Since(start).Microseconds()) / 1000})
+	if err := root.Chmod(inner, 0o700); err != nil {
+		writeError(w, http.StatusInternalServerError, "backup %q: %v", req.Name, err)
+		return
+	}
+	// The existence check above and this rename are not one step: an empty directory
+	// of the name made in between by another process would be replaced.
+	if _, err := root.Lstat(req.Name); err == nil {
+		fail(w, &httpError{http.StatusConflict, fmt.Sprintf("backup %q exists in %s: give a new name", req.Name, s.cfg.BackupDir)})
+		return
+	}
+	if err := root.Rename(inner, req.Name); err != nil {
+		writeError(w, http.StatusInternalServerError, "backup %q: moving it into place in %s: %v", req.Name, s.cfg.BackupDir, err)
+		return
+	}
+	dir := filepath.Join(s.cfg.BackupDir, req.Name)
+	s.log.Info("backup written", "dir", dir, "took", time.Since(start))
+	writeJSON(w, http.StatusOK, map[string]any{"name": req.Name, "dir": dir, "took_ms": float64(time.Since(start).Microseconds()) / 1000})
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
+	"github.com/wasmjobs/wasmjobs/internal/api"
 )
 
 // openPebble opens a pebble backend in a directory of the test's, closed with it.
@@ -101,48 +103,99 @@ func TestBatchIsOneWrite(t *testing.T) {
 	}
 }
 
-// POST /v1/backup copies the running store into a new or empty directory, which opens
-// with the jobs it held; a directory with files, a relative path and a backend with no
-// store of its own are refused with the reason.
+// POST /v1/backup copies the running store into a new directory of the given name
+// under the host's backup root, which opens with the jobs it held. A name that would
+// leave the root (traversal, separators, absolute), a symbolic link planted at the
+// name, an existing name, a host with no backup root and a backend with no store of
+// its own are refused with the reason, and nothing outside the root is made or removed.
 func TestBackup(t *testing.T) {
 	t.Parallel()
 	b := openPebble(t, pebble.Config{})
-	r := newRigOn(t, b, nil, "")
+	root := t.TempDir()
+	r := newRigOn(t, b, nil, "", func(c *api.Config) { c.BackupDir = root })
 	if status, body := r.call(t, "POST", "/v1/jobs", `{"queue": "echo", "payload": "later", "delay": "1h"}`); status != 202 {
 		t.Fatalf("enqueue: %d %v", status, body)
 	}
-	empty := t.TempDir()
-	full := t.TempDir()
-	os.WriteFile(filepath.Join(full, "x"), nil, 0o644)
+	outside := t.TempDir()
+	emptyOutside := filepath.Join(outside, "empty")
+	os.Mkdir(emptyOutside, 0o755)
+	if err := os.Symlink(emptyOutside, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(root, "taken"), 0o755)
 	for _, c := range []struct {
-		dir        string
+		name       string
 		status     int
 		wantInBody string
 	}{
-		{filepath.Join(t.TempDir(), "new"), 200, ""},
-		{empty, 200, ""},
-		{full, 409, "not empty"},
-		{"relative/dir", 400, "absolute"},
+		{"nightly", 200, ""},
+		{"nightly", 409, "exists"},
+		{"taken", 409, "exists"},
+		{"link", 409, "exists"},
+		{"../escaped", 400, "one plain name"},
+		{"a/b", 400, "one plain name"},
+		{outside + "/x", 400, "one plain name"},
+		{"..", 400, "one plain name"},
+		{".tmp-x", 400, "one plain name"},
+		{"", 400, "empty"},
 	} {
-		status, body := r.call(t, "POST", "/v1/backup", `{"dir": "`+c.dir+`"}`)
+		status, body := r.call(t, "POST", "/v1/backup", `{"name": "`+c.name+`"}`)
 		if msg, _ := body["error"].(string); status != c.status || !strings.Contains(msg, c.wantInBody) {
-			t.Errorf("backup into %s: %d %v, want %d %q", c.dir, status, body, c.status, c.wantInBody)
+			t.Errorf("backup %q: %d %v, want %d %q", c.name, status, body, c.status, c.wantInBody)
 			continue
 		}
 		if status != 200 {
 			continue
 		}
-		cp, err := pebble.Open(context.Background(), pebble.Config{Dir: c.dir})
+		dir := filepath.Join(root, c.name)
+		if body["dir"] != dir {
+			t.Errorf("backup %q: dir %v, want %s", c.name, body["dir"], dir)
+		}
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("backup %q: %v %v, want a directory of mode 0700", c.name, fi, err)
+		}
+		cp, err := pebble.Open(context.Background(), pebble.Config{Dir: dir})
 		if err != nil {
-			t.Fatalf("opening the backup in %s: %v", c.dir, err)
+			t.Fatalf("opening the backup in %s: %v", dir, err)
 		}
 		if rec := cp.Recovered(); rec.Delayed != 1 {
-			t.Errorf("the backup in %s holds %+v, want the delayed job", c.dir, rec)
+			t.Errorf("the backup in %s holds %+v, want the delayed job", dir, rec)
 		}
 		cp.Close(context.Background())
 	}
-	mem := newAPIRig(t, "")
-	if status, body := mem.call(t, "POST", "/v1/backup", `{"dir": "/tmp/x"}`); status != 501 {
-		t.Fatalf("backup on the memory backend: %d %v, want 501", status, body)
+	// The link and its target are as they were, and nothing else was left in the root
+	// or outside it.
+	if fi, err := os.Lstat(filepath.Join(root, "link")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the symbolic link in the root: %v %v, want it untouched", fi, err)
+	}
+	if entries, err := os.ReadDir(emptyOutside); err != nil || len(entries) != 0 {
+		t.Errorf("the link's target outside the root: %v %v, want it there and empty", entries, err)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+		t.Errorf("outside the root: %v, want only the link's target", entries)
+	}
+	var names []string
+	entries, _ := os.ReadDir(root)
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{"link", "nightly", "taken"}; !slices.Equal(names, want) {
+		t.Errorf("the backup root holds %v, want %v (no temporary directory left)", names, want)
+	}
+
+	off := newRigOn(t, openPebble(t, pebble.Config{}), nil, "")
+	if status, body := off.call(t, "POST", "/v1/backup", `{"name": "x"}`); status != 501 || !strings.Contains(body["error"].(string), "--backup-dir") {
+		t.Errorf("backup with no backup root: %d %v, want 501 naming --backup-dir", status, body)
+	}
+	mem := newAPIRig(t, "", func(c *api.Config) { c.BackupDir = root })
+	if status, body := mem.call(t, "POST", "/v1/backup", `{"name": "x"}`); status != 501 {
+		t.Errorf("backup on the memory backend: %d %v, want 501", status, body)
+	}
+	draining := newRigOn(t, openPebble(t, pebble.Config{}), nil, "", func(c *api.Config) {
+		c.BackupDir = root
+		c.Ready = func() bool { return false }
+	})
+	if status, body := draining.call(t, "POST", "/v1/backup", `{"name": "late"}`); status != 503 || !strings.Contains(body["error"].(string), "draining") {
+		t.Errorf("backup while draining: %d %v, want 503", status, body)
 	}
 }

@@ -51,9 +51,15 @@ type Config struct {
 	// latency then includes the wait behind the whole backlog.
 	InsertFirst bool
 	// Rate, when positive, paces the publishes at that many jobs a second (the n-th
-	// is published no earlier than n/Rate seconds after the start), so that latency is
-	// measured at a moderate load rather than behind a saturating publisher.
+	// is published no earlier than (n-1)/Rate seconds after the start), so that latency
+	// is measured at a moderate load rather than behind a saturating publisher. Latency
+	// is then measured from each job's scheduled time, not from its publish: a publisher
+	// that stalls (a slow fsync) delays the jobs behind it, and that delay is part of
+	// their latency (no coordinated omission).
 	Rate float64
+
+	// beforePublish, when set, is called before the n-th publish (tests: a stall).
+	beforePublish func(n int64)
 }
 
 // Result is what a run measured.
@@ -202,6 +208,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	latencies := make([]time.Duration, cfg.Jobs)
 	var settled atomic.Int64
 	var failed atomic.Int64
+	var scheduled sync.Map // with cfg.Rate: job id -> the time it was due to be published
 	done := make(chan struct{})
 	w := worker.New(b, worker.Config{Concurrency: cfg.Concurrency, Observer: worker.ObserverFunc(func(e worker.Event) {
 		if e.Kind != worker.EventSettled {
@@ -212,7 +219,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		n := settled.Add(1)
 		if int(n) <= len(latencies) {
-			latencies[n-1] = time.Since(e.Job.Envelope.EnqueuedAt)
+			from := e.Job.Envelope.EnqueuedAt
+			if at, ok := scheduled.Load(e.Job.Envelope.ID); ok {
+				from = at.(time.Time)
+			}
+			latencies[n-1] = time.Since(from)
 		}
 		if int(n) == cfg.Jobs {
 			close(done)
@@ -241,10 +252,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				if n > int64(cfg.Jobs) {
 					return
 				}
+				env := backend.NewEnvelope(queue, payload)
 				if cfg.Rate > 0 {
-					time.Sleep(time.Until(start.Add(time.Duration(float64(n-1) / cfg.Rate * float64(time.Second)))))
+					due := start.Add(time.Duration(float64(n-1) / cfg.Rate * float64(time.Second)))
+					scheduled.Store(env.ID, due)
+					time.Sleep(time.Until(due))
 				}
-				if err := b.Publish(ctx, backend.NewEnvelope(queue, payload), 0); err != nil {
+				if cfg.beforePublish != nil {
+					cfg.beforePublish(n)
+				}
+				if err := b.Publish(ctx, env, 0); err != nil {
 					pubOnce.Do(func() { pubErr = err })
 					return
 				}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -125,5 +126,31 @@ func TestSwapsReportTheirParts(t *testing.T) {
 	total := func(s Swap) time.Duration { return s.Total }
 	if p50, p99 := SwapPercentile(swaps, total, 0.5), SwapPercentile(swaps, total, 0.99); p50 > p99 || p99 != SwapPercentile(swaps, total, 1) {
 		t.Fatalf("percentiles of 5 swaps: p50 %v, p99 %v", p50, p99)
+	}
+}
+
+// With --rate, latency runs from each job's scheduled time: a publisher that stalls
+// for 300 ms delays the jobs due during the stall, and their latency shows it; timed
+// from their publish instead, it would not (coordinated omission).
+func TestRateLatencyCountsAPublisherStall(t *testing.T) {
+	t.Parallel()
+	const stall = 300 * time.Millisecond
+	var once sync.Once
+	var until time.Time
+	res, err := Run(context.Background(), Config{Jobs: 200, Rate: 1000, Concurrency: 4, beforePublish: func(n int64) {
+		if n < 20 {
+			return
+		}
+		once.Do(func() { until = time.Now().Add(stall) })
+		time.Sleep(time.Until(until)) // every publisher stalls from the 20th job on
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Job 20 waits the whole stall; the jobs due during it (up to job 320, past the
+	// last) wait less and less: job 200, due at 199 ms, goes at 319 ms or later. So
+	// every job from the 20th on waits 120 ms or more: more than half of them.
+	if res.P50Ms < 100 {
+		t.Fatalf("p50 %.2f ms, p99 %.2f ms after a %v stall of the publisher: the stall is not in the latency", res.P50Ms, res.P99Ms, stall)
 	}
 }
