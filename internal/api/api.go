@@ -251,6 +251,12 @@ func fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusNotFound, "%v", err)
 		return
 	}
+	if errors.Is(err, backend.ErrDelayTooLong) {
+		// The backend's own ceiling (RabbitMQ's delay chain is shorter than
+		// backend.MaxDelay, which the request checks already): the client's to fix.
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	// A full disk (pebble.ErrDiskFull) and a failed store (pebble.ErrStoreFailed) are
 	// the host's trouble, not the client's: 503, with the data directory named by the
 	// backend's message. Nothing else is written: the client may try again later.
@@ -461,7 +467,7 @@ func (s *server) publishBatch(w http.ResponseWriter, r *http.Request, bp backend
 		for _, id := range ids {
 			s.cfg.History.Forget(id)
 		}
-		if errors.Is(err, backend.ErrUnknownQueue) {
+		if errors.Is(err, backend.ErrUnknownQueue) || errors.Is(err, backend.ErrDelayTooLong) {
 			fail(w, fmt.Errorf("publishing a batch of %d jobs: %w", len(envs), err))
 			return
 		}

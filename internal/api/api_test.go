@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -548,5 +549,28 @@ func TestLoopbackAnswersRequestsWithoutHost(t *testing.T) {
 				t.Fatalf("%d %s, want %d", resp.StatusCode, body, tc.status)
 			}
 		})
+	}
+}
+
+// shortDelays is a memory backend whose delays end sooner than backend.MaxDelay, as
+// RabbitMQ's delay chain does: a fault injector for the API's answer.
+type shortDelays struct{ *memory.Backend }
+
+func (b shortDelays) Publish(ctx context.Context, env backend.Envelope, delay time.Duration) error {
+	if delay > time.Hour {
+		return fmt.Errorf("delay %v past this backend's 1h: %w", delay, backend.ErrDelayTooLong)
+	}
+	return b.Backend.Publish(ctx, env, delay)
+}
+
+func TestDelayPastTheBackendsLimitIsTheClientsToFix(t *testing.T) {
+	t.Parallel()
+	r := newRigOn(t, shortDelays{memory.New(memory.Config{})}, api.NewHistory(100), "")
+	status, body := r.call(t, "POST", "/v1/jobs", `{"queue":"echo","payload":"x","delay":"2h"}`)
+	if status != http.StatusBadRequest || !strings.Contains(fmt.Sprint(body["error"]), "1h") {
+		t.Fatalf("enqueue with a delay past the backend's limit: %d %v, want 400 naming the limit", status, body)
+	}
+	if status, body := r.call(t, "POST", "/v1/jobs", `{"queue":"echo","payload":"x","delay":"2s"}`); status != http.StatusAccepted {
+		t.Fatalf("enqueue with a short delay: %d %v, want 202", status, body)
 	}
 }
