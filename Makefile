@@ -64,9 +64,11 @@ guests: ## build every SDK's conformance handler and every example into build/gu
 examples: ## build the Go example handler (the plain toolchain)
 	cd examples/greet-go && GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -o greet-go.wasm .
 
-soak: ## run every hostile module 1,000 times next to normal jobs, with and without -race
-	WASMJOBS_HOSTILE_RUNS=1000 $(GO) test -count=1 -timeout 30m -run TestHostileModulesNeverTakeTheHostDown -v ./host/
-	WASMJOBS_HOSTILE_RUNS=1000 $(GO) test -race -count=1 -timeout 60m -run TestHostileModulesNeverTakeTheHostDown -v ./host/
+SOAK_RUNS ?= 1000
+
+soak: ## run every hostile module SOAK_RUNS (1,000) times next to normal jobs, with and without -race
+	WASMJOBS_HOSTILE_RUNS=$(SOAK_RUNS) $(GO) test -count=1 -timeout 30m -run TestHostileModulesNeverTakeTheHostDown -v ./host/
+	WASMJOBS_HOSTILE_RUNS=$(SOAK_RUNS) $(GO) test -race -count=1 -timeout 60m -run TestHostileModulesNeverTakeTheHostDown -v ./host/
 
 FUZZTIME ?= 20s
 
