@@ -368,19 +368,27 @@ func (w *Worker) newQueueState(q Queue) *queueState {
 	return qs
 }
 
+// unwanted reports whether qs is no longer to be consumed, and what subscribe then
+// returns: ErrStopped while the worker stops, nil for a queue that was removed.
+func (w *Worker) unwanted(qs *queueState) (bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.stopping:
+		return true, ErrStopped
+	case qs.removed:
+		return true, nil
+	}
+	return false, nil
+}
+
 // subscribe starts consuming qs, without w.mu held: Consume can wait on the network.
 // ctx and the queue's life bound the call; the stream itself lives until Stop ends the
 // streams or the queue is unregistered. A queue removed before or during the call is
 // not consumed; a worker stopping meanwhile fails with ErrStopped.
 func (w *Worker) subscribe(ctx context.Context, qs *queueState) error {
-	w.mu.Lock()
-	stopping, removed := w.stopping, qs.removed
-	w.mu.Unlock()
-	switch {
-	case stopping:
-		return ErrStopped
-	case removed:
-		return nil
+	if done, err := w.unwanted(qs); done {
+		return err
 	}
 	ctx, endCall := context.WithCancel(ctx)
 	defer endCall()
@@ -396,14 +404,8 @@ func (w *Worker) subscribe(ctx context.Context, qs *queueState) error {
 	}
 	if err != nil {
 		cancel()
-		w.mu.Lock()
-		stopping, removed := w.stopping, qs.removed
-		w.mu.Unlock()
-		switch {
-		case stopping:
-			return ErrStopped
-		case removed:
-			return nil // the queue went while the call waited: nothing to consume
+		if done, err := w.unwanted(qs); done {
+			return err // stopping, or the queue went while the call waited
 		}
 		return fmt.Errorf("consume queue %q: %w", qs.qc.Name, err)
 	}
