@@ -1,11 +1,17 @@
 package host_test
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 func TestManifestRateLimit(t *testing.T) {
@@ -45,4 +51,49 @@ func TestManifestRateLimit(t *testing.T) {
 			t.Errorf("%q: error %v, want a ManifestError containing %q", tc.text, err, tc.problem)
 		}
 	}
+}
+
+// recordingQueues registers queues with a worker and keeps the last registration.
+type recordingQueues struct {
+	*worker.Worker
+	mu   sync.Mutex
+	last worker.Queue
+}
+
+func (r *recordingQueues) Register(ctx context.Context, q worker.Queue) error {
+	r.mu.Lock()
+	r.last = q
+	r.mu.Unlock()
+	return r.Worker.Register(ctx, q)
+}
+
+// TestManifestRateReachesTheWorker: the manifest's rate and burst are the queue's
+// registration with the worker, and a new manifest registers the new ones.
+func TestManifestRateReachesTheWorker(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	q := &recordingQueues{Worker: rig.w}
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	rig.write("svc.toml", []byte("rate = \"5/s\"\nburst = 2\n"))
+	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Retire()
+	check := func(want rate.Limit, burst int) {
+		t.Helper()
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.last.Name != "svc" || q.last.Rate != want || q.last.Burst != burst {
+			t.Fatalf("registered %s with rate %v, burst %d; want rate %v, burst %d", q.last.Name, q.last.Rate, q.last.Burst, want, burst)
+		}
+	}
+	check(5, 2)
+	rig.write("svc.toml", []byte(`rate = "120/m"`))
+	r.Sync(context.Background())
+	check(2, 0)
 }
