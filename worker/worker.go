@@ -173,7 +173,7 @@ type queueState struct {
 	drained   chan struct{} // closed when a removed queue's last job ends
 	drainOnce sync.Once
 	// limiter paces the queue's takes when its policy has a Rate. It is the
-	// dispatcher's alone (made and used under Worker.mu in collect, and in next), and
+	// dispatcher's alone (made and used under Worker.mu in collect, and in take), and
 	// outlives a new registration, which only sets its rate and burst.
 	limiter *rate.Limiter
 }
