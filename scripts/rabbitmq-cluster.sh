@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A three-node RabbitMQ cluster on loopback for the tests: run as root, without systemd.
 #
+#   scripts/rabbitmq-cluster.sh install       install RabbitMQ (apt-get) if missing
 #   scripts/rabbitmq-cluster.sh start         install (apt-get) if missing, start the three
 #                                             nodes, join them into one cluster, print the
 #                                             URLs (comma-separated, as --backend takes them)
@@ -104,11 +105,12 @@ leader() {
 }
 
 case "${1:-}" in
+  install) rmq_install ;;
   start) start ;;
   stop) stop ;;
   url) urls ;;
   stop-node) checknode "${2:-}"; (node "$2" && rmq_stop) ;;
   start-node) checknode "${2:-}"; (node "$2" && rmq_start "$(cookie)") ;;
   leader) [ -n "${2:-}" ] || { echo "usage: $0 leader QUEUE" >&2; exit 2; }; leader "$2" ;;
-  *) echo "usage: $0 start|stop|url|stop-node N|start-node N|leader QUEUE" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|stop|url|stop-node N|start-node N|leader QUEUE" >&2; exit 2 ;;
 esac

@@ -70,8 +70,8 @@ func TestQuorumQueuesSurviveTheLeadersNode(t *testing.T) {
 	installModule(t, dir, "abi/echo", q, "1")
 	rotated := append(slices.Clone(urls[1:]), urls[0])
 	hosts := []*hostProc{
-		startHost(t, dir, "--backend", strings.Join(urls, ","), "--queue-type", "quorum", "--history", "100000"),
-		startHost(t, dir, "--backend", strings.Join(rotated, ","), "--queue-type", "quorum", "--history", "100000"),
+		startHost(t, dir, "--backend", strings.Join(urls, ","), "--queue-type", "quorum", "--history", "100000", "--log-level", "info"),
+		startHost(t, dir, "--backend", strings.Join(rotated, ","), "--queue-type", "quorum", "--history", "100000", "--log-level", "info"),
 	}
 
 	// Enqueue through both hosts' APIs, one job at a time each, until told to stop:
