@@ -58,8 +58,8 @@ func clusterScript(t *testing.T, args ...string) string {
 // three-node test cluster (scripts/rabbitmq-cluster.sh), one connected first to node 1,
 // the other to node 2, and stops the node that leads the work queue while jobs are
 // enqueued and worked: every job whose enqueue was answered 202 succeeds, and a host
-// whose connection went with the node reconnects by itself. The node is started again
-// at the end.
+// whose connection went with the node reconnects by itself. Half the jobs are delayed,
+// through the quorum delay chain. The node is started again at the end.
 func TestQuorumQueuesSurviveTheLeadersNode(t *testing.T) {
 	urls := strings.Split(testbroker.ClusterURLs(t), ",")
 	if len(urls) != 3 {
@@ -84,13 +84,20 @@ func TestQuorumQueuesSurviveTheLeadersNode(t *testing.T) {
 	client := &http.Client{Timeout: 30 * time.Second}
 	for _, h := range hosts {
 		publishers.Go(func() {
-			for {
+			for sent := 0; ; {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				body, _ := json.Marshal(map[string]string{"queue": q, "payload": "job"})
+				// Every other job goes through the delay chain, whose queues a node's
+				// stop must not strand either.
+				job := map[string]string{"queue": q, "payload": "job"}
+				if sent%2 == 1 {
+					job["delay"] = "1500ms"
+				}
+				sent++
+				body, _ := json.Marshal(job)
 				resp, err := client.Post(h.url+"/v1/jobs", "application/json", bytes.NewReader(body))
 				if err != nil {
 					refused.Add(1)
