@@ -1,7 +1,7 @@
 # wasmjobs: build and test. `make help` lists the targets.
 GO ?= go
 
-.PHONY: help broker postgres fuzz guests gobench run test vet build cover bench bench-river testdata testdata-check examples soak
+.PHONY: help broker cluster postgres fuzz guests gobench run test vet build cover bench bench-river testdata testdata-check examples soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -9,13 +9,16 @@ help: ## list the targets
 broker: ## start a throwaway RabbitMQ on loopback (apt-get installs it if missing); prints its URL
 	@scripts/rabbitmq.sh start
 
+cluster: ## start a three-node RabbitMQ cluster on loopback (ports 5701-5703); prints its URLs
+	@scripts/rabbitmq-cluster.sh start
+
 postgres: ## start Debian's PostgreSQL without systemd (apt-get installs it if missing) with a database river; prints its URL
 	@scripts/postgres.sh start
 
 run: ## build, start wasmjobs run with the example handler, enqueue demo jobs; Ctrl-C stops
 	GO=$(GO) scripts/demo.sh
 
-test: vet ## vet, then every test with the race detector (RabbitMQ's with WASMJOBS_AMQP_URL set)
+test: vet ## vet, then every test with the race detector (RabbitMQ's with WASMJOBS_AMQP_URL set, the cluster test with WASMJOBS_AMQP_CLUSTER)
 	$(GO) test -race -count=1 -skip 'TestBrokerRestart' ./...
 	cd guest-sdk/go && $(GO) test -race -count=1 ./...
 	@# The River peer is a module of its own; its Postgres test runs with WASMJOBS_PG_URL set.

@@ -168,3 +168,42 @@ type QueueStats struct {
 type StatsReader interface {
 	QueueStats(ctx context.Context, queue string) (QueueStats, error)
 }
+
+// Capabilities are the parts of the contract that a backend, or a configuration of one,
+// may lack; a bit set means the backend has that part. The contract suite
+// (backendtest) checks a part only on backends that declare it.
+type Capabilities uint
+
+const (
+	// CapPriority: deliveries follow priority where the queue has levels, FIFO among
+	// equals, so that a deferred job (raised to the top level by the worker) comes back
+	// ahead of the backlog. Without it every queue is FIFO: priorities are ignored and a
+	// deferred job waits its turn like a delayed one. RabbitMQ's quorum queues lack it.
+	CapPriority Capabilities = 1 << iota
+)
+
+// AllCapabilities is every part of the contract.
+const AllCapabilities = CapPriority
+
+// String names the capabilities set in c.
+func (c Capabilities) String() string {
+	if c&CapPriority != 0 {
+		return "priority"
+	}
+	return "none"
+}
+
+// CapabilityReporter is implemented by a backend that may lack parts of the contract:
+// it reports the ones it has. A backend that does not implement it has them all.
+type CapabilityReporter interface {
+	Capabilities() Capabilities
+}
+
+// CapabilitiesOf returns what b declares through CapabilityReporter, or
+// AllCapabilities when it does not implement it.
+func CapabilitiesOf(b Backend) Capabilities {
+	if r, ok := b.(CapabilityReporter); ok {
+		return r.Capabilities()
+	}
+	return AllCapabilities
+}

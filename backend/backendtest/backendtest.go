@@ -10,6 +10,10 @@
 //		})
 //	}
 //
+// A rule that needs a capability a backend may lack (backend.Capabilities: priority
+// ordering, and with it defer-to-the-front) runs only on backends that declare it, and
+// is skipped, saying so, on the others.
+//
 // The suite also requires backend.DeadLetterStore and backend.StatsReader, which every
 // backend of the project implements. The rules of the optional interfaces
 // (backend.BatchPublisher, backend.AtomicDelivery, backend.JobRecordReader) run only on
@@ -61,6 +65,13 @@ type rule struct {
 	fn   func(t *testing.T, h *harness)
 }
 
+// needs names the rules that need a capability: they run only on backends that declare
+// it (backend.CapabilitiesOf) and are skipped, saying so, on the others.
+var needs = map[string]backend.Capabilities{
+	"PriorityHighestFirstFIFOAmongEquals": backend.CapPriority,
+	"DeferredAheadOfBacklogDelayedBehind": backend.CapPriority,
+}
+
 var rules = []rule{
 	{"DeclareIsIdempotent", testDeclareIsIdempotent},
 	{"RoundTripIsExact", testRoundTripIsExact},
@@ -97,6 +108,14 @@ func Run(t *testing.T, o Options) {
 			}
 			body := func(t *testing.T) {
 				b := o.New(t)
+				if missing := needs[r.name] &^ backend.CapabilitiesOf(b); missing != 0 {
+					ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
+					defer cancel()
+					if err := b.Close(ctx); err != nil {
+						t.Errorf("Close: %v", err)
+					}
+					t.Skipf("%T does not declare the capability %v (backend.CapabilityReporter)", b, missing)
+				}
 				defer func() {
 					ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 					defer cancel()

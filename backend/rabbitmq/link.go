@@ -25,6 +25,7 @@ type link struct {
 	conn *amqp.Connection
 	sock net.Conn
 	log  *slog.Logger
+	url  string // the node's
 }
 
 // abort tears the connection down: its calls fail, and the backend reconnects.

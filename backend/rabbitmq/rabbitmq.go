@@ -2,9 +2,10 @@
 // share queues: several `wasmjobs run` consume the same queues of one broker.
 //
 // Topology (see RATIONALE.md):
-//   - a work queue per queue name Q: classic, durable, with x-max-priority when the queue
-//     has priority levels; messages are persistent;
-//   - Q.dead holds Q's dead letters, each with its reason in a header;
+//   - a work queue per queue name Q: durable, classic with x-max-priority when the queue
+//     has priority levels, or quorum (Config.QueueType), which has no priorities;
+//     messages are persistent;
+//   - Q.dead holds Q's dead letters, each with its reason in a header, of Q's type;
 //   - delays go through a binary chain shared by every queue: Levels topic exchanges
 //     PREFIX.delay.UNITms.K and queues of the same names with x-message-ttl = 2^K units, each
 //     dead-lettering into the level below, level 0 into the exchange PREFIX.deliver, to
@@ -12,6 +13,12 @@
 //     Levels binary digits in the routing key, most significant first, followed by the
 //     queue's name; level K routes a 1 in its digit into its queue and a 0 straight on.
 //     Every message of a level queue has the same TTL, so none waits behind another.
+//     The quorum chain is named PREFIX.delay-quorum.UNITms.K and dead-letters at least
+//     once (x-dead-letter-strategy at-least-once, x-overflow reject-publish): a job is
+//     never lost between two levels, even when a node stops.
+//
+// Several node URLs (Config.URLs) make the backend connect to the first that answers
+// and, when its connection is lost, to the next: the nodes of one cluster.
 //
 // Wire format: the body is the payload; the message id is the job id; the priority
 // property is the job's priority; the timestamp property is when it was enqueued (to the
@@ -32,6 +39,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -53,10 +61,41 @@ const (
 // context has no sooner deadline (amqp091-go's own default).
 const handshakeTimeout = 30 * time.Second
 
+// QueueType is the kind of RabbitMQ queue a backend declares.
+type QueueType string
+
+// The queue types.
+const (
+	// Classic queues live on one node and have priorities (x-max-priority).
+	Classic QueueType = "classic"
+	// Quorum queues are replicated over a cluster's nodes by Raft and survive the loss
+	// of a minority of them; they have no priorities (RabbitMQ 3.10 refuses
+	// x-max-priority on them and ignores a message's priority).
+	Quorum QueueType = "quorum"
+)
+
+// ParseQueueType parses "classic" or "quorum"; "" is Classic.
+func ParseQueueType(s string) (QueueType, error) {
+	switch QueueType(s) {
+	case "", Classic:
+		return Classic, nil
+	case Quorum:
+		return Quorum, nil
+	}
+	return "", fmt.Errorf("queue type %q: want classic or quorum", s)
+}
+
 // Config configures a RabbitMQ backend.
 type Config struct {
 	// URL is the broker's, amqp://user:pass@host:port/vhost.
 	URL string
+	// URLs are more nodes of the same cluster, tried in turn after URL (which may be
+	// empty when URLs is not): the backend connects to the first node that answers and,
+	// when that connection is lost, tries the next nodes first.
+	URLs []string
+	// QueueType is the type of the work, dead-letter and delay queues the backend
+	// declares. Empty means Classic. Quorum lacks priorities: see Capabilities.
+	QueueType QueueType
 	// Unit is the delay granularity: delays are rounded up to whole units. Zero means
 	// DefaultUnit; a value below 1 ms is clamped to 1 ms and logged.
 	Unit time.Duration
@@ -75,8 +114,9 @@ type Config struct {
 // Backend is a RabbitMQ backend. It reconnects by itself when the connection is lost,
 // declares its queues again, and resumes its streams.
 type Backend struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	urls []string // URL then URLs
+	log  *slog.Logger
 
 	mu        sync.Mutex
 	link      *link // the connection; nil while reconnecting
@@ -84,6 +124,7 @@ type Backend struct {
 	connected chan struct{} // closed while a connection is up
 	declared  map[string]backend.QueueConfig
 	known     map[string]bool // queues seen to exist on the broker
+	node      int             // index in urls of the node to try first
 	closed    bool
 	done      chan struct{}   // closed by Close
 	ctx       context.Context // done at Close: ends a reconnection under way
@@ -95,6 +136,8 @@ var (
 	_ backend.Backend         = (*Backend)(nil)
 	_ backend.DeadLetterStore = (*Backend)(nil)
 	_ backend.StatsReader     = (*Backend)(nil)
+
+	_ backend.CapabilityReporter = (*Backend)(nil)
 )
 
 // Redact hides the password of an AMQP URL.
@@ -106,12 +149,30 @@ func Redact(rawURL string) string {
 	return u.Redacted()
 }
 
-// Open connects to the broker and declares the shared delay topology. It fails if the
-// broker cannot be reached, or when ctx ends first.
+// Open connects to the broker and declares the shared delay topology. It fails if no
+// node can be reached, or when ctx ends first, and on a configuration without a URL or
+// with an unknown queue type.
 func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	var urls []string
+	for _, u := range append([]string{cfg.URL}, cfg.URLs...) {
+		if u != "" {
+			urls = append(urls, u)
+		}
+	}
+	if len(urls) == 0 {
+		return nil, errors.New("rabbitmq backend: no broker URL")
+	}
+	qt, err := ParseQueueType(string(cfg.QueueType))
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq backend: %w", err)
+	}
+	cfg.QueueType = qt
+	if qt == Quorum {
+		log.Info("RabbitMQ quorum queues: priorities are ignored and deferred jobs wait their turn behind the backlog (see RATIONALE.md)")
 	}
 	if cfg.Unit == 0 {
 		cfg.Unit = DefaultUnit
@@ -137,6 +198,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	lifetime, cancel := context.WithCancel(context.Background())
 	b := &Backend{
 		cfg:       cfg,
+		urls:      urls,
 		log:       log,
 		connected: make(chan struct{}),
 		declared:  make(map[string]backend.QueueConfig),
@@ -152,17 +214,59 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	return b, nil
 }
 
+// Capabilities implements backend.CapabilityReporter: classic queues have priorities,
+// quorum queues have none.
+func (b *Backend) Capabilities() backend.Capabilities {
+	if b.cfg.QueueType == Quorum {
+		return 0
+	}
+	return backend.AllCapabilities
+}
+
 // MaxDelay returns the longest delay the backend can hold.
 func (b *Backend) MaxDelay() time.Duration {
 	return time.Duration(1<<b.cfg.Levels-1) * b.cfg.Unit
 }
 
-// connect dials, declares the topology and the declared queues, and opens the
-// publisher. It is called at Open and by the reconnection loop. It ends when ctx does,
-// whatever the broker does: the dial takes ctx, and until the connection is in place
-// ctx's end closes its socket, which ends the handshake and any declaration waiting on
-// a broker that does not answer.
+// connect connects to the first node that answers, starting from b.node, and makes it
+// the first to try next time. It is called at Open and by the reconnection loop, and
+// ends when ctx does.
 func (b *Backend) connect(ctx context.Context) error {
+	b.mu.Lock()
+	first := b.node
+	b.mu.Unlock()
+	var errs []error
+	for i := range b.urls {
+		n := (first + i) % len(b.urls)
+		err := b.connectTo(ctx, n)
+		if err == nil || errors.Is(err, backend.ErrShutDown) || ctx.Err() != nil || isRefusal(err) {
+			return err
+		}
+		errs = append(errs, err)
+		if len(b.urls) > 1 {
+			b.log.Warn("RabbitMQ node unreachable; trying the next", "url", Redact(b.urls[n]), "error", err)
+		}
+	}
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return &backend.TransportError{Op: fmt.Sprintf("connect to any of %d nodes", len(b.urls)), Err: errors.Join(errs...)}
+}
+
+// isRefusal reports whether err is the broker refusing what the backend declares (a
+// queue of another type or other arguments): another node of the cluster would refuse
+// it too.
+func isRefusal(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed
+}
+
+// connectTo dials node n, declares the topology and the declared queues, and opens the
+// publisher. It ends when ctx does, whatever the broker does: the dial takes ctx, and
+// until the connection is in place ctx's end closes its socket, which ends the
+// handshake and any declaration waiting on a broker that does not answer.
+func (b *Backend) connectTo(ctx context.Context, n int) error {
+	url := b.urls[n]
 	var dialer net.Dialer
 	var sock net.Conn // kept: closing it ends any call on the connection
 	unwatch := func() bool { return true }
@@ -189,16 +293,16 @@ func (b *Backend) connect(ctx context.Context) error {
 		}
 		return &backend.TransportError{Op: op, Err: err}
 	}
-	conn, err := amqp.DialConfig(b.cfg.URL, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Dial: dial})
+	conn, err := amqp.DialConfig(url, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Dial: dial})
 	if err != nil {
 		unwatch()
-		return failed("connect to "+Redact(b.cfg.URL), err)
+		return failed("connect to "+Redact(url), err)
 	}
 	fail := func(err error) error {
 		unwatch()
 		conn.Close()
 		if ctx.Err() != nil {
-			return failed("connect to "+Redact(b.cfg.URL), err)
+			return failed("connect to "+Redact(url), err)
 		}
 		return err
 	}
@@ -221,14 +325,14 @@ func (b *Backend) connect(ctx context.Context) error {
 		}
 	}
 	ch.Close()
-	l := &link{conn: conn, sock: sock, log: b.log}
+	l := &link{conn: conn, sock: sock, log: b.log, url: url}
 	pub, err := newPublisher(l)
 	if err != nil {
 		return fail(err)
 	}
 	if !unwatch() {
 		conn.Close() // ctx ended and closed the socket
-		return failed("connect to "+Redact(b.cfg.URL), ctx.Err())
+		return failed("connect to "+Redact(url), ctx.Err())
 	}
 	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
 	b.mu.Lock()
@@ -237,7 +341,7 @@ func (b *Backend) connect(ctx context.Context) error {
 		conn.Close()
 		return backend.ErrShutDown
 	}
-	b.link, b.pub = l, pub
+	b.link, b.pub, b.node = l, pub, n
 	close(b.connected)
 	b.tasks.add()
 	b.mu.Unlock()
@@ -260,10 +364,12 @@ func (b *Backend) watch(closes chan *amqp.Error) {
 		b.mu.Unlock()
 		return
 	}
+	lost := b.link.url
 	b.connected = make(chan struct{})
 	b.link, b.pub = nil, nil
+	b.node = (b.node + 1) % len(b.urls) // another node first: this one may be gone
 	b.mu.Unlock()
-	b.log.Warn("RabbitMQ connection lost; reconnecting", "url", Redact(b.cfg.URL), "reason", reason)
+	b.log.Warn("RabbitMQ connection lost; reconnecting", "url", Redact(lost), "reason", reason)
 	p := backoff.Policy{Base: b.cfg.ReconnectMin, Cap: b.cfg.ReconnectMax, Jitter: backoff.Equal}
 	// A pause before the first attempt too: the broker has just gone.
 	if backoff.Sleep(b.ctx, p.Delay(1)) != nil {
@@ -273,7 +379,7 @@ func (b *Backend) watch(closes chan *amqp.Error) {
 		err := b.connect(ctx)
 		switch {
 		case err == nil:
-			b.log.Info("RabbitMQ connection restored", "url", Redact(b.cfg.URL), "attempts", attempt)
+			b.log.Info("RabbitMQ connection restored", "url", Redact(b.currentURL()), "attempts", attempt)
 			return nil
 		case errors.Is(err, backend.ErrShutDown), ctx.Err() != nil:
 			return backoff.Permanent(err)
@@ -281,6 +387,16 @@ func (b *Backend) watch(closes chan *amqp.Error) {
 		b.log.Warn("RabbitMQ reconnection failed", "attempt", attempt, "error", err)
 		return err
 	})
+}
+
+// currentURL is the URL of the node connected to, or "" while none is.
+func (b *Backend) currentURL() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.link == nil {
+		return ""
+	}
+	return b.link.url
 }
 
 // current waits for a connection and returns it with its publisher.
@@ -309,8 +425,13 @@ func (b *Backend) current(ctx context.Context) (*link, *publisher, error) {
 // delayExchange names level's exchange and queue. The unit is in the name: a queue's
 // TTL can never change once declared, so hosts with different units use different
 // chains on one broker.
+// The quorum chain has names of its own: a queue's type never changes either.
 func (b *Backend) delayExchange(level int) string {
-	return fmt.Sprintf("%s.delay.%dms.%d", b.cfg.Prefix, b.cfg.Unit.Milliseconds(), level)
+	kind := "delay"
+	if b.cfg.QueueType == Quorum {
+		kind = "delay-quorum"
+	}
+	return fmt.Sprintf("%s.%s.%dms.%d", b.cfg.Prefix, kind, b.cfg.Unit.Milliseconds(), level)
 }
 func (b *Backend) deliverExchange() string { return b.cfg.Prefix + ".deliver" }
 
@@ -332,13 +453,8 @@ func (b *Backend) declareTopology(ch *amqp.Channel) error {
 		if k > 0 {
 			next = b.delayExchange(k - 1)
 		}
-		unit := b.cfg.Unit.Milliseconds()
-		if _, err := ch.QueueDeclare(ex, true, false, false, false, amqp.Table{
-			"x-message-ttl":          int64(1<<k) * unit,
-			"x-dead-letter-exchange": next,
-			"x-queue-mode":           "lazy",
-		}); err != nil {
-			return &backend.TransportError{Op: "declare delay queue " + ex, Err: err}
+		if _, err := ch.QueueDeclare(ex, true, false, false, false, b.delayArgs(k, next)); err != nil {
+			return b.declareError(ex, b.delayArgs(k, next), err)
 		}
 		skip := strings.Repeat("*.", n-1-k)
 		if err := ch.QueueBind(ex, skip+"1.#", ex, false, nil); err != nil {
@@ -351,27 +467,95 @@ func (b *Backend) declareTopology(ch *amqp.Channel) error {
 	return nil
 }
 
-// queueArgs are the arguments of a work queue.
-func queueArgs(q backend.QueueConfig) amqp.Table {
+// delayArgs are the arguments of the delay queue of level k, which dead-letters into
+// the exchange next. A classic one is lazy (its messages wait on disk). A quorum one
+// dead-letters at least once: the broker keeps a message in the level until the next
+// level has taken it, which needs x-overflow reject-publish (RabbitMQ 3.10 falls back to
+// at-most-once without it, logging a warning); with no length limit set, nothing is
+// ever rejected.
+func (b *Backend) delayArgs(k int, next string) amqp.Table {
+	ttl := int64(1<<k) * b.cfg.Unit.Milliseconds()
+	if b.cfg.QueueType == Quorum {
+		return amqp.Table{
+			"x-queue-type":           string(Quorum),
+			"x-message-ttl":          ttl,
+			"x-dead-letter-exchange": next,
+			"x-dead-letter-strategy": "at-least-once",
+			"x-overflow":             "reject-publish",
+		}
+	}
+	return amqp.Table{"x-message-ttl": ttl, "x-dead-letter-exchange": next, "x-queue-mode": "lazy"}
+}
+
+// queueArgs are the arguments of a work queue. A quorum queue has no x-max-priority
+// (refused) and no x-delivery-limit (see RATIONALE.md: requeues that are no fault of
+// the job's would count).
+func (b *Backend) queueArgs(q backend.QueueConfig) amqp.Table {
+	if b.cfg.QueueType == Quorum {
+		return amqp.Table{"x-queue-type": string(Quorum)}
+	}
 	if q.PriorityLevels == 0 {
 		return nil
 	}
 	return amqp.Table{"x-max-priority": int32(q.PriorityLevels)}
 }
 
+// deadArgs are the arguments of a dead-letter queue.
+func (b *Backend) deadArgs() amqp.Table {
+	if b.cfg.QueueType == Quorum {
+		return amqp.Table{"x-queue-type": string(Quorum)}
+	}
+	return nil
+}
+
+// RabbitMQ's refusals (406) of a queue declared again with other arguments name the
+// first argument that differs, and what the queue has: "inequivalent arg 'x-queue-type'
+// ... but current is none" (a classic queue) or "... current is the value 'quorum' ...";
+// "inequivalent arg 'x-max-priority' ... but current is the value '2' ..." (only classic
+// queues have priorities).
+var (
+	currentType     = regexp.MustCompile(`inequivalent arg 'x-queue-type'.* but current is (none|the value '([a-z]+)')`)
+	currentPriority = regexp.MustCompile(`inequivalent arg 'x-max-priority'.* but current is the value`)
+)
+
+// existingType reads the type of the existing queue from a refusal, or returns "".
+func existingType(reason string) string {
+	if m := currentType.FindStringSubmatch(reason); m != nil {
+		if m[2] != "" {
+			return m[2]
+		}
+		return string(Classic)
+	}
+	if currentPriority.MatchString(reason) {
+		return string(Classic)
+	}
+	return ""
+}
+
+// declareError describes a failed declaration of the queue name with args. A queue
+// that exists with another type or other arguments (406) gets an error that says so,
+// naming both types when they differ.
+func (b *Backend) declareError(name string, args amqp.Table, err error) error {
+	te := &backend.TransportError{Op: "declare", Queue: name, Err: err}
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		return te
+	}
+	if has := existingType(ae.Reason); has != "" && has != string(b.cfg.QueueType) {
+		return fmt.Errorf("queue %q exists on the broker as a %s queue, and this backend declares %s queues: %w; a queue's type never changes: "+
+			"use the queue type it has, or delete the queue (its jobs with it) and declare it again", name, has, b.cfg.QueueType, te)
+	}
+	return fmt.Errorf("queue %q exists on the broker with other arguments than wanted (%v): %w; delete it or declare it as it is", name, args, te)
+}
+
 // declareQueue declares q's work and dead-letter queues and binds q to the delivery
 // exchange.
 func (b *Backend) declareQueue(ch *amqp.Channel, q backend.QueueConfig) error {
-	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, queueArgs(q)); err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
-			return fmt.Errorf("queue %q exists on the broker with other arguments than wanted (%v): %w; delete it or declare it as it is",
-				q.Name, queueArgs(q), &backend.TransportError{Op: "declare", Queue: q.Name, Err: err})
-		}
-		return &backend.TransportError{Op: "declare", Queue: q.Name, Err: err}
+	if _, err := ch.QueueDeclare(q.Name, true, false, false, false, b.queueArgs(q)); err != nil {
+		return b.declareError(q.Name, b.queueArgs(q), err)
 	}
-	if _, err := ch.QueueDeclare(DeadQueue(q.Name), true, false, false, false, nil); err != nil {
-		return &backend.TransportError{Op: "declare", Queue: DeadQueue(q.Name), Err: err}
+	if _, err := ch.QueueDeclare(DeadQueue(q.Name), true, false, false, false, b.deadArgs()); err != nil {
+		return b.declareError(DeadQueue(q.Name), b.deadArgs(), err)
 	}
 	key := strings.Repeat("*.", b.cfg.Levels) + q.Name
 	if err := ch.QueueBind(q.Name, key, b.deliverExchange(), false, nil); err != nil {

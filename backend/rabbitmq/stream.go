@@ -126,11 +126,7 @@ func (s *stream) run(sub subscription) {
 	end := func(err error) {
 		s.ended.Store(true)
 		if ch != nil {
-			ctx, cancel := context.WithCancel(s.ctx)
-			unwatch := context.AfterFunc(s.b.ctx, cancel)
-			await(ctx, func() (struct{}, error) { return struct{}{}, ch.Close() }, nil)
-			unwatch()
-			cancel()
+			s.closeChannel(ch)
 		}
 		s.mu.Lock()
 		s.err = err
@@ -156,7 +152,13 @@ func (s *stream) run(sub subscription) {
 		select {
 		case m, ok := <-in:
 			if !ok {
-				ch = nil // the channel or the connection closed under us
+				// The channel or the connection closed under us, or the broker
+				// cancelled the consumer and the channel lives on: close it, which
+				// puts back what it held, and consume again.
+				if !ch.IsClosed() {
+					s.closeChannel(ch)
+				}
+				ch = nil
 				continue
 			}
 			pending, out, in = newDelivery(s, l, ch, &m), s.out, nil
@@ -173,6 +175,16 @@ func (s *stream) run(sub subscription) {
 			return
 		}
 	}
+}
+
+// closeChannel closes ch and waits for the broker's close-ok while the stream's context
+// lasts and the backend is open.
+func (s *stream) closeChannel(ch *amqp.Channel) {
+	ctx, cancel := context.WithCancel(s.ctx)
+	unwatch := context.AfterFunc(s.b.ctx, cancel)
+	await(ctx, func() (struct{}, error) { return struct{}{}, ch.Close() }, nil)
+	unwatch()
+	cancel()
 }
 
 // resubscribe waits for the connection and consumes again, with backoff, until it

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/internal/api"
 	"github.com/wasmjobs/wasmjobs/internal/jobspec"
 )
@@ -29,6 +30,7 @@ type enqueueFlags struct {
 	backend     string
 	uniqueKey   string
 	uniqueFor   time.Duration
+	queueType   string
 }
 
 func newEnqueueCommand() *cobra.Command {
@@ -77,7 +79,8 @@ jobs with 503; a durable one (the default, or RabbitMQ) keeps them for the next 
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "do not print the jobs' ids")
 	fl.StringVar(&f.uniqueKey, "unique-key", "", "make the job unique in its queue under this key: a duplicate queues nothing and prints the id of the job holding the key")
 	fl.DurationVar(&f.uniqueFor, "unique-for", 0, "keep the unique key held this long after its job finished, such as 10m (needs --unique-key)")
-	fl.StringVar(&f.backend, "backend", "", "publish straight to a broker (amqp://...) instead of through the API; jobs are checked as the API checks them, against the default payload limit")
+	fl.StringVar(&f.backend, "backend", "", "publish straight to a broker (amqp://..., or a cluster's comma-separated node URLs) instead of through the API; jobs are checked as the API checks them, against the default payload limit")
+	fl.StringVar(&f.queueType, "queue-type", string(rabbitmq.Classic), "with --backend: the hosts' --queue-type, whose delay queues hold a --delay")
 	return cmd
 }
 
@@ -108,6 +111,9 @@ func (f *enqueueFlags) payload(cmd *cobra.Command, args []string) ([]byte, error
 func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
 	if f.backend != "" && !isAMQP(f.backend) {
 		return usagef("--backend %q: want an amqp:// URL (or enqueue through --server)", f.backend)
+	}
+	if err := checkQueueType(cmd, f.backend, f.queueType); err != nil {
+		return err
 	}
 	if f.count < 1 {
 		return usagef("--count %d: want 1 or more", f.count)
@@ -243,7 +249,7 @@ func (f *enqueueFlags) direct(cmd *cobra.Command, queue string, headers map[stri
 		}
 	}
 	ctx := cmd.Context()
-	b, err := openBackend(ctx, backendSpec{spec: f.backend}, nil)
+	b, err := openBackend(ctx, backendSpec{spec: f.backend, queueType: rabbitmq.QueueType(f.queueType)}, nil)
 	if err != nil {
 		return err
 	}

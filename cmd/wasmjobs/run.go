@@ -43,6 +43,7 @@ type runFlags struct {
 	recordsMax   int
 	recordsAge   time.Duration
 	backupDir    string
+	queueType    string
 
 	// open opens the backend; nil means openBackend. Tests give a backend of theirs.
 	open func(context.Context, backendSpec, *slog.Logger) (backend.Backend, error)
@@ -55,6 +56,7 @@ var envDefaults = map[string]string{
 	"log-level": "WASMJOBS_LOG_LEVEL", "token": "WASMJOBS_TOKEN", "history": "WASMJOBS_HISTORY",
 	"server": "WASMJOBS_SERVER", "data-dir": "WASMJOBS_DATA_DIR", "records-max": "WASMJOBS_RECORDS_MAX",
 	"records-max-age": "WASMJOBS_RECORDS_MAX_AGE", "backup-dir": "WASMJOBS_BACKUP_DIR",
+	"queue-type": "WASMJOBS_QUEUE_TYPE",
 }
 
 // applyEnv sets every flag of cmd that was not given on the command line from its
@@ -115,12 +117,16 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 			if err := pebbleOnlyFlags(cmd, f.backend); err != nil {
 				return err
 			}
+			if err := checkQueueType(cmd, f.backend, f.queueType); err != nil {
+				return err
+			}
 			return f.run(cmd.Context(), g, cmd.ErrOrStderr())
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.modules, "modules", "", "the modules directory (required; env WASMJOBS_MODULES)")
-	fl.StringVar(&f.backend, "backend", "pebble", "pebble (durable, in --data-dir), memory (nothing survives a stop), or a RabbitMQ URL amqp://user:pass@host:5672/vhost (env WASMJOBS_BACKEND)")
+	fl.StringVar(&f.backend, "backend", "pebble", "pebble (durable, in --data-dir), memory (nothing survives a stop), or RabbitMQ: amqp://user:pass@host:5672/vhost, or the comma-separated URLs of a cluster's nodes (env WASMJOBS_BACKEND)")
+	fl.StringVar(&f.queueType, "queue-type", string(rabbitmq.Classic), "RabbitMQ queues: classic (priorities, one node) or quorum (replicated over a cluster, no priorities) (env WASMJOBS_QUEUE_TYPE)")
 	fl.StringVar(&f.dataDir, "data-dir", defaultDataDir, "the pebble backend's data directory, owned by one run at a time (env WASMJOBS_DATA_DIR)")
 	fl.IntVar(&f.recordsMax, "records-max", pebble.DefaultRecordMaxCount, "finished job records the pebble backend keeps for GET /v1/jobs/{id}, the newest; 0 keeps none (env WASMJOBS_RECORDS_MAX)")
 	fl.DurationVar(&f.recordsAge, "records-max-age", pebble.DefaultRecordMaxAge, "how long the pebble backend keeps a finished job's record; 0 keeps them regardless of age (env WASMJOBS_RECORDS_MAX_AGE)")
@@ -147,6 +153,19 @@ func pebbleOnlyFlags(cmd *cobra.Command, spec string) error {
 		if cmd.Flags().Changed(name) {
 			return usagef("--%s is for --backend pebble; --backend %s keeps no data directory", name, redact(spec))
 		}
+	}
+	return nil
+}
+
+// checkQueueType refuses an unknown --queue-type, and one given on the command line with
+// a backend other than RabbitMQ (its environment variable is not refused, as with the
+// pebble flags).
+func checkQueueType(cmd *cobra.Command, spec, queueType string) error {
+	if _, err := rabbitmq.ParseQueueType(queueType); err != nil {
+		return usagef("--queue-type: %v", err)
+	}
+	if cmd.Flags().Changed("queue-type") && !isAMQP(spec) {
+		return usagef("--queue-type is for a RabbitMQ --backend (amqp://...), not %q", redact(spec))
 	}
 	return nil
 }
@@ -190,11 +209,31 @@ func isAMQP(spec string) bool {
 const defaultDataDir = "wasmjobs-data"
 
 // backendSpec is what openBackend needs: --backend and, for pebble, the data directory
-// and the records' retention.
+// and the records' retention, for RabbitMQ the queue type.
 type backendSpec struct {
-	spec    string
-	dataDir string
-	records pebble.RecordConfig
+	spec      string
+	dataDir   string
+	records   pebble.RecordConfig
+	queueType rabbitmq.QueueType
+}
+
+// amqpURLs splits a --backend of several comma-separated node URLs. It splits only
+// before a scheme, so a comma inside a URL (a password's) stays in it.
+func amqpURLs(spec string) []string {
+	var urls []string
+	for rest := spec; rest != ""; {
+		next := len(rest)
+		for _, scheme := range []string{",amqp://", ",amqps://"} {
+			if i := strings.Index(rest, scheme); i >= 0 && i < next {
+				next = i
+			}
+		}
+		if u := strings.TrimSpace(rest[:next]); u != "" {
+			urls = append(urls, u)
+		}
+		rest = strings.TrimPrefix(rest[next:], ",")
+	}
+	return urls
 }
 
 // openBackend opens the backend of --backend. A pebble directory in use or damaged is
@@ -223,7 +262,7 @@ func openBackend(ctx context.Context, bs backendSpec, log *slog.Logger) (backend
 	case isAMQP(bs.spec):
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		return rabbitmq.Open(ctx, rabbitmq.Config{URL: bs.spec, Logger: log})
+		return rabbitmq.Open(ctx, rabbitmq.Config{URLs: amqpURLs(bs.spec), QueueType: bs.queueType, Logger: log})
 	}
 	return nil, usagef("--backend %q: want pebble, memory or an amqp:// URL", bs.spec)
 }
@@ -231,7 +270,11 @@ func openBackend(ctx context.Context, bs backendSpec, log *slog.Logger) (backend
 // redact hides the password of a --backend value for messages.
 func redact(spec string) string {
 	if isAMQP(spec) {
-		return rabbitmq.Redact(spec)
+		urls := amqpURLs(spec)
+		for i, u := range urls {
+			urls[i] = rabbitmq.Redact(u)
+		}
+		return strings.Join(urls, ",")
 	}
 	return spec
 }
@@ -371,7 +414,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if open == nil {
 		open = openBackend
 	}
-	b, err := open(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig()}, log)
+	b, err := open(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig(), queueType: rabbitmq.QueueType(f.queueType)}, log)
 	if err != nil {
 		if runCtx.Err() != nil { // a signal during the connection: nothing served yet
 			log.Info("wasmjobs stopped before it served")

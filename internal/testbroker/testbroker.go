@@ -20,3 +20,18 @@ func URL(t testing.TB) string {
 	}
 	return url
 }
+
+// ClusterURLs returns the comma-separated AMQP URLs of the three-node test cluster,
+// WASMJOBS_AMQP_CLUSTER, as scripts/rabbitmq-cluster.sh start prints them. Without them
+// the test is skipped, except under CI (CI=true), where they fail it.
+func ClusterURLs(t testing.TB) string {
+	t.Helper()
+	urls := os.Getenv("WASMJOBS_AMQP_CLUSTER")
+	if urls == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("WASMJOBS_AMQP_CLUSTER is not set: CI must start the cluster with scripts/rabbitmq-cluster.sh start")
+		}
+		t.Skip("no cluster: start one with scripts/rabbitmq-cluster.sh start and export WASMJOBS_AMQP_CLUSTER=$(scripts/rabbitmq-cluster.sh url)")
+	}
+	return urls
+}

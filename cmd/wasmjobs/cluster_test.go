@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/internal/testbroker"
+)
+
+func TestAMQPURLs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		spec string
+		want []string
+	}{
+		{"amqp://a:5672/", []string{"amqp://a:5672/"}},
+		{"amqp://a:1/,amqp://b:2/,amqps://c:3/vh", []string{"amqp://a:1/", "amqp://b:2/", "amqps://c:3/vh"}},
+		{"amqp://u:p,w@a:1/,amqp://b:2/", []string{"amqp://u:p,w@a:1/", "amqp://b:2/"}}, // a comma in a password stays
+		{"amqp://a:1/,", []string{"amqp://a:1/,"}},
+	} {
+		if got := amqpURLs(tc.spec); !slices.Equal(got, tc.want) {
+			t.Errorf("amqpURLs(%q) = %q, want %q", tc.spec, got, tc.want)
+		}
+	}
+	if got := redact("amqp://u:secret@a:1/,amqp://u:secret@b:2/"); strings.Contains(got, "secret") || strings.Count(got, "amqp://") != 2 {
+		t.Errorf("redact of two URLs = %q", got)
+	}
+}
+
+// clusterScript runs scripts/rabbitmq-cluster.sh with args and returns its output.
+func clusterScript(t *testing.T, args ...string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "rabbitmq-cluster.sh")
+	out, err := exec.Command(script, args...).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("rabbitmq-cluster.sh %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestQuorumQueuesSurviveTheLeadersNode runs two hosts on quorum queues of the
+// three-node test cluster (scripts/rabbitmq-cluster.sh), one connected first to node 1,
+// the other to node 2, and stops the node that leads the work queue while jobs are
+// enqueued and worked: every job whose enqueue was answered 202 succeeds, and a host
+// whose connection went with the node reconnects by itself. Half the jobs are delayed,
+// through the quorum delay chain. The node is started again at the end.
+func TestQuorumQueuesSurviveTheLeadersNode(t *testing.T) {
+	urls := strings.Split(testbroker.ClusterURLs(t), ",")
+	if len(urls) != 3 {
+		t.Fatalf("want the three URLs of the cluster, got %q", urls)
+	}
+	dir := t.TempDir()
+	q := "clu-" + strings.ToLower(backend.NewID()[20:])
+	installModule(t, dir, "abi/echo", q, "1")
+	rotated := append(slices.Clone(urls[1:]), urls[0])
+	hosts := []*hostProc{
+		startHost(t, dir, "--backend", strings.Join(urls, ","), "--queue-type", "quorum", "--history", "100000", "--log-level", "info"),
+		startHost(t, dir, "--backend", strings.Join(rotated, ","), "--queue-type", "quorum", "--history", "100000", "--log-level", "info"),
+	}
+
+	// Enqueue through both hosts' APIs, one job at a time each, until told to stop:
+	// a job counts once the API answered 202 (the broker confirmed it).
+	var mu sync.Mutex
+	var accepted []string
+	var refused atomic.Int64
+	stop := make(chan struct{})
+	var publishers sync.WaitGroup
+	client := &http.Client{Timeout: 30 * time.Second}
+	for _, h := range hosts {
+		publishers.Go(func() {
+			for sent := 0; ; {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Every other job goes through the delay chain, whose queues a node's
+				// stop must not strand either.
+				job := map[string]string{"queue": q, "payload": "job"}
+				if sent%2 == 1 {
+					job["delay"] = "1500ms"
+				}
+				sent++
+				body, _ := json.Marshal(job)
+				resp, err := client.Post(h.url+"/v1/jobs", "application/json", bytes.NewReader(body))
+				if err != nil {
+					refused.Add(1)
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				var out struct{ ID string }
+				json.NewDecoder(resp.Body).Decode(&out)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusAccepted {
+					refused.Add(1)
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				mu.Lock()
+				accepted = append(accepted, out.ID)
+				mu.Unlock()
+			}
+		})
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(accepted) }
+	waitFor(t, "300 jobs enqueued before the stop", func() bool { return count() >= 300 })
+
+	leader := clusterScript(t, "leader", q)
+	t.Cleanup(func() { clusterScript(t, "start-node", leader) })
+	before := count()
+	stopped := time.Now()
+	clusterScript(t, "stop-node", leader)
+	t.Logf("node %d led %s; stopped in %v with %d jobs enqueued", leader[0]-'0', q, time.Since(stopped).Round(time.Millisecond), before)
+	afterStop := count()
+	deadline := time.Now().Add(60 * time.Second)
+	for count() < afterStop+300 {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d jobs enqueued in the 60 s after the stop", count()-afterStop)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	publishers.Wait()
+	t.Logf("%d jobs enqueued (%d during the stop, %d after), %d enqueues refused", count(), afterStop-before, count()-afterStop, refused.Load())
+
+	// Every accepted job succeeds on one host or the other.
+	succeeded := func(id string) bool {
+		for _, h := range hosts {
+			var st jobState
+			if h.get("/v1/jobs/"+id, &st) == http.StatusOK && st.State == "succeeded" {
+				return true
+			}
+		}
+		return false
+	}
+	pending := slices.Clone(accepted)
+	deadline = time.Now().Add(120 * time.Second)
+	for len(pending) > 0 {
+		pending = slices.DeleteFunc(pending, succeeded)
+		if len(pending) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d accepted jobs never succeeded, e.g. %s", len(pending), len(accepted), pending[0])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// A host that lost its connection got it back by itself.
+	lost := 0
+	for i, h := range hosts {
+		log := h.log()
+		if strings.Contains(log, "RabbitMQ connection lost") {
+			lost++
+			if !strings.Contains(log, "RabbitMQ connection restored") {
+				t.Errorf("host %d lost its connection and never restored it:\n%s", i, log)
+			}
+		}
+	}
+	if lost == 0 {
+		t.Errorf("no host lost its connection when node %s stopped: the test proved nothing about reconnecting", leader)
+	}
+}
