@@ -129,6 +129,16 @@ func TestSwapsReportTheirParts(t *testing.T) {
 	}
 }
 
+// TestSwapsFailOnAFailedJob: a swap bench whose jobs do not ack is an error, not a
+// figure: the bench vouches that no job failed.
+func TestSwapsFailOnAFailedJob(t *testing.T) {
+	t.Parallel()
+	_, err := Swaps(context.Background(), SwapConfig{Module: filepath.Join(abitest.Dir(), "abi", "dead_letter.wasm"), Swaps: 3, Debounce: time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "a job failed") || !strings.Contains(err.Error(), "dead_letter") {
+		t.Fatalf("Swaps of a module that dead-letters every job: %v, want a failed job named", err)
+	}
+}
+
 // With --rate, latency runs from each job's scheduled time: a publisher that stalls
 // for 300 ms delays the jobs due during the stall, and their latency shows it; timed
 // from their publish instead, it would not (coordinated omission).
