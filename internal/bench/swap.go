@@ -35,8 +35,10 @@ type Swap struct {
 	Total time.Duration `json:"total"`
 	// Event is from the rename to the watcher's event reaching the registry.
 	Event time.Duration `json:"event"`
-	// Debounce is from that event to the registry's read of the file: the directory
-	// must be quiet for the configured debounce first.
+	// Debounce is from that event to the registry's read of the file: a millisecond
+	// that groups the events of one change, and a look at whether the file is finished
+	// (renamed in, closed by its writer); the whole debounce only when it could not
+	// tell.
 	Debounce time.Duration `json:"debounce"`
 	// Load is reading, validating, compiling and initialising the new version.
 	Load time.Duration `json:"load"`
