@@ -29,9 +29,11 @@ const (
 
 // How soon the registry looks at a change before its debounce runs out.
 const (
-	// settleDelay is how long after a change's first event the registry looks at the
-	// directory: the events of one operation (the two of a rename, the create and
-	// writes of a small file) arrive together and are read once.
+	// settleDelay is the least time between two looks at the directory before the
+	// debounce: the first event after a quiet spell is looked at at once, and the
+	// events that follow it closely (the writes of a file, many files changed
+	// together) are looked at together, so that a stream of events costs at most a
+	// read of the directory's names and fingerprints each settleDelay.
 	settleDelay = time.Millisecond
 	// writingPoll is how often it looks again at a module file still open for
 	// writing, until its writer closes it or the debounce runs out: no event says
@@ -306,12 +308,26 @@ func (r *Registry) follow() {
 	defer rescan.Stop()
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
-	// settle, armed by the first event after a read, reads what is finished before the
-	// debounce runs out; armed again while a module file is open for writing.
+	// settle reads what is finished before the debounce runs out: armed by an event
+	// that came less than settleDelay after the last such read, and again while a
+	// module file is open for writing.
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
 	settleArmed := false
-	var burst time.Time // when the first event of the changes not read yet came
+	var lastSettle time.Time // when the last read before the debounce began
+	var burst time.Time      // when the first event of the changes not read yet came
+	settled := func() {
+		lastSettle = time.Now()
+		switch r.read(r.ctx, burst, true) {
+		case readAll:
+			debounce.Stop() // nothing left for it to read
+			burst = time.Time{}
+		case leftWriting:
+			settle.Reset(writingPoll)
+			settleArmed = true
+		case leftUnsure: // the debounce reads it
+		}
+	}
 	for {
 		select {
 		case <-r.ctx.Done():
@@ -328,8 +344,12 @@ func (r *Registry) follow() {
 					burst = time.Now()
 				}
 				debounce.Reset(r.cfg.Debounce)
-				if !settleArmed {
-					settle.Reset(settleDelay)
+				switch wait := settleDelay - time.Since(lastSettle); {
+				case settleArmed:
+				case wait <= 0:
+					settled()
+				default:
+					settle.Reset(wait)
 					settleArmed = true
 				}
 			}
@@ -343,15 +363,7 @@ func (r *Registry) follow() {
 			debounce.Reset(r.cfg.Debounce)
 		case <-settle.C:
 			settleArmed = false
-			switch r.read(r.ctx, burst, true) {
-			case readAll:
-				debounce.Stop() // nothing left for it to read
-				burst = time.Time{}
-			case leftWriting:
-				settle.Reset(writingPoll)
-				settleArmed = true
-			case leftUnsure: // the debounce reads it
-			}
+			settled()
 		case <-debounce.C:
 			settle.Stop()
 			settleArmed = false
