@@ -558,6 +558,13 @@ func (r *Registry) syncModule(ctx context.Context, name string, quick bool) left
 	if quick && !wholeModule(wasm) {
 		return leftUnsure // not whole, though closed: the debounce reads (and rejects) it
 	}
+	r.load(ctx, e, name, file, fp, wasm, manText, read)
+	return readAll
+}
+
+// load puts in service the version of module name read (at read) from its files of
+// fingerprint fp: wasm and the manifest's text manText.
+func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fingerprint, wasm, manText []byte, read time.Time) {
 	r.mu.Lock()
 	h, m := e.handler, e.pending
 	sameFiles := e.pendingFP == fp
@@ -574,17 +581,17 @@ func (r *Registry) syncModule(ctx context.Context, name string, quick bool) left
 		if m != nil {
 			m.Retire()
 		}
-		return readAll
+		return
 	}
 	if m == nil {
 		man, err := ParseManifest(ManifestPath(file), manText)
 		if err != nil {
 			r.reject(e, name, fp, err)
-			return readAll
+			return
 		}
 		if m, err = r.cfg.Engine.Load(ctx, name, wasm, man); err != nil {
 			r.reject(e, name, fp, err)
-			return readAll
+			return
 		}
 	}
 	kind, at := "loaded", time.Now()
@@ -607,7 +614,7 @@ func (r *Registry) syncModule(ctx context.Context, name string, quick bool) left
 	// the serving version keeps serving under the policy it was registered with.
 	if err := r.cfg.Queues.Register(ctx, h.queueFor(m)); err != nil {
 		r.unserved(e, name, m, fp, fresh, fmt.Errorf("serving queue %q: %w", m.Queue(), err))
-		return readAll
+		return
 	}
 	if !fresh {
 		h.Swap(m)
@@ -617,7 +624,6 @@ func (r *Registry) syncModule(ctx context.Context, name string, quick bool) left
 	r.mu.Unlock()
 	r.log.Info("module "+kind, "module", name, "file", file, "version", m.Version(), "queue", m.Queue())
 	r.emit(RegistryEvent{Kind: kind, Module: name, File: file, Version: m.Version(), At: at, Noticed: r.noticed, Read: read})
-	return readAll
 }
 
 // reject records a failed load; the serving version, if any, keeps serving.

@@ -687,7 +687,9 @@ func TestRemovedModuleStopsConsumingAndKeepsItsJobs(t *testing.T) {
 	t.Parallel()
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 2)
 	rig.write("slow.wasm", variant(t, "hostile/loop", "1"))
-	rig.write("slow.toml", []byte("timeout = \"300ms\"\nmax_attempts = 1"))
+	// The running jobs' timeout must outlast the removal (the event, the debounce and
+	// the unregister): 300 ms did not in a full -race run on a loaded machine.
+	rig.write("slow.toml", []byte("timeout = \"2s\"\nmax_attempts = 1"))
 	rig.start()
 	rig.publish("slow", 5)
 	rig.waitFor("two jobs running", func() bool { return rig.r.Handler("slow").Module().InUse() == 2 })
