@@ -110,6 +110,9 @@ func TestRawAMQPChecksEveryConfirm(t *testing.T) {
 // its total. The debounce is an hour: a rename is read at once, not after it.
 func TestSwapsReportTheirParts(t *testing.T) {
 	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux's read leases tell a renamed file finished before the debounce")
+	}
 	swaps, err := Swaps(context.Background(), SwapConfig{Module: filepath.Join(abitest.Dir(), "abi", "ack.wasm"), Swaps: 5, Debounce: time.Hour})
 	if err != nil {
 		t.Fatal(err)
