@@ -296,7 +296,9 @@ func (r *Registry) Retire() {
 	}
 }
 
-// follow reads the directory after each burst of events and at every rescan.
+// follow reads the directory when its watcher reports a change: at once for the
+// modules whose files are finished, after the debounce for the rest; and at every
+// rescan.
 func (r *Registry) follow() {
 	defer close(r.done)
 	var events <-chan fsnotify.Event
