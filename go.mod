@@ -12,6 +12,7 @@ require (
 	github.com/spf13/pflag v1.0.9
 	github.com/tetratelabs/wazero v1.12.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/time v0.16.0
 )
 
 require (

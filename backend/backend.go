@@ -34,8 +34,9 @@
 // Backends with a store of their own may implement optional interfaces (durable.go):
 // BatchPublisher (an all-or-nothing batch), AtomicDelivery (an ack committed with its
 // children, settles that carry the job's record) and JobRecordReader (records by id;
-// such a backend drops a repeat publish of an id it still holds). Callers type-assert
-// and fall back to the plain contract.
+// such a backend drops a repeat publish of an id it still holds), and UniquePublisher
+// (jobs unique by key within their queue, exactly). Callers type-assert and fall back
+// to the plain contract (the API refuses a unique job where there is none to fall to).
 package backend
 
 import (

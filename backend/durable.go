@@ -117,3 +117,41 @@ type JobRecordReader interface {
 	// ErrNotFound when the backend has none (never had, or pruned it).
 	JobRecord(ctx context.Context, id string) (JobRecord, error)
 }
+
+// UniquePublication is a publication that holds a key of its queue: while a job
+// published with the same Key to the same queue is waiting, delayed, running or
+// retrying, or finished (acknowledged or dead-lettered) less than For ago, publishing
+// another is a duplicate and queues nothing.
+type UniquePublication struct {
+	Publication
+	// Key is the job's unique key within its queue; empty publishes the job as
+	// Publish does, holding no key.
+	Key string
+	// For is how long the key stays held after its job finished; zero frees it when
+	// the job finishes.
+	For time.Duration
+}
+
+// UniqueResult is what became of one UniquePublication.
+type UniqueResult struct {
+	// ID is the id of the job that holds the key: the publication's own, or, when
+	// Duplicate, the existing job's.
+	ID string
+	// Duplicate says the key was held and nothing was queued.
+	Duplicate bool
+}
+
+// UniquePublisher is implemented by backends that publish jobs unique by key, exactly:
+// the check of the key and the publish are one step, so that of any number of
+// concurrent publications of one key exactly one is queued. A dead letter's key stays
+// held for For after it died; replaying it does not hold the key again. Keys survive a
+// restart wherever the jobs do, and are forgotten once their For has passed.
+type UniquePublisher interface {
+	// PublishUnique publishes each publication that is not a duplicate and reports,
+	// in order, what became of each; a publication repeating the key of an earlier one
+	// in pubs is its duplicate. Queues and delays are checked as by PublishBatch
+	// before anything is published. A backend that is also a BatchPublisher publishes
+	// the queued ones in one atomic write, all or none; one that is not publishes
+	// them one by one and, on an error, returns the results of those before it.
+	PublishUnique(ctx context.Context, pubs []UniquePublication) ([]UniqueResult, error)
+}

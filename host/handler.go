@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	"golang.org/x/time/rate"
+
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -89,5 +91,7 @@ func (h *Handler) queueFor(m *Module) worker.Queue {
 		MaxAttempts: man.MaxAttempts,
 		MaxDefers:   man.MaxDefers,
 		Backoff:     worker.Backoff{Base: man.BackoffBase, Cap: man.BackoffCap},
+		Rate:        rate.Limit(man.RateLimit.PerSecond),
+		Burst:       man.RateLimit.Burst,
 	}
 }

@@ -107,6 +107,10 @@ type Manifest struct {
 	Env map[string]string
 	// Dirs are host directories the module may read. Default: none.
 	Dirs []Mount
+
+	// RateLimit bounds how fast one host starts the module's jobs (rate, burst).
+	// Default: no bound.
+	RateLimit RateLimit
 }
 
 // ManifestError is a manifest's problem, with where it is.
@@ -184,6 +188,9 @@ type manifestDoc struct {
 	MaxReason     any `toml:"max_reason"`
 	Env           any `toml:"env"`
 	Dirs          any `toml:"dirs"`
+
+	Rate  any `toml:"rate"`
+	Burst any `toml:"burst"`
 }
 
 // value is a field's decoded TOML value, with its text as written for messages.
@@ -282,6 +289,8 @@ var manifestFields = map[string]manifestField{
 		}
 		return nil
 	},
+	"rate":  parseRate,
+	"burst": intField(func(m *Manifest) *int { return &m.RateLimit.Burst }, 1, maxBurst),
 	"dirs": func(m *Manifest, v value) error {
 		list, err := v.list()
 		if err != nil {
@@ -447,6 +456,9 @@ func ParseManifest(file string, data []byte) (Manifest, error) {
 	if m.BackoffBase > 0 && m.BackoffCap > 0 && m.BackoffCap < m.BackoffBase {
 		return fail("backoff_cap", fmt.Errorf("%v is below backoff_base %v", m.BackoffCap, m.BackoffBase))
 	}
+	if err := m.RateLimit.check(); err != nil {
+		return fail("burst", err)
+	}
 	return m, nil
 }
 
@@ -552,4 +564,47 @@ func keyPositions(data []byte) positions {
 		}
 	}
 	return out
+}
+
+// RateLimit is a module's rate limit: how fast one host starts the jobs of its queue.
+// It is per host: N hosts serving the queue start up to N times PerSecond between
+// them, so a limit meant for all of them is divided by N in each host's manifest.
+type RateLimit struct {
+	// PerSecond is the most jobs a second one host starts (the manifest's rate,
+	// "50/s" or "600/m"); zero means no limit.
+	PerSecond float64
+	// Burst is how many jobs may start at once after the queue was idle, on top of
+	// the steady rate (the manifest's burst). Zero means 1: jobs evenly spaced.
+	Burst int
+}
+
+// Bounds of a rate limit.
+const (
+	maxRatePerSecond = 1_000_000
+	maxBurst         = 1_000_000
+)
+
+// parseRate reads rate = "N/s" or "N/m": N jobs a second or a minute, N a positive
+// number (a fraction such as "0.5/s" is allowed).
+func parseRate(m *Manifest, v value) error {
+	s, ok := v.v.(string)
+	num, unit, cut := strings.Cut(s, "/")
+	per := map[string]float64{"s": 1, "m": 60}[strings.TrimSpace(unit)]
+	if !ok || !cut || per == 0 {
+		return fmt.Errorf("want a rate such as \"50/s\" (jobs a second) or \"600/m\" (jobs a minute), got %s", v.raw)
+	}
+	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || n <= 0 || n/per > maxRatePerSecond || n != n {
+		return fmt.Errorf("want a positive number of jobs up to %d a second before the \"/\", got %s", maxRatePerSecond, v.raw)
+	}
+	m.RateLimit.PerSecond = n / per
+	return nil
+}
+
+// check refuses a burst without a rate: it would bound nothing.
+func (r RateLimit) check() error {
+	if r.Burst > 0 && r.PerSecond == 0 {
+		return errors.New("burst is set without rate: set rate = \"N/s\" or \"N/m\" too, or remove burst")
+	}
+	return nil
 }

@@ -20,10 +20,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/backoff"
@@ -109,6 +112,13 @@ type Queue struct {
 	MaxDefers int
 	// Timeout bounds each job (the Deadline middleware). Zero means no deadline.
 	Timeout time.Duration
+	// Rate bounds how fast this worker takes jobs of the queue, in jobs per second.
+	// Zero (or rate.Inf) means no bound. The bound is this worker's: N workers on one
+	// queue take up to N times Rate between them.
+	Rate rate.Limit
+	// Burst is how many jobs may be taken at once after the queue was idle, on top of
+	// the steady Rate. Zero means 1 (jobs evenly spaced). Ignored without Rate.
+	Burst int
 }
 
 // Worker runs the jobs of its registered queues. Create it with New, register queues,
@@ -162,6 +172,10 @@ type queueState struct {
 	sub       *subscription // guarded by Worker.mu: the outcome of the first subscription
 	drained   chan struct{} // closed when a removed queue's last job ends
 	drainOnce sync.Once
+	// limiter paces the queue's takes when its policy has a Rate. It is the
+	// dispatcher's alone (made and used under Worker.mu in collect, and in take), and
+	// outlives a new registration, which only sets its rate and burst.
+	limiter *rate.Limiter
 }
 
 // subscription is the outcome of a queue's first subscription, which a Register of the
@@ -350,6 +364,13 @@ func (w *Worker) newQueueState(q Queue) *queueState {
 	q.MaxDefers = positiveOr(q.MaxDefers, w.cfg.MaxDefers)
 	q.Backoff.Base = positiveOr(q.Backoff.Base, w.cfg.Backoff.Base)
 	q.Backoff.Cap = positiveOr(q.Backoff.Cap, w.cfg.Backoff.Cap)
+	if q.Rate < 0 {
+		w.log.Warn("negative queue rate ignored: the queue is not rate limited", slog.String("queue", q.Name), slog.Float64("rate", float64(q.Rate)))
+	}
+	if q.Rate < 0 || q.Rate == rate.Inf {
+		q.Rate = 0
+	}
+	q.Burst = positiveOr(q.Burst, 1)
 	limit := min(max(q.Concurrency, 0), w.cfg.Concurrency)
 	prefetch := q.Prefetch
 	if prefetch == 0 {
@@ -724,7 +745,7 @@ type dispatcher struct {
 // next returns the next delivery and its queue, or false when the worker stops.
 func (d *dispatcher) next(w *Worker) (*queueState, backend.Delivery, bool) {
 	for {
-		notReady := d.collect(w)
+		notReady, rateWait := d.collect(w)
 		n := len(d.eligible)
 		for i := range n {
 			k := (d.rr + i) % n
@@ -735,17 +756,21 @@ func (d *dispatcher) next(w *Worker) (*queueState, backend.Delivery, bool) {
 					continue
 				}
 				d.rr = k + 1
-				return d.eligible[k], del, true
+				return d.take(d.eligible[k], del)
 			default:
 			}
 		}
 		// Nothing waiting: block on every eligible stream, the stop signal, a change of
-		// queues or capacity, and a poll for handlers that are not ready.
+		// queues or capacity, a poll for handlers that are not ready, and the moment a
+		// rate-limited queue may take its next job.
 		d.cases = append(d.cases[:0],
 			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.stop)},
 			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.wake)})
 		if notReady {
-			d.cases = append(d.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(w.cfg.ReadyPoll))})
+			rateWait = min(rateWait, w.cfg.ReadyPoll)
+		}
+		if rateWait < noWait {
+			d.cases = append(d.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(rateWait))})
 		}
 		base := len(d.cases)
 		for _, s := range d.streams {
@@ -762,15 +787,32 @@ func (d *dispatcher) next(w *Worker) (*queueState, backend.Delivery, bool) {
 			continue
 		default:
 			d.rr = chosen - base + 1
-			return d.eligible[chosen-base], v.Interface().(backend.Delivery), true
+			return d.take(d.eligible[chosen-base], v.Interface().(backend.Delivery))
 		}
 	}
 }
 
+// noWait is collect's answer when no queue waits for its rate limit.
+const noWait = time.Duration(1<<63 - 1)
+
+// take spends the rate-limited queue's token for the delivery it just took. collect
+// offered the queue's stream only once a token was there, and only the dispatcher
+// spends them, so the token is still there.
+func (d *dispatcher) take(qs *queueState, del backend.Delivery) (*queueState, backend.Delivery, bool) {
+	// The limiter is read without Worker.mu: only the dispatcher's goroutine uses it.
+	if lim := qs.limiter; lim != nil && qs.policy.Load().spec.Rate > 0 {
+		lim.ReserveN(time.Now(), 1)
+	}
+	return qs, del, true
+}
+
 // collect gathers the queues that may take a job now; it reports whether any was
-// skipped only because its handler was not ready.
-func (d *dispatcher) collect(w *Worker) (notReady bool) {
+// skipped only because its handler was not ready, and how long until the first queue
+// skipped for its rate limit may take one (noWait when none was).
+func (d *dispatcher) collect(w *Worker) (notReady bool, rateWait time.Duration) {
 	d.eligible, d.streams = d.eligible[:0], d.streams[:0]
+	rateWait = noWait
+	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, qs := range w.queues {
@@ -782,10 +824,41 @@ func (d *dispatcher) collect(w *Worker) (notReady bool) {
 			notReady = true
 			continue
 		}
+		// Capacity first (the slot is held, the queue has room), then the rate: a
+		// queue is offered only when it may take a job now, so that no job is claimed
+		// to wait for its turn.
+		if wait := qs.untilToken(pol, now); wait > 0 {
+			rateWait = min(rateWait, wait)
+			continue
+		}
 		d.eligible = append(d.eligible, qs)
 		d.streams = append(d.streams, qs.stream)
 	}
-	return notReady
+	return notReady, rateWait
+}
+
+// untilToken returns how long until the queue's limiter has a token to spend, 0 when
+// it has one now or the queue has no rate. It makes the limiter, or brings its rate
+// and burst up to a new registration's.
+func (qs *queueState) untilToken(pol *policy, now time.Time) time.Duration {
+	r, burst := pol.spec.Rate, pol.spec.Burst
+	if r <= 0 {
+		return 0
+	}
+	switch {
+	case qs.limiter == nil:
+		qs.limiter = rate.NewLimiter(r, burst)
+	case qs.limiter.Limit() != r || qs.limiter.Burst() != burst:
+		qs.limiter.SetLimitAt(now, r)
+		qs.limiter.SetBurstAt(now, burst)
+	}
+	missing := 1 - qs.limiter.TokensAt(now)
+	if missing <= 0 {
+		return 0
+	}
+	// Rounded up, and at least 1ns: a wait that ends a hair early would only find
+	// the token still missing and wait again.
+	return max(time.Duration(math.Ceil(missing/float64(r)*float64(time.Second))), 1)
 }
 
 // streamEnded handles a stream that ended by itself: unless the worker or the queue is

@@ -18,6 +18,9 @@ var optionalRules = []rule{
 	{"SettlesWithRecordWriteTheRecord", testSettleRecords},
 	{"JobRecordsFollowPublishAndSettle", testJobRecords},
 	{"RepeatPublishOfAHeldIDIsDropped", testRepeatPublishDropped},
+	{"UniqueKeyHeldWhileAliveAndFor", testUniqueStates},
+	{"UniqueKeysPerJobOfABatch", testUniqueBatch},
+	{"UniqueUnderConcurrency", testUniqueConcurrent},
 }
 
 func batchPublisher(t *testing.T, h *harness) backend.BatchPublisher {

@@ -95,6 +95,12 @@ type queue struct {
 	// offering counts the deliveries taken off the queue that a stream is offering and
 	// no consumer has received yet: still pending, from the consumer's point of view.
 	offering atomic.Int32
+	// uniq maps the unique keys the queue holds to their entries; uniqByID maps the
+	// ids of unfinished jobs that hold a key to theirs; uniqKept is how many entries
+	// the last sweep kept (unique.go).
+	uniq     map[string]*uniqEntry
+	uniqByID map[string]*uniqEntry
+	uniqKept int
 }
 
 // Declare creates the queue q.Name if it does not exist. Declaring it again with the
@@ -118,12 +124,14 @@ func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 		return nil
 	}
 	b.queues[q.Name] = &queue{
-		name:    q.Name,
-		levels:  q.PriorityLevels,
-		ready:   make([]ring.Ring[*message], q.PriorityLevels+1),
-		streams: make(map[*stream]struct{}),
-		held:    make(map[*time.Timer]bool),
-		ids:     make(map[string]int),
+		name:     q.Name,
+		levels:   q.PriorityLevels,
+		ready:    make([]ring.Ring[*message], q.PriorityLevels+1),
+		streams:  make(map[*stream]struct{}),
+		held:     make(map[*time.Timer]bool),
+		ids:      make(map[string]int),
+		uniq:     make(map[string]*uniqEntry),
+		uniqByID: make(map[string]*uniqEntry),
 	}
 	return nil
 }
@@ -174,6 +182,17 @@ func (b *Backend) InjectMalformed(ctx context.Context, queue string, raw []byte,
 // enqueue puts m on its queue, or holds it for delay. With dropRepeat, a message whose
 // id the queue holds is dropped: a settle's republish of its own job passes false.
 func (b *Backend) enqueue(m *message, delay time.Duration, deferred, dropRepeat bool) error {
+	if !dropRepeat {
+		return b.enqueueIf(m, delay, deferred, nil)
+	}
+	return b.enqueueIf(m, delay, deferred, func(*queue) bool { return true })
+}
+
+// enqueueIf is enqueue that asks admit, under the queue's lock, whether to queue m: a
+// repeat (admit is not nil and the queue holds m's id) and a message admit refuses
+// are dropped. A nil admit queues every message, repeats too.
+func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admit func(*queue) bool) error {
+	dropRepeat := admit != nil
 	q, err := b.lookup(m.env.Queue)
 	if err != nil {
 		return err
@@ -187,6 +206,9 @@ func (b *Backend) enqueue(m *message, delay time.Duration, deferred, dropRepeat 
 	defer q.mu.Unlock()
 	if dropRepeat && m.env.ID != "" && q.ids[m.env.ID] > 0 {
 		b.log.Debug("repeat publish dropped: the queue holds the job", "queue", q.name, "job", m.env.ID)
+		return nil
+	}
+	if admit != nil && !admit(q) {
 		return nil
 	}
 	q.hold(m)

@@ -184,12 +184,16 @@ func (d *delivery) reopen() {
 }
 
 // finish completes a settle: the delivery leaves the stream, freeing a prefetch slot.
-func (d *delivery) finish(dead string) {
+// final says the job is done (acknowledged or dead-lettered), not put back.
+func (d *delivery) finish(dead string, final bool) {
 	q := d.s.q
 	q.mu.Lock()
 	delete(d.s.inflight, d)
 	q.unsettle--
 	q.release(d.m)
+	if final {
+		q.uniqFinished(d.m.env.ID, time.Now())
+	}
 	if dead != "" {
 		q.dead = append(q.dead, deadLetter{m: d.m, reason: dead, at: time.Now()})
 	} else {
@@ -204,7 +208,7 @@ func (d *delivery) Ack(ctx context.Context) error {
 	if err := d.begin(); err != nil {
 		return err
 	}
-	d.finish("")
+	d.finish("", true)
 	return nil
 }
 
@@ -226,7 +230,12 @@ func (d *delivery) republish(next backend.Envelope, delay time.Duration, deferre
 		d.reopen()
 		return err
 	}
-	d.finish("")
+	if next.ID != d.m.env.ID {
+		d.s.q.mu.Lock()
+		d.s.q.uniqRenamed(d.m.env.ID, next.ID)
+		d.s.q.mu.Unlock()
+	}
+	d.finish("", false)
 	return nil
 }
 
@@ -237,6 +246,6 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 	if reason == "" {
 		reason = "dead-lettered without a reason"
 	}
-	d.finish(reason)
+	d.finish(reason, true)
 	return nil
 }

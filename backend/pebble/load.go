@@ -84,6 +84,10 @@ func (b *Backend) load(ctx context.Context) error {
 			maxSeq = max(maxSeq, seq)
 			deadByQueue[queue]++
 			recovered.Dead++
+		case kindUnique:
+			if err := b.uniq.load(k, v); err != nil {
+				return b.corrupt(fmt.Sprintf("unique key %q", k), err)
+			}
 		case kindRecord, kindByTime:
 			if err := b.recs.load(k, v); err != nil {
 				return b.corrupt(fmt.Sprintf("job record %q", k), err)

@@ -157,6 +157,7 @@ type Backend struct {
 	ids    idSet
 	delays delayIndex
 	recs   recordIndex
+	uniq   uniqIndex
 
 	// replaying holds the dead-letter keys being replayed.
 	replaying sync.Map
@@ -211,6 +212,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	b.closing, b.cancel = context.WithCancel(context.Background())
 	b.ids.m = make(map[string]chan struct{})
 	b.ids.claims = make(map[string]int)
+	b.uniq.init()
 	b.recs.kick = make(chan struct{}, 1)
 	b.delays.b = b
 	if err := fs.MkdirAll(dir, 0o755); err != nil {

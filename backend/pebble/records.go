@@ -334,6 +334,9 @@ func (b *Backend) pruneLoop() {
 		if err := b.prune(time.Now()); err != nil {
 			b.log.Warn("pruning job records", "dir", b.dir, "error", err)
 		}
+		if err := b.pruneUniq(time.Now()); err != nil {
+			b.log.Warn("pruning expired unique keys", "dir", b.dir, "error", err)
+		}
 	}
 }
 

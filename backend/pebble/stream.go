@@ -361,7 +361,9 @@ func (d *delivery) AckWith(ctx context.Context, children []backend.Publication, 
 			return nil, nil, err
 		}
 		n := b.stageSettleRecord(batch, d, backend.JobSucceeded, "", ids, run)
+		applyUniq := b.stageUniqFinish(batch, d.it.id, time.Now())
 		return func() {
+			applyUniq()
 			applyChildren()
 			b.ids.remove(d.it.id)
 			b.recs.add(n, b.records.maxCount)
@@ -408,7 +410,9 @@ func (d *delivery) republish(ctx context.Context, op string, next backend.Envelo
 			b.stageRecord(batch, next, delay, deferred)
 		}
 		b.stageSettleRecord(batch, d, state, next.Reason, nil, run)
+		applyUniq := b.stageUniqRename(batch, old, next.ID)
 		return func() {
+			applyUniq()
 			if next.ID != old {
 				b.ids.remove(old)
 				b.ids.add(next.ID)
@@ -437,7 +441,9 @@ func (d *delivery) DeadLetterWith(ctx context.Context, reason string, run *backe
 		now := time.Now()
 		batch.Set(deadKey(d.s.q.name, now, b.seq.Add(1)), encodeDead(nil, reason, now, raw), nil)
 		n := b.stageSettleRecord(batch, d, backend.JobDead, reason, nil, run)
+		applyUniq := b.stageUniqFinish(batch, d.it.id, now)
 		return func() {
+			applyUniq()
 			b.ids.remove(d.it.id)
 			b.recs.add(n, b.records.maxCount)
 		}, nil, nil

@@ -124,6 +124,8 @@ func TestRunAndClientBadUsage(t *testing.T) {
 		{"enqueue zero times", nil, []string{"enqueue", "q", "x", "--count", "0"}, "--count 0: want 1 or more"},
 		{"enqueue a bad header", nil, []string{"enqueue", "q", "x", "--header", "k"}, `--header "k": want key=value`},
 		{"enqueue with a bad server", nil, []string{"enqueue", "q", "x", "--server", "ftp://x"}, `--server "ftp://x": want a URL such as http://127.0.0.1:8080`},
+		{"enqueue unique_for without a key", nil, []string{"enqueue", "q", "x", "--unique-for", "1h"}, "--unique-for 1h0m0s without --unique-key"},
+		{"enqueue --backend with a unique key", nil, []string{"enqueue", "q", "x", "--backend", "amqp://127.0.0.1:9/", "--unique-key", "k"}, "RabbitMQ cannot keep unique keys"},
 		{"enqueue lines of nothing", nil, []string{"enqueue", "q", "--lines", "--file", file}, "--lines: the input has no lines"},
 		// Straight to a broker the jobs are checked as the API checks them, before any
 		// connection (nothing listens on port 9).

@@ -27,6 +27,8 @@ type enqueueFlags struct {
 	lines       bool
 	quiet       bool
 	backend     string
+	uniqueKey   string
+	uniqueFor   time.Duration
 }
 
 func newEnqueueCommand() *cobra.Command {
@@ -46,11 +48,18 @@ With --backend amqp://... the jobs go straight to the broker, checked as the API
 check them (queue name, reserved wasmjobs- headers, priority, delay, max attempts, and
 the default payload limit: only a host knows a module's manifest).
 
+With --unique-key K the job is unique in its queue: while a job of the same key waits,
+runs or retries, or finished less than --unique-for ago, the enqueue queues nothing and
+prints the id of the job that holds the key, with a note on standard error (the API
+answers 200 with "duplicate": true). Exact on the memory and pebble backends; a host on
+RabbitMQ refuses unique jobs (501), and so does --backend amqp://.
+
 A host on the memory backend that is draining (after SIGINT or SIGTERM) refuses new
 jobs with 503; a durable one (the default, or RabbitMQ) keeps them for the next start.`,
 		Example: `  wasmjobs enqueue greet '{"name":"Ada","lang":"fr"}'
   wasmjobs enqueue greet --file job.json --delay 10m --header Trace-Id=abc
-  seq 1 10000 | sed 's/.*/{"name":"user &"}/' | wasmjobs enqueue greet - --lines -q`,
+  seq 1 10000 | sed 's/.*/{"name":"user &"}/' | wasmjobs enqueue greet - --lines -q
+  wasmjobs enqueue report '{"user":7}' --unique-key report-user-7 --unique-for 1h`,
 		Args: argsBetween(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.run(cmd, args)
@@ -66,6 +75,8 @@ jobs with 503; a durable one (the default, or RabbitMQ) keeps them for the next 
 	fl.IntVar(&f.count, "count", 1, "enqueue the job this many times")
 	fl.BoolVar(&f.lines, "lines", false, "one job per line of the payload")
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "do not print the jobs' ids")
+	fl.StringVar(&f.uniqueKey, "unique-key", "", "make the job unique in its queue under this key: a duplicate queues nothing and prints the id of the job holding the key")
+	fl.DurationVar(&f.uniqueFor, "unique-for", 0, "keep the unique key held this long after its job finished, such as 10m (needs --unique-key)")
 	fl.StringVar(&f.backend, "backend", "", "publish straight to a broker (amqp://...) instead of through the API; jobs are checked as the API checks them, against the default payload limit")
 	return cmd
 }
@@ -103,6 +114,12 @@ func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
 	}
 	if f.delay < 0 {
 		return usagef("--delay %v: want a positive delay", f.delay)
+	}
+	if f.uniqueFor != 0 && f.uniqueKey == "" {
+		return usagef("--unique-for %v without --unique-key: give the key the hold is for", f.uniqueFor)
+	}
+	if f.uniqueKey != "" && f.backend != "" {
+		return usagef("--unique-key with --backend %s: RabbitMQ cannot keep unique keys (hosts share no lock and cannot look a job up by key); enqueue through a host on the pebble or memory backend (--server)", f.backend)
 	}
 	headers, err := parseHeaders(f.headers)
 	if err != nil {
@@ -143,7 +160,10 @@ func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
 	}
 	job := func(p []byte) api.EnqueueRequest {
 		s := string(p)
-		req := api.EnqueueRequest{Queue: args[0], Headers: headers, Delay: delay, Priority: f.priority, MaxAttempts: f.maxAttempts}
+		req := api.EnqueueRequest{Queue: args[0], Headers: headers, Delay: delay, Priority: f.priority, MaxAttempts: f.maxAttempts, UniqueKey: f.uniqueKey}
+		if f.uniqueFor != 0 {
+			req.UniqueFor = f.uniqueFor.String()
+		}
 		if strings.ToValidUTF8(s, "") == s {
 			req.Payload = &s
 		} else {
@@ -162,13 +182,15 @@ func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
 			return nil
 		}
 		var ids struct {
-			IDs []string `json:"ids"`
-			ID  string   `json:"id"`
+			IDs        []string `json:"ids"`
+			ID         string   `json:"id"`
+			Duplicates []bool   `json:"duplicates"`
+			Duplicate  bool     `json:"duplicate"`
 		}
 		var err error
 		if total == 1 {
 			err = c.do(cmd.Context(), "POST", "/v1/jobs", nil, batch[0], &ids)
-			ids.IDs = []string{ids.ID}
+			ids.IDs, ids.Duplicates = []string{ids.ID}, []bool{ids.Duplicate}
 		} else {
 			err = c.do(cmd.Context(), "POST", "/v1/jobs/batch", nil, api.BatchRequest{Jobs: batch}, &ids)
 		}
@@ -176,8 +198,11 @@ func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
 			return fmt.Errorf("after %d of %d jobs: %w", sent, total, err)
 		}
 		if !f.quiet {
-			for _, id := range ids.IDs {
+			for i, id := range ids.IDs {
 				fmt.Fprintln(out, id)
+				if i < len(ids.Duplicates) && ids.Duplicates[i] {
+					fmt.Fprintf(cmd.ErrOrStderr(), "duplicate: job %s holds unique key %q of queue %s; nothing was queued\n", id, f.uniqueKey, args[0])
+				}
 			}
 		}
 		sent += len(batch)

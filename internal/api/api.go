@@ -300,6 +300,10 @@ type EnqueueRequest struct {
 	Delay         string            `json:"delay,omitempty"`
 	Priority      int               `json:"priority,omitempty"`
 	MaxAttempts   int               `json:"max_attempts,omitempty"`
+	// UniqueKey makes the job unique in its queue; UniqueFor ("1h") is how long the
+	// key stays held after the job finished (see unique.go).
+	UniqueKey string `json:"unique_key,omitempty"`
+	UniqueFor string `json:"unique_for,omitempty"`
 }
 
 // served returns the module serving queue, or an error naming the served queues.
@@ -319,25 +323,26 @@ func (s *server) served(queue string) (host.ModuleStatus, error) {
 		fmt.Sprintf("unknown queue %q: no module serves it (served: %s)", queue, strings.Join(names, ", "))}
 }
 
-// envelope validates a request and makes its job.
-func (s *server) envelope(req EnqueueRequest) (backend.Envelope, time.Duration, error) {
-	spec := jobspec.Spec{Queue: req.Queue, Headers: req.Headers, Priority: req.Priority, MaxAttempts: req.MaxAttempts}
+// envelope validates a request and makes its job, with its delay and unique key.
+func (s *server) envelope(req EnqueueRequest) (backend.UniquePublication, error) {
+	spec := jobspec.Spec{Queue: req.Queue, Headers: req.Headers, Priority: req.Priority, MaxAttempts: req.MaxAttempts, UniqueKey: req.UniqueKey}
+	none := backend.UniquePublication{}
 	limit := 0
 	if req.Queue != "" {
 		mod, err := s.served(req.Queue)
 		if err != nil {
-			return backend.Envelope{}, 0, err
+			return none, err
 		}
 		limit = s.payloadLimit(mod.Name)
 	}
 	var err error
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:
-		return backend.Envelope{}, 0, badRequest("give payload or payload_base64, not both")
+		return none, badRequest("give payload or payload_base64, not both")
 	case req.PayloadBase64 != nil:
 		spec.Payload, err = base64.StdEncoding.DecodeString(*req.PayloadBase64)
 		if err != nil {
-			return backend.Envelope{}, 0, badRequest("payload_base64: %v", err)
+			return none, badRequest("payload_base64: %v", err)
 		}
 	case req.Payload != nil:
 		spec.Payload = []byte(*req.Payload)
@@ -345,16 +350,22 @@ func (s *server) envelope(req EnqueueRequest) (backend.Envelope, time.Duration, 
 	if req.Delay != "" {
 		spec.Delay, err = time.ParseDuration(req.Delay)
 		if err != nil {
-			return backend.Envelope{}, 0, badRequest("delay: want a duration such as \"90s\" or \"1h30m\", got %q", req.Delay)
+			return none, badRequest("delay: want a duration such as \"90s\" or \"1h30m\", got %q", req.Delay)
+		}
+	}
+	if req.UniqueFor != "" {
+		spec.UniqueFor, err = time.ParseDuration(req.UniqueFor)
+		if err != nil {
+			return none, badRequest("unique_for: want a duration such as \"10m\" or \"24h\", got %q", req.UniqueFor)
 		}
 	}
 	if err := jobspec.Validate(spec, limit); err != nil {
 		if errors.Is(err, jobspec.ErrTooLarge) {
-			return backend.Envelope{}, 0, &httpError{http.StatusRequestEntityTooLarge, err.Error()}
+			return none, &httpError{http.StatusRequestEntityTooLarge, err.Error()}
 		}
-		return backend.Envelope{}, 0, badRequest("%v", err)
+		return none, badRequest("%v", err)
 	}
-	return spec.Envelope(), spec.Delay, nil
+	return spec.Publication(), nil
 }
 
 func (s *server) payloadLimit(module string) int {
@@ -394,11 +405,16 @@ func (s *server) enqueue(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	env, delay, err := s.envelope(req)
+	pub, err := s.envelope(req)
 	if err != nil {
 		fail(w, err)
 		return
 	}
+	if pub.Key != "" {
+		s.enqueueUnique(w, r, []backend.UniquePublication{pub}, false)
+		return
+	}
+	env, delay := pub.Envelope, pub.Delay
 	if err := s.publish(r.Context(), env, delay); err != nil {
 		fail(w, err)
 		return
@@ -427,9 +443,11 @@ func (s *server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	envs := make([]backend.Envelope, len(req.Jobs))
 	delays := make([]time.Duration, len(req.Jobs))
+	pubs := make([]backend.UniquePublication, len(req.Jobs))
+	unique := false
 	for i, j := range req.Jobs {
 		var err error
-		if envs[i], delays[i], err = s.envelope(j); err != nil {
+		if pubs[i], err = s.envelope(j); err != nil {
 			var he *httpError
 			if errors.As(err, &he) {
 				he.msg = fmt.Sprintf("jobs[%d]: %s", i, he.msg)
@@ -437,6 +455,12 @@ func (s *server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
 			fail(w, err)
 			return
 		}
+		envs[i], delays[i] = pubs[i].Envelope, pubs[i].Delay
+		unique = unique || pubs[i].Key != ""
+	}
+	if unique {
+		s.enqueueUnique(w, r, pubs, true)
+		return
 	}
 	if bp, ok := s.cfg.Backend.(backend.BatchPublisher); ok {
 		s.publishBatch(w, r, bp, envs, delays)

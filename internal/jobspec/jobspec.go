@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -25,6 +26,10 @@ const (
 	ReservedHeaderPrefix = "wasmjobs-"
 	// DefaultMaxPayload is the payload limit of a module whose manifest sets none.
 	DefaultMaxPayload = abi.DefaultMaxPayload
+	// MaxUniqueKey bounds a unique key, in bytes.
+	MaxUniqueKey = 512
+	// MaxUniqueFor bounds how long a unique key is held after its job finished.
+	MaxUniqueFor = 366 * 24 * time.Hour
 )
 
 // Sentinel errors of Validate, for callers that answer by kind (the API's 400 and 413).
@@ -46,6 +51,13 @@ type Spec struct {
 	Priority int
 	// MaxAttempts is how many executions are allowed; zero means the queue's.
 	MaxAttempts int
+	// UniqueKey, when set, makes the job unique in its queue: while a job of the same
+	// key and queue waits, runs or retries, or finished less than UniqueFor ago, the
+	// enqueue is a duplicate and queues nothing (backend.UniquePublisher).
+	UniqueKey string
+	// UniqueFor is how long the key stays held after the job finished (acknowledged
+	// or dead-lettered); zero frees it when the job finishes.
+	UniqueFor time.Duration
 }
 
 // specError is an error of Validate: its message names the field and the problem; it
@@ -99,6 +111,23 @@ func Validate(s Spec, maxPayload int) error {
 	if s.MaxAttempts < 0 {
 		return invalid("max_attempts %d: want 0 (the queue's) or more", s.MaxAttempts)
 	}
+	return validateUnique(s)
+}
+
+// validateUnique checks the unique key and its hold.
+func validateUnique(s Spec) error {
+	switch {
+	case s.UniqueFor != 0 && s.UniqueKey == "":
+		return invalid("unique_for %v without unique_key: give the key the hold is for", s.UniqueFor)
+	case s.UniqueFor < 0:
+		return invalid("unique_for %v is negative", s.UniqueFor)
+	case s.UniqueFor > MaxUniqueFor:
+		return invalid("unique_for %v passes the longest hold accepted, %v", s.UniqueFor, MaxUniqueFor)
+	case len(s.UniqueKey) > MaxUniqueKey:
+		return invalid("unique_key of %d bytes passes the limit of %d bytes", len(s.UniqueKey), MaxUniqueKey)
+	case !utf8.ValidString(s.UniqueKey):
+		return invalid("unique_key %q is not valid UTF-8", s.UniqueKey)
+	}
 	return nil
 }
 
@@ -107,4 +136,10 @@ func (s Spec) Envelope() backend.Envelope {
 	env := backend.NewEnvelope(s.Queue, s.Payload)
 	env.Headers, env.Priority, env.MaxAttempts = s.Headers, uint8(s.Priority), s.MaxAttempts
 	return env
+}
+
+// Publication returns the publication of a valid s: its fresh job, delay, and unique
+// key with its hold (none when UniqueKey is empty).
+func (s Spec) Publication() backend.UniquePublication {
+	return backend.UniquePublication{Publication: backend.Publication{Envelope: s.Envelope(), Delay: s.Delay}, Key: s.UniqueKey, For: s.UniqueFor}
 }

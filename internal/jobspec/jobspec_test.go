@@ -36,6 +36,13 @@ func TestValidate(t *testing.T) {
 		{"negative priority", func(s *jobspec.Spec) { s.Priority = -1 }, 0, "priority -1: want 0 to 1", false},
 		{"the deferred lane", func(s *jobspec.Spec) { s.Priority = worker.DefaultPriorityLevels }, 0, "priority 2: want 0 to 1", false},
 		{"negative max attempts", func(s *jobspec.Spec) { s.MaxAttempts = -1 }, 0, "max_attempts -1: want 0 (the queue's) or more", false},
+		{"unique key and hold", func(s *jobspec.Spec) { s.UniqueKey, s.UniqueFor = "user-7", time.Hour }, 0, "", false},
+		{"unique key, no hold", func(s *jobspec.Spec) { s.UniqueKey = "user-7" }, 0, "", false},
+		{"unique_for without a key", func(s *jobspec.Spec) { s.UniqueFor = time.Hour }, 0, "unique_for 1h0m0s without unique_key", false},
+		{"negative unique_for", func(s *jobspec.Spec) { s.UniqueKey, s.UniqueFor = "k", -time.Second }, 0, "unique_for -1s is negative", false},
+		{"unique_for past the maximum", func(s *jobspec.Spec) { s.UniqueKey, s.UniqueFor = "k", jobspec.MaxUniqueFor+1 }, 0, "passes the longest hold accepted", false},
+		{"unique key too long", func(s *jobspec.Spec) { s.UniqueKey = strings.Repeat("k", jobspec.MaxUniqueKey+1) }, 0, "unique_key of 513 bytes passes the limit of 512 bytes", false},
+		{"unique key not UTF-8", func(s *jobspec.Spec) { s.UniqueKey = "\xff" }, 0, "is not valid UTF-8", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := ok

@@ -1,0 +1,112 @@
+package worker_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// TestRateLimitPacesTakes runs a queue limited to 50 jobs a second over a backlog of 10
+// seconds and more, in virtual time: every second of the ten starts 50±5 jobs, and at
+// no moment does the worker hold a claimed delivery that is not running (it waits for
+// the limiter before it takes from the stream, not after).
+func TestRateLimitPacesTakes(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		burst int
+	}{
+		{"burst 1", 0},
+		{"burst 5", 5},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				var (
+					mu      sync.Mutex
+					starts  []time.Time
+					running atomic.Int32
+				)
+				h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
+					running.Add(1)
+					defer running.Add(-1)
+					mu.Lock()
+					starts = append(starts, time.Now())
+					mu.Unlock()
+					time.Sleep(3 * time.Millisecond)
+					return worker.Result{Outcome: worker.Ack}
+				})
+				r := newRig(t, worker.Config{Concurrency: 16},
+					worker.Queue{Name: "q", Handler: h, Rate: 50, Burst: tc.burst})
+				t0 := time.Now()
+				for range 700 { // 14 s of work at 50/s: a backlog through the 10 s
+					r.publish("q", "")
+				}
+				for step := 0; step < 1000; step++ {
+					time.Sleep(10 * time.Millisecond)
+					synctest.Wait()
+					st := r.stats("q")
+					if run := int(running.Load()); st.Unacked > run {
+						t.Fatalf("at %v: %d deliveries claimed, %d running: a claimed job waits for the rate limit",
+							time.Since(t0), st.Unacked, run)
+					}
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				per := make([]int, 10)
+				for _, at := range starts {
+					if s := int(at.Sub(t0) / time.Second); s < 10 {
+						per[s]++
+					}
+				}
+				for s, n := range per {
+					if n < 45 || n > 55 {
+						t.Errorf("second %d started %d jobs, want 50±5 (all seconds: %v)", s, n, per)
+					}
+				}
+				if total := per[0] + per[1] + per[2] + per[3] + per[4] + per[5] + per[6] + per[7] + per[8] + per[9]; total > 500+max(tc.burst, 1) {
+					t.Errorf("%d jobs in 10 s, more than 10 s at 50/s plus the burst", total)
+				}
+			})
+		})
+	}
+}
+
+// TestRateLimitFollowsRegistration checks that registering a queue again with another
+// rate takes effect, and that a queue without a rate is not held back.
+func TestRateLimitFollowsRegistration(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
+			n.Add(1)
+			return worker.Result{Outcome: worker.Ack}
+		})
+		r := newRig(t, worker.Config{Concurrency: 4}, worker.Queue{Name: "q", Handler: h, Rate: 10})
+		for range 100 {
+			r.publish("q", "")
+		}
+		time.Sleep(time.Second - time.Millisecond)
+		synctest.Wait()
+		if got := n.Load(); got != 10 {
+			t.Fatalf("%d jobs in the first second at 10/s, want 10", got)
+		}
+		// Unlimited: the rest of the backlog runs at once.
+		if err := r.w.Register(context.Background(), worker.Queue{Name: "q", Handler: h, Rate: rate.Inf}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if got := n.Load(); got != 100 {
+			t.Fatalf("%d jobs run after the rate was lifted, want all 100", got)
+		}
+	})
+}
