@@ -27,6 +27,20 @@ const (
 	DefaultDrain    = 30 * time.Second
 )
 
+// How soon the registry looks at a change before its debounce runs out.
+const (
+	// settleDelay is the least time between two looks at the directory before the
+	// debounce: the first event after a quiet spell is looked at at once, and the
+	// events that follow it closely (the writes of a file, many files changed
+	// together) are looked at together, so that a stream of events costs at most a
+	// read of the directory's names and fingerprints each settleDelay.
+	settleDelay = time.Millisecond
+	// writingPoll is how often it looks again at a module file still open for
+	// writing, until its writer closes it or the debounce runs out: no event says
+	// that a writer closed a file (fsnotify does not expose inotify's CLOSE_WRITE).
+	writingPoll = 5 * time.Millisecond
+)
+
 // Queues is what a Registry registers its modules' queues with: *worker.Worker.
 type Queues interface {
 	Register(ctx context.Context, q worker.Queue) error
@@ -45,8 +59,12 @@ type RegistryConfig struct {
 	// discards them.
 	Logger *slog.Logger
 	// Debounce is how long the directory must be quiet after a change before it is
-	// read, so that a file being written is read once, whole. Zero means
-	// DefaultDebounce.
+	// read when the change may be unfinished, so that a file being written is read
+	// once, whole. A module whose files are present, closed by every writer and whole
+	// (a file renamed into place, or written and closed) is read at once, without
+	// waiting for the debounce, where the system can tell (Linux, by a read lease:
+	// the files' owner or CAP_LEASE); a removal always waits for it, since a file
+	// that is gone may be in the middle of a replacement. Zero means DefaultDebounce.
 	Debounce time.Duration
 	// Rescan is how often the directory is read even without a change event, to catch
 	// events the watcher missed. Zero means DefaultRescan.
@@ -77,8 +95,9 @@ type RegistryEvent struct {
 	At time.Time
 	// Noticed is when the watcher first reported the burst of changes whose read
 	// loaded this version (zero when a rescan found it); Read is when that read of the
-	// files began, after the debounce. With At they split a swap's latency into the
-	// watcher's, the debounce's and the load's (benchmarks report them).
+	// files began: as soon as they were seen finished, or after the debounce. With At
+	// they split a swap's latency into the watcher's, the wait's before the read and
+	// the load's (benchmarks report them).
 	Noticed, Read time.Time
 }
 
@@ -277,7 +296,9 @@ func (r *Registry) Retire() {
 	}
 }
 
-// follow reads the directory after each burst of events and at every rescan.
+// follow reads the directory when its watcher reports a change: at once for the
+// modules whose files are finished, after the debounce for the rest; and at every
+// rescan.
 func (r *Registry) follow() {
 	defer close(r.done)
 	var events <-chan fsnotify.Event
@@ -289,11 +310,31 @@ func (r *Registry) follow() {
 	defer rescan.Stop()
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
-	var burst time.Time // when the first event of the changes not read yet came
+	// settle reads what is finished before the debounce runs out: armed by an event
+	// that came less than settleDelay after the last such read, and again while a
+	// module file is open for writing.
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	settleArmed := false
+	var lastSettle time.Time // when the last read before the debounce began
+	var burst time.Time      // when the first event of the changes not read yet came
+	settled := func() {
+		lastSettle = time.Now()
+		switch r.read(r.ctx, burst, true) {
+		case readAll:
+			debounce.Stop() // nothing left for it to read
+			burst = time.Time{}
+		case leftWriting:
+			settle.Reset(writingPoll)
+			settleArmed = true
+		case leftUnsure: // the debounce reads it
+		}
+	}
 	for {
 		select {
 		case <-r.ctx.Done():
 			debounce.Stop()
+			settle.Stop()
 			return
 		case ev, ok := <-events:
 			if !ok {
@@ -305,6 +346,14 @@ func (r *Registry) follow() {
 					burst = time.Now()
 				}
 				debounce.Reset(r.cfg.Debounce)
+				switch wait := settleDelay - time.Since(lastSettle); {
+				case settleArmed:
+				case wait <= 0:
+					settled()
+				default:
+					settle.Reset(wait)
+					settleArmed = true
+				}
 			}
 		case err, ok := <-errs:
 			if !ok {
@@ -314,7 +363,12 @@ func (r *Registry) follow() {
 			// An overflow loses events: the next read of the directory catches up.
 			r.log.Warn("watching the modules directory", "dir", r.cfg.Dir, "error", err)
 			debounce.Reset(r.cfg.Debounce)
+		case <-settle.C:
+			settleArmed = false
+			settled()
 		case <-debounce.C:
+			settle.Stop()
+			settleArmed = false
 			r.sync(r.ctx, burst)
 			burst = time.Time{}
 		case <-rescan.C:
@@ -337,17 +391,34 @@ func (r *Registry) Rescan() {
 func (r *Registry) Sync(ctx context.Context) { r.sync(ctx, time.Time{}) }
 
 // sync is Sync after a burst of watcher events, the first of which came at noticed.
-func (r *Registry) sync(ctx context.Context, noticed time.Time) {
+func (r *Registry) sync(ctx context.Context, noticed time.Time) { r.read(ctx, noticed, false) }
+
+// left is what a read of the directory left unread, in order: the larger of two is
+// what both need.
+type left int
+
+const (
+	readAll     left = iota // every change was read (or there was none)
+	leftUnsure              // a change that may be unfinished: the debounce reads it
+	leftWriting             // a module file open for writing: look again soon
+)
+
+// read reads the directory and brings the modules in line with it, after a burst of
+// watcher events the first of which came at noticed. A quick read, before the debounce
+// ran out, reads only the modules whose changed files are finished (see finished) and
+// removes nothing; it says what it left.
+func (r *Registry) read(ctx context.Context, noticed time.Time, quick bool) left {
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
 	r.noticed = noticed
 	names, err := r.list()
 	if err != nil {
 		r.log.Error("reading the modules directory", "dir", r.cfg.Dir, "error", err)
-		return
+		return leftUnsure
 	}
+	res := readAll
 	for _, name := range names {
-		r.syncModule(ctx, name)
+		res = max(res, r.syncModule(ctx, name, quick))
 	}
 	r.mu.Lock()
 	var gone []string
@@ -357,9 +428,71 @@ func (r *Registry) sync(ctx context.Context, noticed time.Time) {
 		}
 	}
 	r.mu.Unlock()
+	if quick && len(gone) > 0 {
+		// A file that is gone may be in the middle of a replacement (an editor renames
+		// the old file away, then writes the new one): the debounce decides.
+		return max(res, leftUnsure)
+	}
 	for _, name := range gone {
 		r.remove(ctx, name)
 	}
+	return res
+}
+
+// finished tells whether a module's changed files, of fingerprint fp (seen is the
+// fingerprint last read), are finished as far as can be told before the debounce runs
+// out: the module file is there, the manifest did not go away, and no process has
+// either open for writing. A file renamed into place, or written and closed, is
+// finished; one still open for writing may be half written; and where the system
+// cannot tell (no read leases), nothing is finished before the debounce.
+func finished(file string, fp, seen fingerprint) left {
+	if !fp.wasm.ok || (seen.manifest.ok && !fp.manifest.ok) {
+		return leftUnsure // perhaps gone for good, perhaps in the middle of a replacement
+	}
+	paths := []string{file}
+	if fp.manifest.ok {
+		paths = append(paths, ManifestPath(file))
+	}
+	for _, p := range paths {
+		switch writing, known := openForWriting(p); {
+		case writing:
+			return leftWriting
+		case !known:
+			return leftUnsure
+		}
+	}
+	return readAll
+}
+
+// wholeModule reports whether wasm is a Wasm binary whose sections end exactly at its
+// end. A file cut short inside a section is not; a writer that opens and closes the
+// file for each piece it appends could otherwise be caught between two pieces.
+func wholeModule(wasm []byte) bool {
+	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" {
+		return false
+	}
+	for b := wasm[8:]; len(b) > 0; {
+		b = b[1:] // the section's id
+		var size uint64
+		n := 0
+		for shift := 0; ; shift += 7 {
+			if n == len(b) || n == 5 { // a u32 takes at most 5 bytes
+				return false
+			}
+			c := b[n]
+			n++
+			size |= uint64(c&0x7f) << shift
+			if c < 0x80 {
+				break
+			}
+		}
+		b = b[n:]
+		if uint64(len(b)) < size {
+			return false
+		}
+		b = b[size:]
+	}
+	return true
 }
 
 // list returns the module names of the directory: regular files (links followed) named
@@ -384,35 +517,56 @@ func (r *Registry) list() ([]string, error) {
 	return names, nil
 }
 
-// syncModule loads the module name if its files changed.
-func (r *Registry) syncModule(ctx context.Context, name string) {
+// syncModule loads the module name if its files changed. A quick read loads it only if
+// they are finished, and says what it left.
+func (r *Registry) syncModule(ctx context.Context, name string, quick bool) left {
 	file := filepath.Join(r.cfg.Dir, name+".wasm")
 	fp := fingerprint{wasm: statID(file), manifest: statID(ManifestPath(file))}
 	r.mu.Lock()
 	e := r.entries[name]
+	var seen fingerprint
+	if e != nil {
+		seen = e.seen
+	}
+	r.mu.Unlock()
+	if e != nil && seen == fp {
+		return readAll
+	}
+	if quick {
+		if l := finished(file, fp, seen); l != readAll {
+			return l // no entry made yet for a new module: it is not one until read
+		}
+	}
 	if e == nil {
 		e = &entry{file: file}
+		r.mu.Lock()
 		r.entries[name] = e
-	}
-	unchanged := e.seen == fp
-	r.mu.Unlock()
-	if unchanged {
-		return
+		r.mu.Unlock()
 	}
 	read := time.Now()
 	wasm, err := os.ReadFile(file)
 	if err != nil {
 		r.reject(e, name, fp, err)
-		return
+		return readAll
 	}
 	manText, err := os.ReadFile(ManifestPath(file))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		r.reject(e, name, fp, &ManifestError{File: ManifestPath(file), Problem: err.Error()})
-		return
+		return readAll
 	}
 	if statID(file) != fp.wasm || statID(ManifestPath(file)) != fp.manifest {
-		return // still being written: the next event or rescan reads it again
+		return leftWriting // still being written: the next event or rescan reads it again
 	}
+	if quick && !wholeModule(wasm) {
+		return leftUnsure // not whole, though closed: the debounce reads (and rejects) it
+	}
+	r.load(ctx, e, name, file, fp, wasm, manText, read)
+	return readAll
+}
+
+// load puts in service the version of module name read (at read) from its files of
+// fingerprint fp: wasm and the manifest's text manText.
+func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fingerprint, wasm, manText []byte, read time.Time) {
 	r.mu.Lock()
 	h, m := e.handler, e.pending
 	sameFiles := e.pendingFP == fp

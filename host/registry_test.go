@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -166,6 +167,13 @@ func (rig *regRig) publish(queue string, n int) {
 	}
 }
 
+// ranOn reports whether a job settled on version.
+func (rig *regRig) ranOn(version string) bool {
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	return slices.ContainsFunc(rig.settled, func(j jobRecord) bool { return j.version == version })
+}
+
 func (rig *regRig) settledCount() int {
 	rig.mu.Lock()
 	defer rig.mu.Unlock()
@@ -185,7 +193,7 @@ func TestSwapsUnderLoad(t *testing.T) {
 	var modules []*host.Module
 	modules = append(modules, rig.r.Handler("svc").Module())
 	// Jobs flow all along: one a millisecond, about ten seconds for all of them, while
-	// the 20 swaps take about two and a half (four times that on a loaded machine).
+	// the 20 swaps take well under one (several on a loaded machine).
 	published := make(chan error, 1)
 	go func() {
 		for range jobs {
@@ -203,7 +211,9 @@ func TestSwapsUnderLoad(t *testing.T) {
 		renamedAt[host.Version(data)] = rig.write("svc.wasm", data)
 		rig.waitFor(fmt.Sprintf("swap %d", i), func() bool { return len(rig.eventsOf("swapped")) == i })
 		modules = append(modules, rig.r.Handler("svc").Module())
-		time.Sleep(20 * time.Millisecond)
+		// The next swap once a job ran on this version: swaps are quick, and a version
+		// swapped out before the trickle reached it would have run nothing to check.
+		rig.waitFor(fmt.Sprintf("a job on version %d", i), func() bool { return rig.ranOn(host.Version(data)) })
 	}
 	if err := <-published; err != nil {
 		t.Fatal(err)
@@ -377,26 +387,218 @@ func TestNewModuleIsLoadedAndServed(t *testing.T) {
 	}
 }
 
+// TestPartialWritesLoadOnce writes a module in pieces, as cp does, keeping it open
+// between them: it is loaded once, whole. With a debounce longer than the pauses
+// between pieces, and with one of an hour: the registry sees the writer close the file
+// without waiting for the debounce.
 func TestPartialWritesLoadOnce(t *testing.T) {
 	t.Parallel()
-	// Writes 20 ms apart, well inside a 300 ms debounce even on a loaded machine.
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: 300 * time.Millisecond}, 4)
+	for _, debounce := range []time.Duration{300 * time.Millisecond, time.Hour} {
+		t.Run(debounce.String(), func(t *testing.T) {
+			t.Parallel()
+			if debounce == time.Hour {
+				needsLeases(t)
+			}
+			// Writes 20 ms apart, well inside the debounce even on a loaded machine.
+			rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: debounce}, 4)
+			rig.start()
+			final := variant(t, "abi/echo", "final")
+			// cp over the file: truncate, then the bytes arrive in pieces.
+			f, err := os.Create(filepath.Join(rig.dir, "svc.wasm"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < len(final); i += 40 {
+				f.Write(final[i:min(i+40, len(final))])
+				time.Sleep(20 * time.Millisecond) // well inside the debounce
+			}
+			f.Close()
+			rig.waitFor("the load", func() bool { return rig.loads()+len(rig.eventsOf("rejected")) > 0 })
+			rig.quiesce()
+			if rig.loads() != 1 || len(rig.eventsOf("rejected")) != 0 || rig.status("svc").Version != host.Version(final) {
+				t.Fatalf("loads %d, rejections %d, status %+v; want one load of the final bytes", rig.loads(), len(rig.eventsOf("rejected")), rig.status("svc"))
+			}
+		})
+	}
+}
+
+// needsLeases skips a test that needs the registry to tell a finished file before the
+// debounce: Linux's read leases tell it (CI runs on Linux, so it skips nothing there).
+func needsLeases(t *testing.T) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("only Linux's read leases tell a finished file before the debounce")
+	}
+}
+
+// eventsFor returns the events of the module name.
+func (rig *regRig) eventsFor(name string) []regEvent {
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	var out []regEvent
+	for _, e := range rig.events {
+		if e.Module == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// TestFinishedChangesDoNotWaitForTheDebounce: with a debounce of an hour, a change
+// whose files are finished (renamed into place, or written and closed) is still read,
+// so it is read at once, not after the debounce.
+func TestFinishedChangesDoNotWaitForTheDebounce(t *testing.T) {
+	t.Parallel()
+	needsLeases(t)
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+	rig.write("svc.wasm", variant(t, "abi/echo", "0"))
 	rig.start()
-	final := variant(t, "abi/echo", "final")
-	// cp over the file: truncate, then the bytes arrive in pieces.
-	f, err := os.Create(filepath.Join(rig.dir, "svc.wasm"))
+	for i, step := range []struct {
+		name   string
+		change func() (module string, version string)
+	}{
+		{"a new module renamed in", func() (string, string) {
+			v := variant(t, "abi/ack", "new")
+			rig.write("other.wasm", v)
+			return "other", host.Version(v)
+		}},
+		{"a new version renamed over", func() (string, string) {
+			v := variant(t, "abi/echo", "1")
+			rig.write("svc.wasm", v)
+			return "svc", host.Version(v)
+		}},
+		{"a new version written in place and closed", func() (string, string) {
+			v := variant(t, "abi/echo", "2")
+			if err := os.WriteFile(filepath.Join(rig.dir, "svc.wasm"), v, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return "svc", host.Version(v)
+		}},
+		{"a manifest renamed in", func() (string, string) {
+			rig.write("svc.toml", []byte("timeout = \"7s\"\n"))
+			return "svc", host.Version(variant(t, "abi/echo", "2"))
+		}},
+	} {
+		module, version := step.change()
+		rig.waitFor(step.name, func() bool { return rig.loads() == i+2 })
+		if ev := rig.eventsFor(module); ev[len(ev)-1].Version != version || ev[len(ev)-1].Read.IsZero() {
+			t.Fatalf("%s: last event of %s %+v, want version %.12s read", step.name, module, ev[len(ev)-1], version)
+		}
+	}
+	if n := len(rig.eventsOf("rejected")); n != 0 {
+		t.Fatalf("%d rejections", n)
+	}
+}
+
+// TestAFileOpenForWritingIsNotReadBeforeItsWriterClosesIt writes a module whose first
+// bytes are a whole module of their own, and keeps it open: it is not read (while
+// another module, renamed in after, is), and once its writer adds the rest and closes
+// it, it is loaded once, whole, without waiting for the hour's debounce.
+func TestAFileOpenForWritingIsNotReadBeforeItsWriterClosesIt(t *testing.T) {
+	t.Parallel()
+	needsLeases(t)
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+	rig.start()
+	prefix, err := os.ReadFile(filepath.Join(abitest.Dir(), "abi", "echo.wasm"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < len(final); i += 40 {
-		f.Write(final[i:min(i+40, len(final))])
-		time.Sleep(20 * time.Millisecond) // well inside the debounce
+	final := variant(t, "abi/echo", "final") // prefix and a custom section
+	if !bytes.HasPrefix(final, prefix) {
+		t.Fatal("the final bytes do not start with the prefix")
 	}
-	f.Close()
-	rig.waitFor("the load", func() bool { return rig.loads()+len(rig.eventsOf("rejected")) > 0 })
+	f, err := os.Create(filepath.Join(rig.dir, "a.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(prefix); err != nil {
+		t.Fatal(err)
+	}
+	// b sorts after a: the read that loads b has looked at a first.
+	rig.write("b.wasm", variant(t, "abi/ack", "b"))
+	rig.waitFor("b", func() bool { return rig.status("b").Status == "serving" })
+	if ev := rig.eventsFor("a"); len(ev) != 0 {
+		t.Fatalf("a, still open for writing, was read: %+v", ev)
+	}
+	if _, err := f.Write(final[len(prefix):]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rig.waitFor("a", func() bool { return len(rig.eventsFor("a")) > 0 })
 	rig.quiesce()
-	if rig.loads() != 1 || len(rig.eventsOf("rejected")) != 0 || rig.status("svc").Version != host.Version(final) {
-		t.Fatalf("loads %d, rejections %d, status %+v; want one load of the final bytes", rig.loads(), len(rig.eventsOf("rejected")), rig.status("svc"))
+	if ev := rig.eventsFor("a"); len(ev) != 1 || ev[0].Kind != "loaded" || ev[0].Version != host.Version(final) {
+		t.Fatalf("events of a %+v, want one load of the final bytes", ev)
+	}
+}
+
+// TestAnIncompleteModuleWaitsForTheDebounce: a module file cut short and closed (as by
+// a writer that opens the file for each piece it appends) is not read before the
+// debounce: it is not rejected while another module is loaded, and the whole file,
+// written next, is loaded once.
+func TestAnIncompleteModuleWaitsForTheDebounce(t *testing.T) {
+	t.Parallel()
+	needsLeases(t)
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+	rig.start()
+	final := variant(t, "abi/echo", "final")
+	if err := os.WriteFile(filepath.Join(rig.dir, "a.wasm"), final[:len(final)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rig.write("b.wasm", variant(t, "abi/ack", "b")) // b sorts after a
+	rig.waitFor("b", func() bool { return rig.status("b").Status == "serving" })
+	if ev := rig.eventsFor("a"); len(ev) != 0 {
+		t.Fatalf("a, half written, was read: %+v", ev)
+	}
+	if err := os.WriteFile(filepath.Join(rig.dir, "a.wasm"), final, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rig.waitFor("a", func() bool { return len(rig.eventsFor("a")) > 0 })
+	rig.quiesce()
+	if ev := rig.eventsFor("a"); len(ev) != 1 || ev[0].Kind != "loaded" || ev[0].Version != host.Version(final) {
+		t.Fatalf("events of a %+v, want one load of the final bytes", ev)
+	}
+	// A debounce that runs out reads what is there, whole or not, as before: it is
+	// rejected, and the serving version stays.
+	short := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: 20 * time.Millisecond}, 4)
+	short.write("a.wasm", final)
+	short.start()
+	if err := os.WriteFile(filepath.Join(short.dir, "a.wasm"), final[:len(final)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	short.waitFor("the rejection", func() bool { return len(short.eventsOf("rejected")) == 1 })
+	if st := short.status("a"); st.Status != "serving" || st.Version != host.Version(final) {
+		t.Fatalf("status %+v, want the whole version serving", st)
+	}
+}
+
+// TestARemovalWaitsForTheDebounce renames a module away, as an editor does before it
+// writes the new file under the old name: the module is not removed before the
+// debounce (while another module is loaded meanwhile), and the new file swaps in.
+func TestARemovalWaitsForTheDebounce(t *testing.T) {
+	t.Parallel()
+	needsLeases(t)
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
+	rig.start()
+	if err := os.Rename(filepath.Join(rig.dir, "svc.wasm"), filepath.Join(rig.dir, "svc.wasm~")); err != nil {
+		t.Fatal(err)
+	}
+	rig.write("other.wasm", variant(t, "abi/ack", "o"))
+	rig.waitFor("other", func() bool { return rig.status("other").Status == "serving" })
+	if st := rig.status("svc"); st.Status != "serving" || len(rig.eventsOf("removed")) != 0 {
+		t.Fatalf("svc %+v, events %+v: removed before the debounce", st, rig.eventsFor("svc"))
+	}
+	next := variant(t, "abi/echo", "2")
+	if err := os.WriteFile(filepath.Join(rig.dir, "svc.wasm"), next, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rig.waitFor("the swap", func() bool { return len(rig.eventsOf("swapped")) == 1 })
+	rig.quiesce()
+	if st := rig.status("svc"); st.Version != host.Version(next) || len(rig.eventsOf("removed")) != 0 {
+		t.Fatalf("svc %+v, events %+v", st, rig.eventsFor("svc"))
 	}
 }
 
@@ -502,7 +704,9 @@ func TestRemovedModuleStopsConsumingAndKeepsItsJobs(t *testing.T) {
 	t.Parallel()
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 2)
 	rig.write("slow.wasm", variant(t, "hostile/loop", "1"))
-	rig.write("slow.toml", []byte("timeout = \"300ms\"\nmax_attempts = 1"))
+	// The running jobs' timeout must outlast the removal (the event, the debounce and
+	// the unregister): 300 ms did not in a full -race run on a loaded machine.
+	rig.write("slow.toml", []byte("timeout = \"2s\"\nmax_attempts = 1"))
 	rig.start()
 	rig.publish("slow", 5)
 	rig.waitFor("two jobs running", func() bool { return rig.r.Handler("slow").Module().InUse() == 2 })

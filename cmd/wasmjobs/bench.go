@@ -3,8 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/bench"
@@ -16,6 +19,7 @@ func newBenchCommand(g *globals) *cobra.Command {
 		native, json_, cmpNat bool
 		cmpRaw                bool
 		isolation, payload    string
+		swaps                 int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--module M.wasm | --native]",
@@ -29,15 +33,26 @@ amqp091-go loop on the same broker that does the worker's work without it: as ma
 publishers, confirms waited and checked, persistent messages, the worker's prefetch and
 as many consumers acking as its concurrency, every error and nack counted. Every job
 must succeed: give a module that acks (a payload it takes as a no-op can be set with
---payload).`,
+--payload).
+
+--swaps N measures hot swaps instead: the module (which must ack an empty payload) is
+renamed into a watched directory N times, each time with a new custom section, while
+jobs flow on the memory backend (one a millisecond), and each swap's latency from the
+rename to the first job settled on the new version is reported by percentile with its
+parts: the watcher's event, the wait before the read (debounce), the load, the first
+job. Any job that does not ack fails the run.`,
 		Example: `  wasmjobs bench --module testdata/abi/ack.wasm --compare-native
   wasmjobs bench --backend pebble --module testdata/abi/ack.wasm --jobs 200000 --concurrency 64
   wasmjobs bench --module build/guests/c-conformance.wasm --payload ack --isolation fresh --jobs 20000
-  wasmjobs bench --backend amqp://guest:guest@127.0.0.1:5672/ --module testdata/abi/ack.wasm --compare-raw-amqp --json`,
+  wasmjobs bench --backend amqp://guest:guest@127.0.0.1:5672/ --module testdata/abi/ack.wasm --compare-raw-amqp --json
+  wasmjobs bench --module testdata/abi/ack.wasm --swaps 500`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if native == (cfg.Module != "") {
 				return usagef("give either --module M.wasm or --native")
+			}
+			if cmd.Flags().Changed("swaps") {
+				return benchSwaps(cmd, cfg.Module, swaps, json_)
 			}
 			switch isolation {
 			case "pooled":
@@ -131,5 +146,55 @@ must succeed: give a module that acks (a payload it takes as a no-op can be set 
 	fl.BoolVar(&cmpNat, "compare-native", false, "also run the native no-op handler and print the ratio")
 	fl.BoolVar(&cmpRaw, "compare-raw-amqp", false, "also run a bare amqp091-go loop on the broker and print the ratio")
 	fl.BoolVar(&json_, "json", false, "print one JSON object")
+	fl.IntVar(&swaps, "swaps", 0, "measure this many hot swaps of the module instead (with --module, and --json only)")
 	return cmd
+}
+
+// swapPart is one part of the swaps' latency by percentile, as --swaps --json prints it.
+type swapPart struct {
+	Part  string  `json:"part"`
+	P50Ms float64 `json:"p50_ms"`
+	P90Ms float64 `json:"p90_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	MaxMs float64 `json:"max_ms"`
+}
+
+// benchSwaps runs `bench --swaps`: n hot swaps of module while jobs flow.
+func benchSwaps(cmd *cobra.Command, module string, n int, asJSON bool) error {
+	if n <= 0 {
+		return usagef("--swaps %d: want a positive number of swaps", n)
+	}
+	var other []string
+	own := cmd.LocalNonPersistentFlags() // bench's own flags, not the global ones
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if own.Lookup(f.Name) != nil && f.Name != "swaps" && f.Name != "module" && f.Name != "json" {
+			other = append(other, "--"+f.Name)
+		}
+	})
+	if len(other) > 0 {
+		return usagef("--swaps takes only --module and --json, not %s", strings.Join(other, ", "))
+	}
+	swaps, err := bench.Swaps(cmd.Context(), bench.SwapConfig{Module: module, Swaps: n})
+	if err != nil {
+		return err
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	parts := make([]swapPart, 0, len(bench.SwapParts))
+	for _, p := range bench.SwapParts {
+		at := func(q float64) float64 { return ms(bench.SwapPercentile(swaps, p.Of, q)) }
+		parts = append(parts, swapPart{Part: p.Name, P50Ms: at(0.5), P90Ms: at(0.9), P99Ms: at(0.99), MaxMs: at(1)})
+	}
+	if asJSON {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+			Swaps int        `json:"swaps"`
+			Parts []swapPart `json:"parts"`
+		}{len(swaps), parts})
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "%d hot swaps of %s, each renamed into the watched directory while jobs flow (one a millisecond); no job failed\n", len(swaps), module)
+	fmt.Fprintf(w, "  %-20s %9s %9s %9s %9s\n", "ms", "p50", "p90", "p99", "max")
+	for _, p := range parts {
+		fmt.Fprintf(w, "  %-20s %9.2f %9.2f %9.2f %9.2f\n", p.Part, p.P50Ms, p.P90Ms, p.P99Ms, p.MaxMs)
+	}
+	return nil
 }

@@ -145,6 +145,8 @@ func TestRunAndClientBadUsage(t *testing.T) {
 		{"bench with a bad isolation", nil, []string{"bench", "--native", "--isolation", "shared"}, `--isolation "shared": want pooled or fresh`},
 		{"bench raw amqp on memory", nil, []string{"bench", "--native", "--compare-raw-amqp"}, "--compare-raw-amqp needs --backend amqp://..."},
 		{"bench on a bad backend", nil, []string{"bench", "--native", "--backend", "redis://x"}, `--backend "redis://x": want memory, pebble or an amqp:// URL`},
+		{"bench swaps with jobs", nil, []string{"bench", "--module", "x.wasm", "--swaps", "5", "--jobs", "9"}, "--swaps takes only --module and --json, not --jobs"},
+		{"bench no swaps", nil, []string{"bench", "--module", "x.wasm", "--swaps", "0"}, "--swaps 0: want a positive number of swaps"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -208,6 +210,17 @@ func TestClientErrorsFromTheServer(t *testing.T) {
 		}
 		if r.code != 0 || !strings.Contains(r.stdout, tc.want) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q, want %q", tc.args, r.code, r.stdout, r.stderr, tc.want)
+		}
+	}
+}
+
+func TestBenchSwapsReportsItsParts(t *testing.T) {
+	t.Parallel()
+	ack := filepath.Join(abitest.Dir(), "abi", "ack.wasm")
+	r := wasmjobs(t, "", "bench", "--module", ack, "--swaps", "3", "--json")
+	for _, field := range []string{`"swaps":3`, `"part":"watcher event"`, `"part":"debounce"`, `"part":"load"`, `"part":"first job"`, `"part":"rename to first job"`, `"p99_ms":`, `"max_ms":`} {
+		if r.code != 0 || !strings.Contains(r.stdout, field) {
+			t.Fatalf("exit %d, stdout %q lacks %s (stderr %q)", r.code, r.stdout, field, r.stderr)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -34,8 +35,10 @@ type Swap struct {
 	Total time.Duration `json:"total"`
 	// Event is from the rename to the watcher's event reaching the registry.
 	Event time.Duration `json:"event"`
-	// Debounce is from that event to the registry's read of the file: the directory
-	// must be quiet for the configured debounce first.
+	// Debounce is from that event to the registry's read of the file: a millisecond
+	// that groups the events of one change, and a look at whether the file is finished
+	// (renamed in, closed by its writer); the whole debounce only when it could not
+	// tell.
 	Debounce time.Duration `json:"debounce"`
 	// Load is reading, validating, compiling and initialising the new version.
 	Load time.Duration `json:"load"`
@@ -46,7 +49,8 @@ type Swap struct {
 
 // Swaps swaps cfg.Module into a watched directory cfg.Swaps times while jobs flow (one
 // a millisecond, on the memory backend) and measures each swap. It returns the swaps
-// in the order they were made.
+// in the order they were made, or an error if any job did not ack: a swap must fail
+// no job.
 func Swaps(ctx context.Context, cfg SwapConfig) ([]Swap, error) {
 	if cfg.Swaps <= 0 {
 		cfg.Swaps = 200
@@ -89,7 +93,12 @@ func Swaps(ctx context.Context, cfg SwapConfig) ([]Swap, error) {
 		at      time.Time
 	}
 	settled := make(chan settle, 4096)
+	var failed atomic.Pointer[string] // the first job that did not ack
 	w := worker.New(b, worker.Config{Observer: worker.ObserverFunc(func(e worker.Event) {
+		if e.Kind == worker.EventSettleFailed || (e.Kind == worker.EventSettled && e.Settle != worker.SettleAck) {
+			why := fmt.Sprintf("job %s on version %.12s settled %s (outcome %v)", e.Job.Envelope.ID, e.Result.Version, e.Settle, e.Result.Outcome)
+			failed.CompareAndSwap(nil, &why)
+		}
 		if e.Kind == worker.EventSettled {
 			select {
 			case settled <- settle{e.Result.Version, time.Now()}:
@@ -177,6 +186,9 @@ func Swaps(ctx context.Context, cfg SwapConfig) ([]Swap, error) {
 				return nil, ctx.Err()
 			}
 		}
+		if why := failed.Load(); why != nil {
+			return nil, fmt.Errorf("swap %d: a job failed: %s", i, *why)
+		}
 		swaps = append(swaps, Swap{
 			Total:    first.Sub(renamed),
 			Event:    ev.Noticed.Sub(renamed),
@@ -201,4 +213,17 @@ func SwapPercentile(swaps []Swap, part func(Swap) time.Duration, p float64) time
 	slices.Sort(ds)
 	rank := int(p*float64(len(ds))+0.999999) - 1
 	return ds[min(max(rank, 0), len(ds)-1)]
+}
+
+// SwapParts names the parts of a swap's latency in the order they happen, with the
+// total last, as reports show them.
+var SwapParts = []struct {
+	Name string
+	Of   func(Swap) time.Duration
+}{
+	{"watcher event", func(s Swap) time.Duration { return s.Event }},
+	{"debounce", func(s Swap) time.Duration { return s.Debounce }},
+	{"load", func(s Swap) time.Duration { return s.Load }},
+	{"first job", func(s Swap) time.Duration { return s.FirstJob }},
+	{"rename to first job", func(s Swap) time.Duration { return s.Total }},
 }

@@ -202,21 +202,16 @@ func main() {
 // swapSection describes the hot swaps: the total and each part, by percentile.
 func swapSection(swaps []bench.Swap) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## Hot swap\n\nA module (testdata/abi/ack.wasm with a new custom section each time) replaced %d times by renaming a new file into the watched directory, while jobs flow (one a millisecond, memory backend, debounce %v). ", len(swaps), host.DefaultDebounce)
-	b.WriteString("Each swap's latency runs from the rename to the first job settled on the new version, and splits into: the watcher's event reaching the registry; the debounce (the directory must be quiet that long, so a file being written is read once, whole); the load (read, validate, compile, initialise); and the first job on the new version.\n\n")
+	fmt.Fprintf(&b, "\n## Hot swap\n\nA module (testdata/abi/ack.wasm with a new custom section each time) replaced %d times by renaming a new file into the watched directory, while jobs flow (one a millisecond, memory backend, debounce %v), as `wasmjobs bench --module testdata/abi/ack.wasm --swaps %d` does. ", len(swaps), host.DefaultDebounce, len(swaps))
+	b.WriteString("Each swap's latency runs from the rename to the first job settled on the new version, and splits into: the watcher's event reaching the registry; the debounce (the wait before the read: a file renamed into place, or written and closed, is read at once; the debounce runs out only where the registry cannot tell that the change is finished, so that a file being written is read once, whole); the load (read, validate, compile, initialise); and the first job on the new version.\n\n")
 	b.WriteString("| part | p50 | p90 | p99 | max |\n|---|---|---|---|---|\n")
-	for _, p := range []struct {
-		name string
-		part func(bench.Swap) time.Duration
-	}{
-		{"watcher event", func(s bench.Swap) time.Duration { return s.Event }},
-		{"debounce", func(s bench.Swap) time.Duration { return s.Debounce }},
-		{"load", func(s bench.Swap) time.Duration { return s.Load }},
-		{"first job", func(s bench.Swap) time.Duration { return s.FirstJob }},
-		{"**rename to first job**", func(s bench.Swap) time.Duration { return s.Total }},
-	} {
-		f := func(q float64) string { return fmtDuration(bench.SwapPercentile(swaps, p.part, q)) }
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", p.name, f(0.5), f(0.9), f(0.99), f(1))
+	for _, p := range bench.SwapParts {
+		f := func(q float64) string { return fmtDuration(bench.SwapPercentile(swaps, p.Of, q)) }
+		name := p.Name
+		if name == bench.SwapParts[len(bench.SwapParts)-1].Name {
+			name = "**" + name + "**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", name, f(0.5), f(0.9), f(0.99), f(1))
 	}
 	b.WriteString("\nPercentiles by nearest rank; the parts' percentiles do not add up to the total's.\n")
 	return b.String()
