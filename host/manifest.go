@@ -107,6 +107,8 @@ type Manifest struct {
 	Env map[string]string
 	// Dirs are host directories the module may read. Default: none.
 	Dirs []Mount
+	// Rollout is how a new version of the module is put in service ([rollout]).
+	Rollout Rollout
 }
 
 // ManifestError is a manifest's problem, with where it is.
@@ -184,6 +186,7 @@ type manifestDoc struct {
 	MaxReason     any `toml:"max_reason"`
 	Env           any `toml:"env"`
 	Dirs          any `toml:"dirs"`
+	Rollout       any `toml:"rollout"`
 }
 
 // value is a field's decoded TOML value, with its text as written for messages.
@@ -205,6 +208,7 @@ type entryError struct {
 func (e *entryError) Error() string { return e.err.Error() }
 
 var manifestFields = map[string]manifestField{
+	"rollout": parseRollout,
 	"queue": func(m *Manifest, v value) (err error) {
 		if m.Queue, err = v.str(); err != nil {
 			return err
