@@ -134,8 +134,9 @@ func TestCanaryTrapRolledBack(t *testing.T) {
 			t.Errorf("job %s (bucket %d) ran %d times on the canary", id, host.CanaryBucket(id), k)
 		}
 	}
-	if len(onTrap) != 20 {
-		t.Errorf("%d jobs ran on the canary, want exactly canary_min_jobs (20): it was not rolled back at once", len(onTrap))
+	// canary_min_jobs, and at most the three others running beside the twentieth.
+	if len(onTrap) < 20 || len(onTrap) > 23 {
+		t.Errorf("%d jobs ran on the canary, want canary_min_jobs (20) and at most 3 in flight: it was not rolled back at once", len(onTrap))
 	}
 	// Its share of the window: the jobs whose first attempt started before the rollback.
 	window := 0
