@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -220,5 +221,84 @@ func testCanaryPromoted(t *testing.T, next []byte, payload string) {
 		if strings.HasPrefix(j.id, "after-") && j.version != nextV {
 			t.Errorf("job %s ran on %s after the promotion, want %s", j.id, j.version, nextV)
 		}
+	}
+}
+
+// TestManualRollbackPromoteHistorySurviveRestart: an operator promotes a canary, rolls
+// back to the version before (pinned, the files untouched), and the pin holds after a
+// restart (a new registry on the same history); the next change of the files starts a
+// canary from the pinned version.
+func TestManualRollbackPromoteHistorySurviveRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	histDir := t.TempDir()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, HistoryDir: histDir, Rollout: host.Rollout{Strategy: host.StrategyCanary}}, 4)
+	v1, v2, v3 := variant(t, "abi/ack", "v1"), variant(t, "abi/ack", "v2"), variant(t, "abi/ack", "v3")
+	rig.write("svc.wasm", v1)
+	rig.start()
+	if _, err := rig.r.Promote(ctx, "svc"); !errors.Is(err, host.ErrNoCanary) {
+		t.Fatalf("promote without a canary: %v, want ErrNoCanary", err)
+	}
+	rig.write("svc.wasm", v2)
+	rig.waitFor("the canary", func() bool { return rig.status("svc").Canary != nil })
+	if v, err := rig.r.Promote(ctx, "svc"); err != nil || v.Kind != host.VerdictPromoted {
+		t.Fatalf("promote: %+v, %v", v, err)
+	}
+	if st := rig.status("svc"); st.Version != host.Version(v2) || st.Canary != nil {
+		t.Fatalf("status %+v after the promotion", st)
+	}
+	hist, err := rig.r.History("svc")
+	if err != nil || len(hist) != 2 || hist[0].Version != host.Version(v2) || hist[0].State != host.HistoryCurrent ||
+		hist[1].Version != host.Version(v1) || hist[1].State != host.HistoryPrevious {
+		t.Fatalf("history %+v, %v; want v2 current, v1 previous", hist, err)
+	}
+	p, err := rig.r.Rollback(ctx, "svc", "")
+	if err != nil || p.Version != host.Version(v1) || p.FileVersion != host.Version(v2) {
+		t.Fatalf("rollback: %+v, %v", p, err)
+	}
+	if st := rig.status("svc"); st.Version != host.Version(v1) || st.Pinned == nil {
+		t.Fatalf("status %+v after the rollback", st)
+	}
+	if got, _ := os.ReadFile(filepath.Join(rig.dir, "svc.wasm")); string(got) != string(v2) {
+		t.Fatal("the rollback edited the module's file")
+	}
+	if _, err := rig.r.Rollback(ctx, "svc", "nosuchversion"); !errors.Is(err, host.ErrUnknownVersion) {
+		t.Fatalf("rollback to an unknown version: %v", err)
+	}
+	rig.quiesce() // a read of the unchanged files keeps the pin
+	if st := rig.status("svc"); st.Version != host.Version(v1) {
+		t.Fatalf("status %+v after a read of the directory", st)
+	}
+	rig.stopWorker()
+	rig.r.Retire()
+
+	// A restart: a new worker and registry on the same directory and history.
+	rig2 := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, HistoryDir: histDir, Rollout: host.Rollout{Strategy: host.StrategyCanary}}, 4)
+	rig2.dir = rig.dir
+	r2, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: rig2.w, Rescan: time.Hour, HistoryDir: histDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig2.r = r2
+	rig2.start()
+	defer func() { r2.Close(); rig2.stopWorker(); r2.Retire() }()
+	if st := rig2.status("svc"); st.Version != host.Version(v1) || st.Pinned == nil || st.Canary != nil {
+		t.Fatalf("status %+v after the restart, want the pinned v1", st)
+	}
+	hist, _ = r2.History("svc")
+	if len(hist) != 2 || !hist[1].Pinned {
+		t.Fatalf("history %+v after the restart", hist)
+	}
+	rig2.write("svc.wasm", v3)
+	rig2.waitFor("a canary from the pinned version", func() bool { return rig2.status("svc").Canary != nil })
+	if st := rig2.status("svc"); st.Version != host.Version(v1) || st.Canary.Version != host.Version(v3) || st.Pinned != nil {
+		t.Fatalf("status %+v, want v3 on trial beside v1, the pin gone", st)
+	}
+	// Roll back to a version named by a prefix: the canary ends, v2 serves.
+	if p, err := r2.Rollback(ctx, "svc", host.Version(v2)[:8]); err != nil || p.Version != host.Version(v2) {
+		t.Fatalf("rollback to v2: %+v, %v", p, err)
+	}
+	if st := rig2.status("svc"); st.Version != host.Version(v2) || st.Canary != nil {
+		t.Fatalf("status %+v after the rollback to v2", st)
 	}
 }
