@@ -665,8 +665,6 @@ func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
 	var h *Handler
 	if e != nil {
 		h = e.handler
-		vv := v
-		e.last = &vv
 	}
 	r.mu.Unlock()
 	if e == nil {
@@ -702,6 +700,9 @@ func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
 	if h != nil {
 		serving = h.Module().Version()
 	}
+	r.mu.Lock()
+	e.last = &v // last, so that a status with it shows the pin too
+	r.mu.Unlock()
 	r.emit(RegistryEvent{Kind: v.Kind, Module: name, File: e.file, Version: serving, Canary: v.Version, Verdict: &v, At: v.At})
 }
 
