@@ -74,6 +74,11 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 	res.Logs = lines
 	if c != nil {
 		res.Role = role
+		if role == RoleCanary && res.Outcome != worker.Ack && res.Reason != "" {
+			// The job's record keeps the last failure's reason while it retries on the
+			// current version: it says which version failed it.
+			res.Reason = "on canary " + m.version[:min(12, len(m.version))] + ": " + res.Reason
+		}
 		h.record(c, role, job.Envelope.ID, res.Outcome)
 	}
 	return res
