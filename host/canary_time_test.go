@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -87,6 +88,73 @@ func TestCanaryTimePromotes(t *testing.T) {
 				}
 				h.Module().Retire()
 			})
+		})
+	}
+}
+
+// TestCanaryFailureDelta: the canary's share of failed jobs is compared with the current
+// version's over the same window: within canary_max_failure_delta it is promoted at
+// canary_jobs, above it it is rolled back once it has canary_min_jobs jobs, though not
+// every job failed. The canary times out on the jobs whose payload asks it to sleep
+// longer than its timeout.
+func TestCanaryFailureDelta(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		fails int // of 10 canary jobs
+		want  string
+	}{
+		{"within the delta", 1, host.VerdictPromoted},
+		{"above the delta", 3, host.VerdictRolledBack},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newEngine(t)
+			cur, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v1"), host.Manifest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			man := host.Manifest{Limits: host.DefaultLimits()}
+			man.Limits.Timeout = 20 * time.Millisecond
+			next, err := e.Load(ctx, "svc", testdataModule(t, "abi/sleep_ms"), man)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := host.NewHandler(cur, nil)
+			defer func() { h.Module().Retire() }()
+			ended := make(chan host.Verdict, 1)
+			h.StartCanary(next, host.Rollout{CanaryPercent: 50, CanaryMinJobs: 10, CanaryJobs: 10, CanaryTime: time.Hour,
+				CanaryMaxFailureDelta: 0.2}, func(v host.Verdict) { ended <- v })
+			canaryJobs := 0
+			for i := 0; canaryJobs < 10; i++ {
+				id := fmt.Sprintf("job-%d", i)
+				payload := ""
+				onCanary := host.CanaryBucket(id) < 50
+				if onCanary && canaryJobs < c.fails {
+					payload = "100" // longer than its timeout
+				}
+				env := backend.NewEnvelope("svc", []byte(payload))
+				env.ID = id
+				res := h.Handle(ctx, &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 3})
+				if (res.Role == host.RoleCanary) != onCanary {
+					t.Fatalf("job %s (bucket %d) ran as %s", id, host.CanaryBucket(id), res.Role)
+				}
+				if onCanary {
+					canaryJobs++
+				}
+			}
+			select {
+			case v := <-ended:
+				if v.Kind != c.want || v.CanaryJobs != 10 || v.CanaryFailureRate != float64(c.fails)/10 || v.CurrentFailureRate != 0 {
+					t.Fatalf("verdict %+v, want %s after 10 canary jobs, %d failed", v, c.want, c.fails)
+				}
+				if c.want == host.VerdictRolledBack && !strings.Contains(v.Reason, "above the current version's by more than 0.2") {
+					t.Fatalf("reason %q", v.Reason)
+				}
+			default:
+				t.Fatalf("no verdict after 10 canary jobs; canary %+v", h.Canary())
+			}
 		})
 	}
 }
