@@ -13,8 +13,12 @@ import (
 // Handler is the worker.Handler of a queue served by a module. Swap replaces the module
 // while jobs run: a job runs to its end on the version it started on, and the old
 // version is closed when its last job ends.
+//
+// While a canary runs (StartCanary), the jobs whose id falls in its share run on the
+// canary instead, unless they failed on it before.
 type Handler struct {
 	cur atomic.Pointer[Module]
+	can atomic.Pointer[canary] // nil when no canary runs
 	log *slog.Logger
 }
 
@@ -42,16 +46,18 @@ func (h *Handler) Swap(m *Module) *Module {
 	return old
 }
 
-// Handle runs the job on the current module.
+// Handle runs the job on the current module, or on the canary if one runs and takes it.
 func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
-	m := h.cur.Load()
-	for m.begin() != nil {
-		// Retired between the load and begin: a swap put a new version in place first.
-		next := h.cur.Load()
-		if next == m {
+	c := h.can.Load()
+	role := RoleCurrent
+	var m *Module
+	if c != nil && c.takes(job.Envelope.ID) && c.m.begin() == nil {
+		m, role = c.m, RoleCanary
+	} else {
+		var ok bool
+		if m, ok = h.begin(); !ok {
 			return worker.Result{Outcome: worker.Failed, Reason: "module " + m.name + " was removed", Handler: m.name, Version: m.version}
 		}
-		m = next
 	}
 	log := h.log
 	// The lines go to the host's log and, up to MaxResultLogs, into the result, for
@@ -68,7 +74,31 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 	x := m.run(ctx, job, sink)
 	res := x.Result()
 	res.Logs = lines
+	if c != nil {
+		res.Role = role
+		if role == RoleCanary && res.Outcome != worker.Ack && res.Reason != "" {
+			// The job's record keeps the last failure's reason while it retries on the
+			// current version: it says which version failed it.
+			res.Reason = "on canary " + m.version[:min(12, len(m.version))] + ": " + res.Reason
+		}
+		h.record(c, role, job.Envelope.ID, res.Outcome)
+	}
 	return res
+}
+
+// begin counts a job in on the current module and returns it. It reports false, the
+// job not counted in, when the module was retired with no successor: it was removed.
+func (h *Handler) begin() (*Module, bool) {
+	m := h.cur.Load()
+	for m.begin() != nil {
+		// Retired between the load and begin: a swap put a new version in place first.
+		next := h.cur.Load()
+		if next == m {
+			return m, false
+		}
+		m = next
+	}
+	return m, true
 }
 
 // MaxResultLogs bounds the guest log lines a Handler returns in a job's result (each

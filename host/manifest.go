@@ -107,6 +107,8 @@ type Manifest struct {
 	Env map[string]string
 	// Dirs are host directories the module may read. Default: none.
 	Dirs []Mount
+	// Rollout is how a new version of the module is put in service ([rollout]).
+	Rollout Rollout
 
 	// RateLimit bounds how fast one host starts the module's jobs (rate, burst).
 	// Default: no bound.
@@ -188,6 +190,7 @@ type manifestDoc struct {
 	MaxReason     any `toml:"max_reason"`
 	Env           any `toml:"env"`
 	Dirs          any `toml:"dirs"`
+	Rollout       any `toml:"rollout"`
 
 	Rate  any `toml:"rate"`
 	Burst any `toml:"burst"`
@@ -212,6 +215,7 @@ type entryError struct {
 func (e *entryError) Error() string { return e.err.Error() }
 
 var manifestFields = map[string]manifestField{
+	"rollout": parseRollout,
 	"queue": func(m *Manifest, v value) (err error) {
 		if m.Queue, err = v.str(); err != nil {
 			return err

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -75,14 +74,24 @@ type RegistryConfig struct {
 	// Drain bounds how long a removed module's running jobs may take before its queue
 	// is dropped anyway (they return to the backend). Zero means DefaultDrain.
 	Drain time.Duration
-	// OnEvent, if set, is called after every load, swap, removal or rejection.
+	// OnEvent, if set, is called after every load, swap, removal or rejection, and
+	// every rollout event.
 	OnEvent func(RegistryEvent)
+	// HistoryDir keeps the last versions of each module (bytes, manifest, states and
+	// pin) for rollbacks, across restarts. Empty keeps them in memory, for the life of
+	// the registry.
+	HistoryDir string
+	// Rollout is the rollout of a module whose manifest leaves a [rollout] setting out
+	// (its zero fields mean Rollout's own defaults: a canary of 10 percent).
+	Rollout Rollout
 }
 
 // RegistryEvent reports a change of a module.
 type RegistryEvent struct {
 	// Kind is "loaded" (a new module), "swapped" (a new version), "removed" or
-	// "rejected" (a new version or module that failed to load).
+	// "rejected" (a new version or module that failed to load), or a rollout event:
+	// "canary" (a new version on trial), "promoted", "rolled_back", "superseded" (a
+	// canary replaced by a newer file) or "pinned" (an operator's rollback).
 	Kind string
 	// Module is the module's name; File its path.
 	Module, File string
@@ -91,6 +100,10 @@ type RegistryEvent struct {
 	Version string
 	// Err is the rejection's cause.
 	Err error
+	// Canary is the version on trial, for the rollout events.
+	Canary string
+	// Verdict is how a canary ended, for promoted, rolled_back and superseded.
+	Verdict *Verdict
 	// At is when the new version was ready to serve, just before it was put in place.
 	At time.Time
 	// Noticed is when the watcher first reported the burst of changes whose read
@@ -116,6 +129,13 @@ type ModuleStatus struct {
 	Error string `json:"error,omitempty"`
 	// InFlight counts jobs running on the serving version.
 	InFlight int `json:"in_flight"`
+	// Canary is the new version on trial, if one is.
+	Canary *CanaryStatus `json:"canary,omitempty"`
+	// LastRollout is how the last canary ended: promoted or rolled back, why, with the
+	// two failure rates.
+	LastRollout *Verdict `json:"last_rollout,omitempty"`
+	// Pinned is the version a rollback pinned, serving until the files change.
+	Pinned *Pin `json:"pinned,omitempty"`
 }
 
 // Registry keeps a directory's modules in service: it loads each NAME.wasm with its
@@ -129,6 +149,9 @@ type Registry struct {
 
 	mu      sync.Mutex
 	entries map[string]*entry // by module name
+	hist    *historyStore
+	ended   []namedVerdict // canaries that ended by themselves, not yet recorded
+	endc    chan struct{}  // a canary ended: follow records it
 
 	syncMu  sync.Mutex // one reconcile at a time
 	noticed time.Time  // guarded by syncMu: RegistryEvent.Noticed of the current reconcile
@@ -153,6 +176,16 @@ type entry struct {
 	// not change, so that an outage does not recompile it at every read.
 	pending   *Module
 	pendingFP fingerprint
+	// fileVersion is the version of the files last read; pin, the rollback that holds
+	// the module on another version until they change.
+	fileVersion string
+	pin         *Pin
+	last        *Verdict // how the last canary ended
+}
+
+type namedVerdict struct {
+	name string
+	v    Verdict
 }
 
 // fingerprint identifies the files' contents cheaply: size, modification time and
@@ -211,6 +244,8 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		log:     log,
 		entries: make(map[string]*entry),
 		kick:    make(chan struct{}, 1),
+		endc:    make(chan struct{}, 1),
+		hist:    newHistoryStore(cfg.HistoryDir),
 		ctx:     ctx,
 		cancel:  cancel,
 		done:    make(chan struct{}),
@@ -287,6 +322,7 @@ func (r *Registry) Retire() {
 	defer r.mu.Unlock()
 	for _, e := range r.entries {
 		if e.handler != nil {
+			e.handler.endNow(VerdictSuperseded, "the host stopped")
 			e.handler.Module().Retire()
 		}
 		if e.pending != nil {
@@ -375,6 +411,8 @@ func (r *Registry) follow() {
 			r.Sync(r.ctx)
 		case <-r.kick:
 			r.Sync(r.ctx)
+		case <-r.endc:
+			r.recordEnded(r.ctx)
 		}
 	}
 }
@@ -567,23 +605,55 @@ func (r *Registry) syncModule(ctx context.Context, name string, quick bool) left
 // load puts in service the version of module name read (at read) from its files of
 // fingerprint fp: wasm and the manifest's text manText.
 func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fingerprint, wasm, manText []byte, read time.Time) {
+	v := VersionOf(wasm, manText)
 	r.mu.Lock()
 	h, m := e.handler, e.pending
 	sameFiles := e.pendingFP == fp
 	e.pending = nil
+	pin := e.pin
 	r.mu.Unlock()
 	if m != nil && !sameFiles {
 		m.Retire() // the files changed since: load them
 		m = nil
 	}
-	if h != nil && h.Module().Version() == Version(wasm) && bytes.Equal(e.manifest, manText) {
+	if h != nil && (h.Module().Version() == v || (pin != nil && pin.FileVersion == v) ||
+		(h.CanaryModule() != nil && h.CanaryModule().Version() == v)) {
+		// Nothing new: the version serving, the one on trial, or the files a rollback
+		// holds back.
 		r.mu.Lock()
-		e.seen = fp // same bytes, same manifest: nothing to do
+		e.seen, e.fileVersion = fp, v
 		r.mu.Unlock()
+		if pin != nil && pin.FileVersion != v {
+			r.setPin(e, name, nil) // the files now hold the serving version
+		}
 		if m != nil {
 			m.Retire()
 		}
 		return
+	}
+	if h == nil && m == nil {
+		// After a restart, a rollback's pin holds: the pinned version serves, and files
+		// changed since go on trial beside it.
+		if p := r.hist.pin(name); p != nil {
+			pm, err := r.loadKept(ctx, name, file, p.Version)
+			if err != nil {
+				r.log.Error("module pinned to a version that cannot be loaded: serving its files", "module", name, "pinned_version", p.Version, "error", err)
+				r.setPin(e, name, nil)
+			} else {
+				if !r.serve(ctx, e, name, pm, fp, nil, read) {
+					return
+				}
+				if p.FileVersion == v {
+					r.mu.Lock()
+					e.pin, e.fileVersion = p, v
+					r.mu.Unlock()
+					r.log.Info("module pinned by a rollback: serving the pinned version, not its files", "module", name, "version", p.Version, "file_version", v, "reason", p.Reason)
+					return
+				}
+				r.setPin(e, name, nil)
+				h = r.Handler(name)
+			}
+		}
 	}
 	if m == nil {
 		man, err := ParseManifest(ManifestPath(file), manText)
@@ -595,7 +665,38 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 			r.reject(e, name, fp, err)
 			return
 		}
+		m.version = v
 	}
+	ro := r.rollout(m)
+	if h != nil && ro.Strategy == StrategyCanary && h.Module().Queue() == m.Queue() {
+		r.startCanary(e, name, h, m, fp, wasm, manText, read)
+		return
+	}
+	if h != nil {
+		if cv, ok := h.endNow(VerdictSuperseded, "replaced by "+v+" at once"); ok {
+			r.applyVerdict(ctx, name, cv)
+		}
+	}
+	if r.serve(ctx, e, name, m, fp, manText, read) {
+		if err := r.hist.add(name, v, wasm, manText, HistoryCurrent, ro.History); err != nil {
+			r.log.Warn("keeping a module version in the history", "module", name, "version", v, "error", err)
+		}
+		r.hist.mark(name, v, HistoryCurrent, "")
+		r.mu.Lock()
+		e.fileVersion = v
+		r.mu.Unlock()
+		r.setPin(e, name, nil)
+	}
+}
+
+// serve puts m in service at once: as the module's first version, as a swap, or as a
+// move to another queue. It reports whether m serves; if not, it was recorded as
+// rejected or unserved.
+func (r *Registry) serve(ctx context.Context, e *entry, name string, m *Module, fp fingerprint, manText []byte, read time.Time) bool {
+	file := e.file
+	r.mu.Lock()
+	h := e.handler
+	r.mu.Unlock()
 	kind, at := "loaded", time.Now()
 	fresh := h == nil // a new handler: not serving until its queue is registered
 	if h == nil {
@@ -616,7 +717,7 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 	// the serving version keeps serving under the policy it was registered with.
 	if err := r.cfg.Queues.Register(ctx, h.queueFor(m)); err != nil {
 		r.unserved(e, name, m, fp, fresh, fmt.Errorf("serving queue %q: %w", m.Queue(), err))
-		return
+		return false
 	}
 	if !fresh {
 		h.Swap(m)
@@ -626,6 +727,165 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 	r.mu.Unlock()
 	r.log.Info("module "+kind, "module", name, "file", file, "version", m.Version(), "queue", m.Queue())
 	r.emit(RegistryEvent{Kind: kind, Module: name, File: file, Version: m.Version(), At: at, Noticed: r.noticed, Read: read})
+	return true
+}
+
+// startCanary puts m on trial beside h's current version. The queue keeps the current
+// version's policy until the canary is promoted.
+func (r *Registry) startCanary(e *entry, name string, h *Handler, m *Module, fp fingerprint, wasm, manText []byte, read time.Time) {
+	ro := r.rollout(m)
+	if err := r.hist.add(name, m.Version(), wasm, manText, HistoryCanary, ro.History); err != nil {
+		r.log.Warn("keeping a module version in the history", "module", name, "version", m.Version(), "error", err)
+	}
+	if old := h.CanaryModule(); old != nil {
+		if v, ok := h.endNow(VerdictSuperseded, "replaced by "+m.Version()); ok {
+			r.applyVerdict(r.ctx, name, v)
+		}
+	}
+	at := time.Now()
+	h.StartCanary(m, ro, r.canaryEnded(name))
+	r.mu.Lock()
+	e.seen, e.fileVersion, e.err = fp, m.Version(), nil
+	r.mu.Unlock()
+	r.setPin(e, name, nil)
+	cur := h.Module().Version()
+	r.log.Info("module canary started", "module", name, "file", e.file, "canary_version", m.Version(), "current_version", cur,
+		"canary_percent", ro.CanaryPercent, "canary_jobs", ro.CanaryJobs, "canary_time", ro.CanaryTime)
+	r.emit(RegistryEvent{Kind: "canary", Module: name, File: e.file, Version: cur, Canary: m.Version(), At: at, Noticed: r.noticed, Read: read})
+}
+
+// rollout returns m's rollout: its manifest's settings over the registry's, defaults
+// filled in.
+func (r *Registry) rollout(m *Module) Rollout {
+	ro, d := m.Manifest().Rollout, r.cfg.Rollout
+	if ro.Strategy == "" {
+		ro.Strategy = d.Strategy
+	}
+	if ro.CanaryPercent == 0 {
+		ro.CanaryPercent = d.CanaryPercent
+	}
+	if ro.CanaryJobs == 0 {
+		ro.CanaryJobs = d.CanaryJobs
+	}
+	if ro.CanaryTime == 0 {
+		ro.CanaryTime = d.CanaryTime
+	}
+	if ro.CanaryMaxFailureDelta == 0 {
+		ro.CanaryMaxFailureDelta = d.CanaryMaxFailureDelta
+	}
+	if ro.CanaryMinJobs == 0 {
+		ro.CanaryMinJobs = d.CanaryMinJobs
+	}
+	if ro.History == 0 {
+		ro.History = d.History
+	}
+	return ro.withDefaults()
+}
+
+// canaryEnded returns the callback of a canary of the module name: it hands the
+// verdict to follow, which records it (the callback runs on a job's goroutine and must
+// not wait on the disk or the backend).
+func (r *Registry) canaryEnded(name string) func(Verdict) {
+	return func(v Verdict) {
+		r.mu.Lock()
+		r.ended = append(r.ended, namedVerdict{name, v})
+		r.mu.Unlock()
+		select {
+		case r.endc <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// recordEnded records the canaries that ended by themselves.
+func (r *Registry) recordEnded(ctx context.Context) {
+	r.syncMu.Lock()
+	defer r.syncMu.Unlock()
+	r.mu.Lock()
+	ended := r.ended
+	r.ended = nil
+	r.mu.Unlock()
+	for _, nv := range ended {
+		r.applyVerdict(ctx, nv.name, nv.v)
+	}
+}
+
+// applyVerdict records how a canary ended: in the history, the pin (a rollback holds the
+// module on the current version until its files change), the queue's policy (a
+// promotion brings the new manifest's), the log and an event. Called with syncMu held.
+func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
+	r.mu.Lock()
+	e := r.entries[name]
+	var h *Handler
+	if e != nil {
+		h = e.handler
+	}
+	r.mu.Unlock()
+	if e == nil {
+		return
+	}
+	rates := []any{"module", name, "canary_version", v.Version, "current_version", v.Current, "reason", v.Reason,
+		"canary_failure_rate", v.CanaryFailureRate, "current_failure_rate", v.CurrentFailureRate,
+		"canary_jobs", v.CanaryJobs, "current_jobs", v.CurrentJobs}
+	serving := v.Current
+	switch v.Kind {
+	case VerdictPromoted:
+		serving = v.Version
+		r.hist.mark(name, v.Version, HistoryCurrent, "")
+		if h != nil && h.Module().Version() == v.Version {
+			if err := r.cfg.Queues.Register(ctx, h.queueFor(h.Module())); err != nil {
+				r.log.Warn("serving a promoted version's queue policy", "module", name, "queue", h.Module().Queue(), "error", err)
+			}
+		}
+		r.log.Info("module canary promoted", rates...)
+	case VerdictRolledBack:
+		r.hist.mark(name, v.Version, HistoryRolledBack, v.Reason)
+		r.mu.Lock()
+		fileVersion := e.fileVersion
+		r.mu.Unlock()
+		if fileVersion == v.Version {
+			r.setPin(e, name, &Pin{Version: v.Current, FileVersion: v.Version, Reason: v.Reason, At: v.At})
+		}
+		r.log.Warn("module canary rolled back", rates...)
+	default:
+		r.hist.mark(name, v.Version, HistorySuperseded, v.Reason)
+		r.log.Info("module canary superseded", rates...)
+	}
+	if h != nil {
+		serving = h.Module().Version()
+	}
+	r.mu.Lock()
+	e.last = &v // last, so that a status with it shows the pin too
+	r.mu.Unlock()
+	r.emit(RegistryEvent{Kind: v.Kind, Module: name, File: e.file, Version: serving, Canary: v.Version, Verdict: &v, At: v.At})
+}
+
+// setPin sets (nil: clears) the module's pin, in the entry and the history.
+func (r *Registry) setPin(e *entry, name string, p *Pin) {
+	r.mu.Lock()
+	e.pin = p
+	r.mu.Unlock()
+	if err := r.hist.setPin(name, p); err != nil {
+		r.log.Warn("keeping a module's pin", "module", name, "error", err)
+	}
+}
+
+// loadKept loads a version of the module name kept in the history.
+func (r *Registry) loadKept(ctx context.Context, name, file, version string) (*Module, error) {
+	wasm, manText, err := r.hist.load(name, version)
+	if err != nil {
+		return nil, err
+	}
+	man, err := ParseManifest(ManifestPath(file)+" (kept version "+version+")", manText)
+	if err != nil {
+		return nil, err
+	}
+	m, err := r.cfg.Engine.Load(ctx, name, wasm, man)
+	if err != nil {
+		return nil, err
+	}
+	m.version = VersionOf(wasm, manText)
+	return m, nil
 }
 
 // reject records a failed load; the serving version, if any, keeps serving.
@@ -682,6 +942,7 @@ func (r *Registry) remove(ctx context.Context, name string) {
 	}
 	m := e.handler.Module()
 	r.unregister(ctx, name, m.Queue())
+	e.handler.endNow(VerdictSuperseded, "the module was removed")
 	m.Retire()
 	r.log.Info("module removed", "module", name, "file", e.file, "queue", m.Queue())
 	r.emit(RegistryEvent{Kind: "removed", Module: name, File: e.file, At: time.Now()})
@@ -711,7 +972,9 @@ func (r *Registry) Modules() []ModuleStatus {
 		if e.handler != nil {
 			m := e.handler.Module()
 			st.Status, st.Queue, st.Version, st.LoadedAt, st.InFlight = "serving", m.Queue(), m.Version(), m.LoadedAt(), m.InUse()
+			st.Canary = e.handler.Canary()
 		}
+		st.LastRollout, st.Pinned = e.last, e.pin
 		if e.err != nil {
 			st.Error = e.err.Error()
 		}
@@ -729,4 +992,103 @@ func (r *Registry) Handler(name string) *Handler {
 		return e.handler
 	}
 	return nil
+}
+
+// History returns the versions of the module name kept for a rollback, newest first.
+func (r *Registry) History(name string) ([]HistoryEntry, error) {
+	list := r.hist.list(name)
+	if len(list) == 0 && r.Handler(name) == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownModule, name)
+	}
+	return list, nil
+}
+
+// Promote ends the module's canary now and makes it serve every job. It fails with
+// ErrNoCanary when none is under way.
+func (r *Registry) Promote(ctx context.Context, name string) (Verdict, error) {
+	r.syncMu.Lock()
+	defer r.syncMu.Unlock()
+	h := r.Handler(name)
+	if h == nil {
+		return Verdict{}, fmt.Errorf("%w: %q", ErrUnknownModule, name)
+	}
+	v, ok := h.PromoteCanary("promoted by an operator")
+	if !ok {
+		return Verdict{}, fmt.Errorf("%w: module %s", ErrNoCanary, name)
+	}
+	r.applyVerdict(ctx, name, v)
+	return v, nil
+}
+
+// Rollback puts the module back on an earlier version and pins it there until its
+// files change (the files are never edited): to is a version of its history (in full,
+// or a unique prefix of 6 or more digits); empty means the canary's end if one is
+// under way, else the version that served before the current one.
+func (r *Registry) Rollback(ctx context.Context, name, to string) (Pin, error) {
+	r.syncMu.Lock()
+	defer r.syncMu.Unlock()
+	r.mu.Lock()
+	e := r.entries[name]
+	var h *Handler
+	if e != nil {
+		h = e.handler
+	}
+	r.mu.Unlock()
+	if h == nil {
+		return Pin{}, fmt.Errorf("%w: %q (or it serves no version)", ErrUnknownModule, name)
+	}
+	const reason = "rolled back by an operator"
+	if to == "" {
+		if v, ok := h.RollBackCanary(reason); ok {
+			r.applyVerdict(ctx, name, v)
+			p := &Pin{Version: v.Current, FileVersion: v.Version, Reason: v.Reason, At: v.At}
+			r.setPin(e, name, p)
+			r.emit(RegistryEvent{Kind: "pinned", Module: name, File: e.file, Version: v.Current, At: time.Now()})
+			return *p, nil
+		}
+		var latest time.Time
+		for _, he := range r.hist.list(name) {
+			if he.State == HistoryPrevious && he.EndedAt.After(latest) {
+				to, latest = he.Version, he.EndedAt
+			}
+		}
+		if to == "" {
+			return Pin{}, fmt.Errorf("%w: %s has no earlier version kept", ErrUnknownVersion, name)
+		}
+	} else {
+		var err error
+		if to, err = r.hist.resolve(name, to); err != nil {
+			return Pin{}, err
+		}
+	}
+	if v, ok := h.endNow(VerdictRolledBack, reason+" to "+to); ok {
+		r.applyVerdict(ctx, name, v)
+	}
+	cur := h.Module()
+	if to != cur.Version() {
+		m, err := r.loadKept(ctx, name, e.file, to)
+		if err != nil {
+			return Pin{}, fmt.Errorf("rolling %s back to %s: %w", name, to, err)
+		}
+		if m.Queue() != cur.Queue() {
+			m.Retire()
+			return Pin{}, fmt.Errorf("rolling %s back to %s: that version consumes queue %q, the module serves %q; move it back by changing its files",
+				name, to, m.Queue(), cur.Queue())
+		}
+		if err := r.cfg.Queues.Register(ctx, h.queueFor(m)); err != nil {
+			m.Retire()
+			return Pin{}, fmt.Errorf("rolling %s back to %s: serving queue %q: %w", name, to, m.Queue(), err)
+		}
+		h.Swap(m)
+		r.hist.mark(name, to, HistoryCurrent, "")
+		r.hist.mark(name, cur.Version(), HistoryRolledBack, reason+" to "+to)
+	}
+	r.mu.Lock()
+	fileVersion := e.fileVersion
+	r.mu.Unlock()
+	p := &Pin{Version: to, FileVersion: fileVersion, Reason: reason, At: time.Now()}
+	r.setPin(e, name, p)
+	r.log.Warn("module rolled back by an operator and pinned until its files change", "module", name, "version", to, "previous_version", cur.Version(), "file_version", fileVersion)
+	r.emit(RegistryEvent{Kind: "pinned", Module: name, File: e.file, Version: to, At: time.Now()})
+	return *p, nil
 }

@@ -66,6 +66,10 @@ func newRegRig(t *testing.T, cfg host.RegistryConfig, concurrency int) *regRig {
 	rig := &regRig{t: t, dir: t.TempDir(), b: memory.New(memory.Config{}), started: make(map[string]time.Time)}
 	rig.w = worker.New(rig.b, worker.Config{Concurrency: concurrency, Observer: worker.ObserverFunc(rig.observe)})
 	cfg.Dir, cfg.Engine, cfg.Queues = rig.dir, newEngine(t), rig.w
+	if cfg.Rollout.Strategy == "" {
+		// These tests are of the swap itself: a canary's tests ask for one.
+		cfg.Rollout.Strategy = host.StrategyImmediate
+	}
 	cfg.OnEvent = func(ev host.RegistryEvent) {
 		rig.mu.Lock()
 		rig.events = append(rig.events, regEvent{ev, time.Now()})
@@ -667,7 +671,7 @@ func TestSymlinkSwap(t *testing.T) {
 	os.RemoveAll(filepath.Join(rig.dir, "..2026_11_30_01"))
 	rig.waitFor("the swap", func() bool { return rig.loads() > 1 })
 	rig.quiesce()
-	if rig.loads() != 2 || rig.status("svc").Version != host.Version(next) {
+	if rig.loads() != 2 || rig.status("svc").Version != host.VersionOf(next, []byte(`queue = "svc"`)) {
 		t.Fatalf("loads %d, status %+v; want exactly one more load, of the new bytes", rig.loads(), rig.status("svc"))
 	}
 }
@@ -834,7 +838,8 @@ func TestFailedRegisterIsARejectionTriedAgain(t *testing.T) {
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	q := &failingQueues{Worker: rig.w}
 	q.fail.Store(true)
-	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true})
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true,
+		Rollout: host.Rollout{Strategy: host.StrategyImmediate}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -911,7 +916,8 @@ func TestFailedRegisterOfASwapKeepsTheOldVersion(t *testing.T) {
 	t.Parallel()
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	q := &failingQueues{Worker: rig.w}
-	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true})
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true,
+		Rollout: host.Rollout{Strategy: host.StrategyImmediate}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -953,7 +959,7 @@ func TestFailedRegisterOfASwapKeepsTheOldVersion(t *testing.T) {
 	q.fail.Store(false)
 	r.Sync(context.Background()) // the same files: tried again
 	st = r.Modules()[0]
-	if st.Status != "serving" || st.Version != host.Version(v2) || st.Error != "" {
+	if st.Status != "serving" || st.Version != host.VersionOf(v2, []byte("max_attempts = 7")) || st.Error != "" {
 		t.Fatalf("status %+v after the registration works, want the new version with no error", st)
 	}
 	// The files did not change: the version loaded before the retries serves, not

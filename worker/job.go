@@ -77,6 +77,10 @@ type Result struct {
 	// Handler and Version name the handler that ran the job and its version, such as a
 	// module's name and sha256; they are passed on in events and logs.
 	Handler, Version string
+	// Role says which of the handler's versions ran the job when it has more than one,
+	// such as "current" or "canary" while a module's new version is on trial; empty
+	// otherwise. It is a metric label, so it takes few values.
+	Role string
 	// Logs are the log lines the handler wants kept with the job's record, oldest
 	// first; a backend that keeps records stores them (up to its own cap), any other
 	// ignores them. The handler bounds how many it returns.

@@ -185,14 +185,22 @@ func TestEndToEnd(t *testing.T) {
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{`wasmjobs_jobs_total{module="work",queue="work",settle="ack"} 3`,
-		fmt.Sprintf(`wasmjobs_module_info{module="work",version="%s"} 1`, v1), `wasmjobs_module_events_total{kind="loaded",module="work"} 1`} {
+		fmt.Sprintf(`wasmjobs_module_info{module="work",role="current",version="%s"} 1`, v1), `wasmjobs_module_events_total{kind="loaded",module="work"} 1`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Fatalf("metrics lack %q:\n%s", want, metrics)
 		}
 	}
 
-	// Swap the module and see the new version serve.
+	// Swap the module: the new version goes on trial; promote it from the CLI and see it
+	// serve.
 	installModule(t, dir, "abi/sleep_ms", "work", "v2")
+	var trial struct {
+		Modules []struct{ Canary *struct{ Version string } }
+	}
+	waitFor(t, "the canary", func() bool { h.get("/v1/modules", &trial); return trial.Modules[0].Canary != nil })
+	if r := wasmjobs(t, "", "modules", "promote", "work", "--server", h.url); r.code != 0 || !strings.Contains(r.stdout, "promoted by an operator") {
+		t.Fatalf("modules promote: %d %q %q", r.code, r.stdout, r.stderr)
+	}
 	waitFor(t, "the swap", func() bool {
 		h.get("/v1/modules", &modules)
 		return modules.Modules[0].Version != v1

@@ -160,6 +160,16 @@ func newModulesListCommand() *cobra.Command {
 					version = version[:12]
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Name, m.Status, orDash(version), orDash(m.Queue), loaded, m.InFlight, m.Error)
+				if c := m.Canary; c != nil {
+					fmt.Fprintf(tw, "  canary\t%d%%\t%s\t\t%s\t\t%d of %d jobs failed (current: %d of %d)\n", c.Percent, short(c.Version),
+						c.StartedAt.Local().Format(time.DateTime), c.Failed, c.Jobs, c.CurrentFailed, c.CurrentJobs)
+				}
+				if v := m.LastRollout; v != nil {
+					fmt.Fprintf(tw, "  %s\t\t%s\t\t%s\t\t%s\n", v.Kind, short(v.Version), v.At.Local().Format(time.DateTime), v.Reason)
+				}
+				if p := m.Pinned; p != nil {
+					fmt.Fprintf(tw, "  pinned\t\t%s\t\t%s\t\tuntil the files (%s) change: %s\n", short(p.Version), p.At.Local().Format(time.DateTime), short(p.FileVersion), p.Reason)
+				}
 			}
 			return tw.Flush()
 		},
@@ -167,6 +177,14 @@ func newModulesListCommand() *cobra.Command {
 	f.add(cmd)
 	f.addJSON(cmd)
 	return cmd
+}
+
+// short cuts a version to its first 12 digits, as listings show it.
+func short(v string) string {
+	if len(v) > 12 {
+		return v[:12]
+	}
+	return v
 }
 
 func orDash(s string) string {

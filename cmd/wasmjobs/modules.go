@@ -51,6 +51,7 @@ version (the sha256 of its bytes) or the problem, and exits 1 if any module is i
 		},
 	}
 	cmd.AddCommand(validate, newModulesListCommand())
+	cmd.AddCommand(newModulesRolloutCommands()...)
 	return cmd
 }
 

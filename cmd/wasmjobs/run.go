@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -452,7 +454,8 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		Observer:    obs,
 		Logger:      log,
 	})
-	reg, err := host.NewRegistry(host.RegistryConfig{Dir: f.modules, Engine: e, Queues: w, Logger: log, OnEvent: met.ModuleEvent})
+	reg, err := host.NewRegistry(host.RegistryConfig{Dir: f.modules, Engine: e, Queues: w, Logger: log, OnEvent: met.ModuleEvent,
+		HistoryDir: moduleHistoryDir(b, g.cacheDir, f.modules)})
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -616,3 +619,27 @@ type errReporter interface{ Err() error }
 
 // healthEvery is how often run asks the backend whether its store failed.
 const healthEvery = time.Second
+
+// moduleHistoryDir is where the registry keeps the modules' last versions and pins: in
+// the pebble backend's data directory, which is the host's own and durable; on the
+// other backends under the cache directory, in a directory of the modules directory's
+// own (named by the sha256 of its absolute path), so that two hosts of one machine with
+// other modules keep apart. Empty (kept in memory) when there is no cache directory.
+func moduleHistoryDir(b backend.Backend, cacheDir, modules string) string {
+	if pb, ok := b.(*pebble.Backend); ok {
+		return filepath.Join(pb.Dir(), "module-history")
+	}
+	if cacheDir == "" {
+		d, err := os.UserCacheDir()
+		if err != nil {
+			return ""
+		}
+		cacheDir = filepath.Join(d, "wasmjobs")
+	}
+	abs, err := filepath.Abs(modules)
+	if err != nil {
+		abs = modules
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(cacheDir, "module-history", hex.EncodeToString(sum[:8]))
+}

@@ -115,7 +115,9 @@ func Swaps(ctx context.Context, cfg SwapConfig) ([]Swap, error) {
 		return nil, err
 	}
 	swapped := make(chan host.RegistryEvent, 16)
+	// The swap itself is measured: every job on the new version at once, no canary.
 	reg, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: e, Queues: w, Debounce: cfg.Debounce, Rescan: time.Hour,
+		Rollout: host.Rollout{Strategy: host.StrategyImmediate},
 		OnEvent: func(ev host.RegistryEvent) {
 			if ev.Kind == "swapped" || ev.Kind == "rejected" {
 				swapped <- ev

@@ -29,9 +29,12 @@ type Metrics struct {
 	abandoned    *prometheus.CounterVec
 	modules      *prometheus.CounterVec
 	moduleInfo   *prometheus.GaugeVec
+	canaryJobs   *prometheus.CounterVec
+	rollouts     *prometheus.CounterVec
 
-	mu      sync.Mutex        // guards serving, so a module's info series changes in one step
-	serving map[string]string // module -> version of its wasmjobs_module_info series
+	mu      sync.Mutex        // guards serving and trial, so a module's info series change in one step
+	serving map[string]string // module -> version of its wasmjobs_module_info series, role current
+	trial   map[string]string // module -> version of its canary's series, role canary
 }
 
 // New returns the metrics, with the Go runtime and process collectors.
@@ -39,6 +42,7 @@ func New() *Metrics {
 	m := &Metrics{
 		reg:     prometheus.NewRegistry(),
 		serving: make(map[string]string),
+		trial:   make(map[string]string),
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wasmjobs_jobs_total",
 			Help: "Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter).",
@@ -66,10 +70,18 @@ func New() *Metrics {
 		}, []string{"module", "kind"}),
 		moduleInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "wasmjobs_module_info",
-			Help: "1 for the version each module serves now (the sha256 of its bytes); a module that serves nothing has no series.",
-		}, []string{"module", "version"}),
+			Help: "1 for the version each module serves now (role current) and the one on trial (role canary); a module that serves nothing has no series.",
+		}, []string{"module", "version", "role"}),
+		canaryJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmjobs_canary_jobs_total",
+			Help: "Jobs settled while a module's canary ran, by queue, module, role (current, canary) and settle.",
+		}, []string{"queue", "module", "role", "settle"}),
+		rollouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmjobs_rollout_events_total",
+			Help: "Rollout events, by module and kind (canary, promoted, rolled_back, superseded, pinned).",
+		}, []string{"module", "kind"}),
 	}
-	m.reg.MustRegister(m.jobs, m.duration, m.inFlight, m.settleFailed, m.abandoned, m.modules, m.moduleInfo,
+	m.reg.MustRegister(m.jobs, m.duration, m.inFlight, m.settleFailed, m.abandoned, m.modules, m.moduleInfo, m.canaryJobs, m.rollouts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -84,6 +96,9 @@ func (m *Metrics) Observe(e worker.Event) {
 	case worker.EventSettled:
 		m.inFlight.WithLabelValues(q).Dec()
 		m.jobs.WithLabelValues(q, e.Result.Handler, e.Settle.String()).Inc()
+		if e.Result.Role != "" {
+			m.canaryJobs.WithLabelValues(q, e.Result.Handler, e.Result.Role, e.Settle.String()).Inc()
+		}
 		m.duration.WithLabelValues(q, e.Result.Handler).Observe(e.Duration.Seconds())
 	case worker.EventSettleFailed:
 		m.inFlight.WithLabelValues(q).Dec()
@@ -98,26 +113,47 @@ func (m *Metrics) Observe(e worker.Event) {
 // that serves: a load or swap replaces the module's series with the new version's, a
 // removal deletes it, and a rejection keeps the version that still serves (the event's
 // Version), deleting the series when none does.
+//
+// Rollout events (a canary started or ended, an operator's rollback) are counted on
+// wasmjobs_rollout_events_total instead, and keep the canary's info series: a canary's
+// version has one (role canary) from its start to its end.
 func (m *Metrics) ModuleEvent(ev host.RegistryEvent) {
-	m.modules.WithLabelValues(ev.Module, ev.Kind).Inc()
-	now := ev.Version
-	if ev.Kind == "removed" {
+	now, trial := ev.Version, ""
+	switch ev.Kind {
+	case "loaded", "swapped", "removed", "rejected":
+		m.modules.WithLabelValues(ev.Module, ev.Kind).Inc()
+	default:
+		m.rollouts.WithLabelValues(ev.Module, ev.Kind).Inc()
+	}
+	switch ev.Kind {
+	case "removed":
 		now = ""
+	case "canary":
+		trial = ev.Canary
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	was := m.serving[ev.Module]
+	if ev.Kind != "rejected" {
+		m.set(m.trial, ev.Module, trial, host.RoleCanary)
+	}
+	m.set(m.serving, ev.Module, now, host.RoleCurrent)
+}
+
+// set replaces the module's info series of role, kept in versions, with one of version
+// now ("" deletes it). Called with mu held.
+func (m *Metrics) set(versions map[string]string, module, now, role string) {
+	was := versions[module]
 	if was == now {
 		return
 	}
 	if now != "" {
-		m.moduleInfo.WithLabelValues(ev.Module, now).Set(1)
-		m.serving[ev.Module] = now
+		m.moduleInfo.WithLabelValues(module, now, role).Set(1)
+		versions[module] = now
 	} else {
-		delete(m.serving, ev.Module)
+		delete(versions, module)
 	}
 	if was != "" {
-		m.moduleInfo.DeleteLabelValues(ev.Module, was)
+		m.moduleInfo.DeleteLabelValues(module, was, role)
 	}
 }
 

@@ -148,7 +148,7 @@ func TestVersionsLiveOnTheInfoMetric(t *testing.T) {
 	t.Parallel()
 	m := New()
 	const infoHeader = `
-# HELP wasmjobs_module_info 1 for the version each module serves now (the sha256 of its bytes); a module that serves nothing has no series.
+# HELP wasmjobs_module_info 1 for the version each module serves now (role current) and the one on trial (role canary); a module that serves nothing has no series.
 # TYPE wasmjobs_module_info gauge
 `
 	event := func(kind, module, version string) {
@@ -165,8 +165,8 @@ func TestVersionsLiveOnTheInfoMetric(t *testing.T) {
 		m.Observe(worker.Event{Kind: worker.EventSettled, Job: job, Result: worker.Result{Handler: "work", Version: v}, Settle: worker.SettleAck})
 	}
 	event("rejected", "work", "v49") // a bad new version: v49 still serves
-	compare(t, m, infoHeader+`wasmjobs_module_info{module="mail",version="m0"} 1
-wasmjobs_module_info{module="work",version="v49"} 1
+	compare(t, m, infoHeader+`wasmjobs_module_info{module="mail",role="current",version="m0"} 1
+wasmjobs_module_info{module="work",role="current",version="v49"} 1
 `, "wasmjobs_module_info")
 	compare(t, m, `
 # HELP wasmjobs_jobs_total Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter).
@@ -175,11 +175,11 @@ wasmjobs_jobs_total{module="work",queue="q",settle="ack"} 50
 `, "wasmjobs_jobs_total")
 
 	event("removed", "work", "")
-	compare(t, m, infoHeader+`wasmjobs_module_info{module="mail",version="m0"} 1
+	compare(t, m, infoHeader+`wasmjobs_module_info{module="mail",role="current",version="m0"} 1
 `, "wasmjobs_module_info")
 	event("rejected", "mail", "") // nothing of mail serves any more
 	event("loaded", "work", "w1")
-	compare(t, m, infoHeader+`wasmjobs_module_info{module="work",version="w1"} 1
+	compare(t, m, infoHeader+`wasmjobs_module_info{module="work",role="current",version="w1"} 1
 `, "wasmjobs_module_info")
 	compare(t, m, `
 # HELP wasmjobs_module_events_total Module loads, swaps, removals and rejections, by module and kind.
@@ -192,4 +192,51 @@ wasmjobs_module_events_total{kind="rejected",module="work"} 1
 wasmjobs_module_events_total{kind="removed",module="work"} 1
 wasmjobs_module_events_total{kind="swapped",module="work"} 50
 `, "wasmjobs_module_events_total")
+}
+
+// TestCanaryMetrics: while a canary runs its version has an info series of role canary,
+// jobs count by role on wasmjobs_canary_jobs_total, and its end is a rollout event by
+// kind that leaves only the version serving.
+func TestCanaryMetrics(t *testing.T) {
+	t.Parallel()
+	m := New()
+	m.ModuleEvent(host.RegistryEvent{Kind: "loaded", Module: "work", Version: "v1"})
+	m.ModuleEvent(host.RegistryEvent{Kind: "canary", Module: "work", Version: "v1", Canary: "v2"})
+	for i, role := range []string{host.RoleCurrent, host.RoleCanary, host.RoleCanary} {
+		job := &worker.Job{Envelope: backend.NewEnvelope("q", nil)}
+		settle := worker.SettleAck
+		if i == 2 {
+			settle = worker.SettleRetry
+		}
+		m.Observe(worker.Event{Kind: worker.EventStarted, Job: job})
+		m.Observe(worker.Event{Kind: worker.EventSettled, Job: job, Result: worker.Result{Handler: "work", Role: role}, Settle: settle})
+	}
+	const info = `
+# HELP wasmjobs_module_info 1 for the version each module serves now (role current) and the one on trial (role canary); a module that serves nothing has no series.
+# TYPE wasmjobs_module_info gauge
+`
+	compare(t, m, info+`wasmjobs_module_info{module="work",role="canary",version="v2"} 1
+wasmjobs_module_info{module="work",role="current",version="v1"} 1
+`, "wasmjobs_module_info")
+	compare(t, m, `
+# HELP wasmjobs_canary_jobs_total Jobs settled while a module's canary ran, by queue, module, role (current, canary) and settle.
+# TYPE wasmjobs_canary_jobs_total counter
+wasmjobs_canary_jobs_total{module="work",queue="q",role="canary",settle="ack"} 1
+wasmjobs_canary_jobs_total{module="work",queue="q",role="canary",settle="retry"} 1
+wasmjobs_canary_jobs_total{module="work",queue="q",role="current",settle="ack"} 1
+`, "wasmjobs_canary_jobs_total")
+	m.ModuleEvent(host.RegistryEvent{Kind: "rolled_back", Module: "work", Version: "v1", Canary: "v2"})
+	compare(t, m, info+`wasmjobs_module_info{module="work",role="current",version="v1"} 1
+`, "wasmjobs_module_info")
+	m.ModuleEvent(host.RegistryEvent{Kind: "canary", Module: "work", Version: "v1", Canary: "v3"})
+	m.ModuleEvent(host.RegistryEvent{Kind: "promoted", Module: "work", Version: "v3", Canary: "v3"})
+	compare(t, m, info+`wasmjobs_module_info{module="work",role="current",version="v3"} 1
+`, "wasmjobs_module_info")
+	compare(t, m, `
+# HELP wasmjobs_rollout_events_total Rollout events, by module and kind (canary, promoted, rolled_back, superseded, pinned).
+# TYPE wasmjobs_rollout_events_total counter
+wasmjobs_rollout_events_total{kind="canary",module="work"} 2
+wasmjobs_rollout_events_total{kind="promoted",module="work"} 1
+wasmjobs_rollout_events_total{kind="rolled_back",module="work"} 1
+`, "wasmjobs_rollout_events_total")
 }

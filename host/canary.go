@@ -1,0 +1,267 @@
+package host
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// The roles of a module's versions while a canary runs, in job results and metrics.
+const (
+	// RoleCurrent is the version that serves the queue.
+	RoleCurrent = "current"
+	// RoleCanary is the new version on trial.
+	RoleCanary = "canary"
+)
+
+// The kinds of a canary's end (Verdict.Kind), also rollout event kinds.
+const (
+	// VerdictPromoted: the canary serves every job from now on.
+	VerdictPromoted = "promoted"
+	// VerdictRolledBack: the canary did worse than the current version, or an operator
+	// rolled it back; it takes no more jobs.
+	VerdictRolledBack = "rolled_back"
+	// VerdictSuperseded: a newer version of the file replaced the canary before it
+	// ended.
+	VerdictSuperseded = "superseded"
+)
+
+// CanaryStatus describes a canary under way.
+type CanaryStatus struct {
+	Version   string    `json:"version"`
+	Percent   int       `json:"percent"`
+	StartedAt time.Time `json:"started_at"`
+	// Jobs and Failed count the canary's jobs since it started and those that did not
+	// ack; CurrentJobs and CurrentFailed count the current version's over the same
+	// window.
+	Jobs          int `json:"jobs"`
+	Failed        int `json:"failed"`
+	CurrentJobs   int `json:"current_jobs"`
+	CurrentFailed int `json:"current_failed"`
+}
+
+// Verdict is how a canary ended.
+type Verdict struct {
+	// Kind is VerdictPromoted, VerdictRolledBack or VerdictSuperseded.
+	Kind string `json:"kind"`
+	// Version is the canary's version; Current the version that served beside it.
+	Version string `json:"version"`
+	Current string `json:"current"`
+	// Reason says why, with the two failure rates.
+	Reason string `json:"reason"`
+	// CanaryFailureRate and CurrentFailureRate are the shares of jobs that did not ack
+	// on each version over the canary's window, out of CanaryJobs and CurrentJobs.
+	CanaryFailureRate  float64   `json:"canary_failure_rate"`
+	CurrentFailureRate float64   `json:"current_failure_rate"`
+	CanaryJobs         int       `json:"canary_jobs"`
+	CurrentJobs        int       `json:"current_jobs"`
+	At                 time.Time `json:"at"`
+
+	canary *Module
+}
+
+// canary is a new version on trial beside a handler's current one.
+type canary struct {
+	m     *Module
+	cfg   Rollout // defaults filled in
+	start time.Time
+	timer *time.Timer
+	onEnd func(Verdict)
+
+	mu     sync.Mutex
+	failed map[string]struct{} // ids of the jobs that failed on it: they never run on it again
+	can    tally
+	cur    tally
+	timeUp bool
+	ended  bool
+}
+
+type tally struct{ jobs, failed int }
+
+func (t tally) rate() float64 {
+	if t.jobs == 0 {
+		return 0
+	}
+	return float64(t.failed) / float64(t.jobs)
+}
+
+// takes reports whether the job id runs on the canary: its bucket is in the canary's
+// share and it never failed on it.
+func (c *canary) takes(id string) bool {
+	if CanaryBucket(id) >= c.cfg.CanaryPercent {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, failed := c.failed[id]
+	return !failed && !c.ended
+}
+
+// verdict returns the canary's end with the rates so far. Called with c.mu held.
+func (c *canary) verdict(kind, reason string, current *Module) Verdict {
+	return Verdict{
+		Kind: kind, Version: c.m.Version(), Current: current.Version(), Reason: reason,
+		CanaryFailureRate: c.can.rate(), CurrentFailureRate: c.cur.rate(),
+		CanaryJobs: c.can.jobs, CurrentJobs: c.cur.jobs, At: time.Now(), canary: c.m,
+	}
+}
+
+// judge decides whether the canary ends, with c.mu held: rolled back once it has run
+// CanaryMinJobs jobs and every one failed, or its share of jobs that did not ack
+// passes the current version's by more than CanaryMaxFailureDelta; promoted after
+// CanaryJobs jobs or CanaryTime unless it does worse. A canary that does worse with
+// fewer than CanaryMinJobs jobs waits for more.
+func (c *canary) judge(current *Module) (Verdict, bool) {
+	cr, ur, n := c.can.rate(), c.cur.rate(), c.can.jobs
+	rates := fmt.Sprintf("canary failure rate %.3f (%d of %d jobs), current %.3f (%d of %d jobs)",
+		cr, c.can.failed, n, ur, c.cur.failed, c.cur.jobs)
+	worse := cr-ur > c.cfg.CanaryMaxFailureDelta
+	switch {
+	case n >= c.cfg.CanaryMinJobs && c.can.failed == n:
+		return c.verdict(VerdictRolledBack, "every job of the canary failed: "+rates, current), true
+	case n >= c.cfg.CanaryMinJobs && worse:
+		return c.verdict(VerdictRolledBack, fmt.Sprintf("failure rate above the current version's by more than %g: %s",
+			c.cfg.CanaryMaxFailureDelta, rates), current), true
+	case worse:
+		return Verdict{}, false
+	case n >= c.cfg.CanaryJobs:
+		return c.verdict(VerdictPromoted, fmt.Sprintf("ran %d jobs: %s", n, rates), current), true
+	case c.timeUp:
+		return c.verdict(VerdictPromoted, fmt.Sprintf("ran for %v: %s", c.cfg.CanaryTime, rates), current), true
+	}
+	return Verdict{}, false
+}
+
+// StartCanary puts m on trial beside the current module under r: it takes
+// r.CanaryPercent of the jobs from now on, until it is promoted or rolled back by
+// itself, by PromoteCanary or RollBackCanary, or replaced by another StartCanary (its
+// module then retires). onEnd, if not nil, is called when the canary ends by itself,
+// on the goroutine that ended it (a job's or a timer's): it must not block.
+func (h *Handler) StartCanary(m *Module, r Rollout, onEnd func(Verdict)) {
+	c := &canary{m: m, cfg: r.withDefaults(), start: time.Now(), failed: make(map[string]struct{}), onEnd: onEnd}
+	c.mu.Lock() // the timer may fire before c is in place
+	c.timer = time.AfterFunc(c.cfg.CanaryTime, func() {
+		c.mu.Lock()
+		if c.ended {
+			c.mu.Unlock()
+			return
+		}
+		c.timeUp = true
+		v, ok := c.judge(h.cur.Load())
+		c.ended = ok
+		c.mu.Unlock()
+		if ok && h.end(c, v) && onEnd != nil {
+			onEnd(v)
+		}
+	})
+	c.mu.Unlock()
+	if old := h.can.Swap(c); old != nil {
+		old.mu.Lock()
+		old.ended = true
+		old.mu.Unlock()
+		old.timer.Stop()
+		old.m.Retire()
+	}
+}
+
+// Canary describes the canary under way, or returns nil.
+func (h *Handler) Canary() *CanaryStatus {
+	c := h.can.Load()
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return &CanaryStatus{
+		Version: c.m.Version(), Percent: c.cfg.CanaryPercent, StartedAt: c.start,
+		Jobs: c.can.jobs, Failed: c.can.failed, CurrentJobs: c.cur.jobs, CurrentFailed: c.cur.failed,
+	}
+}
+
+// CanaryModule returns the module of the canary under way, or nil.
+func (h *Handler) CanaryModule() *Module {
+	if c := h.can.Load(); c != nil {
+		return c.m
+	}
+	return nil
+}
+
+// PromoteCanary ends the canary under way now, making its module the current one. It
+// reports false when no canary runs.
+func (h *Handler) PromoteCanary(reason string) (Verdict, bool) {
+	return h.endNow(VerdictPromoted, reason)
+}
+
+// RollBackCanary ends the canary under way now; its module takes no more jobs and
+// retires. It reports false when no canary runs.
+func (h *Handler) RollBackCanary(reason string) (Verdict, bool) {
+	return h.endNow(VerdictRolledBack, reason)
+}
+
+func (h *Handler) endNow(kind, reason string) (Verdict, bool) {
+	c := h.can.Load()
+	if c == nil {
+		return Verdict{}, false
+	}
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return Verdict{}, false
+	}
+	c.ended = true
+	v := c.verdict(kind, fmt.Sprintf("%s: canary failure rate %.3f (%d of %d jobs), current %.3f (%d of %d jobs)",
+		reason, c.can.rate(), c.can.failed, c.can.jobs, c.cur.rate(), c.cur.failed, c.cur.jobs), h.cur.Load())
+	c.mu.Unlock()
+	return v, h.end(c, v)
+}
+
+// end puts a canary's verdict in place, once: the canary stops taking jobs, and is
+// either retired or made the current module.
+func (h *Handler) end(c *canary, v Verdict) bool {
+	if !h.can.CompareAndSwap(c, nil) {
+		return false // replaced by a newer canary, which retired it
+	}
+	c.timer.Stop()
+	if v.Kind == VerdictPromoted {
+		h.Swap(c.m)
+	} else {
+		c.m.Retire()
+	}
+	return true
+}
+
+// record counts a job's outcome in the canary's window and ends the canary if that
+// decides it. A defer is neither a success nor a failure.
+func (h *Handler) record(c *canary, role, id string, o worker.Outcome) {
+	if o == worker.Defer {
+		return
+	}
+	bad := o != worker.Ack
+	c.mu.Lock()
+	if c.ended {
+		c.mu.Unlock()
+		return
+	}
+	t := &c.cur
+	if role == RoleCanary {
+		t = &c.can
+		if bad {
+			c.failed[id] = struct{}{}
+		}
+	}
+	t.jobs++
+	if bad {
+		t.failed++
+	}
+	v, ok := c.judge(h.cur.Load())
+	c.ended = ok
+	c.mu.Unlock()
+	if !ok || !h.end(c, v) {
+		return
+	}
+	if c.onEnd != nil {
+		c.onEnd(v)
+	}
+}

@@ -1,0 +1,160 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// TestCanaryTimePromotes runs a canary that sees too few jobs to reach canary_jobs: at
+// canary_time it is promoted, unless it does worse, in which case it waits for
+// canary_min_jobs and is then rolled back. Virtual time.
+func TestCanaryTimePromotes(t *testing.T) {
+	for _, c := range []struct {
+		name, next string
+		want       string
+	}{
+		{"good", "abi/ack", host.VerdictPromoted},
+		{"failing", "hostile/trap", host.VerdictRolledBack},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				e, err := host.NewEngine(ctx, host.Config{NoCache: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer e.Close(ctx)
+				cur, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v1"), host.Manifest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				next, err := e.Load(ctx, "svc", testdataModule(t, c.next), host.Manifest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := host.NewHandler(cur, nil)
+				ended := make(chan host.Verdict, 1)
+				h.StartCanary(next, host.Rollout{CanaryPercent: 100, CanaryMinJobs: 5}, func(v host.Verdict) { ended <- v })
+				run := func(i int) worker.Result {
+					env := backend.NewEnvelope("svc", nil)
+					env.ID = fmt.Sprintf("job-%d", i)
+					return h.Handle(ctx, &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 3})
+				}
+				for i := range 3 {
+					if res := run(i); res.Role != host.RoleCanary {
+						t.Fatalf("job %d ran as %q, want on the canary", i, res.Role)
+					}
+				}
+				time.Sleep(host.DefaultCanaryTime - time.Second)
+				synctest.Wait()
+				if h.Canary() == nil {
+					t.Fatalf("the canary ended before canary_time")
+				}
+				time.Sleep(time.Second)
+				synctest.Wait()
+				if c.want == host.VerdictRolledBack {
+					// Worse, with 3 jobs of the 5 it needs: still on trial.
+					if h.Canary() == nil || len(ended) != 0 {
+						t.Fatalf("a failing canary with too few jobs ended at canary_time")
+					}
+					run(3)
+					run(4)
+				}
+				select {
+				case v := <-ended:
+					if v.Kind != c.want {
+						t.Fatalf("verdict %+v, want %s", v, c.want)
+					}
+				default:
+					t.Fatalf("no verdict; canary %+v", h.Canary())
+				}
+				if h.Canary() != nil {
+					t.Fatal("the canary still runs after its verdict")
+				}
+				wantV := cur.Version()
+				if c.want == host.VerdictPromoted {
+					wantV = next.Version()
+				}
+				if res := run(99); res.Version != wantV || res.Role != "" {
+					t.Fatalf("a job after the verdict ran on %s as %q, want %s", res.Version, res.Role, wantV)
+				}
+				h.Module().Retire()
+			})
+		})
+	}
+}
+
+// TestCanaryFailureDelta: the canary's share of failed jobs is compared with the current
+// version's over the same window: within canary_max_failure_delta it is promoted at
+// canary_jobs, above it it is rolled back once it has canary_min_jobs jobs, though not
+// every job failed. The canary times out on the jobs whose payload asks it to sleep
+// longer than its timeout.
+func TestCanaryFailureDelta(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		fails int // of 10 canary jobs
+		want  string
+	}{
+		{"within the delta", 1, host.VerdictPromoted},
+		{"above the delta", 3, host.VerdictRolledBack},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newEngine(t)
+			cur, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v1"), host.Manifest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			man := host.Manifest{Limits: host.DefaultLimits()}
+			man.Limits.Timeout = 20 * time.Millisecond
+			next, err := e.Load(ctx, "svc", testdataModule(t, "abi/sleep_ms"), man)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := host.NewHandler(cur, nil)
+			defer func() { h.Module().Retire() }()
+			ended := make(chan host.Verdict, 1)
+			h.StartCanary(next, host.Rollout{CanaryPercent: 50, CanaryMinJobs: 10, CanaryJobs: 10, CanaryTime: time.Hour,
+				CanaryMaxFailureDelta: 0.2}, func(v host.Verdict) { ended <- v })
+			canaryJobs := 0
+			for i := 0; canaryJobs < 10; i++ {
+				id := fmt.Sprintf("job-%d", i)
+				payload := ""
+				onCanary := host.CanaryBucket(id) < 50
+				if onCanary && canaryJobs < c.fails {
+					payload = "100" // longer than its timeout
+				}
+				env := backend.NewEnvelope("svc", []byte(payload))
+				env.ID = id
+				res := h.Handle(ctx, &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 3})
+				if (res.Role == host.RoleCanary) != onCanary {
+					t.Fatalf("job %s (bucket %d) ran as %s", id, host.CanaryBucket(id), res.Role)
+				}
+				if onCanary {
+					canaryJobs++
+				}
+			}
+			select {
+			case v := <-ended:
+				if v.Kind != c.want || v.CanaryJobs != 10 || v.CanaryFailureRate != float64(c.fails)/10 || v.CurrentFailureRate != 0 {
+					t.Fatalf("verdict %+v, want %s after 10 canary jobs, %d failed", v, c.want, c.fails)
+				}
+				if c.want == host.VerdictRolledBack && !strings.Contains(v.Reason, "above the current version's by more than 0.2") {
+					t.Fatalf("reason %q", v.Reason)
+				}
+			default:
+				t.Fatalf("no verdict after 10 canary jobs; canary %+v", h.Canary())
+			}
+		})
+	}
+}
