@@ -1,7 +1,10 @@
 package schedule_test
 
 import (
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"context"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
@@ -27,20 +31,33 @@ type host struct {
 // backend drops a repeat of an id it still holds, so its queue alone would hide one.
 type recorder struct {
 	*memory.Backend
-	mu  sync.Mutex
-	ids []string
+	store backend.ScheduleStore // the backend fired through: Backend unless set
+	mu    sync.Mutex
+	ids   []string
+}
+
+func (r *recorder) ScheduleTicks(ctx context.Context) (map[string]time.Time, error) {
+	return r.target().ScheduleTicks(ctx)
 }
 
 func (r *recorder) PublishTick(ctx context.Context, schedule string, tick time.Time, env backend.Envelope) error {
 	r.mu.Lock()
 	r.ids = append(r.ids, env.ID)
 	r.mu.Unlock()
-	return r.Backend.PublishTick(ctx, schedule, tick, env)
+	return r.target().PublishTick(ctx, schedule, tick, env)
+}
+
+func (r *recorder) target() backend.ScheduleStore {
+	if r.store != nil {
+		return r.store
+	}
+	return r.Backend
 }
 
 func startHost(b *recorder, busy func(context.Context, string) (bool, error), entries ...schedule.Entry) *host {
 	s := schedule.New(schedule.Config{
 		Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return b, nil, nil },
+		Logger:  slog.New(slog.DiscardHandler),
 		Busy:    busy,
 	})
 	s.Set(entries)
@@ -157,6 +174,61 @@ func TestRestartNeitherRepeatsNorLoses(t *testing.T) {
 		h.stop()
 		if got, want := fired(t, b), minutes(1, 10); !slices.Equal(got, want) {
 			t.Errorf("fired minutes %v, want %v", got, want)
+		}
+	})
+}
+
+// TestRestartOnPebble: the embedded backend keeps the last fired tick on disk: a host
+// whose store is closed and opened again (as at a restart) after the tick at minute 5,
+// and again across the tick at minute 8, fires each of the ten ticks once.
+func TestRestartOnPebble(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		cfg := pebble.Config{Dir: "/data", FS: vfs.NewMem()}
+		rec := &recorder{}
+		var b *pebble.Backend
+		openStore := func() {
+			var err error
+			if b, err = pebble.Open(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Declare(ctx, backend.QueueConfig{Name: "reports"}); err != nil {
+				t.Fatal(err)
+			}
+			rec.store = b
+		}
+		restart := func(h *host, down time.Duration) *host {
+			h.stop()
+			if err := b.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(down)
+			openStore()
+			return startHost(rec, nil, minutely(t, true))
+		}
+		openStore()
+		h := startHost(rec, nil, minutely(t, true))
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		h = restart(h, 0)
+		time.Sleep(2*time.Minute + 50*time.Second)
+		h = restart(h, 20*time.Second) // 7:50 to 8:10
+		time.Sleep(2*time.Minute + 20*time.Second)
+		synctest.Wait()
+		h.stop()
+		defer b.Close(ctx)
+		if len(rec.ids) != 10 {
+			t.Errorf("%d publishes, want 10: %v", len(rec.ids), rec.ids)
+		}
+		for m := 1; m <= 10; m++ {
+			id := backend.ScheduleID("reports/minutely", start.Add(time.Duration(m)*time.Minute))
+			if r, err := b.JobRecord(ctx, id); err != nil || r.State != backend.JobPending {
+				t.Errorf("the job of minute %d: %+v, %v", m, r, err)
+			}
+		}
+		if st, err := b.QueueStats(ctx, "reports"); err != nil || st.Pending != 10 {
+			t.Errorf("pending %+v, %v: want 10", st, err)
 		}
 	})
 }
