@@ -18,6 +18,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
 // Isolation says how a module's jobs share instances.
@@ -107,6 +108,10 @@ type Manifest struct {
 	Env map[string]string
 	// Dirs are host directories the module may read. Default: none.
 	Dirs []Mount
+
+	// Schedules are the module's periodic jobs ([[schedule]] tables,
+	// manifest_schedule.go), each firing into the module's queue. Default: none.
+	Schedules []schedule.Spec
 }
 
 // ManifestError is a manifest's problem, with where it is.
@@ -184,6 +189,7 @@ type manifestDoc struct {
 	MaxReason     any `toml:"max_reason"`
 	Env           any `toml:"env"`
 	Dirs          any `toml:"dirs"`
+	Schedule      any `toml:"schedule"`
 }
 
 // value is a field's decoded TOML value, with its text as written for messages.
@@ -282,6 +288,7 @@ var manifestFields = map[string]manifestField{
 		}
 		return nil
 	},
+	"schedule": parseSchedules,
 	"dirs": func(m *Manifest, v value) error {
 		list, err := v.list()
 		if err != nil {
@@ -447,6 +454,9 @@ func ParseManifest(file string, data []byte) (Manifest, error) {
 	if m.BackoffBase > 0 && m.BackoffCap > 0 && m.BackoffCap < m.BackoffBase {
 		return fail("backoff_cap", fmt.Errorf("%v is below backoff_base %v", m.BackoffCap, m.BackoffBase))
 	}
+	if field, err := checkSchedules(m); err != nil {
+		return fail(field, err)
+	}
 	return m, nil
 }
 
@@ -508,6 +518,7 @@ func keyPositions(data []byte) positions {
 	var p unstable.Parser
 	p.Reset(data)
 	var table []string
+	arrays := map[string]int{} // entries of each array of tables so far
 	for p.NextExpression() {
 		e := p.Expression()
 		switch e.Kind {
@@ -525,9 +536,17 @@ func keyPositions(data []byte) positions {
 				continue
 			}
 			key := strings.Join(table, ".")
+			at := p.Shape(first.Raw).Start
 			if _, seen := out[key]; !seen {
-				at := p.Shape(first.Raw).Start
 				out[key] = position{line: at.Line, col: at.Column, raw: "a table"}
+			}
+			if e.Kind == unstable.ArrayTable {
+				// The keys of the Nth entry of [[key]] are indexed as "key.N.field"
+				// (0-based), so that a message names the entry's own line.
+				n := arrays[key]
+				arrays[key]++
+				table = append(table, strconv.Itoa(n))
+				out[strings.Join(table, ".")] = position{line: at.Line, col: at.Column, raw: "a table"}
 			}
 		case unstable.KeyValue:
 			path := slices.Clone(table)

@@ -99,7 +99,7 @@ func TestManifestsAreTOML(t *testing.T) {
 
 func TestBadManifestsNameLineAndField(t *testing.T) {
 	t.Parallel()
-	known := "known: backoff_base, backoff_cap, concurrency, dirs, enqueue, env, isolation, max_attempts, max_children, max_defers, max_log_lines, max_log_message, max_output, max_payload, max_reason, memory, queue, recycle_after, timeout"
+	known := "known: backoff_base, backoff_cap, concurrency, dirs, enqueue, env, isolation, max_attempts, max_children, max_defers, max_log_lines, max_log_message, max_output, max_payload, max_reason, memory, queue, recycle_after, schedule, timeout"
 	for _, tc := range []struct{ name, text, want string }{
 		// What TOML forbids.
 		{"unknown escape \\a", `queue = "\a"`, `m.toml:1:10: invalid TOML: invalid escape character U+0061 'a'`},
