@@ -409,7 +409,15 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		Observer:    obs,
 		Logger:      log,
 	})
-	reg, err := host.NewRegistry(host.RegistryConfig{Dir: f.modules, Engine: e, Queues: w, Logger: log, OnEvent: met.ModuleEvent})
+	schedKick := make(chan struct{}, 1) // a module changed: read the schedules again
+	onEvent := func(ev host.RegistryEvent) {
+		met.ModuleEvent(ev)
+		select {
+		case schedKick <- struct{}{}:
+		default:
+		}
+	}
+	reg, err := host.NewRegistry(host.RegistryConfig{Dir: f.modules, Engine: e, Queues: w, Logger: log, OnEvent: onEvent})
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -431,6 +439,10 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		}
 		return err
 	}
+	// The modules' [[schedule]]s fire from now until the drain starts (runCtx ends).
+	sched := newScheduler(b, hist, log)
+	stopSchedules := startSchedules(runCtx, sched, reg, schedKick)
+	cleanups = append(cleanups, func(context.Context) { stopSchedules() })
 	// The memory backend drops at exit what is queued, so it takes jobs only until the
 	// drain; a durable one (pebble, RabbitMQ) keeps them for the next start, and takes
 	// them through the drain for as long as the API answers.
@@ -476,7 +488,8 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	srv := &http.Server{
 		Handler: api.New(api.Config{
 			Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(),
-			Token: f.token, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
+			Schedules: sched.List,
+			Token:     f.token, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
 			Healthy:  failed,
 			Loopback: isLoopback(ln.Addr().String()), BackupDir: backupDir,
 		}),

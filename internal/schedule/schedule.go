@@ -162,11 +162,22 @@ func (s *Scheduler) List() []Status {
 }
 
 // Run acquires the right to fire, fires until it is lost, and acquires it again,
-// until ctx ends; then it returns nil.
+// until ctx ends; then it returns nil. It asks for the right only while there are
+// schedules, and gives it up (ends the context it passed to Acquire) when the last one
+// goes, so that a host without schedules never stands in the way of one with them.
 func (s *Scheduler) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
-		store, lost, err := s.cfg.Acquire(ctx)
+		if !s.hasEntries() {
+			select {
+			case <-ctx.Done():
+			case <-s.kick:
+			}
+			continue
+		}
+		leadCtx, cancel := context.WithCancel(ctx)
+		store, lost, err := s.cfg.Acquire(leadCtx)
 		if err != nil {
+			cancel()
 			if ctx.Err() != nil {
 				break
 			}
@@ -174,9 +185,16 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			s.wait(ctx, s.cfg.Retry)
 			continue
 		}
-		s.lead(ctx, store, lost)
+		s.lead(leadCtx, store, lost)
+		cancel()
 	}
 	return nil
+}
+
+func (s *Scheduler) hasEntries() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.entries) > 0
 }
 
 func (s *Scheduler) wait(ctx context.Context, d time.Duration) {
@@ -218,6 +236,10 @@ func (s *Scheduler) lead(ctx context.Context, store backend.ScheduleStore, lost 
 		s.mu.Lock()
 		entries := slices.Collect(maps.Values(s.entries))
 		s.mu.Unlock()
+		if len(entries) == 0 {
+			s.log.Info("schedules: none left; this host gives up firing them")
+			return
+		}
 		slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Key(), b.Key()) })
 		wanted := map[string]bool{}
 		var wake time.Time
