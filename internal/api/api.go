@@ -26,8 +26,8 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/schedule"
 	"github.com/wasmjobs/wasmjobs/internal/jobspec"
+	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
 // Defaults of Config.
