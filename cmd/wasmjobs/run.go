@@ -96,6 +96,11 @@ the log says at start how many jobs were found waiting. One run owns a directory
 time. --backend memory keeps nothing across a stop; --backend amqp://... shares queues
 between hosts through RabbitMQ.
 
+The [[schedule]]s of the modules' manifests enqueue a job per tick: on pebble this host
+fires them and keeps the last fired tick of each in --data-dir; on RabbitMQ one host with
+schedules leads at a time and the others take over when it stops or dies ('wasmjobs
+schedules list' shows which). The drain stops them first.
+
 SIGINT or SIGTERM drains: the API still answers reads and, on a durable backend, still
 accepts jobs (kept for the next start; the memory backend refuses them), no new jobs
 are taken, running jobs finish and settle, up to --drain-timeout; then unfinished jobs

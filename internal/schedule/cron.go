@@ -124,7 +124,7 @@ func (c Cron) Latest(after, upTo time.Time) (tick time.Time, ok bool) {
 	if !upTo.After(after) {
 		return time.Time{}, false
 	}
-	for window := time.Hour; ; window *= 2 {
+	for window := time.Hour; window > 0; window *= 2 { // ends if it overflows: after is centuries back
 		from := upTo.Add(-window)
 		if from.Before(after) {
 			from = after
@@ -140,4 +140,5 @@ func (c Cron) Latest(after, upTo time.Time) (tick time.Time, ok bool) {
 			return time.Time{}, false
 		}
 	}
+	return time.Time{}, false
 }
