@@ -155,3 +155,17 @@ type UniquePublisher interface {
 	// them one by one and, on an error, returns the results of those before it.
 	PublishUnique(ctx context.Context, pubs []UniquePublication) ([]UniqueResult, error)
 }
+
+// ScheduleStore is implemented by backends that keep the last fired tick of each
+// periodic schedule, so that the one host they serve neither repeats nor loses a tick
+// across a restart. The scheduler (internal/schedule) fires through it.
+type ScheduleStore interface {
+	// ScheduleTicks returns the last fired tick of every schedule the store knows, by
+	// schedule name.
+	ScheduleTicks(ctx context.Context) (map[string]time.Time, error)
+	// PublishTick publishes env (with no delay) and records tick as the last fired
+	// tick of schedule, in one atomic write where the backend has one: after a crash
+	// either both are kept or neither. A repeat of an id the backend still holds is
+	// not published again, and the tick is still recorded.
+	PublishTick(ctx context.Context, schedule string, tick time.Time, env Envelope) error
+}

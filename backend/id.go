@@ -79,3 +79,22 @@ func encodeID(b [16]byte) string {
 	}
 	return string(out[:])
 }
+
+// ScheduleID returns the id of the job that the tick at tick of the schedule named
+// schedule (its module and name, such as "reports/nightly") fires: the same on every
+// host and after every restart, so that a tick fired twice (by two hosts around a
+// failover, or again after a crash between the publish and the write of the tick)
+// repeats an id instead of making a second job where the backend knows ids, and can be
+// told apart where it does not. It is a valid id in NewID's layout: the tick's
+// timestamp, then 80 bits of a SHA-256 of the two.
+func ScheduleID(schedule string, tick time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(tick.UnixMilli())<<16)
+	h := sha256.New()
+	h.Write([]byte("wasmjobs schedule\x00"))
+	h.Write(binary.AppendUvarint(nil, uint64(len(schedule))))
+	h.Write([]byte(schedule))
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(tick.UnixNano())))
+	copy(b[6:], h.Sum(nil)[:10])
+	return encodeID(b)
+}

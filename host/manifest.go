@@ -18,6 +18,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
 // Isolation says how a module's jobs share instances.
@@ -113,6 +114,10 @@ type Manifest struct {
 	// RateLimit bounds how fast one host starts the module's jobs (rate, burst).
 	// Default: no bound.
 	RateLimit RateLimit
+
+	// Schedules are the module's periodic jobs ([[schedule]] tables,
+	// manifest_schedule.go), each firing into the module's queue. Default: none.
+	Schedules []schedule.Spec
 }
 
 // ManifestError is a manifest's problem, with where it is.
@@ -192,8 +197,9 @@ type manifestDoc struct {
 	Dirs          any `toml:"dirs"`
 	Rollout       any `toml:"rollout"`
 
-	Rate  any `toml:"rate"`
-	Burst any `toml:"burst"`
+	Rate     any `toml:"rate"`
+	Burst    any `toml:"burst"`
+	Schedule any `toml:"schedule"`
 }
 
 // value is a field's decoded TOML value, with its text as written for messages.
@@ -293,8 +299,9 @@ var manifestFields = map[string]manifestField{
 		}
 		return nil
 	},
-	"rate":  parseRate,
-	"burst": intField(func(m *Manifest) *int { return &m.RateLimit.Burst }, 1, maxBurst),
+	"rate":     parseRate,
+	"burst":    intField(func(m *Manifest) *int { return &m.RateLimit.Burst }, 1, maxBurst),
+	"schedule": parseSchedules,
 	"dirs": func(m *Manifest, v value) error {
 		list, err := v.list()
 		if err != nil {
@@ -463,6 +470,9 @@ func ParseManifest(file string, data []byte) (Manifest, error) {
 	if err := m.RateLimit.check(); err != nil {
 		return fail("burst", err)
 	}
+	if field, err := checkSchedules(m); err != nil {
+		return fail(field, err)
+	}
 	return m, nil
 }
 
@@ -524,6 +534,7 @@ func keyPositions(data []byte) positions {
 	var p unstable.Parser
 	p.Reset(data)
 	var table []string
+	arrays := map[string]int{} // entries of each array of tables so far
 	for p.NextExpression() {
 		e := p.Expression()
 		switch e.Kind {
@@ -541,9 +552,17 @@ func keyPositions(data []byte) positions {
 				continue
 			}
 			key := strings.Join(table, ".")
+			at := p.Shape(first.Raw).Start
 			if _, seen := out[key]; !seen {
-				at := p.Shape(first.Raw).Start
 				out[key] = position{line: at.Line, col: at.Column, raw: "a table"}
+			}
+			if e.Kind == unstable.ArrayTable {
+				// The keys of the Nth entry of [[key]] are indexed as "key.N.field"
+				// (0-based), so that a message names the entry's own line.
+				n := arrays[key]
+				arrays[key]++
+				table = append(table, strconv.Itoa(n))
+				out[strings.Join(table, ".")] = position{line: at.Line, col: at.Column, raw: "a table"}
 			}
 		case unstable.KeyValue:
 			path := slices.Clone(table)

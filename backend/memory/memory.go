@@ -40,6 +40,8 @@ type Backend struct {
 	closed bool
 	done   chan struct{} // closed by Close
 	wg     sync.WaitGroup
+
+	ticks scheduleTicks // schedule.go
 }
 
 // New returns an empty backend.

@@ -10,6 +10,7 @@ import (
 // hold a 0x00 byte (backend.ValidateQueueName), so 0x00 ends a name inside a key.
 //
 //	m schema                                  -> schema version (uvarint)
+//	m tick 0x00 <schedule>                    -> last fired tick of a schedule (Unix ns, 8 bytes)
 //	q <queue>                                 -> queue declaration
 //	r <queue> 0x00 <priority> <seq:8>         -> ready job (envelope)
 //	d <due:8> <seq:8> <deferred> <priority> <queue> -> delayed job (envelope)

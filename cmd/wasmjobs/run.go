@@ -100,6 +100,11 @@ the log says at start how many jobs were found waiting. One run owns a directory
 time. --backend memory keeps nothing across a stop; --backend amqp://... shares queues
 between hosts through RabbitMQ.
 
+The [[schedule]]s of the modules' manifests enqueue a job per tick: on pebble this host
+fires them and keeps the last fired tick of each in --data-dir; on RabbitMQ one host with
+schedules leads at a time and the others take over when it stops or dies ('wasmjobs
+schedules list' shows which). The drain stops them first.
+
 SIGINT or SIGTERM drains: the API still answers reads and, on a durable backend, still
 accepts jobs (kept for the next start; the memory backend refuses them), no new jobs
 are taken, running jobs finish and settle, up to --drain-timeout; then unfinished jobs
@@ -454,7 +459,15 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		Observer:    obs,
 		Logger:      log,
 	})
-	reg, err := host.NewRegistry(host.RegistryConfig{Dir: f.modules, Engine: e, Queues: w, Logger: log, OnEvent: met.ModuleEvent,
+	schedKick := make(chan struct{}, 1) // a module changed: read the schedules again
+	onEvent := func(ev host.RegistryEvent) {
+		met.ModuleEvent(ev)
+		select {
+		case schedKick <- struct{}{}:
+		default:
+		}
+	}
+	reg, err := host.NewRegistry(host.RegistryConfig{Dir: f.modules, Engine: e, Queues: w, Logger: log, OnEvent: onEvent,
 		HistoryDir: moduleHistoryDir(b, g.cacheDir, f.modules)})
 	if err != nil {
 		return usagef("%v", err)
@@ -477,6 +490,10 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		}
 		return err
 	}
+	// The modules' [[schedule]]s fire from now until the drain starts (runCtx ends).
+	sched := newScheduler(b, hist, log)
+	stopSchedules := startSchedules(runCtx, sched, reg, schedKick)
+	cleanups = append(cleanups, func(context.Context) { stopSchedules() })
 	// The memory backend drops at exit what is queued, so it takes jobs only until the
 	// drain; a durable one (pebble, RabbitMQ) keeps them for the next start, and takes
 	// them through the drain for as long as the API answers.
@@ -522,7 +539,8 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	srv := &http.Server{
 		Handler: api.New(api.Config{
 			Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(),
-			Token: f.token, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
+			Schedules: sched.List,
+			Token:     f.token, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
 			Healthy:  failed,
 			Loopback: isLoopback(ln.Addr().String()), BackupDir: backupDir,
 		}),

@@ -27,6 +27,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/jobspec"
+	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
 // Defaults of Config.
@@ -70,6 +71,9 @@ type Config struct {
 	// --backup-dir), absolute; empty turns backups off (501). A request names only
 	// the backup, never a path.
 	BackupDir string
+	// Schedules lists the modules' periodic schedules for GET /v1/schedules
+	// (schedules.go); nil lists none.
+	Schedules func() []schedule.Status
 	// MaxBody bounds request bodies; zero means DefaultMaxBody.
 	MaxBody int64
 	Logger  *slog.Logger
@@ -106,6 +110,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/modules/{name}/history", s.moduleHistory)
 	mux.HandleFunc("POST /v1/modules/{name}/rollback", s.moduleRollback)
 	mux.HandleFunc("POST /v1/modules/{name}/promote", s.modulePromote)
+	mux.HandleFunc("GET /v1/schedules", s.schedules)
 	mux.HandleFunc("GET /v1/dead-letters", s.deadLetters)
 	mux.HandleFunc("DELETE /v1/dead-letters", s.purgeDeadLetters)
 	mux.HandleFunc("POST /v1/dead-letters/{id}/replay", s.replay)

@@ -1,0 +1,329 @@
+package schedule_test
+
+import (
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/backend/pebble"
+	"github.com/wasmjobs/wasmjobs/internal/schedule"
+)
+
+// start is the synctest bubble's clock at its start: 2000-01-01 00:00 UTC.
+var start = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// host is one run of a scheduler over a backend: Stop ends it as a host's exit does.
+type host struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	s      *schedule.Scheduler
+}
+
+// recorder is the memory backend, recording every id the scheduler publishes: the
+// backend drops a repeat of an id it still holds, so its queue alone would hide one.
+type recorder struct {
+	*memory.Backend
+	store backend.ScheduleStore // the backend fired through: Backend unless set
+	mu    sync.Mutex
+	ids   []string
+}
+
+func (r *recorder) ScheduleTicks(ctx context.Context) (map[string]time.Time, error) {
+	return r.target().ScheduleTicks(ctx)
+}
+
+func (r *recorder) PublishTick(ctx context.Context, schedule string, tick time.Time, env backend.Envelope) error {
+	r.mu.Lock()
+	r.ids = append(r.ids, env.ID)
+	r.mu.Unlock()
+	return r.target().PublishTick(ctx, schedule, tick, env)
+}
+
+func (r *recorder) target() backend.ScheduleStore {
+	if r.store != nil {
+		return r.store
+	}
+	return r.Backend
+}
+
+func startHost(b *recorder, busy func(context.Context, string) (bool, error), entries ...schedule.Entry) *host {
+	s := schedule.New(schedule.Config{
+		Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return b, nil, nil },
+		Logger:  slog.New(slog.DiscardHandler),
+		Busy:    busy,
+	})
+	s.Set(entries)
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &host{cancel: cancel, done: make(chan struct{}), s: s}
+	go func() {
+		defer close(h.done)
+		s.Run(ctx)
+	}()
+	return h
+}
+
+func (h *host) stop() {
+	h.cancel()
+	<-h.done
+}
+
+func newBackend(t *testing.T) *recorder {
+	b := memory.New(memory.Config{})
+	if err := b.Declare(t.Context(), backend.QueueConfig{Name: "reports"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(context.Background()) })
+	return &recorder{Backend: b}
+}
+
+func minutely(t *testing.T, catchUp bool) schedule.Entry {
+	c, err := schedule.ParseCron("*/1 * * * *", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return schedule.Entry{Module: "reports", Queue: "reports",
+		Spec: schedule.Spec{Name: "minutely", Cron: c, Payload: []byte("go"), Overlap: schedule.OverlapAllow, CatchUp: catchUp}}
+}
+
+// fired returns the minutes (since start) of the ticks whose jobs are queued, checking
+// that each job is the one its tick's id names, and that no id was published twice.
+func fired(t *testing.T, b *recorder) []int {
+	t.Helper()
+	pending, err := b.Pending("reports")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	ids := slices.Clone(b.ids)
+	b.mu.Unlock()
+	if len(ids) != len(pending) {
+		t.Errorf("%d publishes for %d jobs: a tick was published twice", len(ids), len(pending))
+	}
+	var out []int
+	for _, env := range pending {
+		found := false
+		for m := range 1000 {
+			if env.ID == backend.ScheduleID("reports/minutely", start.Add(time.Duration(m)*time.Minute)) {
+				out = append(out, m)
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("job %s is no tick's job", env.ID)
+		}
+		if string(env.Payload) != "go" {
+			t.Errorf("job %s has payload %q, want the schedule's", env.ID, env.Payload)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func minutes(from, to int, skip ...int) []int {
+	var out []int
+	for m := from; m <= to; m++ {
+		if !slices.Contains(skip, m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestTenMinutesTenJobs: "*/1 * * * *" over ten minutes enqueues ten jobs, one per
+// tick, each with its tick's id.
+func TestTenMinutesTenJobs(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := newBackend(t)
+		h := startHost(b, nil, minutely(t, true))
+		time.Sleep(10*time.Minute + 30*time.Second)
+		synctest.Wait()
+		h.stop()
+		if got, want := fired(t, b), minutes(1, 10); !slices.Equal(got, want) {
+			t.Errorf("fired minutes %v, want %v", got, want)
+		}
+	})
+}
+
+// TestRestartNeitherRepeatsNorLoses: a host stopped just after a tick and started again
+// at once, or stopped before a tick and started after it, fires every tick once.
+func TestRestartNeitherRepeatsNorLoses(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := newBackend(t)
+		h := startHost(b, nil, minutely(t, true))
+		time.Sleep(5 * time.Minute) // the tick at minute 5 fires at this instant
+		synctest.Wait()
+		h.stop()
+		h = startHost(b, nil, minutely(t, true)) // at minute 5, after its tick fired
+		time.Sleep(2*time.Minute + 50*time.Second)
+		h.stop()
+		time.Sleep(20 * time.Second) // down from 7:50 to 8:10: the tick at 8 fires at start
+		h = startHost(b, nil, minutely(t, true))
+		time.Sleep(2*time.Minute + 20*time.Second)
+		synctest.Wait()
+		h.stop()
+		if got, want := fired(t, b), minutes(1, 10); !slices.Equal(got, want) {
+			t.Errorf("fired minutes %v, want %v", got, want)
+		}
+	})
+}
+
+// TestRestartOnPebble: the embedded backend keeps the last fired tick on disk: a host
+// whose store is closed and opened again (as at a restart) after the tick at minute 5,
+// and again across the tick at minute 8, fires each of the ten ticks once.
+func TestRestartOnPebble(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		cfg := pebble.Config{Dir: "/data", FS: vfs.NewMem()}
+		rec := &recorder{}
+		var b *pebble.Backend
+		openStore := func() {
+			var err error
+			if b, err = pebble.Open(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Declare(ctx, backend.QueueConfig{Name: "reports"}); err != nil {
+				t.Fatal(err)
+			}
+			rec.store = b
+		}
+		restart := func(h *host, down time.Duration) *host {
+			h.stop()
+			if err := b.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(down)
+			openStore()
+			return startHost(rec, nil, minutely(t, true))
+		}
+		openStore()
+		h := startHost(rec, nil, minutely(t, true))
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		h = restart(h, 0)
+		time.Sleep(2*time.Minute + 50*time.Second)
+		h = restart(h, 20*time.Second) // 7:50 to 8:10
+		time.Sleep(2*time.Minute + 20*time.Second)
+		synctest.Wait()
+		h.stop()
+		defer b.Close(ctx)
+		if len(rec.ids) != 10 {
+			t.Errorf("%d publishes, want 10: %v", len(rec.ids), rec.ids)
+		}
+		for m := 1; m <= 10; m++ {
+			id := backend.ScheduleID("reports/minutely", start.Add(time.Duration(m)*time.Minute))
+			if r, err := b.JobRecord(ctx, id); err != nil || r.State != backend.JobPending {
+				t.Errorf("the job of minute %d: %+v, %v", m, r, err)
+			}
+		}
+		if st, err := b.QueueStats(ctx, "reports"); err != nil || st.Pending != 10 {
+			t.Errorf("pending %+v, %v: want 10", st, err)
+		}
+	})
+}
+
+// TestMissedTicks: ticks missed while no host fired run once at start with catch_up
+// (the newest of them), and not at all without.
+func TestMissedTicks(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		catchUp bool
+		want    []int
+	}{
+		{true, minutes(1, 10, 3, 4, 5, 6)}, // down 2:30 to 7:30: 7 runs at start
+		{false, minutes(1, 10, 3, 4, 5, 6, 7)},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			b := newBackend(t)
+			h := startHost(b, nil, minutely(t, c.catchUp))
+			time.Sleep(2*time.Minute + 30*time.Second)
+			h.stop()
+			time.Sleep(5 * time.Minute)
+			h = startHost(b, nil, minutely(t, c.catchUp))
+			synctest.Wait()
+			if c.catchUp {
+				if got := fired(t, b); !slices.Equal(got, []int{1, 2, 7}) {
+					t.Errorf("catch_up: fired %v at the start at 7:30, want [1 2 7]", got)
+				}
+			}
+			time.Sleep(3 * time.Minute)
+			synctest.Wait()
+			h.stop()
+			if got := fired(t, b); !slices.Equal(got, c.want) {
+				t.Errorf("catch_up = %v: fired minutes %v, want %v", c.catchUp, got, c.want)
+			}
+		})
+	}
+}
+
+// TestOverlapSkip: with overlap = "skip" a tick is skipped while the previous tick's
+// job is still queued; "allow" fires it.
+func TestOverlapSkip(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		overlap schedule.Overlap
+		want    []int
+	}{
+		{schedule.OverlapSkip, []int{1, 3}}, // 2 skipped while 1 waits; 4 skipped while 3 waits
+		{schedule.OverlapAllow, []int{1, 2, 3, 4}},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			b := newBackend(t)
+			var mu sync.Mutex
+			taken := map[string]bool{} // jobs a consumer took and finished
+			busy := func(_ context.Context, id string) (bool, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				pending, err := b.Pending("reports")
+				return !taken[id] && slices.ContainsFunc(pending, func(e backend.Envelope) bool { return e.ID == id }), err
+			}
+			e := minutely(t, true)
+			e.Overlap = c.overlap
+			h := startHost(b, busy, e)
+			time.Sleep(2*time.Minute + 30*time.Second)
+			synctest.Wait()
+			// The job of minute 1 finishes now: minute 3 fires, 4 finds 3 pending.
+			mu.Lock()
+			taken[backend.ScheduleID("reports/minutely", start.Add(time.Minute))] = true
+			mu.Unlock()
+			time.Sleep(2 * time.Minute)
+			synctest.Wait()
+			h.stop()
+			if got := fired(t, b); !slices.Equal(got, c.want) {
+				t.Errorf("overlap %v: fired minutes %v, want %v", c.overlap, got, c.want)
+			}
+		})
+	}
+}
+
+// TestList shows the next tick and the last fired one.
+func TestList(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		b := newBackend(t)
+		h := startHost(b, nil, minutely(t, true))
+		time.Sleep(90 * time.Second)
+		synctest.Wait()
+		list := h.s.List()
+		h.stop()
+		if len(list) != 1 {
+			t.Fatalf("List = %+v, want one schedule", list)
+		}
+		st := list[0]
+		if st.Name != "reports/minutely" || !st.Next.Equal(start.Add(2*time.Minute)) || !st.Last.Equal(start.Add(time.Minute)) ||
+			st.LastID != backend.ScheduleID("reports/minutely", start.Add(time.Minute)) || !st.Firing || st.Cron != "*/1 * * * *" {
+			t.Errorf("List = %+v", st)
+		}
+	})
+}
