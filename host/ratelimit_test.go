@@ -73,7 +73,10 @@ func TestManifestRateReachesTheWorker(t *testing.T) {
 	t.Parallel()
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	q := &recordingQueues{Worker: rig.w}
-	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true})
+	// Immediate: a new manifest is a new version, which a canary would register only
+	// once promoted.
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true,
+		Rollout: host.Rollout{Strategy: host.StrategyImmediate}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -479,8 +479,9 @@ func TestFinishedChangesDoNotWaitForTheDebounce(t *testing.T) {
 			return "svc", host.Version(v)
 		}},
 		{"a manifest renamed in", func() (string, string) {
-			rig.write("svc.toml", []byte("timeout = \"7s\"\n"))
-			return "svc", host.Version(variant(t, "abi/echo", "2"))
+			man := []byte("timeout = \"7s\"\n")
+			rig.write("svc.toml", man)
+			return "svc", host.VersionOf(variant(t, "abi/echo", "2"), man) // a version is bytes and manifest
 		}},
 	} {
 		module, version := step.change()
