@@ -18,6 +18,8 @@ var optionalRules = []rule{
 	{"SettlesWithRecordWriteTheRecord", testSettleRecords},
 	{"JobRecordsFollowPublishAndSettle", testJobRecords},
 	{"RepeatPublishOfAHeldIDIsDropped", testRepeatPublishDropped},
+	{"JobControlCancelRetryDelete", testJobControl},
+	{"ListJobsNewestFirstWithCursor", testListJobs},
 }
 
 func batchPublisher(t *testing.T, h *harness) backend.BatchPublisher {
