@@ -8,7 +8,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-
 func jobController(t *testing.T, h *harness) backend.JobController {
 	t.Helper()
 	c, ok := h.b.(backend.JobController)

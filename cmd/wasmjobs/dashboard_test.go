@@ -195,7 +195,9 @@ func TestDashboardInChromium(t *testing.T) {
 	})
 	do(t, ctx, "purge", chromedp.Navigate(ui+"dead-letters?queue=dead"), chromedp.Click(`#purge`),
 		chromedp.WaitVisible(`#confirm-purge`), chromedp.Click(`#confirm`), chromedp.WaitVisible(`p.flash`))
-	var dl struct{ DeadLetters []any `json:"dead_letters"` }
+	var dl struct {
+		DeadLetters []any `json:"dead_letters"`
+	}
 	h.get("/v1/dead-letters?queue=dead", &dl)
 	if len(dl.DeadLetters) != 0 {
 		t.Errorf("after Purge on the page the API lists %d dead letters, want none", len(dl.DeadLetters))
