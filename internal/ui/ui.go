@@ -312,6 +312,7 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	_, canAct := s.cfg.Backend.(backend.JobController)
+	_, data["Records"] = s.cfg.Backend.(backend.JobRecordReader)
 	data["CanAct"] = canAct
 	data["CanCancel"] = canAct && (st.State == "pending" || st.State == "delayed" || st.State == "deferred" || st.State == "retrying")
 	data["CanRetry"] = canAct && (st.State == "retrying" || st.State == "dead" || st.State == "delayed" || st.State == "deferred")
