@@ -2,12 +2,22 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -273,4 +283,49 @@ func TestDashboardRefusesCrossSiteAndAsksForTheToken(t *testing.T) {
 	if j.State != "delayed" {
 		t.Errorf("after the refused cross-site cancel the job is %q, want still delayed", j.State)
 	}
+}
+
+// TestRunServesTLS: with --tls-cert and --tls-key the API and the dashboard answer over
+// TLS, and / redirects to /ui/.
+func TestRunServesTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	installModule(t, dir, "abi/echo", "echo", "v1")
+	certDir := t.TempDir()
+	cert, key := filepath.Join(certDir, "cert.pem"), filepath.Join(certDir, "key.pem")
+	writeSelfSigned(t, cert, key)
+	h := startHost(t, dir, "--tls-cert", cert, "--tls-key", key)
+	if !strings.HasPrefix(h.url, "https://") {
+		t.Fatalf("the host says it serves %s, want https://", h.url)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := client.Get(h.url + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Request.URL.Path != "/ui/" || resp.TLS == nil {
+		t.Errorf("GET / over TLS: %d at %s (TLS %v), want 200 at /ui/", resp.StatusCode, resp.Request.URL.Path, resp.TLS != nil)
+	}
+}
+
+func writeSelfSigned(t *testing.T, certFile, keyFile string) {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600)
 }
