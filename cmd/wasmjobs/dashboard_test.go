@@ -172,6 +172,10 @@ func TestDashboardInChromium(t *testing.T) {
 	if cells["echo.delayed"] != "2" || cells["dead.dead"] != "3" {
 		t.Errorf("overview cells %v: want echo delayed 2 and dead dead 3", cells)
 	}
+	// The counts refresh by themselves: a job enqueued now shows without a reload.
+	h.enqueueJSON(`{"queue":"echo","payload":"live","delay":"1h"}`)
+	value(t, ctx, "the live count", chromedp.Poll[bool](`document.querySelector('tr[data-queue="echo"] td[data-count="delayed"]').textContent.trim() === "3"`,
+		chromedp.WithPollingTimeout(20*time.Second)))
 
 	// A job page shows the output and the module version.
 	j := h.job(done)
@@ -221,8 +225,25 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	do(t, ctx, "queue", chromedp.Navigate(ui+"queues/echo"), chromedp.WaitVisible(`table.jobs`))
 	rows := value(t, ctx, "queue rows", chromedp.Evaluate[int](`document.querySelectorAll('table.jobs tbody a').length`))
-	if rows != 3 {
-		t.Errorf("queue page lists %d jobs, want the 3 of echo", rows)
+	if rows != 4 {
+		t.Errorf("queue page lists %d jobs, want the 4 of echo", rows)
+	}
+
+	// A candidate uploaded on the modules page is validated, not served.
+	wasm, _ := filepath.Abs("../../testdata/abi/echo.wasm")
+	junk := filepath.Join(t.TempDir(), "junk.wasm")
+	os.WriteFile(junk, []byte("not a module"), 0o644)
+	for file, want := range map[string]string{wasm: "OK, version", junk: "rejected: "} {
+		do(t, ctx, "upload", chromedp.Navigate(ui+"modules"), chromedp.SetUploadFiles(`#module`, []string{file}),
+			chromedp.Submit(`#module`), chromedp.WaitVisible(`#result`))
+		if got := value(t, ctx, "upload result", chromedp.Text(`#result`)); !strings.Contains(got, want) {
+			t.Errorf("uploading %s: %q, want %q", filepath.Base(file), got, want)
+		}
+	}
+	var mods2 struct{ Modules []struct{ Name string } }
+	h.get("/v1/modules", &mods2)
+	if len(mods2.Modules) != 2 {
+		t.Errorf("after the uploads the host serves %d modules, want the same 2", len(mods2.Modules))
 	}
 	if status := h.get("/ui/jobs/NOSUCHJOB", nil); status != http.StatusNotFound {
 		t.Errorf("an unknown job's page answered %d, want 404", status)
