@@ -167,3 +167,13 @@ type JobController interface {
 	// first, a dead letter goes, and its record is deleted.
 	DeleteJob(ctx context.Context, id string) error
 }
+
+// JobEnvelopeReader is implemented by backends that can give back the envelope
+// (payload, headers) of a job they hold: waiting (pending, delayed, deferred, retrying)
+// or dead-lettered. Job records keep no payload, so a finished or running job's is not
+// available.
+type JobEnvelopeReader interface {
+	// JobEnvelope returns the envelope of the held job id, or an error wrapping
+	// ErrNotFound when the backend holds no such job waiting or dead.
+	JobEnvelope(ctx context.Context, id string) (Envelope, error)
+}

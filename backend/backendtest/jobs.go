@@ -48,6 +48,15 @@ func testJobControl(t *testing.T, h *harness) {
 			t.Errorf("QueueStats after cancelling one ready and two delayed of four = %+v, %v; want 0 pending, 1 delayed", st, err)
 		}
 	}
+	if er, ok := h.b.(backend.JobEnvelopeReader); ok {
+		env, err := er.JobEnvelope(h.ctx(), soon.ID)
+		if err != nil || env.ID != soon.ID || string(env.Payload) != "soon" {
+			t.Errorf("JobEnvelope of a delayed job = %+v, %v; want its payload", env, err)
+		}
+		if _, err := er.JobEnvelope(h.ctx(), later.ID); !errors.Is(err, backend.ErrNotFound) {
+			t.Errorf("JobEnvelope of a cancelled job: %v, want ErrNotFound", err)
+		}
+	}
 	if err := c.RetryJobNow(h.ctx(), soon.ID); err != nil {
 		t.Fatalf("RetryJobNow(%s) of a job delayed by an hour: %v", soon.ID, err)
 	}
@@ -60,6 +69,11 @@ func testJobControl(t *testing.T, h *harness) {
 		t.Errorf("CancelJob of a running job: %v, want ErrJobState (or ErrNotFound from a backend without records)", err)
 	}
 	mustSettle(t, "DeadLetter", d.DeadLetter(h.ctx(), "broken"))
+	if er, ok := h.b.(backend.JobEnvelopeReader); ok {
+		if env, err := er.JobEnvelope(h.ctx(), soon.ID); err != nil || string(env.Payload) != "soon" {
+			t.Errorf("JobEnvelope of a dead letter = %+v, %v; want its payload", env, err)
+		}
+	}
 	if err := c.RetryJobNow(h.ctx(), soon.ID); err != nil {
 		t.Fatalf("RetryJobNow(%s) of a dead letter: %v", soon.ID, err)
 	}

@@ -160,3 +160,39 @@ func (b *Backend) DeleteJob(ctx context.Context, id string) error {
 	}
 	return err
 }
+
+var _ backend.JobEnvelopeReader = (*Backend)(nil)
+
+// JobEnvelope returns the envelope of a job the backend holds waiting or dead.
+func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope, error) {
+	var env backend.Envelope
+	found, err := b.find(id, func(q *queue, w where) error {
+		switch w {
+		case ready:
+			for level := range q.ready {
+				for i := range q.ready[level].Len() {
+					if m := q.ready[level].At(i); m.env.ID == id {
+						env = m.env.Clone()
+					}
+				}
+			}
+		case held:
+			for _, h := range q.held {
+				if h.m.env.ID == id {
+					env = h.m.env.Clone()
+				}
+			}
+		case dead:
+			for _, d := range q.dead {
+				if d.m.env.ID == id {
+					env = d.m.env.Clone()
+				}
+			}
+		}
+		return nil
+	})
+	if !found && err == nil {
+		return backend.Envelope{}, notHeld(id)
+	}
+	return env, err
+}

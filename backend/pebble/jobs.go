@@ -293,3 +293,88 @@ func (x *delayIndex) putBack(dl *delayed) {
 		x.arm(max(time.Until(dl.due), 0))
 	}
 }
+
+var _ backend.JobEnvelopeReader = (*Backend)(nil)
+
+// JobEnvelope returns the envelope of a job that waits or is dead, read from its key.
+func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope, error) {
+	rec, err := b.JobRecord(ctx, id)
+	if err != nil {
+		return backend.Envelope{}, err
+	}
+	q, err := b.lookup(rec.Queue)
+	if err != nil {
+		return backend.Envelope{}, err
+	}
+	if err := b.enter(); err != nil {
+		return backend.Envelope{}, err
+	}
+	defer b.ops.Done()
+	var key []byte
+	switch rec.State {
+	case backend.JobDead:
+		err = b.scanDead(q.name, func(k, v []byte) (bool, error) {
+			_, _, value, err := decodeDead(v)
+			if err != nil {
+				return false, fmt.Errorf("dead letter %q in %s: %w", k, b.dir, err)
+			}
+			if got, err := envelopeID(value); err == nil && got == id {
+				key = append([]byte(nil), k...)
+				return false, nil
+			}
+			return true, nil
+		})
+		if err != nil {
+			return backend.Envelope{}, err
+		}
+	case backend.JobPending, backend.JobDelayed, backend.JobDeferred, backend.JobRetrying:
+		key = q.keyOf(id)
+		if key == nil {
+			key = b.delays.keyOf(id)
+		}
+	}
+	if key == nil {
+		return backend.Envelope{}, fmt.Errorf("job %q of queue %q is %s: its payload is not kept: %w", id, q.name, rec.State, backend.ErrNotFound)
+	}
+	v, err := b.get(key)
+	if err != nil {
+		return backend.Envelope{}, fmt.Errorf("job %q of queue %q left its place while it was read: %w", id, q.name, backend.ErrNotFound)
+	}
+	if rec.State == backend.JobDead {
+		if _, _, v, err = decodeDead(v); err != nil {
+			return backend.Envelope{}, fmt.Errorf("dead letter %q in %s: %w", id, b.dir, err)
+		}
+	}
+	env, err := decodeEnvelope(v)
+	if err != nil {
+		return backend.Envelope{}, fmt.Errorf("job %q in %s: %w", id, b.dir, err)
+	}
+	return env, nil
+}
+
+// keyOf returns the key of the ready job id, or nil.
+func (q *queue) keyOf(id string) []byte {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for level := range q.ready {
+		r := &q.ready[level]
+		for i := range r.Len() {
+			if it := r.At(i); it.id == id {
+				return q.key(it)
+			}
+		}
+	}
+	return nil
+}
+
+// keyOf returns the key of the delayed job id, or nil.
+func (x *delayIndex) keyOf(id string) []byte {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, dl := range x.h {
+		if dl.id == id {
+			return dl.key
+		}
+	}
+	return nil
+}

@@ -192,7 +192,11 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 
 	// Cancel and retry now from the job page.
-	do(t, ctx, "cancel", chromedp.Navigate(ui+"jobs/"+cancelMe), chromedp.Click(`#cancel`), chromedp.WaitVisible(`p.flash`))
+	do(t, ctx, "a waiting job", chromedp.Navigate(ui+"jobs/"+cancelMe), chromedp.WaitVisible(`#payload`))
+	if p := value(t, ctx, "payload", chromedp.Text(`#payload`)); p != "later" {
+		t.Errorf("a delayed job's page shows payload %q, want \"later\"", p)
+	}
+	do(t, ctx, "cancel", chromedp.Click(`#cancel`), chromedp.WaitVisible(`p.flash`))
 	if s := h.job(cancelMe).State; s != "cancelled" {
 		t.Errorf("after Cancel on the page the API says %s, want cancelled", s)
 	}

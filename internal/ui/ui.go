@@ -299,14 +299,18 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data := map[string]any{"Job": st}
-	// Job records do not keep payloads; a dead letter does.
-	if st.State == string(backend.JobDead) {
-		if store, ok := s.cfg.Backend.(backend.DeadLetterStore); ok {
-			if dead, err := store.DeadLetters(r.Context(), st.Queue, 0); err == nil {
-				for _, d := range api.DeadLetterInfos(st.Queue, dead) {
-					if d.ID == id {
-						data["Dead"] = d
-					}
+	// Job records keep no payload: the backend gives it while it holds the job (waiting
+	// or dead); a broker's dead letters can be read.
+	if er, ok := s.cfg.Backend.(backend.JobEnvelopeReader); ok {
+		if env, err := er.JobEnvelope(r.Context(), id); err == nil {
+			data["Payload"] = payloadText(base64.StdEncoding.EncodeToString(env.Payload))
+			data["Headers"] = env.Headers
+		}
+	} else if store, ok := s.cfg.Backend.(backend.DeadLetterStore); ok && st.State == string(backend.JobDead) {
+		if dead, err := store.DeadLetters(r.Context(), st.Queue, 0); err == nil {
+			for _, d := range api.DeadLetterInfos(st.Queue, dead) {
+				if d.ID == id {
+					data["Payload"], data["Headers"] = payloadText(d.PayloadBase64), d.Headers
 				}
 			}
 		}
