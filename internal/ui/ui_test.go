@@ -93,7 +93,10 @@ func TestLoginSetsAStrictCookieAndRedirectsOnlyInside(t *testing.T) {
 func TestUploadOverTheCapIsRefused(t *testing.T) {
 	t.Parallel()
 	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{MaxUpload: 1 << 20,
-		Validate: func(context.Context, string, []byte) (string, error) { t.Error("an upload over the cap was validated"); return "", nil }})
+		Validate: func(context.Context, string, []byte) (string, error) {
+			t.Error("an upload over the cap was validated")
+			return "", nil
+		}})
 	pr, pw := io.Pipe()
 	mw := multipart.NewWriter(pw)
 	go func() {
