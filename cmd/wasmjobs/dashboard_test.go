@@ -211,6 +211,10 @@ func TestDashboardInChromium(t *testing.T) {
 		j := h.job(dead[0])
 		return j.State == "dead" && j.FinishedAt.After(before)
 	})
+	do(t, ctx, "attempts", chromedp.Navigate(ui+"jobs/"+dead[0]), chromedp.WaitVisible(`#attempts`))
+	if n := value(t, ctx, "attempts", chromedp.Evaluate[int](`document.querySelectorAll('#attempts tbody tr').length`)); n != 2 {
+		t.Errorf("the replayed dead job's page lists %d attempts, want 2 (the first run and the replay)", n)
+	}
 	do(t, ctx, "purge", chromedp.Navigate(ui+"dead-letters?queue=dead"), chromedp.Click(`#purge`),
 		chromedp.WaitVisible(`#confirm-purge`), chromedp.Click(`#confirm`), chromedp.WaitVisible(`p.flash`))
 	var dl struct {

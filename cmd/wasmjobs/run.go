@@ -139,7 +139,7 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate: serve the API and the dashboard over TLS (with --tls-key; env WASMJOBS_TLS_CERT)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert (env WASMJOBS_TLS_KEY)")
 	fl.BoolVar(&f.insecureHTTP, "insecure-http", false, "serve plain HTTP beyond loopback: the token then crosses the network in clear")
-	fl.IntVar(&f.history, "history", api.DefaultHistory, "recent jobs whose state GET /v1/jobs/{id} reports on the memory and RabbitMQ backends (env WASMJOBS_HISTORY)")
+	fl.IntVar(&f.history, "history", api.DefaultHistory, "recent jobs whose state GET /v1/jobs/{id} reports on the memory and RabbitMQ backends, and whose attempts the dashboard lists (env WASMJOBS_HISTORY)")
 	return cmd
 }
 
@@ -411,14 +411,15 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 
 	met := metrics.New()
 	rates := api.NewRates(nil)
+	attempts := api.NewAttempts(f.history)
 	versions := ui.NewVersions()
 	// A backend with job records (pebble) answers GET /v1/jobs/{id} itself, after a
 	// restart too; the others get the in-memory history of recent jobs.
 	var hist *api.History
-	obs := worker.Observers(met, rates, worker.LogObserver(log))
+	obs := worker.Observers(met, rates, attempts, worker.LogObserver(log))
 	if _, records := b.(backend.JobRecordReader); !records {
 		hist = api.NewHistory(f.history)
-		obs = worker.Observers(hist, met, rates, worker.LogObserver(log))
+		obs = worker.Observers(hist, met, rates, attempts, worker.LogObserver(log))
 	}
 	w := worker.New(b, worker.Config{
 		Concurrency: f.concurrency,
@@ -504,7 +505,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		dataDir = pb.Dir()
 	}
 	dash := ui.New(ui.Config{
-		Backend: b, Registry: reg, Running: w.Running, History: hist, Rates: rates, Versions: versions,
+		Backend: b, Registry: reg, Running: w.Running, History: hist, Rates: rates, Attempts: attempts, Versions: versions,
 		Token: f.token, Loopback: loopback, Accepting: accepting, Logger: log,
 		Validate: func(ctx context.Context, name string, wasm []byte) (string, error) {
 			name = filepath.Base(name)

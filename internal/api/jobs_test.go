@@ -128,3 +128,24 @@ func TestRatesCountSettlesAndFailuresPerBucket(t *testing.T) {
 		t.Errorf("after the window passed: %v per minute, want 0", s.PerMinute)
 	}
 }
+
+func TestAttemptsKeepEachRunWithItsVersion(t *testing.T) {
+	t.Parallel()
+	a := api.NewAttempts(2)
+	run := func(id string, attempt int, s worker.Settle, version string) {
+		a.Observe(worker.Event{Kind: worker.EventStarted, Job: &worker.Job{Envelope: backend.Envelope{ID: id}, Attempt: attempt}})
+		a.Observe(worker.Event{Kind: worker.EventSettled, Settle: s, Reason: "r" + version,
+			Job: &worker.Job{Envelope: backend.Envelope{ID: id}, Attempt: attempt}, Result: worker.Result{Handler: "m", Version: version}})
+	}
+	run("a", 1, worker.SettleRetry, "v1")
+	run("a", 2, worker.SettleAck, "v2")
+	got := a.Of("a")
+	if len(got) != 2 || got[0].Settle != "retry" || got[0].Version != "v1" || got[1].Settle != "ack" || got[1].Version != "v2" || got[1].Attempt != 2 {
+		t.Fatalf("attempts of a = %+v; want a retry on v1 then an ack on v2", got)
+	}
+	run("b", 1, worker.SettleAck, "v2")
+	run("c", 1, worker.SettleAck, "v2")
+	if a.Of("a") != nil || len(a.Of("c")) != 1 {
+		t.Errorf("past the bound of 2 jobs the oldest must go: a %v, c %v", a.Of("a"), a.Of("c"))
+	}
+}

@@ -55,6 +55,7 @@ type Config struct {
 	Running  func() map[string]int
 	History  *api.History
 	Rates    *api.Rates
+	Attempts *api.Attempts
 	Versions *Versions
 	// Validate loads a candidate module without serving it and returns its version
 	// (the modules page's upload); nil hides the upload.
@@ -298,7 +299,7 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, statusOf(err), err)
 		return
 	}
-	data := map[string]any{"Job": st}
+	data := map[string]any{"Job": st, "Attempts": s.cfg.Attempts.Of(id)}
 	// Job records keep no payload: the backend gives it while it holds the job (waiting
 	// or dead); a broker's dead letters can be read.
 	if er, ok := s.cfg.Backend.(backend.JobEnvelopeReader); ok {
