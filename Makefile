@@ -1,7 +1,7 @@
 # wasmjobs: build and test. `make help` lists the targets.
 GO ?= go
 
-.PHONY: help broker cluster postgres fuzz guests gobench run test vet build cover bench bench-river testdata testdata-check examples soak
+.PHONY: screenshots help broker cluster postgres fuzz guests gobench run test vet build cover bench bench-river testdata testdata-check examples soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -79,3 +79,6 @@ fuzz: ## run each fuzz target for FUZZTIME (crashers land in the package's testd
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./backend/rabbitmq/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseManifest$$' -fuzztime $(FUZZTIME) ./host/
 	$(GO) test -run '^$$' -fuzz '^FuzzHostFunctionPointers$$' -fuzztime $(FUZZTIME) ./host/
+
+screenshots: build ## start a real run, enqueue jobs, and save PNGs of the dashboard into docs/screenshots (needs chromium)
+	$(GO) run ./internal/ui/screenshots -bin bin/wasmjobs -out docs/screenshots

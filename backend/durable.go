@@ -71,10 +71,12 @@ const (
 	JobDeferred JobState = "deferred"
 	// JobDead jobs were dead-lettered.
 	JobDead JobState = "dead"
+	// JobCancelled jobs were cancelled by an operator before they ran (JobCanceller).
+	JobCancelled JobState = "cancelled"
 )
 
-// Finished reports whether the state is final: succeeded or dead.
-func (s JobState) Finished() bool { return s == JobSucceeded || s == JobDead }
+// Finished reports whether the state is final: succeeded, dead or cancelled.
+func (s JobState) Finished() bool { return s == JobSucceeded || s == JobDead || s == JobCancelled }
 
 // JobRecord is what a backend keeps of one job: its latest state and what its last run
 // left, so that a job can be looked up after it left the queue, and after a restart.
@@ -168,4 +170,62 @@ type ScheduleStore interface {
 	// either both are kept or neither. A repeat of an id the backend still holds is
 	// not published again, and the tick is still recorded.
 	PublishTick(ctx context.Context, schedule string, tick time.Time, env Envelope) error
+}
+
+// JobFilter selects the jobs of one queue that JobLister.ListJobs returns.
+type JobFilter struct {
+	// State keeps only jobs in this state; empty keeps every state.
+	State JobState
+	// Cursor continues a listing: the Next of the previous page; empty starts at the
+	// newest job.
+	Cursor string
+	// Limit is the most jobs a page holds; zero or less means DefaultJobPage.
+	Limit int
+}
+
+// DefaultJobPage is the page size of a JobFilter without a limit.
+const DefaultJobPage = 50
+
+// JobPage is one page of a listing, newest job first.
+type JobPage struct {
+	Jobs []JobRecord
+	// Next is the cursor of the following page, empty at the end. A page may hold
+	// fewer jobs than the limit and still have a Next: a backend bounds the records it
+	// reads for one page, so that a rare state cannot make one request read the whole
+	// store.
+	Next string
+}
+
+// JobLister is implemented by backends that list a queue's jobs from their records.
+type JobLister interface {
+	// ListJobs returns a page of the declared queue's jobs that match f, newest first
+	// (by id: ids sort by creation time). An unknown queue fails with ErrUnknownQueue.
+	ListJobs(ctx context.Context, queue string, f JobFilter) (JobPage, error)
+}
+
+// JobController is implemented by backends that can act on one held job by id: what an
+// operator does from the dashboard. Each method fails with an error wrapping
+// ErrNotFound when the backend holds no such job, and ErrJobState when the job's state
+// does not allow the action (a running job can be neither cancelled nor deleted).
+type JobController interface {
+	// CancelJob removes a pending or delayed (or deferred, or retrying) job before it
+	// runs; a backend with job records keeps its record as cancelled.
+	CancelJob(ctx context.Context, id string) error
+	// RetryJobNow makes a job that waits for its next attempt (retrying, delayed or
+	// deferred) ready now, or puts a dead letter back as a fresh job (as
+	// DeadLetterStore.ReplayDeadLetter).
+	RetryJobNow(ctx context.Context, id string) error
+	// DeleteJob removes the job and what is kept of it: a waiting job is cancelled
+	// first, a dead letter goes, and its record is deleted.
+	DeleteJob(ctx context.Context, id string) error
+}
+
+// JobEnvelopeReader is implemented by backends that can give back the envelope
+// (payload, headers) of a job they hold: waiting (pending, delayed, deferred, retrying)
+// or dead-lettered. Job records keep no payload, so a finished or running job's is not
+// available.
+type JobEnvelopeReader interface {
+	// JobEnvelope returns the envelope of the held job id, or an error wrapping
+	// ErrNotFound when the backend holds no such job waiting or dead.
+	JobEnvelope(ctx context.Context, id string) (Envelope, error)
 }

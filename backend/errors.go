@@ -25,6 +25,9 @@ var (
 	// ErrDelayTooLong is returned by a publish, retry or defer whose delay passes the
 	// longest the backend holds (at most MaxDelay).
 	ErrDelayTooLong = errors.New("delay too long")
+	// ErrJobState is returned by a job action (cancel, retry now, delete) that the
+	// job's state does not allow, such as cancelling a running job.
+	ErrJobState = errors.New("the job's state does not allow this")
 	// ErrSettleUnknown is returned by a settle whose context ended while its write was
 	// in flight: the outcome is unknown, the write may still land. The delivery must
 	// not be settled again (a second settle gets ErrAlreadySettled); if the write

@@ -21,6 +21,8 @@ var optionalRules = []rule{
 	{"UniqueKeyHeldWhileAliveAndFor", testUniqueStates},
 	{"UniqueKeysPerJobOfABatch", testUniqueBatch},
 	{"UniqueUnderConcurrency", testUniqueConcurrent},
+	{"JobControlCancelRetryDelete", testJobControl},
+	{"ListJobsNewestFirstWithCursor", testListJobs},
 }
 
 func batchPublisher(t *testing.T, h *harness) backend.BatchPublisher {

@@ -87,7 +87,7 @@ type queue struct {
 	ready    []ring.Ring[*message] // index = priority level
 	nready   int
 	streams  map[*stream]struct{}
-	held     map[*time.Timer]bool // delayed or deferred messages; true for deferred
+	held     map[*time.Timer]heldMessage // delayed or deferred messages
 	acked    int
 	dead     []deadLetter
 	unsettle int // deliveries taken off the queue and not settled, over all streams
@@ -130,7 +130,7 @@ func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 		levels:   q.PriorityLevels,
 		ready:    make([]ring.Ring[*message], q.PriorityLevels+1),
 		streams:  make(map[*stream]struct{}),
-		held:     make(map[*time.Timer]bool),
+		held:     make(map[*time.Timer]heldMessage),
 		ids:      make(map[string]int),
 		uniq:     make(map[string]*uniqEntry),
 		uniqByID: make(map[string]*uniqEntry),
@@ -228,8 +228,14 @@ func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admi
 		delete(q.held, t)
 		q.pushBack(m)
 	})
-	q.held[t] = deferred
+	q.held[t] = heldMessage{m: m, deferred: deferred}
 	return nil
+}
+
+// heldMessage is a delayed or deferred message, waiting for its timer.
+type heldMessage struct {
+	m        *message
+	deferred bool
 }
 
 // hold counts m among the messages the queue holds; release, when it leaves.
@@ -367,8 +373,8 @@ func (b *Backend) Stats(queue string) (QueueStats, error) {
 	defer q.mu.Unlock()
 	offering := int(q.offering.Load())
 	st := QueueStats{Pending: q.nready + offering, Unacked: q.unsettle - offering, Acked: q.acked, Dead: len(q.dead)}
-	for _, deferred := range q.held {
-		if deferred {
+	for _, h := range q.held {
+		if h.deferred {
 			st.Deferred++
 		} else {
 			st.Delayed++

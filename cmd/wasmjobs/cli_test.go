@@ -111,6 +111,8 @@ func TestRunAndClientBadUsage(t *testing.T) {
 		{"run on a file", nil, []string{"run", "--modules", file}, "--modules " + file + ": not a directory"},
 		{"run with zero concurrency", nil, []string{"run", "--modules", dir, "--concurrency", "0"}, "--concurrency 0: want 1 or more"},
 		{"run beyond loopback without token", nil, []string{"run", "--modules", dir, "--listen", "0.0.0.0:0"}, "--listen 0.0.0.0:0 is beyond loopback: set --token"},
+		{"run beyond loopback over plain HTTP", nil, []string{"run", "--modules", dir, "--listen", "0.0.0.0:0", "--token", "t"}, "--listen 0.0.0.0:0 is beyond loopback: give --tls-cert and --tls-key so that the token does not cross the network in clear, or --insecure-http"},
+		{"run with a certificate and no key", nil, []string{"run", "--modules", dir, "--tls-cert", file}, "--tls-cert and --tls-key go together"},
 		{"run with a bad log format", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--log-format", "xml"}, `--log-format "xml": want text or json`},
 		{"run with a bad log level", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--log-level", "loud"}, `--log-level "loud": want debug, info, warn or error`},
 		{"run with a bad backend", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--backend", "redis://x"}, `--backend "redis://x": want pebble, memory or an amqp:// URL`},

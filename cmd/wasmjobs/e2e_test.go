@@ -31,7 +31,7 @@ type hostProc struct {
 	done chan error
 }
 
-var apiLine = regexp.MustCompile(`msg="wasmjobs serving" api=(http://\S+)`)
+var apiLine = regexp.MustCompile(`msg="wasmjobs serving" api=(https?://\S+)`)
 
 // startHost starts `wasmjobs run` on dir with extra flags and waits until it serves.
 func startHost(t *testing.T, dir string, flags ...string) *hostProc {

@@ -28,6 +28,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/api"
 	"github.com/wasmjobs/wasmjobs/internal/metrics"
+	"github.com/wasmjobs/wasmjobs/internal/ui"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -46,6 +47,9 @@ type runFlags struct {
 	recordsAge   time.Duration
 	backupDir    string
 	queueType    string
+	tlsCert      string
+	tlsKey       string
+	insecureHTTP bool
 
 	// open opens the backend; nil means openBackend. Tests give a backend of theirs.
 	open func(context.Context, backendSpec, *slog.Logger) (backend.Backend, error)
@@ -59,6 +63,7 @@ var envDefaults = map[string]string{
 	"server": "WASMJOBS_SERVER", "data-dir": "WASMJOBS_DATA_DIR", "records-max": "WASMJOBS_RECORDS_MAX",
 	"records-max-age": "WASMJOBS_RECORDS_MAX_AGE", "backup-dir": "WASMJOBS_BACKUP_DIR",
 	"queue-type": "WASMJOBS_QUEUE_TYPE",
+	"tls-cert":   "WASMJOBS_TLS_CERT", "tls-key": "WASMJOBS_TLS_KEY",
 }
 
 // applyEnv sets every flag of cmd that was not given on the command line from its
@@ -144,7 +149,10 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	fl.StringVar(&f.logFormat, "log-format", "text", "text or json (env WASMJOBS_LOG_FORMAT)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error; debug logs every job (env WASMJOBS_LOG_LEVEL)")
 	fl.StringVar(&f.token, "token", "", "bearer token the API requires (env WASMJOBS_TOKEN)")
-	fl.IntVar(&f.history, "history", api.DefaultHistory, "recent jobs whose state GET /v1/jobs/{id} reports on the memory and RabbitMQ backends (env WASMJOBS_HISTORY)")
+	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate: serve the API and the dashboard over TLS (with --tls-key; env WASMJOBS_TLS_CERT)")
+	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert (env WASMJOBS_TLS_KEY)")
+	fl.BoolVar(&f.insecureHTTP, "insecure-http", false, "serve plain HTTP beyond loopback: the token then crosses the network in clear")
+	fl.IntVar(&f.history, "history", api.DefaultHistory, "recent jobs whose state GET /v1/jobs/{id} reports on the memory and RabbitMQ backends, and whose attempts the dashboard lists (env WASMJOBS_HISTORY)")
 	return cmd
 }
 
@@ -366,6 +374,12 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if !isLoopback(f.listen) && f.token == "" {
 		return usagef("--listen %s is beyond loopback: set --token (or WASMJOBS_TOKEN) so that the API is not open", f.listen)
 	}
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return usagef("--tls-cert and --tls-key go together: give both, or neither")
+	}
+	if !isLoopback(f.listen) && f.tlsCert == "" && !f.insecureHTTP {
+		return usagef("--listen %s is beyond loopback: give --tls-cert and --tls-key so that the token does not cross the network in clear, or --insecure-http to serve plain HTTP all the same", f.listen)
+	}
 	log, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return err
@@ -446,13 +460,16 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	cleanups = append(cleanups, func(ctx context.Context) { e.Close(ctx) })
 
 	met := metrics.New()
+	rates := api.NewRates(nil)
+	attempts := api.NewAttempts(f.history)
+	versions := ui.NewVersions()
 	// A backend with job records (pebble) answers GET /v1/jobs/{id} itself, after a
 	// restart too; the others get the in-memory history of recent jobs.
 	var hist *api.History
-	obs := worker.Observers(met, worker.LogObserver(log))
+	obs := worker.Observers(met, rates, attempts, worker.LogObserver(log))
 	if _, records := b.(backend.JobRecordReader); !records {
 		hist = api.NewHistory(f.history)
-		obs = worker.Observers(hist, met, worker.LogObserver(log))
+		obs = worker.Observers(hist, met, rates, attempts, worker.LogObserver(log))
 	}
 	w := worker.New(b, worker.Config{
 		Concurrency: f.concurrency,
@@ -462,6 +479,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	schedKick := make(chan struct{}, 1) // a module changed: read the schedules again
 	onEvent := func(ev host.RegistryEvent) {
 		met.ModuleEvent(ev)
+		versions.Record(ev)
 		select {
 		case schedKick <- struct{}{}:
 		default:
@@ -536,19 +554,53 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		}
 		return nil
 	}
+	loopback := isLoopback(ln.Addr().String())
+	apiHandler := api.New(api.Config{
+		Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(), Rates: rates,
+		Schedules: sched.List,
+		Token:     f.token, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
+		Healthy:  failed,
+		Loopback: loopback, BackupDir: backupDir,
+	})
+	dataDir := ""
+	if pb, ok := b.(*pebble.Backend); ok {
+		dataDir = pb.Dir()
+	}
+	dash := ui.New(ui.Config{
+		Backend: b, Registry: reg, Running: w.Running, History: hist, Rates: rates, Attempts: attempts, Versions: versions,
+		Token: f.token, Loopback: loopback, Accepting: accepting, Logger: log,
+		Validate: func(ctx context.Context, name string, wasm []byte) (string, error) {
+			name = filepath.Base(name)
+			man, err := host.ReadManifest(filepath.Join(f.modules, name+".wasm"))
+			if err != nil {
+				return "", err
+			}
+			m, err := e.Load(ctx, name, wasm, man)
+			if err != nil {
+				return "", err
+			}
+			defer m.Retire()
+			return m.Version(), nil
+		},
+		Host: ui.HostInfo{Backend: backendName(f.backend), DataDir: dataDir, Concurrency: f.concurrency, Started: time.Now(), Version: versionString()},
+	})
+	root := http.NewServeMux()
+	root.Handle("/ui/", dash)
+	root.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusSeeOther))
+	root.Handle("/", apiHandler)
 	srv := &http.Server{
-		Handler: api.New(api.Config{
-			Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(),
-			Schedules: sched.List,
-			Token:     f.token, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
-			Healthy:  failed,
-			Loopback: isLoopback(ln.Addr().String()), BackupDir: backupDir,
-		}),
+		Handler:           root,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	scheme := "http"
+	if f.tlsCert != "" {
+		scheme = "https"
+		go func() { serveErr <- srv.ServeTLS(ln, f.tlsCert, f.tlsKey) }()
+	} else {
+		go func() { serveErr <- srv.Serve(ln) }()
+	}
 	cleanups = append(cleanups, func(ctx context.Context) {
 		// Reads go on until the drain ends; then the API closes within what is left,
 		// less backendCloseSlice: the backend, closed after it, gets its own time to
@@ -572,7 +624,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 			serving++
 		}
 	}
-	log.Info("wasmjobs serving", "api", "http://"+ln.Addr().String(), "modules", f.modules,
+	log.Info("wasmjobs serving", "api", scheme+"://"+ln.Addr().String(), "dashboard", scheme+"://"+ln.Addr().String()+"/ui/", "modules", f.modules,
 		"serving", serving, "rejected", len(mods)-serving, "backend", redact(f.backend), "concurrency", f.concurrency)
 
 	select {
@@ -629,6 +681,14 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		return stopErr
 	}
 	return nil
+}
+
+// backendName says which backend a --backend value is, without a URL's password.
+func backendName(spec string) string {
+	if isAMQP(spec) {
+		return "RabbitMQ " + redact(spec)
+	}
+	return spec
 }
 
 // errReporter is a backend that can break for good and says so (the pebble backend

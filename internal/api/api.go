@@ -46,6 +46,8 @@ type Config struct {
 	// History answers GET /v1/jobs/{id} when the backend keeps no job records (it is
 	// not a backend.JobRecordReader); nil remembers nothing.
 	History *History
+	// Rates answers GET /v1/rates; nil reports zeros.
+	Rates *Rates
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every request
@@ -106,6 +108,11 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/jobs/batch", s.enqueueBatch)
 	mux.HandleFunc("GET /v1/jobs/{id}", s.getJob)
 	mux.HandleFunc("GET /v1/queues", s.queues)
+	mux.HandleFunc("GET /v1/queues/{queue}/jobs", s.listJobs)
+	mux.HandleFunc("POST /v1/jobs/{id}/cancel", s.jobAction(ActionCancel))
+	mux.HandleFunc("POST /v1/jobs/{id}/retry", s.jobAction(ActionRetry))
+	mux.HandleFunc("DELETE /v1/jobs/{id}", s.jobAction(ActionDelete))
+	mux.HandleFunc("GET /v1/rates", s.rates)
 	mux.HandleFunc("GET /v1/modules", s.modules)
 	mux.HandleFunc("GET /v1/modules/{name}/history", s.moduleHistory)
 	mux.HandleFunc("POST /v1/modules/{name}/rollback", s.moduleRollback)
@@ -170,7 +177,10 @@ func requireJSON(next http.Handler) http.Handler {
 // loopback listener any other Host means a DNS name was rebound to this machine. A
 // request without a Host (HTTP/1.0, such as a load balancer's health check) passes: a
 // browser always sends one, so its absence cannot be a rebinding.
-func loopbackOnly(next http.Handler) http.Handler {
+func loopbackOnly(next http.Handler) http.Handler { return LoopbackOnly(next) }
+
+// LoopbackOnly is the API's Host check, for the dashboard on the same listener.
+func LoopbackOnly(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Host != "" && !IsLoopbackHost(r.Host) {
 			writeError(w, http.StatusForbidden, "Host %q refused: this API listens on loopback and answers only to localhost, 127.0.0.0/8 or [::1]", r.Host)
@@ -257,6 +267,14 @@ func fail(w http.ResponseWriter, err error) {
 	}
 	if errors.Is(err, backend.ErrUnknownQueue) || errors.Is(err, backend.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "%v", err)
+		return
+	}
+	if errors.Is(err, backend.ErrJobState) {
+		writeError(w, http.StatusConflict, "%v", err)
+		return
+	}
+	if errors.Is(err, ErrUnavailable) {
+		writeError(w, http.StatusNotImplemented, "%v", err)
 		return
 	}
 	if errors.Is(err, backend.ErrDelayTooLong) {
@@ -543,23 +561,9 @@ func jobState(rec backend.JobRecord) JobState {
 }
 
 func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if rr, ok := s.cfg.Backend.(backend.JobRecordReader); ok {
-		rec, err := rr.JobRecord(r.Context(), id)
-		if errors.Is(err, backend.ErrNotFound) {
-			writeError(w, http.StatusNotFound, "job %q is not in the backend's job records (never enqueued, or pruned by retention)", id)
-			return
-		}
-		if err != nil {
-			fail(w, fmt.Errorf("reading the record of job %q: %w", id, err))
-			return
-		}
-		writeJSON(w, http.StatusOK, jobState(rec))
-		return
-	}
-	st, ok := s.cfg.History.Get(id)
-	if !ok {
-		writeError(w, http.StatusNotFound, "job %q is not in this host's recent history", id)
+	st, err := s.jobs().Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		fail(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -582,28 +586,36 @@ type QueueInfo struct {
 var unknownStats = backend.QueueStats{Pending: -1, Unacked: -1, Delayed: -1, Deferred: -1, Dead: -1}
 
 func (s *server) queues(w http.ResponseWriter, r *http.Request) {
-	running := map[string]int{}
-	if s.cfg.Running != nil {
-		running = s.cfg.Running()
+	writeJSON(w, http.StatusOK, map[string]any{"queues": Queues(r.Context(), s.cfg.Backend, s.cfg.Registry, s.cfg.Running, s.log)})
+}
+
+// Queues describes every served queue with its counts, as GET /v1/queues shows them
+// (and the dashboard's overview, so that the two never differ). running may be nil.
+func Queues(ctx context.Context, b backend.Backend, reg *host.Registry, running func() map[string]int, log *slog.Logger) []QueueInfo {
+	run := map[string]int{}
+	if running != nil {
+		run = running()
 	}
-	sr, canCount := s.cfg.Backend.(backend.StatsReader)
+	sr, canCount := b.(backend.StatsReader)
 	out := []QueueInfo{}
-	for _, m := range s.cfg.Registry.Modules() {
+	for _, m := range reg.Modules() {
 		if m.Status != "serving" {
 			continue
 		}
-		qi := QueueInfo{Name: m.Queue, Module: m.Name, Running: running[m.Queue], QueueStats: &backend.QueueStats{}}
+		qi := QueueInfo{Name: m.Queue, Module: m.Name, Running: run[m.Queue], QueueStats: &backend.QueueStats{}}
 		if !canCount {
 			*qi.QueueStats = unknownStats
-		} else if st, err := sr.QueueStats(r.Context(), m.Queue); err != nil {
-			s.log.Error("counting a queue's messages failed", "queue", m.Queue, "error", err)
+		} else if st, err := sr.QueueStats(ctx, m.Queue); err != nil {
+			if log != nil {
+				log.Error("counting a queue's messages failed", "queue", m.Queue, "error", err)
+			}
 			qi.QueueStats, qi.Error = nil, fmt.Sprintf("counting the messages of queue %s: %v", m.Queue, err)
 		} else {
 			*qi.QueueStats = st
 		}
 		out = append(out, qi)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"queues": out})
+	return out
 }
 
 func (s *server) modules(w http.ResponseWriter, r *http.Request) {

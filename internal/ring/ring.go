@@ -60,3 +60,15 @@ func (r *Ring[T]) PopFront() T {
 
 // At returns the i-th value from the front; i must be in [0, Len()).
 func (r *Ring[T]) At(i int) T { return r.buf[(r.head+i)%len(r.buf)] }
+
+// Remove removes the i-th value from the front, i in [0, Len()), keeping the order of
+// the others. It moves the values behind it: O(Len()), for the rare removal by an
+// operator, never on the hot path.
+func (r *Ring[T]) Remove(i int) {
+	var zero T
+	for j := i; j < r.n-1; j++ {
+		r.buf[(r.head+j)%len(r.buf)] = r.buf[(r.head+j+1)%len(r.buf)]
+	}
+	r.buf[(r.head+r.n-1)%len(r.buf)] = zero
+	r.n--
+}

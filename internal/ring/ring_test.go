@@ -11,7 +11,13 @@ func TestRingKeepsOrderAcrossGrowthAndWrap(t *testing.T) {
 	var want []int // the model: a plain slice
 	next := 0
 	for round := range 200 {
-		switch round % 5 {
+		switch round % 6 {
+		case 5:
+			if len(want) > 0 {
+				i := round % len(want)
+				r.Remove(i)
+				want = slices.Delete(want, i, i+1)
+			}
 		case 0, 1, 2:
 			r.PushBack(next)
 			want = append(want, next)

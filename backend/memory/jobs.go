@@ -1,0 +1,198 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+)
+
+var _ backend.JobController = (*Backend)(nil)
+
+// where a job was found by find.
+type where int
+
+const (
+	nowhere where = iota
+	ready
+	held
+	dead
+)
+
+// find looks for the job id in every queue, and calls fn with its queue locked and
+// where it is. It reports whether it found the job; a job taken by a consumer is not
+// found (the backend keeps nothing of it but the delivery).
+func (b *Backend) find(id string, fn func(q *queue, w where) error) (bool, error) {
+	b.mu.RLock()
+	if b.closed {
+		b.mu.RUnlock()
+		return false, backend.ErrShutDown
+	}
+	qs := make([]*queue, 0, len(b.queues))
+	for _, q := range b.queues {
+		qs = append(qs, q)
+	}
+	b.mu.RUnlock()
+	for _, q := range qs {
+		q.mu.Lock()
+		w := q.where(id)
+		var err error
+		if w != nowhere {
+			err = fn(q, w)
+		}
+		q.mu.Unlock()
+		if w != nowhere {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// where says where the queue holds the job id. q.mu is held.
+func (q *queue) where(id string) where {
+	for level := range q.ready {
+		for i := range q.ready[level].Len() {
+			if q.ready[level].At(i).env.ID == id {
+				return ready
+			}
+		}
+	}
+	for _, h := range q.held {
+		if h.m.env.ID == id {
+			return held
+		}
+	}
+	if slices.ContainsFunc(q.dead, func(d deadLetter) bool { return d.m.env.ID == id }) {
+		return dead
+	}
+	return nowhere
+}
+
+// unready removes the ready job id. q.mu is held.
+func (q *queue) unready(id string) {
+	for level := range q.ready {
+		r := &q.ready[level]
+		for i := range r.Len() {
+			if m := r.At(i); m.env.ID == id {
+				r.Remove(i)
+				q.nready--
+				q.release(m)
+				return
+			}
+		}
+	}
+}
+
+// unhold stops the timer of the held job id and returns its message. q.mu is held.
+func (q *queue) unhold(id string) *message {
+	for t, h := range q.held {
+		if h.m.env.ID == id {
+			t.Stop()
+			delete(q.held, t)
+			return h.m
+		}
+	}
+	return nil
+}
+
+func notHeld(id string) error {
+	return fmt.Errorf("job %q: no queue holds it waiting (running, finished, or never enqueued here): %w", id, backend.ErrNotFound)
+}
+
+// CancelJob removes a job that waits, ready or held for its delay.
+func (b *Backend) CancelJob(ctx context.Context, id string) error {
+	found, err := b.find(id, func(q *queue, w where) error {
+		switch w {
+		case ready:
+			q.unready(id)
+		case held:
+			q.release(q.unhold(id))
+		default:
+			return fmt.Errorf("job %q of queue %q is a dead letter: delete it or retry it: %w", id, q.name, backend.ErrJobState)
+		}
+		return nil
+	})
+	if !found && err == nil {
+		return notHeld(id)
+	}
+	return err
+}
+
+// RetryJobNow makes a held job ready now, or replays a dead letter.
+func (b *Backend) RetryJobNow(ctx context.Context, id string) error {
+	var replay string
+	found, err := b.find(id, func(q *queue, w where) error {
+		switch w {
+		case held:
+			q.pushBack(q.unhold(id))
+		case dead:
+			replay = q.name
+		default:
+			return fmt.Errorf("job %q of queue %q is pending already: %w", id, q.name, backend.ErrJobState)
+		}
+		return nil
+	})
+	if !found && err == nil {
+		return notHeld(id)
+	}
+	if err == nil && replay != "" {
+		return b.ReplayDeadLetter(ctx, replay, id)
+	}
+	return err
+}
+
+// DeleteJob removes a waiting job or a dead letter.
+func (b *Backend) DeleteJob(ctx context.Context, id string) error {
+	found, err := b.find(id, func(q *queue, w where) error {
+		switch w {
+		case ready:
+			q.unready(id)
+		case held:
+			q.release(q.unhold(id))
+		case dead:
+			q.dead = slices.DeleteFunc(q.dead, func(d deadLetter) bool { return d.m.env.ID == id })
+		}
+		return nil
+	})
+	if !found && err == nil {
+		return notHeld(id)
+	}
+	return err
+}
+
+var _ backend.JobEnvelopeReader = (*Backend)(nil)
+
+// JobEnvelope returns the envelope of a job the backend holds waiting or dead.
+func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope, error) {
+	var env backend.Envelope
+	found, err := b.find(id, func(q *queue, w where) error {
+		switch w {
+		case ready:
+			for level := range q.ready {
+				for i := range q.ready[level].Len() {
+					if m := q.ready[level].At(i); m.env.ID == id {
+						env = m.env.Clone()
+					}
+				}
+			}
+		case held:
+			for _, h := range q.held {
+				if h.m.env.ID == id {
+					env = h.m.env.Clone()
+				}
+			}
+		case dead:
+			for _, d := range q.dead {
+				if d.m.env.ID == id {
+					env = d.m.env.Clone()
+				}
+			}
+		}
+		return nil
+	})
+	if !found && err == nil {
+		return backend.Envelope{}, notHeld(id)
+	}
+	return env, err
+}

@@ -1,0 +1,104 @@
+package api
+
+import (
+	"container/list"
+	"sync"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// Defaults of Attempts.
+const (
+	// DefaultAttemptJobs is how many recent jobs an Attempts remembers.
+	DefaultAttemptJobs = 10_000
+	// MaxAttemptsKept is how many attempts of one job are kept, the latest.
+	MaxAttemptsKept = 50
+)
+
+// Attempt is one run of a job as this host saw it.
+type Attempt struct {
+	Attempt int    `json:"attempt"`
+	Settle  string `json:"settle"` // ack, retry, defer, dead_letter; or "abandoned", "settle failed"
+	Reason  string `json:"reason,omitempty"`
+	// Module and Version name the handler that ran this attempt.
+	Module     string        `json:"module,omitempty"`
+	Version    string        `json:"version,omitempty"`
+	FinishedAt time.Time     `json:"finished_at"`
+	Duration   time.Duration `json:"duration_ns"`
+}
+
+// Attempts remembers each recent job's attempts with their outcomes, reasons and the
+// module version that ran each, as the worker reports them: what the dashboard's job
+// page lists. It is this host's memory since it started (a job record keeps only the
+// latest attempt), bounded to the most recent jobs. A nil *Attempts remembers nothing.
+type Attempts struct {
+	mu    sync.Mutex
+	max   int
+	jobs  map[string]*list.Element // of *attemptLog
+	order *list.List
+}
+
+type attemptLog struct {
+	id       string
+	attempts []Attempt
+}
+
+// NewAttempts remembers the attempts of up to max jobs (DefaultAttemptJobs when <= 0).
+func NewAttempts(max int) *Attempts {
+	if max <= 0 {
+		max = DefaultAttemptJobs
+	}
+	return &Attempts{max: max, jobs: map[string]*list.Element{}, order: list.New()}
+}
+
+// Observe implements worker.Observer.
+func (a *Attempts) Observe(e worker.Event) {
+	if a == nil || e.Job == nil || e.Kind == worker.EventStarted {
+		return
+	}
+	at := Attempt{Attempt: e.Job.Attempt, Settle: e.Settle.String(), Reason: e.Reason, Module: e.Result.Handler,
+		Version: e.Result.Version, FinishedAt: time.Now(), Duration: e.Duration}
+	switch e.Kind {
+	case worker.EventAbandoned:
+		at.Settle = "abandoned"
+	case worker.EventSettleFailed:
+		at.Settle = "settle failed"
+		if e.Err != nil {
+			at.Reason = e.Err.Error()
+		}
+	}
+	id := e.Job.Envelope.ID
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	el, ok := a.jobs[id]
+	if !ok {
+		el = a.order.PushBack(&attemptLog{id: id})
+		a.jobs[id] = el
+		if a.order.Len() > a.max {
+			oldest := a.order.Front()
+			a.order.Remove(oldest)
+			delete(a.jobs, oldest.Value.(*attemptLog).id)
+		}
+	} else {
+		a.order.MoveToBack(el)
+	}
+	l := el.Value.(*attemptLog)
+	l.attempts = append(l.attempts, at)
+	if len(l.attempts) > MaxAttemptsKept {
+		l.attempts = l.attempts[len(l.attempts)-MaxAttemptsKept:]
+	}
+}
+
+// Of returns the attempts of job id this host saw, oldest first.
+func (a *Attempts) Of(id string) []Attempt {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if el, ok := a.jobs[id]; ok {
+		return append([]Attempt(nil), el.Value.(*attemptLog).attempts...)
+	}
+	return nil
+}

@@ -1,0 +1,529 @@
+// Package ui is the web dashboard of `wasmjobs run`, served under /ui/ on the API's
+// listener: server-rendered html/template pages, our own CSS and a small script (both
+// embedded), and charts drawn by the server as inline SVG. Every page works without
+// the script; with it, the parts marked data-live refresh by polling.
+package ui
+
+import (
+	"context"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/api"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// DefaultMaxUpload caps a module uploaded for validation.
+const DefaultMaxUpload = 64 << 20
+
+// CookieName is the cookie that keeps the token once the login form took it.
+const CookieName = "wasmjobs_token"
+
+// HostInfo is what the overview says of the host.
+type HostInfo struct {
+	Backend     string
+	DataDir     string
+	Concurrency int
+	Started     time.Time
+	Version     string
+}
+
+// Config is what the dashboard shows and acts on; the same objects the API uses.
+type Config struct {
+	Backend  backend.Backend
+	Registry *host.Registry
+	Running  func() map[string]int
+	History  *api.History
+	Rates    *api.Rates
+	Attempts *api.Attempts
+	Versions *Versions
+	// Validate loads a candidate module without serving it and returns its version
+	// (the modules page's upload); nil hides the upload.
+	Validate func(ctx context.Context, name string, wasm []byte) (version string, err error)
+	// Token, when set, is asked for once by a login form and kept in a cookie.
+	Token string
+	// Loopback applies the API's Host check (see api.Config.Loopback).
+	Loopback bool
+	// Accepting is api.Config.Accepting: replays and retries are refused while false.
+	Accepting func() bool
+	Host      HostInfo
+	// MaxUpload bounds an uploaded module; zero means DefaultMaxUpload.
+	MaxUpload int64
+	Logger    *slog.Logger
+}
+
+type server struct {
+	cfg  Config
+	tmpl *template.Template
+	jobs api.Jobs
+	log  *slog.Logger
+}
+
+// New returns the dashboard's handler, to be mounted at /ui/.
+func New(cfg Config) http.Handler {
+	if cfg.MaxUpload <= 0 {
+		cfg.MaxUpload = DefaultMaxUpload
+	}
+	if cfg.Accepting == nil {
+		cfg.Accepting = func() bool { return true }
+	}
+	s := &server{cfg: cfg, jobs: api.Jobs{Backend: cfg.Backend, History: cfg.History}, log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.tmpl = template.Must(template.New("").Funcs(template.FuncMap{
+		"short": short, "time": timeTag, "spark": sparkline, "count": count, "pct": pct,
+		"payload": payloadText, "query": url.QueryEscape, "ago": ago,
+	}).ParseFS(templateFS, "templates/*.html"))
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(staticFS, "static")
+	mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", http.FileServerFS(static)))
+	mux.HandleFunc("GET /ui/{$}", s.overview)
+	mux.HandleFunc("GET /ui/queues/{queue}", s.queue)
+	mux.HandleFunc("GET /ui/jobs/{id}", s.job)
+	mux.HandleFunc("POST /ui/jobs/{id}/{action}", s.jobAction)
+	mux.HandleFunc("GET /ui/dead-letters", s.deadLetters)
+	mux.HandleFunc("POST /ui/dead-letters/{action}", s.deadAction)
+	mux.HandleFunc("GET /ui/modules", s.modules)
+	mux.HandleFunc("POST /ui/modules/validate", s.validate)
+	mux.HandleFunc("POST /ui/login", s.login)
+	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no such page: %s %s", r.Method, r.URL.Path))
+	})
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "cross-origin request refused: "+r.Method+" "+r.URL.Path+" comes from another site", http.StatusForbidden)
+	}))
+	h := cop.Handler(s.auth(headers(mux)))
+	if cfg.Loopback {
+		h = api.LoopbackOnly(h)
+	}
+	return h
+}
+
+// headers sets what every page sends: no framing, no inline script or style, no
+// sniffing.
+func headers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authorized reports whether r carries the token, in the cookie or as a bearer.
+func (s *server) authorized(r *http.Request) bool {
+	want := []byte(s.cfg.Token)
+	if c, err := r.Cookie(CookieName); err == nil && subtle.ConstantTimeCompare([]byte(c.Value), want) == 1 {
+		return true
+	}
+	return subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.cfg.Token)) == 1
+}
+
+// auth asks for the token where one is set: a page without it answers 401 with the
+// login form; the form's POST sets the cookie.
+func (s *server) auth(next http.Handler) http.Handler {
+	if s.cfg.Token == "" {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.authorized(r) || r.URL.Path == "/ui/login" || strings.HasPrefix(r.URL.Path, "/ui/static/") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		next := r.URL.RequestURI()
+		if r.Method != http.MethodGet {
+			next = "/ui/"
+		}
+		s.render(w, http.StatusUnauthorized, "login", map[string]any{"Next": next})
+	})
+}
+
+func (s *server) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	next := r.FormValue("next")
+	if !strings.HasPrefix(next, "/ui/") || strings.HasPrefix(next, "//") {
+		next = "/ui/"
+	}
+	if s.cfg.Token == "" {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(r.FormValue("token")), []byte(s.cfg.Token)) != 1 {
+		s.render(w, http.StatusUnauthorized, "login", map[string]any{"Next": next, "Error": "That is not the token this host was started with."})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: s.cfg.Token, Path: "/ui/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// page is what every page template gets.
+type page struct {
+	Title string
+	Nav   string
+	Done  string
+	Data  any
+}
+
+func (s *server) render(w http.ResponseWriter, status int, name string, data any) {
+	p, ok := data.(page)
+	if !ok {
+		p = page{Title: name, Data: data}
+	}
+	var b strings.Builder
+	if err := s.tmpl.ExecuteTemplate(&b, name, p); err != nil {
+		s.log.Error("rendering a dashboard page", "page", name, "error", err)
+		http.Error(w, "rendering the page failed: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	io.WriteString(w, b.String())
+}
+
+func (s *server) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	s.render(w, status, "error", page{Title: http.StatusText(status), Data: map[string]any{"Status": status, "Error": err.Error()}})
+}
+
+// statusOf maps an error to its HTTP status, as the API does.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, backend.ErrNotFound), errors.Is(err, backend.ErrUnknownQueue):
+		return http.StatusNotFound
+	case errors.Is(err, backend.ErrJobState):
+		return http.StatusConflict
+	case errors.Is(err, api.ErrUnavailable):
+		return http.StatusNotImplemented
+	}
+	return http.StatusServiceUnavailable
+}
+
+type queueRow struct {
+	api.QueueInfo
+	Rates api.RateSeries
+}
+
+func (s *server) overview(w http.ResponseWriter, r *http.Request) {
+	qs := api.Queues(r.Context(), s.cfg.Backend, s.cfg.Registry, s.cfg.Running, s.log)
+	rows := make([]queueRow, len(qs))
+	for i, q := range qs {
+		rows[i] = queueRow{QueueInfo: q, Rates: s.cfg.Rates.Series(q.Name)}
+	}
+	_, canCount := s.cfg.Backend.(backend.StatsReader)
+	s.render(w, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Data: map[string]any{
+		"Queues": rows, "Host": s.cfg.Host, "Uptime": time.Since(s.cfg.Host.Started).Truncate(time.Second), "CanCount": canCount,
+		"Now": time.Now(),
+	}})
+}
+
+// States are the tabs of the queue page.
+var States = []backend.JobState{"", backend.JobPending, backend.JobRunning, backend.JobDelayed, backend.JobRetrying,
+	backend.JobDeferred, backend.JobSucceeded, backend.JobDead, backend.JobCancelled}
+
+func (s *server) queue(w http.ResponseWriter, r *http.Request) {
+	q := r.PathValue("queue")
+	served := false
+	for _, m := range s.cfg.Registry.Modules() {
+		served = served || (m.Status == "serving" && m.Queue == q)
+	}
+	if !served {
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no module serves queue %q", q))
+		return
+	}
+	f, err := api.ParseJobFilter(r)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	data := map[string]any{"Queue": q, "State": string(f.State), "States": States, "Cursor": f.Cursor}
+	if id := strings.TrimSpace(r.URL.Query().Get("id")); id != "" {
+		data["Search"] = id
+		st, err := s.jobs.Get(r.Context(), id)
+		if err == nil && st.Queue == q {
+			data["Jobs"] = []api.JobState{st}
+		} else if err != nil && !errors.Is(err, backend.ErrNotFound) {
+			data["Unavailable"] = err.Error()
+		}
+	} else {
+		jobs, next, err := s.jobs.List(r.Context(), q, f)
+		if err != nil {
+			data["Unavailable"] = err.Error()
+		}
+		data["Jobs"], data["Next"] = jobs, next
+	}
+	if _, ok := s.cfg.Backend.(backend.JobLister); !ok {
+		data["FromHistory"] = true
+	}
+	if st, err := s.stats(r.Context(), q); err == nil {
+		data["Stats"] = st
+	}
+	s.render(w, http.StatusOK, "queue", page{Title: "Queue " + q, Nav: "overview", Data: data})
+}
+
+func (s *server) stats(ctx context.Context, q string) (backend.QueueStats, error) {
+	sr, ok := s.cfg.Backend.(backend.StatsReader)
+	if !ok {
+		return backend.QueueStats{}, api.ErrUnavailable
+	}
+	return sr.QueueStats(ctx, q)
+}
+
+func (s *server) job(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	st, err := s.jobs.Get(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, statusOf(err), err)
+		return
+	}
+	data := map[string]any{"Job": st, "Attempts": s.cfg.Attempts.Of(id)}
+	// Job records keep no payload: the backend gives it while it holds the job (waiting
+	// or dead); a broker's dead letters can be read.
+	if er, ok := s.cfg.Backend.(backend.JobEnvelopeReader); ok {
+		if env, err := er.JobEnvelope(r.Context(), id); err == nil {
+			data["Payload"] = payloadText(base64.StdEncoding.EncodeToString(env.Payload))
+			data["Headers"] = env.Headers
+		}
+	} else if store, ok := s.cfg.Backend.(backend.DeadLetterStore); ok && st.State == string(backend.JobDead) {
+		if dead, err := store.DeadLetters(r.Context(), st.Queue, 0); err == nil {
+			for _, d := range api.DeadLetterInfos(st.Queue, dead) {
+				if d.ID == id {
+					data["Payload"], data["Headers"] = payloadText(d.PayloadBase64), d.Headers
+				}
+			}
+		}
+	}
+	_, canAct := s.cfg.Backend.(backend.JobController)
+	_, data["Records"] = s.cfg.Backend.(backend.JobRecordReader)
+	data["CanAct"] = canAct
+	data["CanCancel"] = canAct && (st.State == "pending" || st.State == "delayed" || st.State == "deferred" || st.State == "retrying")
+	data["CanRetry"] = canAct && (st.State == "retrying" || st.State == "dead" || st.State == "delayed" || st.State == "deferred")
+	data["CanDelete"] = canAct && st.State != "running"
+	s.render(w, http.StatusOK, "job", page{Title: "Job " + id, Nav: "overview", Done: r.URL.Query().Get("done"), Data: data})
+}
+
+func (s *server) jobAction(w http.ResponseWriter, r *http.Request) {
+	id, a := r.PathValue("id"), api.Action(r.PathValue("action"))
+	if a == api.ActionRetry && !s.cfg.Accepting() {
+		s.fail(w, r, http.StatusServiceUnavailable, errors.New("the host is draining (shutting down) and takes no jobs back"))
+		return
+	}
+	st, _ := s.jobs.Get(r.Context(), id)
+	if err := s.jobs.Do(r.Context(), id, a); err != nil {
+		s.fail(w, r, statusOf(err), err)
+		return
+	}
+	if a == api.ActionDelete {
+		http.Redirect(w, r, "/ui/queues/"+url.PathEscape(st.Queue)+"?done=deleted+"+url.QueryEscape(id), http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, "/ui/jobs/"+url.PathEscape(id)+"?done="+string(a), http.StatusSeeOther)
+}
+
+func (s *server) servedQueues() []string {
+	var qs []string
+	for _, m := range s.cfg.Registry.Modules() {
+		if m.Status == "serving" {
+			qs = append(qs, m.Queue)
+		}
+	}
+	return qs
+}
+
+func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query().Get("queue")
+	data := map[string]any{"Queue": q, "Queues": s.servedQueues(), "Confirm": r.URL.Query().Get("confirm")}
+	if q != "" {
+		store, ok := s.cfg.Backend.(backend.DeadLetterStore)
+		if !ok {
+			data["Unavailable"] = "this backend cannot list dead letters"
+		} else if dead, err := store.DeadLetters(r.Context(), q, 500); err != nil {
+			s.fail(w, r, statusOf(err), err)
+			return
+		} else {
+			data["Dead"] = api.DeadLetterInfos(q, dead)
+		}
+	}
+	s.render(w, http.StatusOK, "dead", page{Title: "Dead letters", Nav: "dead", Done: r.URL.Query().Get("done"), Data: data})
+}
+
+func (s *server) deadAction(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	q, action := r.FormValue("queue"), r.PathValue("action")
+	store, ok := s.cfg.Backend.(backend.DeadLetterStore)
+	if !ok {
+		s.fail(w, r, http.StatusNotImplemented, errors.New("this backend cannot list dead letters"))
+		return
+	}
+	served := false
+	for _, sq := range s.servedQueues() {
+		served = served || sq == q
+	}
+	if !served {
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no module serves queue %q", q))
+		return
+	}
+	if (action == "replay" || action == "replay-all") && !s.cfg.Accepting() {
+		s.fail(w, r, http.StatusServiceUnavailable, errors.New("the host is draining (shutting down) and takes no jobs back"))
+		return
+	}
+	if (action == "replay-all" || action == "purge") && r.FormValue("confirm") != "yes" {
+		http.Redirect(w, r, "/ui/dead-letters?queue="+url.QueryEscape(q)+"&confirm="+action, http.StatusSeeOther)
+		return
+	}
+	var done string
+	switch action {
+	case "replay":
+		id := r.FormValue("id")
+		if err := store.ReplayDeadLetter(r.Context(), q, id); err != nil {
+			s.fail(w, r, statusOf(err), err)
+			return
+		}
+		done = "replayed " + id
+	case "replay-all":
+		dead, err := store.DeadLetters(r.Context(), q, 0)
+		if err != nil {
+			s.fail(w, r, statusOf(err), err)
+			return
+		}
+		n := 0
+		for _, d := range dead {
+			if err := store.ReplayDeadLetter(r.Context(), q, d.Envelope.ID); err == nil {
+				n++
+			} else if !errors.Is(err, backend.ErrNotFound) {
+				s.fail(w, r, statusOf(err), fmt.Errorf("replayed %d of %d, then: %w", n, len(dead), err))
+				return
+			}
+		}
+		done = fmt.Sprintf("replayed %d", n)
+	case "purge":
+		n, err := store.PurgeDeadLetters(r.Context(), q)
+		if err != nil {
+			s.fail(w, r, statusOf(err), err)
+			return
+		}
+		done = fmt.Sprintf("purged %d", n)
+	default:
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("unknown action %q: want replay, replay-all or purge", action))
+		return
+	}
+	http.Redirect(w, r, "/ui/dead-letters?queue="+url.QueryEscape(q)+"&done="+url.QueryEscape(done), http.StatusSeeOther)
+}
+
+type moduleRow struct {
+	host.ModuleStatus
+	History []VersionEvent
+}
+
+func (s *server) modules(w http.ResponseWriter, r *http.Request) {
+	var rows []moduleRow
+	for _, m := range s.cfg.Registry.Modules() {
+		rows = append(rows, moduleRow{ModuleStatus: m, History: s.cfg.Versions.Of(m.Name)})
+	}
+	s.render(w, http.StatusOK, "modules", page{Title: "Modules", Nav: "modules", Data: map[string]any{
+		"Modules": rows, "CanValidate": s.cfg.Validate != nil, "MaxUpload": s.cfg.MaxUpload >> 20}})
+}
+
+func (s *server) validate(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Validate == nil {
+		s.fail(w, r, http.StatusNotImplemented, errors.New("this host cannot validate uploads"))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxUpload+64<<10)
+	file, hdr, err := r.FormFile("module")
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Errorf("the upload passes the limit of %d MiB", s.cfg.MaxUpload>>20))
+			return
+		}
+		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("want a .wasm file in the form field module: %w", err))
+		return
+	}
+	defer file.Close()
+	wasm, err := io.ReadAll(io.LimitReader(file, s.cfg.MaxUpload+1))
+	if err != nil || int64(len(wasm)) > s.cfg.MaxUpload {
+		s.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Errorf("the upload passes the limit of %d MiB", s.cfg.MaxUpload>>20))
+		return
+	}
+	name := strings.TrimSuffix(hdr.Filename, ".wasm")
+	res := map[string]any{"File": hdr.Filename, "Size": len(wasm)}
+	if v, err := s.cfg.Validate(r.Context(), name, wasm); err != nil {
+		res["Error"] = err.Error()
+	} else {
+		res["Version"] = v
+	}
+	var rows []moduleRow
+	for _, m := range s.cfg.Registry.Modules() {
+		rows = append(rows, moduleRow{ModuleStatus: m, History: s.cfg.Versions.Of(m.Name)})
+	}
+	s.render(w, http.StatusOK, "modules", page{Title: "Modules", Nav: "modules", Data: map[string]any{
+		"Modules": rows, "CanValidate": true, "MaxUpload": s.cfg.MaxUpload >> 20, "Result": res}})
+}
+
+// short is a version's first 12 hex digits.
+func short(v string) string {
+	if len(v) > 12 {
+		return v[:12]
+	}
+	return v
+}
+
+// timeTag renders t in UTC, with the UTC value on hover; the script shows it in the
+// browser's zone.
+func timeTag(t time.Time) template.HTML {
+	if t.IsZero() {
+		return "—"
+	}
+	u := t.UTC()
+	return template.HTML(fmt.Sprintf(`<time datetime="%s" title="%s">%s</time>`,
+		u.Format(time.RFC3339Nano), u.Format("2006-01-02 15:04:05.000 UTC"), u.Format("2006-01-02 15:04:05 UTC")))
+}
+
+func ago(d time.Duration) string { return d.String() }
+
+// count shows a count, or "n/a" for one the backend cannot tell (-1).
+func count(n int) string {
+	if n < 0 {
+		return "n/a"
+	}
+	return fmt.Sprint(n)
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.0f%%", f*100) }
+
+// payloadText shows a payload as text when it is valid UTF-8 without control bytes,
+// else as hex.
+func payloadText(b64 string) string {
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return "(undecodable: " + err.Error() + ")"
+	}
+	if utf8.Valid(raw) && !strings.ContainsFunc(string(raw), func(r rune) bool { return r < 0x20 && r != '\n' && r != '\t' && r != '\r' }) {
+		return string(raw)
+	}
+	return "hex: " + hex.EncodeToString(raw)
+}

@@ -1,0 +1,167 @@
+package ui_test
+
+import (
+	"context"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/ui"
+)
+
+// rig is the dashboard over a memory backend and a registry of testdata's echo module
+// (no worker: nothing runs, jobs stay where they are put).
+func rig(t *testing.T, b backend.Backend, cfg ui.Config) (http.Handler, *host.Registry) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	wasm, err := os.ReadFile("../../testdata/abi/echo.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "echo.wasm"), wasm, 0o644)
+	e, err := host.NewEngine(ctx, host.Config{NoCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: e, Queues: noQueues{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.Sync(ctx)
+	if err := b.Declare(ctx, backend.QueueConfig{Name: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		reg.Close()
+		reg.Retire()
+		b.Close(ctx)
+		e.Close(ctx)
+	})
+	cfg.Backend, cfg.Registry = b, reg
+	return ui.New(cfg), reg
+}
+
+func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func TestLoginSetsAStrictCookieAndRedirectsOnlyInside(t *testing.T) {
+	t.Parallel()
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Token: "s3cret", History: api.NewHistory(10)})
+	if w := serve(h, httptest.NewRequest("GET", "http://localhost/ui/modules", nil)); w.Code != 401 || !strings.Contains(w.Body.String(), `id="login"`) {
+		t.Fatalf("a page without the token: %d, want 401 with the login form", w.Code)
+	}
+	post := func(form url.Values) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "http://localhost/ui/login", strings.NewReader(form.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+		return serve(h, r)
+	}
+	if w := post(url.Values{"token": {"wrong"}, "next": {"/ui/modules"}}); w.Code != 401 || len(w.Result().Cookies()) != 0 {
+		t.Errorf("a wrong token: %d with cookies %v, want 401 and none", w.Code, w.Result().Cookies())
+	}
+	for next, want := range map[string]string{"/ui/modules": "/ui/modules", "https://evil.example/": "/ui/", "//evil.example/ui/": "/ui/"} {
+		w := post(url.Values{"token": {"s3cret"}, "next": {next}})
+		if w.Code != http.StatusSeeOther || w.Header().Get("Location") != want {
+			t.Errorf("login with next %q: %d to %q, want 303 to %q", next, w.Code, w.Header().Get("Location"), want)
+		}
+		cs := w.Result().Cookies()
+		if len(cs) != 1 || cs[0].Name != ui.CookieName || !cs[0].HttpOnly || !cs[0].Secure || cs[0].SameSite != http.SameSiteStrictMode || cs[0].Path != "/ui/" {
+			t.Fatalf("login cookie %+v: want one HttpOnly, Secure, SameSite=Strict cookie on /ui/", cs)
+		}
+		r := httptest.NewRequest("GET", "http://localhost/ui/modules", nil)
+		r.AddCookie(cs[0])
+		if w := serve(h, r); w.Code != 200 {
+			t.Errorf("with the cookie: %d, want 200", w.Code)
+		}
+	}
+}
+
+func TestUploadOverTheCapIsRefused(t *testing.T) {
+	t.Parallel()
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{MaxUpload: 1 << 20,
+		Validate: func(context.Context, string, []byte) (string, error) {
+			t.Error("an upload over the cap was validated")
+			return "", nil
+		}})
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		f, _ := mw.CreateFormFile("module", "big.wasm")
+		f.Write(make([]byte, 2<<20))
+		mw.Close()
+		pw.Close()
+	}()
+	r := httptest.NewRequest("POST", "http://localhost/ui/modules/validate", pr)
+	r.Header.Set("Content-Type", mw.FormDataContentType())
+	if w := serve(h, r); w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "limit of 1 MiB") {
+		t.Errorf("a 2 MiB upload under a 1 MiB cap: %d %s, want 413 naming the limit", w.Code, w.Body)
+	}
+}
+
+// noControl stands for RabbitMQ: no job records, no JobController, no counts.
+type noControl struct{ backend.Backend }
+
+func TestWhatTheBackendCannotDoIsShownUnavailable(t *testing.T) {
+	t.Parallel()
+	hist := api.NewHistory(10)
+	h, _ := rig(t, noControl{memory.New(memory.Config{})}, ui.Config{History: hist})
+	env := backend.NewEnvelope("echo", []byte("x"))
+	hist.Enqueued(env, false)
+	body := serve(h, httptest.NewRequest("GET", "http://localhost/ui/jobs/"+env.ID, nil)).Body.String()
+	if !strings.Contains(body, "Unavailable: the broker cannot find a queued message by id") || strings.Contains(body, `id="cancel"`) {
+		t.Errorf("job page on a backend without job control: want the reason and no cancel button:\n%s", body)
+	}
+	body = serve(h, httptest.NewRequest("GET", "http://localhost/ui/", nil)).Body.String()
+	if !strings.Contains(body, `data-count="pending">n/a`) {
+		t.Errorf("overview on a backend that cannot count: want n/a, never a made-up 0:\n%s", body)
+	}
+	r := httptest.NewRequest("POST", "http://localhost/ui/jobs/"+env.ID+"/cancel", nil)
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	if w := serve(h, r); w.Code != http.StatusNotImplemented {
+		t.Errorf("cancel on a backend that cannot: %d, want 501", w.Code)
+	}
+}
+
+func TestPagesAnswerAndRefuseWhatTheyShould(t *testing.T) {
+	t.Parallel()
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Loopback: true, History: api.NewHistory(10)})
+	for _, tc := range []struct {
+		method, url, site string
+		status            int
+	}{
+		{"GET", "http://localhost/ui/", "", 200},
+		{"GET", "http://localhost/ui/queues/echo", "", 200},
+		{"GET", "http://localhost/ui/queues/nope", "", 404},
+		{"GET", "http://localhost/ui/queues/echo?state=sleeping", "", 400},
+		{"GET", "http://localhost/ui/jobs/NOSUCHJOB", "", 404},
+		{"GET", "http://localhost/ui/dead-letters?queue=echo", "", 200},
+		{"GET", "http://localhost/ui/modules", "", 200},
+		{"GET", "http://localhost/ui/static/app.js", "", 200},
+		{"GET", "http://rebound.example/ui/", "", 403},                        // DNS rebinding
+		{"POST", "http://localhost/ui/dead-letters/purge", "cross-site", 403}, // another site's form
+		{"POST", "http://localhost/ui/dead-letters/purge", "same-origin", 303},
+	} {
+		r := httptest.NewRequest(tc.method, tc.url, strings.NewReader("queue=echo"))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if tc.site != "" {
+			r.Header.Set("Sec-Fetch-Site", tc.site)
+		}
+		if w := serve(h, r); w.Code != tc.status {
+			t.Errorf("%s %s (Sec-Fetch-Site %q): %d, want %d", tc.method, tc.url, tc.site, w.Code, tc.status)
+		}
+	}
+}
