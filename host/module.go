@@ -37,6 +37,7 @@ type Module struct {
 	allowed  map[string]bool
 	compiled wazero.CompiledModule
 	hasInit  bool // exports wasmjobs_init
+	jsSource []byte // a JS handler's bundle (the JSSection); nil for an ABI v1 module
 	loadedAt time.Time
 
 	mu      sync.Mutex
@@ -84,6 +85,10 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 	if man.Limits == (Limits{}) {
 		man.Limits = DefaultLimits()
 	}
+	jsSource, isJS := customSection(wasm, JSSection)
+	if isJS && man.RecycleAfter == 0 {
+		man.RecycleAfter = JSRecycleAfter
+	}
 	compiled, err := e.rt.CompileModule(ctx, wasm)
 	if err != nil {
 		return nil, invalid("%v", err)
@@ -96,6 +101,9 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 		compiled: compiled,
 		loadedAt: time.Now(),
 		closed:   make(chan struct{}),
+	}
+	if isJS {
+		m.jsSource = append([]byte{}, jsSource...) // empty but not nil: validateJS names it
 	}
 	if man.Enqueue != nil {
 		m.allowed = make(map[string]bool, len(man.Enqueue))
@@ -122,6 +130,9 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 
 // validate checks the module's exports and imports against ABI v1.
 func (m *Module) validate() error {
+	if m.jsSource != nil {
+		return m.validateJS()
+	}
 	fns := m.compiled.ExportedFunctions()
 	if _, ok := m.compiled.ExportedMemories()[abi.ExportMemory]; !ok {
 		return fmt.Errorf("missing export %q (a memory)", abi.ExportMemory)
@@ -155,7 +166,7 @@ func (m *Module) validate() error {
 		return errors.New("exports _start (a WASI command): build it as a reactor (Go: -buildmode=c-shared; C: -mexec-model=reactor)")
 	}
 	for _, def := range m.compiled.ImportedFunctions() {
-		if err := m.e.importOK(def); err != nil {
+		if err := m.e.importOK(def, false); err != nil {
 			return err
 		}
 	}
@@ -180,6 +191,7 @@ type instance struct {
 	stderr lineWriter
 	jobs   int
 	ctx    context.Context // the current call's, for sleep
+	js     *jsVM           // a JS handler's VM; nil for an ABI v1 module
 }
 
 // sleep is the instance's WASI sleep: it ends early when the call's context ends, so
@@ -247,6 +259,14 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 			mod.Close(ctx)
 			return nil, fmt.Errorf("%s returned %d", fn, res)
 		}
+	}
+	if m.jsSource != nil {
+		vm, err := newJSVM(ctx, inst, m)
+		if err != nil {
+			mod.Close(ctx)
+			return nil, err
+		}
+		inst.js = vm
 	}
 	return inst, nil
 }
