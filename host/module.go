@@ -36,7 +36,7 @@ type Module struct {
 	manifest Manifest
 	allowed  map[string]bool
 	compiled wazero.CompiledModule
-	hasInit  bool // exports wasmjobs_init
+	hasInit  bool   // exports wasmjobs_init
 	jsSource []byte // a JS handler's bundle (the JSSection); nil for an ABI v1 module
 	loadedAt time.Time
 
