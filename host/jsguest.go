@@ -60,6 +60,7 @@ var jsExports = map[string]funcType{
 	"qjs_init":                  {nil, []api.ValueType{i32}},
 	"qjs_set_memory_limit":      {[]api.ValueType{i32}, nil},
 	"qjs_set_interrupt_handler": {[]api.ValueType{i32}, nil},
+	"qjs_set_max_stack_size":    {[]api.ValueType{i32}, nil},
 	"qjs_get_allocated_size":    {nil, []api.ValueType{i32}},
 	"qjs_eval":                  {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}},
 	"qjs_call":                  {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}},
@@ -203,6 +204,12 @@ type jsVM struct {
 	loadErr     string
 }
 
+// jsSetupMin is the least time a JS VM's setup gets (newJSVM).
+const jsSetupMin = 2 * time.Second
+
+// jsMaxStack is QuickJS's stack limit, in bytes.
+const jsMaxStack = 512 << 10
+
 // jsMinHeap is the least memory QuickJS may have; a smaller manifest limit is refused.
 const jsMinHeap = 4 << 20
 
@@ -215,7 +222,9 @@ func newJSVM(ctx context.Context, inst *instance, m *Module) (*jsVM, error) {
 		vm.in[name] = inst.mod.ExportedFunction(name)
 	}
 	inst.st.js = vm
-	timeout := m.manifest.Limits.Timeout
+	// The engine's start and the bundle's evaluation take a few milliseconds, more on
+	// a loaded machine: they get at least jsSetupMin, whatever the job's timeout.
+	timeout := max(m.manifest.Limits.Timeout, jsSetupMin)
 	cctx, cancel := context.WithTimeout(ctx, timeout+jsBackstop)
 	defer cancel()
 	vm.deadline, vm.done = time.Now().Add(timeout), ctx.Done()
@@ -285,6 +294,12 @@ func (vm *jsVM) setup(ctx context.Context, m *Module) error {
 		return err
 	}
 	if _, err := vm.call(ctx, "qjs_set_interrupt_handler", 1); err != nil {
+		return err
+	}
+	// The engine's C stack is 1 MiB of its linear memory (quickjs-wasi's link), below
+	// which it would run into its data: QuickJS's own check stops JS recursion well
+	// before, with a RangeError the handler can catch.
+	if _, err := vm.call(ctx, "qjs_set_max_stack_size", jsMaxStack); err != nil {
 		return err
 	}
 	var err error
@@ -361,7 +376,7 @@ func (vm *jsVM) setup(ctx context.Context, m *Module) error {
 	return nil
 }
 
-// global returns a JSValue* of a property of the global object.
+// global returns a JSValue* of a named property of obj (the global object, mostly).
 func (vm *jsVM) global(ctx context.Context, global uint32, name string) (uint32, error) {
 	c, err := vm.cstring(ctx, name)
 	if err != nil {
@@ -460,9 +475,9 @@ func (vm *jsVM) drive(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if exc, err := vm.takeException(ctx, res); err != nil || exc {
-		if err == nil && !vm.interrupted {
-			vm.hostFail = "uncaught exception in the JS runtime (out of memory?)"
+	if exc, err := vm.isException(ctx, res); err != nil || exc {
+		if err == nil {
+			err = vm.uncatchable(ctx)
 		}
 		return err
 	}
@@ -479,18 +494,54 @@ func (vm *jsVM) drive(ctx context.Context) error {
 			return err
 		}
 		if int32(r) < 0 {
-			e, err := vm.call(ctx, "qjs_get_exception")
-			if err != nil {
-				return err
-			}
-			if _, err := vm.call(ctx, "qjs_free_value", uint64(e)); err != nil {
-				return err
-			}
-			if !vm.interrupted {
-				vm.hostFail = "uncaught exception in a pending JS job (out of memory?)"
-			}
-			return nil
+			return vm.uncatchable(ctx)
 		}
+	}
+	return nil
+}
+
+// isException frees a result and reports whether it was an exception, leaving the
+// exception pending.
+func (vm *jsVM) isException(ctx context.Context, res uint32) (bool, error) {
+	exc, err := vm.call(ctx, "qjs_is_exception", uint64(res))
+	if err != nil {
+		return false, err
+	}
+	_, err = vm.call(ctx, "qjs_free_value", uint64(res))
+	return exc != 0, err
+}
+
+// uncatchable takes the pending exception that escaped the prelude: QuickJS-ng makes
+// an interrupt and an "out of memory" uncatchable. The failure's reason names it
+// ("InternalError: out of memory"); by then the JS stack has unwound and its memory
+// is free again, so reading the name and message can allocate.
+func (vm *jsVM) uncatchable(ctx context.Context) error {
+	e, err := vm.call(ctx, "qjs_get_exception")
+	if err != nil {
+		return err
+	}
+	defer vm.call(ctx, "qjs_free_value", uint64(e))
+	if vm.interrupted {
+		return nil
+	}
+	var parts []string
+	for _, prop := range []string{"name", "message"} {
+		v, err := vm.global(ctx, e, prop)
+		if err != nil {
+			return err
+		}
+		s, ok, err := vm.argString(ctx, v)
+		vm.call(ctx, "qjs_free_value", uint64(v))
+		if err != nil {
+			return err
+		}
+		if ok && s != "" {
+			parts = append(parts, s)
+		}
+	}
+	vm.hostFail = "uncaught exception in the JS runtime"
+	if len(parts) > 0 {
+		vm.hostFail = strings.Join(parts, ": ")
 	}
 	return nil
 }
