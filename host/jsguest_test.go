@@ -229,3 +229,39 @@ func TestJSShutdownInterruptsAHandler(t *testing.T) {
 func jobOf(m *host.Module, payload string) *worker.Job {
 	return &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), []byte(payload)), Attempt: 1, MaxAttempts: 3}
 }
+
+// TestJSHandlerSwapsLive serves a queue with a JS handler from the modules directory,
+// replaces the file with a new version, and checks that the jobs before the swap ran on
+// the old version and those after it on the new one, none failing.
+func TestJSHandlerSwapsLive(t *testing.T) {
+	t.Parallel()
+	src := func(v string) []byte {
+		return jsModule(t, `var __wasmjobs_handler = { default: async function (job) { await null; job.output("`+v+`"); } };`)
+	}
+	v1, v2 := src("v1"), src("v2")
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	rig.start()
+	rig.write("greet.wasm", v1)
+	rig.waitFor("load", func() bool { return rig.loads() == 1 })
+	rig.publish("greet", 20)
+	rig.waitFor("jobs on v1", func() bool { return rig.settledCount() == 20 })
+	old := rig.status("greet").Version
+	rig.write("greet.wasm", v2)
+	rig.waitFor("swap", func() bool { return rig.status("greet").Version == host.Version(v2) })
+	rig.publish("greet", 20)
+	rig.waitFor("jobs on v2", func() bool { return rig.settledCount() == 40 })
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	for i, r := range rig.settled {
+		if r.outcome != worker.Ack {
+			t.Fatalf("job %d: %s", i, r.outcome)
+		}
+		want := old
+		if i >= 20 {
+			want = host.Version(v2)
+		}
+		if r.version != want {
+			t.Fatalf("job %d ran on %s, want %s", i, r.version, want)
+		}
+	}
+}
