@@ -53,6 +53,7 @@ echo "== TypeScript (QuickJS from npm's quickjs-wasi, bundled with esbuild)"
 (cd guest-sdk/javascript && npm ci --no-audit --no-fund --loglevel=error)
 JSBUILD="node guest-sdk/javascript/build.mjs"
 $JSBUILD guest-sdk/javascript/conformance/conformance.ts -o "$OUT/typescript-conformance.wasm"
+$JSBUILD guest-sdk/javascript/bench/json.ts -o "$OUT/typescript-json.wasm"
 for ex in examples/*-ts; do
   [ -d "$ex" ] || continue
   name=$(basename "$ex")
