@@ -443,8 +443,12 @@ func (vm *jsVM) takeException(ctx context.Context, res uint32) (bool, error) {
 // engine did not reach a check.
 func (vm *jsVM) runJob(ctx context.Context, timeout time.Duration) (int32, *failure) {
 	inst := vm.inst
-	cctx, cancel := context.WithTimeout(ctx, timeout+jsBackstop)
+	// wazero closes the instance when cctx ends: jsBackstop after the deadline, or after
+	// ctx is cancelled (the host shutting down), so that the interrupt stops it first.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+jsBackstop)
 	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(jsBackstop, cancel) })
+	defer stop()
 	vm.deadline, vm.done = time.Now().Add(timeout), ctx.Done()
 	vm.interrupted, vm.settled, vm.code, vm.failMsg, vm.hostFail = false, false, 0, "", ""
 	inst.ctx = cctx
@@ -840,6 +844,7 @@ func jsInterrupt(ctx context.Context, _ api.Module, stack []uint64) {
 		vm.interrupted = time.Now().After(vm.deadline)
 	}
 	if vm.interrupted {
+		vm.inst.interrupts.Add(1)
 		stack[0] = 1
 	}
 }

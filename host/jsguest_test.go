@@ -110,6 +110,9 @@ func TestJSHostileHandlersFailCleanly(t *testing.T) {
 			if string(x.Kind) != tc.kind || x.Reason != tc.reason {
 				t.Fatalf("%s (round %d): %s %q, want %s %q", tc.payload, round, x.Kind, x.Reason, tc.kind, tc.reason)
 			}
+			if tc.kind == "timeout" && host.JSInterrupts(m) == 0 {
+				t.Fatalf("%s: the interrupt handler did not stop it (wazero's backstop did)", tc.payload)
+			}
 			if res := x.Result(); tc.kind != "ack" && res.Outcome.String() != "failed" {
 				t.Fatalf("%s: outcome %s, want failed (retried with backoff)", tc.payload, res.Outcome)
 			}
@@ -221,8 +224,8 @@ func TestJSShutdownInterruptsAHandler(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	x := m.Run(ctx, jobOf(m, "loop"), nil)
-	if x.Kind != host.KindTimeout || x.Reason != "cancelled: the host is shutting down" {
-		t.Fatalf("%s %q", x.Kind, x.Reason)
+	if x.Kind != host.KindTimeout || x.Reason != "cancelled: the host is shutting down" || host.JSInterrupts(m) != 1 {
+		t.Fatalf("%s %q, %d interrupts", x.Kind, x.Reason, host.JSInterrupts(m))
 	}
 }
 

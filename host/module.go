@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -45,6 +46,10 @@ type Module struct {
 	inUse   int
 	retired bool
 	closed  chan struct{} // closed when the module is retired and its last job ended
+
+	// jsInterrupts counts the JS runs QuickJS's interrupt handler stopped (a test
+	// tells them from wazero's backstop by it).
+	jsInterrupts atomic.Int64
 }
 
 // Name returns the module's name: its file name without .wasm.
@@ -192,6 +197,8 @@ type instance struct {
 	jobs   int
 	ctx    context.Context // the current call's, for sleep
 	js     *jsVM           // a JS handler's VM; nil for an ABI v1 module
+	// interrupts is its module's jsInterrupts.
+	interrupts *atomic.Int64
 }
 
 // sleep is the instance's WASI sleep: it ends early when the call's context ends, so
@@ -211,7 +218,7 @@ func (inst *instance) sleep(ns int64) {
 
 // instantiate makes a new instance and runs its initialisation under the job timeout.
 func (m *Module) instantiate(ctx context.Context) (*instance, error) {
-	inst := &instance{}
+	inst := &instance{interrupts: &m.jsInterrupts}
 	inst.st.reset(nil, m, m.defaultSink())
 	inst.stdout = lineWriter{st: &inst.st, level: slog.LevelInfo}
 	inst.stderr = lineWriter{st: &inst.st, level: slog.LevelWarn}
