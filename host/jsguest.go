@@ -205,7 +205,7 @@ type jsVM struct {
 }
 
 // jsSetupMin is the least time a JS VM's setup gets (newJSVM).
-const jsSetupMin = 2 * time.Second
+const jsSetupMin = 10 * time.Second
 
 // jsMaxStack is QuickJS's stack limit, in bytes.
 const jsMaxStack = 512 << 10

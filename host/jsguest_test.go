@@ -85,7 +85,10 @@ const jsHostile = `var __wasmjobs_handler = { default: async function (job) {
 func TestJSHostileHandlersFailCleanly(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t)
-	m := loadJS(t, e, jsHostile, "timeout = \"1s\"\nmemory = \"8MiB\"\nmax_output = \"64KiB\"")
+	// The loops run on a module with a short timeout; the other cases get one that a
+	// loaded machine under -race does not reach (the same bytes: compiled once).
+	loops := loadJS(t, e, jsHostile, "timeout = \"1s\"\nmemory = \"8MiB\"")
+	rest := loadJS(t, e, jsHostile, "timeout = \"2m\"\nmemory = \"8MiB\"\nmax_output = \"64KiB\"")
 	for _, tc := range []struct {
 		payload, kind, reason string
 	}{
@@ -105,6 +108,10 @@ func TestJSHostileHandlersFailCleanly(t *testing.T) {
 		{"log-flood", "ack", ""},
 		{"tamper", "ack", ""},
 	} {
+		m := rest
+		if tc.kind == "timeout" {
+			m = loops
+		}
 		for round := range 2 {
 			x := run(m, tc.payload)
 			if string(x.Kind) != tc.kind || x.Reason != tc.reason {
@@ -185,8 +192,8 @@ func TestJSInvalidHandlersAreRefusedAtLoad(t *testing.T) {
 		{"throws", `throw new TypeError("no config")`, "", "evaluating the handler: TypeError: no config", nil},
 		{"no default", `var __wasmjobs_handler = { handle() {} };`, "", "the bundle's default export is not a function", nil},
 		{"syntax", `var __wasmjobs_handler = {`, "", "evaluating the handler: SyntaxError", nil},
-		// The engine's setup gets at least 2 s, whatever the job's timeout.
-		{"loops at load", `for (;;) {}`, `timeout = "100ms"`, "loading the JS handler: timeout after 2s", nil},
+		// The engine's setup gets at least 10 s, whatever the job's timeout.
+		{"loops at load", `for (;;) {}`, `timeout = "100ms"`, "loading the JS handler: timeout after 10s", nil},
 		{"memory too small", `var __wasmjobs_handler = { default() {} };`, `memory = "2MiB"`, "leaves QuickJS", nil},
 		{"not the engine", "", "", "is not the QuickJS engine of quickjs-wasi: missing export",
 			jsbuild.Module(mustRead(t, filepath.Join(abitest.Dir(), "abi", "echo.wasm")), []byte("x"))},
@@ -245,12 +252,21 @@ func TestJSHandlerSwapsLive(t *testing.T) {
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	rig.start()
 	rig.write("greet.wasm", v1)
-	rig.waitFor("load", func() bool { return rig.loads() == 1 })
+	// Compiling the engine takes seconds, tens of them under -race on a loaded machine.
+	for deadline := time.Now().Add(3 * time.Minute); rig.loads() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the JS handler did not load in 3 minutes")
+		}
+	}
 	rig.publish("greet", 20)
 	rig.waitFor("jobs on v1", func() bool { return rig.settledCount() == 20 })
 	old := rig.status("greet").Version
 	rig.write("greet.wasm", v2)
-	rig.waitFor("swap", func() bool { return rig.status("greet").Version == host.Version(v2) })
+	for deadline := time.Now().Add(3 * time.Minute); rig.status("greet").Version != host.Version(v2); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the new version did not load in 3 minutes")
+		}
+	}
 	rig.publish("greet", 20)
 	rig.waitFor("jobs on v2", func() bool { return rig.settledCount() == 40 })
 	rig.mu.Lock()
