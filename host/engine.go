@@ -132,11 +132,16 @@ func (e *Engine) Close(ctx context.Context) error {
 }
 
 // instantiateEnv provides the "env" functions AssemblyScript imports: abort turns into a
-// failure with its message, trace into a debug log, seed into a random seed.
+// failure with its message, trace into a debug log, seed into a random seed; and those
+// the QuickJS engine of a JS handler imports (jsEnvFuncs).
 func (e *Engine) instantiateEnv(ctx context.Context) error {
 	i32, f64 := api.ValueTypeI32, api.ValueTypeF64
-	_, err := e.rt.NewHostModuleBuilder("env").
-		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(asAbort), []api.ValueType{i32, i32, i32, i32}, nil).
+	b := e.rt.NewHostModuleBuilder("env")
+	for name, fn := range jsEnvFuncs() {
+		t := jsEnvImports[name]
+		b.NewFunctionBuilder().WithGoModuleFunction(fn, t.params, t.results).Export(name)
+	}
+	_, err := b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(asAbort), []api.ValueType{i32, i32, i32, i32}, nil).
 		WithParameterNames("message", "fileName", "lineNumber", "columnNumber").Export("abort").
 		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(asTrace), []api.ValueType{i32, i32, f64, f64, f64, f64, f64}, nil).
 		WithParameterNames("message", "nArgs", "arg0", "arg1", "arg2", "arg3", "arg4").Export("trace").
@@ -153,8 +158,8 @@ func (e *Engine) instantiateEnv(ctx context.Context) error {
 }
 
 // importOK reports whether the engine provides the imported function module.name with
-// the given type, and if not, why.
-func (e *Engine) importOK(def api.FunctionDefinition) error {
+// the given type, and if not, why. The env.host_* functions are for JS handlers only.
+func (e *Engine) importOK(def api.FunctionDefinition, js bool) error {
 	module, name, _ := def.Import()
 	switch module {
 	case abi.ImportModule:
@@ -174,6 +179,13 @@ func (e *Engine) importOK(def api.FunctionDefinition) error {
 		return nil
 	case "env":
 		if name == "abort" || name == "trace" || name == "seed" {
+			return nil
+		}
+		if want, ok := jsEnvImports[name]; ok && js {
+			if !sameTypes(def.ParamTypes(), want.params) || !sameTypes(def.ResultTypes(), want.results) {
+				return fmt.Errorf("imports %s.%s as %s, want %s", module, name,
+					signature(def.ParamTypes(), def.ResultTypes()), signature(want.params, want.results))
+			}
 			return nil
 		}
 	}

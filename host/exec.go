@@ -115,7 +115,13 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 	}
 	inst.st.reset(job, m, sink)
 	inst.jobs++
-	code, fail := inst.call(ctx, inst.handle, m.manifest.Limits.Timeout)
+	var code int32
+	var fail *failure
+	if inst.js != nil {
+		code, fail = inst.js.runJob(ctx, m.manifest.Limits.Timeout)
+	} else {
+		code, fail = inst.call(ctx, inst.handle, m.manifest.Limits.Timeout)
+	}
 	st := &inst.st
 	st.finish()
 	x.Output, x.Children = st.output, st.children
@@ -137,7 +143,7 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 		x.Code = &code
 		x.Kind = [...]Kind{KindAck, KindRetry, KindDefer, KindDeadLetter}[code]
 		x.Reason = st.reason
-		healthy = !inst.mod.IsClosed()
+		healthy = !inst.mod.IsClosed() && (inst.js == nil || inst.js.healthy(context.Background()))
 	}
 	st.reset(nil, m, m.defaultSink()) // drop the job's references while the instance idles
 	m.release(inst, healthy)

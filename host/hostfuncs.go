@@ -35,6 +35,7 @@ type callState struct {
 	logLines int
 	dropped  int
 	abort    string // AssemblyScript's abort message
+	js       *jsVM  // the instance's JS VM, kept across calls; nil for an ABI v1 module
 }
 
 // reset prepares the state for a new call.
@@ -45,6 +46,7 @@ func (st *callState) reset(job *worker.Job, mod *Module, sink LogFunc) {
 		allowed: mod.allowed,
 		sink:    sink,
 		delayMs: -1,
+		js:      st.js,
 	}
 	if job != nil {
 		st.meta = [4]string{job.Envelope.ID, job.Envelope.Queue, mod.name, mod.version}

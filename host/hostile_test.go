@@ -49,7 +49,7 @@ func heapMiB() float64 {
 }
 
 // TestHostileModulesNeverTakeTheHostDown runs every hostile module of the conformance
-// table many times, interleaved with normal jobs on two goroutines, and checks that
+// table, and the hostile cases of a JS handler, many times, interleaved with normal jobs on two goroutines, and checks that
 // each ends as the table says, that normal jobs keep their exact results, and that the
 // host's memory does not grow with the number of runs.
 func TestHostileModulesNeverTakeTheHostDown(t *testing.T) {
@@ -76,6 +76,29 @@ func TestHostileModulesNeverTakeTheHostDown(t *testing.T) {
 		hostile = append(hostile, loaded{c, m})
 	}
 	echo := loadFile(t, e, "abi/echo", "")
+	// The JS cases: one handler (jsHostile) with a case per payload.
+	// The loop runs on a module of its own with a short timeout; the others get one a
+	// loaded machine cannot pass (the same bytes: compiled once).
+	// Without the engine (npm ci in guest-sdk/javascript) they are left out, except
+	// under CI, where jsModule fails the test.
+	var jsLoop, js *host.Module
+	jsCases := []struct{ payload, kind, reason string }{
+		{"loop", "timeout", "timeout after 100ms"},
+		{"bomb", "trap", "trap: InternalError: out of memory"},
+		{"recursion", "trap", "trap: RangeError: Maximum call stack size exceeded"},
+		{"never", "trap", "trap: the handler's promise never settled"},
+		{"throw-null", "trap", "trap: uncaught null"},
+		{"bad-enqueue", "trap", `trap: RangeError: enqueue into "bad name!": bad argument`},
+		{"tamper", "ack", ""},
+		{"ok", "ack", ""},
+	}
+	if _, err := jsEngine(); err == nil || os.Getenv("CI") == "true" {
+		jsLoop = loadJS(t, e, jsHostile, "timeout = \"100ms\"")
+		js = loadJS(t, e, jsHostile, "timeout = \"2m\"\nmemory = \"8MiB\"")
+	} else {
+		t.Logf("no JS cases: %v", err)
+		jsCases = nil
+	}
 
 	round := func(i int) error {
 		for _, h := range hostile {
@@ -95,6 +118,20 @@ func TestHostileModulesNeverTakeTheHostDown(t *testing.T) {
 			normal := &worker.Job{Envelope: backend.NewEnvelope("echo", []byte(payload)), Attempt: 1, MaxAttempts: 1}
 			if x := echo.Run(context.Background(), normal, nil); x.Kind != host.KindAck || string(x.Output) != payload {
 				return fmt.Errorf("normal job after %s: %s %q %q", h.c.Name, x.Kind, x.Reason, x.Output)
+			}
+		}
+		for _, c := range jsCases {
+			// Under -race the memory bomb and the recursion (which grows wazero's stack,
+			// as hostile/recursion does) cost seconds: every tenth round there.
+			if raceEnabled && (c.payload == "bomb" || c.payload == "recursion") && i%10 != 0 {
+				continue
+			}
+			m := js
+			if c.payload == "loop" {
+				m = jsLoop
+			}
+			if x := run(m, c.payload); string(x.Kind) != c.kind || x.Reason != c.reason {
+				return fmt.Errorf("run %d of JS %s: %s %q", i, c.payload, x.Kind, x.Reason)
 			}
 		}
 		return nil

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -36,7 +37,8 @@ type Module struct {
 	manifest Manifest
 	allowed  map[string]bool
 	compiled wazero.CompiledModule
-	hasInit  bool // exports wasmjobs_init
+	hasInit  bool   // exports wasmjobs_init
+	jsSource []byte // a JS handler's bundle (the JSSection); nil for an ABI v1 module
 	loadedAt time.Time
 
 	mu      sync.Mutex
@@ -44,6 +46,10 @@ type Module struct {
 	inUse   int
 	retired bool
 	closed  chan struct{} // closed when the module is retired and its last job ended
+
+	// jsInterrupts counts the JS runs QuickJS's interrupt handler stopped (a test
+	// tells them from wazero's backstop by it).
+	jsInterrupts atomic.Int64
 }
 
 // Name returns the module's name: its file name without .wasm.
@@ -84,6 +90,10 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 	if man.Limits == (Limits{}) {
 		man.Limits = DefaultLimits()
 	}
+	jsSource, isJS := customSection(wasm, JSSection)
+	if isJS && man.RecycleAfter == 0 {
+		man.RecycleAfter = JSRecycleAfter
+	}
 	compiled, err := e.rt.CompileModule(ctx, wasm)
 	if err != nil {
 		return nil, invalid("%v", err)
@@ -96,6 +106,9 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 		compiled: compiled,
 		loadedAt: time.Now(),
 		closed:   make(chan struct{}),
+	}
+	if isJS {
+		m.jsSource = append([]byte{}, jsSource...) // empty but not nil: validateJS names it
 	}
 	if man.Enqueue != nil {
 		m.allowed = make(map[string]bool, len(man.Enqueue))
@@ -122,6 +135,9 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 
 // validate checks the module's exports and imports against ABI v1.
 func (m *Module) validate() error {
+	if m.jsSource != nil {
+		return m.validateJS()
+	}
 	fns := m.compiled.ExportedFunctions()
 	if _, ok := m.compiled.ExportedMemories()[abi.ExportMemory]; !ok {
 		return fmt.Errorf("missing export %q (a memory)", abi.ExportMemory)
@@ -155,7 +171,7 @@ func (m *Module) validate() error {
 		return errors.New("exports _start (a WASI command): build it as a reactor (Go: -buildmode=c-shared; C: -mexec-model=reactor)")
 	}
 	for _, def := range m.compiled.ImportedFunctions() {
-		if err := m.e.importOK(def); err != nil {
+		if err := m.e.importOK(def, false); err != nil {
 			return err
 		}
 	}
@@ -180,6 +196,9 @@ type instance struct {
 	stderr lineWriter
 	jobs   int
 	ctx    context.Context // the current call's, for sleep
+	js     *jsVM           // a JS handler's VM; nil for an ABI v1 module
+	// interrupts is its module's jsInterrupts.
+	interrupts *atomic.Int64
 }
 
 // sleep is the instance's WASI sleep: it ends early when the call's context ends, so
@@ -199,7 +218,7 @@ func (inst *instance) sleep(ns int64) {
 
 // instantiate makes a new instance and runs its initialisation under the job timeout.
 func (m *Module) instantiate(ctx context.Context) (*instance, error) {
-	inst := &instance{}
+	inst := &instance{interrupts: &m.jsInterrupts}
 	inst.st.reset(nil, m, m.defaultSink())
 	inst.stdout = lineWriter{st: &inst.st, level: slog.LevelInfo}
 	inst.stderr = lineWriter{st: &inst.st, level: slog.LevelWarn}
@@ -247,6 +266,14 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 			mod.Close(ctx)
 			return nil, fmt.Errorf("%s returned %d", fn, res)
 		}
+	}
+	if m.jsSource != nil {
+		vm, err := newJSVM(ctx, inst, m)
+		if err != nil {
+			mod.Close(ctx)
+			return nil, err
+		}
+		inst.js = vm
 	}
 	return inst, nil
 }

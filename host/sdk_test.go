@@ -113,6 +113,10 @@ func TestExamples(t *testing.T) {
 		{"wordcount-c", "\xff\xfe", "dead_letter", "", ""},
 		{"render-email-as", "template=shipped\nname=Ada\norder=1042\n", "ack", "Subject: Order 1042 shipped\n\nHello Ada,\n\nyour order 1042 is on its way.\n", "send-email"},
 		{"render-email-as", "template=shipped\nname=Ada\n", "dead_letter", "", ""},
+		{"receipt-ts", `{"id":"A-1","email":"a@b.co","name":"Ada","currency":"GBP","items":[{"sku":"P","name":"Pen","qty":2,"cents":150},{"sku":"INK","name":"Ink","qty":1,"cents":1205}]}`, "ack",
+			"Receipt for order A-1\nDear Ada,\n\nPen (P)     2 x £1.50   £3.00\nInk (INK)  1 x £12.05  £12.05\n-----------------------------\nTotal                  £15.05\n", "send-email"},
+		{"receipt-ts", `{"id":"A-1","email":"nope","name":"Ada","currency":"GBP","items":[]}`, "dead_letter", "", ""},
+		{"receipt-ts", `not json`, "dead_letter", "", ""},
 	} {
 		t.Run(ex.name+"/"+ex.wantKind, func(t *testing.T) {
 			t.Parallel()

@@ -2,7 +2,8 @@
 # make guests: builds every guest SDK's conformance handler and every example handler
 # into build/guests/, with the toolchains of the machine: Go (always), clang + wasi-libc
 # (C), Debian's rustc with the wasm32 standard library (Rust), Node.js with the pinned
-# AssemblyScript (npm ci). A missing toolchain is an error that names the package.
+# AssemblyScript (npm ci), and for JavaScript/TypeScript the pinned QuickJS engine,
+# esbuild and TypeScript (npm ci in guest-sdk/javascript). A missing toolchain is an error that names the package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -47,5 +48,16 @@ $ASC guest-sdk/assemblyscript/conformance/conformance.ts -o "$OUT/assemblyscript
 $ASC examples/render-email-as/assembly/index.ts -o "$OUT/render-email-as.wasm" --optimize --runtime incremental
 echo "   the SDK's own tests, in Node.js:"
 node guest-sdk/assemblyscript/test/run.mjs "$OUT/assemblyscript-conformance.wasm"
+
+echo "== TypeScript (QuickJS from npm's quickjs-wasi, bundled with esbuild)"
+(cd guest-sdk/javascript && npm ci --no-audit --no-fund --loglevel=error)
+JSBUILD="node guest-sdk/javascript/build.mjs"
+$JSBUILD guest-sdk/javascript/conformance/conformance.ts -o "$OUT/typescript-conformance.wasm"
+$JSBUILD guest-sdk/javascript/bench/json.ts -o "$OUT/typescript-json.wasm"
+for ex in examples/*-ts; do
+  [ -d "$ex" ] || continue
+  name=$(basename "$ex")
+  $JSBUILD "$ex/handler.ts" -o "$OUT/$name.wasm"
+done
 
 ls -la "$OUT"

@@ -90,7 +90,7 @@ Try a module without any queue:
 	root.PersistentFlags().StringVar(&g.cacheDir, "cache-dir", os.Getenv("WASMJOBS_CACHE_DIR"),
 		"where compiled modules are cached across runs (default: the user cache dir; env WASMJOBS_CACHE_DIR)")
 	root.AddCommand(newRunCommand(g), newSchedulesCommand(), newEnqueueCommand(), newInvokeCommand(g), newModulesCommand(g),
-		newQueuesCommand(), newJobsCommand(), newDLQCommand(), newNewCommand(), newBenchCommand(g), newBackupCommand(), newVersionCommand())
+		newQueuesCommand(), newJobsCommand(), newDLQCommand(), newNewCommand(), newBuildCommand(), newBenchCommand(g), newBackupCommand(), newVersionCommand())
 	return root
 }
 

@@ -13,13 +13,15 @@ func newNewCommand() *cobra.Command {
 	var lang, dir string
 	cmd := &cobra.Command{
 		Use:   "new --lang LANG NAME",
-		Short: "Make a new handler project in Go, Rust, C or AssemblyScript",
+		Short: "Make a new handler project in Go, Rust, C, AssemblyScript, JavaScript or TypeScript",
 		Long: `new makes the directory NAME with a handler that greets the name in its payload, a
 copy of the language's wasmjobs SDK, a manifest (NAME.toml), a README and build.sh,
 which builds NAME.wasm in one command. The module passes 'wasmjobs modules validate'.
 
 Toolchains: Go needs only Go; C needs clang and wasi-libc; Rust needs rustc with the
-wasm32 standard library; AssemblyScript needs Node.js (build.sh installs asc with npm).`,
+wasm32 standard library; AssemblyScript needs Node.js (build.sh installs asc with npm);
+JavaScript and TypeScript need Node.js (build.sh installs the QuickJS engine, esbuild and
+tsc with npm; 'wasmjobs build handler.ts' then builds without Node.js).`,
 		Example: `  wasmjobs new --lang go resize
   cd resize && ./build.sh && wasmjobs invoke resize.wasm --payload Ada`,
 		Args: argsBetween(1, 1),
@@ -35,7 +37,7 @@ wasm32 standard library; AssemblyScript needs Node.js (build.sh installs asc wit
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&lang, "lang", "", "go, rust, c or assemblyscript")
+	cmd.Flags().StringVar(&lang, "lang", "", "go, rust, c, assemblyscript, javascript or typescript")
 	cmd.Flags().StringVar(&dir, "dir", ".", "where to make the project's directory")
 	return cmd
 }

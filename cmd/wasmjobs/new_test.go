@@ -11,7 +11,7 @@ import (
 // toolchain reports whether lang's toolchain is here; under CI it must be.
 func toolchain(t *testing.T, lang string) {
 	t.Helper()
-	need := map[string]string{"go": "go", "c": "clang", "rust": "/usr/bin/rustc", "assemblyscript": "npm"}[lang]
+	need := map[string]string{"go": "go", "c": "clang", "rust": "/usr/bin/rustc", "assemblyscript": "npm", "javascript": "npm", "typescript": "npm"}[lang]
 	if _, err := exec.LookPath(need); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("%s not found: CI installs every guest toolchain", need)
@@ -24,7 +24,7 @@ func toolchain(t *testing.T, lang string) {
 // command, and validates and runs the module.
 func TestNewBuildsAndValidates(t *testing.T) {
 	t.Parallel()
-	for _, lang := range []string{"go", "c", "rust", "assemblyscript"} {
+	for _, lang := range []string{"go", "c", "rust", "assemblyscript", "javascript", "typescript"} {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
 			toolchain(t, lang)
@@ -63,7 +63,7 @@ func TestNewRefusesBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"new", "x"}, "--lang is required: one of go, rust, c, assemblyscript"},
+		{[]string{"new", "x"}, "--lang is required: one of go, rust, c, assemblyscript, javascript, typescript"},
 		{[]string{"new", "--lang", "cobol", "x"}, `unknown language "cobol"`},
 		{[]string{"new", "--lang", "go", "Bad_Name"}, `invalid name "Bad_Name"`},
 		{[]string{"new", "--lang", "go", "--dir", dir, "taken"}, "already exists"},

@@ -6,7 +6,7 @@ import (
 )
 
 // Languages are the guest languages with an SDK and a conformance handler.
-var Languages = []string{"go", "rust", "c", "assemblyscript"}
+var Languages = []string{"go", "rust", "c", "assemblyscript", "typescript"}
 
 // GuestsDir is where `make guests` puts the built guest modules.
 func GuestsDir() string { return filepath.Join(Dir(), "..", "build", "guests") }

@@ -18,4 +18,7 @@ var sdkFiles = map[string]string{
 	"wasmjobs.h.txt":           "c/wasmjobs.h",
 	"rust-lib.rs.txt":          "rust/src/lib.rs",
 	"as-index.ts.txt":          "assemblyscript/assembly/index.ts",
+	"js-wasmjobs.js.txt":       "javascript/wasmjobs.js",
+	"js-wasmjobs.d.ts.txt":     "javascript/wasmjobs.d.ts",
+	"js-build.mjs.txt":         "javascript/build.mjs",
 }

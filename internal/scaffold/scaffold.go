@@ -1,6 +1,6 @@
 // Package scaffold makes new handler projects for `wasmjobs new`: a handler, a copy of
-// its language's SDK, a manifest, a build script and a README, for Go, Rust, C and
-// AssemblyScript.
+// its language's SDK, a manifest, a build script and a README, for Go, Rust, C,
+// AssemblyScript, JavaScript and TypeScript.
 package scaffold
 
 import (
@@ -21,7 +21,7 @@ import (
 var files embed.FS
 
 // Languages are the languages New makes projects in.
-var Languages = []string{"go", "rust", "c", "assemblyscript"}
+var Languages = []string{"go", "rust", "c", "assemblyscript", "javascript", "typescript"}
 
 // layout lists, per language, what goes where: a template (.tmpl) or an SDK copy.
 var layout = map[string]map[string]string{
@@ -42,6 +42,18 @@ var layout = map[string]map[string]string{
 		"assembly/index.ts": "templates/assemblyscript/index.ts.tmpl", "package.json": "templates/assemblyscript/package.json.tmpl",
 		"build.sh": "templates/assemblyscript/build.sh.tmpl", "wasmjobs-sdk/index.ts": "sdk/as-index.ts.txt",
 	},
+	"javascript": jsLayout("js"),
+	"typescript": jsLayout("ts"),
+}
+
+// jsLayout is a JavaScript or TypeScript project: the handler, the SDK (wasmjobs.js and
+// its types) and the npm build command next to it.
+func jsLayout(ext string) map[string]string {
+	return map[string]string{
+		"handler." + ext: "templates/js/handler.tmpl", "package.json": "templates/js/package.json.tmpl",
+		"build.sh": "templates/js/build.sh.tmpl", "wasmjobs.js": "sdk/js-wasmjobs.js.txt",
+		"wasmjobs.d.ts": "sdk/js-wasmjobs.d.ts.txt", "wasmjobs-build.mjs": "sdk/js-build.mjs.txt",
+	}
 }
 
 var namePattern = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
@@ -63,7 +75,10 @@ func New(dir, lang, name string) (string, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return "", err
 	}
-	data := map[string]string{"Name": name, "Ident": strings.ReplaceAll(name, "-", "_"), "Lang": lang}
+	data := map[string]string{"Name": name, "Ident": strings.ReplaceAll(name, "-", "_"), "Lang": lang, "Ext": "js"}
+	if lang == "typescript" {
+		data["Ext"] = "ts"
+	}
 	all := map[string]string{"{{.Name}}.toml": "templates/manifest.toml.tmpl", "README.md": "templates/README.md.tmpl"}
 	for k, v := range files {
 		all[k] = v

@@ -141,6 +141,12 @@ func main() {
 		add(lang+" SDK no-op (conformance \"ack\"), pooled", 0,
 			"bench", "--module", rel(guest(lang+"-conformance")), "--payload", "ack", "--compare-native")
 	}
+	// A JS handler runs in a QuickJS VM inside its instance: a fresh one per job pays the
+	// engine's start and the bundle's evaluation; the JSON handler parses an order
+	// (guest-sdk/javascript/bench/json.ts).
+	add("TypeScript no-op, fresh VM per job", 5_000, "bench", "--module", rel(guest("typescript-conformance")), "--payload", "ack", "--isolation", "fresh")
+	add("TypeScript JSON handler (parse and check an order, write a summary), pooled", 0,
+		"bench", "--module", rel(guest("typescript-json")), "--payload", orderPayload, "--compare-native")
 	// The durable default, in a temporary data directory of its own per row, in River's
 	// two shapes: jobs published while they are worked, and all published first.
 	add("Pebble (durable default), WAT no-op, pooled, concurrency 64", 200_000,
@@ -278,3 +284,6 @@ func goColdStart(ctx context.Context, path string) (cold, warm time.Duration) {
 	warm = median(func() time.Duration { return load(host.Config{CacheDir: dir}) })
 	return cold, warm
 }
+
+// orderPayload is the order the TypeScript JSON handler's row runs on.
+const orderPayload = `{"id":"A-1042","email":"ada@example.com","name":"Ada","currency":"EUR","items":[{"sku":"KB-1","name":"Keyboard","qty":1,"cents":4999},{"sku":"CBL","name":"USB cable","qty":3,"cents":450},{"sku":"MS-2","name":"Mouse","qty":1,"cents":2599}]}`

@@ -1,0 +1,54 @@
+// The wasmjobs SDK for JavaScript and TypeScript handlers (guest ABI v1, through the
+// host's JS adapter; see abi/SPEC.md, "JavaScript handlers").
+//
+// A handler is the default export of the entry file:
+//
+//   import { retry } from "./wasmjobs.js";
+//   export default async function handle(job) {
+//     const order = job.json();
+//     if (!order.id) throw deadLetter("no order id");
+//     job.output(`order ${order.id}`);
+//   }
+//
+// Returning acknowledges the job. Throwing what retry, deferFor or deadLetter return
+// settles it that way; any other thrown value is a failure, retried with the queue's
+// backoff. The job object itself is made by the host (host/jsruntime/prelude.js).
+
+// OUTCOME is the property the host's runtime looks for on a thrown value: a registered
+// symbol, so that this file and the host's prelude agree without sharing code.
+const OUTCOME = Symbol.for("wasmjobs.outcome");
+
+/** An Outcome is thrown to settle a job other than by acknowledging it. */
+export class Outcome extends Error {
+  constructor(kind, code, reason, delayMs) {
+    super(reason || kind);
+    this.name = "Outcome";
+    this.kind = kind;
+    this[OUTCOME] = { code, reason: reason ?? "", delayMs: delayMs ?? -1 };
+  }
+}
+
+function delayOf(options) {
+  if (options == null || options.delay == null) return -1;
+  const d = Number(options.delay);
+  if (!Number.isFinite(d) || d < 0) throw new RangeError(`delay must be a non-negative number of milliseconds, got ${options.delay}`);
+  return Math.floor(d);
+}
+
+/** retry asks for another attempt, after options.delay ms or the queue's backoff. */
+export function retry(reason, options) {
+  return new Outcome("retry", 1, String(reason ?? ""), delayOf(options));
+}
+
+/** deferFor puts the job back at the front of its queue after ms, without using an attempt. */
+export function deferFor(ms, reason) {
+  return new Outcome("defer", 2, String(reason ?? ""), delayOf({ delay: ms }));
+}
+
+/** deadLetter moves the job to its queue's dead letters with the reason. */
+export function deadLetter(reason) {
+  return new Outcome("dead_letter", 3, String(reason ?? ""), -1);
+}
+
+/** Status codes that job.output and job.enqueue may return (ABI v1). */
+export const Status = Object.freeze({ OK: 0, NOT_FOUND: -1, BAD_ARGUMENT: -2, LIMIT_EXCEEDED: -3, NOT_PERMITTED: -4 });

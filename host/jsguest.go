@@ -1,0 +1,864 @@
+package host
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wasmjobs/wasmjobs/abi"
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// JSSection is the custom section that makes a module a JavaScript handler: the module
+// is the QuickJS engine (npm's quickjs-wasi) and the section holds the handler's bundled
+// source. The host runs such a module through the JS adapter below instead of calling
+// wasmjobs_handle (abi/SPEC.md, "JavaScript handlers").
+const JSSection = "wasmjobs.js"
+
+// JSRecycleAfter is the number of jobs after which a pooled JS VM is replaced when the
+// manifest sets no recycle_after: a JS heap keeps what a handler leaves in globals and
+// fragments, so a VM is not kept for ever.
+const JSRecycleAfter = 1000
+
+// jsBackstop is how long past the job's deadline wazero closes a JS instance whose
+// interrupt handler did not stop it (the engine polls the handler between bytecodes,
+// not inside one long native call such as a huge JSON.parse).
+const jsBackstop = 250 * time.Millisecond
+
+//go:embed jsruntime/prelude.js
+var jsPrelude string
+
+// The ops of __wasmjobs_host, the one host function the prelude is given.
+const (
+	jsOpPayload     = 1  // () -> Uint8Array
+	jsOpText        = 2  // () -> string
+	jsOpMeta        = 3  // (key) -> string
+	jsOpAttempt     = 4  // () -> number
+	jsOpMaxAttempts = 5  // () -> number
+	jsOpHeader      = 6  // (key) -> string | undefined
+	jsOpLog         = 7  // (level, msg)
+	jsOpOutput      = 8  // (string | ArrayBuffer) -> status
+	jsOpEnqueue     = 9  // (queue, string | ArrayBuffer, delayMs) -> status
+	jsOpSettle      = 10 // (code, reason, delayMs); code -1: a failure with reason
+	jsOpLoadError   = 11 // (msg): the bundle did not load
+)
+
+// jsHostName is the name the host function is registered under in the engine.
+const jsHostName = "wasmjobs"
+
+// jsExports are the engine's exports the adapter calls, with their types. The outer
+// ones drive a job; the inner ones are called from within host_call, so they are
+// separate api.Function values (wazero's functions are not reentrant).
+var jsExports = map[string]funcType{
+	"qjs_init":                  {nil, []api.ValueType{i32}},
+	"qjs_set_memory_limit":      {[]api.ValueType{i32}, nil},
+	"qjs_set_interrupt_handler": {[]api.ValueType{i32}, nil},
+	"qjs_set_max_stack_size":    {[]api.ValueType{i32}, nil},
+	"qjs_get_allocated_size":    {nil, []api.ValueType{i32}},
+	"qjs_eval":                  {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}},
+	"qjs_call":                  {[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}},
+	"qjs_is_job_pending":        {nil, []api.ValueType{i32}},
+	"qjs_execute_pending_job":   {nil, []api.ValueType{i32}},
+	"qjs_is_exception":          {[]api.ValueType{i32}, []api.ValueType{i32}},
+	"qjs_get_exception":         {nil, []api.ValueType{i32}},
+	"qjs_get_global":            {nil, []api.ValueType{i32}},
+	"qjs_get_prop_string":       {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"qjs_set_prop_string":       {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
+	"qjs_new_host_function":     {[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}},
+	"qjs_new_string":            {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"qjs_new_number":            {[]api.ValueType{api.ValueTypeF64}, []api.ValueType{i32}},
+	"qjs_new_uint8_array":       {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"qjs_get_undefined":         {nil, []api.ValueType{i32}},
+	"qjs_is_string":             {[]api.ValueType{i32}, []api.ValueType{i32}},
+	"qjs_is_number":             {[]api.ValueType{i32}, []api.ValueType{i32}},
+	"qjs_is_array_buffer":       {[]api.ValueType{i32}, []api.ValueType{i32}},
+	"qjs_get_float64":           {[]api.ValueType{i32}, []api.ValueType{api.ValueTypeF64}},
+	"qjs_get_string_len":        {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"qjs_free_cstring":          {[]api.ValueType{i32}, nil},
+	"qjs_get_array_buffer":      {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"qjs_free_value":            {[]api.ValueType{i32}, nil},
+	"malloc":                    {[]api.ValueType{i32}, []api.ValueType{i32}},
+	"free":                      {[]api.ValueType{i32}, nil},
+}
+
+// jsEnvImports are the env functions the engine imports, with their types.
+var jsEnvImports = map[string]funcType{
+	"host_call":                {[]api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i32}},
+	"host_interrupt":           {nil, []api.ValueType{i32}},
+	"host_promise_rejection":   {[]api.ValueType{i32, i32, i32}, nil},
+	"host_module_normalize":    {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"host_module_load":         {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+	"host_get_timezone_offset": {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+}
+
+// customSection returns the content of the first custom section called name in a
+// WebAssembly binary. A binary it cannot walk has none; the compiler names its fault.
+func customSection(wasm []byte, name string) ([]byte, bool) {
+	if len(wasm) < 8 {
+		return nil, false
+	}
+	p := wasm[8:]
+	for len(p) > 0 {
+		id := p[0]
+		size, n := uleb32(p[1:])
+		if n == 0 || uint64(size) > uint64(len(p)-1-n) {
+			return nil, false
+		}
+		body := p[1+n : 1+n+int(size)]
+		p = p[1+n+int(size):]
+		if id != 0 {
+			continue
+		}
+		nlen, m := uleb32(body)
+		if m == 0 || uint64(nlen) > uint64(len(body)-m) {
+			return nil, false
+		}
+		if string(body[m:m+int(nlen)]) == name {
+			return body[m+int(nlen):], true
+		}
+	}
+	return nil, false
+}
+
+// uleb32 decodes an unsigned LEB128 of at most 5 bytes; n is 0 when it is malformed.
+func uleb32(b []byte) (v uint32, n int) {
+	var shift uint
+	for i := 0; i < len(b) && i < 5; i++ {
+		v |= uint32(b[i]&0x7f) << shift
+		if b[i]&0x80 == 0 {
+			return v, i + 1
+		}
+		shift += 7
+	}
+	return 0, 0
+}
+
+// validateJS checks a JS module: the engine's exports and imports the adapter needs.
+func (m *Module) validateJS() error {
+	if _, ok := m.compiled.ExportedMemories()[abi.ExportMemory]; !ok {
+		return fmt.Errorf("missing export %q (a memory)", abi.ExportMemory)
+	}
+	if len(m.jsSource) == 0 {
+		return fmt.Errorf("custom section %q is empty: no handler was bundled", JSSection)
+	}
+	fns := m.compiled.ExportedFunctions()
+	want := map[string]funcType{abi.ExportInitialize: {}}
+	for k, v := range jsExports {
+		want[k] = v
+	}
+	for name, t := range want {
+		def, ok := fns[name]
+		if !ok {
+			return fmt.Errorf("has a %q section but is not the QuickJS engine of quickjs-wasi: missing export %q", JSSection, name)
+		}
+		if !sameTypes(def.ParamTypes(), t.params) || !sameTypes(def.ResultTypes(), t.results) {
+			return fmt.Errorf("export %q has type %s, want %s", name,
+				signature(def.ParamTypes(), def.ResultTypes()), signature(t.params, t.results))
+		}
+	}
+	for _, def := range m.compiled.ImportedFunctions() {
+		if err := m.e.importOK(def, true); err != nil {
+			return err
+		}
+	}
+	if mems := m.compiled.ImportedMemories(); len(mems) > 0 {
+		mod, name, _ := mems[0].Import()
+		return fmt.Errorf("imports memory %s.%s: a module must define its own memory", mod, name)
+	}
+	mem := m.compiled.ExportedMemories()[abi.ExportMemory]
+	if limit := m.manifest.Limits.MemoryPages; mem.Min() > limit {
+		return fmt.Errorf("memory starts at %d pages, above the limit of %d pages (%d MiB); raise memory in the manifest",
+			mem.Min(), limit, limit/16)
+	}
+	return nil
+}
+
+// jsVM is one QuickJS runtime and context in one instance of the engine, with the
+// handler loaded. It runs one job at a time, like its instance.
+type jsVM struct {
+	inst *instance
+	mem  api.Memory
+	fn   map[string]api.Function // outer calls
+	in   map[string]api.Function // calls from within host_call
+
+	undef   uint32 // a JSValue* of undefined, kept
+	run     uint32 // a JSValue* of __wasmjobs_run, kept
+	scratch uint32 // 4 bytes of guest memory for out-lengths
+	limit   uint32 // QuickJS's memory limit in bytes
+
+	// Per call.
+	deadline    time.Time
+	done        <-chan struct{}
+	interrupted bool
+	settled     bool
+	code        int32
+	failMsg     string // the reason of code -1
+	hostFail    string // the host could not pass a value in (guest memory exhausted)
+	loadErr     string
+}
+
+// jsSetupMin is the least time a JS VM's setup gets (newJSVM).
+const jsSetupMin = 10 * time.Second
+
+// jsMaxStack is QuickJS's stack limit, in bytes.
+const jsMaxStack = 512 << 10
+
+// jsMinHeap is the least memory QuickJS may have; a smaller manifest limit is refused.
+const jsMinHeap = 4 << 20
+
+// newJSVM starts QuickJS in a freshly initialised instance, with the memory limit and
+// interrupt handler, the host function, the prelude and the handler's bundle.
+func newJSVM(ctx context.Context, inst *instance, m *Module) (*jsVM, error) {
+	vm := &jsVM{inst: inst, mem: inst.mod.Memory(), fn: map[string]api.Function{}, in: map[string]api.Function{}}
+	for name := range jsExports {
+		vm.fn[name] = inst.mod.ExportedFunction(name)
+		vm.in[name] = inst.mod.ExportedFunction(name)
+	}
+	inst.st.js = vm
+	// The engine's start and the bundle's evaluation take a few milliseconds, more on
+	// a loaded machine: they get at least jsSetupMin, whatever the job's timeout.
+	timeout := max(m.manifest.Limits.Timeout, jsSetupMin)
+	cctx, cancel := context.WithTimeout(ctx, timeout+jsBackstop)
+	defer cancel()
+	vm.deadline, vm.done = time.Now().Add(timeout), ctx.Done()
+	c := &callContext{Context: cctx, st: &inst.st}
+	err := vm.setup(c, m)
+	inst.stdout.flush()
+	inst.stderr.flush()
+	if err != nil {
+		if vm.interrupted {
+			return nil, fmt.Errorf("loading the JS handler: timeout after %v", timeout)
+		}
+		var fe *jsSetupError
+		if errors.As(err, &fe) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("loading the JS handler: %s", classify(err, timeout).reason)
+	}
+	return vm, nil
+}
+
+type jsSetupError struct{ msg string }
+
+func (e *jsSetupError) Error() string { return e.msg }
+
+func (vm *jsVM) call(ctx context.Context, name string, params ...uint64) (uint32, error) {
+	res, err := vm.fn[name].Call(ctx, params...)
+	if err != nil {
+		return 0, err
+	}
+	if len(res) == 0 {
+		return 0, nil
+	}
+	return uint32(res[0]), nil
+}
+
+// cstring puts s, NUL-terminated, into guest memory; the caller frees it.
+func (vm *jsVM) cstring(ctx context.Context, s string) (uint32, error) {
+	p, err := vm.call(ctx, "malloc", uint64(len(s)+1))
+	if err != nil {
+		return 0, err
+	}
+	if p == 0 || !vm.mem.Write(p, append([]byte(s), 0)) {
+		return 0, &jsSetupError{"loading the JS handler: out of memory"}
+	}
+	return p, nil
+}
+
+func (vm *jsVM) setup(ctx context.Context, m *Module) error {
+	if r, err := vm.call(ctx, "qjs_init"); err != nil {
+		return err
+	} else if r != 0 {
+		return &jsSetupError{fmt.Sprintf("qjs_init returned %d", int32(r))}
+	}
+	// The manifest's memory bounds the instance (limitedMemory); QuickJS gets what is
+	// left of it after the engine's own start, less a sixteenth for the allocator's
+	// overhead, so that a greedy handler meets QuickJS's clean "out of memory" before
+	// the wasm allocator fails.
+	limit := uint64(m.manifest.Limits.MemoryPages) * 65536
+	base := uint64(vm.mem.Size())
+	heap := int64(limit) - int64(base) - int64(limit/16)
+	if heap < jsMinHeap {
+		return &jsSetupError{fmt.Sprintf("a memory limit of %d pages leaves QuickJS %d KiB, less than the %d MiB it needs; raise memory in the manifest",
+			m.manifest.Limits.MemoryPages, max(heap, 0)/1024, jsMinHeap>>20)}
+	}
+	vm.limit = uint32(min(heap, math.MaxUint32))
+	if _, err := vm.call(ctx, "qjs_set_memory_limit", uint64(vm.limit)); err != nil {
+		return err
+	}
+	if _, err := vm.call(ctx, "qjs_set_interrupt_handler", 1); err != nil {
+		return err
+	}
+	// The engine's C stack is 1 MiB of its linear memory (quickjs-wasi's link), below
+	// which it would run into its data: QuickJS's own check stops JS recursion well
+	// before, with a RangeError the handler can catch.
+	if _, err := vm.call(ctx, "qjs_set_max_stack_size", jsMaxStack); err != nil {
+		return err
+	}
+	var err error
+	if vm.scratch, err = vm.call(ctx, "malloc", 8); err != nil {
+		return err
+	}
+	if vm.undef, err = vm.call(ctx, "qjs_get_undefined"); err != nil {
+		return err
+	}
+	global, err := vm.call(ctx, "qjs_get_global")
+	if err != nil {
+		return err
+	}
+	name, err := vm.cstring(ctx, jsHostName)
+	if err != nil {
+		return err
+	}
+	fn, err := vm.call(ctx, "qjs_new_host_function", uint64(name), uint64(len(jsHostName)), 0)
+	if err != nil {
+		return err
+	}
+	prop, err := vm.cstring(ctx, "__wasmjobs_host")
+	if err != nil {
+		return err
+	}
+	if _, err := vm.call(ctx, "qjs_set_prop_string", uint64(global), uint64(prop), uint64(fn)); err != nil {
+		return err
+	}
+	if _, err := vm.call(ctx, "qjs_free_value", uint64(fn)); err != nil {
+		return err
+	}
+	if err := vm.eval(ctx, jsPrelude, "wasmjobs-prelude.js"); err != nil {
+		return err
+	}
+	load, err := vm.global(ctx, global, "__wasmjobs_load")
+	if err != nil {
+		return err
+	}
+	if vm.run, err = vm.global(ctx, global, "__wasmjobs_run"); err != nil {
+		return err
+	}
+	src, err := vm.newString(ctx, vm.fn, m.jsSource)
+	if err != nil {
+		return err
+	}
+	if src == 0 {
+		return &jsSetupError{"loading the JS handler: out of memory"}
+	}
+	binary := [4]byte{byte(src), byte(src >> 8), byte(src >> 16), byte(src >> 24)}
+	if !vm.mem.Write(vm.scratch, binary[:]) {
+		return &jsSetupError{"loading the JS handler: bad scratch pointer"}
+	}
+	res, err := vm.call(ctx, "qjs_call", uint64(load), uint64(vm.undef), 1, uint64(vm.scratch))
+	if err != nil {
+		return err
+	}
+	if exc, err := vm.takeException(ctx, res); err != nil {
+		return err
+	} else if exc {
+		return &jsSetupError{"loading the JS handler: it threw an uncatchable exception (interrupted or out of memory)"}
+	}
+	for _, p := range []uint32{load, src, global, name, prop} {
+		f := "qjs_free_value"
+		if p == name || p == prop {
+			f = "free"
+		}
+		if _, err := vm.call(ctx, f, uint64(p)); err != nil {
+			return err
+		}
+	}
+	if vm.loadErr != "" {
+		return &jsSetupError{vm.loadErr}
+	}
+	return nil
+}
+
+// global returns a JSValue* of a named property of obj (the global object, mostly).
+func (vm *jsVM) global(ctx context.Context, global uint32, name string) (uint32, error) {
+	c, err := vm.cstring(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	v, err := vm.call(ctx, "qjs_get_prop_string", uint64(global), uint64(c))
+	if err != nil {
+		return 0, err
+	}
+	_, err = vm.call(ctx, "free", uint64(c))
+	return v, err
+}
+
+// eval evaluates trusted source (the prelude) at global scope.
+func (vm *jsVM) eval(ctx context.Context, src, file string) error {
+	code, err := vm.cstring(ctx, src)
+	if err != nil {
+		return err
+	}
+	fname, err := vm.cstring(ctx, file)
+	if err != nil {
+		return err
+	}
+	res, err := vm.call(ctx, "qjs_eval", uint64(code), uint64(len(src)), uint64(fname), 0)
+	if err != nil {
+		return err
+	}
+	exc, err := vm.takeException(ctx, res)
+	if err != nil {
+		return err
+	}
+	if exc {
+		return &jsSetupError{"evaluating the host's JS prelude failed"}
+	}
+	vm.call(ctx, "free", uint64(code))
+	_, err = vm.call(ctx, "free", uint64(fname))
+	return err
+}
+
+// takeException frees a result and reports whether it was an exception; the pending
+// exception is then taken and freed, so that the VM can go on.
+func (vm *jsVM) takeException(ctx context.Context, res uint32) (bool, error) {
+	exc, err := vm.call(ctx, "qjs_is_exception", uint64(res))
+	if err != nil {
+		return false, err
+	}
+	if _, err := vm.call(ctx, "qjs_free_value", uint64(res)); err != nil {
+		return false, err
+	}
+	if exc == 0 {
+		return false, nil
+	}
+	e, err := vm.call(ctx, "qjs_get_exception")
+	if err != nil {
+		return true, err
+	}
+	_, err = vm.call(ctx, "qjs_free_value", uint64(e))
+	return true, err
+}
+
+// runJob runs the job staged in the instance's callState: __wasmjobs_run, then the
+// VM's pending jobs until none is left, under the job's timeout. The interrupt handler
+// stops the JS at the deadline; wazero closes the instance jsBackstop later if the
+// engine did not reach a check.
+func (vm *jsVM) runJob(ctx context.Context, timeout time.Duration) (int32, *failure) {
+	inst := vm.inst
+	// wazero closes the instance when cctx ends: jsBackstop after the deadline, or after
+	// ctx is cancelled (the host shutting down), so that the interrupt stops it first.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+jsBackstop)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(jsBackstop, cancel) })
+	defer stop()
+	vm.deadline, vm.done = time.Now().Add(timeout), ctx.Done()
+	vm.interrupted, vm.settled, vm.code, vm.failMsg, vm.hostFail = false, false, 0, "", ""
+	inst.ctx = cctx
+	c := &callContext{Context: cctx, st: &inst.st}
+	err := vm.drive(c)
+	inst.ctx = nil
+	inst.stdout.flush()
+	inst.stderr.flush()
+	switch {
+	case err != nil:
+		return 0, classify(err, timeout)
+	case vm.interrupted && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return 0, &failure{KindTimeout, "cancelled: the host is shutting down"}
+	case vm.interrupted:
+		return 0, &failure{KindTimeout, fmt.Sprintf("timeout after %v", timeout)}
+	case vm.hostFail != "":
+		return 0, &failure{KindTrap, "trap: " + vm.hostFail}
+	case !vm.settled:
+		return 0, &failure{KindTrap, "trap: the handler's promise never settled"}
+	case vm.code < 0:
+		return 0, &failure{KindTrap, "trap: " + vm.failMsg}
+	}
+	return vm.code, nil
+}
+
+func (vm *jsVM) drive(ctx context.Context) error {
+	res, err := vm.call(ctx, "qjs_call", uint64(vm.run), uint64(vm.undef), 0, 0)
+	if err != nil {
+		return err
+	}
+	if exc, err := vm.isException(ctx, res); err != nil || exc {
+		if err == nil {
+			err = vm.uncatchable(ctx)
+		}
+		return err
+	}
+	for !vm.settled {
+		pending, err := vm.call(ctx, "qjs_is_job_pending")
+		if err != nil {
+			return err
+		}
+		if pending == 0 {
+			return nil
+		}
+		r, err := vm.call(ctx, "qjs_execute_pending_job")
+		if err != nil {
+			return err
+		}
+		if int32(r) < 0 {
+			return vm.uncatchable(ctx)
+		}
+	}
+	return nil
+}
+
+// isException frees a result and reports whether it was an exception, leaving the
+// exception pending.
+func (vm *jsVM) isException(ctx context.Context, res uint32) (bool, error) {
+	exc, err := vm.call(ctx, "qjs_is_exception", uint64(res))
+	if err != nil {
+		return false, err
+	}
+	_, err = vm.call(ctx, "qjs_free_value", uint64(res))
+	return exc != 0, err
+}
+
+// uncatchable takes the pending exception that escaped the prelude: QuickJS-ng makes
+// an interrupt and an "out of memory" uncatchable. The failure's reason names it
+// ("InternalError: out of memory"); by then the JS stack has unwound and its memory
+// is free again, so reading the name and message can allocate.
+func (vm *jsVM) uncatchable(ctx context.Context) error {
+	e, err := vm.call(ctx, "qjs_get_exception")
+	if err != nil {
+		return err
+	}
+	defer vm.call(ctx, "qjs_free_value", uint64(e))
+	if vm.interrupted {
+		return nil
+	}
+	var parts []string
+	for _, prop := range []string{"name", "message"} {
+		v, err := vm.global(ctx, e, prop)
+		if err != nil {
+			return err
+		}
+		s, ok, err := vm.argString(ctx, v)
+		vm.call(ctx, "qjs_free_value", uint64(v))
+		if err != nil {
+			return err
+		}
+		if ok && s != "" {
+			parts = append(parts, s)
+		}
+	}
+	vm.hostFail = "uncaught exception in the JS runtime"
+	if len(parts) > 0 {
+		vm.hostFail = strings.Join(parts, ": ")
+	}
+	return nil
+}
+
+// healthy reports whether the VM may take another job: its heap is not near QuickJS's
+// limit (a handler that caught an "out of memory" leaves a VM that will fail again).
+func (vm *jsVM) healthy(ctx context.Context) bool {
+	used, err := vm.call(ctx, "qjs_get_allocated_size")
+	return err == nil && uint64(used) < uint64(vm.limit)/8*7
+}
+
+// Values passed in from the host. Each returns a fresh JSValue*, which host_call hands
+// to the engine's trampoline (it frees it), or 0 with vm.hostFail set when the guest's
+// memory is exhausted.
+
+func (vm *jsVM) newString(ctx context.Context, fns map[string]api.Function, b []byte) (uint32, error) {
+	return vm.newBytes(ctx, fns, "qjs_new_string", b)
+}
+
+func (vm *jsVM) newBytes(ctx context.Context, fns map[string]api.Function, ctor string, b []byte) (uint32, error) {
+	res, err := fns["malloc"].Call(ctx, uint64(max(len(b), 1)))
+	if err != nil {
+		return 0, err
+	}
+	p := uint32(res[0])
+	if p == 0 || !vm.mem.Write(p, b) {
+		vm.hostFail = "out of memory passing a value to the handler"
+		return 0, nil
+	}
+	res, err = fns[ctor].Call(ctx, uint64(p), uint64(len(b)))
+	if err != nil {
+		return 0, err
+	}
+	if _, err := fns["free"].Call(ctx, uint64(p)); err != nil {
+		return 0, err
+	}
+	return uint32(res[0]), nil
+}
+
+func (vm *jsVM) in1(ctx context.Context, name string, params ...uint64) (uint64, error) {
+	res, err := vm.in[name].Call(ctx, params...)
+	if err != nil || len(res) == 0 {
+		return 0, err
+	}
+	return res[0], nil
+}
+
+// argString reads a string argument; ok is false for any other type.
+func (vm *jsVM) argString(ctx context.Context, v uint32) (s string, ok bool, err error) {
+	if is, err := vm.in1(ctx, "qjs_is_string", uint64(v)); err != nil || is == 0 {
+		return "", false, err
+	}
+	p, err := vm.in1(ctx, "qjs_get_string_len", uint64(v), uint64(vm.scratch))
+	if err != nil || p == 0 {
+		return "", false, err
+	}
+	n, _ := vm.mem.ReadUint32Le(vm.scratch)
+	b, _ := vm.mem.Read(uint32(p), n)
+	s = strings.ToValidUTF8(string(b), "\uFFFD") // lone surrogates come as WTF-8
+	_, err = vm.in1(ctx, "qjs_free_cstring", p)
+	return s, true, err
+}
+
+// argBytes reads a string or ArrayBuffer argument.
+func (vm *jsVM) argBytes(ctx context.Context, v uint32) ([]byte, bool, error) {
+	if s, ok, err := vm.argString(ctx, v); err != nil || ok {
+		return []byte(s), ok, err
+	}
+	if is, err := vm.in1(ctx, "qjs_is_array_buffer", uint64(v)); err != nil || is == 0 {
+		return nil, false, err
+	}
+	p, err := vm.in1(ctx, "qjs_get_array_buffer", uint64(v), uint64(vm.scratch))
+	if err != nil {
+		return nil, false, err
+	}
+	n, _ := vm.mem.ReadUint32Le(vm.scratch)
+	if n == 0 {
+		return []byte{}, true, nil
+	}
+	b, ok := vm.mem.Read(uint32(p), n)
+	if !ok {
+		return nil, false, nil
+	}
+	return append([]byte(nil), b...), true, nil
+}
+
+// argNumber reads a number argument; NaN for any other type.
+func (vm *jsVM) argNumber(ctx context.Context, v uint32) (float64, error) {
+	if is, err := vm.in1(ctx, "qjs_is_number", uint64(v)); err != nil || is == 0 {
+		return math.NaN(), err
+	}
+	f, err := vm.in1(ctx, "qjs_get_float64", uint64(v))
+	return api.DecodeF64(f), err
+}
+
+func (vm *jsVM) number(ctx context.Context, f float64) (uint32, error) {
+	r, err := vm.in1(ctx, "qjs_new_number", api.EncodeF64(f))
+	return uint32(r), err
+}
+
+// jsHostCall is env.host_call: the engine calls it when JS calls a host function. The
+// one function the adapter registers, __wasmjobs_host, dispatches on its first
+// argument (jsOp*). Arguments are borrowed; the result is a fresh JSValue*.
+func jsHostCall(ctx context.Context, mod api.Module, stack []uint64) {
+	st := stateOf(ctx)
+	if st == nil || st.js == nil {
+		panic(&abortError{msg: "env.host_call outside a JS handler"})
+	}
+	vm := st.js
+	name := guestBytes(mod, "host_call", stack[0], stack[1])
+	argc := uint32(stack[3])
+	if argc > 16 {
+		argc = 16
+	}
+	raw := guestBytes(mod, "host_call", stack[4], uint64(argc)*4)
+	args := make([]uint32, argc)
+	for i := range args {
+		args[i] = uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24
+	}
+	res, err := vm.hostCall(ctx, st, string(name), args)
+	if err != nil {
+		panic(err) // a failure of the engine itself (wazero closed it, a trap): the call fails
+	}
+	if res == 0 {
+		res, err = vm.in1u(ctx, "qjs_get_undefined")
+		if err != nil {
+			panic(err)
+		}
+	}
+	stack[0] = uint64(res)
+}
+
+func (vm *jsVM) in1u(ctx context.Context, name string, params ...uint64) (uint32, error) {
+	r, err := vm.in1(ctx, name, params...)
+	return uint32(r), err
+}
+
+func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args []uint32) (uint32, error) {
+	if name != jsHostName || len(args) == 0 {
+		return 0, nil
+	}
+	arg := func(i int) uint32 {
+		if i < len(args) {
+			return args[i]
+		}
+		return vm.undef
+	}
+	opf, err := vm.argNumber(ctx, args[0])
+	if err != nil {
+		return 0, err
+	}
+	switch int(opf) {
+	case jsOpPayload:
+		return vm.newBytes(ctx, vm.in, "qjs_new_uint8_array", st.payload())
+	case jsOpText:
+		return vm.newString(ctx, vm.in, []byte(strings.ToValidUTF8(string(st.payload()), "\uFFFD")))
+	case jsOpMeta:
+		k, err := vm.argNumber(ctx, arg(1))
+		if err != nil || !(k >= 0 && int(k) < len(st.meta)) {
+			return 0, err
+		}
+		return vm.newString(ctx, vm.in, []byte(st.meta[int(k)]))
+	case jsOpAttempt, jsOpMaxAttempts:
+		n := 0
+		if st.job != nil {
+			n = st.job.Attempt
+			if int(opf) == jsOpMaxAttempts {
+				n = st.job.MaxAttempts
+			}
+		}
+		return vm.number(ctx, float64(n))
+	case jsOpHeader:
+		k, ok, err := vm.argString(ctx, arg(1))
+		if err != nil || !ok || st.job == nil {
+			return 0, err
+		}
+		v, found := st.job.Envelope.Headers[k]
+		if !found {
+			return 0, nil
+		}
+		return vm.newString(ctx, vm.in, []byte(v))
+	case jsOpLog:
+		level, err := vm.argNumber(ctx, arg(1))
+		if err != nil {
+			return 0, err
+		}
+		msg, _, err := vm.argString(ctx, arg(2))
+		if err != nil {
+			return 0, err
+		}
+		l := int32(abi.LogInfo)
+		if !math.IsNaN(level) {
+			l = int32(min(max(level, float64(abi.LogDebug)), float64(abi.LogError)))
+		}
+		st.emit(slogLevel(l), msg)
+		return 0, nil
+	case jsOpOutput:
+		b, ok, err := vm.argBytes(ctx, arg(1))
+		if err != nil {
+			return 0, err
+		}
+		s := int32(len(b))
+		switch {
+		case !ok:
+			s = abi.StatusBadArgument
+		case len(st.output)+len(b) > st.limits.MaxOutput:
+			s = abi.StatusLimitExceeded
+		default:
+			st.output = append(st.output, b...)
+		}
+		return vm.number(ctx, float64(s))
+	case jsOpEnqueue:
+		q, okq, err := vm.argString(ctx, arg(1))
+		if err != nil {
+			return 0, err
+		}
+		b, okb, err := vm.argBytes(ctx, arg(2))
+		if err != nil {
+			return 0, err
+		}
+		d, err := vm.argNumber(ctx, arg(3))
+		if err != nil {
+			return 0, err
+		}
+		var s int32
+		switch {
+		case !okq || !okb || math.IsNaN(d) || d < 0 || d > math.MaxInt64/float64(time.Millisecond) || backend.ValidateQueueName(q) != nil:
+			s = abi.StatusBadArgument
+		case st.allowed != nil && !st.allowed[q]:
+			s = abi.StatusNotPermitted
+		case len(st.children) >= st.limits.MaxChildren || len(b) > st.limits.MaxPayload:
+			s = abi.StatusLimitExceeded
+		default:
+			st.children = append(st.children, worker.Child{Queue: q, Payload: b, Delay: time.Duration(d) * time.Millisecond})
+		}
+		return vm.number(ctx, float64(s))
+	case jsOpSettle:
+		code, err := vm.argNumber(ctx, arg(1))
+		if err != nil {
+			return 0, err
+		}
+		reason, _, err := vm.argString(ctx, arg(2))
+		if err != nil {
+			return 0, err
+		}
+		d, err := vm.argNumber(ctx, arg(3))
+		if err != nil {
+			return 0, err
+		}
+		if max := st.limits.MaxReason; len(reason) > max {
+			reason = strings.ToValidUTF8(reason[:max], "")
+		}
+		if vm.settled {
+			return 0, nil // the first settle wins: a later one comes from a stray promise
+		}
+		vm.settled = true
+		switch code {
+		case 0, 1, 2, 3:
+			vm.code = int32(code)
+			st.reason = reason
+			if d >= 0 && d <= math.MaxInt64/float64(time.Millisecond) {
+				st.delayMs = int64(d)
+			}
+		default:
+			vm.code, vm.failMsg = -1, reason
+		}
+		return 0, nil
+	case jsOpLoadError:
+		msg, _, err := vm.argString(ctx, arg(1))
+		if err != nil {
+			return 0, err
+		}
+		vm.loadErr = msg
+		return 0, nil
+	}
+	return 0, nil
+}
+
+// jsInterrupt is env.host_interrupt, which QuickJS polls while it runs: it stops the
+// JS once the job's deadline passes or the host shuts down.
+func jsInterrupt(ctx context.Context, _ api.Module, stack []uint64) {
+	stack[0] = 0
+	st := stateOf(ctx)
+	if st == nil || st.js == nil {
+		return
+	}
+	vm := st.js
+	if vm.interrupted {
+		stack[0] = 1
+		return
+	}
+	select {
+	case <-vm.done:
+		vm.interrupted = true
+	default:
+		vm.interrupted = time.Now().After(vm.deadline)
+	}
+	if vm.interrupted {
+		vm.inst.interrupts.Add(1)
+		stack[0] = 1
+	}
+}
+
+// jsEnvFuncs are the engine's env imports: host_call and host_interrupt as above; the promise-rejection tracker and the module loader are
+// never enabled, and time zones are UTC.
+func jsEnvFuncs() map[string]api.GoModuleFunc {
+	zero := func(_ context.Context, _ api.Module, stack []uint64) { stack[0] = 0 }
+	return map[string]api.GoModuleFunc{
+		"host_call":                jsHostCall,
+		"host_interrupt":           jsInterrupt,
+		"host_promise_rejection":   func(context.Context, api.Module, []uint64) {},
+		"host_module_normalize":    zero,
+		"host_module_load":         zero,
+		"host_get_timezone_offset": zero,
+	}
+}

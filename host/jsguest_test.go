@@ -1,0 +1,286 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/internal/jsbuild"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// The QuickJS engine is read once: each JS test module is it plus a source section.
+var jsEngine = sync.OnceValues(func() ([]byte, error) {
+	p, err := jsbuild.FindEngine(filepath.Join(abitest.Dir(), "..", "guest-sdk", "javascript"))
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(p)
+})
+
+// jsModule returns a JS handler module whose bundle is src, written by hand in the
+// shape esbuild gives (a script that sets __wasmjobs_handler to the exports). Without
+// the engine (npm ci in guest-sdk/javascript) the test is skipped, except under CI.
+func jsModule(t testing.TB, src string) []byte {
+	t.Helper()
+	engine, err := jsEngine()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%v: CI must run make guests first", err)
+		}
+		t.Skip(err)
+	}
+	return jsbuild.Module(engine, []byte(src))
+}
+
+func loadJS(t testing.TB, e *host.Engine, src, manifest string) *host.Module {
+	t.Helper()
+	man, err := host.ParseManifest("js.toml", []byte(manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.Load(context.Background(), "js", jsModule(t, src), man)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	t.Cleanup(m.Retire)
+	return m
+}
+
+// jsHostile is one handler with a hostile case per payload, and "ok" a normal job.
+const jsHostile = `var __wasmjobs_handler = { default: async function (job) {
+  const OUT = Symbol.for("wasmjobs.outcome");
+  switch (job.text) {
+  case "ok": job.output("ok " + job.attempt); return;
+  case "loop": for (;;) {}
+  case "async-loop": await null; for (;;) {}
+  case "bomb": { const a = []; for (let i = 0; ; i++) a.push(new ArrayBuffer(1 << 20)); }
+  case "bomb-caught": try { const a = []; for (let i = 0; ; i++) a.push(new ArrayBuffer(1 << 20)); } catch (e) { return; }
+  case "recursion": { const f = (n) => f(n + 1) + 1; f(0); }
+  case "never": return new Promise(() => {});
+  case "throw-string": throw "boom";
+  case "throw-null": throw null;
+  case "fake-outcome": throw { [OUT]: { code: 7 } };
+  case "bad-output": job.output(42); return;
+  case "bad-enqueue": job.enqueue("bad name!", "x"); return;
+  case "output-flood": while (job.output("y".repeat(4096))) {} return;
+  case "log-flood": for (let i = 0; i < 1200; i++) job.log.info("line " + i); return;
+  case "tamper": globalThis.__wasmjobs_run = null; globalThis.__wasmjobs_load = null; globalThis.JSON = null; return;
+  case "hold": globalThis.held = (globalThis.held || []); globalThis.held.push(new ArrayBuffer(1 << 20)); return;
+  }
+  throw new Error("unknown case " + job.text);
+} };`
+
+// TestJSHostileHandlersFailCleanly runs each hostile case of a JS handler, each
+// followed by a normal job on the same module: the case ends as wanted (an infinite
+// loop at its deadline, a memory bomb in a clean failure), and the module serves on.
+func TestJSHostileHandlersFailCleanly(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	// The loops run on a module with a short timeout; the other cases get one that a
+	// loaded machine under -race does not reach (the same bytes: compiled once).
+	loops := loadJS(t, e, jsHostile, "timeout = \"1s\"\nmemory = \"8MiB\"")
+	rest := loadJS(t, e, jsHostile, "timeout = \"2m\"\nmemory = \"8MiB\"\nmax_output = \"64KiB\"")
+	for _, tc := range []struct {
+		payload, kind, reason string
+	}{
+		{"loop", "timeout", "timeout after 1s"},
+		{"async-loop", "timeout", "timeout after 1s"},
+		{"bomb", "trap", "trap: InternalError: out of memory"},
+		// QuickJS-ng makes "out of memory" uncatchable: a handler cannot catch it.
+		{"bomb-caught", "trap", "trap: InternalError: out of memory"},
+		{"recursion", "trap", "trap: RangeError: Maximum call stack size exceeded"},
+		{"never", "trap", "trap: the handler's promise never settled"},
+		{"throw-string", "trap", `trap: uncaught "boom"`},
+		{"throw-null", "trap", "trap: uncaught null"},
+		{"fake-outcome", "trap", "trap: uncaught [object Object]"},
+		{"bad-output", "trap", "trap: TypeError: want a string or a Uint8Array, got number"},
+		{"bad-enqueue", "trap", `trap: RangeError: enqueue into "bad name!": bad argument`},
+		{"output-flood", "ack", ""},
+		{"log-flood", "ack", ""},
+		{"tamper", "ack", ""},
+	} {
+		m := rest
+		if tc.kind == "timeout" {
+			m = loops
+		}
+		for round := range 2 {
+			x := run(m, tc.payload)
+			if string(x.Kind) != tc.kind || x.Reason != tc.reason {
+				t.Fatalf("%s (round %d): %s %q, want %s %q", tc.payload, round, x.Kind, x.Reason, tc.kind, tc.reason)
+			}
+			if tc.kind == "timeout" && host.JSInterrupts(m) == 0 {
+				t.Fatalf("%s: the interrupt handler did not stop it (wazero's backstop did)", tc.payload)
+			}
+			if res := x.Result(); tc.kind != "ack" && res.Outcome.String() != "failed" {
+				t.Fatalf("%s: outcome %s, want failed (retried with backoff)", tc.payload, res.Outcome)
+			}
+			switch tc.payload {
+			case "output-flood":
+				if len(x.Output) != 64<<10 {
+					t.Fatalf("output-flood wrote %d bytes, want the limit of %d", len(x.Output), 64<<10)
+				}
+			case "log-flood":
+				if len(x.Logs) != 1001 || !strings.Contains(x.Logs[1000].Msg, "200 log lines dropped") {
+					t.Fatalf("log-flood: %d lines, last %v", len(x.Logs), x.Logs[len(x.Logs)-1])
+				}
+			}
+			if x := run(m, "ok"); x.Kind != host.KindAck || string(x.Output) != "ok 1" {
+				t.Fatalf("normal job after %s: %s %q %q", tc.payload, x.Kind, x.Reason, x.Output)
+			}
+		}
+	}
+}
+
+// TestJSHeldMemoryRecyclesTheVM: a handler that keeps memory in its globals fills
+// QuickJS's heap; before it runs out, the host replaces the VM, so no job fails.
+func TestJSHeldMemoryRecyclesTheVM(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	m := loadJS(t, e, jsHostile, `memory = "24MiB"`)
+	for i := range 60 {
+		if x := run(m, "hold"); x.Kind != host.KindAck {
+			t.Fatalf("job %d: %s %q", i, x.Kind, x.Reason)
+		}
+	}
+}
+
+// TestJSIsolation: pooled VMs keep globals from job to job, fresh ones do not, and
+// recycle_after bounds how many jobs a VM serves.
+func TestJSIsolation(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	const counter = `var __wasmjobs_handler = { default(job) { globalThis.n = (globalThis.n || 0) + 1; job.output(String(globalThis.n)); } };`
+	for _, tc := range []struct{ manifest, want string }{
+		{"", "1234"},
+		{`isolation = "fresh"`, "1111"},
+		{"recycle_after = 2", "1212"},
+	} {
+		m := loadJS(t, e, counter, tc.manifest)
+		var got strings.Builder
+		for range 4 {
+			x := run(m, "")
+			if x.Kind != host.KindAck {
+				t.Fatalf("%s: %s %q", tc.manifest, x.Kind, x.Reason)
+			}
+			got.Write(x.Output)
+		}
+		if got.String() != tc.want {
+			t.Fatalf("%q: %q, want %q", tc.manifest, got.String(), tc.want)
+		}
+	}
+}
+
+// TestJSInvalidHandlersAreRefusedAtLoad: a bundle that throws, one without a default
+// function, an engine too small for its memory limit, and a section on a module that
+// is not the engine are each refused with a message that names the problem.
+func TestJSInvalidHandlersAreRefusedAtLoad(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	for _, tc := range []struct {
+		name, src, manifest, want string
+		wasm                      []byte
+	}{
+		{"throws", `throw new TypeError("no config")`, "", "evaluating the handler: TypeError: no config", nil},
+		{"no default", `var __wasmjobs_handler = { handle() {} };`, "", "the bundle's default export is not a function", nil},
+		{"syntax", `var __wasmjobs_handler = {`, "", "evaluating the handler: SyntaxError", nil},
+		// The engine's setup gets at least 10 s, whatever the job's timeout.
+		{"loops at load", `for (;;) {}`, `timeout = "100ms"`, "loading the JS handler: timeout after 10s", nil},
+		{"memory too small", `var __wasmjobs_handler = { default() {} };`, `memory = "2MiB"`, "leaves QuickJS", nil},
+		{"not the engine", "", "", "is not the QuickJS engine of quickjs-wasi: missing export",
+			jsbuild.Module(mustRead(t, filepath.Join(abitest.Dir(), "abi", "echo.wasm")), []byte("x"))},
+	} {
+		wasm := tc.wasm
+		if wasm == nil {
+			wasm = jsModule(t, tc.src)
+		}
+		man, err := host.ParseManifest("bad.toml", []byte(tc.manifest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.Load(context.Background(), "bad", wasm, man)
+		if !errors.Is(err, host.ErrInvalidModule) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an invalid module error with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func mustRead(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestJSShutdownInterruptsAHandler: cancelling the job's context (the host shutting
+// down) stops a looping JS handler at once, not at its timeout.
+func TestJSShutdownInterruptsAHandler(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	m := loadJS(t, e, jsHostile, `timeout = "1m"`)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	x := m.Run(ctx, jobOf(m, "loop"), nil)
+	if x.Kind != host.KindTimeout || x.Reason != "cancelled: the host is shutting down" || host.JSInterrupts(m) != 1 {
+		t.Fatalf("%s %q, %d interrupts", x.Kind, x.Reason, host.JSInterrupts(m))
+	}
+}
+
+func jobOf(m *host.Module, payload string) *worker.Job {
+	return &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), []byte(payload)), Attempt: 1, MaxAttempts: 3}
+}
+
+// TestJSHandlerSwapsLive serves a queue with a JS handler from the modules directory,
+// replaces the file with a new version, and checks that the jobs before the swap ran on
+// the old version and those after it on the new one, none failing.
+func TestJSHandlerSwapsLive(t *testing.T) {
+	t.Parallel()
+	src := func(v string) []byte {
+		return jsModule(t, `var __wasmjobs_handler = { default: async function (job) { await null; job.output("`+v+`"); } };`)
+	}
+	v1, v2 := src("v1"), src("v2")
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	rig.start()
+	rig.write("greet.wasm", v1)
+	// Compiling the engine takes seconds, tens of them under -race on a loaded machine.
+	for deadline := time.Now().Add(3 * time.Minute); rig.loads() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the JS handler did not load in 3 minutes")
+		}
+	}
+	rig.publish("greet", 20)
+	rig.waitFor("jobs on v1", func() bool { return rig.settledCount() == 20 })
+	old := rig.status("greet").Version
+	rig.write("greet.wasm", v2)
+	for deadline := time.Now().Add(3 * time.Minute); rig.status("greet").Version != host.Version(v2); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the new version did not load in 3 minutes")
+		}
+	}
+	rig.publish("greet", 20)
+	rig.waitFor("jobs on v2", func() bool { return rig.settledCount() == 40 })
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	for i, r := range rig.settled {
+		if r.outcome != worker.Ack {
+			t.Fatalf("job %d: %s", i, r.outcome)
+		}
+		want := old
+		if i >= 20 {
+			want = host.Version(v2)
+		}
+		if r.version != want {
+			t.Fatalf("job %d ran on %s, want %s", i, r.version, want)
+		}
+	}
+}
