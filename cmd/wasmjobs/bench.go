@@ -49,7 +49,7 @@ job. Any job that does not ack fails the run.`,
   wasmjobs bench --backend pebble --module testdata/abi/ack.wasm --jobs 200000 --concurrency 64
   wasmjobs bench --module build/guests/c-conformance.wasm --payload ack --isolation fresh --jobs 20000
   wasmjobs bench --backend amqp://guest:guest@127.0.0.1:5672/ --module testdata/abi/ack.wasm --compare-raw-amqp --json
-  wasmjobs bench --backend amqp://guest:guest@127.0.0.1:5672/ --module testdata/abi/ack.wasm --concurrency 64 --jobs 20000 --compare-raw-amqp --rounds 6
+  wasmjobs bench --backend amqp://guest:guest@127.0.0.1:5672/ --module testdata/abi/ack.wasm --concurrency 64 --jobs 20000 --compare-raw-amqp --rounds 5
   wasmjobs bench --module testdata/abi/ack.wasm --swaps 500`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
