@@ -18,7 +18,7 @@ import (
 
 // deleteQueues deletes the queues b declared and their dead letters, once the test is
 // over: quorum queues cost the shared broker more than classic ones while they live.
-func deleteQueues(t *testing.T, b *rabbitmq.Backend) {
+func deleteQueues(t testing.TB, b *rabbitmq.Backend) {
 	t.Cleanup(func() {
 		conn, err := amqp.Dial(brokerURL(t))
 		if err != nil {

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,7 +22,7 @@ func newBenchCommand(g *globals) *cobra.Command {
 		native, json_, cmpNat bool
 		cmpRaw                bool
 		isolation, payload    string
-		swaps                 int
+		swaps, rounds         int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--module M.wasm | --native]",
@@ -33,7 +36,8 @@ amqp091-go loop on the same broker that does the worker's work without it: as ma
 publishers, confirms waited and checked, persistent messages, the worker's prefetch and
 as many consumers acking as its concurrency, every error and nack counted. Every job
 must succeed: give a module that acks (a payload it takes as a no-op can be set with
---payload).
+--payload). On a shared, noisy machine, --rounds N repeats the pair N times, the
+baseline first in every other round, and reports each round's ratio and their median.
 
 --swaps N measures hot swaps instead: the module (which must ack an empty payload) is
 renamed into a watched directory N times, each time with a new custom section, while
@@ -45,6 +49,7 @@ job. Any job that does not ack fails the run.`,
   wasmjobs bench --backend pebble --module testdata/abi/ack.wasm --jobs 200000 --concurrency 64
   wasmjobs bench --module build/guests/c-conformance.wasm --payload ack --isolation fresh --jobs 20000
   wasmjobs bench --backend amqp://guest:guest@127.0.0.1:5672/ --module testdata/abi/ack.wasm --compare-raw-amqp --json
+  wasmjobs bench --backend amqp://guest:guest@127.0.0.1:5672/ --module testdata/abi/ack.wasm --concurrency 64 --jobs 20000 --compare-raw-amqp --rounds 5
   wasmjobs bench --module testdata/abi/ack.wasm --swaps 500`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -80,27 +85,14 @@ job. Any job that does not ack fails the run.`,
 			if cmd.Flags().Changed("payload") {
 				cfg.Payload = []byte(payload)
 			}
+			if rounds < 1 || (rounds > 1 && !cmpNat && !cmpRaw) {
+				return usagef("--rounds: want 1 or more, and more than 1 only with --compare-native or --compare-raw-amqp")
+			}
 			cfg.CacheDir = g.cacheDir
 			ctx := cmd.Context()
-			res, err := bench.Run(ctx, cfg)
+			res, err := benchRounds(ctx, cfg, rounds, cmpNat, cmpRaw)
 			if err != nil {
 				return err
-			}
-			switch {
-			case cmpNat:
-				base := cfg
-				base.Module = "" // the same jobs, payload included, on the native handler
-				nat, err := bench.Run(ctx, base)
-				if err != nil {
-					return fmt.Errorf("the native baseline: %w", err)
-				}
-				res.Compare("native", nat.JobsPerSec)
-			case cmpRaw:
-				rate, err := bench.RawAMQP(ctx, cfg)
-				if err != nil {
-					return fmt.Errorf("the bare amqp091-go loop: %w", err)
-				}
-				res.Compare("raw-amqp", rate)
 			}
 			if json_ {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
@@ -128,6 +120,18 @@ job. Any job that does not ack fails the run.`,
 			if res.Baseline != nil {
 				fmt.Fprintf(w, "  %s baseline: %.0f jobs/s; ratio %.2f\n", res.Baseline.Kind, res.Baseline.JobsPerSec, *res.Ratio)
 			}
+			if len(res.Rounds) > 1 {
+				ratios := make([]string, len(res.Rounds))
+				for i, r := range res.Rounds {
+					first := "run first"
+					if r.BaselineFirst {
+						first = "baseline first"
+					}
+					fmt.Fprintf(w, "  round %d (%s): %.0f jobs/s, baseline %.0f jobs/s, ratio %.2f\n", i+1, first, r.JobsPerSec, r.BaselineJobsPerSec, r.Ratio)
+					ratios[i] = fmt.Sprintf("%.2f", r.Ratio)
+				}
+				fmt.Fprintf(w, "  ratios %s; median %.2f (the figures above are the median round's)\n", strings.Join(ratios, " "), *res.Ratio)
+			}
 			return nil
 		},
 	}
@@ -145,6 +149,7 @@ job. Any job that does not ack fails the run.`,
 	fl.StringVar(&isolation, "isolation", "pooled", "pooled or fresh instances")
 	fl.BoolVar(&cmpNat, "compare-native", false, "also run the native no-op handler and print the ratio")
 	fl.BoolVar(&cmpRaw, "compare-raw-amqp", false, "also run a bare amqp091-go loop on the broker and print the ratio")
+	fl.IntVar(&rounds, "rounds", 1, "with a baseline: run and baseline this many times, alternating which goes first, and report each ratio and the median")
 	fl.BoolVar(&json_, "json", false, "print one JSON object")
 	fl.IntVar(&swaps, "swaps", 0, "measure this many hot swaps of the module instead (with --module, and --json only)")
 	return cmd
@@ -197,4 +202,69 @@ func benchSwaps(cmd *cobra.Command, module string, n int, asJSON bool) error {
 		fmt.Fprintf(w, "  %-20s %9.2f %9.2f %9.2f %9.2f\n", p.Part, p.P50Ms, p.P90Ms, p.P99Ms, p.MaxMs)
 	}
 	return nil
+}
+
+// benchRounds runs cfg and, when asked, its baseline, rounds times, the baseline first
+// in every other round (so that a machine growing busier or quieter during the rounds
+// does not favour one side). It returns the round of the median ratio, with every
+// round's figures in Rounds.
+func benchRounds(ctx context.Context, cfg bench.Config, rounds int, cmpNat, cmpRaw bool) (bench.Result, error) {
+	baseline := func() (string, float64, error) {
+		switch {
+		case cmpNat:
+			base := cfg
+			base.Module = "" // the same jobs, payload included, on the native handler
+			nat, err := bench.Run(ctx, base)
+			if err != nil {
+				return "", 0, fmt.Errorf("the native baseline: %w", err)
+			}
+			return "native", nat.JobsPerSec, nil
+		case cmpRaw:
+			rate, err := bench.RawAMQP(ctx, cfg)
+			if err != nil {
+				return "", 0, fmt.Errorf("the bare amqp091-go loop: %w", err)
+			}
+			return "raw-amqp", rate, nil
+		}
+		return "", 0, nil
+	}
+	var results []bench.Result
+	var all []bench.Round
+	for i := range rounds {
+		var (
+			res       bench.Result
+			kind      string
+			rate      float64
+			err       error
+			firstBase = i%2 == 1
+			run       = func() error { res, err = bench.Run(ctx, cfg); return err }
+			base      = func() error { kind, rate, err = baseline(); return err }
+		)
+		order := []func() error{run, base}
+		if firstBase {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, f := range order {
+			if err := f(); err != nil {
+				return bench.Result{}, err
+			}
+		}
+		if kind == "" {
+			return res, nil
+		}
+		res.Compare(kind, rate)
+		results = append(results, res)
+		all = append(all, bench.Round{JobsPerSec: res.JobsPerSec, BaselineJobsPerSec: rate, Ratio: *res.Ratio, BaselineFirst: firstBase})
+	}
+	// The median round (the lower middle of an even count).
+	idx := make([]int, len(results))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(*results[a].Ratio, *results[b].Ratio) })
+	med := results[idx[(len(idx)-1)/2]]
+	if len(all) > 1 {
+		med.Rounds = all
+	}
+	return med, nil
 }

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/internal/bench"
 )
 
 func TestInvokeBadUsage(t *testing.T) {
@@ -148,6 +152,8 @@ func TestRunAndClientBadUsage(t *testing.T) {
 		{"bench raw amqp on memory", nil, []string{"bench", "--native", "--compare-raw-amqp"}, "--compare-raw-amqp needs --backend amqp://..."},
 		{"bench on a bad backend", nil, []string{"bench", "--native", "--backend", "redis://x"}, `--backend "redis://x": want memory, pebble or an amqp:// URL`},
 		{"bench swaps with jobs", nil, []string{"bench", "--module", "x.wasm", "--swaps", "5", "--jobs", "9"}, "--swaps takes only --module and --json, not --jobs"},
+		{"bench rounds without a baseline", nil, []string{"bench", "--native", "--rounds", "3"}, "--rounds: want 1 or more, and more than 1 only with --compare-native or --compare-raw-amqp"},
+		{"bench no rounds", nil, []string{"bench", "--native", "--compare-native", "--rounds", "0"}, "--rounds: want 1 or more"},
 		{"bench no swaps", nil, []string{"bench", "--module", "x.wasm", "--swaps", "0"}, "--swaps 0: want a positive number of swaps"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -224,6 +230,38 @@ func TestBenchSwapsReportsItsParts(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stdout, field) {
 			t.Fatalf("exit %d, stdout %q lacks %s (stderr %q)", r.code, r.stdout, field, r.stderr)
 		}
+	}
+}
+
+// TestBenchRounds: --rounds runs the pair that many times, the baseline first in every
+// other round, and reports every round and the round of the median ratio.
+func TestBenchRounds(t *testing.T) {
+	t.Parallel()
+	ack := filepath.Join(abitest.Dir(), "abi", "ack.wasm")
+	r := wasmjobs(t, "", "bench", "--module", ack, "--jobs", "500", "--compare-native", "--rounds", "3", "--json")
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	var res bench.Result
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("%v in %q", err, r.stdout)
+	}
+	if len(res.Rounds) != 3 || res.Ratio == nil {
+		t.Fatalf("rounds %+v, ratio %v; want 3 rounds and a ratio", res.Rounds, res.Ratio)
+	}
+	var ratios []float64
+	for i, rd := range res.Rounds {
+		if rd.BaselineFirst != (i%2 == 1) {
+			t.Errorf("round %d: baseline first %v, want %v", i+1, rd.BaselineFirst, i%2 == 1)
+		}
+		if want := rd.JobsPerSec / rd.BaselineJobsPerSec; math.Abs(rd.Ratio-want) > 1e-9 {
+			t.Errorf("round %d: ratio %v, want %v", i+1, rd.Ratio, want)
+		}
+		ratios = append(ratios, rd.Ratio)
+	}
+	slices.Sort(ratios)
+	if *res.Ratio != ratios[1] || math.Abs(res.JobsPerSec/res.Baseline.JobsPerSec-ratios[1]) > 1e-9 {
+		t.Fatalf("ratio %v (%v / %v), want the median round's %v of %v", *res.Ratio, res.JobsPerSec, res.Baseline.JobsPerSec, ratios[1], ratios)
 	}
 }
 

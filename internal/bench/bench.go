@@ -81,6 +81,18 @@ type Result struct {
 	// Baseline and Ratio are set when the run was compared with a baseline.
 	Baseline *Baseline `json:"baseline"`
 	Ratio    *float64  `json:"ratio"`
+	// Rounds, when the run and its baseline were repeated (bench --rounds), holds every
+	// round; the figures above are then those of the round with the median ratio.
+	Rounds []Round `json:"rounds,omitempty"`
+}
+
+// Round is one run and its baseline, measured one after the other.
+type Round struct {
+	JobsPerSec         float64 `json:"jobs_per_sec"`
+	BaselineJobsPerSec float64 `json:"baseline_jobs_per_sec"`
+	Ratio              float64 `json:"ratio"`
+	// BaselineFirst says the baseline ran before the run in this round.
+	BaselineFirst bool `json:"baseline_first"`
 }
 
 // Baseline is the reference a run is compared with.
