@@ -112,11 +112,15 @@ func TestFleetPush(t *testing.T) {
 	}
 
 	// Thousands of jobs; one host is killed in the middle.
+	// The enqueue runs beside the jobs (it takes a while on a busy machine), so the
+	// kill comes in the middle of both.
 	const jobs = 3000
-	lines := strings.Repeat("5\n", jobs)
-	if r := wasmjobs(t, lines, "enqueue", work, "-", "--lines", "-q", "--header", "results="+results, "--backend", url); r.code != 0 {
-		t.Fatalf("enqueue: %d %s", r.code, r.stderr)
-	}
+	lines := strings.Repeat("20\n", jobs) // 20 ms each
+	start := time.Now()
+	enqueued := make(chan result, 1)
+	go func() {
+		enqueued <- wasmjobs(t, lines, "enqueue", work, "-", "--lines", "-q", "--header", "results="+results, "--backend", url)
+	}()
 	recorded := func() int {
 		st, err := b.QueueStats(ctx, results)
 		if err != nil {
@@ -130,9 +134,16 @@ func TestFleetPush(t *testing.T) {
 		}
 	}
 	waitFor(t, "a third of the jobs", func() bool { return recorded() >= jobs/3 })
+	atKill := recorded()
 	hosts[2].cmd.Process.Signal(syscall.SIGKILL)
 	<-hosts[2].done
-	t.Logf("host 2 killed with %d of %d jobs recorded", recorded(), jobs)
+	t.Logf("host 2 killed with %d of %d jobs recorded, %v after the enqueue began", atKill, jobs, time.Since(start).Round(time.Millisecond))
+	if atKill > jobs*2/3 {
+		t.Fatalf("host 2 was killed with %d of %d jobs done already: not mid-run", atKill, jobs)
+	}
+	if r := <-enqueued; r.code != 0 {
+		t.Fatalf("enqueue: %d %s", r.code, r.stderr)
+	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for recorded() < jobs {
 		if time.Now().After(deadline) {
@@ -151,6 +162,8 @@ func TestFleetPush(t *testing.T) {
 			t.Errorf("live host %d did none of the jobs", i)
 		}
 	}
+
+	t.Logf("all jobs done %v after the enqueue began", time.Since(start).Round(time.Millisecond))
 
 	// A new version reaches the live hosts.
 	installModule(t, src, "abi/record", work, "2")
@@ -193,6 +206,8 @@ func TestFleetPush(t *testing.T) {
 		}
 		return false
 	})
+
+	t.Logf("modules list agreed %v after the enqueue began", time.Since(start).Round(time.Millisecond))
 
 	// Trust: a host that trusts a key refuses the unsigned pushes (the two in the
 	// stream, a new one) and one signed with another key, and takes a signed one.
