@@ -133,7 +133,11 @@ func TestFleetPush(t *testing.T) {
 			t.Fatalf("host %d's manifest: %q, %v", i, m, err)
 		}
 	}
-	waitFor(t, "a third of the jobs", func() bool { return recorded() >= jobs/3 })
+	for deadline := time.Now().Add(2 * time.Minute); recorded() < jobs/3; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d jobs recorded in 2 minutes", recorded(), jobs)
+		}
+	}
 	atKill := recorded()
 	hosts[2].cmd.Process.Signal(syscall.SIGKILL)
 	<-hosts[2].done
