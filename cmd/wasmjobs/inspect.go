@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/fleet"
 )
 
 func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
@@ -128,11 +129,16 @@ deferred jobs); ? means counting failed, and ERROR says why (the command then ex
 
 func newModulesListCommand() *cobra.Command {
 	f := &apiFlags{}
+	var stream string
+	var window time.Duration
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List a running host's modules: version, queue, status, and why a version was rejected",
 		Args:  argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if f.backend != "" {
+				return fleetList(cmd, f.backend, stream, window, f.json)
+			}
 			c, err := f.client(cmd)
 			if err != nil {
 				return err
@@ -176,6 +182,9 @@ func newModulesListCommand() *cobra.Command {
 	}
 	f.add(cmd)
 	f.addJSON(cmd)
+	cmd.Flags().StringVar(&f.backend, "backend", "", "list what every host on this RabbitMQ broker serves (amqp://...), from their heartbeats on the modules stream, instead of one host's API")
+	cmd.Flags().StringVar(&stream, "stream", fleet.DefaultStream, "with --backend: the modules stream (env WASMJOBS_MODULE_STREAM)")
+	cmd.Flags().DurationVar(&window, "window", 3*fleet.DefaultHeartbeat, "with --backend: hosts whose last heartbeat is older are left out")
 	return cmd
 }
 

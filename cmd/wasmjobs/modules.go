@@ -52,6 +52,7 @@ version (the sha256 of its bytes) or the problem, and exits 1 if any module is i
 	}
 	cmd.AddCommand(validate, newModulesListCommand())
 	cmd.AddCommand(newModulesRolloutCommands()...)
+	cmd.AddCommand(newModulesFleetCommands(g)...)
 	return cmd
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/fleet"
 	"github.com/wasmjobs/wasmjobs/internal/metrics"
 	"github.com/wasmjobs/wasmjobs/internal/ui"
 	"github.com/wasmjobs/wasmjobs/worker"
@@ -51,6 +52,13 @@ type runFlags struct {
 	tlsKey       string
 	insecureHTTP bool
 
+	// The modules stream of a RabbitMQ fleet (internal/fleet).
+	moduleStream    string
+	trustKey        string
+	hostID          string
+	moduleHeartbeat time.Duration
+	republishEvery  time.Duration
+
 	// open opens the backend; nil means openBackend. Tests give a backend of theirs.
 	open func(context.Context, backendSpec, *slog.Logger) (backend.Backend, error)
 }
@@ -64,6 +72,7 @@ var envDefaults = map[string]string{
 	"records-max-age": "WASMJOBS_RECORDS_MAX_AGE", "backup-dir": "WASMJOBS_BACKUP_DIR",
 	"queue-type": "WASMJOBS_QUEUE_TYPE",
 	"tls-cert":   "WASMJOBS_TLS_CERT", "tls-key": "WASMJOBS_TLS_KEY",
+	"module-stream": "WASMJOBS_MODULE_STREAM", "trust-key": "WASMJOBS_TRUST_KEY", "host-id": "WASMJOBS_HOST_ID",
 }
 
 // applyEnv sets every flag of cmd that was not given on the command line from its
@@ -153,6 +162,11 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert (env WASMJOBS_TLS_KEY)")
 	fl.BoolVar(&f.insecureHTTP, "insecure-http", false, "serve plain HTTP beyond loopback: the token then crosses the network in clear")
 	fl.IntVar(&f.history, "history", api.DefaultHistory, "recent jobs whose state GET /v1/jobs/{id} reports on the memory and RabbitMQ backends, and whose attempts the dashboard lists (env WASMJOBS_HISTORY)")
+	fl.StringVar(&f.moduleStream, "module-stream", fleet.DefaultStream, "on a RabbitMQ --backend: the stream of pushed modules (`wasmjobs modules push`) this host follows and writes into --modules; empty follows none (env WASMJOBS_MODULE_STREAM)")
+	fl.StringVar(&f.trustKey, "trust-key", "", "take only module pushes signed by this ed25519 public key (from `wasmjobs modules keygen`); others are refused and listed in /v1/modules (env WASMJOBS_TRUST_KEY)")
+	fl.StringVar(&f.hostID, "host-id", "", "this host's name in its heartbeats on the modules stream, which `wasmjobs modules list --backend` shows (default: hostname-pid; env WASMJOBS_HOST_ID)")
+	fl.DurationVar(&f.moduleHeartbeat, "module-heartbeat", fleet.DefaultHeartbeat, "how often this host reports its serving versions on the modules stream")
+	fl.DurationVar(&f.republishEvery, "republish-every", fleet.DefaultRepublish, "re-publish a pushed module whose newest copy in the stream is older than this, so retention never drops it")
 	return cmd
 }
 
@@ -498,6 +512,22 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		reg.Retire()
 	})
 
+	// A fleet's pushed modules are written into the directory before the registry's
+	// first read, so that the host serves what the fleet serves from its start.
+	var refused func() []fleet.Refusal
+	if isAMQP(f.backend) && f.moduleStream != "" {
+		fl, err := f.followModules(runCtx, log, reg)
+		if err != nil {
+			if runCtx.Err() != nil {
+				log.Info("wasmjobs stopped before it served")
+				return nil
+			}
+			return err
+		}
+		cleanups = append(cleanups, func(context.Context) { fl.Close() })
+		refused = fl.Refused
+	}
+
 	if err := reg.Start(runCtx); err != nil {
 		return err
 	}
@@ -557,8 +587,13 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	loopback := isLoopback(ln.Addr().String())
 	apiHandler := api.New(api.Config{
 		Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(), Rates: rates,
-		Schedules: sched.List,
-		Token:     f.token, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
+		Schedules: sched.List, RefusedPushes: func() any {
+			if refused == nil {
+				return nil
+			}
+			return refused()
+		},
+		Token: f.token, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
 		Healthy:  failed,
 		Loopback: loopback, BackupDir: backupDir,
 	})
@@ -720,4 +755,34 @@ func moduleHistoryDir(b backend.Backend, cacheDir, modules string) string {
 	}
 	sum := sha256.Sum256([]byte(abs))
 	return filepath.Join(cacheDir, "module-history", hex.EncodeToString(sum[:8]))
+}
+
+// followModules starts following the modules stream of the RabbitMQ backend: it
+// returns once the directory holds the fleet's current modules.
+func (f *runFlags) followModules(ctx context.Context, log *slog.Logger, reg *host.Registry) (*fleet.Follower, error) {
+	trust, err := readTrustKey(f.trustKey)
+	if err != nil {
+		return nil, err
+	}
+	id := f.hostID
+	if id == "" {
+		name, _ := os.Hostname()
+		id = fmt.Sprintf("%s-%d", name, os.Getpid())
+	}
+	if trust != nil {
+		log.Info("module pushes must be signed by the trusted key", "trust_key", f.trustKey)
+	}
+	return fleet.Start(ctx, fleet.Config{
+		URLs: amqpURLs(f.backend), Stream: f.moduleStream, Dir: f.modules, TrustKey: trust, HostID: id,
+		Heartbeat: f.moduleHeartbeat, Republish: f.republishEvery, Logger: log,
+		Serving: func() map[string]string {
+			out := map[string]string{}
+			for _, m := range reg.Modules() {
+				if m.Status == "serving" {
+					out[m.Name] = m.Version
+				}
+			}
+			return out
+		},
+	})
 }

@@ -76,6 +76,9 @@ type Config struct {
 	// Schedules lists the modules' periodic schedules for GET /v1/schedules
 	// (schedules.go); nil lists none.
 	Schedules func() []schedule.Status
+	// RefusedPushes lists the module pushes this host refused (internal/fleet), for
+	// GET /v1/modules' refused_pushes; nil, or a nil answer, leaves the field out.
+	RefusedPushes func() any
 	// MaxBody bounds request bodies; zero means DefaultMaxBody.
 	MaxBody int64
 	Logger  *slog.Logger
@@ -619,7 +622,13 @@ func Queues(ctx context.Context, b backend.Backend, reg *host.Registry, running 
 }
 
 func (s *server) modules(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"modules": s.cfg.Registry.Modules()})
+	out := map[string]any{"modules": s.cfg.Registry.Modules()}
+	if s.cfg.RefusedPushes != nil {
+		if r := s.cfg.RefusedPushes(); r != nil {
+			out["refused_pushes"] = r
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // DeadLetterInfo is a dead letter in GET /v1/dead-letters.
