@@ -128,7 +128,6 @@ func (h *hostProc) job(id string) jobView {
 // /v1/queues, a job page shows its output and module version, cancel, retry now,
 // replay and purge from the pages are seen by the API, and no page logs an error.
 func TestDashboardInChromium(t *testing.T) {
-	t.Parallel() // its own host and its own Chromium (a profile of its own)
 	dir := t.TempDir()
 	installModule(t, dir, "abi/echo", "echo", "v1")
 	installModule(t, dir, "abi/dead_letter", "dead", "v1")
@@ -263,7 +262,6 @@ func TestDashboardInChromium(t *testing.T) {
 // the cookie shows the login form, and the token opens it; a form posted from another
 // site is refused and changes nothing.
 func TestDashboardRefusesCrossSiteAndAsksForTheToken(t *testing.T) {
-	t.Parallel() // its own host and its own Chromium (a profile of its own)
 	dir := t.TempDir()
 	installModule(t, dir, "abi/echo", "echo", "v1")
 	h := startHost(t, dir, "--token", "s3cret")
