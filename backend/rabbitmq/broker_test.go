@@ -16,6 +16,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
+	"github.com/wasmjobs/wasmjobs/internal/testbroker"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -79,6 +80,7 @@ func collect(t *testing.T, s backend.Stream, n int, timeout time.Duration) map[s
 // delay chain: every one still arrives, none early, on a stream that resumed by itself.
 // It runs before the parallel tests: a restart would disturb them.
 func TestBrokerRestartDuringDelays(t *testing.T) {
+	testbroker.RestartableURL(t)
 	ctx := context.Background()
 	b, q := declared(t)
 	s, err := b.Consume(ctx, q)
@@ -115,6 +117,7 @@ func lateness(got, due map[string]time.Time) time.Duration {
 // TestBrokerRestartDuringConsumption restarts the broker while a stream consumes: the
 // stream resumes by itself and nothing is lost.
 func TestBrokerRestartDuringConsumption(t *testing.T) {
+	testbroker.RestartableURL(t)
 	ctx := context.Background()
 	b, q := declared(t)
 	const n = 2000

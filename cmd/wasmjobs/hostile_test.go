@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // rssMB reads a process's resident set size.
@@ -82,9 +83,11 @@ func TestHostileGuestsInALiveHost(t *testing.T) {
 			var out struct {
 				DeadLetters []struct{ Reason string } `json:"dead_letters"`
 			}
-			waitForLong(t, h.module+"'s dead letters", 120e9, func() bool {
+			// Under load (and -race) the recursion's 50 MB stacks alone can take minutes:
+			// the wait fails when the dead letters stop coming, not at a fixed time.
+			waitForProgress(t, h.module+"'s dead letters", 120*time.Second, func() (int, bool) {
 				host.get("/v1/dead-letters?queue="+h.module+"&limit=1000", &out)
-				return len(out.DeadLetters) == want
+				return len(out.DeadLetters), len(out.DeadLetters) == want
 			})
 			for _, d := range out.DeadLetters {
 				if d.Reason != "max attempts (2) exceeded: "+h.reason {
@@ -149,4 +152,23 @@ func TestHostileGuestsInALiveHost(t *testing.T) {
 	}
 	t.Logf("hostile guests in a live host: 2 storms of %d hostile jobs (each run twice) next to %d normal jobs: all normal jobs succeeded, every hostile one dead-lettered with its reason; RSS %d MB at start, %d after one storm, %d after two",
 		each*(len(hostile)-1)+4+2*each, normal, rss0, rss1, rss2)
+}
+
+// waitForProgress polls cond until it reports done, and fails when the count it reports
+// has not changed for stall: a slow machine only slows the count, a hang stops it.
+func waitForProgress(t *testing.T, what string, stall time.Duration, cond func() (n int, done bool)) {
+	t.Helper()
+	last, since := -1, time.Now()
+	for {
+		n, done := cond()
+		if done {
+			return
+		}
+		if n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) > stall {
+			t.Fatalf("timed out waiting for %s: stuck at %d for %v", what, n, stall)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
+	"github.com/wasmjobs/wasmjobs/internal/testbroker"
 )
 
 // TestBrokerRestartDuringRun restarts the broker under a running host with jobs in the
@@ -19,7 +20,7 @@ import (
 // no delayed job ran before its delay. It runs alone with the other broker-restart tests
 // (make test), since a restart cuts every connection.
 func TestBrokerRestartDuringRun(t *testing.T) {
-	url := brokerURL(t)
+	url := testbroker.RestartableURL(t)
 	const jobs, delayed = 2000, 20
 	ctx := context.Background()
 	_, dir, work, results := recordSetup(t, url, "restart")

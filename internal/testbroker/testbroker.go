@@ -3,6 +3,7 @@
 package testbroker
 
 import (
+	neturl "net/url"
 	"os"
 	"testing"
 )
@@ -34,4 +35,35 @@ func ClusterURLs(t testing.TB) string {
 		t.Skip("no cluster: start one with scripts/rabbitmq-cluster.sh start and export WASMJOBS_AMQP_CLUSTER=$(scripts/rabbitmq-cluster.sh url)")
 	}
 	return urls
+}
+
+// RestartOptIn is the variable that lets a test restart the broker: it must be 1.
+const RestartOptIn = "WASMJOBS_RABBIT_RESTART"
+
+// RestartableURL returns the broker's URL for a test that restarts it with
+// scripts/rabbitmq.sh restart. A restart cuts every connection of everyone on that
+// broker, and the script restarts whichever broker its defaults (or the
+// WASMJOBS_RABBIT_* variables) name, a shared one too: so the test runs only when
+// WASMJOBS_RABBIT_RESTART=1 says the broker is the caller's own. Without the opt-in it
+// is skipped, except under CI (CI=true), where nothing may be skipped and the missing
+// opt-in fails it (make test sets it for the step that runs these tests alone).
+func RestartableURL(t testing.TB) string {
+	t.Helper()
+	if os.Getenv(RestartOptIn) != "1" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(RestartOptIn + "=1 is not set: CI runs the broker-restart tests (make test sets it for their step)")
+		}
+		t.Skip("restarts the broker: runs only with " + RestartOptIn + "=1, on a broker of your own (see scripts/rabbitmq.sh)")
+	}
+	url := URL(t)
+	// The script restarts the broker on WASMJOBS_RABBIT_PORT (default 5682): a URL on
+	// another port would have the test restart one broker and watch another.
+	port := os.Getenv("WASMJOBS_RABBIT_PORT")
+	if port == "" {
+		port = "5682"
+	}
+	if u, err := neturl.Parse(url); err != nil || u.Port() != port {
+		t.Fatalf("WASMJOBS_AMQP_URL %q is not the broker scripts/rabbitmq.sh restarts (port %s, from WASMJOBS_RABBIT_PORT)", url, port)
+	}
+	return url
 }
