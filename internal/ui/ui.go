@@ -92,7 +92,7 @@ func New(cfg Config) http.Handler {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.tmpl = template.Must(template.New("").Funcs(template.FuncMap{
-		"short": short, "time": timeTag, "spark": sparkline, "count": count, "pct": pct,
+		"short": short, "maxAttempts": func() int { return backend.MaxRecordAttempts }, "time": timeTag, "spark": sparkline, "count": count, "pct": pct,
 		"payload": payloadText, "query": url.QueryEscape, "ago": ago,
 	}).ParseFS(templateFS, "templates/*.html"))
 	mux := http.NewServeMux()
@@ -299,7 +299,13 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, statusOf(err), err)
 		return
 	}
-	data := map[string]any{"Job": st, "Attempts": s.cfg.Attempts.Of(id)}
+	// A backend's job records keep the attempts across restarts; the host's own log
+	// (since it started) stands in where the backend keeps none.
+	attempts, recorded := st.Attempts, true
+	if _, ok := s.cfg.Backend.(backend.JobRecordReader); !ok {
+		attempts, recorded = s.cfg.Attempts.Of(id), false
+	}
+	data := map[string]any{"Job": st, "Attempts": attempts, "AttemptsRecorded": recorded}
 	// Job records keep no payload: the backend gives it while it holds the job (waiting
 	// or dead); a broker's dead letters can be read.
 	if er, ok := s.cfg.Backend.(backend.JobEnvelopeReader); ok {
