@@ -19,6 +19,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/schedule"
 	"github.com/wasmjobs/wasmjobs/internal/ui"
 )
 
@@ -243,5 +244,22 @@ func TestJobPageListsRecordedAttemptsAfterARestart(t *testing.T) {
 	}
 	if !strings.Contains(table, "boom 2") || !strings.Contains(body, "kept across restarts") {
 		t.Errorf("the attempts table lacks the second failure's reason or the note that records keep them:\n%s", table)
+	}
+}
+
+// The schedules page lists each schedule with its cron, zone, next run (a time tag
+// with the UTC value on hover) and whether this host fires.
+func TestSchedulesPageListsEachSchedule(t *testing.T) {
+	t.Parallel()
+	next := time.Date(2030, 1, 2, 3, 0, 0, 0, time.UTC)
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Schedules: func() []schedule.Status {
+		return []schedule.Status{{Name: "echo/nightly", Module: "echo", Queue: "echo", Cron: "0 3 * * *", Timezone: "Europe/Paris", Next: next, Firing: true}}
+	}})
+	w := serve(h, httptest.NewRequest("GET", "http://localhost/ui/schedules", nil))
+	body := w.Body.String()
+	for _, want := range []string{`data-schedule="echo/nightly"`, "0 3 * * *", "Europe/Paris", `datetime="2030-01-02T03:00:00Z"`, `title="2030-01-02 03:00:00.000 UTC"`, `class="firing">yes`, `href="/ui/schedules" aria-current="page"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("schedules page (%d) lacks %q:\n%s", w.Code, want, body)
+		}
 	}
 }
