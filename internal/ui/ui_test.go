@@ -263,3 +263,27 @@ func TestSchedulesPageListsEachSchedule(t *testing.T) {
 		}
 	}
 }
+
+// The modules page's promote and rollback are form posts under the same cross-origin
+// protection as the other actions, and answer the registry's errors.
+func TestModuleActionsRefuseCrossSiteAndAnswerErrors(t *testing.T) {
+	t.Parallel()
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{})
+	post := func(path, site string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "http://localhost"+path, nil)
+		r.Header.Set("Sec-Fetch-Site", site)
+		return serve(h, r)
+	}
+	if w := post("/ui/modules/echo/promote", "cross-site"); w.Code != http.StatusForbidden {
+		t.Errorf("a cross-site promote: %d, want 403", w.Code)
+	}
+	if w := post("/ui/modules/echo/promote", "same-origin"); w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "no canary") {
+		t.Errorf("promote without a canary: %d %s, want 409 saying no canary", w.Code, w.Body.String())
+	}
+	if w := post("/ui/modules/nosuch/rollback", "same-origin"); w.Code != http.StatusNotFound {
+		t.Errorf("rollback of an unknown module: %d, want 404", w.Code)
+	}
+	if w := post("/ui/modules/echo/explode", "same-origin"); w.Code != http.StatusNotFound {
+		t.Errorf("an unknown action: %d, want 404", w.Code)
+	}
+}
