@@ -96,9 +96,12 @@ type JobRecord struct {
 	// LogsTruncated says lines were dropped.
 	Logs          []string `json:"logs,omitempty"`
 	LogsTruncated bool     `json:"logs_truncated,omitempty"`
-	// Module and ModuleVersion name the handler that last ran the job.
+	// Module and ModuleVersion name the handler that last ran the job; ModuleRole is
+	// which of its versions that was, "current" or "canary", when a canary rollout
+	// was running (empty otherwise).
 	Module        string `json:"module,omitempty"`
 	ModuleVersion string `json:"module_version,omitempty"`
+	ModuleRole    string `json:"module_role,omitempty"`
 	// CreatedAt is when the job was first enqueued; StartedAt and FinishedAt bound its
 	// last run; UpdatedAt is when the record was last written.
 	CreatedAt  time.Time `json:"created_at,omitzero"`
@@ -107,6 +110,33 @@ type JobRecord struct {
 	UpdatedAt  time.Time `json:"updated_at,omitzero"`
 	// Children are the ids of the jobs published with the job's ack.
 	Children []string `json:"children,omitempty"`
+	// Attempts are the job's settled attempts, oldest first, the latest
+	// MaxRecordAttempts of them: the backend appends one in each settle's write, from
+	// the run's module, version, role and times and the settle's state and reason. A
+	// consumer never sets it (a settle ignores what it passes).
+	Attempts []AttemptRecord `json:"attempts,omitempty"`
+}
+
+// MaxRecordAttempts is how many attempts a job record keeps, the latest: a job that
+// ran more often keeps its last 25 (its Attempt still counts them all).
+const MaxRecordAttempts = 25
+
+// AttemptRecord is one settled attempt of a job, as its record keeps it.
+type AttemptRecord struct {
+	// Attempt is the attempt's number, from 1.
+	Attempt int `json:"attempt"`
+	// State is what the settle made of the job: succeeded, retrying, deferred or dead.
+	State JobState `json:"state"`
+	// Reason is the failure reason, or why the job was dead-lettered or deferred.
+	Reason string `json:"reason,omitempty"`
+	// Module, Version and Role name the handler version that ran the attempt (Role is
+	// "current" or "canary" during a rollout, else empty).
+	Module  string `json:"module,omitempty"`
+	Version string `json:"version,omitempty"`
+	Role    string `json:"role,omitempty"`
+	// StartedAt and FinishedAt bound the run.
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
 }
 
 // JobRecordReader is implemented by backends that keep job records, written in the same

@@ -256,7 +256,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 func runRecord(res Result, took time.Duration) *backend.JobRecord {
 	end := time.Now()
 	return &backend.JobRecord{
-		Output: res.Output, Logs: res.Logs, Module: res.Handler, ModuleVersion: res.Version,
+		Output: res.Output, Logs: res.Logs, Module: res.Handler, ModuleVersion: res.Version, ModuleRole: res.Role,
 		StartedAt: end.Add(-took), FinishedAt: end,
 	}
 }

@@ -126,11 +126,16 @@ func byTimeKey(at time.Time, id string) []byte {
 	return append(k, id...)
 }
 
-const recordV1 byte = 1
+// Encodings of a job record: v2 adds the module's role and the attempts after v1's
+// fields. Records are written as v2 and read as either.
+const (
+	recordV1 byte = 1
+	recordV2 byte = 2
+)
 
 func encodeRecord(r *backend.JobRecord) []byte {
 	dst := make([]byte, 0, 128+len(r.Output))
-	dst = append(dst, recordV1)
+	dst = append(dst, recordV2)
 	dst = appendString(dst, r.ID)
 	dst = appendString(dst, r.Queue)
 	dst = appendString(dst, string(r.State))
@@ -159,13 +164,26 @@ func encodeRecord(r *backend.JobRecord) []byte {
 	for _, c := range r.Children {
 		dst = appendString(dst, c)
 	}
+	dst = appendString(dst, r.ModuleRole)
+	dst = binary.AppendUvarint(dst, uint64(len(r.Attempts)))
+	for _, a := range r.Attempts {
+		dst = binary.AppendVarint(dst, int64(a.Attempt))
+		dst = appendString(dst, string(a.State))
+		dst = appendString(dst, a.Reason)
+		dst = appendString(dst, a.Module)
+		dst = appendString(dst, a.Version)
+		dst = appendString(dst, a.Role)
+		dst = appendTime(dst, a.StartedAt)
+		dst = appendTime(dst, a.FinishedAt)
+	}
 	return dst
 }
 
 func decodeRecord(b []byte) (backend.JobRecord, error) {
 	var rec backend.JobRecord
 	r := reader{b: b}
-	if v := r.byte(); r.err == nil && v != recordV1 {
+	v := r.byte()
+	if r.err == nil && v != recordV1 && v != recordV2 {
 		return rec, fmt.Errorf("job record encoding version %d is not known to this build", v)
 	}
 	rec.ID = r.string()
@@ -195,6 +213,22 @@ func decodeRecord(b []byte) (backend.JobRecord, error) {
 		} else {
 			for range n {
 				rec.Children = append(rec.Children, r.string())
+			}
+		}
+	}
+	if v == recordV2 {
+		rec.ModuleRole = r.string()
+		if n := r.uvarint(); r.err == nil {
+			if n > uint64(len(r.b)) {
+				r.err = errShort
+			} else {
+				rec.Attempts = make([]backend.AttemptRecord, 0, n)
+				for range n {
+					a := backend.AttemptRecord{Attempt: r.int(), State: backend.JobState(r.string()), Reason: r.string()}
+					a.Module, a.Version, a.Role = r.string(), r.string(), r.string()
+					a.StartedAt, a.FinishedAt = r.time(), r.time()
+					rec.Attempts = append(rec.Attempts, a)
+				}
 			}
 		}
 	}
@@ -246,6 +280,13 @@ func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state ba
 	if rec.FinishedAt.IsZero() && state.Finished() {
 		rec.FinishedAt = now
 	}
+	rec.Attempts = append(b.priorAttempts(env.ID), backend.AttemptRecord{
+		Attempt: rec.Attempt, State: state, Reason: reason, Module: rec.Module, Version: rec.ModuleVersion,
+		Role: rec.ModuleRole, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+	})
+	if n := len(rec.Attempts) - backend.MaxRecordAttempts; n > 0 {
+		rec.Attempts = rec.Attempts[n:]
+	}
 	b.capRecord(&rec)
 	if b.space.check() != nil {
 		// Under the free-space reserve a settle writes as little as it can.
@@ -258,6 +299,23 @@ func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state ba
 	}
 	batch.Set(byTimeKey(rec.FinishedAt, env.ID), nil, nil)
 	return 1
+}
+
+// priorAttempts returns the attempts kept in id's record, for a settle to append its
+// own. The settle holds the job's delivery, so nothing else writes the record between
+// this read and the settle's batch; the read is a point lookup (the record was written
+// when the job was published or last settled) and no second write. A record that cannot
+// be read gives none: the settle still lands, with its own attempt only.
+func (b *Backend) priorAttempts(id string) []backend.AttemptRecord {
+	v, err := b.get(recordKey(id))
+	if err != nil {
+		return nil
+	}
+	rec, err := decodeRecord(v)
+	if err != nil {
+		return nil
+	}
+	return rec.Attempts
 }
 
 // capRecord cuts rec's output and log lines to the caps. The caller's slices are never

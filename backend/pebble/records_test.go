@@ -3,6 +3,7 @@ package pebble_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -66,4 +67,68 @@ func TestRecordRetentionAndCaps(t *testing.T) {
 			t.Errorf("record of a job still held = %+v, %v; want it kept, delayed", rec, err)
 		}
 	})
+}
+
+// Each settle appends its attempt (number, state, reason, module version and role,
+// times) to the job's record in the settle's own write; the attempts survive a reopen,
+// and a record keeps only the latest backend.MaxRecordAttempts.
+func TestRecordKeepsEachAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := pebblebackend.Config{Dir: "/data", FS: vfs.NewMem()}
+	b := open(t, cfg)
+	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
+	mustDo(t, b.Declare(ctx, q))
+	env := backend.NewEnvelope("jobs", []byte("flaky"))
+	env.MaxAttempts = 40
+	mustDo(t, b.Publish(ctx, env, 0))
+	s, err := b.Consume(ctx, q)
+	mustDo(t, err)
+	const runs = backend.MaxRecordAttempts + 5
+	version := func(n int) string { return fmt.Sprintf("v%d", n) }
+	for n := 1; n <= runs; n++ {
+		d := (<-s.Deliveries()).(backend.AtomicDelivery)
+		got, err := d.Envelope()
+		mustDo(t, err)
+		role := "current"
+		if n%2 == 0 {
+			role = "canary"
+		}
+		run := &backend.JobRecord{Module: "mod", ModuleVersion: version(n), ModuleRole: role,
+			StartedAt: time.Unix(int64(n), 0), FinishedAt: time.Unix(int64(n), 5)}
+		if n == runs {
+			mustDo(t, d.AckWith(ctx, nil, run))
+			break
+		}
+		next := got
+		next.Attempt, next.Reason = got.Attempt+1, fmt.Sprintf("failure %d", n)
+		mustDo(t, d.RetryWith(ctx, next, 0, run))
+	}
+	s.Drop()
+	closeBackend(t, b)
+	b = open(t, cfg)
+	defer closeBackend(t, b)
+	rec, err := b.JobRecord(ctx, env.ID)
+	mustDo(t, err)
+	if len(rec.Attempts) != backend.MaxRecordAttempts {
+		t.Fatalf("record keeps %d attempts after %d runs and a reopen, want the latest %d: %+v", len(rec.Attempts), runs, backend.MaxRecordAttempts, rec.Attempts)
+	}
+	first := runs - backend.MaxRecordAttempts + 1
+	for i, a := range rec.Attempts {
+		n := first + i
+		wantState, wantReason, wantRole := backend.JobRetrying, fmt.Sprintf("failure %d", n), "current"
+		if n == runs {
+			wantState, wantReason = backend.JobSucceeded, ""
+		}
+		if n%2 == 0 {
+			wantRole = "canary"
+		}
+		if a.Attempt != n || a.State != wantState || a.Reason != wantReason || a.Module != "mod" || a.Version != version(n) ||
+			a.Role != wantRole || !a.StartedAt.Equal(time.Unix(int64(n), 0)) || !a.FinishedAt.Equal(time.Unix(int64(n), 5)) {
+			t.Errorf("attempt %d = %+v, want number %d, %s, reason %q, mod %s as %s and its times", i, a, n, wantState, wantReason, version(n), wantRole)
+		}
+	}
+	if rec.ModuleRole != "canary" || rec.ModuleVersion != version(runs) {
+		t.Errorf("record's last run: version %s role %q, want %s canary", rec.ModuleVersion, rec.ModuleRole, version(runs))
+	}
 }

@@ -18,8 +18,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -357,4 +359,84 @@ func writeSelfSigned(t *testing.T, certFile, keyFile string) {
 	}
 	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
 	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600)
+}
+
+// TestDashboardShowsRolloutsSchedulesAndRecordedAttempts runs the real binary on
+// pebble with a module that has a schedule and a canary rollout: a trapping version is
+// rolled back by itself, and the modules page shows the verdict with its reason and
+// both rates; the schedules page lists the schedule with its next run; after a restart
+// a job that failed on the canary and succeeded on the version before lists both
+// attempts, each with its version, from its record.
+func TestDashboardShowsRolloutsSchedulesAndRecordedAttempts(t *testing.T) {
+	dir, data := t.TempDir(), filepath.Join(t.TempDir(), "data")
+	man := "max_attempts = 3\nbackoff_base = \"1ms\"\nbackoff_cap = \"1ms\"\n\n[rollout]\ncanary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = 1000\ncanary_time = \"1h\"\n\n" +
+		"[[schedule]]\nname = \"hourly\"\ncron = \"0 * * * *\"\ntimezone = \"Europe/Paris\"\npayload = \"\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "work.toml"), []byte(man), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	installModule(t, dir, "abi/sleep_ms", "work", "v1")
+	h := startHost(t, dir, "--data-dir", data)
+	ctx := browser(t, false)
+	var st moduleState
+	get := func(out *moduleState) { *out = moduleState{}; h.get("/v1/modules", out) }
+	get(&st)
+	v1 := st.Modules[0].Version
+	installModule(t, dir, "hostile/trap", "work", "bad")
+	waitFor(t, "the canary", func() bool { get(&st); return st.Modules[0].Canary != nil })
+	bad := st.Modules[0].Canary.Version
+	var ids []string
+	for range 6 {
+		ids = append(ids, h.enqueueJSON(`{"queue":"work","payload":""}`))
+	}
+	waitFor(t, "the rollback", func() bool { get(&st); return st.Modules[0].LastRollout != nil })
+	waitFor(t, "the jobs", func() bool {
+		for _, id := range ids {
+			if h.job(id).State != "succeeded" {
+				return false
+			}
+		}
+		return true
+	})
+	ui := strings.Replace(h.url, "127.0.0.1", "localhost", 1) + "/ui/"
+	do(t, ctx, "modules", chromedp.Navigate(ui+"modules"), chromedp.WaitVisible(`#verdict-work`))
+	// The page refreshes #modules by itself: read it in one script, not node by node.
+	page := value(t, ctx, "modules page", chromedp.Evaluate[map[string]string](`(() => {
+		const o = {verdict: document.querySelector('#verdict-work').textContent, pin: document.querySelector('dd.pin').textContent};
+		document.querySelectorAll('table.kept tr[data-version]').forEach(tr => { o[tr.dataset.version] = tr.textContent }); return o })()`))
+	verdict := page["verdict"]
+	for _, want := range []string{"rolled_back", "canary failure rate 1.000", "100% failed of 5", "0% failed of"} {
+		if !strings.Contains(verdict, want) {
+			t.Errorf("the modules page's last rollout %q lacks %q", verdict, want)
+		}
+	}
+	if pin := page["pin"]; !strings.Contains(pin, v1[:12]) {
+		t.Errorf("the modules page's pin %q, want %s", pin, v1[:12])
+	}
+	kept := page
+	if !strings.Contains(kept[bad], "rolled_back") || !strings.Contains(kept[bad], "canary failure rate") || !strings.Contains(kept[v1], "current") {
+		t.Errorf("kept versions %v: want %s rolled back with its reason and %s current", kept, bad, v1)
+	}
+
+	do(t, ctx, "schedules", chromedp.Navigate(ui+"schedules"), chromedp.WaitVisible(`tr[data-schedule="work/hourly"]`))
+	row := value(t, ctx, "schedule row", chromedp.Text(`tr[data-schedule="work/hourly"]`))
+	next := value(t, ctx, "next run", chromedp.AttributeValue(`tr[data-schedule="work/hourly"] td.next time`, "datetime")).Value
+	at, err := time.Parse(time.RFC3339Nano, next)
+	if err != nil || !at.After(time.Now()) || at.After(time.Now().Add(time.Hour)) || at.Minute() != 0 || at.Second() != 0 {
+		t.Errorf("next run %q (%v): want the next full hour", next, err)
+	}
+	for _, want := range []string{"0 * * * *", "Europe/Paris", "yes"} {
+		if !strings.Contains(row, want) {
+			t.Errorf("schedule row %q lacks %q", row, want)
+		}
+	}
+
+	stopHost(t, h, syscall.SIGTERM)
+	h = startHost(t, dir, "--data-dir", data)
+	ui = strings.Replace(h.url, "127.0.0.1", "localhost", 1) + "/ui/"
+	do(t, ctx, "attempts after a restart", chromedp.Navigate(ui+"jobs/"+ids[0]), chromedp.WaitVisible(`#attempts`))
+	versions := value(t, ctx, "attempt versions", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#attempts tbody tr')].map(tr => tr.cells[1].textContent.trim() + " " + tr.querySelector('code').title + " " + (tr.querySelector('.role') || {}).textContent)`))
+	if want := []string{"retry " + bad + " canary", "ack " + v1 + " current"}; !slices.Equal(versions, want) {
+		t.Errorf("after a restart the job page lists attempts %q, want %q", versions, want)
+	}
+	stopHost(t, h, syscall.SIGTERM)
 }

@@ -603,7 +603,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	}
 	dash := ui.New(ui.Config{
 		Backend: b, Registry: reg, Running: w.Running, History: hist, Rates: rates, Attempts: attempts, Versions: versions,
-		Token: f.token, Loopback: loopback, Accepting: accepting, Logger: log,
+		Schedules: sched.List, Token: f.token, Loopback: loopback, Accepting: accepting, Logger: log,
 		Validate: func(ctx context.Context, name string, wasm []byte) (string, error) {
 			name = filepath.Base(name)
 			man, err := host.ReadManifest(filepath.Join(f.modules, name+".wasm"))

@@ -555,8 +555,9 @@ func (s *server) storeFailed() bool {
 func jobState(rec backend.JobRecord) JobState {
 	st := JobState{ID: rec.ID, Queue: rec.Queue, State: string(rec.State), Attempt: rec.Attempt, MaxAttempts: rec.MaxAttempts,
 		Reason: rec.Reason, Output: strings.ToValidUTF8(string(rec.Output), "\uFFFD"), OutputTruncated: rec.OutputTruncated,
-		Logs: rec.Logs, LogsTruncated: rec.LogsTruncated, Module: ModuleRef{Name: rec.Module, Version: rec.ModuleVersion},
-		EnqueuedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt, Children: rec.Children}
+		Logs: rec.Logs, LogsTruncated: rec.LogsTruncated, Module: ModuleRef{Name: rec.Module, Version: rec.ModuleVersion, Role: rec.ModuleRole},
+		EnqueuedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt, Children: rec.Children,
+		Attempts: recordAttempts(rec)}
 	if !rec.StartedAt.IsZero() && rec.FinishedAt.After(rec.StartedAt) {
 		st.DurationMs = float64(rec.FinishedAt.Sub(rec.StartedAt).Microseconds()) / 1000
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -21,17 +22,52 @@ type Attempt struct {
 	Attempt int    `json:"attempt"`
 	Settle  string `json:"settle"` // ack, retry, defer, dead_letter; or "abandoned", "settle failed"
 	Reason  string `json:"reason,omitempty"`
-	// Module and Version name the handler that ran this attempt.
+	// Module and Version name the handler that ran this attempt; Role is "current" or
+	// "canary" when a rollout was running (job records only).
 	Module     string        `json:"module,omitempty"`
 	Version    string        `json:"version,omitempty"`
+	Role       string        `json:"role,omitempty"`
+	StartedAt  time.Time     `json:"started_at,omitzero"`
 	FinishedAt time.Time     `json:"finished_at"`
 	Duration   time.Duration `json:"duration_ns"`
 }
 
+// settleOf names the settle that left a job in state, as Attempt.Settle does.
+func settleOf(state backend.JobState) string {
+	switch state {
+	case backend.JobSucceeded:
+		return "ack"
+	case backend.JobRetrying:
+		return "retry"
+	case backend.JobDeferred:
+		return "defer"
+	case backend.JobDead:
+		return "dead_letter"
+	}
+	return string(state)
+}
+
+// recordAttempts are the attempts a job record keeps, as Attempts lists them.
+func recordAttempts(rec backend.JobRecord) []Attempt {
+	if len(rec.Attempts) == 0 {
+		return nil
+	}
+	out := make([]Attempt, len(rec.Attempts))
+	for i, a := range rec.Attempts {
+		out[i] = Attempt{Attempt: a.Attempt, Settle: settleOf(a.State), Reason: a.Reason, Module: a.Module,
+			Version: a.Version, Role: a.Role, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt}
+		if !a.StartedAt.IsZero() && a.FinishedAt.After(a.StartedAt) {
+			out[i].Duration = a.FinishedAt.Sub(a.StartedAt)
+		}
+	}
+	return out
+}
+
 // Attempts remembers each recent job's attempts with their outcomes, reasons and the
 // module version that ran each, as the worker reports them: what the dashboard's job
-// page lists. It is this host's memory since it started (a job record keeps only the
-// latest attempt), bounded to the most recent jobs. A nil *Attempts remembers nothing.
+// page lists where the backend keeps no job records (RabbitMQ, memory). It is this
+// host's memory since it started, bounded to the most recent jobs; a backend's job
+// records (pebble) keep each job's attempts themselves, across restarts. A nil *Attempts remembers nothing.
 type Attempts struct {
 	mu    sync.Mutex
 	max   int

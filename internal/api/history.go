@@ -40,12 +40,17 @@ type JobState struct {
 	DurationMs float64   `json:"duration_ms,omitempty"`
 	// Children are the ids of the jobs published with the job's ack (job records only).
 	Children []string `json:"children,omitempty"`
+	// Attempts are the job's settled attempts, oldest first, the latest
+	// backend.MaxRecordAttempts (job records only).
+	Attempts []Attempt `json:"attempts,omitempty"`
 }
 
 // ModuleRef names the module version that last ran a job.
 type ModuleRef struct {
 	Name    string `json:"name,omitempty"`
 	Version string `json:"version,omitempty"`
+	// Role is "current" or "canary" when a rollout was running (job records only).
+	Role string `json:"role,omitempty"`
 }
 
 // History remembers the latest state of the most recent jobs, up to a bound; the

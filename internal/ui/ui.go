@@ -25,6 +25,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
 //go:embed templates/*.html
@@ -57,6 +58,9 @@ type Config struct {
 	Rates    *api.Rates
 	Attempts *api.Attempts
 	Versions *Versions
+	// Schedules lists the modules' periodic schedules (api.Config.Schedules) for the
+	// schedules page; nil shows none.
+	Schedules func() []schedule.Status
 	// Validate loads a candidate module without serving it and returns its version
 	// (the modules page's upload); nil hides the upload.
 	Validate func(ctx context.Context, name string, wasm []byte) (version string, err error)
@@ -92,7 +96,7 @@ func New(cfg Config) http.Handler {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.tmpl = template.Must(template.New("").Funcs(template.FuncMap{
-		"short": short, "time": timeTag, "spark": sparkline, "count": count, "pct": pct,
+		"short": short, "maxAttempts": func() int { return backend.MaxRecordAttempts }, "time": timeTag, "spark": sparkline, "count": count, "pct": pct,
 		"payload": payloadText, "query": url.QueryEscape, "ago": ago,
 	}).ParseFS(templateFS, "templates/*.html"))
 	mux := http.NewServeMux()
@@ -105,7 +109,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /ui/dead-letters", s.deadLetters)
 	mux.HandleFunc("POST /ui/dead-letters/{action}", s.deadAction)
 	mux.HandleFunc("GET /ui/modules", s.modules)
+	mux.HandleFunc("GET /ui/schedules", s.schedules)
 	mux.HandleFunc("POST /ui/modules/validate", s.validate)
+	mux.HandleFunc("POST /ui/modules/{name}/{action}", s.moduleAction)
 	mux.HandleFunc("POST /ui/login", s.login)
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no such page: %s %s", r.Method, r.URL.Path))
@@ -299,7 +305,13 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, statusOf(err), err)
 		return
 	}
-	data := map[string]any{"Job": st, "Attempts": s.cfg.Attempts.Of(id)}
+	// A backend's job records keep the attempts across restarts; the host's own log
+	// (since it started) stands in where the backend keeps none.
+	attempts, recorded := st.Attempts, true
+	if _, ok := s.cfg.Backend.(backend.JobRecordReader); !ok {
+		attempts, recorded = s.cfg.Attempts.Of(id), false
+	}
+	data := map[string]any{"Job": st, "Attempts": attempts, "AttemptsRecorded": recorded}
 	// Job records keep no payload: the backend gives it while it holds the job (waiting
 	// or dead); a broker's dead letters can be read.
 	if er, ok := s.cfg.Backend.(backend.JobEnvelopeReader); ok {
@@ -433,18 +445,71 @@ func (s *server) deadAction(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/ui/dead-letters?queue="+url.QueryEscape(q)+"&done="+url.QueryEscape(done), http.StatusSeeOther)
 }
 
+// schedules lists each schedule with its next and last run and whether this host
+// fires it, as GET /v1/schedules does.
+func (s *server) schedules(w http.ResponseWriter, r *http.Request) {
+	var list []schedule.Status
+	if s.cfg.Schedules != nil {
+		list = s.cfg.Schedules()
+	}
+	s.render(w, http.StatusOK, "schedules", page{Title: "Schedules", Nav: "schedules", Data: map[string]any{"Schedules": list}})
+}
+
+// moduleRow is one module on the modules page: its status with the rollout state (a
+// canary under way, the last verdict, the pin), the versions kept for a rollback, and
+// this host's log of its loads and swaps.
 type moduleRow struct {
 	host.ModuleStatus
+	// Kept are the versions kept for a rollback, newest first (Registry.History).
+	Kept    []host.HistoryEntry
 	History []VersionEvent
 }
 
-func (s *server) modules(w http.ResponseWriter, r *http.Request) {
+func (s *server) moduleRows() []moduleRow {
 	var rows []moduleRow
 	for _, m := range s.cfg.Registry.Modules() {
-		rows = append(rows, moduleRow{ModuleStatus: m, History: s.cfg.Versions.Of(m.Name)})
+		kept, _ := s.cfg.Registry.History(m.Name) // a module without a kept version has none
+		rows = append(rows, moduleRow{ModuleStatus: m, Kept: kept, History: s.cfg.Versions.Of(m.Name)})
 	}
-	s.render(w, http.StatusOK, "modules", page{Title: "Modules", Nav: "modules", Data: map[string]any{
-		"Modules": rows, "CanValidate": s.cfg.Validate != nil, "MaxUpload": s.cfg.MaxUpload >> 20}})
+	return rows
+}
+
+func (s *server) modules(w http.ResponseWriter, r *http.Request) {
+	s.render(w, http.StatusOK, "modules", page{Title: "Modules", Nav: "modules", Done: r.URL.Query().Get("done"), Data: map[string]any{
+		"Modules": s.moduleRows(), "CanValidate": s.cfg.Validate != nil, "MaxUpload": s.cfg.MaxUpload >> 20}})
+}
+
+// moduleAction promotes a module's canary now, or rolls the module back (to the form's
+// version, else to the canary's end or the version before), as POST
+// /v1/modules/{name}/promote and /rollback do.
+func (s *server) moduleAction(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var done string
+	var err error
+	switch r.PathValue("action") {
+	case "promote":
+		var v host.Verdict
+		if v, err = s.cfg.Registry.Promote(r.Context(), name); err == nil {
+			done = fmt.Sprintf("promoted %s to %s", name, short(v.Version))
+		}
+	case "rollback":
+		var pin host.Pin
+		if pin, err = s.cfg.Registry.Rollback(r.Context(), name, r.FormValue("to")); err == nil {
+			done = fmt.Sprintf("rolled %s back to %s (pinned)", name, short(pin.Version))
+		}
+	default:
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("unknown action %q: want promote or rollback", r.PathValue("action")))
+		return
+	}
+	if err != nil {
+		status := http.StatusConflict
+		if errors.Is(err, host.ErrUnknownModule) || errors.Is(err, host.ErrUnknownVersion) {
+			status = http.StatusNotFound
+		}
+		s.fail(w, r, status, err)
+		return
+	}
+	http.Redirect(w, r, "/ui/modules?done="+url.QueryEscape(done), http.StatusSeeOther)
 }
 
 func (s *server) validate(w http.ResponseWriter, r *http.Request) {
@@ -476,12 +541,8 @@ func (s *server) validate(w http.ResponseWriter, r *http.Request) {
 	} else {
 		res["Version"] = v
 	}
-	var rows []moduleRow
-	for _, m := range s.cfg.Registry.Modules() {
-		rows = append(rows, moduleRow{ModuleStatus: m, History: s.cfg.Versions.Of(m.Name)})
-	}
 	s.render(w, http.StatusOK, "modules", page{Title: "Modules", Nav: "modules", Data: map[string]any{
-		"Modules": rows, "CanValidate": true, "MaxUpload": s.cfg.MaxUpload >> 20, "Result": res}})
+		"Modules": s.moduleRows(), "CanValidate": true, "MaxUpload": s.cfg.MaxUpload >> 20, "Result": res}})
 }
 
 // short is a version's first 12 hex digits.

@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -11,11 +12,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/schedule"
 	"github.com/wasmjobs/wasmjobs/internal/ui"
 )
 
@@ -163,5 +167,123 @@ func TestPagesAnswerAndRefuseWhatTheyShould(t *testing.T) {
 		if w := serve(h, r); w.Code != tc.status {
 			t.Errorf("%s %s (Sec-Fetch-Site %q): %d, want %d", tc.method, tc.url, tc.site, w.Code, tc.status)
 		}
+	}
+}
+
+// A job's page lists its attempts from the backend's job record, each with the version
+// that ran it, after the store was closed and opened again (a host restart): the host's
+// in-memory log of attempts is empty then.
+func TestJobPageListsRecordedAttemptsAfterARestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "data")
+	b, err := pebble.Open(ctx, pebble.Config{Dir: dir, BallastSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := backend.QueueConfig{Name: "echo", Prefetch: 1}
+	if err := b.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	env := backend.NewEnvelope("echo", []byte("flaky"))
+	if err := b.Publish(ctx, env, 0); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.Consume(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := []string{"1111aaaa", "2222bbbb", "3333cccc"}
+	for i, v := range versions {
+		d := (<-s.Deliveries()).(backend.AtomicDelivery)
+		got, err := d.Envelope()
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := &backend.JobRecord{Module: "echo", ModuleVersion: v, StartedAt: time.Now(), FinishedAt: time.Now()}
+		if i == len(versions)-1 {
+			err = d.AckWith(ctx, nil, run)
+		} else {
+			next := got
+			next.Attempt, next.Reason = got.Attempt+1, fmt.Sprintf("boom %d", i+1)
+			err = d.RetryWith(ctx, next, 0, run)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Drop()
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err = pebble.Open(ctx, pebble.Config{Dir: dir, BallastSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := rig(t, b, ui.Config{Attempts: api.NewAttempts(10)})
+	st, err := api.Jobs{Backend: b}.Get(ctx, env.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Attempts) != 3 || st.Attempts[0].Version != versions[0] || st.Attempts[0].Settle != "retry" ||
+		st.Attempts[0].Reason != "boom 1" || st.Attempts[2].Settle != "ack" || st.Attempts[2].Attempt != 3 {
+		t.Errorf("GET /v1/jobs/{id}'s attempts after a reopen = %+v, want 3: retry (boom 1), retry, ack, with their versions", st.Attempts)
+	}
+	w := serve(h, httptest.NewRequest("GET", "http://localhost/ui/jobs/"+env.ID, nil))
+	body := w.Body.String()
+	if w.Code != 200 || strings.Count(body, `<td class="n">`) < 3 {
+		t.Fatalf("job page: %d\n%s", w.Code, body)
+	}
+	_, table, _ := strings.Cut(body, `id="attempts"`)
+	table, _, _ = strings.Cut(table, "</table>")
+	for i, v := range versions {
+		row := fmt.Sprintf(`<td class="n">%d</td>`, i+1)
+		if !strings.Contains(table, row) || !strings.Contains(table, `title="`+v+`"`) {
+			t.Errorf("the attempts table lacks attempt %d run by %s:\n%s", i+1, v, table)
+		}
+	}
+	if !strings.Contains(table, "boom 2") || !strings.Contains(body, "kept across restarts") {
+		t.Errorf("the attempts table lacks the second failure's reason or the note that records keep them:\n%s", table)
+	}
+}
+
+// The schedules page lists each schedule with its cron, zone, next run (a time tag
+// with the UTC value on hover) and whether this host fires.
+func TestSchedulesPageListsEachSchedule(t *testing.T) {
+	t.Parallel()
+	next := time.Date(2030, 1, 2, 3, 0, 0, 0, time.UTC)
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Schedules: func() []schedule.Status {
+		return []schedule.Status{{Name: "echo/nightly", Module: "echo", Queue: "echo", Cron: "0 3 * * *", Timezone: "Europe/Paris", Next: next, Firing: true}}
+	}})
+	w := serve(h, httptest.NewRequest("GET", "http://localhost/ui/schedules", nil))
+	body := w.Body.String()
+	for _, want := range []string{`data-schedule="echo/nightly"`, "0 3 * * *", "Europe/Paris", `datetime="2030-01-02T03:00:00Z"`, `title="2030-01-02 03:00:00.000 UTC"`, `class="firing">yes`, `href="/ui/schedules" aria-current="page"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("schedules page (%d) lacks %q:\n%s", w.Code, want, body)
+		}
+	}
+}
+
+// The modules page's promote and rollback are form posts under the same cross-origin
+// protection as the other actions, and answer the registry's errors.
+func TestModuleActionsRefuseCrossSiteAndAnswerErrors(t *testing.T) {
+	t.Parallel()
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{})
+	post := func(path, site string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "http://localhost"+path, nil)
+		r.Header.Set("Sec-Fetch-Site", site)
+		return serve(h, r)
+	}
+	if w := post("/ui/modules/echo/promote", "cross-site"); w.Code != http.StatusForbidden {
+		t.Errorf("a cross-site promote: %d, want 403", w.Code)
+	}
+	if w := post("/ui/modules/echo/promote", "same-origin"); w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), "no canary") {
+		t.Errorf("promote without a canary: %d %s, want 409 saying no canary", w.Code, w.Body.String())
+	}
+	if w := post("/ui/modules/nosuch/rollback", "same-origin"); w.Code != http.StatusNotFound {
+		t.Errorf("rollback of an unknown module: %d, want 404", w.Code)
+	}
+	if w := post("/ui/modules/echo/explode", "same-origin"); w.Code != http.StatusNotFound {
+		t.Errorf("an unknown action: %d, want 404", w.Code)
 	}
 }
