@@ -16,6 +16,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -159,7 +160,7 @@ func (s *server) auth(next http.Handler) http.Handler {
 		if r.Method != http.MethodGet {
 			next = "/ui/"
 		}
-		s.render(w, http.StatusUnauthorized, "login", map[string]any{"Next": next})
+		s.render(w, http.StatusUnauthorized, "login", loginData(r, next, ""))
 	})
 }
 
@@ -174,11 +175,40 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if subtle.ConstantTimeCompare([]byte(r.FormValue("token")), []byte(s.cfg.Token)) != 1 {
-		s.render(w, http.StatusUnauthorized, "login", map[string]any{"Next": next, "Error": "That is not the token this host was started with."})
+		s.render(w, http.StatusUnauthorized, "login", loginData(r, next, "That is not the token this host was started with."))
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: s.cfg.Token, Path: "/ui/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: s.cfg.Token, Path: "/ui/", HttpOnly: true, Secure: secureCookie(r), SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// secureCookie reports whether the login cookie can be Secure on r's connection:
+// under TLS, or on a loopback host, where browsers keep a Secure cookie over plain
+// HTTP. Elsewhere over plain HTTP (--insecure-http) a browser drops a Secure cookie,
+// and no login would ever hold; the login page says the cookie is not Secure there.
+func secureCookie(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// loginData is what the login form shows.
+func loginData(r *http.Request, next, problem string) map[string]any {
+	d := map[string]any{"Next": next, "Insecure": !secureCookie(r)}
+	if problem != "" {
+		d["Error"] = problem
+	}
+	return d
 }
 
 // page is what every page template gets.
@@ -327,17 +357,28 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) jobAction(w http.ResponseWriter, r *http.Request) {
 	id, a := r.PathValue("id"), api.Action(r.PathValue("action"))
+	switch a {
+	case api.ActionCancel, api.ActionRetry, api.ActionDelete:
+	default:
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("unknown action %q: want cancel, retry or delete", a))
+		return
+	}
 	if a == api.ActionRetry && !s.cfg.Accepting() {
 		s.fail(w, r, http.StatusServiceUnavailable, errors.New("the host is draining (shutting down) and takes no jobs back"))
 		return
 	}
-	st, _ := s.jobs.Get(r.Context(), id)
+	// The queue is only where a delete goes back to; Do says what is wrong with the id.
+	st, getErr := s.jobs.Get(r.Context(), id)
 	if err := s.jobs.Do(r.Context(), id, a); err != nil {
 		s.fail(w, r, statusOf(err), err)
 		return
 	}
 	if a == api.ActionDelete {
-		http.Redirect(w, r, "/ui/queues/"+url.PathEscape(st.Queue)+"?done=deleted+"+url.QueryEscape(id), http.StatusSeeOther)
+		back := "/ui/queues/" + url.PathEscape(st.Queue)
+		if getErr != nil || st.Queue == "" {
+			back = "/ui/"
+		}
+		http.Redirect(w, r, back+"?done=deleted+"+url.QueryEscape(id), http.StatusSeeOther)
 		return
 	}
 	http.Redirect(w, r, "/ui/jobs/"+url.PathEscape(id)+"?done="+string(a), http.StatusSeeOther)

@@ -165,3 +165,72 @@ func TestPagesAnswerAndRefuseWhatTheyShould(t *testing.T) {
 		}
 	}
 }
+
+func TestLoginCookieIsSecureWhereBrowsersKeepIt(t *testing.T) {
+	t.Parallel()
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Token: "s3cret", History: api.NewHistory(10)})
+	for _, tc := range []struct {
+		url      string
+		tls      bool
+		secure   bool
+		noteSaid bool
+	}{
+		{url: "http://localhost:8080/ui/login", secure: true},
+		{url: "http://127.0.0.1:8080/ui/login", secure: true},
+		{url: "http://[::1]:8080/ui/login", secure: true},
+		{url: "https://jobs.example/ui/login", tls: true, secure: true},
+		// --insecure-http beyond loopback: a Secure cookie would be dropped by the browser.
+		{url: "http://jobs.example:8080/ui/login", secure: false, noteSaid: true},
+		{url: "http://10.0.0.5:8080/ui/login", secure: false, noteSaid: true},
+	} {
+		r := httptest.NewRequest("POST", tc.url, strings.NewReader(url.Values{"token": {"s3cret"}}.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+		if !tc.tls {
+			r.TLS = nil
+		}
+		w := serve(h, r)
+		cs := w.Result().Cookies()
+		if w.Code != http.StatusSeeOther || len(cs) != 1 || cs[0].Secure != tc.secure {
+			t.Errorf("login at %s: %d, cookies %+v; want 303 and one cookie with Secure %v", tc.url, w.Code, cs, tc.secure)
+		}
+		g := httptest.NewRequest("GET", strings.Replace(tc.url, "/ui/login", "/ui/", 1), nil)
+		if !tc.tls {
+			g.TLS = nil
+		}
+		body := serve(h, g).Body.String()
+		if said := strings.Contains(body, `id="insecure"`); said != tc.noteSaid {
+			t.Errorf("login page at %s says the cookie is not Secure: %v, want %v", tc.url, said, tc.noteSaid)
+		}
+	}
+}
+
+func TestUnknownJobActionIs404NamingTheValidOnes(t *testing.T) {
+	t.Parallel()
+	b, hist := memory.New(memory.Config{}), api.NewHistory(10)
+	h, _ := rig(t, b, ui.Config{History: hist})
+	env := backend.NewEnvelope("echo", []byte("x"))
+	hist.Enqueued(env, false)
+	if err := b.Publish(context.Background(), env, 0); err != nil {
+		t.Fatal(err)
+	}
+	post := func(path string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "http://localhost"+path, nil)
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+		return serve(h, r)
+	}
+	if w := post("/ui/jobs/" + env.ID + "/explode"); w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), "want cancel, retry or delete") {
+		t.Errorf("an unknown action: %d %s, want 404 naming cancel, retry and delete", w.Code, w.Body)
+	}
+	if w := post("/ui/jobs/" + env.ID + "/delete"); w.Code != http.StatusSeeOther || !strings.HasPrefix(w.Header().Get("Location"), "/ui/queues/echo?") {
+		t.Errorf("delete of a pending job: %d to %q, want 303 to its queue", w.Code, w.Header().Get("Location"))
+	}
+	// Deleted and forgotten: nothing says which queue it was in; back to the overview.
+	other := backend.NewEnvelope("echo", []byte("y"))
+	if err := b.Publish(context.Background(), other, 0); err != nil {
+		t.Fatal(err)
+	}
+	if w := post("/ui/jobs/" + other.ID + "/delete"); w.Code != http.StatusSeeOther || !strings.HasPrefix(w.Header().Get("Location"), "/ui/?") {
+		t.Errorf("delete of a job the history does not know: %d to %q, want 303 to /ui/", w.Code, w.Header().Get("Location"))
+	}
+}
