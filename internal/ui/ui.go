@@ -37,6 +37,9 @@ var staticFS embed.FS
 // DefaultMaxUpload caps a module uploaded for validation.
 const DefaultMaxUpload = 64 << 20
 
+// DefaultMaxDeadListed is the dead-letters page's default listing cap.
+const DefaultMaxDeadListed = 500
+
 // CookieName is the cookie that keeps the token once the login form took it.
 const CookieName = "wasmjobs_token"
 
@@ -70,6 +73,9 @@ type Config struct {
 	Host      HostInfo
 	// MaxUpload bounds an uploaded module; zero means DefaultMaxUpload.
 	MaxUpload int64
+	// MaxDeadListed bounds the dead letters the dead-letters page lists; zero means
+	// DefaultMaxDeadListed. Purge and replay-all act on all of them whatever it is.
+	MaxDeadListed int
 	Logger    *slog.Logger
 }
 
@@ -87,6 +93,9 @@ func New(cfg Config) http.Handler {
 	}
 	if cfg.Accepting == nil {
 		cfg.Accepting = func() bool { return true }
+	}
+	if cfg.MaxDeadListed <= 0 {
+		cfg.MaxDeadListed = DefaultMaxDeadListed
 	}
 	s := &server{cfg: cfg, jobs: api.Jobs{Backend: cfg.Backend, History: cfg.History}, log: cfg.Logger}
 	if s.log == nil {
@@ -401,14 +410,28 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		store, ok := s.cfg.Backend.(backend.DeadLetterStore)
 		if !ok {
 			data["Unavailable"] = "this backend cannot list dead letters"
-		} else if dead, err := store.DeadLetters(r.Context(), q, 500); err != nil {
+		} else if dead, err := store.DeadLetters(r.Context(), q, s.cfg.MaxDeadListed); err != nil {
 			s.fail(w, r, statusOf(err), err)
 			return
 		} else {
 			data["Dead"] = api.DeadLetterInfos(q, dead)
+			data["Total"] = s.deadTotal(r.Context(), q, len(dead))
 		}
 	}
 	s.render(w, http.StatusOK, "dead", page{Title: "Dead letters", Nav: "dead", Done: r.URL.Query().Get("done"), Data: data})
+}
+
+// deadTotal says how many dead letters queue q holds, for the confirmation of a purge
+// or replay-all (which act on all of them): the backend's count where it keeps one,
+// else the listed number, "at least" when the listing reached its cap.
+func (s *server) deadTotal(ctx context.Context, q string, listed int) string {
+	if st, err := s.stats(ctx, q); err == nil && st.Dead >= 0 {
+		return fmt.Sprint(max(st.Dead, listed))
+	}
+	if listed >= s.cfg.MaxDeadListed {
+		return fmt.Sprintf("at least %d", listed)
+	}
+	return fmt.Sprint(listed)
 }
 
 func (s *server) deadAction(w http.ResponseWriter, r *http.Request) {

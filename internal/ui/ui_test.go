@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
@@ -233,4 +234,71 @@ func TestUnknownJobActionIs404NamingTheValidOnes(t *testing.T) {
 	if w := post("/ui/jobs/" + other.ID + "/delete"); w.Code != http.StatusSeeOther || !strings.HasPrefix(w.Header().Get("Location"), "/ui/?") {
 		t.Errorf("delete of a job the history does not know: %d to %q, want 303 to /ui/", w.Code, w.Header().Get("Location"))
 	}
+}
+
+// deadLetters dead-letters n jobs of queue echo on b.
+func deadLetters(t *testing.T, b backend.Backend, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range n {
+		if err := b.Publish(ctx, backend.NewEnvelope("echo", []byte("x")), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Drop()
+	for range n {
+		select {
+		case d := <-s.Deliveries():
+			if err := d.DeadLetter(ctx, "broken"); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("the jobs were not delivered")
+		}
+	}
+}
+
+func TestDeadLetterConfirmationCountsAllNotTheListed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		b    func() backend.Backend
+		want string
+	}{
+		{"with counts", func() backend.Backend { return memory.New(memory.Config{}) }, "(<span id=\"dead-total\">5</span>)"},
+		{"without counts", func() backend.Backend { return noCounts{memory.New(memory.Config{})} }, "(<span id=\"dead-total\">at least 3</span>)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := tc.b()
+			h, _ := rig(t, b, ui.Config{History: api.NewHistory(10), MaxDeadListed: 3})
+			deadLetters(t, b, 5)
+			for _, confirm := range []string{"purge", "replay-all"} {
+				body := serve(h, httptest.NewRequest("GET", "http://localhost/ui/dead-letters?queue=echo&confirm="+confirm, nil)).Body.String()
+				if !strings.Contains(body, tc.want) {
+					t.Errorf("confirm %s with 5 dead letters and a listing cap of 3: want %s in\n%s", confirm, tc.want, body)
+				}
+			}
+		})
+	}
+}
+
+// noCounts is a backend with dead letters but no counts.
+type noCounts struct{ backend.Backend }
+
+func (n noCounts) DeadLetters(ctx context.Context, q string, max int) ([]backend.DeadLetter, error) {
+	return n.Backend.(backend.DeadLetterStore).DeadLetters(ctx, q, max)
+}
+
+func (n noCounts) ReplayDeadLetter(ctx context.Context, q, id string) error {
+	return n.Backend.(backend.DeadLetterStore).ReplayDeadLetter(ctx, q, id)
+}
+
+func (n noCounts) PurgeDeadLetters(ctx context.Context, q string) (int, error) {
+	return n.Backend.(backend.DeadLetterStore).PurgeDeadLetters(ctx, q)
 }
