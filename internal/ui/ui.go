@@ -76,7 +76,7 @@ type Config struct {
 	// MaxDeadListed bounds the dead letters the dead-letters page lists; zero means
 	// DefaultMaxDeadListed. Purge and replay-all act on all of them whatever it is.
 	MaxDeadListed int
-	Logger    *slog.Logger
+	Logger        *slog.Logger
 }
 
 type server struct {
