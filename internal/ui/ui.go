@@ -536,7 +536,7 @@ func (s *server) validate(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimSuffix(hdr.Filename, ".wasm")
 	res := map[string]any{"File": hdr.Filename, "Size": len(wasm)}
 	if v, err := s.cfg.Validate(r.Context(), name, wasm); err != nil {
-		res["Error"] = err.Error()
+		res["Error"] = clip(err.Error(), maxReason)
 	} else {
 		res["Version"] = v
 	}
@@ -546,6 +546,21 @@ func (s *server) validate(w http.ResponseWriter, r *http.Request) {
 	}
 	s.render(w, http.StatusOK, "modules", page{Title: "Modules", Nav: "modules", Data: map[string]any{
 		"Modules": rows, "CanValidate": true, "MaxUpload": s.cfg.MaxUpload >> 20, "Result": res}})
+}
+
+// maxReason bounds the bytes of an upload's rejection shown: the text can come from
+// the module (its names, a compiler's message about its code).
+const maxReason = 300
+
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // short is a version's first 12 hex digits.

@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -301,4 +302,23 @@ func (n noCounts) ReplayDeadLetter(ctx context.Context, q, id string) error {
 
 func (n noCounts) PurgeDeadLetters(ctx context.Context, q string) (int, error) {
 	return n.Backend.(backend.DeadLetterStore).PurgeDeadLetters(ctx, q)
+}
+
+func TestUploadRejectionReasonIsBounded(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", 5000)
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{
+		Validate: func(context.Context, string, []byte) (string, error) { return "", errors.New(long) }})
+	var body strings.Builder
+	mw := multipart.NewWriter(&body)
+	f, _ := mw.CreateFormFile("module", "m.wasm")
+	f.Write([]byte("\x00asm"))
+	mw.Close()
+	r := httptest.NewRequest("POST", "http://localhost/ui/modules/validate", strings.NewReader(body.String()))
+	r.Header.Set("Content-Type", mw.FormDataContentType())
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	page := serve(h, r).Body.String()
+	if n := strings.Count(page, "é"); n == 0 || n > 300 {
+		t.Errorf("a rejection of 5000 runes shows %d of them, want some and at most 300 bytes' worth", n)
+	}
 }
