@@ -318,6 +318,10 @@ func TestUploadRejectionReasonIsBounded(t *testing.T) {
 	r.Header.Set("Content-Type", mw.FormDataContentType())
 	r.Header.Set("Sec-Fetch-Site", "same-origin")
 	page := serve(h, r).Body.String()
+	// The script polls a page's own URL, here /ui/modules/validate, which GET has not.
+	if strings.Contains(page, "data-live") {
+		t.Errorf("the answer to an upload has live parts: its poll would GET the upload's URL")
+	}
 	if n := strings.Count(page, "é"); n == 0 || n > 300 {
 		t.Errorf("a rejection of 5000 runes shows %d of them, want some and at most 300 bytes' worth", n)
 	}
