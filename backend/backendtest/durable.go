@@ -22,6 +22,7 @@ var optionalRules = []rule{
 	{"UniqueKeysPerJobOfABatch", testUniqueBatch},
 	{"UniqueUnderConcurrency", testUniqueConcurrent},
 	{"JobControlCancelRetryDelete", testJobControl},
+	{"UniqueKeyEndsOnCancelOrDelete", testUniqueControl},
 	{"ListJobsNewestFirstWithCursor", testListJobs},
 }
 

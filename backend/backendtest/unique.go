@@ -174,3 +174,47 @@ func testUniqueConcurrent(t *testing.T, h *harness) {
 		t.Fatalf("%d jobs pending, want 1", st.Pending)
 	}
 }
+
+// testUniqueControl: cancelling a unique job ends its key's hold as a finish does (the
+// hold runs unique_for from the cancel), and deleting a waiting unique job frees its key.
+func testUniqueControl(t *testing.T, h *harness) {
+	up := uniquePublisher(t, h)
+	c := jobController(t, h)
+	for _, tc := range []struct {
+		name    string
+		delay   time.Duration
+		holdFor time.Duration
+		del     bool
+		dup     bool
+	}{
+		{name: "cancel pending, no hold after", holdFor: 0},
+		{name: "cancel delayed, no hold after", delay: time.Hour, holdFor: 0},
+		{name: "cancel pending within unique_for", holdFor: time.Hour, dup: true},
+		{name: "delete pending", holdFor: time.Hour, del: true},
+		{name: "delete delayed", delay: time.Hour, holdFor: time.Hour, del: true},
+	} {
+		func() {
+			fatalf := func(format string, args ...any) { t.Helper(); t.Fatalf(tc.name+": "+format, args...) }
+			q := h.declare(t, 4, 0)
+			first := job(q, "first")
+			if r := h.publishUnique(t, up, first, tc.delay, "k", tc.holdFor); r.Duplicate {
+				fatalf("first publish: %+v, want a new job", r)
+			}
+			op, opName := c.CancelJob, "CancelJob"
+			if tc.del {
+				op, opName = c.DeleteJob, "DeleteJob"
+			}
+			if err := op(h.ctx(), first.ID); err != nil {
+				fatalf("%s(%s): %v", opName, first.ID, err)
+			}
+			second := job(q, "second")
+			r := h.publishUnique(t, up, second, 0, "k", tc.holdFor)
+			switch {
+			case tc.dup && (!r.Duplicate || r.ID != first.ID):
+				fatalf("publish after %s: %+v, want a duplicate of %s", opName, r, first.ID)
+			case !tc.dup && (r.Duplicate || r.ID != second.ID):
+				fatalf("publish after %s: %+v, want a new job %s (the key must not stay held)", opName, r, second.ID)
+			}
+		}()
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 )
@@ -111,6 +112,8 @@ func (b *Backend) CancelJob(ctx context.Context, id string) error {
 		default:
 			return fmt.Errorf("job %q of queue %q is a dead letter: delete it or retry it: %w", id, q.name, backend.ErrJobState)
 		}
+		// A cancel ends the job: its unique key's hold runs from now, as after a finish.
+		q.uniqFinished(id, time.Now())
 		return nil
 	})
 	if !found && err == nil {
@@ -153,6 +156,8 @@ func (b *Backend) DeleteJob(ctx context.Context, id string) error {
 		case dead:
 			q.dead = slices.DeleteFunc(q.dead, func(d deadLetter) bool { return d.m.env.ID == id })
 		}
+		// A deleted job holds no unique key (a dead letter's hold runs already).
+		q.uniqFreed(id)
 		return nil
 	})
 	if !found && err == nil {

@@ -223,7 +223,7 @@ func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admi
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		if _, ok := q.held[t]; !ok {
-			return // stopped by Close
+			return // stopped and removed: by Close, or a cancel, retry or delete of the job
 		}
 		delete(q.held, t)
 		q.pushBack(m)

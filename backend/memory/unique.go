@@ -102,6 +102,17 @@ func (q *queue) uniqFinished(id string, now time.Time) {
 	}
 }
 
+// uniqFreed frees the key held by job id, if it holds one: the waiting job was
+// deleted, and a deleted job holds nothing. q.mu is held.
+func (q *queue) uniqFreed(id string) {
+	if e, ok := q.uniqByID[id]; ok {
+		delete(q.uniqByID, id)
+		if q.uniq[e.key] == e {
+			delete(q.uniq, e.key)
+		}
+	}
+}
+
 // uniqRenamed moves the key of job old to job next, published in its place.
 // q.mu is held.
 func (q *queue) uniqRenamed(old, next string) {

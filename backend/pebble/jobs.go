@@ -220,15 +220,24 @@ func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del 
 		batch.Set(byTimeKey(now, rec.ID), nil, nil)
 		finished = 1
 	}
-	done := func() {
-		b.ids.remove(rec.ID)
-		b.recs.add(finished, b.records.maxCount)
-	}
 	switch state {
 	case backend.JobPending, backend.JobDelayed, backend.JobDeferred, backend.JobRetrying:
 	default:
 		batch.Close()
 		return fmt.Errorf("job %q of queue %q is %s: only a waiting job (pending, delayed, deferred, retrying) can be cancelled: %w", rec.ID, q.name, state, backend.ErrJobState)
+	}
+	// The job's unique key, in the same batch: a cancel ends the job, so its hold runs
+	// unique_for from now as after a finish; a deleted job holds no key.
+	var uniqDone func()
+	if del {
+		uniqDone = b.stageUniqFree(batch, rec.ID)
+	} else {
+		uniqDone = b.stageUniqFinish(batch, rec.ID, now)
+	}
+	done := func() {
+		b.ids.remove(rec.ID)
+		b.recs.add(finished, b.records.maxCount)
+		uniqDone()
 	}
 	// A retry without a delay is ready at once: look in both indexes.
 	if it := q.take(rec.ID); it != nil {

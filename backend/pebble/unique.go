@@ -258,6 +258,28 @@ func (b *Backend) stageUniqFinish(batch *pebbledb.Batch, id string, now time.Tim
 	}
 }
 
+// stageUniqFree deletes, in batch, the key held by job id, if it holds one: the
+// waiting job is being deleted. It returns what to do once the batch is committed.
+func (b *Backend) stageUniqFree(batch *pebbledb.Batch, id string) func() {
+	b.uniq.mu.Lock()
+	e, ok := b.uniq.byID[id]
+	b.uniq.mu.Unlock()
+	if !ok {
+		return func() {}
+	}
+	batch.Delete([]byte(e.skey), nil)
+	return func() {
+		b.uniq.mu.Lock()
+		defer b.uniq.mu.Unlock()
+		if b.uniq.byID[id] == e {
+			delete(b.uniq.byID, id)
+		}
+		if b.uniq.entries[e.skey] == e {
+			delete(b.uniq.entries, e.skey)
+		}
+	}
+}
+
 // stageUniqRename moves, in batch, the key held by job old to job next, published in
 // its place by a settle.
 func (b *Backend) stageUniqRename(batch *pebbledb.Batch, old, next string) func() {

@@ -601,23 +601,18 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if pb, ok := b.(*pebble.Backend); ok {
 		dataDir = pb.Dir()
 	}
+	// Uploads are untrusted: they are checked on an engine of their own, without the
+	// on-disk compilation cache (an upload must not fill the cache directory).
+	checkEngine, err := host.NewEngine(runCtx, host.Config{NoCache: true, Logger: log})
+	if err != nil {
+		return fmt.Errorf("the upload checker's engine: %w", err)
+	}
+	cleanups = append(cleanups, func(ctx context.Context) { checkEngine.Close(ctx) })
 	dash := ui.New(ui.Config{
 		Backend: b, Registry: reg, Running: w.Running, History: hist, Rates: rates, Attempts: attempts, Versions: versions,
 		Schedules: sched.List, Token: f.token, Loopback: loopback, Accepting: accepting, Logger: log,
-		Validate: func(ctx context.Context, name string, wasm []byte) (string, error) {
-			name = filepath.Base(name)
-			man, err := host.ReadManifest(filepath.Join(f.modules, name+".wasm"))
-			if err != nil {
-				return "", err
-			}
-			m, err := e.Load(ctx, name, wasm, man)
-			if err != nil {
-				return "", err
-			}
-			defer m.Retire()
-			return m.Version(), nil
-		},
-		Host: ui.HostInfo{Backend: backendName(f.backend), DataDir: dataDir, Concurrency: f.concurrency, Started: time.Now(), Version: versionString()},
+		Validate: uploadValidator(checkEngine),
+		Host:     ui.HostInfo{Backend: backendName(f.backend), DataDir: dataDir, Concurrency: f.concurrency, Started: time.Now(), Version: versionString()},
 	})
 	root := http.NewServeMux()
 	root.Handle("/ui/", dash)
@@ -785,4 +780,20 @@ func (f *runFlags) followModules(ctx context.Context, log *slog.Logger, reg *hos
 			return out
 		},
 	})
+}
+
+// uploadValidator checks an uploaded module on e: compiled and its exports and imports
+// checked with a neutral manifest (no env, no dirs, default limits), none of its code
+// run (host.Engine.Check), one upload at a time.
+func uploadValidator(e *host.Engine) func(ctx context.Context, name string, wasm []byte) (string, error) {
+	sem := make(chan struct{}, 1)
+	return func(ctx context.Context, name string, wasm []byte) (string, error) {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return "", fmt.Errorf("waiting for another upload's check: %w", ctx.Err())
+		}
+		defer func() { <-sem }()
+		return e.Check(ctx, filepath.Base(name), wasm)
+	}
 }

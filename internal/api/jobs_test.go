@@ -49,7 +49,7 @@ func TestJobActionsThroughTheAPI(t *testing.T) {
 			if s := state(cancelMe); s != "cancelled" {
 				t.Errorf("after cancel the job is %q, want cancelled", s)
 			}
-			if code, _ := r.call(t, "POST", "/v1/jobs/"+cancelMe+"/cancel", ""); code != 409 && code != 404 {
+			if code, _ := r.call(t, "POST", "/v1/jobs/"+cancelMe+"/cancel", ""); code != 409 {
 				t.Errorf("cancelling a cancelled job: %d, want 409", code)
 			}
 			if code, out := r.call(t, "POST", "/v1/jobs/"+retryMe+"/retry", ""); code != 200 {

@@ -16,6 +16,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -36,6 +37,9 @@ var staticFS embed.FS
 
 // DefaultMaxUpload caps a module uploaded for validation.
 const DefaultMaxUpload = 64 << 20
+
+// DefaultMaxDeadListed is the dead-letters page's default listing cap.
+const DefaultMaxDeadListed = 500
 
 // CookieName is the cookie that keeps the token once the login form took it.
 const CookieName = "wasmjobs_token"
@@ -73,7 +77,10 @@ type Config struct {
 	Host      HostInfo
 	// MaxUpload bounds an uploaded module; zero means DefaultMaxUpload.
 	MaxUpload int64
-	Logger    *slog.Logger
+	// MaxDeadListed bounds the dead letters the dead-letters page lists; zero means
+	// DefaultMaxDeadListed. Purge and replay-all act on all of them whatever it is.
+	MaxDeadListed int
+	Logger        *slog.Logger
 }
 
 type server struct {
@@ -90,6 +97,9 @@ func New(cfg Config) http.Handler {
 	}
 	if cfg.Accepting == nil {
 		cfg.Accepting = func() bool { return true }
+	}
+	if cfg.MaxDeadListed <= 0 {
+		cfg.MaxDeadListed = DefaultMaxDeadListed
 	}
 	s := &server{cfg: cfg, jobs: api.Jobs{Backend: cfg.Backend, History: cfg.History}, log: cfg.Logger}
 	if s.log == nil {
@@ -165,7 +175,7 @@ func (s *server) auth(next http.Handler) http.Handler {
 		if r.Method != http.MethodGet {
 			next = "/ui/"
 		}
-		s.render(w, http.StatusUnauthorized, "login", map[string]any{"Next": next})
+		s.render(w, http.StatusUnauthorized, "login", loginData(r, next, ""))
 	})
 }
 
@@ -180,11 +190,40 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if subtle.ConstantTimeCompare([]byte(r.FormValue("token")), []byte(s.cfg.Token)) != 1 {
-		s.render(w, http.StatusUnauthorized, "login", map[string]any{"Next": next, "Error": "That is not the token this host was started with."})
+		s.render(w, http.StatusUnauthorized, "login", loginData(r, next, "That is not the token this host was started with."))
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: s.cfg.Token, Path: "/ui/", HttpOnly: true, Secure: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: s.cfg.Token, Path: "/ui/", HttpOnly: true, Secure: secureCookie(r), SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// secureCookie reports whether the login cookie can be Secure on r's connection:
+// under TLS, or on a loopback host, where browsers keep a Secure cookie over plain
+// HTTP. Elsewhere over plain HTTP (--insecure-http) a browser drops a Secure cookie,
+// and no login would ever hold; the login page says the cookie is not Secure there.
+func secureCookie(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// loginData is what the login form shows.
+func loginData(r *http.Request, next, problem string) map[string]any {
+	d := map[string]any{"Next": next, "Insecure": !secureCookie(r)}
+	if problem != "" {
+		d["Error"] = problem
+	}
+	return d
 }
 
 // page is what every page template gets.
@@ -339,17 +378,28 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) jobAction(w http.ResponseWriter, r *http.Request) {
 	id, a := r.PathValue("id"), api.Action(r.PathValue("action"))
+	switch a {
+	case api.ActionCancel, api.ActionRetry, api.ActionDelete:
+	default:
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("unknown action %q: want cancel, retry or delete", a))
+		return
+	}
 	if a == api.ActionRetry && !s.cfg.Accepting() {
 		s.fail(w, r, http.StatusServiceUnavailable, errors.New("the host is draining (shutting down) and takes no jobs back"))
 		return
 	}
-	st, _ := s.jobs.Get(r.Context(), id)
+	// The queue is only where a delete goes back to; Do says what is wrong with the id.
+	st, getErr := s.jobs.Get(r.Context(), id)
 	if err := s.jobs.Do(r.Context(), id, a); err != nil {
 		s.fail(w, r, statusOf(err), err)
 		return
 	}
 	if a == api.ActionDelete {
-		http.Redirect(w, r, "/ui/queues/"+url.PathEscape(st.Queue)+"?done=deleted+"+url.QueryEscape(id), http.StatusSeeOther)
+		back := "/ui/queues/" + url.PathEscape(st.Queue)
+		if getErr != nil || st.Queue == "" {
+			back = "/ui/"
+		}
+		http.Redirect(w, r, back+"?done=deleted+"+url.QueryEscape(id), http.StatusSeeOther)
 		return
 	}
 	http.Redirect(w, r, "/ui/jobs/"+url.PathEscape(id)+"?done="+string(a), http.StatusSeeOther)
@@ -372,14 +422,28 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		store, ok := s.cfg.Backend.(backend.DeadLetterStore)
 		if !ok {
 			data["Unavailable"] = "this backend cannot list dead letters"
-		} else if dead, err := store.DeadLetters(r.Context(), q, 500); err != nil {
+		} else if dead, err := store.DeadLetters(r.Context(), q, s.cfg.MaxDeadListed); err != nil {
 			s.fail(w, r, statusOf(err), err)
 			return
 		} else {
 			data["Dead"] = api.DeadLetterInfos(q, dead)
+			data["Total"] = s.deadTotal(r.Context(), q, len(dead))
 		}
 	}
 	s.render(w, http.StatusOK, "dead", page{Title: "Dead letters", Nav: "dead", Done: r.URL.Query().Get("done"), Data: data})
+}
+
+// deadTotal says how many dead letters queue q holds, for the confirmation of a purge
+// or replay-all (which act on all of them): the backend's count where it keeps one,
+// else the listed number, "at least" when the listing reached its cap.
+func (s *server) deadTotal(ctx context.Context, q string, listed int) string {
+	if st, err := s.stats(ctx, q); err == nil && st.Dead >= 0 {
+		return fmt.Sprint(max(st.Dead, listed))
+	}
+	if listed >= s.cfg.MaxDeadListed {
+		return fmt.Sprintf("at least %d", listed)
+	}
+	return fmt.Sprint(listed)
 }
 
 func (s *server) deadAction(w http.ResponseWriter, r *http.Request) {
@@ -537,12 +601,27 @@ func (s *server) validate(w http.ResponseWriter, r *http.Request) {
 	name := strings.TrimSuffix(hdr.Filename, ".wasm")
 	res := map[string]any{"File": hdr.Filename, "Size": len(wasm)}
 	if v, err := s.cfg.Validate(r.Context(), name, wasm); err != nil {
-		res["Error"] = err.Error()
+		res["Error"] = clip(err.Error(), maxReason)
 	} else {
 		res["Version"] = v
 	}
 	s.render(w, http.StatusOK, "modules", page{Title: "Modules", Nav: "modules", Data: map[string]any{
 		"Modules": s.moduleRows(), "CanValidate": true, "MaxUpload": s.cfg.MaxUpload >> 20, "Result": res}})
+}
+
+// maxReason bounds the bytes of an upload's rejection shown: the text can come from
+// the module (its names, a compiler's message about its code).
+const maxReason = 300
+
+// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // short is a version's first 12 hex digits.

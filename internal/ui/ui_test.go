@@ -3,6 +3,7 @@ package ui_test
 import (
 	"context"
 	"fmt"
+	"errors"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -285,5 +286,164 @@ func TestModuleActionsRefuseCrossSiteAndAnswerErrors(t *testing.T) {
 	}
 	if w := post("/ui/modules/echo/explode", "same-origin"); w.Code != http.StatusNotFound {
 		t.Errorf("an unknown action: %d, want 404", w.Code)
+	}
+}
+
+func TestLoginCookieIsSecureWhereBrowsersKeepIt(t *testing.T) {
+	t.Parallel()
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Token: "s3cret", History: api.NewHistory(10)})
+	for _, tc := range []struct {
+		url      string
+		tls      bool
+		secure   bool
+		noteSaid bool
+	}{
+		{url: "http://localhost:8080/ui/login", secure: true},
+		{url: "http://127.0.0.1:8080/ui/login", secure: true},
+		{url: "http://[::1]:8080/ui/login", secure: true},
+		{url: "https://jobs.example/ui/login", tls: true, secure: true},
+		// --insecure-http beyond loopback: a Secure cookie would be dropped by the browser.
+		{url: "http://jobs.example:8080/ui/login", secure: false, noteSaid: true},
+		{url: "http://10.0.0.5:8080/ui/login", secure: false, noteSaid: true},
+	} {
+		r := httptest.NewRequest("POST", tc.url, strings.NewReader(url.Values{"token": {"s3cret"}}.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+		if !tc.tls {
+			r.TLS = nil
+		}
+		w := serve(h, r)
+		cs := w.Result().Cookies()
+		if w.Code != http.StatusSeeOther || len(cs) != 1 || cs[0].Secure != tc.secure {
+			t.Errorf("login at %s: %d, cookies %+v; want 303 and one cookie with Secure %v", tc.url, w.Code, cs, tc.secure)
+		}
+		g := httptest.NewRequest("GET", strings.Replace(tc.url, "/ui/login", "/ui/", 1), nil)
+		if !tc.tls {
+			g.TLS = nil
+		}
+		body := serve(h, g).Body.String()
+		if said := strings.Contains(body, `id="insecure"`); said != tc.noteSaid {
+			t.Errorf("login page at %s says the cookie is not Secure: %v, want %v", tc.url, said, tc.noteSaid)
+		}
+	}
+}
+
+func TestUnknownJobActionIs404NamingTheValidOnes(t *testing.T) {
+	t.Parallel()
+	b, hist := memory.New(memory.Config{}), api.NewHistory(10)
+	h, _ := rig(t, b, ui.Config{History: hist})
+	env := backend.NewEnvelope("echo", []byte("x"))
+	hist.Enqueued(env, false)
+	if err := b.Publish(context.Background(), env, 0); err != nil {
+		t.Fatal(err)
+	}
+	post := func(path string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "http://localhost"+path, nil)
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+		return serve(h, r)
+	}
+	if w := post("/ui/jobs/" + env.ID + "/explode"); w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), "want cancel, retry or delete") {
+		t.Errorf("an unknown action: %d %s, want 404 naming cancel, retry and delete", w.Code, w.Body)
+	}
+	if w := post("/ui/jobs/" + env.ID + "/delete"); w.Code != http.StatusSeeOther || !strings.HasPrefix(w.Header().Get("Location"), "/ui/queues/echo?") {
+		t.Errorf("delete of a pending job: %d to %q, want 303 to its queue", w.Code, w.Header().Get("Location"))
+	}
+	// Deleted and forgotten: nothing says which queue it was in; back to the overview.
+	other := backend.NewEnvelope("echo", []byte("y"))
+	if err := b.Publish(context.Background(), other, 0); err != nil {
+		t.Fatal(err)
+	}
+	if w := post("/ui/jobs/" + other.ID + "/delete"); w.Code != http.StatusSeeOther || !strings.HasPrefix(w.Header().Get("Location"), "/ui/?") {
+		t.Errorf("delete of a job the history does not know: %d to %q, want 303 to /ui/", w.Code, w.Header().Get("Location"))
+	}
+}
+
+// deadLetters dead-letters n jobs of queue echo on b.
+func deadLetters(t *testing.T, b backend.Backend, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range n {
+		if err := b.Publish(ctx, backend.NewEnvelope("echo", []byte("x")), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Drop()
+	for range n {
+		select {
+		case d := <-s.Deliveries():
+			if err := d.DeadLetter(ctx, "broken"); err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("the jobs were not delivered")
+		}
+	}
+}
+
+func TestDeadLetterConfirmationCountsAllNotTheListed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		b    func() backend.Backend
+		want string
+	}{
+		{"with counts", func() backend.Backend { return memory.New(memory.Config{}) }, "(<span id=\"dead-total\">5</span>)"},
+		{"without counts", func() backend.Backend { return noCounts{memory.New(memory.Config{})} }, "(<span id=\"dead-total\">at least 3</span>)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := tc.b()
+			h, _ := rig(t, b, ui.Config{History: api.NewHistory(10), MaxDeadListed: 3})
+			deadLetters(t, b, 5)
+			for _, confirm := range []string{"purge", "replay-all"} {
+				body := serve(h, httptest.NewRequest("GET", "http://localhost/ui/dead-letters?queue=echo&confirm="+confirm, nil)).Body.String()
+				if !strings.Contains(body, tc.want) {
+					t.Errorf("confirm %s with 5 dead letters and a listing cap of 3: want %s in\n%s", confirm, tc.want, body)
+				}
+			}
+		})
+	}
+}
+
+// noCounts is a backend with dead letters but no counts.
+type noCounts struct{ backend.Backend }
+
+func (n noCounts) DeadLetters(ctx context.Context, q string, max int) ([]backend.DeadLetter, error) {
+	return n.Backend.(backend.DeadLetterStore).DeadLetters(ctx, q, max)
+}
+
+func (n noCounts) ReplayDeadLetter(ctx context.Context, q, id string) error {
+	return n.Backend.(backend.DeadLetterStore).ReplayDeadLetter(ctx, q, id)
+}
+
+func (n noCounts) PurgeDeadLetters(ctx context.Context, q string) (int, error) {
+	return n.Backend.(backend.DeadLetterStore).PurgeDeadLetters(ctx, q)
+}
+
+func TestUploadRejectionReasonIsBounded(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", 5000)
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{
+		Validate: func(context.Context, string, []byte) (string, error) { return "", errors.New(long) }})
+	var body strings.Builder
+	mw := multipart.NewWriter(&body)
+	f, _ := mw.CreateFormFile("module", "m.wasm")
+	f.Write([]byte("\x00asm"))
+	mw.Close()
+	r := httptest.NewRequest("POST", "http://localhost/ui/modules/validate", strings.NewReader(body.String()))
+	r.Header.Set("Content-Type", mw.FormDataContentType())
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	page := serve(h, r).Body.String()
+	// The script polls a page's own URL, here /ui/modules/validate, which GET has not.
+	if strings.Contains(page, "data-live") {
+		t.Errorf("the answer to an upload has live parts: its poll would GET the upload's URL")
+	}
+	if n := strings.Count(page, "é"); n == 0 || n > 300 {
+		t.Errorf("a rejection of 5000 runes shows %d of them, want some and at most 300 bytes' worth", n)
 	}
 }
