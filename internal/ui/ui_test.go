@@ -2,8 +2,8 @@ package ui_test
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net/http"
