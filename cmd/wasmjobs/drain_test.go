@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -31,12 +32,16 @@ func (h *hostProc) post(path, body string) (int, string) {
 // answered 202 for.
 func TestEnqueueDuringTheDrainIsRefused(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	installModule(t, dir, "abi/sleep_ms", "work", "v1")
-	os.WriteFile(filepath.Join(dir, "work.toml"), []byte("max_attempts = 1\n"), 0o644)
-	h := startHost(t, dir, "--backend", "memory", "--drain-timeout", "60s")
+	// The running job waits for a file the test creates once its checks during the
+	// drain are done (abi/wait_file): it outlasts them however slow the machine.
+	dir, gate := t.TempDir(), t.TempDir()
+	installModule(t, dir, "abi/wait_file", "work", "v1")
+	if err := os.WriteFile(filepath.Join(dir, "work.toml"), fmt.Appendf(nil, "max_attempts = 1\ntimeout = \"1h\"\ndirs = [%q]\n", gate+":/gate"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := startHost(t, dir, "--backend", "memory", "--drain-timeout", "1h")
 
-	status, body := h.post("/v1/jobs", `{"queue": "work", "payload": "4000"}`)
+	status, body := h.post("/v1/jobs", `{"queue": "work", "payload": "go"}`)
 	var acc struct{ ID string }
 	if status != 202 || json.Unmarshal([]byte(body), &acc) != nil {
 		t.Fatalf("enqueue: %d %s", status, body)
@@ -68,6 +73,9 @@ func TestEnqueueDuringTheDrainIsRefused(t *testing.T) {
 	}
 	if code := h.get("/v1/queues", nil); code != 200 {
 		t.Fatalf("GET /v1/queues during the drain: %d", code)
+	}
+	if err := os.WriteFile(filepath.Join(gate, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 
 	select {
