@@ -96,6 +96,7 @@ type Queue struct {
 	Concurrency int
 	// Prefetch is the backend stream's prefetch. Zero means the queue's concurrency
 	// limit (or the worker's), so that nothing waits claimed behind a full worker.
+	// With a Rate it is at most Burst, so that nothing waits claimed for the rate.
 	Prefetch int
 	// PriorityLevels is the queue's priority levels (backend.QueueConfig). The highest
 	// level is reserved for deferred jobs, so jobs may use 0..PriorityLevels-1. Zero
@@ -379,6 +380,11 @@ func (w *Worker) newQueueState(q Queue) *queueState {
 		if limit > 0 {
 			prefetch = limit
 		}
+	}
+	// A rate-limited queue starts at most Burst jobs at once: a broker that pushes
+	// more ahead (RabbitMQ) would have them wait here claimed, unseen by other hosts.
+	if q.Rate > 0 {
+		prefetch = min(prefetch, q.Burst)
 	}
 	mw := append([]Middleware{Recover}, q.Middleware...)
 	mw = append(mw, Deadline(q.Timeout))
