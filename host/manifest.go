@@ -594,31 +594,39 @@ func keyPositions(data []byte) positions {
 // them, so a limit meant for all of them is divided by N in each host's manifest.
 type RateLimit struct {
 	// PerSecond is the most jobs a second one host starts (the manifest's rate,
-	// "50/s" or "600/m"); zero means no limit.
+	// "50/s", "600/m" or "10/h", at least 1/h); zero means no limit.
 	PerSecond float64
-	// Burst is how many jobs may start at once after the queue was idle, on top of
-	// the steady rate (the manifest's burst). Zero means 1: jobs evenly spaced.
+	// Burst is the size of the token bucket (the manifest's burst): after an idle
+	// spell up to Burst jobs may start at once, then one each 1/PerSecond. Zero means
+	// 1: jobs evenly spaced.
 	Burst int
 }
 
 // Bounds of a rate limit.
 const (
 	maxRatePerSecond = 1_000_000
+	minRatePerSecond = 1.0 / 3600
 	maxBurst         = 1_000_000
 )
 
-// parseRate reads rate = "N/s" or "N/m": N jobs a second or a minute, N a positive
-// number (a fraction such as "0.5/s" is allowed).
+// parseRate reads rate = "N/s", "N/m" or "N/h": N jobs a second, a minute or an hour,
+// N a positive number (a fraction such as "0.5/s" is allowed), the rate from one job
+// an hour to maxRatePerSecond.
 func parseRate(m *Manifest, v value) error {
 	s, ok := v.v.(string)
 	num, unit, cut := strings.Cut(s, "/")
-	per := map[string]float64{"s": 1, "m": 60}[strings.TrimSpace(unit)]
+	per := map[string]float64{"s": 1, "m": 60, "h": 3600}[strings.TrimSpace(unit)]
 	if !ok || !cut || per == 0 {
-		return fmt.Errorf("want a rate such as \"50/s\" (jobs a second) or \"600/m\" (jobs a minute), got %s", v.raw)
+		return fmt.Errorf("want a rate such as \"50/s\" (jobs a second), \"600/m\" (jobs a minute) or \"10/h\" (jobs an hour), got %s", v.raw)
 	}
 	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
 	if err != nil || n <= 0 || n/per > maxRatePerSecond || n != n {
 		return fmt.Errorf("want a positive number of jobs up to %d a second before the \"/\", got %s", maxRatePerSecond, v.raw)
+	}
+	// A slower rate is a typo or a schedule in disguise (use [[schedule]]), and its
+	// waits outgrow what a limiter can express.
+	if n/per < minRatePerSecond {
+		return fmt.Errorf("rate %s is below the least, one job an hour (\"1/h\")", v.raw)
 	}
 	m.RateLimit.PerSecond = n / per
 	return nil

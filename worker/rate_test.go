@@ -110,3 +110,22 @@ func TestRateLimitFollowsRegistration(t *testing.T) {
 		}
 	})
 }
+
+// TestRateWaitNeverOverflows checks that the wait for a token of a tiny rate is long,
+// not an overflowed Duration (which came out as 1ns: a spinning dispatcher).
+func TestRateWaitNeverOverflows(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	for _, tc := range []struct {
+		r    rate.Limit
+		want time.Duration
+	}{
+		{10, 100 * time.Millisecond},
+		{1e-9 / 60, time.Hour}, // "1e-9/m": capped
+		{1e-30, time.Hour},
+	} {
+		if got := worker.UntilToken(tc.r, 1, now); got != tc.want {
+			t.Errorf("rate %g: wait %v, want %v", float64(tc.r), got, tc.want)
+		}
+	}
+}

@@ -96,6 +96,7 @@ type Queue struct {
 	Concurrency int
 	// Prefetch is the backend stream's prefetch. Zero means the queue's concurrency
 	// limit (or the worker's), so that nothing waits claimed behind a full worker.
+	// With a Rate it is at most Burst, so that nothing waits claimed for the rate.
 	Prefetch int
 	// PriorityLevels is the queue's priority levels (backend.QueueConfig). The highest
 	// level is reserved for deferred jobs, so jobs may use 0..PriorityLevels-1. Zero
@@ -116,8 +117,9 @@ type Queue struct {
 	// Zero (or rate.Inf) means no bound. The bound is this worker's: N workers on one
 	// queue take up to N times Rate between them.
 	Rate rate.Limit
-	// Burst is how many jobs may be taken at once after the queue was idle, on top of
-	// the steady Rate. Zero means 1 (jobs evenly spaced). Ignored without Rate.
+	// Burst is the size of the token bucket: after an idle spell up to Burst jobs may
+	// be taken at once, and then one each 1/Rate. Zero means 1 (jobs evenly spaced).
+	// Ignored without Rate.
 	Burst int
 }
 
@@ -378,6 +380,11 @@ func (w *Worker) newQueueState(q Queue) *queueState {
 		if limit > 0 {
 			prefetch = limit
 		}
+	}
+	// A rate-limited queue starts at most Burst jobs at once: a broker that pushes
+	// more ahead (RabbitMQ) would have them wait here claimed, unseen by other hosts.
+	if q.Rate > 0 {
+		prefetch = min(prefetch, q.Burst)
 	}
 	mw := append([]Middleware{Recover}, q.Middleware...)
 	mw = append(mw, Deadline(q.Timeout))
@@ -857,9 +864,18 @@ func (qs *queueState) untilToken(pol *policy, now time.Time) time.Duration {
 		return 0
 	}
 	// Rounded up, and at least 1ns: a wait that ends a hair early would only find
-	// the token still missing and wait again.
-	return max(time.Duration(math.Ceil(missing/float64(r)*float64(time.Second))), 1)
+	// the token still missing and wait again. Computed in float and capped: a tiny
+	// rate's wait overflows a Duration, whose conversion would then be anything (1ns
+	// on amd64, a spinning dispatcher). A capped wait that ends early waits again.
+	ns := math.Ceil(missing / float64(r) * float64(time.Second))
+	if ns >= float64(maxRateWait) {
+		return maxRateWait
+	}
+	return max(time.Duration(ns), 1)
 }
+
+// maxRateWait caps the dispatcher's wait for a rate-limited queue's next token.
+const maxRateWait = time.Hour
 
 // streamEnded handles a stream that ended by itself: unless the worker or the queue is
 // going away, it subscribes again after a pause.

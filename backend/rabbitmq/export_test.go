@@ -1,5 +1,7 @@
 package rabbitmq
 
+import "time"
+
 // DeclaredQueues returns the names of the queues b declared, for the tests' cleanup.
 func DeclaredQueues(b *Backend) []string {
 	b.mu.Lock()
@@ -10,3 +12,7 @@ func DeclaredQueues(b *Backend) []string {
 	}
 	return names
 }
+
+// SetTokenCycle shortens how often b's leader re-publishes the schedules' token and a
+// waiting host checks that one exists.
+func SetTokenCycle(b *Backend, d time.Duration) { b.tokenCycle = d }

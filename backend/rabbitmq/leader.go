@@ -72,22 +72,9 @@ func (b *Backend) Lead(ctx context.Context) (*Lease, error) {
 	if b.isClosed() {
 		return nil, backend.ErrShutDown
 	}
-	var dialer net.Dialer
-	dial := func(network, addr string) (net.Conn, error) {
-		c, err := dialer.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
-			c.Close()
-			return nil, err
-		}
-		return c, nil
-	}
-	conn, err := amqp.DialConfig(b.cfg.URL, amqp.Config{Heartbeat: LeaderHeartbeat, Locale: "en_US", Dial: dial,
-		Properties: amqp.Table{"connection_name": "wasmjobs schedules leadership"}})
+	conn, err := b.dialLeader(ctx)
 	if err != nil {
-		return nil, &backend.TransportError{Op: "connect for the schedules' leadership to " + Redact(b.cfg.URL), Err: err}
+		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() }) // the lease ends with ctx
 	fail := func(op string, err error) (*Lease, error) {
@@ -105,35 +92,64 @@ func (b *Backend) Lead(ctx context.Context) (*Lease, error) {
 	if err := ch.Confirm(false); err != nil {
 		return fail("enable confirms on the leadership channel", err)
 	}
-	q, err := ch.QueueDeclare(b.leaderQueue(), true, false, false, false, amqp.Table{"x-single-active-consumer": true})
+	// On quorum queues the token survives the loss of a node, as the jobs do: a
+	// classic queue on a lost node would stop every schedule until it came back.
+	args := amqp.Table{"x-single-active-consumer": true}
+	if b.cfg.QueueType == Quorum {
+		args["x-queue-type"] = string(Quorum)
+	}
+	q, err := ch.QueueDeclare(b.leaderQueue(), true, false, false, false, args)
 	if err != nil {
 		return fail("declare the leadership queue", err)
 	}
-	// No token ready: either none exists yet (the first host ever), or the leader holds
-	// it. Publish one without ticks: a leader that receives a second token merges its
-	// ticks (the newest of each) and drops it, so an extra token costs nothing.
+	// No token ready: either none exists (the first host ever, or the token was lost),
+	// or the leader holds it. Publish one without ticks: the leader merges each extra
+	// copy's ticks (the newest of each) and drops it, and a host that takes the
+	// leadership merges every ready copy before it fires (mergeReady), so an extra
+	// copy costs a message and never a tick.
 	if q.Messages == 0 {
 		if err := publishToken(ctx, ch, b.leaderQueue(), token{Nonce: nonce()}); err != nil {
 			return fail("publish the first leadership token", err)
 		}
 	}
-	// Two in flight: the held token, and a second copy to be merged and dropped.
-	if err := ch.Qos(2, 0, false); err != nil {
+	// One in flight: the held token. Other copies stay ready in the queue, where
+	// mergeReady finds them all, and reach the leader one by one after each cycle.
+	if err := ch.Qos(1, 0, false); err != nil {
 		return fail("set the leadership channel's prefetch", err)
 	}
 	deliveries, err := ch.Consume(b.leaderQueue(), "", false, false, false, false, nil)
 	if err != nil {
 		return fail("consume the leadership queue", err)
 	}
+	// While waiting, check every token cycle that a token exists: one lost (a purge,
+	// a policy's TTL or length limit, a node's disk) would otherwise stop every
+	// schedule for good without a word. The leader's held token is never ready, so a
+	// waiting host adds a copy each cycle; the leader merges and drops them.
+	cycle := time.NewTicker(b.tokenCycle)
+	defer cycle.Stop()
 	var first amqp.Delivery
-	select {
-	case d, ok := <-deliveries:
-		if !ok {
-			return fail("wait for the leadership token", errors.New("the channel closed"))
+wait:
+	for {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return fail("wait for the leadership token", errors.New("the channel closed"))
+			}
+			first = d
+			break wait
+		case <-cycle.C:
+			q, err := ch.QueueDeclarePassive(b.leaderQueue(), true, false, false, false, args)
+			if err != nil {
+				return fail("count the leadership tokens", err)
+			}
+			if q.Messages == 0 {
+				if err := publishToken(ctx, ch, b.leaderQueue(), token{Nonce: nonce()}); err != nil {
+					return fail("publish a leadership token", err)
+				}
+			}
+		case <-ctx.Done():
+			return fail("wait for the leadership token", ctx.Err())
 		}
-		first = d
-	case <-ctx.Done():
-		return fail("wait for the leadership token", ctx.Err())
 	}
 	var t token
 	if err := json.Unmarshal(first.Body, &t); err != nil {
@@ -143,9 +159,95 @@ func (b *Backend) Lead(ctx context.Context) (*Lease, error) {
 	if l.ticks == nil {
 		l.ticks = map[string]time.Time{}
 	}
+	// A leader that died between publishing its token and acking the old one left two
+	// copies, each with ticks the other may lack: merge them all before the scheduler
+	// reads the ticks, or it would fire again what the last leader fired.
+	if err := l.mergeReady(args); err != nil {
+		return fail("merge the other leadership tokens", err)
+	}
 	closes := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go l.run(ctx, deliveries, first, closes)
 	return l, nil
+}
+
+// dialLeader opens the leadership's own connection (its heartbeat is shorter than the
+// backend's) to the first node that answers, from the node the backend's connection
+// uses, as the backend's connect does.
+func (b *Backend) dialLeader(ctx context.Context) (*amqp.Connection, error) {
+	var dialer net.Dialer
+	dial := func(network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	b.mu.Lock()
+	first := b.node
+	b.mu.Unlock()
+	var errs []error
+	for i := range b.urls {
+		url := b.urls[(first+i)%len(b.urls)]
+		conn, err := amqp.DialConfig(url, amqp.Config{Heartbeat: LeaderHeartbeat, Locale: "en_US", Dial: dial,
+			Properties: amqp.Table{"connection_name": "wasmjobs schedules leadership"}})
+		if err == nil {
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		errs = append(errs, &backend.TransportError{Op: "connect for the schedules' leadership to " + Redact(url), Err: err})
+		if len(b.urls) > 1 {
+			b.log.Warn("schedules: RabbitMQ node unreachable for the leadership; trying the next", "url", Redact(url), "error", err)
+		}
+	}
+	if len(errs) == 1 {
+		return nil, errs[0]
+	}
+	return nil, &backend.TransportError{Op: fmt.Sprintf("connect for the schedules' leadership to any of %d nodes", len(b.urls)), Err: errors.Join(errs...)}
+}
+
+// mergeReady takes every token copy ready in the queue (the held one is not), merges
+// its ticks into l's and acks it.
+func (l *Lease) mergeReady(args amqp.Table) error {
+	q, err := l.ch.QueueDeclarePassive(l.b.leaderQueue(), true, false, false, false, args)
+	if err != nil {
+		return err
+	}
+	for range q.Messages {
+		d, ok, err := l.ch.Get(l.b.leaderQueue(), false)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		l.merge(d.Body)
+		if err := d.Ack(false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// merge keeps the newest tick of each schedule of l's and the token in body's.
+func (l *Lease) merge(body []byte) {
+	var t token
+	if err := json.Unmarshal(body, &t); err != nil {
+		l.b.log.Warn("schedules: a leadership token does not decode; dropped", "error", err)
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, v := range t.Ticks {
+		if v.After(l.ticks[k]) {
+			l.ticks[k] = v
+		}
+	}
 }
 
 // Lost is closed when the lease ended: ctx ended or the connection was lost.
@@ -220,7 +322,7 @@ func (l *Lease) run(ctx context.Context, deliveries <-chan amqp.Delivery, held a
 		expect = t.Nonce
 		return nil
 	}
-	tick := time.NewTicker(TokenCycle)
+	tick := time.NewTicker(l.b.tokenCycle)
 	defer tick.Stop()
 	for {
 		select {
@@ -247,21 +349,12 @@ func (l *Lease) run(ctx context.Context, deliveries <-chan amqp.Delivery, held a
 				return
 			}
 			var t token
-			if err := json.Unmarshal(d.Body, &t); err != nil {
-				l.b.log.Warn("schedules: a leadership token does not decode; dropped", "error", err)
-			}
-			if t.Nonce == expect && !holding {
+			if json.Unmarshal(d.Body, &t) == nil && t.Nonce == expect && !holding {
 				held, holding = d, true
 				continue
 			}
 			// Another copy: keep the newest tick of each schedule, drop the copy.
-			l.mu.Lock()
-			for k, v := range t.Ticks {
-				if v.After(l.ticks[k]) {
-					l.ticks[k] = v
-				}
-			}
-			l.mu.Unlock()
+			l.merge(d.Body)
 			if err := d.Ack(false); err != nil {
 				return
 			}

@@ -125,11 +125,13 @@ type Backend struct {
 	declared  map[string]backend.QueueConfig
 	known     map[string]bool // queues seen to exist on the broker
 	node      int             // index in urls of the node to try first
-	closed    bool
-	done      chan struct{}   // closed by Close
-	ctx       context.Context // done at Close: ends a reconnection under way
-	cancel    context.CancelFunc
-	tasks     group // the connection's watcher and the streams
+	// tokenCycle is TokenCycle; the tests shorten it.
+	tokenCycle time.Duration
+	closed     bool
+	done       chan struct{}   // closed by Close
+	ctx        context.Context // done at Close: ends a reconnection under way
+	cancel     context.CancelFunc
+	tasks      group // the connection's watcher and the streams
 }
 
 var (
@@ -197,15 +199,16 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	lifetime, cancel := context.WithCancel(context.Background())
 	b := &Backend{
-		cfg:       cfg,
-		urls:      urls,
-		log:       log,
-		connected: make(chan struct{}),
-		declared:  make(map[string]backend.QueueConfig),
-		known:     make(map[string]bool),
-		done:      make(chan struct{}),
-		ctx:       lifetime,
-		cancel:    cancel,
+		cfg:        cfg,
+		urls:       urls,
+		log:        log,
+		tokenCycle: TokenCycle,
+		connected:  make(chan struct{}),
+		declared:   make(map[string]backend.QueueConfig),
+		known:      make(map[string]bool),
+		done:       make(chan struct{}),
+		ctx:        lifetime,
+		cancel:     cancel,
 	}
 	if err := b.connect(ctx); err != nil {
 		cancel()

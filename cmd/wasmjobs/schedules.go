@@ -74,11 +74,13 @@ func (h historyStore) PublishTick(ctx context.Context, schedule string, tick tim
 
 // busyFunc tells whether a job is unfinished. With job records it is exact. Without
 // them (memory, RabbitMQ) a job this host saw start and not finish is busy, and one it
-// only published is busy while its queue holds pending or unacknowledged messages: on
-// RabbitMQ another host may have run it, which this host cannot see.
-func busyFunc(b backend.Backend, hist *api.History) func(context.Context, string) (bool, error) {
+// only published is busy while its queue holds pending or unacknowledged messages, but
+// for one period after its tick at most (so it holds off the next tick only): on
+// RabbitMQ another host may have run it, which this host cannot see, and a queue that
+// is never empty would otherwise skip every tick for ever.
+func busyFunc(b backend.Backend, hist *api.History) func(context.Context, string, time.Time, time.Duration) (bool, error) {
 	if rr, ok := b.(backend.JobRecordReader); ok {
-		return func(ctx context.Context, id string) (bool, error) {
+		return func(ctx context.Context, id string, _ time.Time, _ time.Duration) (bool, error) {
 			rec, err := rr.JobRecord(ctx, id)
 			if errors.Is(err, backend.ErrNotFound) {
 				return false, nil
@@ -90,7 +92,7 @@ func busyFunc(b backend.Backend, hist *api.History) func(context.Context, string
 		}
 	}
 	sr, _ := b.(backend.StatsReader)
-	return func(ctx context.Context, id string) (bool, error) {
+	return func(ctx context.Context, id string, prev time.Time, period time.Duration) (bool, error) {
 		if hist == nil {
 			return false, nil
 		}
@@ -102,6 +104,8 @@ func busyFunc(b backend.Backend, hist *api.History) func(context.Context, string
 			return true, nil
 		case st.State != "pending" || sr == nil:
 			return false, nil
+		case time.Since(prev) >= 2*period:
+			return false, nil // the one tick after prev was skipped already: a guess, not for ever
 		}
 		qs, err := sr.QueueStats(ctx, st.Queue)
 		if err != nil {

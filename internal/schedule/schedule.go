@@ -67,9 +67,11 @@ type Acquire func(ctx context.Context) (store backend.ScheduleStore, lost <-chan
 type Config struct {
 	// Acquire is called before firing, and again after leadership is lost. Required.
 	Acquire Acquire
-	// Busy reports whether the job with id id is pending, delayed, running or
-	// retrying, for OverlapSkip. Nil: never busy (skip then behaves as allow).
-	Busy func(ctx context.Context, id string) (bool, error)
+	// Busy reports whether the job with id id, of the tick prev, is pending, delayed,
+	// running or retrying, for OverlapSkip; period is the schedule's period after prev
+	// (the next tick's distance from it), for a Busy that can only guess and must not
+	// guess "busy" for ever. Nil: never busy (skip then behaves as allow).
+	Busy func(ctx context.Context, id string, prev time.Time, period time.Duration) (bool, error)
 	// Logger receives fired and skipped ticks and failures. Nil discards them.
 	Logger *slog.Logger
 	// Retry is how long to wait after a failed acquire, read or publish before trying
@@ -324,7 +326,11 @@ func (s *Scheduler) fire(ctx context.Context, store backend.ScheduleStore, e Ent
 	}
 	if fired && e.Overlap == OverlapSkip && s.cfg.Busy != nil {
 		prevID := backend.ScheduleID(key, prev)
-		busy, err := s.cfg.Busy(ctx, prevID)
+		period := time.Duration(0)
+		if next := e.Cron.Next(prev); !next.IsZero() {
+			period = next.Sub(prev)
+		}
+		busy, err := s.cfg.Busy(ctx, prevID, prev, period)
 		if err != nil {
 			s.log.Warn("schedule: cannot tell whether the previous tick's job finished; firing anyway", "schedule", key, "previous", prevID, "error", err)
 		}

@@ -54,7 +54,7 @@ func (r *recorder) target() backend.ScheduleStore {
 	return r.Backend
 }
 
-func startHost(b *recorder, busy func(context.Context, string) (bool, error), entries ...schedule.Entry) *host {
+func startHost(b *recorder, busy func(context.Context, string, time.Time, time.Duration) (bool, error), entries ...schedule.Entry) *host {
 	s := schedule.New(schedule.Config{
 		Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return b, nil, nil },
 		Logger:  slog.New(slog.DiscardHandler),
@@ -282,7 +282,7 @@ func TestOverlapSkip(t *testing.T) {
 			b := newBackend(t)
 			var mu sync.Mutex
 			taken := map[string]bool{} // jobs a consumer took and finished
-			busy := func(_ context.Context, id string) (bool, error) {
+			busy := func(_ context.Context, id string, _ time.Time, _ time.Duration) (bool, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				pending, err := b.Pending("reports")
