@@ -616,8 +616,12 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 		m.Retire() // the files changed since: load them
 		m = nil
 	}
+	var trial *Module // loaded once: the canary may end between two loads
+	if h != nil {
+		trial = h.CanaryModule()
+	}
 	if h != nil && (h.Module().Version() == v || (pin != nil && pin.FileVersion == v) ||
-		(h.CanaryModule() != nil && h.CanaryModule().Version() == v)) {
+		(trial != nil && trial.Version() == v)) {
 		// Nothing new: the version serving, the one on trial, or the files a rollback
 		// holds back.
 		r.mu.Lock()
