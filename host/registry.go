@@ -153,8 +153,11 @@ type Registry struct {
 	ended   []namedVerdict // canaries that ended by themselves, not yet recorded
 	endc    chan struct{}  // a canary ended: follow records it
 
-	syncMu  sync.Mutex // one reconcile at a time
-	noticed time.Time  // guarded by syncMu: RegistryEvent.Noticed of the current reconcile
+	// syncSem is a one-slot semaphore: one reconcile (a read, a Promote, a Rollback,
+	// the recording of verdicts) at a time. A channel, not a mutex, so that an operator's
+	// call waiting for a long read gives up when its context ends.
+	syncSem chan struct{}
+	noticed time.Time // guarded by syncSem: RegistryEvent.Noticed of the current reconcile
 	watcher *fsnotify.Watcher
 	kick    chan struct{}
 	ctx     context.Context // done at Close: ends the reconcile under way
@@ -245,6 +248,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		entries: make(map[string]*entry),
 		kick:    make(chan struct{}, 1),
 		endc:    make(chan struct{}, 1),
+		syncSem: make(chan struct{}, 1),
 		hist:    newHistoryStore(cfg.HistoryDir),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -446,8 +450,10 @@ const (
 // ran out, reads only the modules whose changed files are finished (see finished) and
 // removes nothing; it says what it left.
 func (r *Registry) read(ctx context.Context, noticed time.Time, quick bool) left {
-	r.syncMu.Lock()
-	defer r.syncMu.Unlock()
+	if err := r.lockSync(ctx); err != nil {
+		return leftUnsure
+	}
+	defer r.unlockSync()
 	r.noticed = noticed
 	names, err := r.list()
 	if err != nil {
@@ -801,10 +807,35 @@ func (r *Registry) canaryEnded(name string) func(Verdict) {
 	}
 }
 
+// lockSync takes the reconcile slot, or returns an error when ctx ends first; then it
+// records the verdicts of the canaries that ended by themselves, so that what the
+// caller does next sees them (a rollback of a canary already rolled back, a pin set
+// after the operator's, would otherwise follow). unlockSync gives the slot back.
+func (r *Registry) lockSync(ctx context.Context) error {
+	select {
+	case r.syncSem <- struct{}{}:
+	default:
+		select {
+		case r.syncSem <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the registry's reconcile under way: %w", context.Cause(ctx))
+		}
+	}
+	r.applyEnded(ctx)
+	return nil
+}
+
+func (r *Registry) unlockSync() { <-r.syncSem }
+
 // recordEnded records the canaries that ended by themselves.
 func (r *Registry) recordEnded(ctx context.Context) {
-	r.syncMu.Lock()
-	defer r.syncMu.Unlock()
+	if r.lockSync(ctx) == nil {
+		r.unlockSync()
+	}
+}
+
+// applyEnded records the canaries that ended by themselves. Called with the slot held.
+func (r *Registry) applyEnded(ctx context.Context) {
 	r.mu.Lock()
 	ended := r.ended
 	r.ended = nil
@@ -816,7 +847,7 @@ func (r *Registry) recordEnded(ctx context.Context) {
 
 // applyVerdict records how a canary ended: in the history, the pin (a rollback holds the
 // module on the current version until its files change), the queue's policy (a
-// promotion brings the new manifest's), the log and an event. Called with syncMu held.
+// promotion brings the new manifest's), the log and an event. Called with the slot held.
 func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
 	r.mu.Lock()
 	e := r.entries[name]
@@ -847,7 +878,9 @@ func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
 		r.mu.Lock()
 		fileVersion := e.fileVersion
 		r.mu.Unlock()
-		if fileVersion == v.Version {
+		// The pin holds the files back on the version that served beside the canary;
+		// not if something else serves by now (an operator's rollback, a newer file).
+		if fileVersion == v.Version && h != nil && h.Module().Version() == v.Current {
 			r.setPin(e, name, &Pin{Version: v.Current, FileVersion: v.Version, Reason: v.Reason, At: v.At})
 		}
 		r.log.Warn("module canary rolled back", rates...)
@@ -1010,8 +1043,10 @@ func (r *Registry) History(name string) ([]HistoryEntry, error) {
 // Promote ends the module's canary now and makes it serve every job. It fails with
 // ErrNoCanary when none is under way.
 func (r *Registry) Promote(ctx context.Context, name string) (Verdict, error) {
-	r.syncMu.Lock()
-	defer r.syncMu.Unlock()
+	if err := r.lockSync(ctx); err != nil {
+		return Verdict{}, err
+	}
+	defer r.unlockSync()
 	h := r.Handler(name)
 	if h == nil {
 		return Verdict{}, fmt.Errorf("%w: %q", ErrUnknownModule, name)
@@ -1029,8 +1064,10 @@ func (r *Registry) Promote(ctx context.Context, name string) (Verdict, error) {
 // or a unique prefix of 6 or more digits); empty means the canary's end if one is
 // under way, else the version that served before the current one.
 func (r *Registry) Rollback(ctx context.Context, name, to string) (Pin, error) {
-	r.syncMu.Lock()
-	defer r.syncMu.Unlock()
+	if err := r.lockSync(ctx); err != nil {
+		return Pin{}, err
+	}
+	defer r.unlockSync()
 	r.mu.Lock()
 	e := r.entries[name]
 	var h *Handler
@@ -1049,6 +1086,16 @@ func (r *Registry) Rollback(ctx context.Context, name, to string) (Pin, error) {
 			r.setPin(e, name, p)
 			r.emit(RegistryEvent{Kind: "pinned", Module: name, File: e.file, Version: v.Current, At: time.Now()})
 			return *p, nil
+		}
+		r.mu.Lock()
+		last, pin := e.last, e.pin
+		r.mu.Unlock()
+		if last != nil && last.Kind == VerdictRolledBack && pin != nil && pin.FileVersion == last.Version &&
+			pin.Version == last.Current && h.Module().Version() == pin.Version {
+			// The files' canary was rolled back already (by itself, maybe an instant
+			// before the call): that rollback's pin is the answer, not one version more
+			// (an explicit version goes further back).
+			return *pin, nil
 		}
 		var latest time.Time
 		for _, he := range r.hist.list(name) {

@@ -1,0 +1,117 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// TestRollbackAfterAnUnrecordedAutomaticRollback: a canary that rolled back by itself
+// but whose verdict is not recorded yet (the follow loop has not got to it; here it
+// never will, the registry being closed) is not rolled back twice by an operator's
+// Rollback with no version: the verdict is recorded first, and the rollback answers
+// its pin instead of going back one version more.
+func TestRollbackAfterAnUnrecordedAutomaticRollback(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Rollout: host.Rollout{Strategy: host.StrategyCanary}}, 4)
+	v0, v1 := variant(t, "abi/ack", "v0"), variant(t, "abi/ack", "v1")
+	rig.write("svc.wasm", v0)
+	rig.start()
+	rig.write("svc.wasm", v1)
+	rig.waitFor("the canary of v1", func() bool { return rig.status("svc").Canary != nil })
+	if _, err := rig.r.Promote(ctx, "svc"); err != nil {
+		t.Fatal(err)
+	}
+	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = 1000\ncanary_time = \"1h\"")
+	rig.write("svc.toml", []byte(man))
+	v1m := host.VersionOf(v1, []byte(man))
+	rig.waitFor("the canary of v1 with the manifest", func() bool { c := rig.status("svc").Canary; return c != nil && c.Version == v1m })
+	trap := testdataModule(t, "hostile/trap")
+	trapV := host.VersionOf(trap, []byte(man))
+	rig.write("svc.wasm", trap)
+	rig.waitFor("the canary of the trap", func() bool { c := rig.status("svc").Canary; return c != nil && c.Version == trapV })
+	if err := rig.r.Close(); err != nil { // nothing records a verdict from now on but the calls
+		t.Fatal(err)
+	}
+	rig.publishIDs("svc", "x", jobIDs("job", 20)...)
+	rig.waitFor("every job", func() bool { return rig.acks() == 20 })
+	if rig.status("svc").Canary != nil {
+		t.Fatal("the trap was not rolled back")
+	}
+	p, err := rig.r.Rollback(ctx, "svc", "")
+	if err != nil || p.Version != host.Version(v1) || p.FileVersion != trapV {
+		t.Fatalf("rollback: %+v, %v; want the automatic rollback's pin of %s holding %s back", p, err, host.Version(v1), trapV)
+	}
+	st := rig.status("svc")
+	if st.Version != host.Version(v1) || st.LastRollout == nil || st.LastRollout.Version != trapV || st.LastRollout.Kind != host.VerdictRolledBack {
+		t.Fatalf("status %+v, want v1 serving and the trap's rollback recorded", st)
+	}
+	hist, _ := rig.r.History("svc")
+	for _, he := range hist {
+		if he.Version == host.Version(v1) && he.State != host.HistoryCurrent {
+			t.Fatalf("history %+v: v1 is %s, want current", hist, he.State)
+		}
+	}
+}
+
+// TestPromoteAndRollbackKeepTheirDeadline: an operator's call waiting for a reconcile
+// under way returns when its context ends.
+func TestPromoteAndRollbackKeepTheirDeadline(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "svc.wasm"), variant(t, "abi/ack", "v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	w := worker.New(memory.New(memory.Config{}), worker.Config{})
+	r, err := host.NewRegistry(host.RegistryConfig{
+		Dir: dir, Engine: newEngine(t), Queues: w, Rescan: time.Hour, NoWatch: true,
+		OnEvent: func(ev host.RegistryEvent) {
+			if ev.Kind == "loaded" {
+				close(entered)
+				<-release // the first read holds the reconcile slot until released
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- r.Start(context.Background()) }()
+	<-entered
+	for _, call := range []struct {
+		name string
+		do   func(context.Context) error
+	}{
+		{"promote", func(ctx context.Context) error { _, err := r.Promote(ctx, "svc"); return err }},
+		{"rollback", func(ctx context.Context) error { _, err := r.Rollback(ctx, "svc", ""); return err }},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		done := make(chan error, 1)
+		go func() { done <- call.do(ctx) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s: %v, want the deadline's error", call.name, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("%s still waits for the read 20s after its 50ms deadline", call.name)
+		}
+		cancel()
+	}
+	close(release)
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	r.Retire()
+}
