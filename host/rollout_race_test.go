@@ -115,3 +115,58 @@ func TestPromoteAndRollbackKeepTheirDeadline(t *testing.T) {
 	r.Close()
 	r.Retire()
 }
+
+// TestCanaryNeverRetriesAJob: a job runs on the canary once at most. Every job is in
+// the canary's share and the canary, which traps, is never judged (canary_min_jobs
+// above the jobs' count, canary_time an hour): each job fails once on the canary and
+// acks on the current version at its retry.
+func TestCanaryNeverRetriesAJob(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 1000\ncanary_jobs = 1000\ncanary_time = \"1h\"")
+	rig.write("svc.toml", []byte(man))
+	good := variant(t, "abi/ack", "v1")
+	rig.write("svc.wasm", good)
+	rig.start()
+	goodV := host.VersionOf(good, []byte(man))
+	trap := testdataModule(t, "hostile/trap")
+	trapV := host.VersionOf(trap, []byte(man))
+	rig.write("svc.wasm", trap)
+	rig.waitFor("the canary", func() bool { return len(rig.eventsOf("canary")) == 1 })
+
+	const n = 30
+	rig.publishIDs("svc", "x", jobIDs("job", n)...)
+	rig.waitFor("every job settled for good", func() bool {
+		rig.mu.Lock()
+		defer rig.mu.Unlock()
+		done := 0
+		for _, j := range rig.settled {
+			if j.settle != "retry" && j.settle != "defer" {
+				done++
+			}
+		}
+		return done == n
+	})
+	rig.stopWorker() // nothing settles after this
+	if st := rig.status("svc"); st.Canary == nil || st.Canary.Jobs != n || st.Canary.Failed != n {
+		t.Fatalf("status %+v, want the canary still on trial with %d jobs failed", st, n)
+	}
+	rig.mu.Lock()
+	defer rig.mu.Unlock()
+	onCanary, acked := map[string]int{}, map[string]int{}
+	for _, j := range rig.settled {
+		switch {
+		case j.version == trapV:
+			onCanary[j.id]++
+		case j.version == goodV && j.settle == "ack":
+			acked[j.id]++
+		default:
+			t.Errorf("job %s settled %s on %s", j.id, j.settle, j.version)
+		}
+	}
+	for _, id := range jobIDs("job", n) {
+		if onCanary[id] != 1 || acked[id] != 1 {
+			t.Errorf("job %s ran %d times on the canary and acked %d times on the current version, want once each", id, onCanary[id], acked[id])
+		}
+	}
+}
