@@ -84,6 +84,9 @@ func (s *historyStore) get(name string) *moduleHistory {
 		return h
 	}
 	h := &moduleHistory{}
+	if !validModuleName(name) {
+		return h // never a path outside dir, never cached
+	}
 	if s.dir != "" {
 		if data, err := os.ReadFile(filepath.Join(s.dir, name, "history.json")); err == nil {
 			if err := json.Unmarshal(data, h); err != nil {

@@ -1032,12 +1032,26 @@ func (r *Registry) Handler(name string) *Handler {
 }
 
 // History returns the versions of the module name kept for a rollback, newest first.
+// Only a module of the directory has one: any other name (a path, an unknown module)
+// is ErrUnknownModule, and neither reads the disk nor stays in memory.
 func (r *Registry) History(name string) ([]HistoryEntry, error) {
-	list := r.hist.list(name)
-	if len(list) == 0 && r.Handler(name) == nil {
+	if !validModuleName(name) {
+		return nil, fmt.Errorf("%w: %q is not a module name", ErrUnknownModule, name)
+	}
+	r.mu.Lock()
+	_, known := r.entries[name]
+	r.mu.Unlock()
+	if !known {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownModule, name)
 	}
-	return list, nil
+	return r.hist.list(name), nil
+}
+
+// validModuleName reports whether name can be a module's (a file's base name less
+// .wasm): not empty, no path separator, no leading dot, so that it never names a path
+// outside the history's directory.
+func validModuleName(name string) bool {
+	return name != "" && !strings.ContainsAny(name, `/\`) && !strings.HasPrefix(name, ".") && !strings.ContainsRune(name, 0)
 }
 
 // Promote ends the module's canary now and makes it serve every job. It fails with

@@ -170,3 +170,27 @@ func TestCanaryNeverRetriesAJob(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryOfAPathIsUnknown: a name that is a path reads nothing outside the history's
+// directory, and an unknown name is an unknown module.
+func TestHistoryOfAPathIsUnknown(t *testing.T) {
+	t.Parallel()
+	top := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(top, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(top, "x", "history.json"), []byte(`{"versions":[{"version":"outside","state":"current"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, HistoryDir: filepath.Join(top, "hist")}, 1)
+	rig.write("svc.wasm", variant(t, "abi/ack", "v1"))
+	rig.start()
+	for _, name := range []string{"../x", `..\x`, ".hidden", "", "nope"} {
+		if h, err := rig.r.History(name); !errors.Is(err, host.ErrUnknownModule) {
+			t.Errorf("history of %q: %+v, %v; want ErrUnknownModule", name, h, err)
+		}
+	}
+	if h, err := rig.r.History("svc"); err != nil || len(h) != 1 {
+		t.Errorf("history of svc: %+v, %v", h, err)
+	}
+}
