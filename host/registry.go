@@ -249,7 +249,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		kick:    make(chan struct{}, 1),
 		endc:    make(chan struct{}, 1),
 		syncSem: make(chan struct{}, 1),
-		hist:    newHistoryStore(cfg.HistoryDir),
+		hist:    newHistoryStore(cfg.HistoryDir, log),
 		ctx:     ctx,
 		cancel:  cancel,
 		done:    make(chan struct{}),
@@ -691,7 +691,7 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 		if err := r.hist.add(name, v, wasm, manText, HistoryCurrent, ro.History); err != nil {
 			r.log.Warn("keeping a module version in the history", "module", name, "version", v, "error", err)
 		}
-		r.hist.mark(name, v, HistoryCurrent, "")
+		r.markHistory(name, v, HistoryCurrent, "")
 		r.mu.Lock()
 		e.fileVersion = v
 		r.mu.Unlock()
@@ -866,7 +866,7 @@ func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
 	switch v.Kind {
 	case VerdictPromoted:
 		serving = v.Version
-		r.hist.mark(name, v.Version, HistoryCurrent, "")
+		r.markHistory(name, v.Version, HistoryCurrent, "")
 		if h != nil && h.Module().Version() == v.Version {
 			if err := r.cfg.Queues.Register(ctx, h.queueFor(h.Module())); err != nil {
 				r.log.Warn("serving a promoted version's queue policy", "module", name, "queue", h.Module().Queue(), "error", err)
@@ -874,7 +874,7 @@ func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
 		}
 		r.log.Info("module canary promoted", rates...)
 	case VerdictRolledBack:
-		r.hist.mark(name, v.Version, HistoryRolledBack, v.Reason)
+		r.markHistory(name, v.Version, HistoryRolledBack, v.Reason)
 		r.mu.Lock()
 		fileVersion := e.fileVersion
 		r.mu.Unlock()
@@ -885,7 +885,7 @@ func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
 		}
 		r.log.Warn("module canary rolled back", rates...)
 	default:
-		r.hist.mark(name, v.Version, HistorySuperseded, v.Reason)
+		r.markHistory(name, v.Version, HistorySuperseded, v.Reason)
 		r.log.Info("module canary superseded", rates...)
 	}
 	if h != nil {
@@ -895,6 +895,14 @@ func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
 	e.last = &v // last, so that a status with it shows the pin too
 	r.mu.Unlock()
 	r.emit(RegistryEvent{Kind: v.Kind, Module: name, File: e.file, Version: serving, Canary: v.Version, Verdict: &v, At: v.At})
+}
+
+// markHistory sets a version's state in the history, logging a failure: the version
+// serves or not whatever the disk does, but the log says the history is behind.
+func (r *Registry) markHistory(name, version, state, reason string) {
+	if err := r.hist.mark(name, version, state, reason); err != nil {
+		r.log.Error("keeping a module version's state in the history", "module", name, "version", version, "state", state, "error", err)
+	}
 }
 
 // setPin sets (nil: clears) the module's pin, in the entry and the history.
@@ -1145,8 +1153,8 @@ func (r *Registry) Rollback(ctx context.Context, name, to string) (Pin, error) {
 			return Pin{}, fmt.Errorf("rolling %s back to %s: serving queue %q: %w", name, to, m.Queue(), err)
 		}
 		h.Swap(m)
-		r.hist.mark(name, to, HistoryCurrent, "")
-		r.hist.mark(name, cur.Version(), HistoryRolledBack, reason+" to "+to)
+		r.markHistory(name, to, HistoryCurrent, "")
+		r.markHistory(name, cur.Version(), HistoryRolledBack, reason+" to "+to)
 	}
 	r.mu.Lock()
 	fileVersion := e.fileVersion

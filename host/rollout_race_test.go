@@ -194,3 +194,30 @@ func TestHistoryOfAPathIsUnknown(t *testing.T) {
 		t.Errorf("history of svc: %+v, %v", h, err)
 	}
 }
+
+// TestCorruptHistoryIsMovedAside: a module's history.json that does not parse is kept
+// aside for an operator, not overwritten by the next save.
+func TestCorruptHistoryIsMovedAside(t *testing.T) {
+	t.Parallel()
+	histDir := t.TempDir()
+	corrupt := []byte(`{"versions": [ not json`)
+	if err := os.MkdirAll(filepath.Join(histDir, "svc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(histDir, "svc", "history.json"), corrupt, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, HistoryDir: histDir}, 1)
+	rig.write("svc.wasm", variant(t, "abi/ack", "v1"))
+	rig.start()
+	if h, err := rig.r.History("svc"); err != nil || len(h) != 1 {
+		t.Fatalf("history of svc: %+v, %v; want the version loaded", h, err)
+	}
+	bad, _ := filepath.Glob(filepath.Join(histDir, "svc", "history.json.bad-*"))
+	if len(bad) != 1 {
+		t.Fatalf("files moved aside: %v, want one", bad)
+	}
+	if got, _ := os.ReadFile(bad[0]); string(got) != string(corrupt) {
+		t.Fatalf("%s holds %q, want the corrupt file", bad[0], got)
+	}
+}
