@@ -169,11 +169,10 @@ type Registry struct {
 
 // entry is one module name's state.
 type entry struct {
-	file     string
-	handler  *Handler // nil while no version serves
-	seen     fingerprint
-	manifest []byte // the manifest text of the serving version
-	err      error  // the last rejection, cleared by a successful load
+	file    string
+	handler *Handler // nil while no version serves
+	seen    fingerprint
+	err     error // the last rejection, cleared by a successful load
 	// pending is a version loaded whose queue could not be registered, from the files
 	// of pendingFP: the next read tries it again without compiling it again if they did
 	// not change, so that an outage does not recompile it at every read.
@@ -733,7 +732,7 @@ func (r *Registry) serve(ctx context.Context, e *entry, name string, m *Module, 
 		h.Swap(m)
 	}
 	r.mu.Lock()
-	e.handler, e.seen, e.manifest, e.err = h, fp, manText, nil
+	e.handler, e.seen, e.err = h, fp, nil
 	r.mu.Unlock()
 	r.log.Info("module "+kind, "module", name, "file", file, "version", m.Version(), "queue", m.Queue())
 	r.emit(RegistryEvent{Kind: kind, Module: name, File: file, Version: m.Version(), At: at, Noticed: r.noticed, Read: read})
@@ -1134,13 +1133,13 @@ func (r *Registry) Rollback(ctx context.Context, name, to string) (Pin, error) {
 			return Pin{}, err
 		}
 	}
-	if v, ok := h.endNow(VerdictRolledBack, reason+" to "+to); ok {
-		r.applyVerdict(ctx, name, v)
-	}
+	// The target is loaded, checked and its queue registered first: a rollback that
+	// fails changes nothing (the canary, if one runs, runs on).
 	cur := h.Module()
+	var m *Module
 	if to != cur.Version() {
-		m, err := r.loadKept(ctx, name, e.file, to)
-		if err != nil {
+		var err error
+		if m, err = r.loadKept(ctx, name, e.file, to); err != nil {
 			return Pin{}, fmt.Errorf("rolling %s back to %s: %w", name, to, err)
 		}
 		if m.Queue() != cur.Queue() {
@@ -1152,6 +1151,11 @@ func (r *Registry) Rollback(ctx context.Context, name, to string) (Pin, error) {
 			m.Retire()
 			return Pin{}, fmt.Errorf("rolling %s back to %s: serving queue %q: %w", name, to, m.Queue(), err)
 		}
+	}
+	if v, ok := h.endNow(VerdictRolledBack, reason+" to "+to); ok {
+		r.applyVerdict(ctx, name, v)
+	}
+	if m != nil {
 		h.Swap(m)
 		r.markHistory(name, to, HistoryCurrent, "")
 		r.markHistory(name, cur.Version(), HistoryRolledBack, reason+" to "+to)

@@ -221,3 +221,32 @@ func TestCorruptHistoryIsMovedAside(t *testing.T) {
 		t.Fatalf("%s holds %q, want the corrupt file", bad[0], got)
 	}
 }
+
+// TestFailedRollbackChangesNothing: a rollback to a version that cannot be loaded fails
+// before it touches the canary under way or the pin.
+func TestFailedRollbackChangesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	histDir := t.TempDir()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, HistoryDir: histDir, Rollout: host.Rollout{Strategy: host.StrategyCanary, CanaryTime: time.Hour}}, 1)
+	v1, v2, v3 := variant(t, "abi/ack", "v1"), variant(t, "abi/ack", "v2"), variant(t, "abi/ack", "v3")
+	rig.write("svc.wasm", v1)
+	rig.start()
+	rig.write("svc.wasm", v2)
+	rig.waitFor("the canary of v2", func() bool { return rig.status("svc").Canary != nil })
+	if _, err := rig.r.Promote(ctx, "svc"); err != nil {
+		t.Fatal(err)
+	}
+	rig.write("svc.wasm", v3)
+	rig.waitFor("the canary of v3", func() bool { return rig.status("svc").Canary != nil })
+	if err := os.Remove(filepath.Join(histDir, "svc", host.Version(v1)+".wasm")); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := rig.r.Rollback(ctx, "svc", host.Version(v1)); err == nil {
+		t.Fatalf("rollback to a version whose bytes are gone: %+v", p)
+	}
+	st := rig.status("svc")
+	if st.Version != host.Version(v2) || st.Canary == nil || st.Canary.Version != host.Version(v3) || st.Pinned != nil || st.LastRollout != nil && st.LastRollout.Version == host.Version(v3) {
+		t.Fatalf("status %+v after a failed rollback, want v3 still on trial beside v2, no pin", st)
+	}
+}
