@@ -58,8 +58,6 @@ type Verdict struct {
 	CanaryJobs         int       `json:"canary_jobs"`
 	CurrentJobs        int       `json:"current_jobs"`
 	At                 time.Time `json:"at"`
-
-	canary *Module
 }
 
 // canary is a new version on trial beside a handler's current one.
@@ -106,7 +104,7 @@ func (c *canary) verdict(kind, reason string, current *Module) Verdict {
 	return Verdict{
 		Kind: kind, Version: c.m.Version(), Current: current.Version(), Reason: reason,
 		CanaryFailureRate: c.can.rate(), CurrentFailureRate: c.cur.rate(),
-		CanaryJobs: c.can.jobs, CurrentJobs: c.cur.jobs, At: time.Now(), canary: c.m,
+		CanaryJobs: c.can.jobs, CurrentJobs: c.cur.jobs, At: time.Now(),
 	}
 }
 
