@@ -183,6 +183,9 @@ type entry struct {
 	fileVersion string
 	pin         *Pin
 	last        *Verdict // how the last canary ended
+	// policyPending: the serving version's queue policy could not be registered when it
+	// was promoted; the next read registers it again.
+	policyPending bool
 }
 
 type namedVerdict struct {
@@ -312,6 +315,11 @@ func (r *Registry) Close() error {
 		return nil
 	}
 	<-r.done
+	// Verdicts of canaries that ended while follow stopped: recorded now (the pin of an
+	// automatic rollback must survive the restart), within Drain.
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Drain)
+	r.recordEnded(ctx)
+	cancel()
 	if r.watcher != nil {
 		return r.watcher.Close()
 	}
@@ -631,7 +639,18 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 		// holds back.
 		r.mu.Lock()
 		e.seen, e.fileVersion = fp, v
+		retry := e.policyPending
 		r.mu.Unlock()
+		if retry {
+			err := r.cfg.Queues.Register(ctx, h.queueFor(h.Module()))
+			r.mu.Lock()
+			if err != nil {
+				e.err, e.seen = fmt.Errorf("serving the promoted version's queue policy on %q: %w", h.Module().Queue(), err), fingerprint{}
+			} else {
+				e.err, e.policyPending = nil, false
+			}
+			r.mu.Unlock()
+		}
 		if pin != nil && pin.FileVersion != v {
 			r.setPin(e, name, nil) // the files now hold the serving version
 		}
@@ -868,7 +887,13 @@ func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
 		r.markHistory(name, v.Version, HistoryCurrent, "")
 		if h != nil && h.Module().Version() == v.Version {
 			if err := r.cfg.Queues.Register(ctx, h.queueFor(h.Module())); err != nil {
-				r.log.Warn("serving a promoted version's queue policy", "module", name, "queue", h.Module().Queue(), "error", err)
+				// The promoted version serves under the old policy: the error shows in
+				// the module's status, and the next read registers it again.
+				err = fmt.Errorf("serving the promoted version's queue policy on %q: %w", h.Module().Queue(), err)
+				r.mu.Lock()
+				e.err, e.seen, e.policyPending = err, fingerprint{}, true
+				r.mu.Unlock()
+				r.log.Error("promoted version serves under the previous queue policy; trying again at the next read of the directory", "module", name, "error", err)
 			}
 		}
 		r.log.Info("module canary promoted", rates...)
