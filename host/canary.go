@@ -58,8 +58,6 @@ type Verdict struct {
 	CanaryJobs         int       `json:"canary_jobs"`
 	CurrentJobs        int       `json:"current_jobs"`
 	At                 time.Time `json:"at"`
-
-	canary *Module
 }
 
 // canary is a new version on trial beside a handler's current one.
@@ -71,7 +69,6 @@ type canary struct {
 	onEnd func(Verdict)
 
 	mu     sync.Mutex
-	failed map[string]struct{} // ids of the jobs that failed on it: they never run on it again
 	can    tally
 	cur    tally
 	timeUp bool
@@ -87,16 +84,19 @@ func (t tally) rate() float64 {
 	return float64(t.failed) / float64(t.jobs)
 }
 
-// takes reports whether the job id runs on the canary: its bucket is in the canary's
-// share and it never failed on it.
-func (c *canary) takes(id string) bool {
-	if CanaryBucket(id) >= c.cfg.CanaryPercent {
+// takes reports whether the delivery of job id at attempt runs on the canary: its
+// bucket is in the canary's share and it is the job's first attempt. A retry always
+// goes to the current version: the attempt before may have failed on this canary, on
+// this host or on another (a broker redelivers a job to any host, and every host's
+// canary of the version takes the same buckets), so the attempt number, which travels
+// with the job, is what keeps a bad canary to one attempt of a job; no state is shared.
+func (c *canary) takes(id string, attempt int) bool {
+	if attempt > 1 || CanaryBucket(id) >= c.cfg.CanaryPercent {
 		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, failed := c.failed[id]
-	return !failed && !c.ended
+	return !c.ended
 }
 
 // verdict returns the canary's end with the rates so far. Called with c.mu held.
@@ -104,7 +104,7 @@ func (c *canary) verdict(kind, reason string, current *Module) Verdict {
 	return Verdict{
 		Kind: kind, Version: c.m.Version(), Current: current.Version(), Reason: reason,
 		CanaryFailureRate: c.can.rate(), CurrentFailureRate: c.cur.rate(),
-		CanaryJobs: c.can.jobs, CurrentJobs: c.cur.jobs, At: time.Now(), canary: c.m,
+		CanaryJobs: c.can.jobs, CurrentJobs: c.cur.jobs, At: time.Now(),
 	}
 }
 
@@ -140,7 +140,7 @@ func (c *canary) judge(current *Module) (Verdict, bool) {
 // module then retires). onEnd, if not nil, is called when the canary ends by itself,
 // on the goroutine that ended it (a job's or a timer's): it must not block.
 func (h *Handler) StartCanary(m *Module, r Rollout, onEnd func(Verdict)) {
-	c := &canary{m: m, cfg: r.withDefaults(), start: time.Now(), failed: make(map[string]struct{}), onEnd: onEnd}
+	c := &canary{m: m, cfg: r.withDefaults(), start: time.Now(), onEnd: onEnd}
 	c.mu.Lock() // the timer may fire before c is in place
 	c.timer = time.AfterFunc(c.cfg.CanaryTime, func() {
 		c.mu.Lock()
@@ -234,7 +234,7 @@ func (h *Handler) end(c *canary, v Verdict) bool {
 
 // record counts a job's outcome in the canary's window and ends the canary if that
 // decides it. A defer is neither a success nor a failure.
-func (h *Handler) record(c *canary, role, id string, o worker.Outcome) {
+func (h *Handler) record(c *canary, role string, o worker.Outcome) {
 	if o == worker.Defer {
 		return
 	}
@@ -247,9 +247,6 @@ func (h *Handler) record(c *canary, role, id string, o worker.Outcome) {
 	t := &c.cur
 	if role == RoleCanary {
 		t = &c.can
-		if bad {
-			c.failed[id] = struct{}{}
-		}
 	}
 	t.jobs++
 	if bad {

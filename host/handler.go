@@ -14,8 +14,8 @@ import (
 // while jobs run: a job runs to its end on the version it started on, and the old
 // version is closed when its last job ends.
 //
-// While a canary runs (StartCanary), the jobs whose id falls in its share run on the
-// canary instead, unless they failed on it before.
+// While a canary runs (StartCanary), the first attempts of the jobs whose id falls in
+// its share run on the canary instead; retries run on the current version.
 type Handler struct {
 	cur atomic.Pointer[Module]
 	can atomic.Pointer[canary] // nil when no canary runs
@@ -51,7 +51,7 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 	c := h.can.Load()
 	role := RoleCurrent
 	var m *Module
-	if c != nil && c.takes(job.Envelope.ID) && c.m.begin() == nil {
+	if c != nil && c.takes(job.Envelope.ID, job.Attempt) && c.m.begin() == nil {
 		m, role = c.m, RoleCanary
 	} else {
 		var ok bool
@@ -81,7 +81,7 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 			// current version: it says which version failed it.
 			res.Reason = "on canary " + m.version[:min(12, len(m.version))] + ": " + res.Reason
 		}
-		h.record(c, role, job.Envelope.ID, res.Outcome)
+		h.record(c, role, res.Outcome)
 	}
 	return res
 }

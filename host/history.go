@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,14 +69,15 @@ type moduleHistory struct {
 // memory, for the life of the process.
 type historyStore struct {
 	dir string
+	log *slog.Logger
 
 	mu    sync.Mutex // guards mem and the files of dir
 	state map[string]*moduleHistory
 	blobs map[string][]byte // "name/version.wasm" -> bytes, when dir is ""
 }
 
-func newHistoryStore(dir string) *historyStore {
-	return &historyStore{dir: dir, state: make(map[string]*moduleHistory), blobs: make(map[string][]byte)}
+func newHistoryStore(dir string, log *slog.Logger) *historyStore {
+	return &historyStore{dir: dir, log: log, state: make(map[string]*moduleHistory), blobs: make(map[string][]byte)}
 }
 
 // get returns the module's history, read from disk the first time. Called with mu held.
@@ -84,9 +86,27 @@ func (s *historyStore) get(name string) *moduleHistory {
 		return h
 	}
 	h := &moduleHistory{}
+	if !validModuleName(name) {
+		return h // never a path outside dir, never cached
+	}
 	if s.dir != "" {
-		if data, err := os.ReadFile(filepath.Join(s.dir, name, "history.json")); err == nil {
+		path := filepath.Join(s.dir, name, "history.json")
+		data, err := os.ReadFile(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			// Not cached: the next call reads it again, and nothing overwrites it.
+			s.log.Error("reading a module's history: its versions and pin are ignored until it reads", "module", name, "file", path, "error", err)
+			return h
+		default:
 			if err := json.Unmarshal(data, h); err != nil {
+				// Moved aside, not overwritten by the next save: an operator can look.
+				bad := fmt.Sprintf("%s.bad-%d", path, time.Now().UnixNano())
+				if rerr := os.Rename(path, bad); rerr != nil {
+					s.log.Error("a module's history is corrupt and cannot be moved aside: it is ignored", "module", name, "file", path, "error", err, "rename_error", rerr)
+					return &moduleHistory{}
+				}
+				s.log.Error("a module's history is corrupt: moved aside, starting a new one", "module", name, "file", path, "moved_to", bad, "error", err)
 				h = &moduleHistory{}
 			}
 		}
@@ -107,16 +127,43 @@ func (s *historyStore) save(name string, h *moduleHistory) error {
 	return writeAtomic(filepath.Join(s.dir, name, "history.json"), data)
 }
 
+// writeAtomic replaces path with data durably: a temp file written and synced, renamed
+// over path, and the directory synced, so that a crash leaves the old file or the new
+// one, never a short one, and a rename that was reported done survives a power loss.
 func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("module history: %w", err)
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
 		return fmt.Errorf("module history: %w", err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("module history: writing %s: %w", tmp, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("module history: %w", err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("module history: %w", err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("module history: syncing %s: %w", dir, err)
 	}
 	return nil
 }
@@ -164,8 +211,8 @@ func (s *historyStore) drop(name, version string) {
 	for _, ext := range []string{".wasm", ".toml"} {
 		if s.dir == "" {
 			delete(s.blobs, name+"/"+version+ext)
-		} else {
-			os.Remove(s.blob(name, version+ext))
+		} else if err := os.Remove(s.blob(name, version+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("removing a version pruned from a module's history", "module", name, "version", version, "error", err)
 		}
 	}
 }

@@ -153,8 +153,11 @@ type Registry struct {
 	ended   []namedVerdict // canaries that ended by themselves, not yet recorded
 	endc    chan struct{}  // a canary ended: follow records it
 
-	syncMu  sync.Mutex // one reconcile at a time
-	noticed time.Time  // guarded by syncMu: RegistryEvent.Noticed of the current reconcile
+	// syncSem is a one-slot semaphore: one reconcile (a read, a Promote, a Rollback,
+	// the recording of verdicts) at a time. A channel, not a mutex, so that an operator's
+	// call waiting for a long read gives up when its context ends.
+	syncSem chan struct{}
+	noticed time.Time // guarded by syncSem: RegistryEvent.Noticed of the current reconcile
 	watcher *fsnotify.Watcher
 	kick    chan struct{}
 	ctx     context.Context // done at Close: ends the reconcile under way
@@ -166,11 +169,10 @@ type Registry struct {
 
 // entry is one module name's state.
 type entry struct {
-	file     string
-	handler  *Handler // nil while no version serves
-	seen     fingerprint
-	manifest []byte // the manifest text of the serving version
-	err      error  // the last rejection, cleared by a successful load
+	file    string
+	handler *Handler // nil while no version serves
+	seen    fingerprint
+	err     error // the last rejection, cleared by a successful load
 	// pending is a version loaded whose queue could not be registered, from the files
 	// of pendingFP: the next read tries it again without compiling it again if they did
 	// not change, so that an outage does not recompile it at every read.
@@ -181,6 +183,9 @@ type entry struct {
 	fileVersion string
 	pin         *Pin
 	last        *Verdict // how the last canary ended
+	// policyPending: the serving version's queue policy could not be registered when it
+	// was promoted; the next read registers it again.
+	policyPending bool
 }
 
 type namedVerdict struct {
@@ -245,7 +250,8 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		entries: make(map[string]*entry),
 		kick:    make(chan struct{}, 1),
 		endc:    make(chan struct{}, 1),
-		hist:    newHistoryStore(cfg.HistoryDir),
+		syncSem: make(chan struct{}, 1),
+		hist:    newHistoryStore(cfg.HistoryDir, log),
 		ctx:     ctx,
 		cancel:  cancel,
 		done:    make(chan struct{}),
@@ -309,6 +315,11 @@ func (r *Registry) Close() error {
 		return nil
 	}
 	<-r.done
+	// Verdicts of canaries that ended while follow stopped: recorded now (the pin of an
+	// automatic rollback must survive the restart), within Drain.
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Drain)
+	r.recordEnded(ctx)
+	cancel()
 	if r.watcher != nil {
 		return r.watcher.Close()
 	}
@@ -446,8 +457,10 @@ const (
 // ran out, reads only the modules whose changed files are finished (see finished) and
 // removes nothing; it says what it left.
 func (r *Registry) read(ctx context.Context, noticed time.Time, quick bool) left {
-	r.syncMu.Lock()
-	defer r.syncMu.Unlock()
+	if err := r.lockSync(ctx); err != nil {
+		return leftUnsure
+	}
+	defer r.unlockSync()
 	r.noticed = noticed
 	names, err := r.list()
 	if err != nil {
@@ -616,13 +629,28 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 		m.Retire() // the files changed since: load them
 		m = nil
 	}
+	var trial *Module // loaded once: the canary may end between two loads
+	if h != nil {
+		trial = h.CanaryModule()
+	}
 	if h != nil && (h.Module().Version() == v || (pin != nil && pin.FileVersion == v) ||
-		(h.CanaryModule() != nil && h.CanaryModule().Version() == v)) {
+		(trial != nil && trial.Version() == v)) {
 		// Nothing new: the version serving, the one on trial, or the files a rollback
 		// holds back.
 		r.mu.Lock()
 		e.seen, e.fileVersion = fp, v
+		retry := e.policyPending
 		r.mu.Unlock()
+		if retry {
+			err := r.cfg.Queues.Register(ctx, h.queueFor(h.Module()))
+			r.mu.Lock()
+			if err != nil {
+				e.err, e.seen = fmt.Errorf("serving the promoted version's queue policy on %q: %w", h.Module().Queue(), err), fingerprint{}
+			} else {
+				e.err, e.policyPending = nil, false
+			}
+			r.mu.Unlock()
+		}
 		if pin != nil && pin.FileVersion != v {
 			r.setPin(e, name, nil) // the files now hold the serving version
 		}
@@ -681,7 +709,7 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 		if err := r.hist.add(name, v, wasm, manText, HistoryCurrent, ro.History); err != nil {
 			r.log.Warn("keeping a module version in the history", "module", name, "version", v, "error", err)
 		}
-		r.hist.mark(name, v, HistoryCurrent, "")
+		r.markHistory(name, v, HistoryCurrent, "")
 		r.mu.Lock()
 		e.fileVersion = v
 		r.mu.Unlock()
@@ -723,7 +751,7 @@ func (r *Registry) serve(ctx context.Context, e *entry, name string, m *Module, 
 		h.Swap(m)
 	}
 	r.mu.Lock()
-	e.handler, e.seen, e.manifest, e.err = h, fp, manText, nil
+	e.handler, e.seen, e.err = h, fp, nil
 	r.mu.Unlock()
 	r.log.Info("module "+kind, "module", name, "file", file, "version", m.Version(), "queue", m.Queue())
 	r.emit(RegistryEvent{Kind: kind, Module: name, File: file, Version: m.Version(), At: at, Noticed: r.noticed, Read: read})
@@ -797,10 +825,35 @@ func (r *Registry) canaryEnded(name string) func(Verdict) {
 	}
 }
 
+// lockSync takes the reconcile slot, or returns an error when ctx ends first; then it
+// records the verdicts of the canaries that ended by themselves, so that what the
+// caller does next sees them (a rollback of a canary already rolled back, a pin set
+// after the operator's, would otherwise follow). unlockSync gives the slot back.
+func (r *Registry) lockSync(ctx context.Context) error {
+	select {
+	case r.syncSem <- struct{}{}:
+	default:
+		select {
+		case r.syncSem <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the registry's reconcile under way: %w", context.Cause(ctx))
+		}
+	}
+	r.applyEnded(ctx)
+	return nil
+}
+
+func (r *Registry) unlockSync() { <-r.syncSem }
+
 // recordEnded records the canaries that ended by themselves.
 func (r *Registry) recordEnded(ctx context.Context) {
-	r.syncMu.Lock()
-	defer r.syncMu.Unlock()
+	if r.lockSync(ctx) == nil {
+		r.unlockSync()
+	}
+}
+
+// applyEnded records the canaries that ended by themselves. Called with the slot held.
+func (r *Registry) applyEnded(ctx context.Context) {
 	r.mu.Lock()
 	ended := r.ended
 	r.ended = nil
@@ -812,7 +865,7 @@ func (r *Registry) recordEnded(ctx context.Context) {
 
 // applyVerdict records how a canary ended: in the history, the pin (a rollback holds the
 // module on the current version until its files change), the queue's policy (a
-// promotion brings the new manifest's), the log and an event. Called with syncMu held.
+// promotion brings the new manifest's), the log and an event. Called with the slot held.
 func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
 	r.mu.Lock()
 	e := r.entries[name]
@@ -831,24 +884,32 @@ func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
 	switch v.Kind {
 	case VerdictPromoted:
 		serving = v.Version
-		r.hist.mark(name, v.Version, HistoryCurrent, "")
+		r.markHistory(name, v.Version, HistoryCurrent, "")
 		if h != nil && h.Module().Version() == v.Version {
 			if err := r.cfg.Queues.Register(ctx, h.queueFor(h.Module())); err != nil {
-				r.log.Warn("serving a promoted version's queue policy", "module", name, "queue", h.Module().Queue(), "error", err)
+				// The promoted version serves under the old policy: the error shows in
+				// the module's status, and the next read registers it again.
+				err = fmt.Errorf("serving the promoted version's queue policy on %q: %w", h.Module().Queue(), err)
+				r.mu.Lock()
+				e.err, e.seen, e.policyPending = err, fingerprint{}, true
+				r.mu.Unlock()
+				r.log.Error("promoted version serves under the previous queue policy; trying again at the next read of the directory", "module", name, "error", err)
 			}
 		}
 		r.log.Info("module canary promoted", rates...)
 	case VerdictRolledBack:
-		r.hist.mark(name, v.Version, HistoryRolledBack, v.Reason)
+		r.markHistory(name, v.Version, HistoryRolledBack, v.Reason)
 		r.mu.Lock()
 		fileVersion := e.fileVersion
 		r.mu.Unlock()
-		if fileVersion == v.Version {
+		// The pin holds the files back on the version that served beside the canary;
+		// not if something else serves by now (an operator's rollback, a newer file).
+		if fileVersion == v.Version && h != nil && h.Module().Version() == v.Current {
 			r.setPin(e, name, &Pin{Version: v.Current, FileVersion: v.Version, Reason: v.Reason, At: v.At})
 		}
 		r.log.Warn("module canary rolled back", rates...)
 	default:
-		r.hist.mark(name, v.Version, HistorySuperseded, v.Reason)
+		r.markHistory(name, v.Version, HistorySuperseded, v.Reason)
 		r.log.Info("module canary superseded", rates...)
 	}
 	if h != nil {
@@ -858,6 +919,14 @@ func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
 	e.last = &v // last, so that a status with it shows the pin too
 	r.mu.Unlock()
 	r.emit(RegistryEvent{Kind: v.Kind, Module: name, File: e.file, Version: serving, Canary: v.Version, Verdict: &v, At: v.At})
+}
+
+// markHistory sets a version's state in the history, logging a failure: the version
+// serves or not whatever the disk does, but the log says the history is behind.
+func (r *Registry) markHistory(name, version, state, reason string) {
+	if err := r.hist.mark(name, version, state, reason); err != nil {
+		r.log.Error("keeping a module version's state in the history", "module", name, "version", version, "state", state, "error", err)
+	}
 }
 
 // setPin sets (nil: clears) the module's pin, in the entry and the history.
@@ -995,19 +1064,35 @@ func (r *Registry) Handler(name string) *Handler {
 }
 
 // History returns the versions of the module name kept for a rollback, newest first.
+// Only a module of the directory has one: any other name (a path, an unknown module)
+// is ErrUnknownModule, and neither reads the disk nor stays in memory.
 func (r *Registry) History(name string) ([]HistoryEntry, error) {
-	list := r.hist.list(name)
-	if len(list) == 0 && r.Handler(name) == nil {
+	if !validModuleName(name) {
+		return nil, fmt.Errorf("%w: %q is not a module name", ErrUnknownModule, name)
+	}
+	r.mu.Lock()
+	_, known := r.entries[name]
+	r.mu.Unlock()
+	if !known {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownModule, name)
 	}
-	return list, nil
+	return r.hist.list(name), nil
+}
+
+// validModuleName reports whether name can be a module's (a file's base name less
+// .wasm): not empty, no path separator, no leading dot, so that it never names a path
+// outside the history's directory.
+func validModuleName(name string) bool {
+	return name != "" && !strings.ContainsAny(name, `/\`) && !strings.HasPrefix(name, ".") && !strings.ContainsRune(name, 0)
 }
 
 // Promote ends the module's canary now and makes it serve every job. It fails with
 // ErrNoCanary when none is under way.
 func (r *Registry) Promote(ctx context.Context, name string) (Verdict, error) {
-	r.syncMu.Lock()
-	defer r.syncMu.Unlock()
+	if err := r.lockSync(ctx); err != nil {
+		return Verdict{}, err
+	}
+	defer r.unlockSync()
 	h := r.Handler(name)
 	if h == nil {
 		return Verdict{}, fmt.Errorf("%w: %q", ErrUnknownModule, name)
@@ -1025,8 +1110,10 @@ func (r *Registry) Promote(ctx context.Context, name string) (Verdict, error) {
 // or a unique prefix of 6 or more digits); empty means the canary's end if one is
 // under way, else the version that served before the current one.
 func (r *Registry) Rollback(ctx context.Context, name, to string) (Pin, error) {
-	r.syncMu.Lock()
-	defer r.syncMu.Unlock()
+	if err := r.lockSync(ctx); err != nil {
+		return Pin{}, err
+	}
+	defer r.unlockSync()
 	r.mu.Lock()
 	e := r.entries[name]
 	var h *Handler
@@ -1046,6 +1133,16 @@ func (r *Registry) Rollback(ctx context.Context, name, to string) (Pin, error) {
 			r.emit(RegistryEvent{Kind: "pinned", Module: name, File: e.file, Version: v.Current, At: time.Now()})
 			return *p, nil
 		}
+		r.mu.Lock()
+		last, pin := e.last, e.pin
+		r.mu.Unlock()
+		if last != nil && last.Kind == VerdictRolledBack && pin != nil && pin.FileVersion == last.Version &&
+			pin.Version == last.Current && h.Module().Version() == pin.Version {
+			// The files' canary was rolled back already (by itself, maybe an instant
+			// before the call): that rollback's pin is the answer, not one version more
+			// (an explicit version goes further back).
+			return *pin, nil
+		}
 		var latest time.Time
 		for _, he := range r.hist.list(name) {
 			if he.State == HistoryPrevious && he.EndedAt.After(latest) {
@@ -1061,13 +1158,13 @@ func (r *Registry) Rollback(ctx context.Context, name, to string) (Pin, error) {
 			return Pin{}, err
 		}
 	}
-	if v, ok := h.endNow(VerdictRolledBack, reason+" to "+to); ok {
-		r.applyVerdict(ctx, name, v)
-	}
+	// The target is loaded, checked and its queue registered first: a rollback that
+	// fails changes nothing (the canary, if one runs, runs on).
 	cur := h.Module()
+	var m *Module
 	if to != cur.Version() {
-		m, err := r.loadKept(ctx, name, e.file, to)
-		if err != nil {
+		var err error
+		if m, err = r.loadKept(ctx, name, e.file, to); err != nil {
 			return Pin{}, fmt.Errorf("rolling %s back to %s: %w", name, to, err)
 		}
 		if m.Queue() != cur.Queue() {
@@ -1079,9 +1176,14 @@ func (r *Registry) Rollback(ctx context.Context, name, to string) (Pin, error) {
 			m.Retire()
 			return Pin{}, fmt.Errorf("rolling %s back to %s: serving queue %q: %w", name, to, m.Queue(), err)
 		}
+	}
+	if v, ok := h.endNow(VerdictRolledBack, reason+" to "+to); ok {
+		r.applyVerdict(ctx, name, v)
+	}
+	if m != nil {
 		h.Swap(m)
-		r.hist.mark(name, to, HistoryCurrent, "")
-		r.hist.mark(name, cur.Version(), HistoryRolledBack, reason+" to "+to)
+		r.markHistory(name, to, HistoryCurrent, "")
+		r.markHistory(name, cur.Version(), HistoryRolledBack, reason+" to "+to)
 	}
 	r.mu.Lock()
 	fileVersion := e.fileVersion

@@ -158,6 +158,8 @@ func TestBadInputGetsAClearError(t *testing.T) {
 		{"replay in an unknown queue", "POST", "/v1/dead-letters/01NOPE/replay?queue=nope", ``, 404, `unknown queue "nope"`},
 		{"purge without queue", "DELETE", "/v1/dead-letters", ``, 400, "the query parameter queue is required"},
 		{"no such endpoint", "GET", "/v2/things", ``, 404, "no such endpoint: GET /v2/things"},
+		{"history of a path", "GET", "/v1/modules/..%2F..%2Fx/history", ``, 404, `no such module: "../../x" is not a module name`},
+		{"history of an unknown module", "GET", "/v1/modules/nope/history", ``, 404, `no such module: "nope"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, body := r.call(t, tc.method, tc.path, tc.body)

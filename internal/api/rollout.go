@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -15,12 +16,15 @@ type RollbackRequest struct {
 }
 
 // rolloutError answers the registry's rollout errors: an unknown module or version is
-// 404, no canary to promote is 409, and a version that cannot be served (another
+// 404, no canary to promote is 409, a call that gave up waiting is 503, and a version that cannot be served (another
 // queue, a registration that failed) is 409 with the registry's message.
 func rolloutError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, host.ErrUnknownModule), errors.Is(err, host.ErrUnknownVersion):
 		writeError(w, http.StatusNotFound, "%v", err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// The call gave up waiting for a reconcile under way: nothing changed.
+		writeError(w, http.StatusServiceUnavailable, "%v", err)
 	default:
 		writeError(w, http.StatusConflict, "%v", err)
 	}

@@ -133,7 +133,16 @@ func (m *Metrics) ModuleEvent(ev host.RegistryEvent) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ev.Kind != "rejected" {
+	switch ev.Kind {
+	case "rejected", "pinned":
+		// Neither starts nor ends a canary.
+	case host.VerdictPromoted, host.VerdictRolledBack, host.VerdictSuperseded:
+		// The end of that canary only: a verdict recorded late must not delete the
+		// series of a newer canary started since.
+		if m.trial[ev.Module] == ev.Canary {
+			m.set(m.trial, ev.Module, "", host.RoleCanary)
+		}
+	default:
 		m.set(m.trial, ev.Module, trial, host.RoleCanary)
 	}
 	m.set(m.serving, ev.Module, now, host.RoleCurrent)

@@ -240,3 +240,22 @@ wasmjobs_rollout_events_total{kind="promoted",module="work"} 1
 wasmjobs_rollout_events_total{kind="rolled_back",module="work"} 1
 `, "wasmjobs_rollout_events_total")
 }
+
+// TestLateVerdictKeepsTheNewerCanary: a canary's verdict recorded after a newer canary
+// started (it ended by itself while the read that started the newer one ran) leaves
+// the newer canary's info series alone.
+func TestLateVerdictKeepsTheNewerCanary(t *testing.T) {
+	t.Parallel()
+	m := New()
+	m.ModuleEvent(host.RegistryEvent{Kind: "loaded", Module: "work", Version: "v1"})
+	m.ModuleEvent(host.RegistryEvent{Kind: "canary", Module: "work", Version: "v1", Canary: "v2"})
+	m.ModuleEvent(host.RegistryEvent{Kind: "canary", Module: "work", Version: "v1", Canary: "v3"})
+	m.ModuleEvent(host.RegistryEvent{Kind: "rolled_back", Module: "work", Version: "v1", Canary: "v2"})
+	m.ModuleEvent(host.RegistryEvent{Kind: "pinned", Module: "work", Version: "v1"})
+	compare(t, m, `
+# HELP wasmjobs_module_info 1 for the version each module serves now (role current) and the one on trial (role canary); a module that serves nothing has no series.
+# TYPE wasmjobs_module_info gauge
+wasmjobs_module_info{module="work",role="canary",version="v3"} 1
+wasmjobs_module_info{module="work",role="current",version="v1"} 1
+`, "wasmjobs_module_info")
+}
