@@ -278,7 +278,14 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	for i, q := range qs {
 		rows[i] = queueRow{QueueInfo: q, Rates: s.cfg.Rates.Series(q.Name)}
 	}
+	// A backend may count some things and not others (RabbitMQ: no unacked, delayed or
+	// deferred counts): the note says why a cell is n/a wherever one is.
 	_, canCount := s.cfg.Backend.(backend.StatsReader)
+	for _, q := range qs {
+		if st := q.QueueStats; st != nil && (st.Pending < 0 || st.Unacked < 0 || st.Delayed < 0 || st.Deferred < 0 || st.Dead < 0) {
+			canCount = false
+		}
+	}
 	s.render(w, http.StatusOK, "overview", page{Title: "Overview", Nav: "overview", Data: map[string]any{
 		"Queues": rows, "Host": s.cfg.Host, "Uptime": time.Since(s.cfg.Host.Started).Truncate(time.Second), "CanCount": canCount,
 		"Now": time.Now(),
@@ -645,12 +652,13 @@ func timeTag(t time.Time) template.HTML {
 
 func ago(d time.Duration) string { return d.String() }
 
-// count shows a count, or "n/a" for one the backend cannot tell (-1).
-func count(n int) string {
+// count shows a count, or "n/a" for one the backend cannot tell (-1), with the reason
+// on hover.
+func count(n int) template.HTML {
 	if n < 0 {
-		return "n/a"
+		return `<abbr title="the backend cannot count this (RabbitMQ does not count unacknowledged, delayed or deferred messages)">n/a</abbr>`
 	}
-	return fmt.Sprint(n)
+	return template.HTML(fmt.Sprint(n))
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.0f%%", f*100) }

@@ -131,8 +131,8 @@ func TestWhatTheBackendCannotDoIsShownUnavailable(t *testing.T) {
 		t.Errorf("job page on a backend without job control: want the reason and no cancel button:\n%s", body)
 	}
 	body = serve(h, httptest.NewRequest("GET", "http://localhost/ui/", nil)).Body.String()
-	if !strings.Contains(body, `data-count="pending">n/a`) {
-		t.Errorf("overview on a backend that cannot count: want n/a, never a made-up 0:\n%s", body)
+	if !strings.Contains(body, `data-count="pending"><abbr title="the backend cannot count this`) || !strings.Contains(body, "n/a: the broker does not count") {
+		t.Errorf("overview on a backend that cannot count: want n/a with the reason, never a made-up 0:\n%s", body)
 	}
 	r := httptest.NewRequest("POST", "http://localhost/ui/jobs/"+env.ID+"/cancel", nil)
 	r.Header.Set("Sec-Fetch-Site", "same-origin")
@@ -445,5 +445,31 @@ func TestUploadRejectionReasonIsBounded(t *testing.T) {
 	}
 	if n := strings.Count(page, "é"); n == 0 || n > 300 {
 		t.Errorf("a rejection of 5000 runes shows %d of them, want some and at most 300 bytes' worth", n)
+	}
+}
+
+// partialCounts counts as RabbitMQ's backend does: pending and dead, but -1 (cannot
+// tell) for unacknowledged, delayed and deferred messages.
+type partialCounts struct{ *memory.Backend }
+
+func (p partialCounts) QueueStats(ctx context.Context, queue string) (backend.QueueStats, error) {
+	st, err := p.Backend.QueueStats(ctx, queue)
+	st.Unacked, st.Delayed, st.Deferred = -1, -1, -1
+	return st, err
+}
+
+// A backend that counts some things and not others shows the reason beside its n/a
+// cells, not only a backend that counts nothing.
+func TestCountsABackendCannotTellSayWhy(t *testing.T) {
+	t.Parallel()
+	b := memory.New(memory.Config{})
+	if err := b.Declare(context.Background(), backend.QueueConfig{Name: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := rig(t, partialCounts{b}, ui.Config{History: api.NewHistory(10)})
+	body := serve(h, httptest.NewRequest("GET", "http://localhost/ui/", nil)).Body.String()
+	if !strings.Contains(body, `data-count="pending">0`) || !strings.Contains(body, `<abbr title="the backend cannot count this`) ||
+		!strings.Contains(body, "n/a: the broker does not count") {
+		t.Errorf("overview with some counts unknown: want the known ones and n/a with the reason:\n%s", body)
 	}
 }
