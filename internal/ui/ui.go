@@ -366,7 +366,9 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 			data["Headers"] = env.Headers
 		}
 	} else if store, ok := s.cfg.Backend.(backend.DeadLetterStore); ok && st.State == string(backend.JobDead) {
-		if dead, err := store.DeadLetters(r.Context(), st.Queue, 0); err == nil {
+		// Bounded as the dead-letters page is: a broker lists its dead letters by taking
+		// and putting them back, and this page is polled.
+		if dead, err := store.DeadLetters(r.Context(), st.Queue, s.cfg.MaxDeadListed); err == nil {
 			for _, d := range api.DeadLetterInfos(st.Queue, dead) {
 				if d.ID == id {
 					data["Payload"], data["Headers"] = payloadText(d.PayloadBase64), d.Headers
