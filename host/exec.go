@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -105,9 +106,14 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 		x.Kind, x.Reason = KindDeadLetter, fmt.Sprintf("payload of %d bytes passes the module's limit of %d bytes", n, max)
 		return x
 	}
-	inst, err := m.instanceFor(ctx)
+	// A JS job's one deadline covers a new VM's setup and the run.
+	deadline := start.Add(m.manifest.Limits.Timeout)
+	inst, err := m.instanceFor(ctx, deadline)
 	if err != nil {
 		x.Kind, x.Reason, x.Duration = KindTrap, err.Error(), time.Since(start)
+		if errors.Is(err, errJSSetupTimeout) {
+			x.Kind = KindTimeout
+		}
 		return x
 	}
 	if sink == nil {
@@ -118,7 +124,7 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 	var code int32
 	var fail *failure
 	if inst.js != nil {
-		code, fail = inst.js.runJob(ctx, m.manifest.Limits.Timeout)
+		code, fail = inst.js.runJob(ctx, deadline, m.manifest.Limits.Timeout)
 	} else {
 		code, fail = inst.call(ctx, inst.handle, m.manifest.Limits.Timeout)
 	}
