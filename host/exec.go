@@ -112,7 +112,9 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 	if err != nil {
 		x.Kind, x.Reason, x.Duration = KindTrap, err.Error(), time.Since(start)
 		if errors.Is(err, errJSSetupTimeout) {
-			x.Kind = KindTimeout
+			// The job's timeout passed while its new JS VM started: the same failure,
+			// with the same reason, as a timeout in the run.
+			x.Kind, x.Reason = KindTimeout, fmt.Sprintf("timeout after %v", m.manifest.Limits.Timeout)
 		}
 		return x
 	}

@@ -9,6 +9,8 @@
   const host = hostFn;
   delete globalThis.__wasmjobs_host;
   const OUTCOME = Symbol.for("wasmjobs.outcome");
+  // Taken now: a handler may replace the global JSON (hostile "tamper").
+  const stringify = JSON.stringify;
 
   function bytesOf(data) {
     if (typeof data === "string") return data;
@@ -25,7 +27,7 @@
       if (typeof a === "string") s += a;
       else if (a instanceof Error) s += a.stack ? String(a) + "\n" + a.stack : String(a);
       else {
-        try { s += typeof a === "object" && a !== null ? JSON.stringify(a) : String(a); } catch (e) { s += String(a); }
+        try { s += typeof a === "object" && a !== null ? stringify(a) : String(a); } catch (e) { s += String(a); }
       }
     }
     return s;
@@ -70,7 +72,7 @@
           delay = Math.floor(delay);
         }
         const st = host(9, String(queue), bytesOf(data), delay);
-        if (st < 0) throw new RangeError("enqueue into " + JSON.stringify(String(queue)) + ": " + (statusNames[st] || "status " + st));
+        if (st < 0) throw new RangeError("enqueue into " + stringify(String(queue)) + ": " + (statusNames[st] || "status " + st));
       },
     });
     return { job: job, end: function () { live = false; } };
@@ -84,7 +86,7 @@
         const name = e.name || "Error";
         return name === "Error" ? String(e.message) : name + ": " + e.message;
       }
-      return "uncaught " + (typeof e === "string" ? JSON.stringify(e) : String(e));
+      return "uncaught " + (typeof e === "string" ? stringify(e) : String(e));
     } catch (_) {
       return "uncaught exception";
     }
