@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -105,9 +106,16 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 		x.Kind, x.Reason = KindDeadLetter, fmt.Sprintf("payload of %d bytes passes the module's limit of %d bytes", n, max)
 		return x
 	}
-	inst, err := m.instanceFor(ctx)
+	// A JS job's one deadline covers a new VM's setup and the run.
+	deadline := start.Add(m.manifest.Limits.Timeout)
+	inst, err := m.instanceFor(ctx, deadline)
 	if err != nil {
 		x.Kind, x.Reason, x.Duration = KindTrap, err.Error(), time.Since(start)
+		if errors.Is(err, errJSSetupTimeout) {
+			// The job's timeout passed while its new JS VM started: the same failure,
+			// with the same reason, as a timeout in the run.
+			x.Kind, x.Reason = KindTimeout, fmt.Sprintf("timeout after %v", m.manifest.Limits.Timeout)
+		}
 		return x
 	}
 	if sink == nil {
@@ -118,7 +126,7 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 	var code int32
 	var fail *failure
 	if inst.js != nil {
-		code, fail = inst.js.runJob(ctx, m.manifest.Limits.Timeout)
+		code, fail = inst.js.runJob(ctx, deadline, m.manifest.Limits.Timeout)
 	} else {
 		code, fail = inst.call(ctx, inst.handle, m.manifest.Limits.Timeout)
 	}

@@ -202,6 +202,7 @@ type jsVM struct {
 	failMsg     string // the reason of code -1
 	hostFail    string // the host could not pass a value in (guest memory exhausted)
 	loadErr     string
+	leftover    bool // promise jobs were still queued when the handler settled
 }
 
 // jsSetupMin is the least time a JS VM's setup gets (newJSVM).
@@ -213,28 +214,38 @@ const jsMaxStack = 512 << 10
 // jsMinHeap is the least memory QuickJS may have; a smaller manifest limit is refused.
 const jsMinHeap = 4 << 20
 
+// errJSSetupTimeout is a JS VM's setup that passed the job's deadline.
+var errJSSetupTimeout = errors.New("timeout")
+
 // newJSVM starts QuickJS in a freshly initialised instance, with the memory limit and
-// interrupt handler, the host function, the prelude and the handler's bundle.
-func newJSVM(ctx context.Context, inst *instance, m *Module) (*jsVM, error) {
+// interrupt handler, the host function, the prelude and the handler's bundle. In a job
+// it runs until the job's deadline; at load (deadline zero) it gets the manifest's
+// timeout but at least jsSetupMin.
+func newJSVM(ctx context.Context, inst *instance, m *Module, deadline time.Time) (*jsVM, error) {
 	vm := &jsVM{inst: inst, mem: inst.mod.Memory(), fn: map[string]api.Function{}, in: map[string]api.Function{}}
 	for name := range jsExports {
 		vm.fn[name] = inst.mod.ExportedFunction(name)
 		vm.in[name] = inst.mod.ExportedFunction(name)
 	}
 	inst.st.js = vm
-	// The engine's start and the bundle's evaluation take a few milliseconds, more on
-	// a loaded machine: they get at least jsSetupMin, whatever the job's timeout.
-	timeout := max(m.manifest.Limits.Timeout, jsSetupMin)
-	cctx, cancel := context.WithTimeout(ctx, timeout+jsBackstop)
+	// At load, the engine's start and the bundle's evaluation take a few milliseconds,
+	// more on a loaded machine (compiling): they get at least jsSetupMin, whatever the
+	// job's timeout. In a job, the job's timeout is a promise: setup and run share it.
+	timeout := m.manifest.Limits.Timeout
+	if deadline.IsZero() {
+		deadline = time.Now().Add(max(timeout, jsSetupMin))
+		timeout = max(timeout, jsSetupMin)
+	}
+	cctx, cancel := context.WithDeadline(ctx, deadline.Add(jsBackstop))
 	defer cancel()
-	vm.deadline, vm.done = time.Now().Add(timeout), ctx.Done()
+	vm.deadline, vm.done = deadline, ctx.Done()
 	c := &callContext{Context: cctx, st: &inst.st}
 	err := vm.setup(c, m)
 	inst.stdout.flush()
 	inst.stderr.flush()
 	if err != nil {
-		if vm.interrupted {
-			return nil, fmt.Errorf("loading the JS handler: timeout after %v", timeout)
+		if vm.interrupted || time.Now().After(deadline) {
+			return nil, fmt.Errorf("loading the JS handler: %w after %v", errJSSetupTimeout, timeout)
 		}
 		var fe *jsSetupError
 		if errors.As(err, &fe) {
@@ -438,19 +449,21 @@ func (vm *jsVM) takeException(ctx context.Context, res uint32) (bool, error) {
 }
 
 // runJob runs the job staged in the instance's callState: __wasmjobs_run, then the
-// VM's pending jobs until none is left, under the job's timeout. The interrupt handler
-// stops the JS at the deadline; wazero closes the instance jsBackstop later if the
-// engine did not reach a check.
-func (vm *jsVM) runJob(ctx context.Context, timeout time.Duration) (int32, *failure) {
+// VM's pending jobs until the handler settles, until deadline (the job's start plus
+// its timeout, which names it in the reason). The interrupt handler stops the JS at
+// the deadline; wazero closes the instance jsBackstop later if the engine did not
+// reach a check.
+func (vm *jsVM) runJob(ctx context.Context, deadline time.Time, timeout time.Duration) (int32, *failure) {
 	inst := vm.inst
 	// wazero closes the instance when cctx ends: jsBackstop after the deadline, or after
 	// ctx is cancelled (the host shutting down), so that the interrupt stops it first.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+jsBackstop)
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(jsBackstop))
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(jsBackstop, cancel) })
 	defer stop()
-	vm.deadline, vm.done = time.Now().Add(timeout), ctx.Done()
+	vm.deadline, vm.done = deadline, ctx.Done()
 	vm.interrupted, vm.settled, vm.code, vm.failMsg, vm.hostFail = false, false, 0, "", ""
+	vm.leftover = false
 	inst.ctx = cctx
 	c := &callContext{Context: cctx, st: &inst.st}
 	err := vm.drive(c)
@@ -485,12 +498,18 @@ func (vm *jsVM) drive(ctx context.Context) error {
 		}
 		return err
 	}
-	for !vm.settled {
+	for {
 		pending, err := vm.call(ctx, "qjs_is_job_pending")
 		if err != nil {
 			return err
 		}
 		if pending == 0 {
+			return nil
+		}
+		if vm.settled {
+			// Promise work the handler left behind would run in the VM's next job,
+			// before it: the VM is not reused (healthy), so none crosses jobs.
+			vm.leftover = true
 			return nil
 		}
 		r, err := vm.call(ctx, "qjs_execute_pending_job")
@@ -501,7 +520,6 @@ func (vm *jsVM) drive(ctx context.Context) error {
 			return vm.uncatchable(ctx)
 		}
 	}
-	return nil
 }
 
 // isException frees a result and reports whether it was an exception, leaving the
@@ -550,9 +568,13 @@ func (vm *jsVM) uncatchable(ctx context.Context) error {
 	return nil
 }
 
-// healthy reports whether the VM may take another job: its heap is not near QuickJS's
+// healthy reports whether the VM may take another job: the handler left no promise
+// work queued (it would run in the next job), and its heap is not near QuickJS's
 // limit (a handler that caught an "out of memory" leaves a VM that will fail again).
 func (vm *jsVM) healthy(ctx context.Context) bool {
+	if vm.leftover {
+		return false
+	}
 	used, err := vm.call(ctx, "qjs_get_allocated_size")
 	return err == nil && uint64(used) < uint64(vm.limit)/8*7
 }
@@ -602,11 +624,16 @@ func (vm *jsVM) argString(ctx context.Context, v uint32) (s string, ok bool, err
 	if err != nil || p == 0 {
 		return "", false, err
 	}
-	n, _ := vm.mem.ReadUint32Le(vm.scratch)
-	b, _ := vm.mem.Read(uint32(p), n)
+	n, okn := vm.mem.ReadUint32Le(vm.scratch)
+	b, okb := vm.mem.Read(uint32(p), n)
 	s = strings.ToValidUTF8(string(b), "\uFFFD") // lone surrogates come as WTF-8
-	_, err = vm.in1(ctx, "qjs_free_cstring", p)
-	return s, true, err
+	if _, err = vm.in1(ctx, "qjs_free_cstring", p); err != nil {
+		return "", false, err
+	}
+	if !okn || !okb {
+		return "", false, fmt.Errorf("reading a string argument: %d bytes at %#x are outside the guest's memory", n, p)
+	}
+	return s, true, nil
 }
 
 // argBytes reads a string or ArrayBuffer argument.
@@ -694,7 +721,7 @@ func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args [
 		return vm.undef
 	}
 	opf, err := vm.argNumber(ctx, args[0])
-	if err != nil {
+	if err != nil || !(opf >= 0 && opf <= jsOpLoadError) {
 		return 0, err
 	}
 	switch int(opf) {
@@ -704,7 +731,7 @@ func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args [
 		return vm.newString(ctx, vm.in, []byte(strings.ToValidUTF8(string(st.payload()), "\uFFFD")))
 	case jsOpMeta:
 		k, err := vm.argNumber(ctx, arg(1))
-		if err != nil || !(k >= 0 && int(k) < len(st.meta)) {
+		if err != nil || !(k >= 0 && k < float64(len(st.meta))) {
 			return 0, err
 		}
 		return vm.newString(ctx, vm.in, []byte(st.meta[int(k)]))

@@ -192,7 +192,7 @@ func TestJSInvalidHandlersAreRefusedAtLoad(t *testing.T) {
 		{"throws", `throw new TypeError("no config")`, "", "evaluating the handler: TypeError: no config", nil},
 		{"no default", `var __wasmjobs_handler = { handle() {} };`, "", "the bundle's default export is not a function", nil},
 		{"syntax", `var __wasmjobs_handler = {`, "", "evaluating the handler: SyntaxError", nil},
-		// The engine's setup gets at least 10 s, whatever the job's timeout.
+		// At load, the engine's setup gets at least 10 s, whatever the job's timeout.
 		{"loops at load", `for (;;) {}`, `timeout = "100ms"`, "loading the JS handler: timeout after 10s", nil},
 		{"memory too small", `var __wasmjobs_handler = { default() {} };`, `memory = "2MiB"`, "leaves QuickJS", nil},
 		{"not the engine", "", "", "is not the QuickJS engine of quickjs-wasi: missing export",
@@ -282,5 +282,43 @@ func TestJSHandlerSwapsLive(t *testing.T) {
 		if r.version != want {
 			t.Fatalf("job %d ran on %s, want %s", i, r.version, want)
 		}
+	}
+}
+
+// TestJSLeftoverPromiseWorkStaysInItsJob: a handler that settles while a chain of
+// promise jobs is still queued must not have that chain run in the next job of the
+// pooled VM, nor its job object act on that job.
+func TestJSLeftoverPromiseWorkStaysInItsJob(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	const src = `var __wasmjobs_handler = { default: async function (job) {
+  if (job.text !== "first") { for (let i = 0; i < 40; i++) await null; job.output("[second]"); return; }
+  (async () => {
+    for (let i = 0; i < 25; i++) await null;
+    job.output("LEAK");
+    job.enqueue("other", "x");
+  })();
+} };`
+	m := loadJS(t, e, src, `enqueue = ["other"]`)
+	if x := run(m, "first"); x.Kind != host.KindAck {
+		t.Fatalf("first: %s %q", x.Kind, x.Reason)
+	}
+	x := run(m, "second")
+	if x.Kind != host.KindAck || string(x.Output) != "[second]" || len(x.Children) != 0 {
+		t.Fatalf("second: %s %q, output %q, %d children; want an ack with output \"[second]\" and no child", x.Kind, x.Reason, x.Output, len(x.Children))
+	}
+}
+
+// TestJSTimeoutCoversVMSetup: under fresh isolation each job starts a VM, and a slow
+// top level counts against the job's timeout (Load alone gets jsSetupMin).
+func TestJSTimeoutCoversVMSetup(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	const src = `var __wasmjobs_handler = { default() {} };
+const end = Date.now() + 3000; while (Date.now() < end) {}`
+	m := loadJS(t, e, src, "timeout = \"100ms\"\nisolation = \"fresh\"")
+	x := run(m, "")
+	if x.Kind != host.KindTimeout || !strings.Contains(x.Reason, "timeout after 100ms") {
+		t.Fatalf("%s %q after %v, want a timeout after 100ms", x.Kind, x.Reason, x.Duration)
 	}
 }

@@ -120,7 +120,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 		compiled.Close(ctx)
 		return nil, invalid("%v", err)
 	}
-	inst, err := m.instantiate(ctx)
+	inst, err := m.instantiate(ctx, time.Time{})
 	if err != nil {
 		compiled.Close(ctx)
 		return nil, invalid("%v", err)
@@ -216,8 +216,11 @@ func (inst *instance) sleep(ns int64) {
 	}
 }
 
-// instantiate makes a new instance and runs its initialisation under the job timeout.
-func (m *Module) instantiate(ctx context.Context) (*instance, error) {
+// instantiate makes a new instance and runs its initialisation: the module's
+// _initialize and wasmjobs_init each under the manifest's timeout, and a JS module's VM
+// setup until deadline, the job's own (zero at load: the setup then gets at least
+// jsSetupMin, see newJSVM).
+func (m *Module) instantiate(ctx context.Context, deadline time.Time) (*instance, error) {
 	inst := &instance{interrupts: &m.jsInterrupts}
 	inst.st.reset(nil, m, m.defaultSink())
 	inst.stdout = lineWriter{st: &inst.st, level: slog.LevelInfo}
@@ -268,7 +271,7 @@ func (m *Module) instantiate(ctx context.Context) (*instance, error) {
 		}
 	}
 	if m.jsSource != nil {
-		vm, err := newJSVM(ctx, inst, m)
+		vm, err := newJSVM(ctx, inst, m, deadline)
 		if err != nil {
 			mod.Close(ctx)
 			return nil, err
@@ -367,7 +370,7 @@ func (m *Module) begin() error {
 
 // instanceFor takes an instance for a job counted in by begin: a warm one, or a new one.
 // On error the job is counted out.
-func (m *Module) instanceFor(ctx context.Context) (*instance, error) {
+func (m *Module) instanceFor(ctx context.Context, deadline time.Time) (*instance, error) {
 	m.mu.Lock()
 	var inst *instance
 	if m.manifest.Isolation == Pooled && len(m.idle) > 0 {
@@ -378,7 +381,7 @@ func (m *Module) instanceFor(ctx context.Context) (*instance, error) {
 	if inst != nil {
 		return inst, nil
 	}
-	inst, err := m.instantiate(ctx)
+	inst, err := m.instantiate(ctx, deadline)
 	if err != nil {
 		m.release(nil, false)
 		return nil, err

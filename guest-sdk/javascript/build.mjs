@@ -33,16 +33,26 @@ if (!entry) usage();
 if (!existsSync(entry)) usage(`${entry}: no such file`);
 out ??= entry.replace(/\.[cm]?[jt]sx?$/, "") + ".wasm";
 
+// ENGINE_VERSION is the quickjs-wasi the host's adapter is built for
+// (internal/jsbuild.EngineVersion).
+const ENGINE_VERSION = "3.7.0";
+
 // The engine comes from the quickjs-wasi package the entry's project installed, else
 // from this package's own dependency.
 function engine() {
   for (const from of [path.resolve(entry), import.meta.url]) {
     try {
       const req = createRequire(from);
-      return readFileSync(path.join(path.dirname(req.resolve("quickjs-wasi/package.json")), "quickjs.wasm"));
+      const pkg = req.resolve("quickjs-wasi/package.json");
+      const version = JSON.parse(readFileSync(pkg, "utf8")).version;
+      if (version !== ENGINE_VERSION) {
+        console.error(`wasmjobs-build: ${path.dirname(pkg)} is quickjs-wasi ${version}, want ${ENGINE_VERSION} (the host's adapter is built for it): run \`npm install quickjs-wasi@${ENGINE_VERSION}\``);
+        process.exit(1);
+      }
+      return readFileSync(path.join(path.dirname(pkg), "quickjs.wasm"));
     } catch {}
   }
-  console.error("wasmjobs-build: the QuickJS engine is missing: run `npm install quickjs-wasi@3.7.0` in the handler's project");
+  console.error(`wasmjobs-build: the QuickJS engine is missing: run \`npm install quickjs-wasi@${ENGINE_VERSION}\` in the handler's project`);
   process.exit(1);
 }
 

@@ -3,7 +3,7 @@
 //
 // A handler is the default export of the entry file:
 //
-//   import { retry } from "./wasmjobs.js";
+//   import { deadLetter } from "./wasmjobs.js";
 //   export default async function handle(job) {
 //     const order = job.json();
 //     if (!order.id) throw deadLetter("no order id");
@@ -50,5 +50,7 @@ export function deadLetter(reason) {
   return new Outcome("dead_letter", 3, String(reason ?? ""), -1);
 }
 
-/** Status codes that job.output and job.enqueue may return (ABI v1). */
+/** The status codes of ABI v1. job.output returns false when it fails (past the output
+ * limit); job.enqueue throws a RangeError naming the status (bad argument, not permitted,
+ * limit exceeded). Neither returns a code. */
 export const Status = Object.freeze({ OK: 0, NOT_FOUND: -1, BAD_ARGUMENT: -2, LIMIT_EXCEEDED: -3, NOT_PERMITTED: -4 });

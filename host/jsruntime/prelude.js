@@ -5,9 +5,12 @@
 // are jsOp* in host/jsguest.go.
 (function () {
   "use strict";
-  const host = globalThis.__wasmjobs_host;
+  const hostFn = globalThis.__wasmjobs_host;
+  const host = hostFn;
   delete globalThis.__wasmjobs_host;
   const OUTCOME = Symbol.for("wasmjobs.outcome");
+  // Taken now: a handler may replace the global JSON (hostile "tamper").
+  const stringify = JSON.stringify;
 
   function bytesOf(data) {
     if (typeof data === "string") return data;
@@ -24,7 +27,7 @@
       if (typeof a === "string") s += a;
       else if (a instanceof Error) s += a.stack ? String(a) + "\n" + a.stack : String(a);
       else {
-        try { s += typeof a === "object" && a !== null ? JSON.stringify(a) : String(a); } catch (e) { s += String(a); }
+        try { s += typeof a === "object" && a !== null ? stringify(a) : String(a); } catch (e) { s += String(a); }
       }
     }
     return s;
@@ -32,8 +35,15 @@
 
   const statusNames = { "-2": "bad argument", "-3": "limit exceeded", "-4": "not permitted" };
 
+  // makeJob returns the job object of one job and the function that ends its life: a
+  // pooled VM runs many jobs, and a promise or callback the handler left behind must
+  // not act on a later job through a stale object.
   function makeJob() {
-    let payload, textValue;
+    let payload, textValue, live = true;
+    const host = function () {
+      if (!live) throw new Error("this job has settled: its job object cannot be used in a later job");
+      return hostFn.apply(undefined, arguments);
+    };
     const getText = function () { return textValue === undefined ? (textValue = host(2)) : textValue; };
     const log = {
       debug: function () { host(7, 0, text(arguments)); },
@@ -41,7 +51,7 @@
       warn: function () { host(7, 2, text(arguments)); },
       error: function () { host(7, 3, text(arguments)); },
     };
-    return Object.freeze({
+    const job = Object.freeze({
       get id() { return host(3, 0); },
       get queue() { return host(3, 1); },
       get module() { return host(3, 2); },
@@ -62,9 +72,10 @@
           delay = Math.floor(delay);
         }
         const st = host(9, String(queue), bytesOf(data), delay);
-        if (st < 0) throw new RangeError("enqueue into " + JSON.stringify(String(queue)) + ": " + (statusNames[st] || "status " + st));
+        if (st < 0) throw new RangeError("enqueue into " + stringify(String(queue)) + ": " + (statusNames[st] || "status " + st));
       },
     });
+    return { job: job, end: function () { live = false; } };
   }
 
   // describe turns a thrown value into the reason of a failure: "unreachable" for
@@ -75,7 +86,7 @@
         const name = e.name || "Error";
         return name === "Error" ? String(e.message) : name + ": " + e.message;
       }
-      return "uncaught " + (typeof e === "string" ? JSON.stringify(e) : String(e));
+      return "uncaught " + (typeof e === "string" ? stringify(e) : String(e));
     } catch (_) {
       return "uncaught exception";
     }
@@ -110,16 +121,19 @@
   // __wasmjobs_run runs one job; the host then runs the pending jobs of the VM until
   // the handler's promise settles, and reads the outcome it was given through op 10.
   globalThis.__wasmjobs_run = function () {
+    const j = makeJob();
     let p;
     try {
-      p = handler(makeJob());
+      p = handler(j.job);
     } catch (e) {
+      j.end();
       settleError(e);
       return;
     }
     if (p !== null && typeof p === "object" && typeof p.then === "function") {
-      Promise.resolve(p).then(function () { host(10, 0, "", -1); }, settleError);
+      Promise.resolve(p).then(function () { j.end(); host(10, 0, "", -1); }, function (e) { j.end(); settleError(e); });
     } else {
+      j.end();
       host(10, 0, "", -1);
     }
   };

@@ -7,6 +7,7 @@ package jsbuild
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -35,8 +36,16 @@ func FindEngine(dir string) (string, error) {
 		return "", err
 	}
 	for d := abs; ; d = filepath.Dir(d) {
-		p := filepath.Join(d, "node_modules", "quickjs-wasi", "quickjs.wasm")
+		pkg := filepath.Join(d, "node_modules", "quickjs-wasi")
+		p := filepath.Join(pkg, "quickjs.wasm")
 		if _, err := os.Stat(p); err == nil {
+			if v, err := packageVersion(filepath.Join(pkg, "package.json")); err != nil || v != EngineVersion {
+				if err == nil {
+					err = fmt.Errorf("version %s", v)
+				}
+				return "", fmt.Errorf("%w: %s has %v, want quickjs-wasi %s (the host's adapter is built for it): run `npm install quickjs-wasi@%s` there",
+					ErrEngineVersion, pkg, err, EngineVersion, EngineVersion)
+			}
 			return p, nil
 		}
 		if filepath.Dir(d) == d {
@@ -143,4 +152,22 @@ func Build(entry string) (wasm []byte, checked bool, err error) {
 		return nil, checked, err
 	}
 	return Module(engine, src), checked, nil
+}
+
+// ErrEngineVersion is a quickjs-wasi package of another version than EngineVersion.
+var ErrEngineVersion = errors.New("wrong QuickJS engine version")
+
+// packageVersion reads the version field of an npm package.json.
+func packageVersion(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var pkg struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(b, &pkg); err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	return pkg.Version, nil
 }
