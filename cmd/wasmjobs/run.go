@@ -524,7 +524,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 			}
 			return err
 		}
-		cleanups = append(cleanups, func(context.Context) { fl.Close() })
+		cleanups = append(cleanups, func(ctx context.Context) { fl.Close(ctx) })
 		refused = fl.Refused
 	}
 

@@ -99,7 +99,7 @@ func Start(ctx context.Context, cfg Config) (*Follower, error) {
 	}
 	caught := time.Now()
 	if err := f.catchUp(ctx, conn, msgs); err != nil {
-		conn.Close()
+		closeConn(conn)
 		return nil, err
 	}
 	for name, e := range f.current {
@@ -112,10 +112,24 @@ func Start(ctx context.Context, cfg Config) (*Follower, error) {
 	return f, nil
 }
 
-// Close stops following and waits for the goroutine to end.
-func (f *Follower) Close() {
+// Close stops following and waits for the goroutine to end, or for ctx to end first
+// (a broker that hangs must not hold up the host's shutdown: the connection's close is
+// bounded by closeTimeout too).
+func (f *Follower) Close(ctx context.Context) {
 	f.cancel()
-	<-f.done
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+	}
+}
+
+// closeTimeout bounds the close handshake of a connection: past it the socket is
+// closed without the broker's answer.
+const closeTimeout = 2 * time.Second
+
+// closeConn closes conn within closeTimeout, whatever the broker does.
+func closeConn(conn *amqp.Connection) {
+	conn.CloseDeadline(time.Now().Add(closeTimeout))
 }
 
 // Refused lists the pushes this host refused, the newest last.
@@ -130,15 +144,15 @@ func (f *Follower) subscribe(ctx context.Context, offset any) (*amqp.Connection,
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	stop := context.AfterFunc(ctx, func() { closeConn(conn) })
 	defer stop()
 	if err := Declare(conn, f.cfg.Stream); err != nil {
-		conn.Close()
+		closeConn(conn)
 		return nil, nil, nil, err
 	}
 	ch, msgs, err := consume(conn, f.cfg.Stream, offset)
 	if err != nil {
-		conn.Close()
+		closeConn(conn)
 		return nil, nil, nil, err
 	}
 	return conn, ch, msgs, nil
@@ -244,7 +258,7 @@ func (f *Follower) run(ctx context.Context, conn *amqp.Connection, msgs <-chan a
 	defer close(f.done)
 	defer func() {
 		if conn != nil {
-			conn.Close()
+			closeConn(conn)
 		}
 	}()
 	beat := time.NewTicker(f.cfg.Heartbeat)
@@ -262,7 +276,7 @@ func (f *Follower) run(ctx context.Context, conn *amqp.Connection, msgs <-chan a
 				continue
 			}
 			f.log.Warn("modules stream lost: reading it again from where it stopped", "offset", f.next)
-			conn.Close()
+			closeConn(conn)
 			conn, _, msgs = f.resubscribe(ctx)
 			if conn == nil {
 				return
