@@ -244,6 +244,12 @@ func decodeRecord(b []byte) (backend.JobRecord, error) {
 // stageRecord writes the record of a job being published (pending, delayed or
 // deferred) into batch.
 func (b *Backend) stageRecord(batch *pebbledb.Batch, env backend.Envelope, delay time.Duration, deferred bool) {
+	b.stageRecordAttempts(batch, env, delay, deferred, nil)
+}
+
+// stageRecordAttempts is stageRecord keeping attempts, the runs of the job before it was
+// published again (a replayed dead letter lists its earlier runs).
+func (b *Backend) stageRecordAttempts(batch *pebbledb.Batch, env backend.Envelope, delay time.Duration, deferred bool, attempts []backend.AttemptRecord) {
 	if env.ID == "" {
 		return
 	}
@@ -256,7 +262,7 @@ func (b *Backend) stageRecord(batch *pebbledb.Batch, env backend.Envelope, delay
 	}
 	rec := backend.JobRecord{
 		ID: env.ID, Queue: env.Queue, State: state, Attempt: max(env.Attempt, 1), MaxAttempts: env.MaxAttempts,
-		Reason: env.Reason, CreatedAt: env.EnqueuedAt, UpdatedAt: time.Now(),
+		Reason: env.Reason, CreatedAt: env.EnqueuedAt, UpdatedAt: time.Now(), Attempts: attempts,
 	}
 	batch.Set(recordKey(env.ID), encodeRecord(&rec), nil)
 }

@@ -132,3 +132,31 @@ func TestRecordKeepsEachAttempt(t *testing.T) {
 		t.Errorf("record's last run: version %s role %q, want %s canary", rec.ModuleVersion, rec.ModuleRole, version(runs))
 	}
 }
+
+// A replayed dead letter's record starts again (pending, attempt 1) and keeps the runs
+// before it: the job's page lists the first run and the replay's.
+func TestReplayKeepsTheEarlierAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := open(t, pebblebackend.Config{Dir: "/data", FS: vfs.NewMem()})
+	defer closeBackend(t, b)
+	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
+	mustDo(t, b.Declare(ctx, q))
+	env := backend.NewEnvelope("jobs", []byte("bad"))
+	mustDo(t, b.Publish(ctx, env, 0))
+	s, err := b.Consume(ctx, q)
+	mustDo(t, err)
+	defer s.Drop()
+	for run := 1; run <= 2; run++ {
+		d := (<-s.Deliveries()).(backend.AtomicDelivery)
+		mustDo(t, d.DeadLetterWith(ctx, fmt.Sprintf("bad input %d", run), &backend.JobRecord{Module: "mod", ModuleVersion: fmt.Sprintf("v%d", run)}))
+		if run == 1 {
+			mustDo(t, b.ReplayDeadLetter(ctx, "jobs", env.ID))
+		}
+	}
+	rec, err := b.JobRecord(ctx, env.ID)
+	mustDo(t, err)
+	if len(rec.Attempts) != 2 || rec.Attempts[0].Version != "v1" || rec.Attempts[1].Version != "v2" {
+		t.Fatalf("after a dead letter, its replay and a second dead letter the record keeps %+v, want the runs on v1 and v2", rec.Attempts)
+	}
+}
