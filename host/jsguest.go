@@ -163,21 +163,7 @@ func (m *Module) validateJS() error {
 				signature(def.ParamTypes(), def.ResultTypes()), signature(t.params, t.results))
 		}
 	}
-	for _, def := range m.compiled.ImportedFunctions() {
-		if err := m.e.importOK(def, true); err != nil {
-			return err
-		}
-	}
-	if mems := m.compiled.ImportedMemories(); len(mems) > 0 {
-		mod, name, _ := mems[0].Import()
-		return fmt.Errorf("imports memory %s.%s: a module must define its own memory", mod, name)
-	}
-	mem := m.compiled.ExportedMemories()[abi.ExportMemory]
-	if limit := m.manifest.Limits.MemoryPages; mem.Min() > limit {
-		return fmt.Errorf("memory starts at %d pages, above the limit of %d pages (%d MiB); raise memory in the manifest",
-			mem.Min(), limit, limit/16)
-	}
-	return nil
+	return m.checkImportsAndMemory(true)
 }
 
 // jsVM is one QuickJS runtime and context in one instance of the engine, with the

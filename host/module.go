@@ -170,8 +170,16 @@ func (m *Module) validate() error {
 	if _, ok := fns["_start"]; ok && fns[abi.ExportInitialize] == nil {
 		return errors.New("exports _start (a WASI command): build it as a reactor (Go: -buildmode=c-shared; C: -mexec-model=reactor)")
 	}
+	return m.checkImportsAndMemory(false)
+}
+
+// checkImportsAndMemory checks what every module shares, a Wasm handler's and the JS
+// engine's alike: each imported function is one the host provides (jsEngine: with the
+// engine's env.host_* too), the memory is the module's own, and it starts within the
+// manifest's limit.
+func (m *Module) checkImportsAndMemory(jsEngine bool) error {
 	for _, def := range m.compiled.ImportedFunctions() {
-		if err := m.e.importOK(def, false); err != nil {
+		if err := m.e.importOK(def, jsEngine); err != nil {
 			return err
 		}
 	}
