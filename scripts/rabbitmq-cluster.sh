@@ -11,6 +11,9 @@
 #   scripts/rabbitmq-cluster.sh start-node N  start node N again; it rejoins by itself
 #   scripts/rabbitmq-cluster.sh leader QUEUE  print the number of the node that leads the
 #                                             quorum queue QUEUE (of vhost /)
+#   scripts/rabbitmq-cluster.sh queues QUEUE  print, as a running node sees them, QUEUE,
+#                                             its dead letters and every delay queue that
+#                                             holds messages: counts, consumers, leader
 #
 # Node N is wjcN@localhost, with its state in WASMJOBS_CLUSTER_DIR/nN (default
 # /tmp/wasmjobs-cluster), AMQP on port WASMJOBS_CLUSTER_PORT+N-1 (default 5701, 5702,
@@ -90,18 +93,36 @@ stop() {
   for p in "${pids[@]}"; do wait "$p" || true; done
 }
 
-leader() {
-  local running=""
+# running prints the number of the first node that runs.
+running() {
+  local n
   for n in "${NODES[@]}"; do
-    if (node "$n" && rmq_running); then running=$n; break; fi
+    if (node "$n" && rmq_running); then echo "$n"; return; fi
   done
-  [ -n "$running" ] || { echo "no node of the cluster runs" >&2; exit 1; }
-  local l
+  echo "no node of the cluster runs" >&2
+  exit 1
+}
+
+leader() {
+  local running l
+  running=$(running)
   l=$(node "$running" && rmq_ctl list_queues -q --no-table-headers name leader | awk -v q="$1" '$1 == q { print $2 }')
   case "$l" in
     wjc[123]@localhost) echo "${l:3:1}" ;;
     *) echo "no leader found for queue '$1' (got '$l')" >&2; exit 1 ;;
   esac
+}
+
+# queues QUEUE: the work queue, its dead letters and the delay queues holding messages.
+# messages_dlx counts what a quorum queue has dead-lettered and not yet seen taken by
+# the next queue (at-least-once).
+queues() {
+  local running
+  running=$(running)
+  echo "as node $running sees them: name type messages ready unacked dlx consumers leader online"
+  node "$running" && rmq_ctl list_queues -q --no-table-headers name type messages messages_ready \
+    messages_unacknowledged messages_dlx consumers leader online |
+    awk -v q="$1" '$1 == q || $1 == q ".dead" || ($1 ~ /\.delay(-quorum)?\./ && ($3 > 0 || $6 > 0))'
 }
 
 case "${1:-}" in
@@ -112,5 +133,6 @@ case "${1:-}" in
   stop-node) checknode "${2:-}"; (node "$2" && rmq_stop) ;;
   start-node) checknode "${2:-}"; (node "$2" && rmq_start "$(cookie)") ;;
   leader) [ -n "${2:-}" ] || { echo "usage: $0 leader QUEUE" >&2; exit 2; }; leader "$2" ;;
-  *) echo "usage: $0 install|start|stop|url|stop-node N|start-node N|leader QUEUE" >&2; exit 2 ;;
+  queues) [ -n "${2:-}" ] || { echo "usage: $0 queues QUEUE" >&2; exit 2; }; queues "$2" ;;
+  *) echo "usage: $0 install|start|stop|url|stop-node N|start-node N|leader QUEUE|queues QUEUE" >&2; exit 2 ;;
 esac
