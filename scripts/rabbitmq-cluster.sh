@@ -114,15 +114,21 @@ leader() {
 }
 
 # queues QUEUE: the work queue, its dead letters and the delay queues holding messages.
-# messages_dlx counts what a quorum queue has dead-lettered and not yet seen taken by
-# the next queue (at-least-once).
+# dlx counts what a quorum queue has dead-lettered and not yet seen confirmed by the
+# next queue (at-least-once); rabbitmqctl list_queues cannot show it, so this asks the
+# node through eval.
 queues() {
   local running
   running=$(running)
-  echo "as node $running sees them: name type messages ready unacked dlx consumers leader online"
-  node "$running" && rmq_ctl list_queues -q --no-table-headers name type messages messages_ready \
-    messages_unacknowledged messages_dlx consumers leader online |
-    awk -v q="$1" '$1 == q || $1 == q ".dead" || ($1 ~ /\.delay(-quorum)?\./ && ($3 > 0 || $6 > 0))'
+  echo "as node $running sees them: name messages ready unacked dlx consumers leader"
+  # shellcheck disable=SC2016
+  (node "$running" && rmq_ctl eval '
+    Keys = [name, messages, messages_ready, messages_unacknowledged, messages_dlx, consumers, leader],
+    lists:foreach(fun(I) ->
+        {resource, _, queue, N} = proplists:get_value(name, I),
+        io:format("~ts~s~n", [N, [io_lib:format(" ~p", [proplists:get_value(K, I)]) || K <- tl(Keys)]])
+      end, rabbit_amqqueue:info_all(<<"/">>, Keys)).') |
+    awk -v q="$1" '$1 == q || $1 == q ".dead" || ($1 ~ /\.delay(-quorum)?\./ && ($2 > 0 || $5 > 0))'
 }
 
 case "${1:-}" in
