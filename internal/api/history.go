@@ -43,6 +43,10 @@ type JobState struct {
 	// Attempts are the job's settled attempts, oldest first, the latest
 	// backend.MaxRecordAttempts (job records only).
 	Attempts []Attempt `json:"attempts,omitempty"`
+
+	// rev counts a History entry's updates: an operator's action records its outcome
+	// only if nothing (the worker) changed the job since the action began.
+	rev uint64
 }
 
 // ModuleRef names the module version that last ran a job.
@@ -93,6 +97,7 @@ func (h *History) update(id string, f func(*JobState)) {
 	st := el.Value.(*JobState)
 	f(st)
 	st.UpdatedAt = time.Now()
+	st.rev++
 }
 
 // Enqueued records a job published through this host.

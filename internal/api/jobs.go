@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 )
@@ -82,6 +83,7 @@ func (j Jobs) Do(ctx context.Context, id string, a Action) error {
 	if !ok {
 		return fmt.Errorf("%s job %q: the broker cannot find a queued message by id, so one job cannot be cancelled, retried or deleted (a dead letter can be replayed or purged): %w", a, id, ErrUnavailable)
 	}
+	before, _ := j.History.Get(id)
 	var err error
 	switch a {
 	case ActionCancel:
@@ -109,11 +111,13 @@ func (j Jobs) Do(ctx context.Context, id string, a Action) error {
 		}
 	}
 	if err == nil {
+		// A retried job may already have run, even settled, by now: what the worker
+		// recorded meanwhile is newer than the action's outcome.
 		switch a {
 		case ActionCancel:
-			j.History.set(id, "cancelled", "cancelled by an operator")
+			j.History.setUnchanged(id, before.rev, "cancelled", "cancelled by an operator")
 		case ActionRetry:
-			j.History.set(id, "pending", "")
+			j.History.setUnchanged(id, before.rev, "pending", "")
 		case ActionDelete:
 			j.History.Forget(id)
 		}
@@ -146,12 +150,22 @@ func (h *History) List(queue string, f backend.JobFilter) ([]JobState, string) {
 	return all, ""
 }
 
-// set records an operator's change of a job's state.
-func (h *History) set(id, state, reason string) {
-	if _, ok := h.Get(id); !ok {
+// setUnchanged records an operator's change of a job's state, unless the job changed
+// (its rev moved on) since the operator's action read it as rev.
+func (h *History) setUnchanged(id string, rev uint64, state, reason string) {
+	if h == nil {
 		return
 	}
-	h.update(id, func(st *JobState) { st.State, st.Reason = state, reason })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	el, ok := h.jobs[id]
+	if !ok || el.Value.(*JobState).rev != rev {
+		return
+	}
+	h.order.MoveToBack(el)
+	st := el.Value.(*JobState)
+	st.State, st.Reason, st.UpdatedAt = state, reason, time.Now()
+	st.rev++
 }
 
 // ParseJobFilter reads state, cursor and limit from a query.

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -147,5 +148,42 @@ func TestAttemptsKeepEachRunWithItsVersion(t *testing.T) {
 	run("c", 1, worker.SettleAck, "v2")
 	if a.Of("a") != nil || len(a.Of("c")) != 1 {
 		t.Errorf("past the bound of 2 jobs the oldest must go: a %v, c %v", a.Of("a"), a.Of("c"))
+	}
+}
+
+// settledFirst is the memory backend whose RetryJobNow returns only once the worker has
+// run the job to its end: a retried job that runs and settles before the API's answer
+// (as it may on a busy machine) must stay succeeded, not go back to pending.
+type settledFirst struct {
+	*memory.Backend
+	hist *api.History
+}
+
+func (b settledFirst) RetryJobNow(ctx context.Context, id string) error {
+	if err := b.Backend.RetryJobNow(ctx, id); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if st, _ := b.hist.Get(id); st.State == "succeeded" {
+			return nil
+		}
+	}
+	return fmt.Errorf("job %s did not succeed within 10 s of its retry", id)
+}
+
+func TestRetryNowKeepsTheStateOfAJobThatAlreadyRan(t *testing.T) {
+	t.Parallel()
+	hist := api.NewHistory(100)
+	r := newRigOn(t, settledFirst{memory.New(memory.Config{}), hist}, hist, "")
+	code, out := r.call(t, "POST", "/v1/jobs", `{"queue":"echo","payload":"b","delay":"1h"}`)
+	if code != 202 {
+		t.Fatalf("enqueue: %d %v", code, out)
+	}
+	id := out["id"].(string)
+	if code, out := r.call(t, "POST", "/v1/jobs/"+id+"/retry", ""); code != 200 {
+		t.Fatalf("retry: %d %v", code, out)
+	}
+	if _, out := r.call(t, "GET", "/v1/jobs/"+id, ""); out["state"] != "succeeded" {
+		t.Errorf("a job retried now that ran before the answer is %v, want succeeded", out["state"])
 	}
 }
