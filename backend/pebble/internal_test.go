@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unicode/utf8"
 
@@ -297,4 +298,43 @@ func TestUnreadableDelayedJobFailsTheStore(t *testing.T) {
 		t.Fatalf("stats %+v, want the job still delayed", st)
 	}
 	b.Close(ctx)
+}
+
+// A replay of a dead letter racing the prune of the dead job's record lost the fresh
+// record: the prune chose the record (finished, its by-time key due) and its batch,
+// committed after the replay's, deleted the record the replay had just written. The
+// replay here commits between the prune's choice and the prune's commit; synctest.Wait
+// lets it run as far as it can before the prune commits.
+func TestPruneRacingAReplayKeepsTheFreshRecord(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := openMem(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}})
+		defer b.Close(ctx)
+		must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+		must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+		s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+		must(t, err)
+		must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
+		s.Drop()
+		replayed := make(chan error, 1)
+		b.beforeCommit = func(op string) {
+			if op == "prune records" {
+				go func() { replayed <- b.ReplayDeadLetter(ctx, "q", "j") }()
+				synctest.Wait()
+			}
+		}
+		must(t, b.prune(time.Now().Add(time.Hour)))
+		must(t, <-replayed)
+		b.beforeCommit = nil
+		rec, err := b.JobRecord(ctx, "j")
+		if err != nil || rec.State != backend.JobPending {
+			t.Fatalf("record after the replay = %+v, %v; want the replay's fresh record, pending", rec, err)
+		}
+		// The prune's next pass leaves the live job's record alone too.
+		must(t, b.prune(time.Now().Add(time.Hour)))
+		if rec, err := b.JobRecord(ctx, "j"); err != nil || rec.State != backend.JobPending {
+			t.Fatalf("record after a second prune = %+v, %v; want it pending", rec, err)
+		}
+	})
 }
