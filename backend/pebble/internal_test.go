@@ -338,3 +338,64 @@ func TestPruneRacingAReplayKeepsTheFreshRecord(t *testing.T) {
 		}
 	})
 }
+
+// A purge reports exactly the dead letters it removed. It counted them, then range-
+// deleted the queue's dead letters: one written in between was deleted and not counted,
+// one replayed in between was counted and not deleted (the replay had taken it).
+func TestPurgeCountsWhatItRemoved(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// during runs between the purge's count and its write; it returns how many
+		// dead letters it added and how many it took off the queue.
+		during func(t *testing.T, b *Backend, held backend.Delivery) (added, taken int)
+	}{
+		{"a job dead-lettered meanwhile", func(t *testing.T, b *Backend, held backend.Delivery) (int, int) {
+			must(t, held.DeadLetter(context.Background(), "boom"))
+			return 1, 0
+		}},
+		{"a dead letter replayed meanwhile", func(t *testing.T, b *Backend, held backend.Delivery) (int, int) {
+			if err := b.ReplayDeadLetter(context.Background(), "q", "a"); err != nil {
+				return 0, 0 // the purge has it
+			}
+			return 0, 1
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := openMem(t, nil, Config{})
+			defer b.Close(ctx)
+			must(t, b.Declare(ctx, backend.QueueConfig{Name: "q", Prefetch: 2}))
+			must(t, b.Publish(ctx, backend.Envelope{ID: "a", Queue: "q"}, 0))
+			must(t, b.Publish(ctx, backend.Envelope{ID: "b", Queue: "q"}, 0))
+			s, err := b.Consume(ctx, backend.QueueConfig{Name: "q", Prefetch: 2})
+			must(t, err)
+			defer s.Drop()
+			da, db := <-s.Deliveries(), <-s.Deliveries()
+			if env, _ := da.Envelope(); env.ID != "a" {
+				da, db = db, da
+			}
+			must(t, da.DeadLetter(ctx, "boom"))
+			var once sync.Once
+			added, taken := 0, 0
+			b.beforeCommit = func(op string) {
+				if op == "purge dead letters" {
+					once.Do(func() { added, taken = tc.during(t, b, db) })
+				}
+			}
+			n, err := b.PurgeDeadLetters(ctx, "q")
+			must(t, err)
+			b.beforeCommit = nil
+			left, err := b.DeadLetters(ctx, "q", 0)
+			must(t, err)
+			if want := 1 + added - taken - len(left); n != want {
+				t.Errorf("purge reported %d removed; %d dead letters before, %d added and %d taken meanwhile, %d left: want %d",
+					n, 1, added, taken, len(left), want)
+			}
+			if st, _ := b.QueueStats(ctx, "q"); st.Dead != len(left) {
+				t.Errorf("stats count %d dead, %d dead letters left on disk", st.Dead, len(left))
+			}
+		})
+	}
+}

@@ -159,7 +159,8 @@ type Backend struct {
 	recs   recordIndex
 	uniq   uniqIndex
 
-	// replaying holds the dead-letter keys being replayed.
+	// replaying holds the dead-letter keys being replayed, deleted or purged: the one
+	// that stores a key first owns it.
 	replaying sync.Map
 
 	// beforeCommit, when set (by tests only), is called before each commit with the
