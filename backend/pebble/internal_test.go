@@ -399,3 +399,34 @@ func TestPurgeCountsWhatItRemoved(t *testing.T) {
 		})
 	}
 }
+
+// DeleteJob of a succeeded job racing a publish of its id deleted the new job's record:
+// it read the record as succeeded and committed the delete after the publish had
+// written the fresh one.
+func TestDeleteJobRacingAPublishKeepsTheFreshRecord(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := openMem(t, nil, Config{})
+		defer b.Close(ctx)
+		must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+		must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+		s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+		must(t, err)
+		must(t, (<-s.Deliveries()).Ack(ctx))
+		s.Drop()
+		published := make(chan error, 1)
+		b.beforeCommit = func(op string) {
+			if op == "delete job" {
+				go func() { published <- b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0) }()
+				synctest.Wait()
+			}
+		}
+		must(t, b.DeleteJob(ctx, "j"))
+		must(t, <-published)
+		b.beforeCommit = nil
+		if rec, err := b.JobRecord(ctx, "j"); err != nil || rec.State != backend.JobPending {
+			t.Fatalf("record after the publish = %v, %v; want the new job's record, pending", rec.State, err)
+		}
+	})
+}
