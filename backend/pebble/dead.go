@@ -98,7 +98,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	// Claim the dead letter's key, then check it is still there: two replays of one
 	// id would otherwise both delete it and both count it off q.dead.
 	if _, busy := b.replaying.LoadOrStore(string(key), true); busy {
-		return fmt.Errorf("dead letter %q of queue %q: being replayed already: %w", id, queue, backend.ErrNotFound)
+		return fmt.Errorf("dead letter %q of queue %q: being replayed, deleted or purged already: %w", id, queue, backend.ErrNotFound)
 	}
 	defer b.replaying.Delete(string(key))
 	if _, err := b.get(key); err != nil {
@@ -132,8 +132,15 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	})
 }
 
-// PurgeDeadLetters deletes the dead letters of the declared queue with one range
-// delete, and compacts the range in the background so that the space is given back.
+// PurgeDeadLetters deletes the dead letters the declared queue holds when it starts,
+// and reports how many it deleted: exactly those, a batch of at most purgeBatch at a
+// time. Each key is claimed the way a replay claims it (b.replaying) and read again
+// before its delete is staged, so that a dead letter replayed or deleted meanwhile is
+// neither deleted nor counted; one written after the purge began sorts past the last
+// key it found and stays (a range delete of the prefix deleted it uncounted). The range
+// is compacted in the background, so that the space is given back. With an error, the
+// count is of the batches written before it (a batch whose write was cut off by ctx may
+// still land, uncounted).
 func (b *Backend) PurgeDeadLetters(ctx context.Context, queue string) (int, error) {
 	q, err := b.lookup(queue)
 	if err != nil {
@@ -143,23 +150,93 @@ func (b *Backend) PurgeDeadLetters(ctx context.Context, queue string) (int, erro
 		return 0, err
 	}
 	defer b.ops.Done()
-	n := 0
-	if err := b.scanDead(queue, func(_, _ []byte) (bool, error) { n++; return true, nil }); err != nil {
-		return 0, err
-	}
 	prefix := deadPrefix(queue)
-	batch := b.db.NewBatch()
-	batch.DeleteRange(prefix, prefixEnd(prefix), nil)
-	err = b.commit(ctx, batch, pebbledb.Sync, "purge dead letters", queue, func() {
-		q.mu.Lock()
-		q.dead = 0
-		q.mu.Unlock()
-	}, nil)
+	it, err := b.db.NewIter(&pebbledb.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
 	if err != nil {
-		return 0, err
+		return 0, &backend.TransportError{Op: "purge dead letters", Queue: queue, Err: err}
 	}
-	b.compactLater(prefix, prefixEnd(prefix))
-	return n, nil
+	var upper []byte // just past the last dead letter there now
+	if it.Last() {
+		upper = append(append([]byte(nil), it.Key()...), 0)
+	}
+	ierr := it.Error()
+	it.Close()
+	if ierr != nil {
+		return 0, &backend.TransportError{Op: "purge dead letters", Queue: queue, Err: ierr}
+	}
+	total := 0
+	for from := prefix; upper != nil && from != nil; {
+		var n int
+		n, from, err = b.purgeDeadBatch(ctx, q, from, upper)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	if total > 0 {
+		b.compactLater(prefix, prefixEnd(prefix))
+	}
+	return total, nil
+}
+
+// purgeBatch is how many dead letters one write of a purge deletes at most.
+const purgeBatch = 1024
+
+// purgeDeadBatch deletes up to purgeBatch dead letters of q in [from, upper) and returns
+// how many, and where the next batch starts (nil when none is left). The claims on the
+// keys end once the write has landed or failed, not before: a replay that claimed one
+// while the write was still in flight would find it and count it off q.dead again.
+func (b *Backend) purgeDeadBatch(ctx context.Context, q *queue, from, upper []byte) (int, []byte, error) {
+	it, err := b.db.NewIter(&pebbledb.IterOptions{LowerBound: from, UpperBound: upper})
+	if err != nil {
+		return 0, nil, &backend.TransportError{Op: "purge dead letters", Queue: q.name, Err: err}
+	}
+	var claimed []string
+	release := func() {
+		for _, k := range claimed {
+			b.replaying.Delete(k)
+		}
+	}
+	batch := b.db.NewBatch()
+	var next []byte
+	seen := 0
+	for valid := it.First(); valid; valid = it.Next() {
+		if seen == purgeBatch {
+			next = append([]byte(nil), it.Key()...)
+			break
+		}
+		seen++
+		k := string(it.Key())
+		if _, busy := b.replaying.LoadOrStore(k, true); busy {
+			continue // being replayed or deleted: not the purge's
+		}
+		claimed = append(claimed, k)
+		if _, err := b.get([]byte(k)); err != nil {
+			continue // replayed or deleted since the iterator was opened
+		}
+		batch.Delete([]byte(k), nil)
+	}
+	ierr := it.Error()
+	it.Close()
+	n := int(batch.Count())
+	if ierr != nil || n == 0 {
+		batch.Close()
+		release()
+		if ierr != nil {
+			return 0, nil, &backend.TransportError{Op: "purge dead letters", Queue: q.name, Err: ierr}
+		}
+		return 0, next, nil
+	}
+	err = b.commit(ctx, batch, pebbledb.Sync, "purge dead letters", q.name, func() {
+		q.mu.Lock()
+		q.dead -= n
+		q.mu.Unlock()
+		release()
+	}, release)
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, next, nil
 }
 
 // compactLater compacts [start, end) in the background, so that a drained range's

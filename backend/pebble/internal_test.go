@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unicode/utf8"
 
@@ -297,4 +298,135 @@ func TestUnreadableDelayedJobFailsTheStore(t *testing.T) {
 		t.Fatalf("stats %+v, want the job still delayed", st)
 	}
 	b.Close(ctx)
+}
+
+// A replay of a dead letter racing the prune of the dead job's record lost the fresh
+// record: the prune chose the record (finished, its by-time key due) and its batch,
+// committed after the replay's, deleted the record the replay had just written. The
+// replay here commits between the prune's choice and the prune's commit; synctest.Wait
+// lets it run as far as it can before the prune commits.
+func TestPruneRacingAReplayKeepsTheFreshRecord(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := openMem(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}})
+		defer b.Close(ctx)
+		must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+		must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+		s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+		must(t, err)
+		must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
+		s.Drop()
+		replayed := make(chan error, 1)
+		b.beforeCommit = func(op string) {
+			if op == "prune records" {
+				go func() { replayed <- b.ReplayDeadLetter(ctx, "q", "j") }()
+				synctest.Wait()
+			}
+		}
+		must(t, b.prune(time.Now().Add(time.Hour)))
+		must(t, <-replayed)
+		b.beforeCommit = nil
+		rec, err := b.JobRecord(ctx, "j")
+		if err != nil || rec.State != backend.JobPending {
+			t.Fatalf("record after the replay = %+v, %v; want the replay's fresh record, pending", rec, err)
+		}
+		// The prune's next pass leaves the live job's record alone too.
+		must(t, b.prune(time.Now().Add(time.Hour)))
+		if rec, err := b.JobRecord(ctx, "j"); err != nil || rec.State != backend.JobPending {
+			t.Fatalf("record after a second prune = %+v, %v; want it pending", rec, err)
+		}
+	})
+}
+
+// A purge reports exactly the dead letters it removed. It counted them, then range-
+// deleted the queue's dead letters: one written in between was deleted and not counted,
+// one replayed in between was counted and not deleted (the replay had taken it).
+func TestPurgeCountsWhatItRemoved(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// during runs between the purge's count and its write; it returns how many
+		// dead letters it added and how many it took off the queue.
+		during func(t *testing.T, b *Backend, held backend.Delivery) (added, taken int)
+	}{
+		{"a job dead-lettered meanwhile", func(t *testing.T, b *Backend, held backend.Delivery) (int, int) {
+			must(t, held.DeadLetter(context.Background(), "boom"))
+			return 1, 0
+		}},
+		{"a dead letter replayed meanwhile", func(t *testing.T, b *Backend, held backend.Delivery) (int, int) {
+			if err := b.ReplayDeadLetter(context.Background(), "q", "a"); err != nil {
+				return 0, 0 // the purge has it
+			}
+			return 0, 1
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := openMem(t, nil, Config{})
+			defer b.Close(ctx)
+			must(t, b.Declare(ctx, backend.QueueConfig{Name: "q", Prefetch: 2}))
+			must(t, b.Publish(ctx, backend.Envelope{ID: "a", Queue: "q"}, 0))
+			must(t, b.Publish(ctx, backend.Envelope{ID: "b", Queue: "q"}, 0))
+			s, err := b.Consume(ctx, backend.QueueConfig{Name: "q", Prefetch: 2})
+			must(t, err)
+			defer s.Drop()
+			da, db := <-s.Deliveries(), <-s.Deliveries()
+			if env, _ := da.Envelope(); env.ID != "a" {
+				da, db = db, da
+			}
+			must(t, da.DeadLetter(ctx, "boom"))
+			var once sync.Once
+			added, taken := 0, 0
+			b.beforeCommit = func(op string) {
+				if op == "purge dead letters" {
+					once.Do(func() { added, taken = tc.during(t, b, db) })
+				}
+			}
+			n, err := b.PurgeDeadLetters(ctx, "q")
+			must(t, err)
+			b.beforeCommit = nil
+			left, err := b.DeadLetters(ctx, "q", 0)
+			must(t, err)
+			if want := 1 + added - taken - len(left); n != want {
+				t.Errorf("purge reported %d removed; %d dead letters before, %d added and %d taken meanwhile, %d left: want %d",
+					n, 1, added, taken, len(left), want)
+			}
+			if st, _ := b.QueueStats(ctx, "q"); st.Dead != len(left) {
+				t.Errorf("stats count %d dead, %d dead letters left on disk", st.Dead, len(left))
+			}
+		})
+	}
+}
+
+// DeleteJob of a succeeded job racing a publish of its id deleted the new job's record:
+// it read the record as succeeded and committed the delete after the publish had
+// written the fresh one.
+func TestDeleteJobRacingAPublishKeepsTheFreshRecord(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := openMem(t, nil, Config{})
+		defer b.Close(ctx)
+		must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+		must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+		s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+		must(t, err)
+		must(t, (<-s.Deliveries()).Ack(ctx))
+		s.Drop()
+		published := make(chan error, 1)
+		b.beforeCommit = func(op string) {
+			if op == "delete job" {
+				go func() { published <- b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0) }()
+				synctest.Wait()
+			}
+		}
+		must(t, b.DeleteJob(ctx, "j"))
+		must(t, <-published)
+		b.beforeCommit = nil
+		if rec, err := b.JobRecord(ctx, "j"); err != nil || rec.State != backend.JobPending {
+			t.Fatalf("record after the publish = %v, %v; want the new job's record, pending", rec.State, err)
+		}
+	})
 }

@@ -133,30 +133,50 @@ func (b *Backend) DeleteJob(ctx context.Context, id string) error {
 	switch rec.State {
 	case backend.JobRunning:
 		return fmt.Errorf("job %q of queue %q is running: it can be deleted once it settles: %w", id, rec.Queue, backend.ErrJobState)
-	case backend.JobSucceeded, backend.JobCancelled:
-		if err := b.enter(); err != nil {
-			return err
-		}
-		defer b.ops.Done()
-		batch := b.db.NewBatch()
-		batch.Delete(recordKey(id), nil) // its by-time key goes at the next prune
-		return b.commit(ctx, batch, pebbledb.Sync, "delete job", rec.Queue, nil, nil)
-	case backend.JobDead:
-		return b.deleteDead(ctx, rec)
+	case backend.JobSucceeded, backend.JobCancelled, backend.JobDead:
+		return b.deleteFinished(ctx, id)
 	}
 	return b.removeWaiting(ctx, rec, true)
 }
 
-// deleteDead deletes a dead job's dead letter, if it is still there, and its record.
-func (b *Backend) deleteDead(ctx context.Context, rec backend.JobRecord) error {
-	q, err := b.lookup(rec.Queue)
-	if err != nil {
-		return err
-	}
+// deleteFinished deletes the record of a finished job (and a dead job's dead letter).
+// It holds the id's reservation (idSet) from reading the record until the delete has
+// landed or failed: a publish or replay of the id waits meanwhile, so the record deleted
+// is the one read, never a fresh one written in between.
+func (b *Backend) deleteFinished(ctx context.Context, id string) error {
 	if err := b.enter(); err != nil {
 		return err
 	}
 	defer b.ops.Done()
+	if !b.ids.tryReserve(id) {
+		return fmt.Errorf("job %q is waiting or running again (published anew): %w", id, backend.ErrJobState)
+	}
+	release := func() { b.ids.settle(id, false) }
+	rec, err := b.JobRecord(ctx, id)
+	if err != nil {
+		release()
+		return err
+	}
+	switch rec.State {
+	case backend.JobSucceeded, backend.JobCancelled:
+		batch := b.db.NewBatch()
+		batch.Delete(recordKey(id), nil) // its by-time key goes at the next prune
+		return b.commit(ctx, batch, pebbledb.Sync, "delete job", rec.Queue, release, release)
+	case backend.JobDead:
+		return b.deleteDead(ctx, rec, release)
+	}
+	release()
+	return fmt.Errorf("job %q of queue %q is %s now: %w", id, rec.Queue, rec.State, backend.ErrJobState)
+}
+
+// deleteDead deletes a dead job's dead letter, if it is still there, and its record;
+// it calls release once the write has landed or failed, or when it writes nothing.
+func (b *Backend) deleteDead(ctx context.Context, rec backend.JobRecord, release func()) error {
+	q, err := b.lookup(rec.Queue)
+	if err != nil {
+		release()
+		return err
+	}
 	var key []byte
 	err = b.scanDead(q.name, func(k, v []byte) (bool, error) {
 		_, _, value, err := decodeDead(v)
@@ -170,21 +190,24 @@ func (b *Backend) deleteDead(ctx context.Context, rec backend.JobRecord) error {
 		return true, nil
 	})
 	if err != nil {
+		release()
 		return err
 	}
 	batch := b.db.NewBatch()
 	batch.Delete(recordKey(rec.ID), nil)
 	if key == nil {
-		return b.commit(ctx, batch, pebbledb.Sync, "delete job", q.name, nil, nil)
+		return b.commit(ctx, batch, pebbledb.Sync, "delete job", q.name, release, release)
 	}
 	// The same claim as a replay's: one of the two wins the dead letter.
 	if _, busy := b.replaying.LoadOrStore(string(key), true); busy {
 		batch.Close()
-		return fmt.Errorf("dead letter %q of queue %q is being replayed: %w", rec.ID, q.name, backend.ErrJobState)
+		release()
+		return fmt.Errorf("dead letter %q of queue %q is being replayed or purged: %w", rec.ID, q.name, backend.ErrJobState)
 	}
-	defer b.replaying.Delete(string(key))
+	unclaim := func() { b.replaying.Delete(string(key)); release() }
 	if _, err := b.get(key); err != nil {
 		batch.Close()
+		unclaim()
 		return fmt.Errorf("dead letter %q of queue %q: %w", rec.ID, q.name, backend.ErrNotFound)
 	}
 	batch.Delete(key, nil)
@@ -192,7 +215,8 @@ func (b *Backend) deleteDead(ctx context.Context, rec backend.JobRecord) error {
 		q.mu.Lock()
 		q.dead--
 		q.mu.Unlock()
-	}, nil)
+		unclaim()
+	}, unclaim)
 }
 
 // removeWaiting takes a waiting job off its queue's index and deletes its key, in one

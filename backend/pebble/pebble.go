@@ -159,7 +159,8 @@ type Backend struct {
 	recs   recordIndex
 	uniq   uniqIndex
 
-	// replaying holds the dead-letter keys being replayed.
+	// replaying holds the dead-letter keys being replayed, deleted or purged: the one
+	// that stores a key first owns it.
 	replaying sync.Map
 
 	// beforeCommit, when set (by tests only), is called before each commit with the
@@ -882,6 +883,22 @@ func (s *idSet) reserve(ctx context.Context, id string) (bool, error) {
 			return false, ctx.Err()
 		}
 	}
+}
+
+// tryReserve is reserve without the wait: it reports false, reserving nothing, when
+// the backend holds id or a publish of id is in flight. The caller that got true ends
+// the reservation with settle. The empty id is never reserved.
+func (s *idSet) tryReserve(id string) bool {
+	if id == "" {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[id]; ok {
+		return false
+	}
+	s.m[id] = make(chan struct{})
+	return true
 }
 
 // settle ends a reservation: id is held when committed, else free again.

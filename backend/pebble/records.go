@@ -407,46 +407,18 @@ func (b *Backend) pruneLoop() {
 // prune deletes the oldest finished records past the count or the age limit, a batch
 // of at most 1024 at a time. A by-time key whose record was written again since (the
 // id published anew) goes without its record.
+//
+// Every id whose record a batch deletes is reserved (idSet.tryReserve) from before its
+// record is read until the batch is committed: a publish or replay of the id waits
+// meanwhile, so the batch cannot delete a fresh record written after the read. An id
+// the backend holds, or is publishing, keeps its record: it is the live job's.
 func (b *Backend) prune(now time.Time) error {
 	c := b.records
 	for {
 		b.recs.mu.Lock()
 		excess := b.recs.finished - c.maxCount
 		b.recs.mu.Unlock()
-		prefix := []byte{kindByTime}
-		it, err := b.db.NewIter(&pebbledb.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
-		if err != nil {
-			return err
-		}
-		batch := b.db.NewBatch()
-		n := 0
-		for valid := it.First(); valid && n < 1024; valid = it.Next() {
-			k := it.Key()
-			at := time.Unix(0, int64(binary.BigEndian.Uint64(k[1:9])))
-			if n >= excess && (c.maxAge < 0 || now.Sub(at) < c.maxAge) {
-				break
-			}
-			id := string(k[9:])
-			batch.Delete(k, nil)
-			n++
-			if v, err := b.get(recordKey(id)); err == nil {
-				if rec, err := decodeRecord(v); err == nil && rec.State.Finished() && rec.FinishedAt.Equal(at) {
-					batch.Delete(recordKey(id), nil)
-				}
-			}
-		}
-		ierr := it.Error()
-		it.Close()
-		if ierr != nil {
-			batch.Close()
-			return ierr
-		}
-		if n == 0 {
-			batch.Close()
-			return nil
-		}
-		err = b.apply(batch, pebbledb.NoSync)
-		batch.Close()
+		n, err := b.pruneBatch(now, excess, c.maxAge)
 		if err != nil {
 			return err
 		}
@@ -457,4 +429,58 @@ func (b *Backend) prune(now time.Time) error {
 			return nil
 		}
 	}
+}
+
+// pruneBatch deletes up to 1024 of the oldest by-time keys past excess or older than
+// maxAge, with the records they still stand for, and returns how many keys it deleted.
+func (b *Backend) pruneBatch(now time.Time, excess int, maxAge time.Duration) (int, error) {
+	reserved := make(map[string]bool)
+	defer func() {
+		for id := range reserved {
+			b.ids.settle(id, false)
+		}
+	}()
+	prefix := []byte{kindByTime}
+	it, err := b.db.NewIter(&pebbledb.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return 0, err
+	}
+	batch := b.db.NewBatch()
+	n := 0
+	for valid := it.First(); valid && n < 1024; valid = it.Next() {
+		k := it.Key()
+		at := time.Unix(0, int64(binary.BigEndian.Uint64(k[1:9])))
+		if n >= excess && (maxAge < 0 || now.Sub(at) < maxAge) {
+			break
+		}
+		id := string(k[9:])
+		batch.Delete(k, nil)
+		n++
+		if !reserved[id] {
+			if !b.ids.tryReserve(id) {
+				continue // held or being published: the record is the live job's
+			}
+			reserved[id] = true
+		}
+		if v, err := b.get(recordKey(id)); err == nil {
+			if rec, err := decodeRecord(v); err == nil && rec.State.Finished() && rec.FinishedAt.Equal(at) {
+				batch.Delete(recordKey(id), nil)
+			}
+		}
+	}
+	ierr := it.Error()
+	it.Close()
+	if ierr != nil {
+		batch.Close()
+		return 0, ierr
+	}
+	if n == 0 {
+		batch.Close()
+		return 0, nil
+	}
+	// Without a deadline, commit runs the write here: the reservations end after it.
+	if err := b.commit(context.Background(), batch, pebbledb.NoSync, "prune records", "", nil, nil); err != nil {
+		return 0, err
+	}
+	return n, nil
 }

@@ -115,10 +115,9 @@ func TestENOSPCInTheLogKeepsEveryReturnedPublish(t *testing.T) {
 			t.Errorf("Publish on a full disk: %v, want ErrStoreFailed", err)
 		}
 	}
-	// Whether the ballast was released is not asserted here: the check found it still
-	// in place in about one run in four, for a reason not found yet (an open question
-	// in the note). What matters for the jobs is below: the store refuses work
-	// and keeps every returned publish.
+	if fileExists(base, "/data/BALLAST") {
+		t.Error("the ballast is still there after a write met a full disk")
+	}
 	if err := b.Publish(ctx, backend.NewEnvelope("jobs", nil), 0); !errors.Is(err, pebblebackend.ErrStoreFailed) {
 		t.Errorf("Publish after the failure = %v, want ErrStoreFailed", err)
 	}
@@ -137,6 +136,48 @@ func TestENOSPCInTheLogKeepsEveryReturnedPublish(t *testing.T) {
 		t.Errorf("%d jobs waiting after reopening, want at least the %d whose publish returned", st.Pending, len(returned))
 	}
 	t.Logf("%d publishes returned before the disk filled; %d jobs found", len(returned), st.Pending)
+}
+
+// Whichever write of the log meets the full disk first releases the ballast: the log's
+// data or its sync. Pebble's OnDiskFull wrapper calls back on a failed Write or Sync
+// but not on a failed SyncData, which is how Pebble syncs its log; when the injected
+// ENOSPC met a sync first the ballast stayed (one run in four of the test above).
+func TestENOSPCReleasesTheBallast(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		kind errorfs.OpKind
+	}{
+		{"log write", errorfs.OpFileWrite},
+		{"log sync", errorfs.OpFileSyncData},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			base := vfs.NewMem()
+			full := &errorfs.Toggle{Injector: errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if strings.HasSuffix(op.Path, ".log") && op.Kind == tc.kind {
+					return syscall.ENOSPC
+				}
+				return nil
+			})}
+			b := open(t, pebblebackend.Config{Dir: "/data", FS: errorfs.Wrap(base, full)})
+			mustDo(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
+			if !fileExists(base, "/data/BALLAST") {
+				t.Fatal("no ballast file made")
+			}
+			full.On()
+			if err := b.Publish(ctx, backend.NewEnvelope("jobs", nil), 0); !errors.Is(err, pebblebackend.ErrStoreFailed) {
+				t.Errorf("Publish on a full disk = %v, want ErrStoreFailed", err)
+			}
+			if fileExists(base, "/data/BALLAST") {
+				t.Errorf("the ballast is still there after a %s met a full disk", tc.name)
+			}
+			if err := b.Close(ctx); !errors.Is(err, pebblebackend.ErrStoreFailed) {
+				t.Errorf("Close of the failed store = %v, want ErrStoreFailed", err)
+			}
+		})
+	}
 }
 
 // fillStore publishes n jobs into a new store in dir, flushes them into sstables and

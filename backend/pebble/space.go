@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -56,14 +57,76 @@ func newSpaceGuard(b *Backend, fs vfs.FS, dir string, reserve, ballast int64) *s
 
 // wrap returns fs with the disk-full backstop: on ENOSPC the ballast goes, the write is
 // tried once more, and publishes are refused until the space is back.
+//
+// vfs.OnDiskFull (Pebble v2.1.7) calls back on an ENOSPC from a file's Write, WriteAt
+// and Sync but not from SyncData, SyncTo or Preallocate, and Pebble syncs its log
+// with SyncData: a full disk met first by a log sync failed the store and left the
+// ballast in place. fullSyncFS, under OnDiskFull, releases the ballast on those too
+// (without a retry: a sync that failed is not tried again, see OnDiskFull's Sync).
 func (g *spaceGuard) wrap(fs vfs.FS) vfs.FS {
-	return vfs.OnDiskFull(fs, func() {
-		g.hitFull.Store(true)
-		g.missing.Store(true)
-		if err := g.fs.Remove(g.fs.PathJoin(g.dir, ballastName)); err == nil {
-			g.b.log.Error("disk full: released the ballast file", "dir", g.dir)
-		}
-	})
+	return vfs.OnDiskFull(fullSyncFS{FS: fs, onFull: g.release}, g.release)
+}
+
+// release deletes the ballast after a write met a full disk; it is called again by
+// every later ENOSPC, and deletes nothing once the ballast is gone.
+func (g *spaceGuard) release() {
+	g.hitFull.Store(true)
+	g.missing.Store(true)
+	if err := g.fs.Remove(g.fs.PathJoin(g.dir, ballastName)); err == nil {
+		g.b.log.Error("disk full: released the ballast file", "dir", g.dir)
+	}
+}
+
+// fullSyncFS calls onFull when a file's SyncData, SyncTo or Preallocate fails with
+// ENOSPC, the calls vfs.OnDiskFull lets through (see spaceGuard.wrap).
+type fullSyncFS struct {
+	vfs.FS
+	onFull func()
+}
+
+func (fs fullSyncFS) file(f vfs.File, err error) (vfs.File, error) {
+	if f != nil {
+		f = fullSyncFile{File: f, onFull: fs.onFull}
+	}
+	return f, err
+}
+
+func (fs fullSyncFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.file(fs.FS.Create(name, category))
+}
+
+func (fs fullSyncFS) OpenReadWrite(name string, category vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	return fs.file(fs.FS.OpenReadWrite(name, category, opts...))
+}
+
+func (fs fullSyncFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.file(fs.FS.ReuseForWrite(oldname, newname, category))
+}
+
+// Unwrap returns the wrapped FS (the embedded one's Unwrap would skip a layer).
+func (fs fullSyncFS) Unwrap() vfs.FS { return fs.FS }
+
+type fullSyncFile struct {
+	vfs.File
+	onFull func()
+}
+
+func (f fullSyncFile) full(err error) error {
+	if errors.Is(err, syscall.ENOSPC) {
+		f.onFull()
+	}
+	return err
+}
+
+func (f fullSyncFile) SyncData() error { return f.full(f.File.SyncData()) }
+
+func (f fullSyncFile) SyncTo(length int64) (bool, error) {
+	fullSync, err := f.File.SyncTo(length)
+	return fullSync, f.full(err)
+}
+
+func (f fullSyncFile) Preallocate(offset, length int64) error {
+	return f.full(f.File.Preallocate(offset, length))
 }
 
 // start makes the ballast if there is room for it.
