@@ -65,14 +65,32 @@ type canary struct {
 	m     *Module
 	cfg   Rollout // defaults filled in
 	start time.Time
-	timer *time.Timer
-	onEnd func(Verdict)
+	// ran is how long the trial ran before this host took it up (after a restart);
+	// resumed, when it did.
+	ran     time.Duration
+	resumed time.Time
+	timer   *time.Timer
+	onEnd   func(Verdict)
+	onCount func()
 
 	mu     sync.Mutex
 	can    tally
 	cur    tally
 	timeUp bool
 	ended  bool
+	dirty  bool // counted since the last state taken for saving
+}
+
+// trial is how a canary starts: its callbacks, and the state it resumes.
+type trial struct {
+	// onEnd is called when the canary ends by itself; onCount after a job of its
+	// window is counted. Both run on a job's or a timer's goroutine: they must not
+	// block.
+	onEnd   func(Verdict)
+	onCount func()
+	// from is the state of a trial that was under way before a restart: its counts,
+	// start and the time it ran are taken up.
+	from *canaryState
 }
 
 type tally struct{ jobs, failed int }
@@ -140,9 +158,21 @@ func (c *canary) judge(current *Module) (Verdict, bool) {
 // module then retires). onEnd, if not nil, is called when the canary ends by itself,
 // on the goroutine that ended it (a job's or a timer's): it must not block.
 func (h *Handler) StartCanary(m *Module, r Rollout, onEnd func(Verdict)) {
-	c := &canary{m: m, cfg: r.withDefaults(), start: time.Now(), onEnd: onEnd}
+	h.startTrial(m, r, trial{onEnd: onEnd})
+}
+
+// startTrial is StartCanary, resuming t.from if it is set: the canary_time left is what
+// the trial had not run yet.
+func (h *Handler) startTrial(m *Module, r Rollout, t trial) {
+	now := time.Now()
+	c := &canary{m: m, cfg: r.withDefaults(), start: now, resumed: now, onEnd: t.onEnd, onCount: t.onCount}
+	if f := t.from; f != nil {
+		c.start, c.ran = f.StartedAt, f.Ran
+		c.can = tally{jobs: f.Jobs, failed: f.Failed}
+		c.cur = tally{jobs: f.CurrentJobs, failed: f.CurrentFailed}
+	}
 	c.mu.Lock() // the timer may fire before c is in place
-	c.timer = time.AfterFunc(c.cfg.CanaryTime, func() {
+	c.timer = time.AfterFunc(max(c.cfg.CanaryTime-c.ran, 0), func() {
 		c.mu.Lock()
 		if c.ended {
 			c.mu.Unlock()
@@ -152,8 +182,8 @@ func (h *Handler) StartCanary(m *Module, r Rollout, onEnd func(Verdict)) {
 		v, ok := c.judge(h.cur.Load())
 		c.ended = ok
 		c.mu.Unlock()
-		if ok && h.end(c, v) && onEnd != nil {
-			onEnd(v)
+		if ok && h.end(c, v) && c.onEnd != nil {
+			c.onEnd(v)
 		}
 	})
 	c.mu.Unlock()
@@ -176,6 +206,25 @@ func (h *Handler) Canary() *CanaryStatus {
 	defer c.mu.Unlock()
 	return &CanaryStatus{
 		Version: c.m.Version(), Percent: c.cfg.CanaryPercent, StartedAt: c.start,
+		Jobs: c.can.jobs, Failed: c.can.failed, CurrentJobs: c.cur.jobs, CurrentFailed: c.cur.failed,
+	}
+}
+
+// trialState returns the canary under way as the history keeps it, or nil; with
+// changedOnly, nil also when no job was counted since the last such call.
+func (h *Handler) trialState(changedOnly bool) *canaryState {
+	c := h.can.Load()
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended || (changedOnly && !c.dirty) {
+		return nil
+	}
+	c.dirty = false
+	return &canaryState{
+		Version: c.m.Version(), Current: h.cur.Load().Version(), StartedAt: c.start, Ran: c.ran + time.Since(c.resumed),
 		Jobs: c.can.jobs, Failed: c.can.failed, CurrentJobs: c.cur.jobs, CurrentFailed: c.cur.failed,
 	}
 }
@@ -252,10 +301,17 @@ func (h *Handler) record(c *canary, role string, o worker.Outcome) {
 	if bad {
 		t.failed++
 	}
+	c.dirty = true
 	v, ok := c.judge(h.cur.Load())
 	c.ended = ok
 	c.mu.Unlock()
-	if !ok || !h.end(c, v) {
+	if !ok {
+		if c.onCount != nil {
+			c.onCount()
+		}
+		return
+	}
+	if !h.end(c, v) {
 		return
 	}
 	if c.onEnd != nil {

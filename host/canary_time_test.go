@@ -158,3 +158,52 @@ func TestCanaryFailureDelta(t *testing.T) {
 		})
 	}
 }
+
+// TestResumedCanaryTimeIsWhatItHadLeft: a canary taken up after a restart keeps its
+// start and counts, and is promoted at canary_time counting only the time it ran, not
+// the time the host was down. Virtual time.
+func TestResumedCanaryTimeIsWhatItHadLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e, err := host.NewEngine(ctx, host.Config{NoCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close(ctx)
+		cur, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v1"), host.Manifest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v2"), host.Manifest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := host.NewHandler(cur, nil)
+		defer func() { h.Module().Retire() }()
+		ended := make(chan host.Verdict, 1)
+		// Started an hour ago, it ran 50 s of its 60 before the host went down.
+		startedAt := time.Now().Add(-time.Hour)
+		host.ResumeCanary(h, next, host.Rollout{CanaryPercent: 100}, startedAt, 50*time.Second, 3, func(v host.Verdict) { ended <- v })
+		if st := h.Canary(); st == nil || st.Jobs != 3 || !st.StartedAt.Equal(startedAt) {
+			t.Fatalf("resumed canary %+v, want its 3 jobs and its start", st)
+		}
+		time.Sleep(9 * time.Second)
+		synctest.Wait()
+		if h.Canary() == nil {
+			t.Fatal("the resumed canary ended before the 10 s it had left")
+		}
+		if ran := host.CanaryRan(h); ran != 59*time.Second {
+			t.Fatalf("the canary ran %v, want 59s (50 before the restart, 9 after)", ran)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		select {
+		case v := <-ended:
+			if v.Kind != host.VerdictPromoted || v.CanaryJobs != 3 {
+				t.Fatalf("verdict %+v, want promoted with the 3 jobs counted before the restart", v)
+			}
+		default:
+			t.Fatalf("no verdict at canary_time; canary %+v", h.Canary())
+		}
+	})
+}

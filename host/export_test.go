@@ -1,4 +1,17 @@
 package host
 
+import "time"
+
 // JSInterrupts reports how many JS runs of m QuickJS's interrupt handler stopped.
 func JSInterrupts(m *Module) int64 { return m.jsInterrupts.Load() }
+
+// ResumeCanary takes up on h a trial of m that ran for ran before a restart, started at
+// startedAt, with jobs canary jobs counted (none failed).
+func ResumeCanary(h *Handler, m *Module, r Rollout, startedAt time.Time, ran time.Duration, jobs int, onEnd func(Verdict)) {
+	h.startTrial(m, r, trial{onEnd: onEnd, from: &canaryState{
+		Version: m.Version(), Current: h.Module().Version(), StartedAt: startedAt, Ran: ran, Jobs: jobs,
+	}})
+}
+
+// CanaryRan is how long h's canary under way has run, across restarts.
+func CanaryRan(h *Handler) time.Duration { return h.trialState(false).Ran }

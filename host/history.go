@@ -62,6 +62,23 @@ type Pin struct {
 type moduleHistory struct {
 	Versions []HistoryEntry `json:"versions"` // oldest first
 	Pin      *Pin           `json:"pin,omitempty"`
+	// Canary is the canary under way, so that it resumes after a restart.
+	Canary *canaryState `json:"canary,omitempty"`
+}
+
+// canaryState is a canary under way as the history keeps it: which version is on trial
+// against which, since when, for how long, and its counts.
+type canaryState struct {
+	Version   string    `json:"version"` // on trial
+	Current   string    `json:"current"` // serving beside it
+	StartedAt time.Time `json:"started_at"`
+	// Ran is how long the trial had run when it was saved, across restarts: the time
+	// the host is down does not count toward canary_time (no job is seen then).
+	Ran           time.Duration `json:"ran"`
+	Jobs          int           `json:"jobs"`
+	Failed        int           `json:"failed"`
+	CurrentJobs   int           `json:"current_jobs"`
+	CurrentFailed int           `json:"current_failed"`
 }
 
 // historyStore keeps the last versions of each module, bytes and manifest, by content
@@ -237,7 +254,37 @@ func (s *historyStore) mark(name, version, state, reason string) error {
 			e.State, e.EndedAt = HistoryPrevious, time.Now()
 		}
 	}
+	// The trial is over once its version leaves it, or another version serves: in the
+	// same write, so that a restart never resumes a canary that ended.
+	if c := h.Canary; c != nil && ((version == c.Version && state != HistoryCanary) || (state == HistoryCurrent && version != c.Current)) {
+		h.Canary = nil
+	}
 	return s.save(name, h)
+}
+
+// saveCanary keeps the canary under way c, unless its version is no longer on trial in
+// the history (its verdict was recorded since c was taken).
+func (s *historyStore) saveCanary(name string, c *canaryState) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.get(name)
+	if !slices.ContainsFunc(h.Versions, func(e HistoryEntry) bool { return e.Version == c.Version && e.State == HistoryCanary }) {
+		return nil
+	}
+	cp := *c
+	h.Canary = &cp
+	return s.save(name, h)
+}
+
+// canary returns the canary the module had under way, or nil.
+func (s *historyStore) canary(name string) *canaryState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.get(name).Canary; c != nil {
+		cp := *c
+		return &cp
+	}
+	return nil
 }
 
 // setPin sets (or, with nil, clears) the module's pin.

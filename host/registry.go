@@ -38,6 +38,11 @@ const (
 	// writing, until its writer closes it or the debounce runs out: no event says
 	// that a writer closed a file (fsnotify does not expose inotify's CLOSE_WRITE).
 	writingPoll = 5 * time.Millisecond
+	// canarySaveEvery is how often, at most, the counts of the canaries under way are
+	// saved in their history while jobs are counted: a kill of the host loses the
+	// counts of that last stretch at most (a drain saves them all, at Retire), and a
+	// busy canary costs a durable write each canarySaveEvery, not one a job.
+	canarySaveEvery = 250 * time.Millisecond
 )
 
 // Queues is what a Registry registers its modules' queues with: *worker.Worker.
@@ -152,6 +157,7 @@ type Registry struct {
 	hist    *historyStore
 	ended   []namedVerdict // canaries that ended by themselves, not yet recorded
 	endc    chan struct{}  // a canary ended: follow records it
+	countc  chan struct{}  // a canary counted a job: follow saves the counts soon
 
 	// syncSem is a one-slot semaphore: one reconcile (a read, a Promote, a Rollback,
 	// the recording of verdicts) at a time. A channel, not a mutex, so that an operator's
@@ -250,6 +256,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		entries: make(map[string]*entry),
 		kick:    make(chan struct{}, 1),
 		endc:    make(chan struct{}, 1),
+		countc:  make(chan struct{}, 1),
 		syncSem: make(chan struct{}, 1),
 		hist:    newHistoryStore(cfg.HistoryDir, log),
 		ctx:     ctx,
@@ -327,8 +334,13 @@ func (r *Registry) Close() error {
 }
 
 // Retire retires every module: each closes once its running jobs end. Call it after
-// the worker has stopped.
+// the worker has stopped (and after Close). A canary under way is saved as it stands
+// first, counts and all, so that the next start of the host resumes it; a canary that
+// ended during the drain has its verdict recorded.
 func (r *Registry) Retire() {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Drain)
+	r.saveCanaries(ctx, false)
+	cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.entries {
@@ -365,6 +377,10 @@ func (r *Registry) follow() {
 	settleArmed := false
 	var lastSettle time.Time // when the last read before the debounce began
 	var burst time.Time      // when the first event of the changes not read yet came
+	// save saves the canaries' counts canarySaveEvery after a job was counted.
+	save := time.NewTimer(time.Hour)
+	save.Stop()
+	saveArmed := false
 	settled := func() {
 		lastSettle = time.Now()
 		switch r.read(r.ctx, burst, true) {
@@ -382,6 +398,7 @@ func (r *Registry) follow() {
 		case <-r.ctx.Done():
 			debounce.Stop()
 			settle.Stop()
+			save.Stop()
 			return
 		case ev, ok := <-events:
 			if !ok {
@@ -424,6 +441,14 @@ func (r *Registry) follow() {
 			r.Sync(r.ctx)
 		case <-r.endc:
 			r.recordEnded(r.ctx)
+		case <-r.countc:
+			if !saveArmed {
+				save.Reset(canarySaveEvery)
+				saveArmed = true
+			}
+		case <-save.C:
+			saveArmed = false
+			r.saveCanaries(r.ctx, true)
 		}
 	}
 }
@@ -683,6 +708,23 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 			}
 		}
 	}
+	var resume *canaryState // the trial under way before a restart, to take up again
+	if h == nil && m == nil {
+		// After a restart, a canary under way holds too: the version it was on trial
+		// against serves, and the trial goes on.
+		if c := r.hist.canary(name); c != nil {
+			var stop bool
+			if resume, stop = r.restoreTrial(ctx, e, name, fp, v, c, read); stop {
+				return
+			}
+			if h = r.Handler(name); h != nil && h.Module().Version() == v {
+				r.mu.Lock()
+				e.fileVersion = v
+				r.mu.Unlock()
+				return // the files hold the serving version again
+			}
+		}
+	}
 	if m == nil {
 		man, err := ParseManifest(ManifestPath(file), manText)
 		if err != nil {
@@ -697,7 +739,7 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 	}
 	ro := r.rollout(m)
 	if h != nil && ro.Strategy == StrategyCanary && h.Module().Queue() == m.Queue() {
-		r.startCanary(e, name, h, m, fp, wasm, manText, read)
+		r.startCanary(e, name, h, m, fp, wasm, manText, read, resume)
 		return
 	}
 	if h != nil {
@@ -715,6 +757,42 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 		r.mu.Unlock()
 		r.setPin(e, name, nil)
 	}
+}
+
+// restoreTrial puts back, at a restart, the version that served beside the canary c
+// under way when the host stopped: that version serves again, loaded from the
+// history, and c is returned to be taken up if the files (of version v) still hold
+// c's version; files changed while the host was down end c as superseded (the next
+// step of load puts them on trial instead). If that version cannot be loaded, the
+// trial cannot resume: that is logged, and the files serve at once. stop reports that
+// load must stop here: the version could not be served (the next read tries again).
+func (r *Registry) restoreTrial(ctx context.Context, e *entry, name string, fp fingerprint, v string, c *canaryState, read time.Time) (resume *canaryState, stop bool) {
+	cur, err := r.loadKept(ctx, name, e.file, c.Current)
+	if err != nil {
+		r.log.Error("a canary under way when the host stopped cannot resume: the version it was on trial against cannot be loaded from the module history; the module's files serve at once, with no trial",
+			"module", name, "canary_version", c.Version, "current_version", c.Current, "file_version", v, "error", err)
+		r.markHistory(name, c.Version, HistorySuperseded, "the host restarted and the version it was on trial against could not be loaded: "+err.Error())
+		return nil, false
+	}
+	if !r.serve(ctx, e, name, cur, fp, nil, read) {
+		// Not left pending as if it were the files' version: the next read restores
+		// the trial again.
+		r.mu.Lock()
+		if e.pending == cur {
+			e.pending = nil
+		}
+		r.mu.Unlock()
+		cur.Retire()
+		return nil, true
+	}
+	if v != c.Version {
+		reason := "the module's files changed to " + v + " while the host was down"
+		r.markHistory(name, c.Version, HistorySuperseded, reason)
+		r.log.Info("module canary under way when the host stopped superseded: the files changed while it was down", "module", name,
+			"canary_version", c.Version, "current_version", c.Current, "file_version", v)
+		return nil, false
+	}
+	return c, false
 }
 
 // serve puts m in service at once: as the module's first version, as a swap, or as a
@@ -758,12 +836,20 @@ func (r *Registry) serve(ctx context.Context, e *entry, name string, m *Module, 
 	return true
 }
 
-// startCanary puts m on trial beside h's current version. The queue keeps the current
-// version's policy until the canary is promoted.
-func (r *Registry) startCanary(e *entry, name string, h *Handler, m *Module, fp fingerprint, wasm, manText []byte, read time.Time) {
+// startCanary puts m on trial beside h's current version, or, with from (a trial of m
+// against that version, under way when the host stopped), takes that trial up again
+// with its counts. The queue keeps the current version's policy until the canary is
+// promoted.
+func (r *Registry) startCanary(e *entry, name string, h *Handler, m *Module, fp fingerprint, wasm, manText []byte, read time.Time, from *canaryState) {
 	ro := r.rollout(m)
-	if err := r.hist.add(name, m.Version(), wasm, manText, HistoryCanary, ro.History); err != nil {
-		r.log.Warn("keeping a module version in the history", "module", name, "version", m.Version(), "error", err)
+	if from != nil && (from.Version != m.Version() || from.Current != h.Module().Version()) {
+		from = nil
+	}
+	if from == nil {
+		// A resumed trial's version is kept already, with the time it was added.
+		if err := r.hist.add(name, m.Version(), wasm, manText, HistoryCanary, ro.History); err != nil {
+			r.log.Warn("keeping a module version in the history", "module", name, "version", m.Version(), "error", err)
+		}
 	}
 	if old := h.CanaryModule(); old != nil {
 		if v, ok := h.endNow(VerdictSuperseded, "replaced by "+m.Version()); ok {
@@ -771,14 +857,23 @@ func (r *Registry) startCanary(e *entry, name string, h *Handler, m *Module, fp 
 		}
 	}
 	at := time.Now()
-	h.StartCanary(m, ro, r.canaryEnded(name))
+	h.startTrial(m, ro, trial{onEnd: r.canaryEnded(name), onCount: r.canaryCounted, from: from})
 	r.mu.Lock()
 	e.seen, e.fileVersion, e.err = fp, m.Version(), nil
 	r.mu.Unlock()
 	r.setPin(e, name, nil)
 	cur := h.Module().Version()
-	r.log.Info("module canary started", "module", name, "file", e.file, "canary_version", m.Version(), "current_version", cur,
-		"canary_percent", ro.CanaryPercent, "canary_jobs", ro.CanaryJobs, "canary_time", ro.CanaryTime)
+	if from != nil {
+		r.log.Info("module canary resumed after a restart", "module", name, "file", e.file, "canary_version", m.Version(), "current_version", cur,
+			"started_at", from.StartedAt, "ran", from.Ran, "canary_jobs_counted", from.Jobs, "canary_failed", from.Failed,
+			"current_jobs_counted", from.CurrentJobs, "current_failed", from.CurrentFailed,
+			"canary_percent", ro.CanaryPercent, "canary_jobs", ro.CanaryJobs, "canary_time", ro.CanaryTime)
+	} else {
+		// Saved at once, so that a restart from now on resumes the trial.
+		r.saveCanary(name, h, false)
+		r.log.Info("module canary started", "module", name, "file", e.file, "canary_version", m.Version(), "current_version", cur,
+			"canary_percent", ro.CanaryPercent, "canary_jobs", ro.CanaryJobs, "canary_time", ro.CanaryTime)
+	}
 	r.emit(RegistryEvent{Kind: "canary", Module: name, File: e.file, Version: cur, Canary: m.Version(), At: at, Noticed: r.noticed, Read: read})
 }
 
@@ -822,6 +917,51 @@ func (r *Registry) canaryEnded(name string) func(Verdict) {
 		case r.endc <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// canaryCounted is the callback of every canary for a job counted: it tells follow,
+// which saves the counts soon (it runs on a job's goroutine and must not wait on the
+// disk).
+func (r *Registry) canaryCounted() {
+	select {
+	case r.countc <- struct{}{}:
+	default:
+	}
+}
+
+// saveCanaries saves the canaries under way in their history, so that a restart of the
+// host resumes them with their counts: with changedOnly, only those that counted a job
+// since they were last saved. It takes the reconcile slot, so that no verdict is
+// recorded between the taking of a canary's state and its saving.
+func (r *Registry) saveCanaries(ctx context.Context, changedOnly bool) {
+	if err := r.lockSync(ctx); err != nil {
+		r.log.Warn("saving the counts of the canaries under way", "error", err)
+		return
+	}
+	defer r.unlockSync()
+	r.mu.Lock()
+	handlers := make(map[string]*Handler, len(r.entries))
+	for name, e := range r.entries {
+		if e.handler != nil {
+			handlers[name] = e.handler
+		}
+	}
+	r.mu.Unlock()
+	for name, h := range handlers {
+		r.saveCanary(name, h, changedOnly)
+	}
+}
+
+// saveCanary saves h's canary under way, if one is, in the history of the module name.
+func (r *Registry) saveCanary(name string, h *Handler, changedOnly bool) {
+	c := h.trialState(changedOnly)
+	if c == nil {
+		return
+	}
+	if err := r.hist.saveCanary(name, c); err != nil {
+		r.log.Error("saving a canary under way in the module's history: a restart of the host resumes it with the counts saved before, or not at all",
+			"module", name, "canary_version", c.Version, "error", err)
 	}
 }
 
@@ -1011,7 +1151,10 @@ func (r *Registry) remove(ctx context.Context, name string) {
 	}
 	m := e.handler.Module()
 	r.unregister(ctx, name, m.Queue())
-	e.handler.endNow(VerdictSuperseded, "the module was removed")
+	if v, ok := e.handler.endNow(VerdictSuperseded, "the module was removed"); ok {
+		// Ended in the history too: a restart resumes no trial of a removed module.
+		r.markHistory(name, v.Version, HistorySuperseded, v.Reason)
+	}
 	m.Retire()
 	r.log.Info("module removed", "module", name, "file", e.file, "queue", m.Queue())
 	r.emit(RegistryEvent{Kind: "removed", Module: name, File: e.file, At: time.Now()})

@@ -63,7 +63,14 @@ type jobRecord struct {
 
 func newRegRig(t *testing.T, cfg host.RegistryConfig, concurrency int) *regRig {
 	t.Helper()
-	rig := &regRig{t: t, dir: t.TempDir(), b: memory.New(memory.Config{}), started: make(map[string]time.Time)}
+	return newRegRigOn(t, t.TempDir(), cfg, concurrency)
+}
+
+// newRegRigOn is newRegRig on the modules directory dir: a restart, with cfg's
+// HistoryDir, of a rig that ran on dir.
+func newRegRigOn(t *testing.T, dir string, cfg host.RegistryConfig, concurrency int) *regRig {
+	t.Helper()
+	rig := &regRig{t: t, dir: dir, b: memory.New(memory.Config{}), started: make(map[string]time.Time)}
 	rig.w = worker.New(rig.b, worker.Config{Concurrency: concurrency, Observer: worker.ObserverFunc(rig.observe)})
 	cfg.Dir, cfg.Engine, cfg.Queues = rig.dir, newEngine(t), rig.w
 	if cfg.Rollout.Strategy == "" {

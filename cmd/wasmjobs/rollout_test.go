@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 type moduleState struct {
@@ -126,4 +129,79 @@ func TestRolloutThroughTheBinary(t *testing.T) {
 		t.Fatalf("after the change: %+v", st.Modules[0])
 	}
 	stopHost(t, h, syscall.SIGTERM)
+}
+
+// TestCanaryResumesAcrossARestart runs the real binary on pebble: a canary under way
+// when the host stops, drained by SIGTERM or killed by SIGKILL (once the counts were
+// saved), is under way again after the restart: the version before serves, the new one
+// is on trial with the counts and start it had, and counts on from them. After a kill
+// the jobs whose settle the kill overtook (settles are not synced) run again, and
+// count again: the counts are at least those before.
+func TestCanaryResumesAcrossARestart(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			const before, after = 8, 4
+			dir, data := t.TempDir(), filepath.Join(t.TempDir(), "data")
+			man := "[rollout]\ncanary_percent = 100\ncanary_jobs = 1000\ncanary_time = \"1h\"\n"
+			if err := os.WriteFile(filepath.Join(dir, "work.toml"), []byte(man), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			installModule(t, dir, "abi/sleep_ms", "work", "v1")
+			h := startHost(t, dir, "--data-dir", data)
+			type canaryState struct {
+				Modules []struct {
+					Version string
+					Canary  *struct {
+						Version     string
+						Jobs        int
+						CurrentJobs int       `json:"current_jobs"`
+						StartedAt   time.Time `json:"started_at"`
+					}
+				}
+			}
+			var st canaryState
+			get := func() { st = canaryState{}; h.get("/v1/modules", &st) }
+			get()
+			v1 := st.Modules[0].Version
+			installModule(t, dir, "abi/sleep_ms", "work", "v2")
+			waitFor(t, "the canary", func() bool { get(); return st.Modules[0].Canary != nil })
+			v2 := st.Modules[0].Canary.Version
+			enqueue := func(n int) {
+				t.Helper()
+				if r := wasmjobs(t, "", "enqueue", "work", "", "--count", strconv.Itoa(n), "--server", h.url); r.code != 0 {
+					t.Fatalf("enqueue: exit %d, %q", r.code, r.stderr)
+				}
+			}
+			enqueue(before)
+			waitFor(t, "the jobs before the restart", func() bool { get(); return st.Modules[0].Canary.Jobs == before })
+			started := st.Modules[0].Canary.StartedAt
+			if sig == syscall.SIGKILL {
+				// A kill loses what was not saved yet: wait until the counts are.
+				waitFor(t, "the counts saved", func() bool {
+					b, err := os.ReadFile(filepath.Join(data, "module-history", "work", "history.json"))
+					var saved struct{ Canary *struct{ Jobs int } }
+					return err == nil && json.Unmarshal(b, &saved) == nil && saved.Canary != nil && saved.Canary.Jobs == before
+				})
+			}
+			stopHost(t, h, sig)
+
+			// atLeast: exactly n after a drain, n or more after a kill.
+			atLeast := func(got, n int) bool { return got == n || (sig == syscall.SIGKILL && got > n) }
+			h = startHost(t, dir, "--data-dir", data)
+			get()
+			if m := st.Modules[0]; m.Version != v1 || m.Canary == nil || m.Canary.Version != v2 || !atLeast(m.Canary.Jobs, before) ||
+				m.Canary.CurrentJobs != 0 || !m.Canary.StartedAt.Equal(started) {
+				t.Fatalf("after the restart: %+v (canary %+v), want %s serving and %s on trial with its %d jobs, started at %v",
+					m, m.Canary, v1, v2, before, started)
+			}
+			if !strings.Contains(h.log(), "module canary resumed after a restart") {
+				t.Fatalf("the log does not say the canary resumed:\n%s", h.log())
+			}
+			enqueue(after)
+			waitFor(t, "the jobs after the restart", func() bool { get(); return atLeast(st.Modules[0].Canary.Jobs, before+after) })
+			stopHost(t, h, syscall.SIGTERM)
+		})
+	}
 }

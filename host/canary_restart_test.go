@@ -1,0 +1,159 @@
+package host_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/host"
+)
+
+// logBuffer is an io.Writer for a slog handler that tests read while the registry logs.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// savedCanaryJobs returns the canary jobs the module's history.json in histDir keeps
+// (-1 while it keeps no canary).
+func savedCanaryJobs(t *testing.T, histDir, name string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(histDir, name, "history.json"))
+	if err != nil {
+		return -1
+	}
+	var h struct {
+		Canary *struct{ Jobs int } `json:"canary"`
+	}
+	if err := json.Unmarshal(data, &h); err != nil || h.Canary == nil {
+		return -1
+	}
+	return h.Canary.Jobs
+}
+
+// TestCanaryResumesAfterARestart: a canary under way when the registry stops (a drain:
+// Close then Retire; or a crash: nothing more done than what was saved while it ran)
+// is under way again after a restart (a new registry on the same directory and
+// history): the version before serves, the new one is on trial with the counts and
+// start it had, and its trial goes on from them (promoted at canary_jobs counting the
+// jobs before the restart). When the version before is gone from the history, the
+// trial cannot resume: the log says so, and the files serve at once.
+func TestCanaryResumesAfterARestart(t *testing.T) {
+	t.Parallel()
+	const before, canaryJobs = 20, 30
+	man := fmt.Sprintf(canaryManifest, fmt.Sprintf("canary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = %d\ncanary_time = \"1h\"", canaryJobs))
+	v1, v2, v3 := variant(t, "abi/ack", "v1"), variant(t, "abi/ack", "v2"), variant(t, "abi/ack", "v3")
+	v1V, v2V, v3V := host.VersionOf(v1, []byte(man)), host.VersionOf(v2, []byte(man)), host.VersionOf(v3, []byte(man))
+	for _, c := range []struct {
+		name string
+		stop func(t *testing.T, rig *regRig, histDir string)
+		// resumes: the trial goes on after the restart; changed: the files changed
+		// while the host was down (to v3), which go on trial beside v1; else the files
+		// serve at once, with the log line wantLog.
+		resumes, changed bool
+		wantLog          string
+	}{
+		{name: "drain", resumes: true, stop: func(t *testing.T, rig *regRig, _ string) {
+			rig.r.Close()
+			rig.stopWorker()
+			rig.r.Retire()
+		}},
+		{name: "crash", resumes: true, stop: func(t *testing.T, rig *regRig, histDir string) {
+			// What a SIGKILL leaves: the state saved while the canary ran, no more.
+			rig.waitFor("the counts saved", func() bool { return savedCanaryJobs(t, histDir, "svc") == before })
+			rig.r.Close()
+			rig.stopWorker()
+		}},
+		{name: "files changed while down", changed: true, stop: func(t *testing.T, rig *regRig, _ string) {
+			rig.r.Close()
+			rig.stopWorker()
+			rig.r.Retire()
+			rig.write("svc.wasm", v3)
+		}},
+		{name: "version before gone", wantLog: "a canary under way when the host stopped cannot resume", stop: func(t *testing.T, rig *regRig, histDir string) {
+			rig.r.Close()
+			rig.stopWorker()
+			rig.r.Retire()
+			if err := os.Remove(filepath.Join(histDir, "svc", v1V+".wasm")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			histDir := t.TempDir()
+			cfg := host.RegistryConfig{Rescan: time.Hour, HistoryDir: histDir, Rollout: host.Rollout{Strategy: host.StrategyCanary}}
+			rig := newRegRig(t, cfg, 4)
+			rig.write("svc.toml", []byte(man))
+			rig.write("svc.wasm", v1)
+			rig.start()
+			rig.write("svc.wasm", v2)
+			rig.waitFor("the canary", func() bool { return rig.status("svc").Canary != nil })
+			rig.publishIDs("svc", "x", jobIDs("before", before)...)
+			rig.waitFor("the jobs before the restart", func() bool {
+				cs := rig.status("svc").Canary
+				return cs != nil && cs.Jobs == before
+			})
+			started := rig.status("svc").Canary.StartedAt
+			c.stop(t, rig, histDir)
+
+			var logs logBuffer
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			rig2 := newRegRigOn(t, rig.dir, cfg, 4)
+			rig2.start()
+			st := rig2.status("svc")
+			if c.changed {
+				hist, _ := rig2.r.History("svc")
+				if st.Version != v1V || st.Canary == nil || st.Canary.Version != v3V || st.Canary.Jobs != 0 ||
+					len(hist) != 3 || hist[1].Version != v2V || hist[1].State != host.HistorySuperseded {
+					t.Fatalf("status %+v (canary %+v), history %+v after the restart; want %s serving, the files' %s on trial from no jobs, %s superseded",
+						st, st.Canary, hist, v1V, v3V, v2V)
+				}
+				return
+			}
+			if !c.resumes {
+				if st.Version != v2V || st.Canary != nil || !strings.Contains(logs.String(), c.wantLog) {
+					t.Fatalf("status %+v after the restart, want the files' %s serving at once and the log to say %q; log:\n%s", st, v2V, c.wantLog, logs.String())
+				}
+				return
+			}
+			if st.Version != v1V || st.Canary == nil || st.Canary.Version != v2V || st.Canary.Jobs != before ||
+				st.Canary.CurrentJobs != 0 || !st.Canary.StartedAt.Equal(started) {
+				t.Fatalf("status %+v (canary %+v) after the restart, want %s serving and %s on trial with its %d jobs, started at %v",
+					st, st.Canary, v1V, v2V, before, started)
+			}
+			rig2.publishIDs("svc", "x", jobIDs("after", canaryJobs-before)...)
+			rig2.waitFor("the promotion", func() bool { return len(rig2.eventsOf(host.VerdictPromoted)) == 1 })
+			v := rig2.eventsOf(host.VerdictPromoted)[0].Verdict
+			if v.Version != v2V || v.Current != v1V || v.CanaryJobs != canaryJobs {
+				t.Fatalf("verdict %+v, want %s promoted over %s after %d jobs, those before the restart counted", v, v2V, v1V, canaryJobs)
+			}
+			hist, err := rig2.r.History("svc")
+			if err != nil || len(hist) != 2 || hist[0].Version != v2V || hist[0].State != host.HistoryCurrent || hist[1].State != host.HistoryPrevious {
+				t.Fatalf("history %+v, %v; want v2 current, v1 previous", hist, err)
+			}
+			if n := savedCanaryJobs(t, histDir, "svc"); n != -1 {
+				t.Fatalf("history.json keeps a canary (%d jobs) after its promotion", n)
+			}
+		})
+	}
+}
