@@ -137,8 +137,8 @@ func await[T any](ctx context.Context, l *link, what string, call func() (T, err
 // onChannel runs f on a channel of its own of the current connection, then closes the
 // channel (which puts back whatever f took without acknowledging it). It returns when
 // ctx ends, whatever the broker does, and leaves nothing behind for longer than
-// answerGrace: see await. A channel that closes after an error
-// of f (a 404 closes it) is fine: f's error is what is returned.
+// answerGrace: see await. A channel that closes after an error of f (a 404 closes it)
+// is fine: f's error is what is returned.
 func onChannel[T any](ctx context.Context, b *Backend, op string, f func(ctx context.Context, ch *amqp.Channel) (T, error)) (T, error) {
 	var zero T
 	l, _, err := b.current(ctx)
