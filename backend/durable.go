@@ -202,6 +202,16 @@ type ScheduleStore interface {
 	PublishTick(ctx context.Context, schedule string, tick time.Time, env Envelope) error
 }
 
+// SchedulePruner is implemented by a ScheduleStore that forgets the ticks of schedules
+// that no longer exist, rather than carry them for ever (the RabbitMQ leadership token
+// re-publishes every tick it holds). The scheduler tells it the current set whenever it
+// changes while the scheduler fires through the store.
+type SchedulePruner interface {
+	// KeepSchedules names the schedules whose ticks the store keeps, by schedule name;
+	// the store drops the others' ticks at its next write. It does no I/O.
+	KeepSchedules(schedules []string)
+}
+
 // JobFilter selects the jobs of one queue that JobLister.ListJobs returns.
 type JobFilter struct {
 	// State keeps only jobs in this state; empty keeps every state.

@@ -16,3 +16,7 @@ func DeclaredQueues(b *Backend) []string {
 // SetTokenCycle shortens how often b's leader re-publishes the schedules' token and a
 // waiting host checks that one exists.
 func SetTokenCycle(b *Backend, d time.Duration) { b.tokenCycle = d }
+
+// AnswerGrace is how long a call may outlive its context before the connection is torn
+// down.
+const AnswerGrace = answerGrace

@@ -62,9 +62,13 @@ type Lease struct {
 
 	mu    sync.Mutex
 	ticks map[string]time.Time
+	keep  map[string]bool // the schedules whose ticks the token carries; nil: all
 }
 
-var _ backend.ScheduleStore = (*Lease)(nil)
+var (
+	_ backend.ScheduleStore  = (*Lease)(nil)
+	_ backend.SchedulePruner = (*Lease)(nil)
+)
 
 // Lead waits until this host holds the schedules' token, and returns its lease. It
 // ends with ctx's error when ctx ends first; the lease then ends with ctx too.
@@ -260,6 +264,21 @@ func (l *Lease) ScheduleTicks(ctx context.Context) (map[string]time.Time, error)
 	return maps.Clone(l.ticks), nil
 }
 
+// KeepSchedules implements backend.SchedulePruner: the token drops the ticks of every
+// other schedule when it is next re-published (after the next fired tick or within a
+// TokenCycle), so that it does not carry a removed schedule's last tick for ever. The
+// ticks ScheduleTicks returned before are the scheduler's to keep: a schedule set again
+// while this host leads still catches up from them.
+func (l *Lease) KeepSchedules(schedules []string) {
+	keep := make(map[string]bool, len(schedules))
+	for _, s := range schedules {
+		keep[s] = true
+	}
+	l.mu.Lock()
+	l.keep = keep
+	l.mu.Unlock()
+}
+
 // PublishTick publishes env, then re-publishes the token with tick. A leader that dies
 // between the two leaves the tick to the next one, which fires it again with the same
 // id: at most one duplicate per failover.
@@ -304,6 +323,9 @@ func (l *Lease) run(ctx context.Context, deliveries <-chan amqp.Delivery, held a
 	holding, expect := true, ""
 	cycle := func() error {
 		l.mu.Lock()
+		if l.keep != nil {
+			maps.DeleteFunc(l.ticks, func(s string, _ time.Time) bool { return !l.keep[s] })
+		}
 		t := token{Nonce: nonce(), Ticks: maps.Clone(l.ticks)}
 		l.mu.Unlock()
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
+	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
 // leaderBackend opens a backend with a prefix of its own (so its leadership queue is
@@ -179,5 +180,93 @@ func TestLeadershipQueueFollowsTheQueueType(t *testing.T) {
 	_, err = ch2.QueueDeclare(prefix+".schedules.leader", true, false, false, false, amqp.Table{"x-single-active-consumer": true, "x-queue-type": "quorum"})
 	if err != nil {
 		t.Fatalf("the leadership queue is not a quorum queue: %v", err)
+	}
+}
+
+// TestTokenForgetsRemovedSchedules runs a scheduler on a lease with two every-second
+// schedules, then removes one: the token the leader leaves behind carries the tick of
+// the one that stays and no longer the removed one's (it kept it for ever: a token
+// that grew with every schedule that ever existed).
+func TestTokenForgetsRemovedSchedules(t *testing.T) {
+	t.Parallel()
+	prefix := testPrefix()
+	queue := prefix + ".schedules.leader"
+	ch := leaderChannel(t, prefix)
+	b := leaderBackend(t, prefix, "")
+	q := uniqueQueue(t)
+	if err := b.Declare(context.Background(), q); err != nil {
+		t.Fatal(err)
+	}
+	every, err := schedule.ParseCron("@every 1s", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := schedule.Entry{Module: "m", Queue: q.Name, Spec: schedule.Spec{Name: "kept", Cron: every, Overlap: schedule.OverlapAllow}}
+	removed := schedule.Entry{Module: "m", Queue: q.Name, Spec: schedule.Spec{Name: "removed", Cron: every, Overlap: schedule.OverlapAllow}}
+	s := schedule.New(schedule.Config{Acquire: func(ctx context.Context) (backend.ScheduleStore, <-chan struct{}, error) {
+		l, err := b.Lead(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, l.Lost(), nil
+	}})
+	s.Set([]schedule.Entry{kept, removed})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); s.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+
+	last := func(key string) time.Time {
+		for _, st := range s.List() {
+			if st.Name == key {
+				return st.Last
+			}
+		}
+		return time.Time{}
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 15 s", what)
+			}
+		}
+	}
+	waitUntil("both schedules fired", func() bool { return !last(kept.Key()).IsZero() && !last(removed.Key()).IsZero() })
+	s.Set([]schedule.Entry{kept})
+	removedAt := time.Now()
+	// The kept schedule fires again (each fire re-publishes the token), and a token
+	// cycle (200 ms) passes on top.
+	waitUntil("the kept schedule firing after the removal", func() bool { return last(kept.Key()).After(removedAt) })
+	time.Sleep(500 * time.Millisecond)
+	cancel() // the lease ends: the broker puts the held token back
+	<-ran
+
+	var tokens []map[string]time.Time
+	waitUntil("the token back in its queue", func() bool {
+		for {
+			d, ok, err := ch.Get(queue, true)
+			if err != nil {
+				t.Fatalf("get the token: %v", err)
+			}
+			if !ok {
+				return len(tokens) > 0
+			}
+			var tok struct {
+				Ticks map[string]time.Time `json:"ticks"`
+			}
+			if err := json.Unmarshal(d.Body, &tok); err != nil {
+				t.Fatalf("token %q: %v", d.Body, err)
+			}
+			tokens = append(tokens, tok.Ticks)
+		}
+	})
+	for _, ticks := range tokens {
+		if _, ok := ticks[kept.Key()]; !ok {
+			t.Errorf("the token lacks the kept schedule's tick: %v", ticks)
+		}
+		if tick, ok := ticks[removed.Key()]; ok {
+			t.Errorf("the token still carries the tick %v of %s, removed at %v: %v", tick, removed.Key(), removedAt, ticks)
+		}
 	}
 }

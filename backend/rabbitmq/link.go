@@ -18,6 +18,16 @@ import (
 // spares a healthy connection a context that ends during one of its ordinary writes.
 const stuckGrace = 250 * time.Millisecond
 
+// answerGrace is how long a call that waits for the broker's answer may go on after its
+// caller gave up on it (see await) before the connection is torn down. The broker
+// answers such a call (open a channel, declare a queue, consume) in milliseconds, or
+// seconds when it is busy; one that has not answered this long after the caller gave up
+// hangs, and without the teardown the goroutine running the call would wait for
+// amqp091-go's heartbeat check, 30 s of silence. It is much longer than stuckGrace
+// because a teardown costs every stream of the connection its deliveries (the broker
+// requeues them), and a slow answer, unlike a stuck write, leaves the connection of use.
+const answerGrace = 5 * time.Second
+
 // link is one connection to the broker with the socket under it. amqp091-go takes no
 // context in its calls; closing the socket is what ends every one of them (each then
 // fails), whatever the broker does.
@@ -29,9 +39,18 @@ type link struct {
 }
 
 // abort tears the connection down: its calls fail, and the backend reconnects.
-func (l *link) abort(why string) {
-	l.log.Warn("closing the RabbitMQ connection: "+why, "after", stuckGrace)
+func (l *link) abort(why string, after time.Duration) {
+	l.log.Warn("closing the RabbitMQ connection: "+why, "after", after)
 	l.sock.Close()
+}
+
+// abandoned bounds a call whose caller gave up on it: unless finished is called within
+// answerGrace, the connection is torn down, which ends the call.
+func (l *link) abandoned(what string) (finished func()) {
+	t := time.AfterFunc(answerGrace, func() {
+		l.abort(what+" was still waiting for the broker's answer after its caller gave up", answerGrace)
+	})
+	return func() { t.Stop() }
 }
 
 // guard bounds a write that takes no context by ctx: if ctx ends and the write is still
@@ -50,7 +69,7 @@ func (l *link) guard(ctx context.Context, what string) (stop func()) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !finished {
-			timer = time.AfterFunc(stuckGrace, func() { l.abort(what + " was still under way after its context ended") })
+			timer = time.AfterFunc(stuckGrace, func() { l.abort(what+" was still under way after its context ended", stuckGrace) })
 		}
 	})
 	return func() {
@@ -66,30 +85,33 @@ func (l *link) guard(ctx context.Context, what string) (stop func()) {
 	}
 }
 
-// await runs call, a library call that takes no context, and returns what it returns,
-// or ctx's error as soon as ctx ends. An abandoned call goes on in its goroutine until
-// the broker answers or the connection ends (a silent broker fails amqp091-go's
-// heartbeat check within 30 s; Close ends the connection at once); release, when not
-// nil, then frees what it returned. It suits calls that wait for the broker's answer:
-// a slow answer is no reason to tear down a connection that every stream shares.
-func await[T any](ctx context.Context, call func() (T, error), release func(T)) (T, error) {
+// await runs call, a library call on l's connection that takes no context and waits
+// for the broker's answer, and returns what it returns, or ctx's error as soon as ctx
+// ends. An abandoned call goes on in its goroutine until the broker answers, for
+// answerGrace at most: then the connection is torn down (link.abandoned), which ends it;
+// release, when not nil, then frees what it returned, within the same grace. what names
+// the call in the log.
+func await[T any](ctx context.Context, l *link, what string, call func() (T, error), release func(T)) (T, error) {
 	type result struct {
 		v   T
 		err error
 	}
 	res := make(chan result, 1)
 	var mu sync.Mutex
-	abandoned := false
+	var finished func() // set once the call is abandoned
 	go func() {
 		v, err := call()
 		mu.Lock()
-		gone := abandoned
-		if !gone {
+		done := finished
+		if done == nil {
 			res <- result{v, err}
 		}
 		mu.Unlock()
-		if gone && err == nil && release != nil {
-			release(v)
+		if done != nil {
+			if err == nil && release != nil {
+				release(v)
+			}
+			done()
 		}
 	}()
 	select {
@@ -97,29 +119,33 @@ func await[T any](ctx context.Context, call func() (T, error), release func(T)) 
 		return r.v, r.err
 	case <-ctx.Done():
 	}
+	done := l.abandoned(what) // armed before the check below, stopped if the call finished meanwhile
 	mu.Lock()
-	defer mu.Unlock()
 	select {
-	case r := <-res: // it finished meanwhile
+	case r := <-res:
+		mu.Unlock()
+		done()
 		return r.v, r.err
 	default:
 	}
-	abandoned = true
+	finished = done
+	mu.Unlock()
 	var zero T
 	return zero, ctx.Err()
 }
 
 // onChannel runs f on a channel of its own of the current connection, then closes the
 // channel (which puts back whatever f took without acknowledging it). It returns when
-// ctx ends, whatever the broker does: see await. A channel that closes after an error
-// of f (a 404 closes it) is fine: f's error is what is returned.
+// ctx ends, whatever the broker does, and leaves nothing behind for longer than
+// answerGrace: see await. A channel that closes after an error of f (a 404 closes it)
+// is fine: f's error is what is returned.
 func onChannel[T any](ctx context.Context, b *Backend, op string, f func(ctx context.Context, ch *amqp.Channel) (T, error)) (T, error) {
 	var zero T
 	l, _, err := b.current(ctx)
 	if err != nil {
 		return zero, err
 	}
-	v, err := await(ctx, func() (T, error) {
+	v, err := await(ctx, l, op, func() (T, error) {
 		ch, err := l.conn.Channel()
 		if err != nil {
 			return zero, &backend.TransportError{Op: "open a channel", Err: err}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.uber.org/goleak"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
@@ -150,10 +151,17 @@ func TestStreamEndsDuringAnOutage(t *testing.T) {
 // returns them with the proxy, not yet frozen. The backend is closed with the test.
 func frozen(t *testing.T) (*rabbitmq.Backend, backend.QueueConfig, *testbroker.Proxy) {
 	t.Helper()
+	return frozenWith(t, rabbitmq.Config{})
+}
+
+// frozenWith is frozen with cfg (its URL is the proxy's).
+func frozenWith(t *testing.T, cfg rabbitmq.Config) (*rabbitmq.Backend, backend.QueueConfig, *testbroker.Proxy) {
+	t.Helper()
 	px := testbroker.NewProxy(t, brokerURL(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	b, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: px.URL(brokerURL(t))})
+	cfg.URL = px.URL(brokerURL(t))
+	b, err := rabbitmq.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,6 +237,37 @@ func TestCallsEndWithTheirContextOnAFrozenBroker(t *testing.T) {
 		s.Drop()
 	})
 	bounded("Close", func(ctx context.Context) error { return b.Close(ctx) })
+}
+
+// TestAbandonedCallLeavesNothingBehind: a call whose context ended while the broker
+// hangs returns at once, and the goroutine running the library call for it is gone
+// within AnswerGrace (the connection is torn down), not at amqp091-go's heartbeat check
+// 30 s later. The backend reconnects only after a minute, so that the goroutines of a
+// new connection do not mix with the one looked for.
+// Not parallel: goleak must see this test's goroutines only.
+func TestAbandonedCallLeavesNothingBehind(t *testing.T) {
+	b, q, px := frozenWith(t, rabbitmq.Config{ReconnectMin: time.Minute, ReconnectMax: time.Minute})
+	before := goleak.IgnoreCurrent()
+	px.Freeze()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	var err error
+	within(t, "QueueStats on a frozen broker", 100*time.Millisecond+frozenMargin, func() { _, err = b.QueueStats(ctx, q.Name) })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("QueueStats on a frozen broker: %v, want the deadline", err)
+	}
+	abandoned := time.Now()
+	limit := rabbitmq.AnswerGrace + frozenMargin
+	for {
+		err := goleak.Find(before)
+		if err == nil {
+			t.Logf("the abandoned call's goroutine ended %v after its context", time.Since(abandoned).Round(10*time.Millisecond))
+			return
+		}
+		if time.Since(abandoned) > limit {
+			t.Fatalf("%v after its context ended, the abandoned call is still under way (grace %v): %v", limit, rabbitmq.AnswerGrace, err)
+		}
+	}
 }
 
 // TestStuckPublishEndsWithItsContext: a publish whose write the broker does not take

@@ -88,7 +88,7 @@ func (s *stream) subscribe(ctx context.Context) (subscription, error) {
 	if err != nil {
 		return subscription{}, err
 	}
-	sub, err := await(ctx, func() (subscription, error) {
+	sub, err := await(ctx, l, "consume "+s.q.Name, func() (subscription, error) {
 		ch, err := l.conn.Channel()
 		if err != nil {
 			return subscription{}, &backend.TransportError{Op: "open a channel", Queue: s.q.Name, Err: err}
@@ -126,7 +126,7 @@ func (s *stream) run(sub subscription) {
 	end := func(err error) {
 		s.ended.Store(true)
 		if ch != nil {
-			s.closeChannel(ch)
+			s.closeChannel(l, ch)
 		}
 		s.mu.Lock()
 		s.err = err
@@ -156,7 +156,7 @@ func (s *stream) run(sub subscription) {
 				// cancelled the consumer and the channel lives on: close it, which
 				// puts back what it held, and consume again.
 				if !ch.IsClosed() {
-					s.closeChannel(ch)
+					s.closeChannel(l, ch)
 				}
 				ch = nil
 				continue
@@ -177,12 +177,12 @@ func (s *stream) run(sub subscription) {
 	}
 }
 
-// closeChannel closes ch and waits for the broker's close-ok while the stream's context
-// lasts and the backend is open.
-func (s *stream) closeChannel(ch *amqp.Channel) {
+// closeChannel closes ch, a channel of l's connection, and waits for the broker's
+// close-ok while the stream's context lasts and the backend is open.
+func (s *stream) closeChannel(l *link, ch *amqp.Channel) {
 	ctx, cancel := context.WithCancel(s.ctx)
 	unwatch := context.AfterFunc(s.b.ctx, cancel)
-	await(ctx, func() (struct{}, error) { return struct{}{}, ch.Close() }, nil)
+	await(ctx, l, "closing the channel of a stream of "+s.q.Name, func() (struct{}, error) { return struct{}{}, ch.Close() }, nil)
 	unwatch()
 	cancel()
 }

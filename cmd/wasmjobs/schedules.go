@@ -55,11 +55,21 @@ func newScheduler(b backend.Backend, hist *api.History, log *slog.Logger) *sched
 	return schedule.New(schedule.Config{Acquire: acquire, Busy: busyFunc(b, hist), Logger: log})
 }
 
+var _ backend.SchedulePruner = historyStore{}
+
 // historyStore notes each fired job in the history (when there is one), so that GET
 // /v1/jobs/{id} and overlap "skip" know it from its publish on.
 type historyStore struct {
 	backend.ScheduleStore
 	hist *api.History
+}
+
+// KeepSchedules passes the scheduler's current set on to a store that forgets the
+// ticks of the others (the RabbitMQ lease's token): the embedded interface hides it.
+func (h historyStore) KeepSchedules(schedules []string) {
+	if p, ok := h.ScheduleStore.(backend.SchedulePruner); ok {
+		p.KeepSchedules(schedules)
+	}
 }
 
 func (h historyStore) PublishTick(ctx context.Context, schedule string, tick time.Time, env backend.Envelope) error {

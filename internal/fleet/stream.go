@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -28,12 +29,15 @@ const (
 // every host re-publishes the current set well within that (Follower's Republish).
 var streamArgs = amqp.Table{"x-queue-type": "stream", "x-max-age": "1D"}
 
-// Dial connects to the first of urls that answers.
+// dialTimeout bounds a connection's TCP dial and AMQP handshake.
+const dialTimeout = 10 * time.Second
+
+// Dial connects to the first of urls that answers. It returns when ctx ends, whatever
+// the broker does: ctx's end closes the socket of a handshake under way.
 func Dial(ctx context.Context, urls []string) (*amqp.Connection, error) {
 	var errs []error
 	for _, u := range urls {
-		d := amqp.DefaultDial(10 * time.Second)
-		conn, err := amqp.DialConfig(u, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Dial: d})
+		conn, err := dial(ctx, u)
 		if err == nil {
 			return conn, nil
 		}
@@ -43,6 +47,35 @@ func Dial(ctx context.Context, urls []string) (*amqp.Connection, error) {
 		}
 	}
 	return nil, fmt.Errorf("connect to the broker: %w", errors.Join(errs...))
+}
+
+// dial connects to url within dialTimeout and ctx.
+func dial(ctx context.Context, url string) (*amqp.Connection, error) {
+	var dialer net.Dialer
+	unwatch := func() bool { return true }
+	d := func(network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		// As amqp.DefaultDial does: a deadline for the handshake, which amqp091-go
+		// clears once the connection is open (heartbeats take over).
+		if err := c.SetDeadline(time.Now().Add(dialTimeout)); err != nil {
+			c.Close()
+			return nil, err
+		}
+		unwatch = context.AfterFunc(ctx, func() { c.Close() })
+		return c, nil
+	}
+	conn, err := amqp.DialConfig(url, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Dial: d})
+	if !unwatch() && err == nil {
+		conn.Close() // ctx ended and closed the socket under the handshake's end
+		return nil, ctx.Err()
+	}
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("%w (%w)", ctx.Err(), err)
+	}
+	return conn, err
 }
 
 // Declare declares the stream on conn.
@@ -96,8 +129,13 @@ func decodePush(d amqp.Delivery) (Push, error) {
 }
 
 // publish sends msg to the stream on a confirming channel and waits for the broker's
-// confirm while ctx lasts.
+// confirm while ctx lasts. amqp091-go's channel calls take no context, and a broker
+// that hangs would hold them until the connection's heartbeat check (30 s): when ctx
+// ends first, the connection is closed (within closeTimeout), which ends them; a
+// follower then reads the stream again on a new connection.
 func publish(ctx context.Context, conn *amqp.Connection, stream string, msg amqp.Publishing) error {
+	stop := context.AfterFunc(ctx, func() { closeConn(conn) })
+	defer stop()
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("publish to %s: %w", stream, err)

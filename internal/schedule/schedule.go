@@ -233,6 +233,9 @@ func (s *Scheduler) lead(ctx context.Context, store backend.ScheduleStore, lost 
 	// cursor holds, for each schedule, the time up to which its ticks are handled
 	// (fired, skipped or caught up) in this run of lead.
 	cursor := map[string]time.Time{}
+	// kept is the set of schedules the store was last told to keep (a pruning store's).
+	pruner, _ := store.(backend.SchedulePruner)
+	var kept map[string]bool
 	for {
 		now := time.Now()
 		s.mu.Lock()
@@ -286,6 +289,10 @@ func (s *Scheduler) lead(ctx context.Context, store backend.ScheduleStore, lost 
 			if !wanted[key] {
 				delete(cursor, key)
 			}
+		}
+		if pruner != nil && !maps.Equal(wanted, kept) {
+			pruner.KeepSchedules(slices.Collect(maps.Keys(wanted)))
+			kept = wanted
 		}
 		if !s.sleep(ctx, lost, now, wake) {
 			return

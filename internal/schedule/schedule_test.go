@@ -327,3 +327,49 @@ func TestList(t *testing.T) {
 		}
 	})
 }
+
+// pruner is a recorder whose store forgets schedules (backend.SchedulePruner), as the
+// RabbitMQ lease does: it records each set it was told to keep.
+type pruner struct {
+	*recorder
+	kept [][]string
+}
+
+func (p *pruner) KeepSchedules(schedules []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.kept = append(p.kept, slices.Sorted(slices.Values(schedules)))
+}
+
+// TestSchedulerTellsAPruningStoreTheSet: while it fires through a store that forgets
+// schedules, the scheduler tells it the current set at the start and after each change,
+// so that a removed schedule's tick does not stay in the store for ever.
+func TestSchedulerTellsAPruningStoreTheSet(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		p := &pruner{recorder: newBackend(t)}
+		a := minutely(t, true)
+		b := a
+		b.Name = "other"
+		s := schedule.New(schedule.Config{
+			Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return p, nil, nil },
+			Logger:  slog.New(slog.DiscardHandler),
+		})
+		s.Set([]schedule.Entry{a, b})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); s.Run(ctx) }()
+		time.Sleep(90 * time.Second) // a tick fires in between: the set did not change
+		synctest.Wait()
+		s.Set([]schedule.Entry{a})
+		synctest.Wait()
+		cancel()
+		<-done
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		want := [][]string{{a.Key(), b.Key()}, {a.Key()}}
+		if !slices.EqualFunc(p.kept, want, slices.Equal) {
+			t.Errorf("the store was told to keep %v, want %v", p.kept, want)
+		}
+	})
+}
