@@ -130,19 +130,23 @@ func New(cfg Config) http.Handler {
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin request refused: "+r.Method+" "+r.URL.Path+" comes from another site", http.StatusForbidden)
 	}))
-	h := cop.Handler(s.auth(headers(mux)))
+	h := cop.Handler(s.auth(mux))
 	if cfg.Loopback {
 		h = api.LoopbackOnly(h)
 	}
-	return h
+	// Outermost: the login form and the refusals above are answers of the dashboard
+	// too, and a page framed or sniffed is as bad there as anywhere.
+	return headers(h)
 }
 
-// headers sets what every page sends: no framing, no inline script or style, no
-// sniffing.
+// headers sets what every answer of the dashboard sends, a page, a redirect or a
+// refusal: no framing (X-Frame-Options for browsers without frame-ancestors), no
+// inline script or style, no sniffing, no referrer to other sites, no caching.
 func headers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
+		h.Set("X-Frame-Options", "DENY")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
@@ -170,7 +174,6 @@ func (s *server) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		w.Header().Set("Cache-Control", "no-store")
 		next := r.URL.RequestURI()
 		if r.Method != http.MethodGet {
 			next = "/ui/"

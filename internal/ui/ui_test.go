@@ -473,3 +473,50 @@ func TestCountsABackendCannotTellSayWhy(t *testing.T) {
 		t.Errorf("overview with some counts unknown: want the known ones and n/a with the reason:\n%s", body)
 	}
 }
+
+// Every answer of the dashboard carries its security headers: the pages, and the
+// login form, the refusals (cross-site, a foreign Host), the errors and the redirects,
+// which are written before (or around) the pages' own handlers.
+func TestEveryResponseCarriesTheSecurityHeaders(t *testing.T) {
+	t.Parallel()
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Token: "s3cret", Loopback: true, History: api.NewHistory(10)})
+	cookie := &http.Cookie{Name: ui.CookieName, Value: "s3cret"}
+	for _, tc := range []struct {
+		name, method, url, site, body string
+		cookie                        bool
+		status                        int
+	}{
+		{name: "a page", method: "GET", url: "http://localhost/ui/", cookie: true, status: 200},
+		{name: "a static file", method: "GET", url: "http://localhost/ui/static/app.js", status: 200},
+		{name: "a missing static file", method: "GET", url: "http://localhost/ui/static/nope.js", status: 404},
+		{name: "an unknown page", method: "GET", url: "http://localhost/ui/nope", cookie: true, status: 404},
+		{name: "the login form", method: "GET", url: "http://localhost/ui/modules", status: 401},
+		{name: "a wrong token", method: "POST", url: "http://localhost/ui/login", site: "same-origin", body: "token=wrong", status: 401},
+		{name: "a login", method: "POST", url: "http://localhost/ui/login", site: "same-origin", body: "token=s3cret", status: 303},
+		{name: "a cross-site form", method: "POST", url: "http://localhost/ui/dead-letters/purge", site: "cross-site", body: "queue=echo", cookie: true, status: 403},
+		{name: "a foreign Host", method: "GET", url: "http://rebound.example/ui/", cookie: true, status: 403},
+	} {
+		r := httptest.NewRequest(tc.method, tc.url, strings.NewReader(tc.body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if tc.site != "" {
+			r.Header.Set("Sec-Fetch-Site", tc.site)
+		}
+		if tc.cookie {
+			r.AddCookie(cookie)
+		}
+		w := serve(h, r)
+		if w.Code != tc.status {
+			t.Errorf("%s (%s %s): %d, want %d", tc.name, tc.method, tc.url, w.Code, tc.status)
+		}
+		for k, want := range map[string]string{
+			"Content-Security-Policy": "frame-ancestors 'none'",
+			"X-Frame-Options":         "DENY",
+			"X-Content-Type-Options":  "nosniff",
+			"Referrer-Policy":         "same-origin",
+		} {
+			if got := w.Header().Get(k); !strings.Contains(got, want) {
+				t.Errorf("%s (%s %s, %d): %s %q, want %q", tc.name, tc.method, tc.url, w.Code, k, got, want)
+			}
+		}
+	}
+}
