@@ -107,7 +107,8 @@ func New(cfg Config) http.Handler {
 	}
 	s.tmpl = template.Must(template.New("").Funcs(template.FuncMap{
 		"short": short, "maxAttempts": func() int { return backend.MaxRecordAttempts }, "time": timeTag, "spark": sparkline, "count": count, "pct": pct,
-		"payload": payloadText, "query": url.QueryEscape, "ago": ago,
+		"payload": payloadText, "query": url.QueryEscape, "ago": ago, "path": url.PathEscape,
+		"jobURL": func(id string) string { return jobPath(id, "") }, "jobAction": jobPath,
 	}).ParseFS(templateFS, "templates/*.html"))
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static")
@@ -116,6 +117,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /ui/queues/{queue}", s.queue)
 	mux.HandleFunc("GET /ui/jobs/{id}", s.job)
 	mux.HandleFunc("POST /ui/jobs/{id}/{action}", s.jobAction)
+	// The ids jobPath puts in the query.
+	mux.HandleFunc("GET /ui/jobs/{$}", s.job)
+	mux.HandleFunc("POST /ui/jobs/{$}", s.jobAction)
 	mux.HandleFunc("GET /ui/dead-letters", s.deadLetters)
 	mux.HandleFunc("POST /ui/dead-letters/{action}", s.deadAction)
 	mux.HandleFunc("GET /ui/modules", s.modules)
@@ -347,8 +351,38 @@ func (s *server) stats(ctx context.Context, q string) (backend.QueueStats, error
 	return sr.QueueStats(ctx, q)
 }
 
+// jobPath is the dashboard's path of job id's page, or of one of its actions: the id
+// escaped into one path segment (a publisher chooses ids, and one can hold '/', '?',
+// '#' or '%'), which the routes' {id} gets back unescaped. An id that escapes to "."
+// or ".." goes into the query instead: a browser resolves a dot segment away, even
+// written %2e.
+func jobPath(id, action string) string {
+	seg := url.PathEscape(id)
+	if seg == "." || seg == ".." {
+		q := url.Values{"id": {id}}
+		if action != "" {
+			q.Set("action", action)
+		}
+		return "/ui/jobs/?" + q.Encode()
+	}
+	if action != "" {
+		return "/ui/jobs/" + seg + "/" + action
+	}
+	return "/ui/jobs/" + seg
+}
+
+// jobParams are the job id and the action r names, from the path, or from the query
+// where jobPath put them.
+func jobParams(r *http.Request) (id, action string) {
+	if id := r.PathValue("id"); id != "" {
+		return id, r.PathValue("action")
+	}
+	q := r.URL.Query()
+	return q.Get("id"), q.Get("action")
+}
+
 func (s *server) job(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, _ := jobParams(r)
 	st, err := s.jobs.Get(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, statusOf(err), err)
@@ -389,7 +423,8 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) jobAction(w http.ResponseWriter, r *http.Request) {
-	id, a := r.PathValue("id"), api.Action(r.PathValue("action"))
+	id, action := jobParams(r)
+	a := api.Action(action)
 	switch a {
 	case api.ActionCancel, api.ActionRetry, api.ActionDelete:
 	default:
@@ -414,7 +449,13 @@ func (s *server) jobAction(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, back+"?done=deleted+"+url.QueryEscape(id), http.StatusSeeOther)
 		return
 	}
-	http.Redirect(w, r, "/ui/jobs/"+url.PathEscape(id)+"?done="+string(a), http.StatusSeeOther)
+	u := jobPath(id, "")
+	if strings.Contains(u, "?") {
+		u += "&"
+	} else {
+		u += "?"
+	}
+	http.Redirect(w, r, u+"done="+string(a), http.StatusSeeOther)
 }
 
 func (s *server) servedQueues() []string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -153,6 +155,8 @@ func TestPagesAnswerAndRefuseWhatTheyShould(t *testing.T) {
 		{"GET", "http://localhost/ui/queues/nope", "", 404},
 		{"GET", "http://localhost/ui/queues/echo?state=sleeping", "", 400},
 		{"GET", "http://localhost/ui/jobs/NOSUCHJOB", "", 404},
+		{"GET", "http://localhost/ui/jobs/", "", 404},
+		{"GET", "http://localhost/ui/jobs/?id=..", "", 404},
 		{"GET", "http://localhost/ui/dead-letters?queue=echo", "", 200},
 		{"GET", "http://localhost/ui/modules", "", 200},
 		{"GET", "http://localhost/ui/static/app.js", "", 200},
@@ -517,6 +521,88 @@ func TestEveryResponseCarriesTheSecurityHeaders(t *testing.T) {
 			if got := w.Header().Get(k); !strings.Contains(got, want) {
 				t.Errorf("%s (%s %s, %d): %s %q, want %q", tc.name, tc.method, tc.url, w.Code, k, got, want)
 			}
+		}
+	}
+}
+
+// dotSegment reports whether a browser takes seg, a path segment, for "." or ".."
+// (the WHATWG URL standard: also when a dot is written %2e) and resolves it away.
+func dotSegment(seg string) bool {
+	switch strings.ToLower(seg) {
+	case ".", "%2e", "..", ".%2e", "%2e.", "%2e%2e":
+		return true
+	}
+	return false
+}
+
+// follow goes where a browser goes for the link href of a dashboard page: the link
+// must be a path of the dashboard with no dot segment, and a browser sends no
+// fragment.
+func follow(t *testing.T, h http.Handler, method, href string) *httptest.ResponseRecorder {
+	t.Helper()
+	u, err := url.Parse(href)
+	if err != nil || u.Host != "" || !strings.HasPrefix(u.EscapedPath(), "/ui/") {
+		t.Fatalf("link %q: %v, want a path of the dashboard", href, err)
+	}
+	for _, seg := range strings.Split(u.EscapedPath(), "/") {
+		if dotSegment(seg) {
+			t.Errorf("link %q has the dot segment %q: a browser resolves it away", href, seg)
+		}
+	}
+	target := u.EscapedPath()
+	if u.RawQuery != "" {
+		target += "?" + u.RawQuery
+	}
+	r := httptest.NewRequest(method, "http://localhost"+target, nil)
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	return serve(h, r)
+}
+
+// A job id is whatever its publisher chose (a foreign publisher on RabbitMQ): the
+// links to its page and the forms of its actions carry it escaped, and reach it.
+func TestJobIDsAnyPublisherChoseAreLinkedEscaped(t *testing.T) {
+	t.Parallel()
+	b, hist := memory.New(memory.Config{}), api.NewHistory(20)
+	h, _ := rig(t, b, ui.Config{History: hist})
+	ids := []string{"a/b", "../../etc/passwd", "..", ".", "q?x=1", "frag#ment", "100%", "%2F", "sp ace", "a/../b", "dots..", "é/ü"}
+	for _, id := range ids {
+		env := backend.NewEnvelope("echo", []byte("x"))
+		env.ID = id
+		hist.Enqueued(env, false)
+		if err := b.Publish(context.Background(), env, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := serve(h, httptest.NewRequest("GET", "http://localhost/ui/queues/echo", nil)).Body.String()
+	links := map[string]string{}
+	for _, m := range regexp.MustCompile(`<a href="([^"]*)"><code>([^<]*)</code></a>`).FindAllStringSubmatch(body, -1) {
+		links[html.UnescapeString(m[2])] = html.UnescapeString(m[1])
+	}
+	for _, id := range ids {
+		href, ok := links[id]
+		if !ok {
+			t.Errorf("the queue page has no link to job %q:\n%s", id, body)
+			continue
+		}
+		w := follow(t, h, "GET", href)
+		if want := "<h1>Job <code>" + html.EscapeString(id) + "</code></h1>"; w.Code != 200 || !strings.Contains(w.Body.String(), want) {
+			t.Errorf("job %q's link %q: %d, want 200 with its page", id, href, w.Code)
+			continue
+		}
+		m := regexp.MustCompile(`<form method="post" action="([^"]*)"><button type="submit" id="cancel">`).FindStringSubmatch(w.Body.String())
+		if m == nil {
+			t.Errorf("job %q's page has no cancel form", id)
+			continue
+		}
+		action := html.UnescapeString(m[1])
+		w = follow(t, h, "POST", action)
+		if w.Code != http.StatusSeeOther {
+			t.Errorf("job %q's cancel %q: %d %s, want 303", id, action, w.Code, w.Body)
+			continue
+		}
+		w = follow(t, h, "GET", w.Header().Get("Location"))
+		if w.Code != 200 || !strings.Contains(w.Body.String(), `id="state">cancelled`) || !strings.Contains(w.Body.String(), html.EscapeString(id)) {
+			t.Errorf("job %q after its cancel: %d, want its page saying cancelled", id, w.Code)
 		}
 	}
 }
