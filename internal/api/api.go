@@ -50,6 +50,10 @@ type Config struct {
 	Rates *Rates
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
+	// AuthLimiter bounds the wrong bearer tokens tried (see AuthLimiter); the
+	// dashboard's too (ui.Config.AuthLimiter) when both serve one host. Nil means one
+	// of the API's own.
+	AuthLimiter *AuthLimiter
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every request
 	// but /healthz and /readyz.
 	Token string
@@ -88,6 +92,7 @@ type Config struct {
 type server struct {
 	cfg       Config
 	log       *slog.Logger
+	limit     *AuthLimiter
 	backupSem chan struct{} // one backup at a time
 }
 
@@ -102,7 +107,10 @@ func New(cfg Config) http.Handler {
 	if cfg.Accepting == nil {
 		cfg.Accepting = cfg.Ready
 	}
-	s := &server{cfg: cfg, log: cfg.Logger, backupSem: make(chan struct{}, 1)}
+	s := &server{cfg: cfg, log: cfg.Logger, limit: cfg.AuthLimiter, backupSem: make(chan struct{}, 1)}
+	if s.limit == nil {
+		s.limit = NewAuthLimiter()
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -221,15 +229,32 @@ func (s *server) accepting() error {
 	return nil
 }
 
-// auth requires the bearer token where one is configured.
+// auth requires the bearer token where one is configured. A token sent is looked at
+// only within the limit of wrong ones (AuthLimiter); a request without one tries none
+// and is not counted.
 func (s *server) auth(next http.Handler) http.Handler {
 	if s.cfg.Token == "" {
 		return next
 	}
 	want := []byte("Bearer " + s.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" &&
-			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		got := r.Header.Get("Authorization")
+		if got != "" {
+			if d := s.limit.Wait(r); d > 0 {
+				after := RetryAfter(d)
+				w.Header().Set("Retry-After", after)
+				writeError(w, http.StatusTooManyRequests, "too many wrong tokens from your address: no token is looked at before %s s from now", after)
+				return
+			}
+		}
+		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			if got != "" {
+				s.limit.Failed(r)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="wasmjobs"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return

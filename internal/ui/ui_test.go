@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -499,7 +500,17 @@ func TestEveryResponseCarriesTheSecurityHeaders(t *testing.T) {
 		{name: "a login", method: "POST", url: "http://localhost/ui/login", site: "same-origin", body: "token=s3cret", status: 303},
 		{name: "a cross-site form", method: "POST", url: "http://localhost/ui/dead-letters/purge", site: "cross-site", body: "queue=echo", cookie: true, status: 403},
 		{name: "a foreign Host", method: "GET", url: "http://rebound.example/ui/", cookie: true, status: 403},
+		{name: "a logout", method: "POST", url: "http://localhost/ui/logout", site: "same-origin", cookie: true, status: 303},
+		{name: "too many wrong tokens", method: "POST", url: "http://localhost/ui/login", site: "same-origin", body: "token=s3cret", status: 429},
 	} {
+		if tc.status == http.StatusTooManyRequests {
+			for range api.ClientAuthBurst {
+				r := httptest.NewRequest("POST", "http://localhost/ui/login", strings.NewReader("token=wrong"))
+				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				r.Header.Set("Sec-Fetch-Site", "same-origin")
+				serve(h, r)
+			}
+		}
 		r := httptest.NewRequest(tc.method, tc.url, strings.NewReader(tc.body))
 		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		if tc.site != "" {
@@ -604,5 +615,122 @@ func TestJobIDsAnyPublisherChoseAreLinkedEscaped(t *testing.T) {
 		if w.Code != 200 || !strings.Contains(w.Body.String(), `id="state">cancelled`) || !strings.Contains(w.Body.String(), html.EscapeString(id)) {
 			t.Errorf("job %q after its cancel: %d, want its page saying cancelled", id, w.Code)
 		}
+	}
+}
+
+// Wrong tokens are limited, per client and over all clients, at the login form and as
+// a cookie: past the limit a client is answered 429 with Retry-After, and its token is
+// not looked at (the right one is refused too) until the limit has refilled.
+func TestWrongTokensAreLimited(t *testing.T) {
+	t.Parallel()
+	login := func(h http.Handler, addr, token string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "http://localhost/ui/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+		r.RemoteAddr = addr
+		return serve(h, r)
+	}
+	page := func(h http.Handler, addr, cookie string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "http://localhost/ui/schedules", nil) // a page that needs no backend
+		r.AddCookie(&http.Cookie{Name: ui.CookieName, Value: cookie})
+		r.RemoteAddr = addr
+		return serve(h, r)
+	}
+	refused := func(t *testing.T, what string, w *httptest.ResponseRecorder, retry string) {
+		t.Helper()
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != retry || len(w.Result().Cookies()) != 0 {
+			t.Errorf("%s: %d, Retry-After %q, cookies %v; want 429, Retry-After %s and no cookie", what, w.Code, w.Header().Get("Retry-After"), w.Result().Cookies(), retry)
+		}
+	}
+	t.Run("per client", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			h := ui.New(ui.Config{Token: "s3cret"})
+			for i := range 5 {
+				if w := login(h, "192.0.2.1:4000", fmt.Sprint("guess", i)); w.Code != 401 {
+					t.Fatalf("wrong token %d: %d, want 401", i+1, w.Code)
+				}
+			}
+			refused(t, "the right token after 5 wrong ones", login(h, "192.0.2.1:4001", "s3cret"), "12")
+			refused(t, "a cookie after 5 wrong tokens", page(h, "192.0.2.1:4002", "s3cret"), "12")
+			if w := login(h, "192.0.2.2:4000", "s3cret"); w.Code != http.StatusSeeOther {
+				t.Errorf("another client's right token: %d, want 303", w.Code)
+			}
+			// An IPv6 client is its /64: another address of it is the same client.
+			for i := range 5 {
+				page(h, fmt.Sprintf("[2001:db8::%d]:4000", i+1), "wrong")
+			}
+			refused(t, "another address of an IPv6 /64 after 5 wrong cookies", login(h, "[2001:db8::99]:4000", "s3cret"), "12")
+			time.Sleep(12 * time.Second)
+			if w := login(h, "192.0.2.1:4003", "s3cret"); w.Code != http.StatusSeeOther {
+				t.Errorf("the right token once the limit refilled: %d, want 303", w.Code)
+			}
+			if w := login(h, "192.0.2.1:4003", "wrong"); w.Code != 401 {
+				t.Errorf("a wrong token with one attempt refilled: %d, want 401", w.Code)
+			}
+			refused(t, "the right token past the refill", login(h, "192.0.2.1:4004", "s3cret"), "12")
+		})
+	})
+	t.Run("over all clients", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			h := ui.New(ui.Config{Token: "s3cret"})
+			for i := range 20 {
+				if w := login(h, fmt.Sprintf("198.51.100.%d:4000", i+1), "wrong"); w.Code != 401 {
+					t.Fatalf("wrong token from client %d: %d, want 401", i+1, w.Code)
+				}
+			}
+			refused(t, "a new client's right token after 20 wrong ones from others", login(h, "203.0.113.1:4000", "s3cret"), "1")
+			time.Sleep(time.Second)
+			if w := login(h, "203.0.113.1:4000", "s3cret"); w.Code != http.StatusSeeOther {
+				t.Errorf("a new client's right token a second later: %d, want 303", w.Code)
+			}
+		})
+	})
+}
+
+// A wrong cookie (the token changed with a restart) is cleared along with the login
+// form, so that the browser does not send it, and count it, with every page and poll.
+func TestAWrongCookieIsCleared(t *testing.T) {
+	t.Parallel()
+	h := ui.New(ui.Config{Token: "s3cret"})
+	r := httptest.NewRequest("GET", "http://localhost/ui/", nil)
+	r.AddCookie(&http.Cookie{Name: ui.CookieName, Value: "old"})
+	w := serve(h, r)
+	cs := w.Result().Cookies()
+	if w.Code != 401 || len(cs) != 1 || cs[0].Name != ui.CookieName || cs[0].MaxAge >= 0 || cs[0].Path != "/ui/" {
+		t.Errorf("a page with a wrong cookie: %d, cookies %+v; want 401 and the cookie cleared on /ui/", w.Code, cs)
+	}
+}
+
+// The layout's sign-out button posts to /ui/logout, which clears the cookie, under the
+// cross-origin protection of the other forms.
+func TestLogoutClearsTheCookie(t *testing.T) {
+	t.Parallel()
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Token: "s3cret", History: api.NewHistory(10)})
+	cookie := &http.Cookie{Name: ui.CookieName, Value: "s3cret"}
+	r := httptest.NewRequest("GET", "http://localhost/ui/modules", nil)
+	r.AddCookie(cookie)
+	if body := serve(h, r).Body.String(); !strings.Contains(body, `<form method="post" action="/ui/logout"`) || !strings.Contains(body, `id="logout"`) {
+		t.Errorf("a page of a host with a token has no sign-out form:\n%s", body)
+	}
+	post := func(site string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "http://localhost/ui/logout", nil)
+		r.Header.Set("Sec-Fetch-Site", site)
+		r.AddCookie(cookie)
+		return serve(h, r)
+	}
+	if w := post("cross-site"); w.Code != http.StatusForbidden || len(w.Result().Cookies()) != 0 {
+		t.Errorf("a cross-site logout: %d, cookies %v; want 403 and none", w.Code, w.Result().Cookies())
+	}
+	w := post("same-origin")
+	cs := w.Result().Cookies()
+	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/ui/" || len(cs) != 1 || cs[0].Name != ui.CookieName ||
+		cs[0].Value != "" || cs[0].MaxAge >= 0 || cs[0].Path != "/ui/" || !cs[0].HttpOnly {
+		t.Errorf("logout: %d to %q, cookies %+v; want 303 to /ui/ clearing the HttpOnly cookie on /ui/", w.Code, w.Header().Get("Location"), cs)
+	}
+	open, _ := rig(t, memory.New(memory.Config{}), ui.Config{History: api.NewHistory(10)})
+	if body := serve(open, httptest.NewRequest("GET", "http://localhost/ui/modules", nil)).Body.String(); strings.Contains(body, `id="logout"`) {
+		t.Errorf("a host without a token shows a sign-out button")
 	}
 }
