@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -793,6 +794,10 @@ type Checkpointer interface {
 	Checkpoint(ctx context.Context, dir string) error
 }
 
+// beforeBackupRename, when set (by a test), is called just before a backup is moved
+// into place: the window in which another process could make its name.
+var beforeBackupRename atomic.Pointer[func(root, name string)]
+
 // BackupRequest is the body of POST /v1/backup.
 type BackupRequest struct {
 	// Name is the backup's directory inside the host's --backup-dir: one path element
@@ -883,13 +888,15 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "backup %q: %v", req.Name, err)
 		return
 	}
-	// The existence check above and this rename are not one step: an empty directory
-	// of the name made in between by another process would be replaced.
-	if _, err := root.Lstat(req.Name); err == nil {
-		fail(w, &httpError{http.StatusConflict, fmt.Sprintf("backup %q exists in %s: give a new name", req.Name, s.cfg.BackupDir)})
-		return
+	if h := beforeBackupRename.Load(); h != nil {
+		(*h)(s.cfg.BackupDir, req.Name)
 	}
-	if err := root.Rename(inner, req.Name); err != nil {
+	// The existence check above was before the copy: another process may have made the
+	// name since. The rename refuses to replace it (renameNoReplace).
+	if err := renameNoReplace(root, tmp, "data", req.Name); errors.Is(err, fs.ErrExist) {
+		fail(w, &httpError{http.StatusConflict, fmt.Sprintf("backup %q exists in %s: made by someone else while the backup was written, and left as it is; give a new name", req.Name, s.cfg.BackupDir)})
+		return
+	} else if err != nil {
 		writeError(w, http.StatusInternalServerError, "backup %q: moving it into place in %s: %v", req.Name, s.cfg.BackupDir, err)
 		return
 	}
