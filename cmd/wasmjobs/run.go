@@ -585,6 +585,8 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		return nil
 	}
 	loopback := isLoopback(ln.Addr().String())
+	// One limit of wrong tokens for the API and the dashboard: both take the token.
+	authLimit := api.NewAuthLimiter()
 	apiHandler := api.New(api.Config{
 		Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(), Rates: rates,
 		Schedules: sched.List, RefusedPushes: func() any {
@@ -593,7 +595,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 			}
 			return refused()
 		},
-		Token: f.token, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
+		Token: f.token, AuthLimiter: authLimit, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
 		Healthy:  failed,
 		Loopback: loopback, BackupDir: backupDir,
 	})
@@ -610,7 +612,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	cleanups = append(cleanups, func(ctx context.Context) { checkEngine.Close(ctx) })
 	dash := ui.New(ui.Config{
 		Backend: b, Registry: reg, Running: w.Running, History: hist, Rates: rates, Attempts: attempts, Versions: versions,
-		Schedules: sched.List, Token: f.token, Loopback: loopback, Accepting: accepting, Logger: log,
+		Schedules: sched.List, Token: f.token, AuthLimiter: authLimit, Loopback: loopback, Accepting: accepting, Logger: log,
 		Validate: uploadValidator(checkEngine),
 		Host:     ui.HostInfo{Backend: backendName(f.backend), DataDir: dataDir, Concurrency: f.concurrency, Started: time.Now(), Version: versionString()},
 	})

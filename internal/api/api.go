@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -50,6 +51,10 @@ type Config struct {
 	Rates *Rates
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
+	// AuthLimiter bounds the wrong bearer tokens tried (see AuthLimiter); the
+	// dashboard's too (ui.Config.AuthLimiter) when both serve one host. Nil means one
+	// of the API's own.
+	AuthLimiter *AuthLimiter
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every request
 	// but /healthz and /readyz.
 	Token string
@@ -88,6 +93,7 @@ type Config struct {
 type server struct {
 	cfg       Config
 	log       *slog.Logger
+	limit     *AuthLimiter
 	backupSem chan struct{} // one backup at a time
 }
 
@@ -102,7 +108,10 @@ func New(cfg Config) http.Handler {
 	if cfg.Accepting == nil {
 		cfg.Accepting = cfg.Ready
 	}
-	s := &server{cfg: cfg, log: cfg.Logger, backupSem: make(chan struct{}, 1)}
+	s := &server{cfg: cfg, log: cfg.Logger, limit: cfg.AuthLimiter, backupSem: make(chan struct{}, 1)}
+	if s.limit == nil {
+		s.limit = NewAuthLimiter()
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -221,15 +230,32 @@ func (s *server) accepting() error {
 	return nil
 }
 
-// auth requires the bearer token where one is configured.
+// auth requires the bearer token where one is configured. A token sent is looked at
+// only within the limit of wrong ones (AuthLimiter); a request without one tries none
+// and is not counted.
 func (s *server) auth(next http.Handler) http.Handler {
 	if s.cfg.Token == "" {
 		return next
 	}
 	want := []byte("Bearer " + s.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" &&
-			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		got := r.Header.Get("Authorization")
+		if got != "" {
+			if d := s.limit.Wait(r); d > 0 {
+				after := RetryAfter(d)
+				w.Header().Set("Retry-After", after)
+				writeError(w, http.StatusTooManyRequests, "too many wrong tokens from your address: no token is looked at before %s s from now", after)
+				return
+			}
+		}
+		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			if got != "" {
+				s.limit.Failed(r)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="wasmjobs"`)
 			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return
@@ -768,6 +794,10 @@ type Checkpointer interface {
 	Checkpoint(ctx context.Context, dir string) error
 }
 
+// beforeBackupRename, when set (by a test), is called just before a backup is moved
+// into place: the window in which another process could make its name.
+var beforeBackupRename atomic.Pointer[func(root, name string)]
+
 // BackupRequest is the body of POST /v1/backup.
 type BackupRequest struct {
 	// Name is the backup's directory inside the host's --backup-dir: one path element
@@ -858,13 +888,15 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "backup %q: %v", req.Name, err)
 		return
 	}
-	// The existence check above and this rename are not one step: an empty directory
-	// of the name made in between by another process would be replaced.
-	if _, err := root.Lstat(req.Name); err == nil {
-		fail(w, &httpError{http.StatusConflict, fmt.Sprintf("backup %q exists in %s: give a new name", req.Name, s.cfg.BackupDir)})
-		return
+	if h := beforeBackupRename.Load(); h != nil {
+		(*h)(s.cfg.BackupDir, req.Name)
 	}
-	if err := root.Rename(inner, req.Name); err != nil {
+	// The existence check above was before the copy: another process may have made the
+	// name since. The rename refuses to replace it (renameNoReplace).
+	if err := renameNoReplace(root, tmp, "data", req.Name); errors.Is(err, fs.ErrExist) {
+		fail(w, &httpError{http.StatusConflict, fmt.Sprintf("backup %q exists in %s: made by someone else while the backup was written, and left as it is; give a new name", req.Name, s.cfg.BackupDir)})
+		return
+	} else if err != nil {
 		writeError(w, http.StatusInternalServerError, "backup %q: moving it into place in %s: %v", req.Name, s.cfg.BackupDir, err)
 		return
 	}

@@ -199,3 +199,39 @@ func TestBackup(t *testing.T) {
 		t.Errorf("backup while draining: %d %v, want 503", status, body)
 	}
 }
+
+// A directory of the backup's name made by another process after the existence check,
+// just before the backup is moved into place, is neither replaced nor entered: the
+// backup fails naming it, and leaves no temporary directory.
+func TestBackupDoesNotReplaceATargetMadeMeanwhile(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	r := newRigOn(t, openPebble(t, pebble.Config{}), nil, "", func(c *api.Config) { c.BackupDir = root })
+	var made os.FileInfo
+	api.SetBeforeBackupRename(func(dir, name string) {
+		if dir != root { // another test's backup
+			return
+		}
+		target := filepath.Join(dir, name)
+		if err := os.Mkdir(target, 0o755); err != nil {
+			t.Error(err)
+		}
+		made, _ = os.Stat(target)
+	})
+	t.Cleanup(func() { api.SetBeforeBackupRename(nil) })
+	status, body := r.call(t, "POST", "/v1/backup", `{"name": "nightly"}`)
+	if msg, _ := body["error"].(string); status != 409 || !strings.Contains(msg, `"nightly"`) || !strings.Contains(msg, "exists") {
+		t.Errorf("backup onto a directory made meanwhile: %d %v, want 409 naming it", status, body)
+	}
+	target := filepath.Join(root, "nightly")
+	now, err := os.Stat(target)
+	if err != nil || made == nil || !os.SameFile(made, now) {
+		t.Errorf("the directory made meanwhile: %v %v, want it where it was", now, err)
+	}
+	if entries, err := os.ReadDir(target); err != nil || len(entries) != 0 {
+		t.Errorf("the directory made meanwhile holds %v %v, want it empty as it was made", entries, err)
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 1 {
+		t.Errorf("the backup root holds %v, want only the directory made meanwhile", entries)
+	}
+}

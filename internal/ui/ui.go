@@ -70,6 +70,10 @@ type Config struct {
 	Validate func(ctx context.Context, name string, wasm []byte) (version string, err error)
 	// Token, when set, is asked for once by a login form and kept in a cookie.
 	Token string
+	// AuthLimiter bounds the wrong tokens tried, at the login form, as a cookie or as a
+	// bearer token; the API's (api.Config.AuthLimiter) when both serve one host, so
+	// that a guesser cannot add their limits up. Nil means one of the dashboard's own.
+	AuthLimiter *api.AuthLimiter
 	// Loopback applies the API's Host check (see api.Config.Loopback).
 	Loopback bool
 	// Accepting is api.Config.Accepting: replays and retries are refused while false.
@@ -84,10 +88,11 @@ type Config struct {
 }
 
 type server struct {
-	cfg  Config
-	tmpl *template.Template
-	jobs api.Jobs
-	log  *slog.Logger
+	cfg   Config
+	limit *api.AuthLimiter
+	tmpl  *template.Template
+	jobs  api.Jobs
+	log   *slog.Logger
 }
 
 // New returns the dashboard's handler, to be mounted at /ui/.
@@ -101,13 +106,17 @@ func New(cfg Config) http.Handler {
 	if cfg.MaxDeadListed <= 0 {
 		cfg.MaxDeadListed = DefaultMaxDeadListed
 	}
-	s := &server{cfg: cfg, jobs: api.Jobs{Backend: cfg.Backend, History: cfg.History}, log: cfg.Logger}
+	s := &server{cfg: cfg, limit: cfg.AuthLimiter, jobs: api.Jobs{Backend: cfg.Backend, History: cfg.History}, log: cfg.Logger}
+	if s.limit == nil {
+		s.limit = api.NewAuthLimiter()
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.tmpl = template.Must(template.New("").Funcs(template.FuncMap{
 		"short": short, "maxAttempts": func() int { return backend.MaxRecordAttempts }, "time": timeTag, "spark": sparkline, "count": count, "pct": pct,
-		"payload": payloadText, "query": url.QueryEscape, "ago": ago,
+		"payload": payloadText, "query": url.QueryEscape, "ago": ago, "path": url.PathEscape,
+		"jobURL": func(id string) string { return jobPath(id, "") }, "jobAction": jobPath,
 	}).ParseFS(templateFS, "templates/*.html"))
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static")
@@ -116,6 +125,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /ui/queues/{queue}", s.queue)
 	mux.HandleFunc("GET /ui/jobs/{id}", s.job)
 	mux.HandleFunc("POST /ui/jobs/{id}/{action}", s.jobAction)
+	// The ids jobPath puts in the query.
+	mux.HandleFunc("GET /ui/jobs/{$}", s.job)
+	mux.HandleFunc("POST /ui/jobs/{$}", s.jobAction)
 	mux.HandleFunc("GET /ui/dead-letters", s.deadLetters)
 	mux.HandleFunc("POST /ui/dead-letters/{action}", s.deadAction)
 	mux.HandleFunc("GET /ui/modules", s.modules)
@@ -123,6 +135,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /ui/modules/validate", s.validate)
 	mux.HandleFunc("POST /ui/modules/{name}/{action}", s.moduleAction)
 	mux.HandleFunc("POST /ui/login", s.login)
+	mux.HandleFunc("POST /ui/logout", s.logout)
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no such page: %s %s", r.Method, r.URL.Path))
 	})
@@ -130,19 +143,23 @@ func New(cfg Config) http.Handler {
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin request refused: "+r.Method+" "+r.URL.Path+" comes from another site", http.StatusForbidden)
 	}))
-	h := cop.Handler(s.auth(headers(mux)))
+	h := cop.Handler(s.auth(mux))
 	if cfg.Loopback {
 		h = api.LoopbackOnly(h)
 	}
-	return h
+	// Outermost: the login form and the refusals above are answers of the dashboard
+	// too, and a page framed or sniffed is as bad there as anywhere.
+	return headers(h)
 }
 
-// headers sets what every page sends: no framing, no inline script or style, no
-// sniffing.
+// headers sets what every answer of the dashboard sends, a page, a redirect or a
+// refusal: no framing (X-Frame-Options for browsers without frame-ancestors), no
+// inline script or style, no sniffing, no referrer to other sites, no caching.
 func headers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
+		h.Set("X-Frame-Options", "DENY")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
@@ -160,23 +177,49 @@ func (s *server) authorized(r *http.Request) bool {
 }
 
 // auth asks for the token where one is set: a page without it answers 401 with the
-// login form; the form's POST sets the cookie.
+// login form; the form's POST sets the cookie. A token sent (cookie or bearer) is
+// looked at only within the limit of wrong ones (AuthLimiter); a wrong cookie is
+// cleared, so that the browser does not send it again with every page and poll.
+// The login and logout forms and the static files pass: they check no token here.
 func (s *server) auth(next http.Handler) http.Handler {
 	if s.cfg.Token == "" {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.authorized(r) || r.URL.Path == "/ui/login" || strings.HasPrefix(r.URL.Path, "/ui/static/") {
+		if r.URL.Path == "/ui/login" || r.URL.Path == "/ui/logout" || strings.HasPrefix(r.URL.Path, "/ui/static/") {
 			next.ServeHTTP(w, r)
 			return
 		}
-		w.Header().Set("Cache-Control", "no-store")
-		next := r.URL.RequestURI()
+		back := r.URL.RequestURI()
 		if r.Method != http.MethodGet {
-			next = "/ui/"
+			back = "/ui/"
 		}
-		s.render(w, http.StatusUnauthorized, "login", loginData(r, next, ""))
+		_, noCookie := r.Cookie(CookieName)
+		if noCookie == nil || r.Header.Get("Authorization") != "" {
+			if d := s.limit.Wait(r); d > 0 {
+				s.tooMany(w, r, back, d)
+				return
+			}
+			if s.authorized(r) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			s.limit.Failed(r)
+			if noCookie == nil {
+				clearCookie(w, r)
+			}
+		}
+		s.render(w, http.StatusUnauthorized, "login", loginData(r, back, ""))
 	})
+}
+
+// tooMany answers a client past the limit of wrong tokens with the login form, 429
+// and when to come back.
+func (s *server) tooMany(w http.ResponseWriter, r *http.Request, next string, d time.Duration) {
+	after := api.RetryAfter(d)
+	w.Header().Set("Retry-After", after)
+	s.render(w, http.StatusTooManyRequests, "login", loginData(r, next,
+		"Too many wrong tokens from your address: no token is looked at before "+after+" s from now."))
 }
 
 func (s *server) login(w http.ResponseWriter, r *http.Request) {
@@ -189,12 +232,31 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
+	if d := s.limit.Wait(r); d > 0 {
+		s.tooMany(w, r, next, d)
+		return
+	}
 	if subtle.ConstantTimeCompare([]byte(r.FormValue("token")), []byte(s.cfg.Token)) != 1 {
+		s.limit.Failed(r)
 		s.render(w, http.StatusUnauthorized, "login", loginData(r, next, "That is not the token this host was started with."))
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: s.cfg.Token, Path: "/ui/", HttpOnly: true, Secure: secureCookie(r), SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// logout clears the login cookie. It needs no token (clearing a cookie gives nothing
+// away), but it is a POST under the cross-origin protection: another site cannot sign
+// the user out. The cookie holds the token itself: a copy of it taken elsewhere stays
+// good until the host is started with another token.
+func (s *server) logout(w http.ResponseWriter, r *http.Request) {
+	clearCookie(w, r)
+	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+}
+
+// clearCookie tells the browser to drop the login cookie.
+func clearCookie(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Path: "/ui/", MaxAge: -1, HttpOnly: true, Secure: secureCookie(r), SameSite: http.SameSiteStrictMode})
 }
 
 // secureCookie reports whether the login cookie can be Secure on r's connection:
@@ -232,6 +294,8 @@ type page struct {
 	Nav   string
 	Done  string
 	Data  any
+	// Logout shows the sign-out button: a host with a token, on a page past the login.
+	Logout bool
 }
 
 func (s *server) render(w http.ResponseWriter, status int, name string, data any) {
@@ -239,6 +303,7 @@ func (s *server) render(w http.ResponseWriter, status int, name string, data any
 	if !ok {
 		p = page{Title: name, Data: data}
 	}
+	p.Logout = s.cfg.Token != "" && name != "login"
 	var b strings.Builder
 	if err := s.tmpl.ExecuteTemplate(&b, name, p); err != nil {
 		s.log.Error("rendering a dashboard page", "page", name, "error", err)
@@ -344,8 +409,38 @@ func (s *server) stats(ctx context.Context, q string) (backend.QueueStats, error
 	return sr.QueueStats(ctx, q)
 }
 
+// jobPath is the dashboard's path of job id's page, or of one of its actions: the id
+// escaped into one path segment (a publisher chooses ids, and one can hold '/', '?',
+// '#' or '%'), which the routes' {id} gets back unescaped. An id that escapes to "."
+// or ".." goes into the query instead: a browser resolves a dot segment away, even
+// written %2e.
+func jobPath(id, action string) string {
+	seg := url.PathEscape(id)
+	if seg == "." || seg == ".." {
+		q := url.Values{"id": {id}}
+		if action != "" {
+			q.Set("action", action)
+		}
+		return "/ui/jobs/?" + q.Encode()
+	}
+	if action != "" {
+		return "/ui/jobs/" + seg + "/" + action
+	}
+	return "/ui/jobs/" + seg
+}
+
+// jobParams are the job id and the action r names, from the path, or from the query
+// where jobPath put them.
+func jobParams(r *http.Request) (id, action string) {
+	if id := r.PathValue("id"); id != "" {
+		return id, r.PathValue("action")
+	}
+	q := r.URL.Query()
+	return q.Get("id"), q.Get("action")
+}
+
 func (s *server) job(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
+	id, _ := jobParams(r)
 	st, err := s.jobs.Get(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, statusOf(err), err)
@@ -386,7 +481,8 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) jobAction(w http.ResponseWriter, r *http.Request) {
-	id, a := r.PathValue("id"), api.Action(r.PathValue("action"))
+	id, action := jobParams(r)
+	a := api.Action(action)
 	switch a {
 	case api.ActionCancel, api.ActionRetry, api.ActionDelete:
 	default:
@@ -411,7 +507,13 @@ func (s *server) jobAction(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, back+"?done=deleted+"+url.QueryEscape(id), http.StatusSeeOther)
 		return
 	}
-	http.Redirect(w, r, "/ui/jobs/"+url.PathEscape(id)+"?done="+string(a), http.StatusSeeOther)
+	u := jobPath(id, "")
+	if strings.Contains(u, "?") {
+		u += "&"
+	} else {
+		u += "?"
+	}
+	http.Redirect(w, r, u+"done="+string(a), http.StatusSeeOther)
 }
 
 func (s *server) servedQueues() []string {

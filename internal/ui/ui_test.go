@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"mime/multipart"
 	"net/http"
@@ -11,8 +12,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -153,6 +156,8 @@ func TestPagesAnswerAndRefuseWhatTheyShould(t *testing.T) {
 		{"GET", "http://localhost/ui/queues/nope", "", 404},
 		{"GET", "http://localhost/ui/queues/echo?state=sleeping", "", 400},
 		{"GET", "http://localhost/ui/jobs/NOSUCHJOB", "", 404},
+		{"GET", "http://localhost/ui/jobs/", "", 404},
+		{"GET", "http://localhost/ui/jobs/?id=..", "", 404},
 		{"GET", "http://localhost/ui/dead-letters?queue=echo", "", 200},
 		{"GET", "http://localhost/ui/modules", "", 200},
 		{"GET", "http://localhost/ui/static/app.js", "", 200},
@@ -471,5 +476,261 @@ func TestCountsABackendCannotTellSayWhy(t *testing.T) {
 	if !strings.Contains(body, `data-count="pending">0`) || !strings.Contains(body, `<abbr title="the backend cannot count this`) ||
 		!strings.Contains(body, "n/a: the broker does not count") {
 		t.Errorf("overview with some counts unknown: want the known ones and n/a with the reason:\n%s", body)
+	}
+}
+
+// Every answer of the dashboard carries its security headers: the pages, and the
+// login form, the refusals (cross-site, a foreign Host), the errors and the redirects,
+// which are written before (or around) the pages' own handlers.
+func TestEveryResponseCarriesTheSecurityHeaders(t *testing.T) {
+	t.Parallel()
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Token: "s3cret", Loopback: true, History: api.NewHistory(10)})
+	cookie := &http.Cookie{Name: ui.CookieName, Value: "s3cret"}
+	for _, tc := range []struct {
+		name, method, url, site, body string
+		cookie                        bool
+		status                        int
+	}{
+		{name: "a page", method: "GET", url: "http://localhost/ui/", cookie: true, status: 200},
+		{name: "a static file", method: "GET", url: "http://localhost/ui/static/app.js", status: 200},
+		{name: "a missing static file", method: "GET", url: "http://localhost/ui/static/nope.js", status: 404},
+		{name: "an unknown page", method: "GET", url: "http://localhost/ui/nope", cookie: true, status: 404},
+		{name: "the login form", method: "GET", url: "http://localhost/ui/modules", status: 401},
+		{name: "a wrong token", method: "POST", url: "http://localhost/ui/login", site: "same-origin", body: "token=wrong", status: 401},
+		{name: "a login", method: "POST", url: "http://localhost/ui/login", site: "same-origin", body: "token=s3cret", status: 303},
+		{name: "a cross-site form", method: "POST", url: "http://localhost/ui/dead-letters/purge", site: "cross-site", body: "queue=echo", cookie: true, status: 403},
+		{name: "a foreign Host", method: "GET", url: "http://rebound.example/ui/", cookie: true, status: 403},
+		{name: "a logout", method: "POST", url: "http://localhost/ui/logout", site: "same-origin", cookie: true, status: 303},
+		{name: "too many wrong tokens", method: "POST", url: "http://localhost/ui/login", site: "same-origin", body: "token=s3cret", status: 429},
+	} {
+		if tc.status == http.StatusTooManyRequests {
+			for range api.ClientAuthBurst {
+				r := httptest.NewRequest("POST", "http://localhost/ui/login", strings.NewReader("token=wrong"))
+				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				r.Header.Set("Sec-Fetch-Site", "same-origin")
+				serve(h, r)
+			}
+		}
+		r := httptest.NewRequest(tc.method, tc.url, strings.NewReader(tc.body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if tc.site != "" {
+			r.Header.Set("Sec-Fetch-Site", tc.site)
+		}
+		if tc.cookie {
+			r.AddCookie(cookie)
+		}
+		w := serve(h, r)
+		if w.Code != tc.status {
+			t.Errorf("%s (%s %s): %d, want %d", tc.name, tc.method, tc.url, w.Code, tc.status)
+		}
+		for k, want := range map[string]string{
+			"Content-Security-Policy": "frame-ancestors 'none'",
+			"X-Frame-Options":         "DENY",
+			"X-Content-Type-Options":  "nosniff",
+			"Referrer-Policy":         "same-origin",
+		} {
+			if got := w.Header().Get(k); !strings.Contains(got, want) {
+				t.Errorf("%s (%s %s, %d): %s %q, want %q", tc.name, tc.method, tc.url, w.Code, k, got, want)
+			}
+		}
+	}
+}
+
+// dotSegment reports whether a browser takes seg, a path segment, for "." or ".."
+// (the WHATWG URL standard: also when a dot is written %2e) and resolves it away.
+func dotSegment(seg string) bool {
+	switch strings.ToLower(seg) {
+	case ".", "%2e", "..", ".%2e", "%2e.", "%2e%2e":
+		return true
+	}
+	return false
+}
+
+// follow goes where a browser goes for the link href of a dashboard page: the link
+// must be a path of the dashboard with no dot segment, and a browser sends no
+// fragment.
+func follow(t *testing.T, h http.Handler, method, href string) *httptest.ResponseRecorder {
+	t.Helper()
+	u, err := url.Parse(href)
+	if err != nil || u.Host != "" || !strings.HasPrefix(u.EscapedPath(), "/ui/") {
+		t.Fatalf("link %q: %v, want a path of the dashboard", href, err)
+	}
+	for _, seg := range strings.Split(u.EscapedPath(), "/") {
+		if dotSegment(seg) {
+			t.Errorf("link %q has the dot segment %q: a browser resolves it away", href, seg)
+		}
+	}
+	target := u.EscapedPath()
+	if u.RawQuery != "" {
+		target += "?" + u.RawQuery
+	}
+	r := httptest.NewRequest(method, "http://localhost"+target, nil)
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	return serve(h, r)
+}
+
+// A job id is whatever its publisher chose (a foreign publisher on RabbitMQ): the
+// links to its page and the forms of its actions carry it escaped, and reach it.
+func TestJobIDsAnyPublisherChoseAreLinkedEscaped(t *testing.T) {
+	t.Parallel()
+	b, hist := memory.New(memory.Config{}), api.NewHistory(20)
+	h, _ := rig(t, b, ui.Config{History: hist})
+	ids := []string{"a/b", "../../etc/passwd", "..", ".", "q?x=1", "frag#ment", "100%", "%2F", "sp ace", "a/../b", "dots..", "é/ü"}
+	for _, id := range ids {
+		env := backend.NewEnvelope("echo", []byte("x"))
+		env.ID = id
+		hist.Enqueued(env, false)
+		if err := b.Publish(context.Background(), env, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := serve(h, httptest.NewRequest("GET", "http://localhost/ui/queues/echo", nil)).Body.String()
+	links := map[string]string{}
+	for _, m := range regexp.MustCompile(`<a href="([^"]*)"><code>([^<]*)</code></a>`).FindAllStringSubmatch(body, -1) {
+		links[html.UnescapeString(m[2])] = html.UnescapeString(m[1])
+	}
+	for _, id := range ids {
+		href, ok := links[id]
+		if !ok {
+			t.Errorf("the queue page has no link to job %q:\n%s", id, body)
+			continue
+		}
+		w := follow(t, h, "GET", href)
+		if want := "<h1>Job <code>" + html.EscapeString(id) + "</code></h1>"; w.Code != 200 || !strings.Contains(w.Body.String(), want) {
+			t.Errorf("job %q's link %q: %d, want 200 with its page", id, href, w.Code)
+			continue
+		}
+		m := regexp.MustCompile(`<form method="post" action="([^"]*)"><button type="submit" id="cancel">`).FindStringSubmatch(w.Body.String())
+		if m == nil {
+			t.Errorf("job %q's page has no cancel form", id)
+			continue
+		}
+		action := html.UnescapeString(m[1])
+		w = follow(t, h, "POST", action)
+		if w.Code != http.StatusSeeOther {
+			t.Errorf("job %q's cancel %q: %d %s, want 303", id, action, w.Code, w.Body)
+			continue
+		}
+		w = follow(t, h, "GET", w.Header().Get("Location"))
+		if w.Code != 200 || !strings.Contains(w.Body.String(), `id="state">cancelled`) || !strings.Contains(w.Body.String(), html.EscapeString(id)) {
+			t.Errorf("job %q after its cancel: %d, want its page saying cancelled", id, w.Code)
+		}
+	}
+}
+
+// Wrong tokens are limited, per client and over all clients, at the login form and as
+// a cookie: past the limit a client is answered 429 with Retry-After, and its token is
+// not looked at (the right one is refused too) until the limit has refilled.
+func TestWrongTokensAreLimited(t *testing.T) {
+	t.Parallel()
+	login := func(h http.Handler, addr, token string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "http://localhost/ui/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.Header.Set("Sec-Fetch-Site", "same-origin")
+		r.RemoteAddr = addr
+		return serve(h, r)
+	}
+	page := func(h http.Handler, addr, cookie string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "http://localhost/ui/schedules", nil) // a page that needs no backend
+		r.AddCookie(&http.Cookie{Name: ui.CookieName, Value: cookie})
+		r.RemoteAddr = addr
+		return serve(h, r)
+	}
+	refused := func(t *testing.T, what string, w *httptest.ResponseRecorder, retry string) {
+		t.Helper()
+		if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != retry || len(w.Result().Cookies()) != 0 {
+			t.Errorf("%s: %d, Retry-After %q, cookies %v; want 429, Retry-After %s and no cookie", what, w.Code, w.Header().Get("Retry-After"), w.Result().Cookies(), retry)
+		}
+	}
+	t.Run("per client", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			h := ui.New(ui.Config{Token: "s3cret"})
+			for i := range 5 {
+				if w := login(h, "192.0.2.1:4000", fmt.Sprint("guess", i)); w.Code != 401 {
+					t.Fatalf("wrong token %d: %d, want 401", i+1, w.Code)
+				}
+			}
+			refused(t, "the right token after 5 wrong ones", login(h, "192.0.2.1:4001", "s3cret"), "12")
+			refused(t, "a cookie after 5 wrong tokens", page(h, "192.0.2.1:4002", "s3cret"), "12")
+			if w := login(h, "192.0.2.2:4000", "s3cret"); w.Code != http.StatusSeeOther {
+				t.Errorf("another client's right token: %d, want 303", w.Code)
+			}
+			// An IPv6 client is its /64: another address of it is the same client.
+			for i := range 5 {
+				page(h, fmt.Sprintf("[2001:db8::%d]:4000", i+1), "wrong")
+			}
+			refused(t, "another address of an IPv6 /64 after 5 wrong cookies", login(h, "[2001:db8::99]:4000", "s3cret"), "12")
+			time.Sleep(12 * time.Second)
+			if w := login(h, "192.0.2.1:4003", "s3cret"); w.Code != http.StatusSeeOther {
+				t.Errorf("the right token once the limit refilled: %d, want 303", w.Code)
+			}
+			if w := login(h, "192.0.2.1:4003", "wrong"); w.Code != 401 {
+				t.Errorf("a wrong token with one attempt refilled: %d, want 401", w.Code)
+			}
+			refused(t, "the right token past the refill", login(h, "192.0.2.1:4004", "s3cret"), "12")
+		})
+	})
+	t.Run("over all clients", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			h := ui.New(ui.Config{Token: "s3cret"})
+			for i := range 20 {
+				if w := login(h, fmt.Sprintf("198.51.100.%d:4000", i+1), "wrong"); w.Code != 401 {
+					t.Fatalf("wrong token from client %d: %d, want 401", i+1, w.Code)
+				}
+			}
+			refused(t, "a new client's right token after 20 wrong ones from others", login(h, "203.0.113.1:4000", "s3cret"), "1")
+			time.Sleep(time.Second)
+			if w := login(h, "203.0.113.1:4000", "s3cret"); w.Code != http.StatusSeeOther {
+				t.Errorf("a new client's right token a second later: %d, want 303", w.Code)
+			}
+		})
+	})
+}
+
+// A wrong cookie (the token changed with a restart) is cleared along with the login
+// form, so that the browser does not send it, and count it, with every page and poll.
+func TestAWrongCookieIsCleared(t *testing.T) {
+	t.Parallel()
+	h := ui.New(ui.Config{Token: "s3cret"})
+	r := httptest.NewRequest("GET", "http://localhost/ui/", nil)
+	r.AddCookie(&http.Cookie{Name: ui.CookieName, Value: "old"})
+	w := serve(h, r)
+	cs := w.Result().Cookies()
+	if w.Code != 401 || len(cs) != 1 || cs[0].Name != ui.CookieName || cs[0].MaxAge >= 0 || cs[0].Path != "/ui/" {
+		t.Errorf("a page with a wrong cookie: %d, cookies %+v; want 401 and the cookie cleared on /ui/", w.Code, cs)
+	}
+}
+
+// The layout's sign-out button posts to /ui/logout, which clears the cookie, under the
+// cross-origin protection of the other forms.
+func TestLogoutClearsTheCookie(t *testing.T) {
+	t.Parallel()
+	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Token: "s3cret", History: api.NewHistory(10)})
+	cookie := &http.Cookie{Name: ui.CookieName, Value: "s3cret"}
+	r := httptest.NewRequest("GET", "http://localhost/ui/modules", nil)
+	r.AddCookie(cookie)
+	if body := serve(h, r).Body.String(); !strings.Contains(body, `<form method="post" action="/ui/logout"`) || !strings.Contains(body, `id="logout"`) {
+		t.Errorf("a page of a host with a token has no sign-out form:\n%s", body)
+	}
+	post := func(site string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "http://localhost/ui/logout", nil)
+		r.Header.Set("Sec-Fetch-Site", site)
+		r.AddCookie(cookie)
+		return serve(h, r)
+	}
+	if w := post("cross-site"); w.Code != http.StatusForbidden || len(w.Result().Cookies()) != 0 {
+		t.Errorf("a cross-site logout: %d, cookies %v; want 403 and none", w.Code, w.Result().Cookies())
+	}
+	w := post("same-origin")
+	cs := w.Result().Cookies()
+	if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/ui/" || len(cs) != 1 || cs[0].Name != ui.CookieName ||
+		cs[0].Value != "" || cs[0].MaxAge >= 0 || cs[0].Path != "/ui/" || !cs[0].HttpOnly {
+		t.Errorf("logout: %d to %q, cookies %+v; want 303 to /ui/ clearing the HttpOnly cookie on /ui/", w.Code, w.Header().Get("Location"), cs)
+	}
+	open, _ := rig(t, memory.New(memory.Config{}), ui.Config{History: api.NewHistory(10)})
+	if body := serve(open, httptest.NewRequest("GET", "http://localhost/ui/modules", nil)).Body.String(); strings.Contains(body, `id="logout"`) {
+		t.Errorf("a host without a token shows a sign-out button")
 	}
 }
