@@ -11,9 +11,10 @@
 #   scripts/rabbitmq-cluster.sh start-node N  start node N again; it rejoins by itself
 #   scripts/rabbitmq-cluster.sh leader QUEUE  print the number of the node that leads the
 #                                             quorum queue QUEUE (of vhost /)
-#   scripts/rabbitmq-cluster.sh queues QUEUE  print, as a running node sees them, QUEUE,
-#                                             its dead letters and every delay queue that
-#                                             holds messages: counts, consumers, leader
+#   scripts/rabbitmq-cluster.sh queues QUEUE  print QUEUE, its dead letters and every
+#                                             delay queue that holds messages, as their
+#                                             leaders count them: messages, consumers,
+#                                             dead-lettered and unconfirmed (dlx)
 #
 # Node N is wjcN@localhost, with its state in WASMJOBS_CLUSTER_DIR/nN (default
 # /tmp/wasmjobs-cluster), AMQP on port WASMJOBS_CLUSTER_PORT+N-1 (default 5701, 5702,
@@ -114,21 +115,24 @@ leader() {
 }
 
 # queues QUEUE: the work queue, its dead letters and the delay queues holding messages.
-# dlx counts what a quorum queue has dead-lettered and not yet seen confirmed by the
-# next queue (at-least-once); rabbitmqctl list_queues cannot show it, so this asks the
-# node through eval.
+# Each running node reports the queues it leads: a quorum queue's counts live on its
+# leader, and another node reports them as 0. dlx counts what a quorum queue has
+# dead-lettered and not yet seen confirmed by the next queue (at-least-once), which
+# rabbitmqctl list_queues cannot show: hence eval.
 queues() {
-  local running
-  running=$(running)
-  echo "as node $running sees them: name messages ready unacked dlx consumers leader"
-  # shellcheck disable=SC2016
-  (node "$running" && rmq_ctl eval '
-    Keys = [name, messages, messages_ready, messages_unacknowledged, messages_dlx, consumers, leader],
-    lists:foreach(fun(I) ->
-        {resource, _, queue, N} = proplists:get_value(name, I),
-        io:format("~ts~s~n", [N, [io_lib:format(" ~p", [proplists:get_value(K, I)]) || K <- tl(Keys)]])
-      end, rabbit_amqqueue:info_all(<<"/">>, Keys)).') |
-    awk -v q="$1" '$1 == q || $1 == q ".dead" || ($1 ~ /\.delay(-quorum)?\./ && ($2 > 0 || $5 > 0))'
+  local n
+  echo "name messages ready unacked dlx consumers leader"
+  for n in "${NODES[@]}"; do
+    (node "$n" && rmq_running) || continue
+    # shellcheck disable=SC2016
+    (node "$n" && rmq_ctl eval '
+      Keys = [messages, messages_ready, messages_unacknowledged, messages_dlx, consumers, leader],
+      lists:foreach(fun(Q) ->
+          {resource, _, queue, N} = amqqueue:get_name(Q),
+          I = rabbit_amqqueue:info(Q, Keys),
+          io:format("~ts~s~n", [N, [io_lib:format(" ~p", [proplists:get_value(K, I)]) || K <- Keys]])
+        end, rabbit_amqqueue:list_local(<<"/">>)).') || true
+  done | awk -v q="$1" '$1 == q || $1 == q ".dead" || ($1 ~ /\.delay(-quorum)?\./ && ($2 > 0 || $5 > 0))'
 }
 
 case "${1:-}" in
