@@ -44,8 +44,10 @@ type JobState struct {
 	// backend.MaxRecordAttempts (job records only).
 	Attempts []Attempt `json:"attempts,omitempty"`
 
-	// rev counts a History entry's updates: an operator's action records its outcome
-	// only if nothing (the worker) changed the job since the action began.
+	// rev is the History's update count when the entry last changed: an operator's
+	// retry records its outcome only if nothing (the worker) changed the job since
+	// the retry began. One count for the whole History, so that an entry dropped and
+	// made again never repeats a rev.
 	rev uint64
 }
 
@@ -62,6 +64,7 @@ type ModuleRef struct {
 // nothing: a backend with job records needs none.
 type History struct {
 	mu    sync.Mutex
+	revs  uint64 // updates so far: the rev of the entry updated last
 	max   int
 	jobs  map[string]*list.Element // of *JobState
 	order *list.List               // least recently updated at the front
@@ -97,7 +100,8 @@ func (h *History) update(id string, f func(*JobState)) {
 	st := el.Value.(*JobState)
 	f(st)
 	st.UpdatedAt = time.Now()
-	st.rev++
+	h.revs++
+	st.rev = h.revs
 }
 
 // Enqueued records a job published through this host.

@@ -83,7 +83,7 @@ func (j Jobs) Do(ctx context.Context, id string, a Action) error {
 	if !ok {
 		return fmt.Errorf("%s job %q: the broker cannot find a queued message by id, so one job cannot be cancelled, retried or deleted (a dead letter can be replayed or purged): %w", a, id, ErrUnavailable)
 	}
-	before, _ := j.History.Get(id)
+	before, knownBefore := j.History.Get(id)
 	var err error
 	switch a {
 	case ActionCancel:
@@ -111,13 +111,16 @@ func (j Jobs) Do(ctx context.Context, id string, a Action) error {
 		}
 	}
 	if err == nil {
-		// A retried job may already have run, even settled, by now: what the worker
-		// recorded meanwhile is newer than the action's outcome.
 		switch a {
 		case ActionCancel:
-			j.History.setUnchanged(id, before.rev, "cancelled", "cancelled by an operator")
+			// A cancelled job is out of the worker's hands: nothing can be newer.
+			j.History.set(id, "cancelled", "cancelled by an operator")
 		case ActionRetry:
-			j.History.setUnchanged(id, before.rev, "pending", "")
+			// A retried job may already have run, even settled, by now: what the
+			// worker recorded meanwhile is newer than the retry's "pending".
+			if knownBefore {
+				j.History.setUnchanged(id, before.rev, "pending", "")
+			}
 		case ActionDelete:
 			j.History.Forget(id)
 		}
@@ -150,8 +153,11 @@ func (h *History) List(queue string, f backend.JobFilter) ([]JobState, string) {
 	return all, ""
 }
 
+// set records an operator's change of a job's state, if the history holds the job.
+func (h *History) set(id, state, reason string) { h.setUnchanged(id, 0, state, reason) }
+
 // setUnchanged records an operator's change of a job's state, unless the job changed
-// (its rev moved on) since the operator's action read it as rev.
+// since the operator's action read it as rev (0: whatever changed).
 func (h *History) setUnchanged(id string, rev uint64, state, reason string) {
 	if h == nil {
 		return
@@ -159,13 +165,14 @@ func (h *History) setUnchanged(id string, rev uint64, state, reason string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	el, ok := h.jobs[id]
-	if !ok || el.Value.(*JobState).rev != rev {
+	if !ok || rev != 0 && el.Value.(*JobState).rev != rev {
 		return
 	}
 	h.order.MoveToBack(el)
 	st := el.Value.(*JobState)
 	st.State, st.Reason, st.UpdatedAt = state, reason, time.Now()
-	st.rev++
+	h.revs++
+	st.rev = h.revs
 }
 
 // ParseJobFilter reads state, cursor and limit from a query.

@@ -187,3 +187,35 @@ func TestRetryNowKeepsTheStateOfAJobThatAlreadyRan(t *testing.T) {
 		t.Errorf("a job retried now that ran before the answer is %v, want succeeded", out["state"])
 	}
 }
+
+// settledBeforeCancel is the memory backend whose CancelJob sees the worker settle the
+// job (a failed attempt, retrying) just before the cancel lands, as a busy machine may
+// order them: the cancel is what the job is left with.
+type settledBeforeCancel struct {
+	*memory.Backend
+	hist *api.History
+}
+
+func (b settledBeforeCancel) CancelJob(ctx context.Context, id string) error {
+	st, _ := b.hist.Get(id)
+	b.hist.Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.SettleRetry, Reason: "failed",
+		Job: &worker.Job{Envelope: backend.Envelope{ID: id, Queue: st.Queue}, Attempt: 1, MaxAttempts: 3}})
+	return b.Backend.CancelJob(ctx, id)
+}
+
+func TestCancelIsRecordedAfterAWorkerUpdate(t *testing.T) {
+	t.Parallel()
+	hist := api.NewHistory(100)
+	r := newRigOn(t, settledBeforeCancel{memory.New(memory.Config{}), hist}, hist, "")
+	code, out := r.call(t, "POST", "/v1/jobs", `{"queue":"echo","payload":"b","delay":"1h"}`)
+	if code != 202 {
+		t.Fatalf("enqueue: %d %v", code, out)
+	}
+	id := out["id"].(string)
+	if code, out := r.call(t, "POST", "/v1/jobs/"+id+"/cancel", ""); code != 200 {
+		t.Fatalf("cancel: %d %v", code, out)
+	}
+	if _, out := r.call(t, "GET", "/v1/jobs/"+id, ""); out["state"] != "cancelled" {
+		t.Errorf("a job cancelled just after the worker settled it is %v, want cancelled", out["state"])
+	}
+}
