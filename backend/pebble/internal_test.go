@@ -430,3 +430,71 @@ func TestDeleteJobRacingAPublishKeepsTheFreshRecord(t *testing.T) {
 		}
 	})
 }
+
+// DeleteJob of a finished job whose id another operation reserved for a moment was
+// refused with ErrJobState "waiting or running again (published anew)", which was false
+// (the API answered 409): it did not wait for the reservation to end. It waits now, and
+// then answers from what is there: deleted, gone already, or published anew.
+func TestDeleteJobWaitsForABriefReservation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// during is the op whose commit DeleteJob runs against; run makes it commit.
+		during string
+		run    func(t *testing.T, b *Backend)
+		// want is DeleteJob's error (nil: it deleted the record).
+		want error
+		// left is the record's state after both, "" when it is gone.
+		left backend.JobState
+	}{
+		{"a prune of the job's earlier time key", "prune records", func(t *testing.T, b *Backend) {
+			must(t, b.prune(time.Now().Add(30*time.Second)))
+		}, nil, ""},
+		{"a concurrent DeleteJob", "delete job", func(t *testing.T, b *Backend) {
+			must(t, b.DeleteJob(context.Background(), "j"))
+		}, backend.ErrNotFound, ""},
+		{"a publish of the id anew", "publish", func(t *testing.T, b *Backend) {
+			must(t, b.Publish(context.Background(), backend.Envelope{ID: "j", Queue: "q"}, 0))
+		}, backend.ErrJobState, backend.JobPending},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				b := openMem(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}})
+				defer b.Close(ctx)
+				must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+				must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+				s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+				must(t, err)
+				// Dead, replayed, and succeeded two minutes later: the record's time key
+				// of the dead letter stays behind it, due for the prune before the record.
+				must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
+				must(t, b.ReplayDeadLetter(ctx, "q", "j"))
+				time.Sleep(2 * time.Minute)
+				must(t, (<-s.Deliveries()).Ack(ctx))
+				s.Drop()
+				deleted := make(chan error, 1)
+				var once sync.Once
+				b.beforeCommit = func(op string) {
+					if op == tc.during {
+						once.Do(func() {
+							go func() { deleted <- b.DeleteJob(ctx, "j") }()
+							synctest.Wait()
+						})
+					}
+				}
+				tc.run(t, b)
+				err = <-deleted
+				b.beforeCommit = nil
+				if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+					t.Fatalf("DeleteJob during a %q commit = %v, want %v", tc.during, err, tc.want)
+				}
+				rec, err := b.JobRecord(ctx, "j")
+				if tc.left == "" && !errors.Is(err, backend.ErrNotFound) || tc.left != "" && (err != nil || rec.State != tc.left) {
+					t.Fatalf("record after both = %v, %v; want %q", rec.State, err, tc.left)
+				}
+			})
+		})
+	}
+}
