@@ -498,3 +498,38 @@ func TestDeleteJobWaitsForABriefReservation(t *testing.T) {
 		})
 	}
 }
+
+// A prune that met a finished record's time key while the id was reserved for a moment
+// (a publish, replay or delete of the id that then wrote nothing) deleted the time key
+// and kept the record: with no time key left, the record was never pruned. The key now
+// waits for the next pass.
+func TestPruneLeavesABrieflyReservedKeyForTheNextPass(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := openMem(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}})
+		defer b.Close(ctx)
+		must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+		must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+		s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+		must(t, err)
+		must(t, (<-s.Deliveries()).Ack(ctx))
+		s.Drop()
+		// The operation that reserves the id and ends without a write.
+		if ok, err := b.ids.reserve(ctx, "j"); !ok || err != nil {
+			t.Fatalf("the id of a succeeded job could not be reserved: %v", err)
+		}
+		must(t, b.prune(time.Now().Add(time.Hour)))
+		b.ids.settle("j", false)
+		if _, err := b.JobRecord(ctx, "j"); err != nil {
+			t.Fatalf("record pruned while its id was reserved: %v", err)
+		}
+		must(t, b.prune(time.Now().Add(time.Hour)))
+		if rec, err := b.JobRecord(ctx, "j"); !errors.Is(err, backend.ErrNotFound) {
+			t.Fatalf("record after the next prune = %v, %v; want it pruned", rec.State, err)
+		}
+		if b.recs.finished != 0 {
+			t.Fatalf("%d finished records counted, want 0", b.recs.finished)
+		}
+	})
+}
