@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 )
@@ -532,4 +535,54 @@ func TestPruneLeavesABrieflyReservedKeyForTheNextPass(t *testing.T) {
 			t.Fatalf("%d finished records counted, want 0", b.recs.finished)
 		}
 	})
+}
+
+// A purge treated any failed read of a dead letter as "replayed or deleted meanwhile":
+// an I/O error skipped the dead letter and the purge reported success. It fails with a
+// TransportError now, and the dead letter stays, counted.
+func TestPurgeFailsOnAnUnreadableDeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	injected := errors.New("injected read error")
+	var armed atomic.Bool
+	var mu sync.Mutex
+	reads := make(map[string]int)
+	// With no block cache (CacheSize 1) every read of a table block reaches the
+	// filesystem. Once armed, the purge's two iterators (the one finding the last dead
+	// letter, the one of the batch) read each block once; the third read of a block is
+	// the purge's own read of the dead letter, and fails.
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !armed.Load() || !strings.HasSuffix(op.Path, ".sst") || op.Kind != errorfs.OpFileReadAt {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		k := fmt.Sprintf("%s@%d", op.Path, op.Offset)
+		if reads[k]++; reads[k] >= 3 {
+			return injected
+		}
+		return nil
+	}))
+	b := openMem(t, fs, Config{CacheSize: 1})
+	defer b.Close(ctx)
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+	must(t, err)
+	must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
+	s.Drop()
+	must(t, b.db.Flush()) // the dead letter is read from a table, not the memtable
+	armed.Store(true)
+	n, err := b.PurgeDeadLetters(ctx, "q")
+	armed.Store(false)
+	var te *backend.TransportError
+	if !errors.As(err, &te) || !errors.Is(err, injected) || n != 0 {
+		t.Fatalf("purge with an unreadable dead letter = %d, %v; want 0 and a TransportError wrapping the read's", n, err)
+	}
+	if st, _ := b.QueueStats(ctx, "q"); st.Dead != 1 {
+		t.Fatalf("stats %+v after the failed purge, want the dead letter counted", st)
+	}
+	if left, err := b.DeadLetters(ctx, "q", 0); err != nil || len(left) != 1 {
+		t.Fatalf("dead letters after the failed purge: %d, %v; want 1", len(left), err)
+	}
 }
