@@ -3,6 +3,7 @@ package pebble
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
@@ -211,8 +212,13 @@ func (b *Backend) purgeDeadBatch(ctx context.Context, q *queue, from, upper []by
 			continue // being replayed or deleted: not the purge's
 		}
 		claimed = append(claimed, k)
-		if _, err := b.get([]byte(k)); err != nil {
+		if _, err := b.get([]byte(k)); errors.Is(err, pebbledb.ErrNotFound) {
 			continue // replayed or deleted since the iterator was opened
+		} else if err != nil {
+			it.Close()
+			batch.Close()
+			release()
+			return 0, nil, &backend.TransportError{Op: "purge dead letters", Queue: q.name, Err: err}
 		}
 		batch.Delete([]byte(k), nil)
 	}

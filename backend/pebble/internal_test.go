@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,6 +16,7 @@ import (
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 )
@@ -429,4 +432,157 @@ func TestDeleteJobRacingAPublishKeepsTheFreshRecord(t *testing.T) {
 			t.Fatalf("record after the publish = %v, %v; want the new job's record, pending", rec.State, err)
 		}
 	})
+}
+
+// DeleteJob of a finished job whose id another operation reserved for a moment was
+// refused with ErrJobState "waiting or running again (published anew)", which was false
+// (the API answered 409): it did not wait for the reservation to end. It waits now, and
+// then answers from what is there: deleted, gone already, or published anew.
+func TestDeleteJobWaitsForABriefReservation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// during is the op whose commit DeleteJob runs against; run makes it commit.
+		during string
+		run    func(t *testing.T, b *Backend)
+		// want is DeleteJob's error (nil: it deleted the record).
+		want error
+		// left is the record's state after both, "" when it is gone.
+		left backend.JobState
+	}{
+		{"a prune of the job's earlier time key", "prune records", func(t *testing.T, b *Backend) {
+			must(t, b.prune(time.Now().Add(30*time.Second)))
+		}, nil, ""},
+		{"a concurrent DeleteJob", "delete job", func(t *testing.T, b *Backend) {
+			must(t, b.DeleteJob(context.Background(), "j"))
+		}, backend.ErrNotFound, ""},
+		{"a publish of the id anew", "publish", func(t *testing.T, b *Backend) {
+			must(t, b.Publish(context.Background(), backend.Envelope{ID: "j", Queue: "q"}, 0))
+		}, backend.ErrJobState, backend.JobPending},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				b := openMem(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}})
+				defer b.Close(ctx)
+				must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+				must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+				s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+				must(t, err)
+				// Dead, replayed, and succeeded two minutes later: the record's time key
+				// of the dead letter stays behind it, due for the prune before the record.
+				must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
+				must(t, b.ReplayDeadLetter(ctx, "q", "j"))
+				time.Sleep(2 * time.Minute)
+				must(t, (<-s.Deliveries()).Ack(ctx))
+				s.Drop()
+				deleted := make(chan error, 1)
+				var once sync.Once
+				b.beforeCommit = func(op string) {
+					if op == tc.during {
+						once.Do(func() {
+							go func() { deleted <- b.DeleteJob(ctx, "j") }()
+							synctest.Wait()
+						})
+					}
+				}
+				tc.run(t, b)
+				err = <-deleted
+				b.beforeCommit = nil
+				if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+					t.Fatalf("DeleteJob during a %q commit = %v, want %v", tc.during, err, tc.want)
+				}
+				rec, err := b.JobRecord(ctx, "j")
+				if tc.left == "" && !errors.Is(err, backend.ErrNotFound) || tc.left != "" && (err != nil || rec.State != tc.left) {
+					t.Fatalf("record after both = %v, %v; want %q", rec.State, err, tc.left)
+				}
+			})
+		})
+	}
+}
+
+// A prune that met a finished record's time key while the id was reserved for a moment
+// (a publish, replay or delete of the id that then wrote nothing) deleted the time key
+// and kept the record: with no time key left, the record was never pruned. The key now
+// waits for the next pass.
+func TestPruneLeavesABrieflyReservedKeyForTheNextPass(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := openMem(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}})
+		defer b.Close(ctx)
+		must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+		must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+		s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+		must(t, err)
+		must(t, (<-s.Deliveries()).Ack(ctx))
+		s.Drop()
+		// The operation that reserves the id and ends without a write.
+		if ok, err := b.ids.reserve(ctx, "j"); !ok || err != nil {
+			t.Fatalf("the id of a succeeded job could not be reserved: %v", err)
+		}
+		must(t, b.prune(time.Now().Add(time.Hour)))
+		b.ids.settle("j", false)
+		if _, err := b.JobRecord(ctx, "j"); err != nil {
+			t.Fatalf("record pruned while its id was reserved: %v", err)
+		}
+		must(t, b.prune(time.Now().Add(time.Hour)))
+		if rec, err := b.JobRecord(ctx, "j"); !errors.Is(err, backend.ErrNotFound) {
+			t.Fatalf("record after the next prune = %v, %v; want it pruned", rec.State, err)
+		}
+		if b.recs.finished != 0 {
+			t.Fatalf("%d finished records counted, want 0", b.recs.finished)
+		}
+	})
+}
+
+// A purge treated any failed read of a dead letter as "replayed or deleted meanwhile":
+// an I/O error skipped the dead letter and the purge reported success. It fails with a
+// TransportError now, and the dead letter stays, counted.
+func TestPurgeFailsOnAnUnreadableDeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	injected := errors.New("injected read error")
+	var armed atomic.Bool
+	var mu sync.Mutex
+	reads := make(map[string]int)
+	// With no block cache (CacheSize 1) every read of a table block reaches the
+	// filesystem. Once armed, the purge's two iterators (the one finding the last dead
+	// letter, the one of the batch) read each block once; the third read of a block is
+	// the purge's own read of the dead letter, and fails.
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !armed.Load() || !strings.HasSuffix(op.Path, ".sst") || op.Kind != errorfs.OpFileReadAt {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		k := fmt.Sprintf("%s@%d", op.Path, op.Offset)
+		if reads[k]++; reads[k] >= 3 {
+			return injected
+		}
+		return nil
+	}))
+	b := openMem(t, fs, Config{CacheSize: 1})
+	defer b.Close(ctx)
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+	must(t, err)
+	must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
+	s.Drop()
+	must(t, b.db.Flush()) // the dead letter is read from a table, not the memtable
+	armed.Store(true)
+	n, err := b.PurgeDeadLetters(ctx, "q")
+	armed.Store(false)
+	var te *backend.TransportError
+	if !errors.As(err, &te) || !errors.Is(err, injected) || n != 0 {
+		t.Fatalf("purge with an unreadable dead letter = %d, %v; want 0 and a TransportError wrapping the read's", n, err)
+	}
+	if st, _ := b.QueueStats(ctx, "q"); st.Dead != 1 {
+		t.Fatalf("stats %+v after the failed purge, want the dead letter counted", st)
+	}
+	if left, err := b.DeadLetters(ctx, "q", 0); err != nil || len(left) != 1 {
+		t.Fatalf("dead letters after the failed purge: %d, %v; want 1", len(left), err)
+	}
 }

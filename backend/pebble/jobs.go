@@ -142,13 +142,19 @@ func (b *Backend) DeleteJob(ctx context.Context, id string) error {
 // deleteFinished deletes the record of a finished job (and a dead job's dead letter).
 // It holds the id's reservation (idSet) from reading the record until the delete has
 // landed or failed: a publish or replay of the id waits meanwhile, so the record deleted
-// is the one read, never a fresh one written in between.
+// is the one read, never a fresh one written in between. It waits, with ctx, for a
+// reservation already under way (a prune batch, another delete, a publish in flight),
+// and then reads the record again: only an id held by a live job is refused.
 func (b *Backend) deleteFinished(ctx context.Context, id string) error {
 	if err := b.enter(); err != nil {
 		return err
 	}
 	defer b.ops.Done()
-	if !b.ids.tryReserve(id) {
+	owned, err := b.ids.reserve(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !owned {
 		return fmt.Errorf("job %q is waiting or running again (published anew): %w", id, backend.ErrJobState)
 	}
 	release := func() { b.ids.settle(id, false) }

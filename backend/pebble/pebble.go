@@ -885,20 +885,22 @@ func (s *idSet) reserve(ctx context.Context, id string) (bool, error) {
 	}
 }
 
-// tryReserve is reserve without the wait: it reports false, reserving nothing, when
-// the backend holds id or a publish of id is in flight. The caller that got true ends
-// the reservation with settle. The empty id is never reserved.
-func (s *idSet) tryReserve(id string) bool {
+// tryReserve is reserve without the wait. When it does not reserve id, held says why:
+// true when the backend holds id (a live job's), false when another reservation of id
+// is under way (a publish, replay or delete in flight, which may still write nothing).
+// The caller that got ok ends the reservation with settle. The empty id is never
+// reserved, and reads as held: no job is stored under it.
+func (s *idSet) tryReserve(id string) (ok, held bool) {
 	if id == "" {
-		return false
+		return false, true
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.m[id]; ok {
-		return false
+	if ch, found := s.m[id]; found {
+		return false, ch == nil
 	}
 	s.m[id] = make(chan struct{})
-	return true
+	return true, false
 }
 
 // settle ends a reservation: id is held when committed, else free again.

@@ -411,7 +411,8 @@ func (b *Backend) pruneLoop() {
 // Every id whose record a batch deletes is reserved (idSet.tryReserve) from before its
 // record is read until the batch is committed: a publish or replay of the id waits
 // meanwhile, so the batch cannot delete a fresh record written after the read. An id
-// the backend holds, or is publishing, keeps its record: it is the live job's.
+// the backend holds keeps its record (it is the live job's) and loses the stale key;
+// an id another operation has reserved keeps both until a later pass.
 func (b *Backend) prune(now time.Time) error {
 	c := b.records
 	for {
@@ -454,13 +455,22 @@ func (b *Backend) pruneBatch(now time.Time, excess int, maxAge time.Duration) (i
 			break
 		}
 		id := string(k[9:])
+		if !reserved[id] {
+			ok, held := b.ids.tryReserve(id)
+			if !ok && !held {
+				// Reserved for a moment by a publish, replay or delete that may yet
+				// write nothing: deleting the key now could leave the record with
+				// none, never pruned. The next pass decides.
+				continue
+			}
+			if ok {
+				reserved[id] = true
+			}
+		}
 		batch.Delete(k, nil)
 		n++
 		if !reserved[id] {
-			if !b.ids.tryReserve(id) {
-				continue // held or being published: the record is the live job's
-			}
-			reserved[id] = true
+			continue // held: the record is the live job's, this key is stale
 		}
 		if v, err := b.get(recordKey(id)); err == nil {
 			if rec, err := decodeRecord(v); err == nil && rec.State.Finished() && rec.FinishedAt.Equal(at) {
