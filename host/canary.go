@@ -171,7 +171,10 @@ func (h *Handler) startTrial(m *Module, r Rollout, t trial) {
 		c.can = tally{jobs: f.Jobs, failed: f.Failed}
 		c.cur = tally{jobs: f.CurrentJobs, failed: f.CurrentFailed}
 	}
-	c.mu.Lock() // the timer may fire before c is in place
+	// c.mu is held until c is in place: the timer may fire at once (a resumed trial
+	// that ran its canary_time already), and its verdict must find c in h.can, or no
+	// one gives it.
+	c.mu.Lock()
 	c.timer = time.AfterFunc(max(c.cfg.CanaryTime-c.ran, 0), func() {
 		c.mu.Lock()
 		if c.ended {
@@ -186,8 +189,9 @@ func (h *Handler) startTrial(m *Module, r Rollout, t trial) {
 			c.onEnd(v)
 		}
 	})
+	old := h.can.Swap(c)
 	c.mu.Unlock()
-	if old := h.can.Swap(c); old != nil {
+	if old != nil {
 		old.mu.Lock()
 		old.ended = true
 		old.mu.Unlock()
