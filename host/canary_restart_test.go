@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -10,9 +11,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // logBuffer is an io.Writer for a slog handler that tests read while the registry logs.
@@ -48,6 +51,73 @@ func savedCanaryJobs(t *testing.T, histDir, name string) int {
 		return -1
 	}
 	return h.Canary.Jobs
+}
+
+// savedCanaryRan returns how long the canary kept in the module's history.json in
+// histDir had run when it was saved (-1 while it keeps no canary).
+func savedCanaryRan(t *testing.T, histDir, name string) time.Duration {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(histDir, name, "history.json"))
+	if err != nil {
+		return -1
+	}
+	var h struct {
+		Canary *struct{ Ran time.Duration } `json:"canary"`
+	}
+	if err := json.Unmarshal(data, &h); err != nil || h.Canary == nil {
+		return -1
+	}
+	return h.Canary.Ran
+}
+
+// quietQueues serves no queue: for a registry whose modules run no job.
+type quietQueues struct{}
+
+func (quietQueues) Register(context.Context, worker.Queue) error { return nil }
+func (quietQueues) Unregister(context.Context, string) error     { return nil }
+
+// TestIdleCanarySavesItsRunTime: a canary that counts no job still has the time it ran
+// saved while it runs (every canary_time/20, at most 10 s apart), so that a kill of
+// the host loses seconds of it, not all of it since the last job. Virtual time.
+func TestIdleCanarySavesItsRunTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e, err := host.NewEngine(ctx, host.Config{NoCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close(ctx)
+		dir, histDir := t.TempDir(), t.TempDir()
+		write := func(name string, data []byte) {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// canary_time 1h: saved every 10 s.
+		write("svc.toml", []byte(fmt.Sprintf(canaryManifest, "canary_time = \"1h\"")))
+		write("svc.wasm", variant(t, "abi/ack", "v1"))
+		r, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: e, Queues: quietQueues{}, NoWatch: true,
+			Rescan: time.Hour, HistoryDir: histDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer r.Retire()
+		defer r.Close()
+		write("svc.wasm", variant(t, "abi/ack", "v2"))
+		r.Sync(ctx)
+		if r.Handler("svc").Canary() == nil {
+			t.Fatal("no canary of the new version")
+		}
+		time.Sleep(35 * time.Second)
+		synctest.Wait()
+		// What a kill leaves now: the time the last save took, 30 s at least.
+		if ran := savedCanaryRan(t, histDir, "svc"); ran < 30*time.Second {
+			t.Fatalf("after 35 s with no job, the history keeps a canary that ran %v, want 30s or more", ran)
+		}
+	})
 }
 
 // TestCanaryResumesAfterARestart: a canary under way when the registry stops (a drain:

@@ -38,10 +38,11 @@ const (
 	// writing, until its writer closes it or the debounce runs out: no event says
 	// that a writer closed a file (fsnotify does not expose inotify's CLOSE_WRITE).
 	writingPoll = 5 * time.Millisecond
-	// canarySaveEvery is how often, at most, the counts of the canaries under way are
-	// saved in their history while jobs are counted: a kill of the host loses the
-	// counts of that last stretch at most (a drain saves them all, at Retire), and a
-	// busy canary costs a durable write each canarySaveEvery, not one a job.
+	// canarySaveEvery is how long after a canary under way changed (a job counted, or
+	// a tick of trialSaveEvery: the time it ran grows) its state is saved in its
+	// history: a kill of the host loses the counts of that last stretch at most (a
+	// drain saves them all, at Retire), and a busy canary costs a durable write each
+	// canarySaveEvery, not one a job.
 	canarySaveEvery = 250 * time.Millisecond
 )
 
@@ -157,7 +158,7 @@ type Registry struct {
 	hist    *historyStore
 	ended   []namedVerdict // canaries that ended by themselves, not yet recorded
 	endc    chan struct{}  // a canary ended: follow records it
-	countc  chan struct{}  // a canary counted a job: follow saves the counts soon
+	changec chan struct{}  // a canary changed: follow saves its state soon
 
 	// syncSem is a one-slot semaphore: one reconcile (a read, a Promote, a Rollback,
 	// the recording of verdicts) at a time. A channel, not a mutex, so that an operator's
@@ -256,7 +257,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		entries: make(map[string]*entry),
 		kick:    make(chan struct{}, 1),
 		endc:    make(chan struct{}, 1),
-		countc:  make(chan struct{}, 1),
+		changec: make(chan struct{}, 1),
 		syncSem: make(chan struct{}, 1),
 		hist:    newHistoryStore(cfg.HistoryDir, log),
 		ctx:     ctx,
@@ -377,7 +378,7 @@ func (r *Registry) follow() {
 	settleArmed := false
 	var lastSettle time.Time // when the last read before the debounce began
 	var burst time.Time      // when the first event of the changes not read yet came
-	// save saves the canaries' counts canarySaveEvery after a job was counted.
+	// save saves the canaries' state canarySaveEvery after one changed.
 	save := time.NewTimer(time.Hour)
 	save.Stop()
 	saveArmed := false
@@ -441,7 +442,7 @@ func (r *Registry) follow() {
 			r.Sync(r.ctx)
 		case <-r.endc:
 			r.recordEnded(r.ctx)
-		case <-r.countc:
+		case <-r.changec:
 			if !saveArmed {
 				save.Reset(canarySaveEvery)
 				saveArmed = true
@@ -857,7 +858,7 @@ func (r *Registry) startCanary(e *entry, name string, h *Handler, m *Module, fp 
 		}
 	}
 	at := time.Now()
-	h.startTrial(m, ro, trial{onEnd: r.canaryEnded(name), onCount: r.canaryCounted, from: from})
+	h.startTrial(m, ro, trial{onEnd: r.canaryEnded(name), onChange: r.canaryChanged, from: from})
 	r.mu.Lock()
 	e.seen, e.fileVersion, e.err = fp, m.Version(), nil
 	r.mu.Unlock()
@@ -920,20 +921,21 @@ func (r *Registry) canaryEnded(name string) func(Verdict) {
 	}
 }
 
-// canaryCounted is the callback of every canary for a job counted: it tells follow,
-// which saves the counts soon (it runs on a job's goroutine and must not wait on the
-// disk).
-func (r *Registry) canaryCounted() {
+// canaryChanged is the callback of every canary for a change (a job counted, a tick
+// of trialSaveEvery): it tells follow, which saves its state soon (it runs on a job's
+// or a timer's goroutine and must not wait on the disk).
+func (r *Registry) canaryChanged() {
 	select {
-	case r.countc <- struct{}{}:
+	case r.changec <- struct{}{}:
 	default:
 	}
 }
 
 // saveCanaries saves the canaries under way in their history, so that a restart of the
-// host resumes them with their counts: with changedOnly, only those that counted a job
-// since they were last saved. It takes the reconcile slot, so that no verdict is
-// recorded between the taking of a canary's state and its saving.
+// host resumes them with their counts and the time they ran: with changedOnly, only
+// those that changed (a job counted, a tick of trialSaveEvery) since they were last
+// saved. It takes the reconcile slot, so that no verdict is recorded between the
+// taking of a canary's state and its saving.
 func (r *Registry) saveCanaries(ctx context.Context, changedOnly bool) {
 	if err := r.lockSync(ctx); err != nil {
 		r.log.Warn("saving the counts of the canaries under way", "error", err)
