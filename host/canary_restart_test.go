@@ -227,3 +227,68 @@ func TestCanaryResumesAfterARestart(t *testing.T) {
 		})
 	}
 }
+
+// TestCanaryResumeWaitsOutATransientLoadError: when the version a canary ran against
+// cannot be loaded at a restart for a reason other than its absence from the history
+// (here its kept bytes cannot be read), the trial is not given up: nothing serves, the
+// status says why, the history keeps the trial, and the next read of the directory,
+// once the version loads, resumes it with its counts. The untried version never
+// serves all the jobs.
+func TestCanaryResumeWaitsOutATransientLoadError(t *testing.T) {
+	t.Parallel()
+	const before = 10
+	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = 1000\ncanary_time = \"1h\"")
+	v1, v2 := variant(t, "abi/ack", "v1"), variant(t, "abi/ack", "v2")
+	v1V, v2V := host.VersionOf(v1, []byte(man)), host.VersionOf(v2, []byte(man))
+	histDir := t.TempDir()
+	cfg := host.RegistryConfig{Rescan: time.Hour, HistoryDir: histDir, Rollout: host.Rollout{Strategy: host.StrategyCanary}}
+	rig := newRegRig(t, cfg, 4)
+	rig.write("svc.toml", []byte(man))
+	rig.write("svc.wasm", v1)
+	rig.start()
+	rig.write("svc.wasm", v2)
+	rig.waitFor("the canary", func() bool { return rig.status("svc").Canary != nil })
+	rig.publishIDs("svc", "x", jobIDs("before", before)...)
+	rig.waitFor("the jobs before the restart", func() bool {
+		cs := rig.status("svc").Canary
+		return cs != nil && cs.Jobs == before
+	})
+	rig.r.Close()
+	rig.stopWorker()
+	rig.r.Retire()
+
+	// The kept bytes of v1 cannot be read (a directory where the file was): an I/O
+	// error, not a version missing from the history.
+	blob := filepath.Join(histDir, "svc", v1V+".wasm")
+	kept, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(blob); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(blob, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rig2 := newRegRigOn(t, rig.dir, cfg, 4)
+	rig2.start()
+	st := rig2.status("svc")
+	if st.Status != "rejected" || st.Version != "" || st.Canary != nil || !strings.Contains(st.Error, "is a directory") {
+		t.Fatalf("status %+v after a restart whose version before cannot be read, want nothing serving and the error", st)
+	}
+	if n := savedCanaryJobs(t, histDir, "svc"); n != before {
+		t.Fatalf("history.json keeps a canary of %d jobs, want the trial kept with its %d", n, before)
+	}
+	if err := os.Remove(blob); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blob, kept, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rig2.r.Sync(context.Background())
+	st = rig2.status("svc")
+	if st.Status != "serving" || st.Error != "" || st.Version != v1V || st.Canary == nil || st.Canary.Version != v2V || st.Canary.Jobs != before {
+		t.Fatalf("status %+v (canary %+v) once the version before reads again, want %s serving and %s on trial with its %d jobs",
+			st, st.Canary, v1V, v2V, before)
+	}
+}

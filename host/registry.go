@@ -764,16 +764,29 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 // under way when the host stopped: that version serves again, loaded from the
 // history, and c is returned to be taken up if the files (of version v) still hold
 // c's version; files changed while the host was down end c as superseded (the next
-// step of load puts them on trial instead). If that version cannot be loaded, the
-// trial cannot resume: that is logged, and the files serve at once. stop reports that
-// load must stop here: the version could not be served (the next read tries again).
+// step of load puts them on trial instead). If that version is gone from the history,
+// the trial cannot resume: that is logged, and the files serve at once. stop reports
+// that load must stop here: the version could not be loaded for another reason (an
+// I/O error, the context ended, a failed compile), or could not be served; nothing
+// serves, and the next read tries again, so that a passing error never puts the
+// untried version on every job.
 func (r *Registry) restoreTrial(ctx context.Context, e *entry, name string, fp fingerprint, v string, c *canaryState, read time.Time) (resume *canaryState, stop bool) {
 	cur, err := r.loadKept(ctx, name, e.file, c.Current)
-	if err != nil {
-		r.log.Error("a canary under way when the host stopped cannot resume: the version it was on trial against cannot be loaded from the module history; the module's files serve at once, with no trial",
+	if errors.Is(err, ErrUnknownVersion) {
+		r.log.Error("a canary under way when the host stopped cannot resume: the version it was on trial against is gone from the module history; the module's files serve at once, with no trial",
 			"module", name, "canary_version", c.Version, "current_version", c.Current, "file_version", v, "error", err)
-		r.markHistory(name, c.Version, HistorySuperseded, "the host restarted and the version it was on trial against could not be loaded: "+err.Error())
+		r.markHistory(name, c.Version, HistorySuperseded, "the host restarted and the version it was on trial against was gone from the history: "+err.Error())
 		return nil, false
+	}
+	if err != nil {
+		err = fmt.Errorf("resuming the canary %s under way when the host stopped: loading the version %s it was on trial against: %w", c.Version, c.Current, err)
+		r.mu.Lock()
+		e.seen, e.err = fingerprint{}, err // not seen: the next read tries again
+		r.mu.Unlock()
+		r.log.Error("module not served: the canary under way when the host stopped cannot resume yet; trying again at the next read of the directory",
+			"module", name, "canary_version", c.Version, "current_version", c.Current, "file_version", v, "error", err)
+		r.emit(RegistryEvent{Kind: "rejected", Module: name, File: e.file, Err: err, At: time.Now()})
+		return nil, true
 	}
 	if !r.serve(ctx, e, name, cur, fp, nil, read) {
 		// Not left pending as if it were the files' version: the next read restores
