@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -290,5 +291,61 @@ func TestCanaryResumeWaitsOutATransientLoadError(t *testing.T) {
 	if st.Status != "serving" || st.Error != "" || st.Version != v1V || st.Canary == nil || st.Canary.Version != v2V || st.Canary.Jobs != before {
 		t.Fatalf("status %+v (canary %+v) once the version before reads again, want %s serving and %s on trial with its %d jobs",
 			st, st.Canary, v1V, v2V, before)
+	}
+}
+
+// TestCanaryOfAModuleRemovedWhileDownIsOver: a module whose files were removed while
+// the host was down has its canary ended in the history at the first read of the
+// directory (recorded as superseded, as a removal while the host runs does), so that
+// files put back months later do not resume that trial: they serve as a new module's.
+func TestCanaryOfAModuleRemovedWhileDownIsOver(t *testing.T) {
+	t.Parallel()
+	const before = 10
+	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = 1000\ncanary_time = \"1h\"")
+	v1, v2 := variant(t, "abi/ack", "v1"), variant(t, "abi/ack", "v2")
+	v2V := host.VersionOf(v2, []byte(man))
+	histDir := t.TempDir()
+	cfg := host.RegistryConfig{Rescan: time.Hour, HistoryDir: histDir, Rollout: host.Rollout{Strategy: host.StrategyCanary}}
+	rig := newRegRig(t, cfg, 4)
+	rig.write("svc.toml", []byte(man))
+	rig.write("svc.wasm", v1)
+	rig.start()
+	rig.write("svc.wasm", v2)
+	rig.waitFor("the canary", func() bool { return rig.status("svc").Canary != nil })
+	rig.publishIDs("svc", "x", jobIDs("before", before)...)
+	rig.waitFor("the jobs before the restart", func() bool {
+		cs := rig.status("svc").Canary
+		return cs != nil && cs.Jobs == before
+	})
+	rig.r.Close()
+	rig.stopWorker()
+	rig.r.Retire()
+	for _, f := range []string{"svc.wasm", "svc.toml"} {
+		if err := os.Remove(filepath.Join(rig.dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	rig2 := newRegRigOn(t, rig.dir, cfg, 4)
+	rig2.start()
+	if n := savedCanaryJobs(t, histDir, "svc"); n != -1 {
+		t.Fatalf("history.json of a module removed while the host was down keeps its canary (%d jobs)", n)
+	}
+	data, err := os.ReadFile(filepath.Join(histDir, "svc", "history.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hist struct{ Versions []host.HistoryEntry }
+	if err := json.Unmarshal(data, &hist); err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(hist.Versions, func(e host.HistoryEntry) bool { return e.Version == v2V }); i < 0 || hist.Versions[i].State != host.HistorySuperseded {
+		t.Fatalf("history %+v, want the canary %s superseded", hist.Versions, v2V)
+	}
+	rig2.write("svc.toml", []byte(man))
+	rig2.write("svc.wasm", v2)
+	rig2.r.Sync(context.Background())
+	if st := rig2.status("svc"); st.Status != "serving" || st.Version != v2V || st.Canary != nil {
+		t.Fatalf("status %+v (canary %+v) once the files are back, want %s serving with no trial", st, st.Canary, v2V)
 	}
 }

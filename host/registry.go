@@ -165,6 +165,9 @@ type Registry struct {
 	// call waiting for a long read gives up when its context ends.
 	syncSem chan struct{}
 	noticed time.Time // guarded by syncSem: RegistryEvent.Noticed of the current reconcile
+	// swept: a full read ended the kept canaries of the modules whose files were gone
+	// (see endTrialsOfGone). Guarded by syncSem.
+	swept   bool
 	watcher *fsnotify.Watcher
 	kick    chan struct{}
 	ctx     context.Context // done at Close: ends the reconcile under way
@@ -493,6 +496,9 @@ func (r *Registry) read(ctx context.Context, noticed time.Time, quick bool) left
 		r.log.Error("reading the modules directory", "dir", r.cfg.Dir, "error", err)
 		return leftUnsure
 	}
+	if !quick && !r.swept {
+		r.endTrialsOfGone(names)
+	}
 	res := readAll
 	for _, name := range names {
 		res = max(res, r.syncModule(ctx, name, quick))
@@ -514,6 +520,33 @@ func (r *Registry) read(ctx context.Context, noticed time.Time, quick bool) left
 		r.remove(ctx, name)
 	}
 	return res
+}
+
+// endTrialsOfGone ends in the history the canaries kept for the modules whose files
+// are not among names (those of the directory): removed while the host was down, they
+// end as remove ends a module removed while the host runs, so that files put back
+// later serve as a new module's rather than resume a trial of long ago. Once, at the
+// first full read that lists the history: later removals go through remove. Called
+// with the slot held.
+func (r *Registry) endTrialsOfGone(names []string) {
+	kept, err := r.hist.modules()
+	if err != nil {
+		r.log.Warn("listing the module history: the canaries of modules removed while the host was down are kept until a later read lists it", "error", err)
+		return
+	}
+	r.swept = true
+	for _, name := range kept {
+		if slices.Contains(names, name) {
+			continue
+		}
+		c := r.hist.canary(name)
+		if c == nil {
+			continue
+		}
+		r.markHistory(name, c.Version, HistorySuperseded, "the module's files were gone when the host started")
+		r.log.Info("module canary under way when the host stopped superseded: the module's files were removed while it was down",
+			"module", name, "canary_version", c.Version, "current_version", c.Current)
+	}
 }
 
 // finished tells whether a module's changed files, of fingerprint fp (seen is the
