@@ -70,8 +70,11 @@ type canary struct {
 	ran     time.Duration
 	resumed time.Time
 	timer   *time.Timer
-	onEnd   func(Verdict)
-	onCount func()
+	// tick marks the canary changed every trialSaveEvery while it runs (the time it
+	// ran grows though no job is counted); nil without onChange.
+	tick     *time.Timer
+	onEnd    func(Verdict)
+	onChange func()
 
 	mu     sync.Mutex
 	can    tally
@@ -83,14 +86,28 @@ type canary struct {
 
 // trial is how a canary starts: its callbacks, and the state it resumes.
 type trial struct {
-	// onEnd is called when the canary ends by itself; onCount after a job of its
-	// window is counted. Both run on a job's or a timer's goroutine: they must not
-	// block.
-	onEnd   func(Verdict)
-	onCount func()
+	// onEnd is called when the canary ends by itself; onChange when it has state to
+	// save: after a job of its window is counted, and every trialSaveEvery while it
+	// runs. Both run on a job's or a timer's goroutine: they must not block.
+	onEnd    func(Verdict)
+	onChange func()
 	// from is the state of a trial that was under way before a restart: its counts,
 	// start and the time it ran are taken up.
 	from *canaryState
+}
+
+// How often, at least, a canary under way has its state saved although it counts no
+// job (see trialSaveEvery).
+const (
+	trialSaveMax = 10 * time.Second
+	trialSaveMin = time.Second
+)
+
+// trialSaveEvery is how often a canary of canary_time d calls onChange though it counts
+// no job: d/20, within trialSaveMin and trialSaveMax. A kill of the host loses that much
+// of the time the trial ran, at most, not all of it since the last job counted.
+func trialSaveEvery(d time.Duration) time.Duration {
+	return max(min(d/20, trialSaveMax), trialSaveMin)
 }
 
 type tally struct{ jobs, failed int }
@@ -165,13 +182,16 @@ func (h *Handler) StartCanary(m *Module, r Rollout, onEnd func(Verdict)) {
 // the trial had not run yet.
 func (h *Handler) startTrial(m *Module, r Rollout, t trial) {
 	now := time.Now()
-	c := &canary{m: m, cfg: r.withDefaults(), start: now, resumed: now, onEnd: t.onEnd, onCount: t.onCount}
+	c := &canary{m: m, cfg: r.withDefaults(), start: now, resumed: now, onEnd: t.onEnd, onChange: t.onChange}
 	if f := t.from; f != nil {
 		c.start, c.ran = f.StartedAt, f.Ran
 		c.can = tally{jobs: f.Jobs, failed: f.Failed}
 		c.cur = tally{jobs: f.CurrentJobs, failed: f.CurrentFailed}
 	}
-	c.mu.Lock() // the timer may fire before c is in place
+	// c.mu is held until c is in place: the timer may fire at once (a resumed trial
+	// that ran its canary_time already), and its verdict must find c in h.can, or no
+	// one gives it.
+	c.mu.Lock()
 	c.timer = time.AfterFunc(max(c.cfg.CanaryTime-c.ran, 0), func() {
 		c.mu.Lock()
 		if c.ended {
@@ -186,13 +206,36 @@ func (h *Handler) startTrial(m *Module, r Rollout, t trial) {
 			c.onEnd(v)
 		}
 	})
+	if c.onChange != nil {
+		every := trialSaveEvery(c.cfg.CanaryTime)
+		c.tick = time.AfterFunc(every, func() {
+			c.mu.Lock()
+			if c.ended {
+				c.mu.Unlock()
+				return
+			}
+			c.dirty = true
+			c.tick.Reset(every) // under c.mu: once ended is set, no tick arms again
+			c.mu.Unlock()
+			c.onChange()
+		})
+	}
+	old := h.can.Swap(c)
 	c.mu.Unlock()
-	if old := h.can.Swap(c); old != nil {
+	if old != nil {
 		old.mu.Lock()
 		old.ended = true
 		old.mu.Unlock()
-		old.timer.Stop()
+		old.stopTimers()
 		old.m.Retire()
+	}
+}
+
+// stopTimers stops the canary's timers, once it ended.
+func (c *canary) stopTimers() {
+	c.timer.Stop()
+	if c.tick != nil {
+		c.tick.Stop()
 	}
 }
 
@@ -211,7 +254,8 @@ func (h *Handler) Canary() *CanaryStatus {
 }
 
 // trialState returns the canary under way as the history keeps it, or nil; with
-// changedOnly, nil also when no job was counted since the last such call.
+// changedOnly, nil also when it did not change since the last such call (no job
+// counted, no tick of trialSaveEvery).
 func (h *Handler) trialState(changedOnly bool) *canaryState {
 	c := h.can.Load()
 	if c == nil {
@@ -272,7 +316,7 @@ func (h *Handler) end(c *canary, v Verdict) bool {
 	if !h.can.CompareAndSwap(c, nil) {
 		return false // replaced by a newer canary, which retired it
 	}
-	c.timer.Stop()
+	c.stopTimers()
 	if v.Kind == VerdictPromoted {
 		h.Swap(c.m)
 	} else {
@@ -306,8 +350,8 @@ func (h *Handler) record(c *canary, role string, o worker.Outcome) {
 	c.ended = ok
 	c.mu.Unlock()
 	if !ok {
-		if c.onCount != nil {
-			c.onCount()
+		if c.onChange != nil {
+			c.onChange()
 		}
 		return
 	}

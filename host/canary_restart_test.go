@@ -2,17 +2,21 @@ package host_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // logBuffer is an io.Writer for a slog handler that tests read while the registry logs.
@@ -48,6 +52,73 @@ func savedCanaryJobs(t *testing.T, histDir, name string) int {
 		return -1
 	}
 	return h.Canary.Jobs
+}
+
+// savedCanaryRan returns how long the canary kept in the module's history.json in
+// histDir had run when it was saved (-1 while it keeps no canary).
+func savedCanaryRan(t *testing.T, histDir, name string) time.Duration {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(histDir, name, "history.json"))
+	if err != nil {
+		return -1
+	}
+	var h struct {
+		Canary *struct{ Ran time.Duration } `json:"canary"`
+	}
+	if err := json.Unmarshal(data, &h); err != nil || h.Canary == nil {
+		return -1
+	}
+	return h.Canary.Ran
+}
+
+// quietQueues serves no queue: for a registry whose modules run no job.
+type quietQueues struct{}
+
+func (quietQueues) Register(context.Context, worker.Queue) error { return nil }
+func (quietQueues) Unregister(context.Context, string) error     { return nil }
+
+// TestIdleCanarySavesItsRunTime: a canary that counts no job still has the time it ran
+// saved while it runs (every canary_time/20, at most 10 s apart), so that a kill of
+// the host loses seconds of it, not all of it since the last job. Virtual time.
+func TestIdleCanarySavesItsRunTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e, err := host.NewEngine(ctx, host.Config{NoCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close(ctx)
+		dir, histDir := t.TempDir(), t.TempDir()
+		write := func(name string, data []byte) {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// canary_time 1h: saved every 10 s.
+		write("svc.toml", []byte(fmt.Sprintf(canaryManifest, "canary_time = \"1h\"")))
+		write("svc.wasm", variant(t, "abi/ack", "v1"))
+		r, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: e, Queues: quietQueues{}, NoWatch: true,
+			Rescan: time.Hour, HistoryDir: histDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer r.Retire()
+		defer r.Close()
+		write("svc.wasm", variant(t, "abi/ack", "v2"))
+		r.Sync(ctx)
+		if r.Handler("svc").Canary() == nil {
+			t.Fatal("no canary of the new version")
+		}
+		time.Sleep(35 * time.Second)
+		synctest.Wait()
+		// What a kill leaves now: the time the last save took, 30 s at least.
+		if ran := savedCanaryRan(t, histDir, "svc"); ran < 30*time.Second {
+			t.Fatalf("after 35 s with no job, the history keeps a canary that ran %v, want 30s or more", ran)
+		}
+	})
 }
 
 // TestCanaryResumesAfterARestart: a canary under way when the registry stops (a drain:
@@ -155,5 +226,126 @@ func TestCanaryResumesAfterARestart(t *testing.T) {
 				t.Fatalf("history.json keeps a canary (%d jobs) after its promotion", n)
 			}
 		})
+	}
+}
+
+// TestCanaryResumeWaitsOutATransientLoadError: when the version a canary ran against
+// cannot be loaded at a restart for a reason other than its absence from the history
+// (here its kept bytes cannot be read), the trial is not given up: nothing serves, the
+// status says why, the history keeps the trial, and the next read of the directory,
+// once the version loads, resumes it with its counts. The untried version never
+// serves all the jobs.
+func TestCanaryResumeWaitsOutATransientLoadError(t *testing.T) {
+	t.Parallel()
+	const before = 10
+	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = 1000\ncanary_time = \"1h\"")
+	v1, v2 := variant(t, "abi/ack", "v1"), variant(t, "abi/ack", "v2")
+	v1V, v2V := host.VersionOf(v1, []byte(man)), host.VersionOf(v2, []byte(man))
+	histDir := t.TempDir()
+	cfg := host.RegistryConfig{Rescan: time.Hour, HistoryDir: histDir, Rollout: host.Rollout{Strategy: host.StrategyCanary}}
+	rig := newRegRig(t, cfg, 4)
+	rig.write("svc.toml", []byte(man))
+	rig.write("svc.wasm", v1)
+	rig.start()
+	rig.write("svc.wasm", v2)
+	rig.waitFor("the canary", func() bool { return rig.status("svc").Canary != nil })
+	rig.publishIDs("svc", "x", jobIDs("before", before)...)
+	rig.waitFor("the jobs before the restart", func() bool {
+		cs := rig.status("svc").Canary
+		return cs != nil && cs.Jobs == before
+	})
+	rig.r.Close()
+	rig.stopWorker()
+	rig.r.Retire()
+
+	// The kept bytes of v1 cannot be read (a directory where the file was): an I/O
+	// error, not a version missing from the history.
+	blob := filepath.Join(histDir, "svc", v1V+".wasm")
+	kept, err := os.ReadFile(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(blob); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(blob, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rig2 := newRegRigOn(t, rig.dir, cfg, 4)
+	rig2.start()
+	st := rig2.status("svc")
+	if st.Status != "rejected" || st.Version != "" || st.Canary != nil || !strings.Contains(st.Error, "is a directory") {
+		t.Fatalf("status %+v after a restart whose version before cannot be read, want nothing serving and the error", st)
+	}
+	if n := savedCanaryJobs(t, histDir, "svc"); n != before {
+		t.Fatalf("history.json keeps a canary of %d jobs, want the trial kept with its %d", n, before)
+	}
+	if err := os.Remove(blob); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(blob, kept, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rig2.r.Sync(context.Background())
+	st = rig2.status("svc")
+	if st.Status != "serving" || st.Error != "" || st.Version != v1V || st.Canary == nil || st.Canary.Version != v2V || st.Canary.Jobs != before {
+		t.Fatalf("status %+v (canary %+v) once the version before reads again, want %s serving and %s on trial with its %d jobs",
+			st, st.Canary, v1V, v2V, before)
+	}
+}
+
+// TestCanaryOfAModuleRemovedWhileDownIsOver: a module whose files were removed while
+// the host was down has its canary ended in the history at the first read of the
+// directory (recorded as superseded, as a removal while the host runs does), so that
+// files put back months later do not resume that trial: they serve as a new module's.
+func TestCanaryOfAModuleRemovedWhileDownIsOver(t *testing.T) {
+	t.Parallel()
+	const before = 10
+	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = 1000\ncanary_time = \"1h\"")
+	v1, v2 := variant(t, "abi/ack", "v1"), variant(t, "abi/ack", "v2")
+	v2V := host.VersionOf(v2, []byte(man))
+	histDir := t.TempDir()
+	cfg := host.RegistryConfig{Rescan: time.Hour, HistoryDir: histDir, Rollout: host.Rollout{Strategy: host.StrategyCanary}}
+	rig := newRegRig(t, cfg, 4)
+	rig.write("svc.toml", []byte(man))
+	rig.write("svc.wasm", v1)
+	rig.start()
+	rig.write("svc.wasm", v2)
+	rig.waitFor("the canary", func() bool { return rig.status("svc").Canary != nil })
+	rig.publishIDs("svc", "x", jobIDs("before", before)...)
+	rig.waitFor("the jobs before the restart", func() bool {
+		cs := rig.status("svc").Canary
+		return cs != nil && cs.Jobs == before
+	})
+	rig.r.Close()
+	rig.stopWorker()
+	rig.r.Retire()
+	for _, f := range []string{"svc.wasm", "svc.toml"} {
+		if err := os.Remove(filepath.Join(rig.dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	rig2 := newRegRigOn(t, rig.dir, cfg, 4)
+	rig2.start()
+	if n := savedCanaryJobs(t, histDir, "svc"); n != -1 {
+		t.Fatalf("history.json of a module removed while the host was down keeps its canary (%d jobs)", n)
+	}
+	data, err := os.ReadFile(filepath.Join(histDir, "svc", "history.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hist struct{ Versions []host.HistoryEntry }
+	if err := json.Unmarshal(data, &hist); err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(hist.Versions, func(e host.HistoryEntry) bool { return e.Version == v2V }); i < 0 || hist.Versions[i].State != host.HistorySuperseded {
+		t.Fatalf("history %+v, want the canary %s superseded", hist.Versions, v2V)
+	}
+	rig2.write("svc.toml", []byte(man))
+	rig2.write("svc.wasm", v2)
+	rig2.r.Sync(context.Background())
+	if st := rig2.status("svc"); st.Status != "serving" || st.Version != v2V || st.Canary != nil {
+		t.Fatalf("status %+v (canary %+v) once the files are back, want %s serving with no trial", st, st.Canary, v2V)
 	}
 }

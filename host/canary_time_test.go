@@ -207,3 +207,44 @@ func TestResumedCanaryTimeIsWhatItHadLeft(t *testing.T) {
 		}
 	})
 }
+
+// TestResumedCanaryPastItsTimeEndsAtOnce: a trial taken up after a restart that had run
+// its canary_time already is promoted at once, every time: its timer fires at once, and
+// must find the canary in place (else the canary stays shown, takes no jobs and is
+// never judged). Real time, many rounds: the timer's goroutine races the start.
+func TestResumedCanaryPastItsTimeEndsAtOnce(t *testing.T) {
+	t.Parallel()
+	const rounds = 300
+	ctx := context.Background()
+	e := newEngine(t)
+	wasm := variant(t, "abi/ack", "v1")
+	load := func() *host.Module {
+		m, err := e.Load(ctx, "svc", wasm, host.Manifest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	cur := load()
+	defer func() { cur.Retire() }()
+	startedAt := time.Now().Add(-time.Hour)
+	for i := range rounds {
+		next := load()
+		h := host.NewHandler(cur, nil)
+		ended := make(chan host.Verdict, 1)
+		host.ResumeCanary(h, next, host.Rollout{CanaryPercent: 100, CanaryTime: time.Minute}, startedAt, 2*time.Minute, 0,
+			func(v host.Verdict) { ended <- v })
+		select {
+		case v := <-ended:
+			if v.Kind != host.VerdictPromoted {
+				t.Fatalf("round %d: verdict %+v, want promoted", i, v)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d of %d: no verdict for a resumed canary past its canary_time; canary %+v", i, rounds, h.Canary())
+		}
+		if st := h.Canary(); st != nil || h.Module() != next {
+			t.Fatalf("round %d: after the promotion the canary is %+v and %s serves, want none and the canary's module", i, st, h.Module().Version())
+		}
+		cur = next
+	}
+}

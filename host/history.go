@@ -287,6 +287,28 @@ func (s *historyStore) canary(name string) *canaryState {
 	return nil
 }
 
+// modules returns the names of the modules whose history the directory keeps (none in
+// memory: nothing is kept across a restart there).
+func (s *historyStore) modules() ([]string, error) {
+	if s.dir == "" {
+		return nil, nil
+	}
+	des, err := os.ReadDir(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("module history: %w", err)
+	}
+	var names []string
+	for _, de := range des {
+		if de.IsDir() && validModuleName(de.Name()) {
+			names = append(names, de.Name())
+		}
+	}
+	return names, nil
+}
+
 // setPin sets (or, with nil, clears) the module's pin.
 func (s *historyStore) setPin(name string, p *Pin) error {
 	s.mu.Lock()

@@ -38,10 +38,11 @@ const (
 	// writing, until its writer closes it or the debounce runs out: no event says
 	// that a writer closed a file (fsnotify does not expose inotify's CLOSE_WRITE).
 	writingPoll = 5 * time.Millisecond
-	// canarySaveEvery is how often, at most, the counts of the canaries under way are
-	// saved in their history while jobs are counted: a kill of the host loses the
-	// counts of that last stretch at most (a drain saves them all, at Retire), and a
-	// busy canary costs a durable write each canarySaveEvery, not one a job.
+	// canarySaveEvery is how long after a canary under way changed (a job counted, or
+	// a tick of trialSaveEvery: the time it ran grows) its state is saved in its
+	// history: a kill of the host loses the counts of that last stretch at most (a
+	// drain saves them all, at Retire), and a busy canary costs a durable write each
+	// canarySaveEvery, not one a job.
 	canarySaveEvery = 250 * time.Millisecond
 )
 
@@ -157,13 +158,16 @@ type Registry struct {
 	hist    *historyStore
 	ended   []namedVerdict // canaries that ended by themselves, not yet recorded
 	endc    chan struct{}  // a canary ended: follow records it
-	countc  chan struct{}  // a canary counted a job: follow saves the counts soon
+	changec chan struct{}  // a canary changed: follow saves its state soon
 
 	// syncSem is a one-slot semaphore: one reconcile (a read, a Promote, a Rollback,
 	// the recording of verdicts) at a time. A channel, not a mutex, so that an operator's
 	// call waiting for a long read gives up when its context ends.
 	syncSem chan struct{}
 	noticed time.Time // guarded by syncSem: RegistryEvent.Noticed of the current reconcile
+	// swept: a full read ended the kept canaries of the modules whose files were gone
+	// (see endTrialsOfGone). Guarded by syncSem.
+	swept   bool
 	watcher *fsnotify.Watcher
 	kick    chan struct{}
 	ctx     context.Context // done at Close: ends the reconcile under way
@@ -256,7 +260,7 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		entries: make(map[string]*entry),
 		kick:    make(chan struct{}, 1),
 		endc:    make(chan struct{}, 1),
-		countc:  make(chan struct{}, 1),
+		changec: make(chan struct{}, 1),
 		syncSem: make(chan struct{}, 1),
 		hist:    newHistoryStore(cfg.HistoryDir, log),
 		ctx:     ctx,
@@ -377,7 +381,7 @@ func (r *Registry) follow() {
 	settleArmed := false
 	var lastSettle time.Time // when the last read before the debounce began
 	var burst time.Time      // when the first event of the changes not read yet came
-	// save saves the canaries' counts canarySaveEvery after a job was counted.
+	// save saves the canaries' state canarySaveEvery after one changed.
 	save := time.NewTimer(time.Hour)
 	save.Stop()
 	saveArmed := false
@@ -441,7 +445,7 @@ func (r *Registry) follow() {
 			r.Sync(r.ctx)
 		case <-r.endc:
 			r.recordEnded(r.ctx)
-		case <-r.countc:
+		case <-r.changec:
 			if !saveArmed {
 				save.Reset(canarySaveEvery)
 				saveArmed = true
@@ -492,6 +496,9 @@ func (r *Registry) read(ctx context.Context, noticed time.Time, quick bool) left
 		r.log.Error("reading the modules directory", "dir", r.cfg.Dir, "error", err)
 		return leftUnsure
 	}
+	if !quick && !r.swept {
+		r.endTrialsOfGone(names)
+	}
 	res := readAll
 	for _, name := range names {
 		res = max(res, r.syncModule(ctx, name, quick))
@@ -513,6 +520,33 @@ func (r *Registry) read(ctx context.Context, noticed time.Time, quick bool) left
 		r.remove(ctx, name)
 	}
 	return res
+}
+
+// endTrialsOfGone ends in the history the canaries kept for the modules whose files
+// are not among names (those of the directory): removed while the host was down, they
+// end as remove ends a module removed while the host runs, so that files put back
+// later serve as a new module's rather than resume a trial of long ago. Once, at the
+// first full read that lists the history: later removals go through remove. Called
+// with the slot held.
+func (r *Registry) endTrialsOfGone(names []string) {
+	kept, err := r.hist.modules()
+	if err != nil {
+		r.log.Warn("listing the module history: the canaries of modules removed while the host was down are kept until a later read lists it", "error", err)
+		return
+	}
+	r.swept = true
+	for _, name := range kept {
+		if slices.Contains(names, name) {
+			continue
+		}
+		c := r.hist.canary(name)
+		if c == nil {
+			continue
+		}
+		r.markHistory(name, c.Version, HistorySuperseded, "the module's files were gone when the host started")
+		r.log.Info("module canary under way when the host stopped superseded: the module's files were removed while it was down",
+			"module", name, "canary_version", c.Version, "current_version", c.Current)
+	}
 }
 
 // finished tells whether a module's changed files, of fingerprint fp (seen is the
@@ -763,16 +797,29 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 // under way when the host stopped: that version serves again, loaded from the
 // history, and c is returned to be taken up if the files (of version v) still hold
 // c's version; files changed while the host was down end c as superseded (the next
-// step of load puts them on trial instead). If that version cannot be loaded, the
-// trial cannot resume: that is logged, and the files serve at once. stop reports that
-// load must stop here: the version could not be served (the next read tries again).
+// step of load puts them on trial instead). If that version is gone from the history,
+// the trial cannot resume: that is logged, and the files serve at once. stop reports
+// that load must stop here: the version could not be loaded for another reason (an
+// I/O error, the context ended, a failed compile), or could not be served; nothing
+// serves, and the next read tries again, so that a passing error never puts the
+// untried version on every job.
 func (r *Registry) restoreTrial(ctx context.Context, e *entry, name string, fp fingerprint, v string, c *canaryState, read time.Time) (resume *canaryState, stop bool) {
 	cur, err := r.loadKept(ctx, name, e.file, c.Current)
-	if err != nil {
-		r.log.Error("a canary under way when the host stopped cannot resume: the version it was on trial against cannot be loaded from the module history; the module's files serve at once, with no trial",
+	if errors.Is(err, ErrUnknownVersion) {
+		r.log.Error("a canary under way when the host stopped cannot resume: the version it was on trial against is gone from the module history; the module's files serve at once, with no trial",
 			"module", name, "canary_version", c.Version, "current_version", c.Current, "file_version", v, "error", err)
-		r.markHistory(name, c.Version, HistorySuperseded, "the host restarted and the version it was on trial against could not be loaded: "+err.Error())
+		r.markHistory(name, c.Version, HistorySuperseded, "the host restarted and the version it was on trial against was gone from the history: "+err.Error())
 		return nil, false
+	}
+	if err != nil {
+		err = fmt.Errorf("resuming the canary %s under way when the host stopped: loading the version %s it was on trial against: %w", c.Version, c.Current, err)
+		r.mu.Lock()
+		e.seen, e.err = fingerprint{}, err // not seen: the next read tries again
+		r.mu.Unlock()
+		r.log.Error("module not served: the canary under way when the host stopped cannot resume yet; trying again at the next read of the directory",
+			"module", name, "canary_version", c.Version, "current_version", c.Current, "file_version", v, "error", err)
+		r.emit(RegistryEvent{Kind: "rejected", Module: name, File: e.file, Err: err, At: time.Now()})
+		return nil, true
 	}
 	if !r.serve(ctx, e, name, cur, fp, nil, read) {
 		// Not left pending as if it were the files' version: the next read restores
@@ -857,7 +904,7 @@ func (r *Registry) startCanary(e *entry, name string, h *Handler, m *Module, fp 
 		}
 	}
 	at := time.Now()
-	h.startTrial(m, ro, trial{onEnd: r.canaryEnded(name), onCount: r.canaryCounted, from: from})
+	h.startTrial(m, ro, trial{onEnd: r.canaryEnded(name), onChange: r.canaryChanged, from: from})
 	r.mu.Lock()
 	e.seen, e.fileVersion, e.err = fp, m.Version(), nil
 	r.mu.Unlock()
@@ -920,20 +967,21 @@ func (r *Registry) canaryEnded(name string) func(Verdict) {
 	}
 }
 
-// canaryCounted is the callback of every canary for a job counted: it tells follow,
-// which saves the counts soon (it runs on a job's goroutine and must not wait on the
-// disk).
-func (r *Registry) canaryCounted() {
+// canaryChanged is the callback of every canary for a change (a job counted, a tick
+// of trialSaveEvery): it tells follow, which saves its state soon (it runs on a job's
+// or a timer's goroutine and must not wait on the disk).
+func (r *Registry) canaryChanged() {
 	select {
-	case r.countc <- struct{}{}:
+	case r.changec <- struct{}{}:
 	default:
 	}
 }
 
 // saveCanaries saves the canaries under way in their history, so that a restart of the
-// host resumes them with their counts: with changedOnly, only those that counted a job
-// since they were last saved. It takes the reconcile slot, so that no verdict is
-// recorded between the taking of a canary's state and its saving.
+// host resumes them with their counts and the time they ran: with changedOnly, only
+// those that changed (a job counted, a tick of trialSaveEvery) since they were last
+// saved. It takes the reconcile slot, so that no verdict is recorded between the
+// taking of a canary's state and its saving.
 func (r *Registry) saveCanaries(ctx context.Context, changedOnly bool) {
 	if err := r.lockSync(ctx); err != nil {
 		r.log.Warn("saving the counts of the canaries under way", "error", err)
