@@ -231,37 +231,44 @@ func (s *server) accepting() error {
 }
 
 // auth requires the bearer token where one is configured. A token sent is looked at
-// only within the limit of wrong ones (AuthLimiter); a request without one tries none
-// and is not counted.
+// only within the limit of wrong ones (AuthLimiter); a request without one (or with
+// another scheme, such as a proxy's Basic) tries none and is not counted.
 func (s *server) auth(next http.Handler) http.Handler {
 	if s.cfg.Token == "" {
 		return next
 	}
-	want := []byte("Bearer " + s.cfg.Token)
+	want := []byte(s.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
 			next.ServeHTTP(w, r)
 			return
 		}
-		got := r.Header.Get("Authorization")
-		if got != "" {
-			if d := s.limit.Wait(r); d > 0 {
+		if got, ok := BearerToken(r); ok {
+			right := subtle.ConstantTimeCompare([]byte(got), want) == 1
+			if d := s.limit.Check(r, right); d > 0 {
 				after := RetryAfter(d)
 				w.Header().Set("Retry-After", after)
-				writeError(w, http.StatusTooManyRequests, "too many wrong tokens from your address: no token is looked at before %s s from now", after)
+				writeError(w, http.StatusTooManyRequests, "too many wrong tokens, from your address or from all of them together: no token is looked at before %s s from now", after)
+				return
+			}
+			if right {
+				next.ServeHTTP(w, r)
 				return
 			}
 		}
-		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			if got != "" {
-				s.limit.Failed(r)
-			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="wasmjobs"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
-		}
-		next.ServeHTTP(w, r)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="wasmjobs"`)
+		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 	})
+}
+
+// BearerToken is the token of r's "Authorization: Bearer TOKEN" header (the scheme in
+// any case, RFC 9110 11.1); ok is false without one, or with another scheme.
+func BearerToken(r *http.Request) (token string, ok bool) {
+	scheme, token, found := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return token, true
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

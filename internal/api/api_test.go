@@ -576,39 +576,3 @@ func TestDelayPastTheBackendsLimitIsTheClientsToFix(t *testing.T) {
 		t.Fatalf("enqueue with a short delay: %d %v, want 202", status, body)
 	}
 }
-
-// Wrong bearer tokens are limited per client as the dashboard's are: past the burst
-// the client is answered 429 with Retry-After, and its token, right or wrong, is not
-// looked at. A request without a token tries none and is not counted.
-func TestWrongBearerTokensAreLimited(t *testing.T) {
-	t.Parallel()
-	r := newAPIRig(t, "s3cret")
-	get := func(token string) *http.Response {
-		req, _ := http.NewRequest("GET", r.srv.URL+"/v1/queues", nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp
-	}
-	for range 2 * api.ClientAuthBurst {
-		if resp := get(""); resp.StatusCode != 401 {
-			t.Fatalf("no token: %d, want 401", resp.StatusCode)
-		}
-	}
-	if resp := get("s3cret"); resp.StatusCode != 200 {
-		t.Fatalf("the right token after requests without one: %d, want 200", resp.StatusCode)
-	}
-	for i := range api.ClientAuthBurst {
-		if resp := get(fmt.Sprint("guess", i)); resp.StatusCode != 401 {
-			t.Fatalf("wrong token %d: %d, want 401", i+1, resp.StatusCode)
-		}
-	}
-	if resp := get("s3cret"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "12" {
-		t.Errorf("the right token after %d wrong ones: %d, Retry-After %q; want 429, 12", api.ClientAuthBurst, resp.StatusCode, resp.Header.Get("Retry-After"))
-	}
-}

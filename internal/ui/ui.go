@@ -168,18 +168,24 @@ func headers(next http.Handler) http.Handler {
 }
 
 // authorized reports whether r carries the token, in the cookie or as a bearer.
+// Both are compared, in constant time, whichever is right.
 func (s *server) authorized(r *http.Request) bool {
 	want := []byte(s.cfg.Token)
-	if c, err := r.Cookie(CookieName); err == nil && subtle.ConstantTimeCompare([]byte(c.Value), want) == 1 {
-		return true
+	right := 0
+	if c, err := r.Cookie(CookieName); err == nil {
+		right |= subtle.ConstantTimeCompare([]byte(c.Value), want)
 	}
-	return subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.cfg.Token)) == 1
+	if got, ok := api.BearerToken(r); ok {
+		right |= subtle.ConstantTimeCompare([]byte(got), want)
+	}
+	return right == 1
 }
 
 // auth asks for the token where one is set: a page without it answers 401 with the
-// login form; the form's POST sets the cookie. A token sent (cookie or bearer) is
-// looked at only within the limit of wrong ones (AuthLimiter); a wrong cookie is
-// cleared, so that the browser does not send it again with every page and poll.
+// login form; the form's POST sets the cookie. A token sent (cookie or bearer: not
+// another scheme, such as a proxy's Basic) is looked at only within the limit of wrong
+// ones (AuthLimiter); a wrong cookie is cleared, so that the browser does not send it
+// again with every page and poll.
 // The login and logout forms and the static files pass: they check no token here.
 func (s *server) auth(next http.Handler) http.Handler {
 	if s.cfg.Token == "" {
@@ -195,16 +201,16 @@ func (s *server) auth(next http.Handler) http.Handler {
 			back = "/ui/"
 		}
 		_, noCookie := r.Cookie(CookieName)
-		if noCookie == nil || r.Header.Get("Authorization") != "" {
-			if d := s.limit.Wait(r); d > 0 {
+		if _, bearer := api.BearerToken(r); noCookie == nil || bearer {
+			right := s.authorized(r)
+			if d := s.limit.Check(r, right); d > 0 {
 				s.tooMany(w, r, back, d)
 				return
 			}
-			if s.authorized(r) {
+			if right {
 				next.ServeHTTP(w, r)
 				return
 			}
-			s.limit.Failed(r)
 			if noCookie == nil {
 				clearCookie(w, r)
 			}
@@ -219,7 +225,7 @@ func (s *server) tooMany(w http.ResponseWriter, r *http.Request, next string, d 
 	after := api.RetryAfter(d)
 	w.Header().Set("Retry-After", after)
 	s.render(w, http.StatusTooManyRequests, "login", loginData(r, next,
-		"Too many wrong tokens from your address: no token is looked at before "+after+" s from now."))
+		"Too many wrong tokens, from your address or from all of them together: no token is looked at before "+after+" s from now."))
 }
 
 func (s *server) login(w http.ResponseWriter, r *http.Request) {
@@ -232,12 +238,12 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, next, http.StatusSeeOther)
 		return
 	}
-	if d := s.limit.Wait(r); d > 0 {
+	right := subtle.ConstantTimeCompare([]byte(r.FormValue("token")), []byte(s.cfg.Token)) == 1
+	if d := s.limit.Check(r, right); d > 0 {
 		s.tooMany(w, r, next, d)
 		return
 	}
-	if subtle.ConstantTimeCompare([]byte(r.FormValue("token")), []byte(s.cfg.Token)) != 1 {
-		s.limit.Failed(r)
+	if !right {
 		s.render(w, http.StatusUnauthorized, "login", loginData(r, next, "That is not the token this host was started with."))
 		return
 	}

@@ -689,6 +689,59 @@ func TestWrongTokensAreLimited(t *testing.T) {
 	})
 }
 
+// A user signed in is not held off by other clients' wrong tokens: while a guesser
+// spread over many addresses keeps the limit over all clients empty, their cookie
+// still opens the pages. And only a bearer Authorization header is a token tried: a
+// proxy's Basic header on every page before sign-in counts nothing.
+func TestARightTokenIsNotRefusedForOthersWrongOnes(t *testing.T) {
+	t.Parallel()
+	page := func(h http.Handler, addr, cookie, auth string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "http://localhost/ui/schedules", nil) // a page that needs no backend
+		if cookie != "" {
+			r.AddCookie(&http.Cookie{Name: ui.CookieName, Value: cookie})
+		}
+		if auth != "" {
+			r.Header.Set("Authorization", auth)
+		}
+		r.RemoteAddr = addr
+		return serve(h, r)
+	}
+	t.Run("signed in", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			h := ui.New(ui.Config{Token: "s3cret"})
+			const user = "192.0.2.7:4000"
+			if w := page(h, user, "s3cret", ""); w.Code != 200 {
+				t.Fatalf("a page with the cookie: %d, want 200", w.Code)
+			}
+			for i := range 60 * 10 { // 60 addresses, each a wrong cookie a minute, for 10 minutes
+				if i >= 20 {
+					time.Sleep(time.Second)
+				}
+				page(h, fmt.Sprintf("198.51.100.%d:4000", i%60+1), "wrong", "")
+			}
+			if w := page(h, user, "s3cret", ""); w.Code != 200 {
+				t.Errorf("a signed-in user's page while others guess: %d (Retry-After %q), want 200", w.Code, w.Header().Get("Retry-After"))
+			}
+		})
+	})
+	t.Run("basic", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			h := ui.New(ui.Config{Token: "s3cret"})
+			const proxy = "192.0.2.1:4000"
+			for i := range 20 {
+				if w := page(h, proxy, "", "Basic dXNlcjpwYXNz"); w.Code != 401 {
+					t.Fatalf("page %d with a Basic header and no cookie: %d, want 401 with the login form", i+1, w.Code)
+				}
+			}
+			if w := page(h, proxy, "s3cret", ""); w.Code != 200 {
+				t.Errorf("the cookie after 20 pages with a Basic header: %d, want 200", w.Code)
+			}
+		})
+	})
+}
+
 // A wrong cookie (the token changed with a restart) is cleared along with the login
 // form, so that the browser does not send it, and count it, with every page and poll.
 func TestAWrongCookieIsCleared(t *testing.T) {
