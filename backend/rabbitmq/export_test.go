@@ -17,6 +17,6 @@ func DeclaredQueues(b *Backend) []string {
 // waiting host checks that one exists.
 func SetTokenCycle(b *Backend, d time.Duration) { b.tokenCycle = d }
 
-// AnswerGrace is how long a call may outlive its context before the connection is torn
-// down.
+// AnswerGrace is how long the broker may stay silent while a call outlives its context
+// before the connection is torn down.
 const AnswerGrace = answerGrace

@@ -241,8 +241,8 @@ func TestCallsEndWithTheirContextOnAFrozenBroker(t *testing.T) {
 
 // TestAbandonedCallLeavesNothingBehind: a call whose context ended while the broker
 // hangs returns at once, and the goroutine running the library call for it is gone
-// within AnswerGrace (the connection is torn down), not at amqp091-go's heartbeat check
-// 30 s later. The backend reconnects only after a minute, so that the goroutines of a
+// within AnswerGrace (nothing is read from the broker since, so the connection is torn
+// down), not at amqp091-go's heartbeat check 30 s later. The backend reconnects only after a minute, so that the goroutines of a
 // new connection do not mix with the one looked for.
 // Not parallel: goleak must see this test's goroutines only.
 func TestAbandonedCallLeavesNothingBehind(t *testing.T) {
@@ -267,6 +267,61 @@ func TestAbandonedCallLeavesNothingBehind(t *testing.T) {
 		if time.Since(abandoned) > limit {
 			t.Fatalf("%v after its context ended, the abandoned call is still under way (grace %v): %v", limit, rabbitmq.AnswerGrace, err)
 		}
+	}
+}
+
+// TestSlowBrokerKeepsItsConnection: calls abandoned on a broker that is slow but alive
+// leave its connection alone. The broker's every byte, its heartbeats too, comes 7 s
+// late (longer than an answer may take in a quorum leader election, say); meanwhile
+// inspections give up after 100 ms, as a dashboard request does when its tab closes,
+// and a stream ends by its context, as the worker ends its streams, which abandons its
+// channel's close at once. A delivery held on another stream must still be acked when
+// the answers have come: a teardown of the connection would have put it back (and every
+// other stream's) and failed the ack. Before, the connection was torn down 5 s after a
+// caller gave up on an answer.
+func TestSlowBrokerKeepsItsConnection(t *testing.T) {
+	t.Parallel()
+	const lag = 7 * time.Second
+	b, q, px := frozen(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := b.Publish(ctx, backend.NewEnvelope(q.Name, []byte("x")), 0); err != nil {
+		t.Fatal(err)
+	}
+	held, err := b.Consume(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Drop()
+	d := <-held.Deliveries()
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	ended, err := b.Consume(sctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	px.Lag(lag)
+	abandoned := time.Now()
+	for range 3 {
+		ictx, icancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_, err := b.QueueStats(ictx, q.Name)
+		icancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("QueueStats on a broker %v late: %v, want the deadline", lag, err)
+		}
+	}
+	scancel()
+	within(t, "a stream ending by its context on a slow broker", frozenMargin, func() {
+		for range ended.Deliveries() {
+		}
+	})
+	// Past the answers' arrival, and past the 5 s after which the connection was torn
+	// down before.
+	time.Sleep(time.Until(abandoned.Add(lag + 2*time.Second)))
+	px.Lag(0)
+	if err := d.Ack(ctx); err != nil {
+		t.Fatalf("ack of a delivery held while the broker was slow: %v (the connection was torn down)", err)
 	}
 }
 

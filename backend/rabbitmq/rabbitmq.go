@@ -271,7 +271,7 @@ func isRefusal(err error) bool {
 func (b *Backend) connectTo(ctx context.Context, n int) error {
 	url := b.urls[n]
 	var dialer net.Dialer
-	var sock net.Conn // kept: closing it ends any call on the connection
+	var sock *watchedConn // kept: closing it ends any call on the connection
 	unwatch := func() bool { return true }
 	dial := func(network, addr string) (net.Conn, error) {
 		c, err := dialer.DialContext(ctx, network, addr)
@@ -287,8 +287,8 @@ func (b *Backend) connectTo(ctx context.Context, n int) error {
 			return nil, err
 		}
 		unwatch = context.AfterFunc(ctx, func() { c.Close() })
-		sock = c
-		return c, nil
+		sock = newWatchedConn(c)
+		return sock, nil
 	}
 	failed := func(op string, err error) error {
 		if ctx.Err() != nil {
@@ -296,7 +296,7 @@ func (b *Backend) connectTo(ctx context.Context, n int) error {
 		}
 		return &backend.TransportError{Op: op, Err: err}
 	}
-	conn, err := amqp.DialConfig(url, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Dial: dial})
+	conn, err := amqp.DialConfig(url, amqp.Config{Heartbeat: heartbeat, Locale: "en_US", Dial: dial})
 	if err != nil {
 		unwatch()
 		return failed("connect to "+Redact(url), err)

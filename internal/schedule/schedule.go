@@ -246,11 +246,20 @@ func (s *Scheduler) lead(ctx context.Context, store backend.ScheduleStore, lost 
 			return
 		}
 		slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Key(), b.Key()) })
-		wanted := map[string]bool{}
+		wanted := make(map[string]bool, len(entries))
+		for _, e := range entries {
+			wanted[e.Key()] = true
+		}
+		// Told before this iteration fires: a pruning store writes what it keeps with
+		// each fired tick (the RabbitMQ lease re-publishes its token), and a tick fired
+		// first would write a removed schedule's tick once more.
+		if pruner != nil && !maps.Equal(wanted, kept) {
+			pruner.KeepSchedules(slices.Collect(maps.Keys(wanted)))
+			kept = wanted
+		}
 		var wake time.Time
 		for _, e := range entries {
 			key := e.Key()
-			wanted[key] = true
 			c, seen := cursor[key]
 			done := true
 			switch {
@@ -289,10 +298,6 @@ func (s *Scheduler) lead(ctx context.Context, store backend.ScheduleStore, lost 
 			if !wanted[key] {
 				delete(cursor, key)
 			}
-		}
-		if pruner != nil && !maps.Equal(wanted, kept) {
-			pruner.KeepSchedules(slices.Collect(maps.Keys(wanted)))
-			kept = wanted
 		}
 		if !s.sleep(ctx, lost, now, wake) {
 			return

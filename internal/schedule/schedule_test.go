@@ -4,6 +4,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -370,6 +371,79 @@ func TestSchedulerTellsAPruningStoreTheSet(t *testing.T) {
 		want := [][]string{{a.Key(), b.Key()}, {a.Key()}}
 		if !slices.EqualFunc(p.kept, want, slices.Equal) {
 			t.Errorf("the store was told to keep %v, want %v", p.kept, want)
+		}
+	})
+}
+
+// orderedPruner is a pruning store that logs, in order, each set it is told to keep and
+// each tick published through it; a publish of hold's ticks waits for gate.
+type orderedPruner struct {
+	*recorder
+	hold string
+	gate chan struct{}
+	log  []string
+}
+
+func (p *orderedPruner) KeepSchedules(schedules []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.log = append(p.log, fmt.Sprintf("keep %v", slices.Sorted(slices.Values(schedules))))
+}
+
+func (p *orderedPruner) PublishTick(ctx context.Context, schedule string, tick time.Time, env backend.Envelope) error {
+	if schedule == p.hold {
+		select {
+		case <-p.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	p.mu.Lock()
+	p.log = append(p.log, fmt.Sprintf("publish %s %s", schedule, tick.Format("15:04")))
+	p.mu.Unlock()
+	return p.recorder.PublishTick(ctx, schedule, tick, env)
+}
+
+// TestPruneComesBeforeTheNextFire: a store that forgets schedules writes the set it
+// keeps with each fired tick (the RabbitMQ lease re-publishes its token), so the
+// scheduler must tell it the new set before it fires again. Here the set changes while
+// a fire is under way and the next tick is due by the time it returns: the iteration the
+// change wakes fires that tick, and told the store only afterwards (the token then
+// carried the removed schedule's tick once more).
+func TestPruneComesBeforeTheNextFire(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		a := minutely(t, true)
+		b := a
+		b.Name = "other" // sorted after a: fired second of each tick
+		p := &orderedPruner{recorder: newBackend(t), hold: b.Key(), gate: make(chan struct{})}
+		s := schedule.New(schedule.Config{
+			Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return p, nil, nil },
+			Logger:  slog.New(slog.DiscardHandler),
+		})
+		s.Set([]schedule.Entry{a, b})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); s.Run(ctx) }()
+		time.Sleep(61 * time.Second) // 00:01 fired a; b's publish waits for the gate
+		synctest.Wait()
+		s.Set([]schedule.Entry{a})
+		time.Sleep(time.Minute) // 00:02 is due when b's publish returns
+		close(p.gate)
+		synctest.Wait()
+		cancel()
+		<-done
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		want := []string{
+			fmt.Sprintf("keep %v", []string{a.Key(), b.Key()}),
+			"publish " + a.Key() + " 00:01",
+			"publish " + b.Key() + " 00:01",
+			fmt.Sprintf("keep %v", []string{a.Key()}),
+			"publish " + a.Key() + " 00:02",
+		}
+		if !slices.Equal(p.log, want) {
+			t.Errorf("the store saw\n  %q\nwant\n  %q", p.log, want)
 		}
 	})
 }

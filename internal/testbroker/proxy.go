@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy is a loopback TCP proxy to a broker that a test can cut: an outage of that
@@ -18,7 +19,10 @@ type Proxy struct {
 	thawed *sync.Cond // signalled when frozen or cut change
 	conns  map[net.Conn]bool
 	cut    bool
+	cutCh  chan struct{} // closed by Cut
 	frozen bool
+	lag    time.Duration // what the broker sends is forwarded this long after it came
+	lagSet chan struct{} // closed, and replaced, when lag changes
 	wg     sync.WaitGroup
 }
 
@@ -34,7 +38,8 @@ func NewProxy(t testing.TB, brokerURL string) *Proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{t: t, target: u.Host, ln: ln, conns: make(map[net.Conn]bool)}
+	p := &Proxy{t: t, target: u.Host, ln: ln, conns: make(map[net.Conn]bool),
+		cutCh: make(chan struct{}), lagSet: make(chan struct{})}
 	p.thawed = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
@@ -73,9 +78,9 @@ func (p *Proxy) accept() {
 		}
 		p.conns[c], p.conns[up] = true, true
 		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, up)
+		p.wg.Add(3)
 		go p.pipe(up, c)
+		go p.pipeLagged(c, up)
 	}
 }
 
@@ -97,6 +102,87 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			return
 		}
 	}
+}
+
+// pipeLagged is pipe for what the broker sends, through a queue of chunks stamped
+// with the time they came, so that Lag delays each by the same amount, not by its own
+// plus those of the chunks ahead of it.
+func (p *Proxy) pipeLagged(dst, src net.Conn) {
+	type chunk struct {
+		at   time.Time
+		data []byte
+	}
+	queue := make(chan chunk, 1024)
+	quit := make(chan struct{}) // closed when the writes end
+	// The reads; the writes follow.
+	go func() {
+		defer p.wg.Done()
+		defer close(queue)
+		defer src.Close()
+		buf := make([]byte, 32<<10)
+		for p.hold() {
+			n, err := src.Read(buf)
+			if n > 0 {
+				select {
+				case queue <- chunk{time.Now(), append([]byte(nil), buf[:n]...)}:
+				case <-quit:
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer p.wg.Done()
+	defer dst.Close()
+	defer src.Close() // ends the reads when a write fails
+	defer close(quit)
+	for c := range queue {
+		if !p.await(c.at) {
+			return
+		}
+		if !p.hold() {
+			return
+		}
+		if _, err := dst.Write(c.data); err != nil {
+			return
+		}
+	}
+}
+
+// await waits until the lag has passed since at, the lag that holds meanwhile; it
+// reports false once the proxy is cut.
+func (p *Proxy) await(at time.Time) bool {
+	for {
+		p.mu.Lock()
+		wait, set := time.Until(at.Add(p.lag)), p.lagSet
+		p.mu.Unlock()
+		if wait <= 0 {
+			return true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+			return true
+		case <-set:
+			t.Stop()
+		case <-p.cutCh:
+			t.Stop()
+			return false
+		}
+	}
+}
+
+// Lag makes the broker slow but alive: every byte it sends, heartbeats too, reaches
+// the client d after it came, in order; what the client sends is not delayed. Zero
+// ends the lag (bytes already delayed are then forwarded at once).
+func (p *Proxy) Lag(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lag = d
+	close(p.lagSet)
+	p.lagSet = make(chan struct{})
 }
 
 // hold waits while the proxy is frozen; it reports false once the proxy is cut.
@@ -136,6 +222,7 @@ func (p *Proxy) Cut() {
 		return
 	}
 	p.cut = true
+	close(p.cutCh)
 	p.thawed.Broadcast()
 	p.ln.Close()
 	for c := range p.conns {
