@@ -16,7 +16,8 @@
 #                                             leaders count them: messages, consumers,
 #                                             dead-lettered and unconfirmed (dlx)
 #
-# Node N is wjcN@localhost, with its state in WASMJOBS_CLUSTER_DIR/nN (default
+# Node N is wjcN@localhost (WASMJOBS_CLUSTER_NODE, default wjc, names the nodes of
+# another cluster beside this one), with its state in WASMJOBS_CLUSTER_DIR/nN (default
 # /tmp/wasmjobs-cluster), AMQP on port WASMJOBS_CLUSTER_PORT+N-1 (default 5701, 5702,
 # 5703) and Erlang distribution on that port + 20000: nothing shared with the single
 # broker of scripts/rabbitmq.sh (5682). The nodes share one Erlang cookie, kept in
@@ -27,9 +28,10 @@ set -euo pipefail
 D=${WASMJOBS_CLUSTER_DIR:-/tmp/wasmjobs-cluster}
 BASE=${WASMJOBS_CLUSTER_PORT:-5701}
 NODES=(1 2 3)
+P=${WASMJOBS_CLUSTER_NODE:-wjc}
 
 # node N sets node N's environment (call it in a subshell).
-node() { rmq_env "$D/n$1" $((BASE + $1 - 1)) "wjc$1@localhost"; }
+node() { rmq_env "$D/n$1" $((BASE + $1 - 1)) "$P$1@localhost"; }
 
 cookie() {
   mkdir -p "$D"
@@ -68,13 +70,13 @@ start() {
   for n in 2 3; do
     (
       node "$n"
-      if ! rmq_ctl cluster_status 2>/dev/null | grep -q 'wjc1@localhost'; then
+      if ! rmq_ctl cluster_status 2>/dev/null | grep -q "$P"'1@localhost'; then
         # One at a time: joins that race each other can leave a node out. The CLI's
         # chatter goes to a log, shown only when a step fails.
-        for step in stop_app reset "join_cluster wjc1@localhost" start_app; do
+        for step in stop_app reset "join_cluster ${P}1@localhost" start_app; do
           # shellcheck disable=SC2086
           if ! rmq_ctl $step >"$D/join.log" 2>&1; then
-            echo "wjc$n@localhost: rabbitmqctl $step failed:" >&2
+            echo "$P$n@localhost: rabbitmqctl $step failed:" >&2
             cat "$D/join.log" >&2
             exit 1
           fi
@@ -109,7 +111,7 @@ leader() {
   running=$(running)
   l=$(node "$running" && rmq_ctl list_queues -q --no-table-headers name leader | awk -v q="$1" '$1 == q { print $2 }')
   case "$l" in
-    wjc[123]@localhost) echo "${l:3:1}" ;;
+    "$P"[123]@localhost) echo "${l:${#P}:1}" ;;
     *) echo "no leader found for queue '$1' (got '$l')" >&2; exit 1 ;;
   esac
 }
