@@ -40,8 +40,10 @@ func TestAMQPURLs(t *testing.T) {
 }
 
 // longDelay is how long the quorum test delays the jobs it enqueues before the node
-// stops: 2^12 delay units, one level of the chain, longer than a stop takes.
-const longDelay = 40960 * time.Millisecond
+// stops: 2^13 delay units, one level of the chain, and far longer than a stop and the
+// elections after it take (up to 30 s seen on a loaded machine), so that these jobs
+// leave their level only once the new leaders are in place.
+const longDelay = 81920 * time.Millisecond
 
 // clusterScriptPath is the path of scripts/rabbitmq-cluster.sh.
 func clusterScriptPath() string {
@@ -96,6 +98,7 @@ func TestQuorumQueuesSurviveTheLeadersNode(t *testing.T) {
 	// phase: 0 before the stop, 1 while the node stops and its queues elect new
 	// leaders, 2 after.
 	var phase atomic.Int32
+	var lastLong time.Time // when the last job delayed by longDelay was accepted
 	stop := make(chan struct{})
 	var publishers sync.WaitGroup
 	client := &http.Client{Timeout: 30 * time.Second}
@@ -137,6 +140,9 @@ func TestQuorumQueuesSurviveTheLeadersNode(t *testing.T) {
 				mu.Lock()
 				accepted = append(accepted, out.ID)
 				delayed[out.ID] = delay
+				if delay && p == 0 {
+					lastLong = time.Now()
+				}
 				mu.Unlock()
 			}
 		})
@@ -175,7 +181,8 @@ func TestQuorumQueuesSurviveTheLeadersNode(t *testing.T) {
 
 	// Every accepted job succeeds on one host or the other. The wait goes on while jobs
 	// keep succeeding (a loaded machine is slow, not lossy): a minute in which none of
-	// the rest succeeds is a stranding, and the failure says where each job is.
+	// the rest succeeds, once the jobs delayed by longDelay are due, is a stranding, and
+	// the failure says where each job is.
 	succeeded := func(id string) bool {
 		for _, h := range hosts {
 			var st jobState
@@ -196,7 +203,11 @@ func TestQuorumQueuesSurviveTheLeadersNode(t *testing.T) {
 		if len(pending) < before {
 			progress = time.Now()
 		}
-		if time.Since(progress) > time.Minute || time.Since(waitStart) > 5*time.Minute {
+		quietSince := progress
+		if due := lastLong.Add(longDelay); due.After(quietSince) {
+			quietSince = due
+		}
+		if time.Since(quietSince) > time.Minute || time.Since(waitStart) > 5*time.Minute {
 			t.Errorf("%d of %d accepted jobs never succeeded (none for %v, %v after the last enqueue)",
 				len(pending), len(accepted), time.Since(progress).Round(time.Second), time.Since(waitStart).Round(time.Second))
 			t.Logf("where the hosts have them:\n%s", whereJobs(hosts, pending, delayed))
