@@ -1,0 +1,177 @@
+package outbound
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"syscall"
+	"time"
+
+	"code.dny.dev/ssrf"
+)
+
+// Resolver resolves host names; *net.Resolver is one. Tests give their own to make a
+// name resolve where they want.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Options are the host's settings for every grant's client.
+type Options struct {
+	// RootCAs are the trusted roots for https; nil means the system's.
+	RootCAs *x509.CertPool
+	// Resolver resolves host names; nil means net.DefaultResolver.
+	Resolver Resolver
+}
+
+// Client makes the requests of one module under its grant. It holds two transports,
+// each with its own connection pool: a strict one for name URLs, whose dialer refuses
+// every non-global address, and one for the URLs that name an IP literal, a CIDR or
+// localhost the grant names, whose dialer allows those prefixes too. A Guardian's
+// allow list applies to every connection it guards, so the two never share one.
+// A Client is safe for concurrent use; Close it when the module is retired.
+type Client struct {
+	grant           *Grant
+	strict, private *http.Transport
+	client          *http.Client
+}
+
+// NewClient returns the client of grant.
+func NewClient(grant *Grant, opts Options) *Client {
+	res := opts.Resolver
+	if res == nil {
+		res = net.DefaultResolver
+	}
+	var v4, v6 []netip.Prefix
+	for _, e := range grant.Allow {
+		switch {
+		case e.kind == hostLocalhost:
+			v4 = append(v4, netip.MustParsePrefix("127.0.0.0/8"))
+			v6 = append(v6, netip.MustParsePrefix("::1/128"))
+		case e.private() && e.prefix.Addr().Is4():
+			v4 = append(v4, e.prefix)
+		case e.private():
+			v6 = append(v6, e.prefix)
+		}
+	}
+	// Ports are checked against the grant in layer 1; ssrf's default allows only 80
+	// and 443. WithAllowedV6Prefixes with no prefix keeps IPv6 to global unicast.
+	strict := ssrf.New(ssrf.WithAnyPort())
+	private := ssrf.New(ssrf.WithAnyPort(), ssrf.WithAllowedV4Prefixes(v4...), ssrf.WithAllowedV6Prefixes(v6...))
+	c := &Client{grant: grant, strict: newTransport(strict, res, opts.RootCAs), private: newTransport(private, res, opts.RootCAs)}
+	c.client = &http.Client{
+		Transport: (*grantTransport)(c),
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) > MaxRedirects {
+				return &Error{Kind: KindTooManyRedirects, Msg: fmt.Sprintf("stopped after %d redirects", MaxRedirects)}
+			}
+			// The hop is checked here, before anything is sent to it (and again in
+			// RoundTrip).
+			_, err := grant.Match(req.URL)
+			return err
+		},
+	}
+	return c
+}
+
+// Close closes the idle connections of both pools.
+func (c *Client) Close() {
+	c.strict.CloseIdleConnections()
+	c.private.CloseIdleConnections()
+}
+
+// grantTransport routes each request, first or redirect hop, through the transport
+// its matching entry calls for, and adds the entry's headers.
+type grantTransport Client
+
+func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	e, err := t.grant.Match(req.URL)
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	tr := t.strict
+	if e.private() {
+		tr = t.private
+	}
+	if len(e.Header) > 0 {
+		// A RoundTripper must not change the request it was given. The entry's
+		// headers go only to the entry's destinations: a redirect elsewhere does not
+		// carry them, since each hop comes here again.
+		req = req.Clone(req.Context())
+		for k, vs := range e.Header {
+			req.Header[k] = vs
+		}
+	}
+	return tr.RoundTrip(req)
+}
+
+func newTransport(g *ssrf.Guardian, res Resolver, roots *x509.CertPool) *http.Transport {
+	d := &net.Dialer{
+		Timeout: 30 * time.Second, // the request's context bounds it sooner
+		Control: func(network, address string, c syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return &Error{Kind: KindBlocked, Msg: fmt.Sprintf("cannot parse address %s", address), Err: err}
+			}
+			// ssrf takes an IPv4-mapped address down its IPv6 path, where it is
+			// outside global unicast; unmapped, it is judged as the IPv4 address it is,
+			// by the same lists as a plain IPv4 address.
+			ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			if err := g.Safe(network, ap.String(), c); err != nil {
+				return &Error{Kind: KindBlocked, Msg: fmt.Sprintf("address %s is not allowed (a granted name must resolve to public addresses)", ap.Addr()), Err: err}
+			}
+			return nil
+		},
+	}
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(address)
+		if err != nil {
+			return nil, err
+		}
+		var addrs []netip.Addr
+		if a, err := netip.ParseAddr(host); err == nil {
+			addrs = []netip.Addr{a}
+		} else {
+			addrs, err = res.LookupNetIP(ctx, "ip", host)
+			if err != nil {
+				return nil, &Error{Kind: KindDNS, Msg: fmt.Sprintf("resolve %s: %v", host, err), Err: err}
+			}
+			if len(addrs) == 0 {
+				return nil, &Error{Kind: KindDNS, Msg: fmt.Sprintf("%s has no addresses", host)}
+			}
+		}
+		// Each address is dialled, and checked by the dialer's control hook, in turn;
+		// the first connection wins.
+		var errs []error
+		for _, a := range addrs {
+			conn, err := d.DialContext(ctx, network, net.JoinHostPort(a.Unmap().String(), port))
+			if err == nil {
+				return conn, nil
+			}
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		return nil, errors.Join(errs...)
+	}
+	return &http.Transport{
+		Proxy:                 nil, // a proxy would hide the destination from the checks
+		DialContext:           dial,
+		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}

@@ -1,0 +1,395 @@
+package outbound_test
+
+import (
+	"compress/gzip"
+	"context"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
+)
+
+// TestMain fails the package if a request's goroutine, or a connection's, outlives
+// its test.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// server is a loopback test server counting the requests it receives.
+type server struct {
+	*httptest.Server
+	hits atomic.Int64
+	port string
+}
+
+func newServer(t *testing.T, h http.HandlerFunc) *server {
+	t.Helper()
+	s := &server{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		h(w, r)
+	}))
+	t.Cleanup(s.Close)
+	_, s.port, _ = net.SplitHostPort(s.Listener.Addr().String())
+	return s
+}
+
+func ok(w http.ResponseWriter, r *http.Request) {
+	w.Header().Add("X-Multi", "a")
+	w.Header().Add("X-Multi", "b")
+	w.WriteHeader(201)
+	fmt.Fprintf(w, "hello %s %s auth=%q", r.Method, r.URL.Path, r.Header.Get("Authorization"))
+}
+
+// resolver resolves names from a map; anything else fails.
+type resolver map[string]string
+
+func (r resolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	a, ok := r[host]
+	if !ok {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	return []netip.Addr{netip.MustParseAddr(a)}, nil
+}
+
+// session parses text's [http] table (PORT, A and B replaced) and returns a session of
+// a new client, both closed with the test.
+func session(t *testing.T, text string, opts outbound.Options, repl ...string) *outbound.Session {
+	t.Helper()
+	g, err := parse(t, strings.NewReplacer(repl...).Replace(text), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Resolver == nil {
+		opts.Resolver = resolver{"localhost": "127.0.0.1"}
+	}
+	c := outbound.NewClient(g, opts)
+	s := c.NewSession()
+	t.Cleanup(func() { s.Close(); c.Close() })
+	return s
+}
+
+// do runs one request to its head and reads the whole body.
+func do(t *testing.T, s *outbound.Session, method, url string, h http.Header) (*http.Response, string, error) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := s.Start(ctx, outbound.Request{Method: method, URL: url, Header: h})
+	if err != nil {
+		return nil, "", err
+	}
+	defer c.Close()
+	resp, herr := c.Head(ctx)
+	if herr != nil {
+		return nil, "", herr
+	}
+	var body []byte
+	buf := make([]byte, 7)
+	for {
+		n, err := c.Read(ctx, buf)
+		body = append(body, buf[:n]...)
+		if err == io.EOF {
+			return resp, string(body), nil
+		}
+		if err != nil {
+			return resp, string(body), err
+		}
+	}
+}
+
+func TestGrantedLoopbackCalls(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, ok)
+	for _, allow := range []string{`"http://127.0.0.1:PORT"`, `"http://127.0.0.0/8:PORT"`, `"http://localhost:PORT"`, `"http://127.0.0.1:1-65535"`} {
+		t.Run(allow, func(t *testing.T) {
+			s := session(t, "[http]\nallow = ["+allow+"]\n", outbound.Options{}, "PORT", srv.port)
+			host := "127.0.0.1"
+			if strings.Contains(allow, "localhost") {
+				host = "localhost"
+			}
+			resp, body, err := do(t, s, "POST", "http://"+host+":"+srv.port+"/x", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != 201 || body != `hello POST /x auth=""` || strings.Join(resp.Header.Values("X-Multi"), ",") != "a,b" {
+				t.Fatalf("status %d body %q headers %v", resp.StatusCode, body, resp.Header)
+			}
+		})
+	}
+}
+
+func TestRefusedRequestsReachNothing(t *testing.T) {
+	t.Parallel()
+	target := newServer(t, ok) // counts what reaches it: nothing may
+	redirect := func(to string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, to, http.StatusFound) }
+	}
+	tp := target.port
+	for _, tc := range []struct {
+		name, allow, url string
+		redirectTo       string // a redirector at the URL sends here
+		kind             outbound.Kind
+	}{
+		{"ungranted host", `"http://localhost:T"`, "http://127.0.0.1:T/", "", outbound.KindDenied},
+		{"ungranted port", `"http://127.0.0.1:1"`, "http://127.0.0.1:T/", "", outbound.KindDenied},
+		{"ungranted scheme", `"https://127.0.0.1:T"`, "http://127.0.0.1:T/", "", outbound.KindDenied},
+		{"granted name resolving to 127.0.0.1", `"http://api.test:T"`, "http://api.test:T/", "", outbound.KindBlocked},
+		{"IPv4-mapped loopback under *", `"http://*:T"`, "http://[::ffff:127.0.0.1]:T/", "", outbound.KindBlocked},
+		{"loopback literal under *", `"http://*:T"`, "http://127.0.0.1:T/", "", outbound.KindBlocked},
+		{"redirect to an ungranted host", `"http://localhost:R"`, "http://localhost:R/", "http://127.0.0.1:T/", outbound.KindDenied},
+		{"redirect to the metadata address", `"http://localhost:R"`, "http://localhost:R/", "http://169.254.169.254/latest/meta-data/", outbound.KindDenied},
+		// Under a name grant (*), a hop to a loopback literal or a name that resolves
+		// to loopback goes through the strict dialer, though the redirector is reached
+		// through the localhost one.
+		{"redirect to 127.0.0.1 under *", `"http://localhost:R", "http://*:1-65535"`, "http://localhost:R/", "http://127.0.0.1:T/", outbound.KindBlocked},
+		{"redirect to the metadata address under *", `"http://localhost:R", "http://*:1-65535"`, "http://localhost:R/", "http://169.254.169.254/", outbound.KindBlocked},
+		{"redirect to a name resolving to 127.0.0.1", `"http://localhost:R", "http://api.test:T"`, "http://localhost:R/", "http://api.test:T/", outbound.KindBlocked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rp := "0"
+			if tc.redirectTo != "" {
+				rp = newServer(t, redirect(strings.ReplaceAll(tc.redirectTo, ":T", ":"+tp))).port
+			}
+			repl := []string{"R", rp, "T", tp}
+			s := session(t, "[http]\nallow = ["+strings.NewReplacer(repl...).Replace(tc.allow)+"]\n",
+				outbound.Options{Resolver: resolver{"localhost": "127.0.0.1", "api.test": "127.0.0.1"}})
+			before := target.hits.Load()
+			_, _, err := do(t, s, "GET", strings.NewReplacer(":T", ":"+tp, ":R", ":"+rp).Replace(tc.url), nil)
+			if !isKind(err, tc.kind) {
+				t.Fatalf("err %v, want %s", err, tc.kind)
+			}
+			if n := target.hits.Load() - before; n != 0 {
+				t.Fatalf("the target received %d requests", n)
+			}
+		})
+	}
+}
+
+func TestHTTPSWithTheTestRoot(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewTLSServer(http.HandlerFunc(ok))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	url := "https://127.0.0.1:" + port + "/s"
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	s := session(t, "[http]\nallow = [\"https://127.0.0.1:P\"]\n", outbound.Options{RootCAs: roots}, "P", port)
+	if resp, body, err := do(t, s, "GET", url, nil); err != nil || resp.StatusCode != 201 || body != `hello GET /s auth=""` {
+		t.Fatalf("%v %q %v", resp, body, err)
+	}
+	// Without the test's root the handshake fails, as a TLS error.
+	s = session(t, "[http]\nallow = [\"https://127.0.0.1:P\"]\n", outbound.Options{}, "P", port)
+	if _, _, err := do(t, s, "GET", url, nil); !isKind(err, outbound.KindTLS) {
+		t.Fatalf("err %v, want a TLS failure", err)
+	}
+}
+
+func TestHostHeadersGoOnlyToTheirEntry(t *testing.T) {
+	t.Parallel()
+	other := newServer(t, ok)
+	api := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/away" {
+			http.Redirect(w, r, "http://localhost:"+other.port+"/landed", http.StatusFound)
+			return
+		}
+		ok(w, r)
+	})
+	s := session(t, `[http]
+allow = ["http://127.0.0.1:PA", "http://localhost:PO"]
+[http.headers."http://127.0.0.1:PA"]
+Authorization = "Bearer k"
+`, outbound.Options{}, "PA", api.port, "PO", other.port)
+	if _, body, err := do(t, s, "GET", "http://127.0.0.1:"+api.port+"/", http.Header{"Authorization": {"guest's"}}); err != nil || body != `hello GET / auth="Bearer k"` {
+		t.Fatalf("%q %v", body, err)
+	}
+	if _, body, err := do(t, s, "GET", "http://127.0.0.1:"+api.port+"/away", nil); err != nil || body != `hello GET /landed auth=""` {
+		t.Fatalf("after a redirect to another entry: %q %v", body, err)
+	}
+}
+
+func TestBadRequestsAreRefusedBeforeSending(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, ok)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.port)
+	u := "http://127.0.0.1:" + srv.port + "/"
+	for _, req := range []outbound.Request{
+		{Method: "GET", URL: u, Header: http.Header{"X": {"a\r\nEvil: 1"}}},
+		{Method: "GET", URL: u, Header: http.Header{"X\nY": {"1"}}},
+		{Method: "GE T", URL: u},
+		{Method: "GET", URL: "/relative"},
+	} {
+		if _, err := s.Start(context.Background(), req); !isKind(err, outbound.KindBadRequest) {
+			t.Errorf("%+v: %v, want a bad request", req, err)
+		}
+	}
+	if srv.hits.Load() != 0 {
+		t.Fatalf("the server received %d requests", srv.hits.Load())
+	}
+}
+
+func TestHostileServers(t *testing.T) {
+	t.Parallel()
+	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	drip := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		for {
+			if _, err := w.Write([]byte("x")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	})
+	huge := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 64<<10)
+		for r.Context().Err() == nil {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+		}
+	})
+	bomb := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		// Zeros, gzipped, for ever: a few KiB on the wire for each MiB read.
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		buf := make([]byte, 1<<20)
+		for r.Context().Err() == nil {
+			if _, err := zw.Write(buf); err != nil {
+				return
+			}
+		}
+	})
+	grant := `[http]
+allow = ["http://127.0.0.1:1-65535"]
+timeout = "1500ms"
+max_response = "1MiB"
+`
+	for _, tc := range []struct {
+		name   string
+		srv    *server
+		kind   outbound.Kind
+		inHead bool // the failure comes before the head
+		min    int  // body bytes read at least
+	}{
+		{"never answers", never, outbound.KindTimeout, true, 0},
+		{"drips a byte a second", drip, outbound.KindTimeout, false, 1},
+		{"huge body", huge, outbound.KindTooLarge, false, 1 << 20},
+		{"gzip bomb", bomb, outbound.KindTooLarge, false, 1 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := session(t, grant, outbound.Options{})
+			start := time.Now()
+			resp, body, err := do(t, s, "GET", tc.srv.URL+"/", nil)
+			if !isKind(err, tc.kind) || (resp == nil) != tc.inHead || len(body) < tc.min || len(body) > 1<<20 {
+				t.Fatalf("err %v, head %v, %d body bytes; want %s", err, resp != nil, len(body), tc.kind)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("took %v", d)
+			}
+		})
+	}
+}
+
+func TestJobDeadlineBoundsTheRequest(t *testing.T) {
+	t.Parallel()
+	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"1h\"\n", outbound.Options{}, "P", never.port)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	c, err := s.Start(ctx, outbound.Request{URL: never.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := c.Head(context.Background()); !isKind(err, outbound.KindTimeout) {
+		t.Fatalf("err %v, want a timeout", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("ended after %v, not at the job's deadline", d)
+	}
+}
+
+func TestSessionLimitsAndClose(t *testing.T) {
+	t.Parallel()
+	var arrived atomic.Int64
+	release := make(chan struct{})
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		ok(w, r)
+	})
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\nmax_requests = 3\n", outbound.Options{}, "P", srv.port)
+	ctx := context.Background()
+	var calls []*outbound.Call
+	for range 3 {
+		c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, c)
+	}
+	if _, err := s.Start(ctx, outbound.Request{URL: srv.URL}); !isKind(err, outbound.KindTooManyRequests) {
+		t.Fatalf("the 4th request: %v, want too many requests", err)
+	}
+	// All three are in flight at once: the server holds each until all arrived.
+	for arrived.Load() < 3 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if i := outbound.Wait(ctx, calls, 20*time.Millisecond); i != -1 {
+		t.Fatalf("Wait returned %d before any head was in", i)
+	}
+	close(release)
+	if i := outbound.Wait(ctx, calls, -1); i < 0 {
+		t.Fatalf("Wait returned %d", i)
+	}
+	calls[0].Close()
+	if s.Open() != 2 {
+		t.Fatalf("%d open, want 2", s.Open())
+	}
+	// The other two are never closed by the guest: the session's end closes them.
+	s.Close()
+	if s.Open() != 0 {
+		t.Fatalf("%d open after Close", s.Open())
+	}
+	if _, err := s.Start(ctx, outbound.Request{URL: srv.URL}); err == nil {
+		t.Fatal("a closed session started a request")
+	}
+}
+
+func TestRequestsLeftOpenAreClosedWithTheSession(t *testing.T) {
+	t.Parallel()
+	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", never.port)
+	for range 5 {
+		if _, err := s.Start(context.Background(), outbound.Request{URL: never.URL}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for never.hits.Load() < 5 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the requests")
+	}
+}

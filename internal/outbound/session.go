@@ -1,0 +1,269 @@
+package outbound
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"reflect"
+	"sync"
+	"time"
+)
+
+// Request is what a guest asks for.
+type Request struct {
+	Method string
+	URL    string
+	// Header holds the guest's headers; repeated names are kept.
+	Header http.Header
+	Body   []byte
+}
+
+// Session is one run of a handler: the requests it starts, bounded by the grant's
+// max_requests, several in flight at once. Close ends every request left open. The
+// methods of a Session and its Calls are safe for concurrent use.
+type Session struct {
+	c *Client
+
+	mu      sync.Mutex
+	started int
+	open    map[*Call]struct{}
+	closed  bool
+}
+
+// NewSession starts a run's session.
+func (c *Client) NewSession() *Session {
+	return &Session{c: c, open: map[*Call]struct{}{}}
+}
+
+// Grant returns the client's grant.
+func (c *Client) Grant() *Grant { return c.grant }
+
+// Call is one request of a session: running in the background from Start until its
+// response head arrives, then its body read by Read; Close ends it.
+type Call struct {
+	s      *Session
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the head is in (or the request failed)
+	ended  chan struct{} // closed when the request's goroutine returned
+
+	// Set before done is closed, read-only after.
+	resp *http.Response
+	err  *Error
+
+	mu      sync.Mutex // guards the body's reading and closing
+	body    io.ReadCloser
+	read    int64
+	bodyErr error
+	closed  bool
+}
+
+// Start checks req and starts it in the background under ctx (the job's: a request
+// never outlives it) and the grant's timeout. A malformed request (KindBadRequest) or
+// one past max_requests (KindTooManyRequests) returns an error and no Call; every
+// other failure, a denied URL included, is the Call's, reported by Head.
+func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
+	g := s.c.grant
+	if req.Method == "" {
+		req.Method = http.MethodGet
+	}
+	if !validHeaderName(req.Method) {
+		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not a method", req.Method)}
+	}
+	u, err := url.Parse(req.URL)
+	if err != nil || !u.IsAbs() || u.Host == "" {
+		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not an absolute http or https URL", req.URL)}
+	}
+	for name, vs := range req.Header {
+		if !validHeaderName(name) {
+			return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not a header name", name)}
+		}
+		for _, v := range vs {
+			if !validHeaderValue(v) {
+				return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("the value of header %s holds CR, LF or NUL", name)}
+			}
+		}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, &Error{Kind: KindBadRequest, Msg: "the session is closed"}
+	}
+	if s.started >= g.MaxRequests {
+		s.mu.Unlock()
+		return nil, &Error{Kind: KindTooManyRequests, Msg: fmt.Sprintf("a run may start at most %d requests (max_requests)", g.MaxRequests)}
+	}
+	s.started++
+	rctx, cancel := context.WithTimeout(ctx, g.Timeout)
+	c := &Call{s: s, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{})}
+	s.open[c] = struct{}{}
+	s.mu.Unlock()
+
+	if _, err := g.Match(u); err != nil {
+		// Denied before anything is sent; no goroutine is needed.
+		c.err = classify(err)
+		close(c.done)
+		close(c.ended)
+		return c, nil
+	}
+	var body io.Reader
+	if req.Body != nil {
+		body = bytes.NewReader(req.Body) // NewRequest sets GetBody: a 307/308 resends it
+	}
+	hreq, err := http.NewRequestWithContext(rctx, req.Method, u.String(), body)
+	if err != nil {
+		c.err = &Error{Kind: KindBadRequest, Msg: err.Error(), Err: err}
+		close(c.done)
+		close(c.ended)
+		return c, nil
+	}
+	for name, vs := range req.Header {
+		hreq.Header[http.CanonicalHeaderKey(name)] = append(hreq.Header[http.CanonicalHeaderKey(name)], vs...)
+	}
+	go func() {
+		defer close(c.ended)
+		resp, err := s.c.client.Do(hreq)
+		if err != nil {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			c.err = classify(err)
+		} else {
+			c.resp = resp
+			c.body = resp.Body
+		}
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// Done is closed when the call's head is in, or it failed.
+func (c *Call) Done() <-chan struct{} { return c.done }
+
+// Head waits for the response head, or ctx. It returns the response (its Body is not
+// to be read: use Read) or the request's failure.
+func (c *Call) Head(ctx context.Context) (*http.Response, *Error) {
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return nil, classify(ctx.Err())
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c.resp, nil
+}
+
+// Read reads the next bytes of the body into p, after the head (waited for under
+// ctx): io.EOF at its end, a KindTooLarge *Error past max_response (after the first
+// max_response bytes), or the failure that cut it short.
+func (c *Call) Read(ctx context.Context, p []byte) (int, error) {
+	if _, err := c.Head(ctx); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0, &Error{Kind: KindBadRequest, Msg: "the request is closed"}
+	}
+	if c.bodyErr != nil {
+		return 0, c.bodyErr
+	}
+	max := c.s.c.grant.MaxResponse
+	if len(p) == 0 {
+		return 0, nil
+	}
+	// Read at most one byte past the cap, to know whether the body goes past it.
+	if room := max - c.read + 1; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := c.body.Read(p)
+	c.read += int64(n)
+	if c.read > max {
+		n -= int(c.read - max)
+		c.read = max
+		err = &Error{Kind: KindTooLarge, Msg: fmt.Sprintf("the body passes max_response (%d bytes)", max)}
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF):
+		c.bodyErr = io.EOF
+	default:
+		c.bodyErr = classify(err)
+	}
+	if n > 0 {
+		return n, nil // the error, if any, comes with the next call
+	}
+	return 0, c.bodyErr
+}
+
+// Close ends the call: cancels it if it is still running, closes its body, and waits
+// for its goroutine. It is idempotent.
+func (c *Call) Close() {
+	c.cancel()
+	<-c.ended
+	c.mu.Lock()
+	if !c.closed && c.body != nil {
+		c.body.Close()
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.s.mu.Lock()
+	delete(c.s.open, c)
+	c.s.mu.Unlock()
+}
+
+// Close ends every call of the session left open and refuses new ones.
+func (s *Session) Close() {
+	s.mu.Lock()
+	s.closed = true
+	open := make([]*Call, 0, len(s.open))
+	for c := range s.open {
+		open = append(open, c)
+	}
+	s.mu.Unlock()
+	for _, c := range open {
+		c.Close()
+	}
+}
+
+// Open reports how many calls of the session are open.
+func (s *Session) Open() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.open)
+}
+
+// Wait returns the index of the first of calls whose head is in (or that failed),
+// waiting at most timeout (a negative timeout waits for ctx alone); -1 when none is
+// ready in time or ctx ended.
+func Wait(ctx context.Context, calls []*Call, timeout time.Duration) int {
+	for i, c := range calls {
+		select {
+		case <-c.done:
+			return i
+		default:
+		}
+	}
+	if timeout == 0 {
+		return -1
+	}
+	cases := make([]reflect.SelectCase, 0, len(calls)+2)
+	for _, c := range calls {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.done)})
+	}
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)})
+	}
+	i, _, _ := reflect.Select(cases)
+	if i >= len(calls) {
+		return -1
+	}
+	return i
+}
