@@ -36,6 +36,7 @@ type callState struct {
 	dropped  int
 	abort    string // AssemblyScript's abort message
 	js       *jsVM  // the instance's JS VM, kept across calls; nil for an ABI v1 module
+	http     httpState
 }
 
 // reset prepares the state for a new call.
@@ -47,6 +48,7 @@ func (st *callState) reset(job *worker.Job, mod *Module, sink LogFunc) {
 		sink:    sink,
 		delayMs: -1,
 		js:      st.js,
+		http:    httpState{client: mod.http},
 	}
 	if job != nil {
 		st.meta = [4]string{job.Envelope.ID, job.Envelope.Queue, mod.name, mod.version}
