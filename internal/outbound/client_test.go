@@ -397,3 +397,22 @@ func TestRequestsLeftOpenAreClosedWithTheSession(t *testing.T) {
 		t.Fatal("Close did not end the requests")
 	}
 }
+
+// TestWaitOnAListThatRepeatsACall: a guest may name one request many times in
+// http_wait's list; it is waited on once (reflect.Select takes at most 65536 cases).
+func TestWaitOnAListThatRepeatsACall(t *testing.T) {
+	t.Parallel()
+	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", never.port)
+	c, err := s.Start(context.Background(), outbound.Request{URL: never.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := make([]*outbound.Call, 70_000)
+	for i := range list {
+		list[i] = c
+	}
+	if i := outbound.Wait(context.Background(), list, 10*time.Millisecond); i != -1 {
+		t.Fatalf("Wait returned %d, want -1", i)
+	}
+}

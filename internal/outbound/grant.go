@@ -32,6 +32,9 @@ const (
 	DefaultOutageWait  = time.Hour
 	// MaxRedirects is how many redirects a request follows.
 	MaxRedirects = 5
+	// MaxRequestsLimit is the most max_requests may be (Wait selects over at most this
+	// many requests, well within reflect.Select's bound).
+	MaxRequestsLimit = 10_000
 )
 
 // hostKind is what an entry's host names.
@@ -204,7 +207,7 @@ func ParseGrant(table map[string]any, env LookupEnv) (*Grant, error) {
 		g.MaxResponse = n
 	}
 	if v, ok := table["max_requests"]; ok {
-		n, err := whole(v, 1, 100_000)
+		n, err := whole(v, 1, MaxRequestsLimit)
 		if err != nil {
 			return nil, fieldErr(err, "max_requests")
 		}

@@ -100,7 +100,8 @@ allow = ["https://api.*.com"]`, "allow", "a wildcard is only"},
 		{"unknown key", "[http]\nallow = [\"https://a.example\"]\nretries = 3", "retries", "unknown http setting"},
 		{"bad timeout", "[http]\nallow = [\"https://a.example\"]\ntimeout = \"soon\"", "timeout", "want a duration"},
 		{"bad size", "[http]\nallow = [\"https://a.example\"]\nmax_response = \"lots\"", "max_response", "want a size"},
-		{"zero requests", "[http]\nallow = [\"https://a.example\"]\nmax_requests = 0", "max_requests", "want 1 to 100000"},
+		{"zero requests", "[http]\nallow = [\"https://a.example\"]\nmax_requests = 0", "max_requests", "want 1 to 10000"},
+		{"too many requests", "[http]\nallow = [\"https://a.example\"]\nmax_requests = 10001", "max_requests", "want 1 to 10000"},
 		{"headers of no entry", `[http]
 allow = ["https://a.example"]
 [http.headers."https://b.example"]

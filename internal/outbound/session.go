@@ -251,9 +251,17 @@ func Wait(ctx context.Context, calls []*Call, timeout time.Duration) int {
 	if timeout == 0 {
 		return -1
 	}
+	// Each call is selected on once, however often the list names it: a session has
+	// at most MaxRequestsLimit calls.
 	cases := make([]reflect.SelectCase, 0, len(calls)+2)
-	for _, c := range calls {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.done)})
+	index := make([]int, 0, len(calls)) // the list's index of each case
+	seen := make(map[*Call]bool, len(calls))
+	for i, c := range calls {
+		if !seen[c] {
+			seen[c] = true
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.done)})
+			index = append(index, i)
+		}
 	}
 	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
 	if timeout > 0 {
@@ -262,8 +270,8 @@ func Wait(ctx context.Context, calls []*Call, timeout time.Duration) int {
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)})
 	}
 	i, _, _ := reflect.Select(cases)
-	if i >= len(calls) {
+	if i >= len(index) {
 		return -1
 	}
-	return i
+	return index[i]
 }
