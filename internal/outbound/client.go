@@ -164,14 +164,15 @@ func newTransport(g *ssrf.Guardian, res Resolver, roots *x509.CertPool) *http.Tr
 		return nil, errors.Join(errs...)
 	}
 	return &http.Transport{
-		Proxy:                 nil, // a proxy would hide the destination from the checks
-		DialContext:           dial,
-		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		Proxy:                  nil, // a proxy would hide the destination from the checks
+		DialContext:            dial,
+		TLSClientConfig:        &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           256,
+		MaxIdleConnsPerHost:    64,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		MaxResponseHeaderBytes: 1 << 20, // a head is held in memory whole
+		ExpectContinueTimeout:  time.Second,
 	}
 }

@@ -275,6 +275,10 @@ func TestHostileServers(t *testing.T) {
 			w.(http.Flusher).Flush()
 		}
 	})
+	bigHead := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Big", strings.Repeat("x", 2<<20))
+		w.WriteHeader(200)
+	})
 	grant := `[http]
 allow = ["http://127.0.0.1:1-65535"]
 timeout = "3s"
@@ -291,6 +295,7 @@ max_response = "1MiB"
 		{"drips a byte a second", drip, outbound.KindTimeout, false, 1},
 		{"huge body", huge, outbound.KindTooLarge, false, 1 << 20},
 		{"gzip bomb", bomb, outbound.KindTooLarge, false, 1 << 20},
+		{"a 2 MiB head", bigHead, outbound.KindConnection, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
