@@ -104,7 +104,7 @@ const (
 	StatusHTTPTimeout          int32 = -15 // the grant's timeout or the job's deadline passed
 	StatusHTTPTooLarge         int32 = -16 // the body passed max_response
 	StatusHTTPTooManyRequests  int32 = -17 // the run already started max_requests requests
-	StatusHTTPRateLimited      int32 = -18 // reserved: a limit of [http.limits] (not enforced yet)
+	StatusHTTPRateLimited      int32 = -18 // a wait for a limit of [http.limits] would pass the request's deadline
 	StatusHTTPCircuitOpen      int32 = -19 // reserved: the destination's circuit breaker is open
 	StatusHTTPConnection       int32 = -20 // the connection failed otherwise (reset, closed early, protocol error)
 	StatusHTTPTooManyRedirects int32 = -21 // more than 5 redirects

@@ -6,13 +6,16 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 	"syscall"
 	"time"
 
 	"code.dny.dev/ssrf"
+	"golang.org/x/time/rate"
 )
 
 // Resolver resolves host names; *net.Resolver is one. Tests give their own to make a
@@ -39,6 +42,15 @@ type Client struct {
 	grant           *Grant
 	strict, private *http.Transport
 	client          *http.Client
+	limits          map[*Entry]*entryLimit
+}
+
+// entryLimit enforces an entry's [http.limits] for the client's requests: a token
+// bucket and a concurrency cap, each waited on under the request's context (the job's
+// deadline and the grant's timeout).
+type entryLimit struct {
+	bucket *rate.Limiter // nil: no rate limit
+	slots  chan struct{} // nil: no concurrency cap
 }
 
 // NewClient returns the client of grant.
@@ -63,7 +75,21 @@ func NewClient(grant *Grant, opts Options) *Client {
 	// and 443. WithAllowedV6Prefixes with no prefix keeps IPv6 to global unicast.
 	strict := ssrf.New(ssrf.WithAnyPort())
 	private := ssrf.New(ssrf.WithAnyPort(), ssrf.WithAllowedV4Prefixes(v4...), ssrf.WithAllowedV6Prefixes(v6...))
-	c := &Client{grant: grant, strict: newTransport(strict, res, opts.RootCAs), private: newTransport(private, res, opts.RootCAs)}
+	c := &Client{grant: grant, strict: newTransport(strict, res, opts.RootCAs), private: newTransport(private, res, opts.RootCAs),
+		limits: map[*Entry]*entryLimit{}}
+	for _, e := range grant.Allow {
+		if e.Limit == nil {
+			continue
+		}
+		l := &entryLimit{}
+		if e.Limit.PerSecond > 0 {
+			l.bucket = rate.NewLimiter(rate.Limit(e.Limit.PerSecond), max(e.Limit.Burst, 1))
+		}
+		if e.Limit.Concurrency > 0 {
+			l.slots = make(chan struct{}, e.Limit.Concurrency)
+		}
+		c.limits[e] = l
+	}
 	c.client = &http.Client{
 		Transport: (*grantTransport)(c),
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
@@ -101,6 +127,16 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if e.private() {
 		tr = t.private
 	}
+	release := func() {}
+	if l := t.limits[e]; l != nil {
+		var err error
+		if release, err = l.acquire(req.Context(), e); err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, err
+		}
+	}
 	if len(e.Header) > 0 {
 		// A RoundTripper must not change the request it was given. The entry's
 		// headers go only to the entry's destinations: a redirect elsewhere does not
@@ -110,7 +146,54 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Header[k] = vs
 		}
 	}
-	return tr.RoundTrip(req)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: sync.OnceFunc(release)}
+	return resp, nil
+}
+
+// acquire waits for the entry's bucket and a concurrency slot under ctx; a wait that
+// would pass ctx's deadline fails at once as rate limited. release gives the slot
+// back.
+func (l *entryLimit) acquire(ctx context.Context, e *Entry) (release func(), err error) {
+	if l.bucket != nil {
+		if err := l.bucket.Wait(ctx); err != nil {
+			return nil, &Error{Kind: KindRateLimited, Msg: fmt.Sprintf("the rate limit of %s (%g/s) would hold the request past its deadline", e, e.Limit.PerSecond), Err: err}
+		}
+	}
+	if l.slots == nil {
+		return func() {}, nil
+	}
+	select {
+	case l.slots <- struct{}{}:
+		return func() { <-l.slots }, nil
+	case <-ctx.Done():
+		return nil, &Error{Kind: KindRateLimited, Msg: fmt.Sprintf("no concurrency slot of %s (%d) came free before the deadline", e, e.Limit.Concurrency), Err: ctx.Err()}
+	}
+}
+
+// releasingBody gives the request's concurrency slot back when its body is closed or
+// read to its end.
+type releasingBody struct {
+	io.ReadCloser
+	release func()
+}
+
+func (b *releasingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.release()
+	}
+	return n, err
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
 }
 
 func newTransport(g *ssrf.Guardian, res Resolver, roots *x509.CertPool) *http.Transport {

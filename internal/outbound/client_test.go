@@ -421,3 +421,89 @@ func TestWaitOnAListThatRepeatsACall(t *testing.T) {
 		t.Fatalf("Wait returned %d, want -1", i)
 	}
 }
+
+// TestEntryLimits: [http.limits] holds an entry's requests to its rate and
+// concurrency; a wait that would pass the request's deadline fails as rate limited,
+// and the server never sees that request.
+func TestEntryLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("rate", func(t *testing.T) {
+		t.Parallel()
+		srv := newServer(t, ok)
+		// 2 a second, burst 1: the first goes at once, the second after 500 ms, the
+		// third would wait 1 s, past its 700 ms timeout.
+		s := session(t, `[http]
+allow = ["http://127.0.0.1:P"]
+timeout = "700ms"
+[http.limits."http://127.0.0.1:P"]
+rate = "2/s"
+`, outbound.Options{}, "P", srv.port)
+		var calls []*outbound.Call
+		for range 3 {
+			c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls = append(calls, c)
+		}
+		kinds := map[outbound.Kind]int{}
+		for _, c := range calls {
+			_, err := c.Head(ctx)
+			if err != nil {
+				kinds[err.Kind]++
+			} else {
+				kinds[0]++
+			}
+			c.Close()
+		}
+		if kinds[0] != 2 || kinds[outbound.KindRateLimited] != 1 || srv.hits.Load() != 2 {
+			t.Fatalf("outcomes %v, %d hits; want 2 answered, 1 rate limited, 2 hits", kinds, srv.hits.Load())
+		}
+	})
+	t.Run("concurrency", func(t *testing.T) {
+		t.Parallel()
+		release := make(chan struct{})
+		srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			ok(w, r)
+		})
+		s := session(t, `[http]
+allow = ["http://127.0.0.1:P"]
+[http.limits."http://127.0.0.1:P"]
+concurrency = 1
+`, outbound.Options{}, "P", srv.port)
+		first, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		if n := srv.hits.Load(); n != 1 {
+			t.Fatalf("%d requests in flight under concurrency = 1", n)
+		}
+		close(release)
+		calls := []*outbound.Call{first, second}
+		i := outbound.Wait(ctx, calls, -1)
+		// The first answered; its slot comes free when its body is read to the end.
+		buf := make([]byte, 100)
+		for {
+			if _, err := calls[i].Read(ctx, buf); err != nil {
+				break
+			}
+		}
+		if _, err := calls[1-i].Head(ctx); err != nil {
+			t.Fatalf("the second request: %v", err)
+		}
+		if n := srv.hits.Load(); n != 2 {
+			t.Fatalf("%d hits, want 2", n)
+		}
+	})
+}

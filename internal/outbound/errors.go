@@ -35,7 +35,8 @@ const (
 	KindTooLarge
 	// KindTooManyRequests: the run already started max_requests requests.
 	KindTooManyRequests
-	// KindRateLimited: a limit of [http.limits] was hit (reserved: not enforced yet).
+	// KindRateLimited: a wait for a limit of [http.limits] would pass the request's
+	// deadline.
 	KindRateLimited
 	// KindCircuitOpen: the destination's circuit breaker is open (reserved).
 	KindCircuitOpen

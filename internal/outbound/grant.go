@@ -99,8 +99,9 @@ func (e *Entry) private() bool {
 }
 
 // Limit is an entry's [http.limits."ENTRY"]: a token bucket and a concurrency cap for
-// the module's calls to it on one host. This slice parses and validates it; the host
-// does not enforce it yet.
+// the module's calls to it on one host (each hop of a request counts under the entry
+// that grants it). A wait counts against the request's deadline; one that would pass
+// it fails as KindRateLimited.
 type Limit struct {
 	// PerSecond is the bucket's rate; zero means no rate limit.
 	PerSecond float64
@@ -317,7 +318,7 @@ func parseLimit(e *Entry, t map[string]any) error {
 		var err error
 		switch k {
 		case "rate":
-			l.PerSecond, err = rate(t[k])
+			l.PerSecond, err = parseRate(t[k])
 		case "burst":
 			l.Burst, err = whole(t[k], 1, 1_000_000)
 		case "concurrency":
@@ -543,8 +544,8 @@ func size(v any) (int64, error) {
 	return n, nil
 }
 
-// rate parses "N/s", "N/m" or "N/h".
-func rate(v any) (float64, error) {
+// parseRate parses "N/s", "N/m" or "N/h".
+func parseRate(v any) (float64, error) {
 	s, ok := v.(string)
 	num, unit, cut := strings.Cut(s, "/")
 	per := map[string]float64{"s": 1, "m": 60, "h": 3600}[strings.TrimSpace(unit)]
