@@ -507,3 +507,70 @@ concurrency = 1
 		}
 	})
 }
+
+// TestSwitchingProtocolsIsAConnectionFailure: a server that answers 101, asked or not,
+// would hand over a raw connection whose reads no context ends. The request fails as
+// a connection failure, and nothing of the call outlives the job's deadline.
+func TestSwitchingProtocolsIsAConnectionFailure(t *testing.T) {
+	t.Parallel()
+	hijacked := make(chan net.Conn, 1)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n")
+		rw.Flush()
+		hijacked <- conn // held open, silent, until the test closes it
+	})
+	t.Cleanup(func() {
+		select {
+		case conn := <-hijacked:
+			conn.Close()
+		default:
+		}
+	})
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"1h\"\n", outbound.Options{}, "P", srv.port)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := c.Read(ctx, make([]byte, 10))
+		read <- err
+	}()
+	select {
+	case err := <-read:
+		if !isKind(err, outbound.KindConnection) {
+			t.Fatalf("Read: %v, want a connection failure", err)
+		}
+	case <-time.After(3 * time.Second):
+		(<-hijacked).Close() // let the blocked Read return, so the test can end
+		<-read
+		t.Fatal("Read blocked 2.5s past the 500ms deadline")
+	}
+	if _, err := c.Head(ctx); !isKind(err, outbound.KindConnection) || !strings.Contains(err.Error(), "101") {
+		t.Fatalf("Head: %v, want a connection failure naming the 101", err)
+	}
+}
+
+// TestHopByHopHeadersAreRefused: a guest's Connection, Upgrade, Te, Transfer-Encoding
+// or Host header is refused before anything is sent: they would ask for a protocol
+// switch or another framing, or name another virtual host than the URL's.
+func TestHopByHopHeadersAreRefused(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, ok)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.port)
+	for _, name := range []string{"Connection", "upgrade", "TE", "Transfer-Encoding", "Host"} {
+		req := outbound.Request{URL: srv.URL, Header: http.Header{name: {"x"}}}
+		if _, err := s.Start(context.Background(), req); !isKind(err, outbound.KindBadRequest) {
+			t.Errorf("header %s: %v, want a bad request", name, err)
+		}
+	}
+	if n := srv.hits.Load(); n != 0 {
+		t.Fatalf("the server received %d requests", n)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -46,6 +48,7 @@ func (c *Client) Grant() *Grant { return c.grant }
 // response head arrives, then its body read by Read; Close ends it.
 type Call struct {
 	s      *Session
+	ctx    context.Context // the request's: the job's deadline and the grant's timeout
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the head is in (or the request failed)
 	ended  chan struct{} // closed when the request's goroutine returned
@@ -54,12 +57,22 @@ type Call struct {
 	resp *http.Response
 	err  *Error
 
-	mu      sync.Mutex // guards the body's reading and closing
+	// rmu serializes Reads; mu guards the fields below, and is never held across a
+	// body read, so that Close can close the body under a Read that is blocked.
+	rmu     sync.Mutex
+	mu      sync.Mutex
 	body    io.ReadCloser
 	read    int64
 	bodyErr error
 	closed  bool
 }
+
+// refusedHeaders are the guest headers Start refuses. Connection, Upgrade and Te ask
+// for a protocol switch or a connection option, Transfer-Encoding another framing
+// than net/http's, all of them the transport's business; Host would name another
+// virtual host than the URL's, the one the grant checked (net/http ignores it; it is
+// refused so that no guest believes it sent one).
+var refusedHeaders = []string{"Connection", "Host", "Te", "Transfer-Encoding", "Upgrade"}
 
 // Start checks req and starts it in the background under ctx (the job's: a request
 // never outlives it) and the grant's timeout. A malformed request (KindBadRequest) or
@@ -81,6 +94,9 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 		if !validHeaderName(name) {
 			return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not a header name", name)}
 		}
+		if slices.Contains(refusedHeaders, http.CanonicalHeaderKey(name)) {
+			return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("a guest may not set header %s (refused: %s)", name, strings.Join(refusedHeaders, ", "))}
+		}
 		for _, v := range vs {
 			if !validHeaderValue(v) {
 				return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("the value of header %s holds CR, LF or NUL", name)}
@@ -98,7 +114,7 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 	}
 	s.started++
 	rctx, cancel := context.WithTimeout(ctx, g.Timeout)
-	c := &Call{s: s, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{})}
+	c := &Call{s: s, ctx: rctx, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{})}
 	s.open[c] = struct{}{}
 	s.mu.Unlock()
 
@@ -126,12 +142,22 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 	go func() {
 		defer close(c.ended)
 		resp, err := s.c.client.Do(hreq)
-		if err != nil {
+		switch {
+		case err != nil:
 			if resp != nil {
 				resp.Body.Close()
 			}
 			c.err = classify(err)
-		} else {
+		case resp.StatusCode < 200:
+			// net/http returns a 101 (asked for or not) with the raw connection as
+			// its body: no context ends a read of it. No guest may switch protocols.
+			resp.Body.Close()
+			c.err = &Error{Kind: KindConnection, Msg: fmt.Sprintf("the server answered %s: a protocol switch is not supported", resp.Status)}
+		default:
+			// A backstop: whatever the body is, no read of it outlives the request's
+			// context (net/http's own cancellation ends a read already, for the
+			// bodies it knows).
+			context.AfterFunc(rctx, func() { resp.Body.Close() })
 			c.resp = resp
 			c.body = resp.Body
 		}
@@ -164,40 +190,57 @@ func (c *Call) Read(ctx context.Context, p []byte) (int, error) {
 	if _, err := c.Head(ctx); err != nil {
 		return 0, err
 	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	closed, bodyErr, read, body := c.closed, c.bodyErr, c.read, c.body
+	c.mu.Unlock()
+	if closed {
 		return 0, &Error{Kind: KindBadRequest, Msg: "the request is closed"}
 	}
-	if c.bodyErr != nil {
-		return 0, c.bodyErr
+	if bodyErr != nil {
+		return 0, bodyErr
 	}
 	max := c.s.c.grant.MaxResponse
 	if len(p) == 0 {
 		return 0, nil
 	}
 	// Read at most one byte past the cap, to know whether the body goes past it.
-	if room := max - c.read + 1; int64(len(p)) > room {
+	if room := max - read + 1; int64(len(p)) > room {
 		p = p[:room]
 	}
-	n, err := c.body.Read(p)
-	c.read += int64(n)
-	if c.read > max {
-		n -= int(c.read - max)
-		c.read = max
+	// No lock is held: Close, or the request's context, closes the body under a read
+	// that blocks.
+	n, err := body.Read(p)
+	read += int64(n)
+	if read > max {
+		n -= int(read - max)
+		read = max
 		err = &Error{Kind: KindTooLarge, Msg: fmt.Sprintf("the body passes max_response (%d bytes)", max)}
 	}
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF):
-		c.bodyErr = io.EOF
+		bodyErr = io.EOF
+	case c.ctx.Err() != nil && !isKind(err, KindTooLarge):
+		// The backstop may have closed the body before net/http saw the context end:
+		// the failure is the deadline's, not the connection's.
+		bodyErr = classify(context.Cause(c.ctx))
 	default:
-		c.bodyErr = classify(err)
+		bodyErr = classify(err)
 	}
+	c.mu.Lock()
+	c.read, c.bodyErr = read, bodyErr
+	c.mu.Unlock()
 	if n > 0 {
 		return n, nil // the error, if any, comes with the next call
 	}
-	return 0, c.bodyErr
+	return 0, bodyErr
+}
+
+func isKind(err error, k Kind) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == k
 }
 
 // Close ends the call: cancels it if it is still running, closes its body, and waits
@@ -206,11 +249,15 @@ func (c *Call) Close() {
 	c.cancel()
 	<-c.ended
 	c.mu.Lock()
-	if !c.closed && c.body != nil {
-		c.body.Close()
+	body := c.body
+	if c.closed {
+		body = nil
 	}
 	c.closed = true
 	c.mu.Unlock()
+	if body != nil {
+		body.Close() // outside mu: it ends a Read blocked on the body
+	}
 	c.s.mu.Lock()
 	delete(c.s.open, c)
 	c.s.mu.Unlock()
