@@ -39,8 +39,10 @@ type callState struct {
 	http     httpState
 }
 
-// reset prepares the state for a new call.
+// reset prepares the state for a new call. A session the last call left open is
+// closed: its requests, and their slots of [http.limits], end with the call.
 func (st *callState) reset(job *worker.Job, mod *Module, sink LogFunc) {
+	st.http.close()
 	*st = callState{
 		job:     job,
 		limits:  &mod.manifest.Limits,

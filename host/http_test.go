@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/internal/jsbuild"
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
@@ -217,4 +221,52 @@ timeout = "2s"
 			t.Fatalf("%s %s after %v", x.Kind, x.Reason, x.Duration)
 		}
 	})
+}
+
+// TestJSHandlerRequestsEndWithTheirCall: a JS module (here a stand-in for the engine
+// that imports http_start) has its requests closed when its VM's setup ends and when
+// each job ends, as an ABI v1 module's are: none holds a connection, or a slot of
+// [http.limits], past its call.
+func TestJSHandlerRequestsEndWithTheirCall(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	never := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200) // the head; the body never comes
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) }) // before the server's Close, if the requests leaked
+	e := httpEngine(t, nil)
+	wasm, err := os.ReadFile(filepath.Join(abitest.Dir(), "hostile", "js_http_leak.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, err := host.ParseManifest("js.toml", []byte(fmt.Sprintf("timeout = \"2s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\ntimeout = \"1h\"\n", never.port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.Load(context.Background(), "jsleak", jsbuild.Module(wasm, []byte(never.URL+"/")), man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Retire)
+	x := runPayload(m, "")
+	if x.Kind != host.KindTrap {
+		t.Fatalf("%s %s, want the stand-in's trap (it never settles)", x.Kind, x.Reason)
+	}
+	// Load's VM setup started one request (its instance then ran the job), the job
+	// one; each waited for its head.
+	if n := never.hits.Load(); n != 2 {
+		t.Fatalf("the server received %d requests, want 2", n)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for never.ended.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d requests ended at the server after their calls ended", never.ended.Load(), never.hits.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -146,12 +146,18 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			req.Header[k] = vs
 		}
 	}
+	// The slot is given back once: when the body is closed or read to its end, or
+	// when the request's context ends, whichever comes first, so that no body left
+	// unclosed holds it.
+	release = sync.OnceFunc(release)
+	stop := context.AfterFunc(req.Context(), release)
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
+		stop()
 		release()
 		return nil, err
 	}
-	resp.Body = &releasingBody{ReadCloser: resp.Body, release: sync.OnceFunc(release)}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: func() { stop(); release() }}
 	return resp, nil
 }
 

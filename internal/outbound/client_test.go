@@ -574,3 +574,31 @@ func TestHopByHopHeadersAreRefused(t *testing.T) {
 		t.Fatalf("the server received %d requests", n)
 	}
 }
+
+// TestConcurrencySlotFreedWhenTheRequestEnds: a request whose body is never read nor
+// closed gives its slot back when its context (the job's) ends.
+func TestConcurrencySlotFreedWhenTheRequestEnds(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"5s\"\n[http.limits.\"http://127.0.0.1:P\"]\nconcurrency = 1\n", outbound.Options{}, "P", srv.port)
+	job, endJob := context.WithCancel(context.Background())
+	first, err := s.Start(job, outbound.Request{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Head(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	endJob() // first is never read nor closed
+	second, err := s.Start(context.Background(), outbound.Request{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Head(context.Background()); err != nil {
+		t.Fatalf("the second request: %v", err)
+	}
+}
