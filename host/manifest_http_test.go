@@ -36,6 +36,8 @@ Authorization = "Bearer ${env:WASMJOBS_TEST_API_KEY}"
 			"m.toml:4:1: field http.headers.https://x.example.X-Key: environment variable WASMJOBS_TEST_UNSET is not set (referenced as ${env:WASMJOBS_TEST_UNSET})"},
 		{"headers of no entry", "[http]\nallow = [\"https://x.example\"]\n[http.headers.\"https://y.example\"]\nX = \"1\"",
 			`m.toml:3:2: field http.headers.https://y.example: "https://y.example" is not an entry of allow (https://x.example:443)`},
+		{"an entry twice", "queue = \"q\"\n[http]\nallow = [\"https://x.example\", \"https://x.example:443\"]",
+			`m.toml:3:1: field http.allow: "https://x.example:443" is https://x.example:443 again (entry 1): list each entry once`},
 		{"not a table", "http = \"yes\"", `m.toml:1:1: field http: want a table such as [http] then allow = ["https://api.example.com"], got "yes"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -184,6 +184,11 @@ func ParseGrant(table map[string]any, env LookupEnv) (*Grant, error) {
 		if err != nil {
 			return nil, fieldErr(err, "allow")
 		}
+		// A second listing of an entry would be shadowed by the first (Match) while
+		// [http.headers] and [http.limits] could name either: refused.
+		if i := slices.IndexFunc(g.Allow, func(a *Entry) bool { return a.String() == e.String() }); i >= 0 {
+			return nil, fieldErr(fmt.Errorf("%q is %s again (entry %d): list each entry once", s, e, i+1), "allow")
+		}
 		g.Allow = append(g.Allow, e)
 	}
 	if v, ok := table["timeout"]; ok {
@@ -248,7 +253,8 @@ func (g *Grant) parseTables(v any, name string, parse func(*Entry, map[string]an
 		var entry *Entry
 		for _, a := range g.Allow {
 			if a.String() == e.String() {
-				entry = a
+				entry = a // allow lists each entry once
+				break
 			}
 		}
 		if entry == nil {

@@ -97,6 +97,8 @@ allow = ["https://api.example.com:99999"]`, "allow", "port"},
 allow = ["https://api.example.com:9000-8000"]`, "allow", "port"},
 		{"mid wildcard", `[http]
 allow = ["https://api.*.com"]`, "allow", "a wildcard is only"},
+		{"an entry twice", `[http]
+allow = ["https://a.example", "https://b.example", "https://A.example:443"]`, "allow", `"https://A.example:443" is https://a.example:443 again (entry 1)`},
 		{"unknown key", "[http]\nallow = [\"https://a.example\"]\nretries = 3", "retries", "unknown http setting"},
 		{"bad timeout", "[http]\nallow = [\"https://a.example\"]\ntimeout = \"soon\"", "timeout", "want a duration"},
 		{"bad size", "[http]\nallow = [\"https://a.example\"]\nmax_response = \"lots\"", "max_response", "want a size"},
@@ -192,6 +194,17 @@ allow = ["https://api.example.com", "https://*.hooks.example.com:8443", "http://
 			t.Errorf("%s: %v, want denied", tc.url, err)
 		case tc.entry != "" && (err != nil || e.String() != tc.entry):
 			t.Errorf("%s: %v %v, want %s", tc.url, e, err, tc.entry)
+		}
+	}
+	// Of two entries of one host, the narrower port range wins, wherever it is
+	// listed: its headers and limits apply to its port.
+	g, _ = parse(t, `[http]
+allow = ["http://127.0.0.1:1-65535", "http://127.0.0.1:9000", "http://10.0.0.0/8:1-9999", "http://10.0.0.0/8:8000"]`, nil)
+	for u, want := range map[string]string{"http://127.0.0.1:9000/": "http://127.0.0.1:9000", "http://127.0.0.1:9001/": "http://127.0.0.1:1-65535",
+		"http://10.1.1.1:8000/": "http://10.0.0.0/8:8000", "http://10.1.1.1:80/": "http://10.0.0.0/8:1-9999"} {
+		pu, _ := url.Parse(u)
+		if e, err := g.Match(pu); err != nil || e.String() != want {
+			t.Errorf("%s: %v %v, want %s", u, e, err, want)
 		}
 	}
 	// * takes any name and IP literal, but an exact entry wins (its headers apply).

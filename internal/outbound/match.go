@@ -10,7 +10,8 @@ import (
 
 // Match returns the entry of the grant that allows u (layer 1): its scheme, host and
 // port; the most specific entry when several do (an exact name before *.domain before
-// *, an IP literal before a CIDR, a longer CIDR first). A URL no entry allows is a
+// *, an IP literal before a CIDR, a longer CIDR first; of two as specific, the narrower
+// port range). A URL no entry allows is a
 // KindDenied *Error.
 func (g *Grant) Match(u *url.URL) (*Entry, error) {
 	deny := func(why string) error {
@@ -72,7 +73,9 @@ func (g *Grant) Match(u *url.URL) (*Entry, error) {
 				score = 300 + e.prefix.Bits()
 			}
 		}
-		if score > bestScore {
+		// Of two entries as specific (one host, two port ranges), the narrower range
+		// wins, wherever it is listed: its headers and limits are for its ports.
+		if score > bestScore || score > 0 && score == bestScore && e.portHi-e.portLo < best.portHi-best.portLo {
 			best, bestScore = e, score
 		}
 	}
