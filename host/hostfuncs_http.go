@@ -71,6 +71,8 @@ func httpStatusOf(k outbound.Kind) int32 {
 		return abi.StatusHTTPCircuitOpen
 	case outbound.KindTooManyRedirects:
 		return abi.StatusHTTPTooManyRedirects
+	case outbound.KindRequestTooLarge:
+		return abi.StatusLimitExceeded
 	}
 	return abi.StatusHTTPConnection
 }
@@ -162,6 +164,12 @@ func init() {
 			stack[0] = status(abi.StatusNotPermitted)
 			return
 		}
+		if len(headers) > outbound.MaxRequestHeader {
+			// Refused before parsing: the guest's lines are not copied.
+			st.emit(slog.LevelWarn, fmt.Sprintf("http_start: %d bytes of headers, past %d", len(headers), outbound.MaxRequestHeader))
+			stack[0] = status(abi.StatusLimitExceeded)
+			return
+		}
 		hdr, ok := parseHeaderLines(headers)
 		if !ok {
 			stack[0] = status(abi.StatusBadArgument)
@@ -173,7 +181,7 @@ func init() {
 		}
 		req := outbound.Request{Method: string(method), URL: string(url), Header: hdr}
 		if len(body) > 0 {
-			req.Body = bytes.Clone(body)
+			req.Body = body // Start checks its size, then copies it
 		}
 		call, err := h.session.Start(ctx, req)
 		if err != nil {

@@ -31,7 +31,7 @@ Authorization = "Bearer ${env:WASMJOBS_TEST_API_KEY}"
 		{"bare * scheme", "queue = \"q\"\n[http]\nallow = [\"*://x.example\"]",
 			`m.toml:3:1: field http.allow: "*://x.example": the scheme must be named (http or https), not *`},
 		{"unknown key", "[http]\nallow = [\"https://x.example\"]\n\nretry = 3",
-			"m.toml:4:1: field http.retry: unknown http setting (known: allow, headers, idempotency_header, limits, max_requests, max_response, outage_wait, timeout)"},
+			"m.toml:4:1: field http.retry: unknown http setting (known: allow, headers, idempotency_header, limits, max_request_body, max_requests, max_response, outage_wait, timeout)"},
 		{"unset variable", "[http]\nallow = [\"https://x.example\"]\n[http.headers.\"https://x.example\"]\nX-Key = \"${env:WASMJOBS_TEST_UNSET}\"",
 			"m.toml:4:1: field http.headers.https://x.example.X-Key: environment variable WASMJOBS_TEST_UNSET is not set (referenced as ${env:WASMJOBS_TEST_UNSET})"},
 		{"headers of no entry", "[http]\nallow = [\"https://x.example\"]\n[http.headers.\"https://y.example\"]\nX = \"1\"",

@@ -602,3 +602,46 @@ func TestConcurrencySlotFreedWhenTheRequestEnds(t *testing.T) {
 		t.Fatalf("the second request: %v", err)
 	}
 }
+
+// TestRequestSizeBounds: a body past max_request_body, headers past 64 KiB, or a body
+// that would take the session's bodies held past 4 × max_request_body is refused as
+// too large before anything is sent; a closed request gives its bytes back.
+func TestRequestSizeBounds(t *testing.T) {
+	t.Parallel()
+	never := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		// The body is read first: until then the server does not watch the
+		// connection, and would not see the request end.
+		io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+	})
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\nmax_request_body = \"1KiB\"\n", outbound.Options{}, "P", never.port)
+	ctx := context.Background()
+	start := func(body int, header int) (*outbound.Call, error) {
+		h := http.Header{}
+		if header > 0 {
+			h.Set("X-Big", strings.Repeat("h", header))
+		}
+		return s.Start(ctx, outbound.Request{Method: "POST", URL: never.URL, Header: h, Body: make([]byte, body)})
+	}
+	if _, err := start(1025, 0); !isKind(err, outbound.KindRequestTooLarge) {
+		t.Fatalf("a body of 1025 bytes: %v, want too large", err)
+	}
+	if _, err := start(0, 64<<10); !isKind(err, outbound.KindRequestTooLarge) {
+		t.Fatalf("a 64 KiB header: %v, want too large", err)
+	}
+	var held []*outbound.Call
+	for range 4 {
+		c, err := start(1024, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	if _, err := start(1, 0); !isKind(err, outbound.KindRequestTooLarge) {
+		t.Fatalf("a fifth body with 4 KiB held: %v, want too large", err)
+	}
+	held[0].Close()
+	if _, err := start(1024, 0); err != nil {
+		t.Fatalf("after a close: %v", err)
+	}
+}

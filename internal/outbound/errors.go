@@ -45,13 +45,17 @@ const (
 	KindConnection
 	// KindTooManyRedirects: more than MaxRedirects redirects.
 	KindTooManyRedirects
+	// KindRequestTooLarge: the request's body passes max_request_body, its headers
+	// MaxRequestHeader, or its body the bytes a session may hold
+	// (SessionBodyFactor × max_request_body); nothing was sent.
+	KindRequestTooLarge
 )
 
 var kindNames = map[Kind]string{
 	KindBadRequest: "bad request", KindDenied: "denied", KindBlocked: "blocked address", KindDNS: "DNS failure",
 	KindRefused: "connection refused", KindTLS: "TLS failure", KindTimeout: "timeout", KindTooLarge: "response too large",
 	KindTooManyRequests: "too many requests", KindRateLimited: "rate limited", KindCircuitOpen: "circuit open",
-	KindConnection: "connection failed", KindTooManyRedirects: "too many redirects",
+	KindConnection: "connection failed", KindTooManyRedirects: "too many redirects", KindRequestTooLarge: "request too large",
 }
 
 // String names the kind ("denied", "blocked address", ...).

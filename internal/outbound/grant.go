@@ -29,7 +29,16 @@ const (
 	DefaultTimeout     = 30 * time.Second
 	DefaultMaxResponse = 10 << 20
 	DefaultMaxRequests = 50
-	DefaultOutageWait  = time.Hour
+	// DefaultMaxRequestBody is max_request_body's default.
+	DefaultMaxRequestBody = 10 << 20
+	// MaxRequestHeader bounds the guest's headers of one request: the sum, over each
+	// value, of the name's length, the value's and 4 (": " and CRLF), as on the wire.
+	MaxRequestHeader = 64 << 10
+	// SessionBodyFactor × max_request_body bounds the bytes of the bodies a session
+	// holds, those of its requests not yet closed (each is kept for a 307/308's
+	// resend).
+	SessionBodyFactor = 4
+	DefaultOutageWait = time.Hour
 	// MaxRedirects is how many redirects a request follows.
 	MaxRedirects = 5
 	// MaxRequestsLimit is the most max_requests may be (Wait selects over at most this
@@ -122,6 +131,9 @@ type Grant struct {
 	MaxResponse int64
 	// MaxRequests bounds the requests one run of a handler may start.
 	MaxRequests int
+	// MaxRequestBody bounds the body of one request; a session holds at most
+	// SessionBodyFactor times it in the bodies of its open requests.
+	MaxRequestBody int64
 	// IdempotencyHeader is the header of idempotency keys; parsed and kept, not yet
 	// added by the host.
 	IdempotencyHeader string
@@ -160,8 +172,9 @@ func ParseGrant(table map[string]any, env LookupEnv) (*Grant, error) {
 	if env == nil {
 		env = os.LookupEnv
 	}
-	g := &Grant{Timeout: DefaultTimeout, MaxResponse: DefaultMaxResponse, MaxRequests: DefaultMaxRequests, OutageWait: DefaultOutageWait}
-	known := []string{"allow", "headers", "idempotency_header", "limits", "max_requests", "max_response", "outage_wait", "timeout"}
+	g := &Grant{Timeout: DefaultTimeout, MaxResponse: DefaultMaxResponse, MaxRequests: DefaultMaxRequests,
+		MaxRequestBody: DefaultMaxRequestBody, OutageWait: DefaultOutageWait}
+	known := []string{"allow", "headers", "idempotency_header", "limits", "max_request_body", "max_requests", "max_response", "outage_wait", "timeout"}
 	for _, k := range slices.Sorted(maps.Keys(table)) {
 		if !slices.Contains(known, k) {
 			return nil, fieldErr(fmt.Errorf("unknown http setting (known: %s)", strings.Join(known, ", ")), k)
@@ -211,6 +224,13 @@ func ParseGrant(table map[string]any, env LookupEnv) (*Grant, error) {
 			return nil, fieldErr(err, "max_response")
 		}
 		g.MaxResponse = n
+	}
+	if v, ok := table["max_request_body"]; ok {
+		n, err := size(v)
+		if err != nil {
+			return nil, fieldErr(err, "max_request_body")
+		}
+		g.MaxRequestBody = n
 	}
 	if v, ok := table["max_requests"]; ok {
 		n, err := whole(v, 1, MaxRequestsLimit)

@@ -67,7 +67,7 @@ concurrency = 4
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Timeout != 30*time.Second || d.MaxResponse != 10<<20 || d.MaxRequests != 50 || d.OutageWait != time.Hour || d.IdempotencyHeader != "" {
+	if d.Timeout != 30*time.Second || d.MaxResponse != 10<<20 || d.MaxRequestBody != 10<<20 || d.MaxRequests != 50 || d.OutageWait != time.Hour || d.IdempotencyHeader != "" {
 		t.Errorf("defaults %+v", d)
 	}
 }
@@ -102,6 +102,7 @@ allow = ["https://a.example", "https://b.example", "https://A.example:443"]`, "a
 		{"unknown key", "[http]\nallow = [\"https://a.example\"]\nretries = 3", "retries", "unknown http setting"},
 		{"bad timeout", "[http]\nallow = [\"https://a.example\"]\ntimeout = \"soon\"", "timeout", "want a duration"},
 		{"bad size", "[http]\nallow = [\"https://a.example\"]\nmax_response = \"lots\"", "max_response", "want a size"},
+		{"bad request body size", "[http]\nallow = [\"https://a.example\"]\nmax_request_body = \"2GiB\"", "max_request_body", "want a size"},
 		{"zero requests", "[http]\nallow = [\"https://a.example\"]\nmax_requests = 0", "max_requests", "want 1 to 10000"},
 		{"too many requests", "[http]\nallow = [\"https://a.example\"]\nmax_requests = 10001", "max_requests", "want 1 to 10000"},
 		{"headers of no entry", `[http]

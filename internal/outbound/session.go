@@ -21,7 +21,9 @@ type Request struct {
 	URL    string
 	// Header holds the guest's headers; repeated names are kept.
 	Header http.Header
-	Body   []byte
+	// Body is the request's body; Start copies it (the guest's memory may change
+	// under a request in flight).
+	Body []byte
 }
 
 // Session is one run of a handler: the requests it starts, bounded by the grant's
@@ -32,6 +34,7 @@ type Session struct {
 
 	mu      sync.Mutex
 	started int
+	held    int64 // the body bytes of the open calls
 	open    map[*Call]struct{}
 	closed  bool
 }
@@ -48,6 +51,7 @@ func (c *Client) Grant() *Grant { return c.grant }
 // response head arrives, then its body read by Read; Close ends it.
 type Call struct {
 	s      *Session
+	held   int64           // its body's bytes, counted in the session's held
 	ctx    context.Context // the request's: the job's deadline and the grant's timeout
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the head is in (or the request failed)
@@ -90,6 +94,18 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 	if err != nil || !u.IsAbs() || u.Host == "" {
 		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not an absolute http or https URL", req.URL)}
 	}
+	if int64(len(req.Body)) > g.MaxRequestBody {
+		return nil, &Error{Kind: KindRequestTooLarge, Msg: fmt.Sprintf("the body of %d bytes passes max_request_body (%d bytes)", len(req.Body), g.MaxRequestBody)}
+	}
+	headerBytes := 0
+	for name, vs := range req.Header {
+		for _, v := range vs {
+			headerBytes += len(name) + len(v) + 4
+		}
+	}
+	if headerBytes > MaxRequestHeader {
+		return nil, &Error{Kind: KindRequestTooLarge, Msg: fmt.Sprintf("the headers take %d bytes, past %d", headerBytes, MaxRequestHeader)}
+	}
 	for name, vs := range req.Header {
 		if !validHeaderName(name) {
 			return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not a header name", name)}
@@ -112,9 +128,15 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 		s.mu.Unlock()
 		return nil, &Error{Kind: KindTooManyRequests, Msg: fmt.Sprintf("a run may start at most %d requests (max_requests)", g.MaxRequests)}
 	}
+	if budget := SessionBodyFactor * g.MaxRequestBody; s.held+int64(len(req.Body)) > budget {
+		s.mu.Unlock()
+		return nil, &Error{Kind: KindRequestTooLarge, Msg: fmt.Sprintf("the bodies of the requests not yet closed would take %d bytes, past %d (%d × max_request_body): close some first",
+			s.held+int64(len(req.Body)), budget, SessionBodyFactor)}
+	}
 	s.started++
+	s.held += int64(len(req.Body))
 	rctx, cancel := context.WithTimeout(ctx, g.Timeout)
-	c := &Call{s: s, ctx: rctx, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{})}
+	c := &Call{s: s, held: int64(len(req.Body)), ctx: rctx, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{})}
 	s.open[c] = struct{}{}
 	s.mu.Unlock()
 
@@ -127,7 +149,7 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 	}
 	var body io.Reader
 	if req.Body != nil {
-		body = bytes.NewReader(req.Body) // NewRequest sets GetBody: a 307/308 resends it
+		body = bytes.NewReader(bytes.Clone(req.Body)) // NewRequest sets GetBody: a 307/308 resends it
 	}
 	hreq, err := http.NewRequestWithContext(rctx, req.Method, u.String(), body)
 	if err != nil {
@@ -259,7 +281,10 @@ func (c *Call) Close() {
 		body.Close() // outside mu: it ends a Read blocked on the body
 	}
 	c.s.mu.Lock()
-	delete(c.s.open, c)
+	if _, open := c.s.open[c]; open {
+		delete(c.s.open, c)
+		c.s.held -= c.held
+	}
 	c.s.mu.Unlock()
 }
 
