@@ -224,6 +224,9 @@ func TestBadRequestsAreRefusedBeforeSending(t *testing.T) {
 		{Method: "GET", URL: u, Header: http.Header{"X": {"a\r\nEvil: 1"}}},
 		{Method: "GET", URL: u, Header: http.Header{"X\nY": {"1"}}},
 		{Method: "GE T", URL: u},
+		{Method: "TRACE", URL: u}, // echoes the host's headers back
+		{Method: "track", URL: u},
+		{Method: "CONNECT", URL: u},
 		{Method: "GET", URL: "/relative"},
 	} {
 		if _, err := s.Start(context.Background(), req); !isKind(err, outbound.KindBadRequest) {

@@ -302,6 +302,10 @@ func (g *Grant) allowList() string {
 var envRef = regexp.MustCompile(`\$\{([^}]*)\}`)
 
 func parseHeaders(e *Entry, t map[string]any, env LookupEnv) error {
+	if e.kind == hostAnyName {
+		return errors.New("host-added headers are refused on a * entry: the guest picks the destination, so it could send them to a server of its own and read them back; " +
+			"grant the API by its name and put the headers there")
+	}
 	e.Header = http.Header{}
 	for _, name := range slices.Sorted(maps.Keys(t)) {
 		s, ok := t[name].(string)

@@ -129,6 +129,10 @@ X = "a\r\nEvil: 1"`, "headers.https://a.example.X", "CR, LF or NUL"},
 allow = ["https://a.example"]
 [http.headers."https://a.example"]
 "X Y" = "1"`, "headers.https://a.example.X Y", "not a header name"},
+		{"headers on *", `[http]
+allow = ["https://*"]
+[http.headers."https://*"]
+Authorization = "Bearer k"`, "headers.https://*", "the guest picks the destination"},
 		{"unknown limit", `[http]
 allow = ["https://a.example"]
 [http.limits."https://a.example"]

@@ -90,6 +90,11 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 	if !validHeaderName(req.Method) {
 		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not a method", req.Method)}
 	}
+	if m := strings.ToUpper(req.Method); m == "TRACE" || m == "TRACK" || m == "CONNECT" {
+		// TRACE and TRACK echo the request, host-added headers included, back to the
+		// guest; CONNECT asks for a tunnel.
+		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("method %s is not allowed", req.Method)}
+	}
 	u, err := url.Parse(req.URL)
 	if err != nil || !u.IsAbs() || u.Host == "" {
 		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not an absolute http or https URL", req.URL)}
