@@ -273,7 +273,13 @@ func init() {
 		list := guestBytes(mod, abi.FuncHTTPWait, stack[0], 4*n)
 		timeoutMs := int64(stack[2])
 		st := stateOf(ctx)
-		if n == 0 {
+		// A list longer than the call may have requests is refused before anything is
+		// allocated for it: n could be a quarter of the guest's memory.
+		most := uint64(outbound.MaxRequestsLimit)
+		if st.http.client != nil {
+			most = uint64(st.http.client.Grant().MaxRequests)
+		}
+		if n == 0 || n > most {
 			stack[0] = status(abi.StatusBadArgument)
 			return
 		}

@@ -215,6 +215,11 @@ timeout = "2s"
 			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
 		}
 	})
+	t.Run("a wait list longer than max_requests", func(t *testing.T) {
+		if x := runPayload(flood, "l"+never.URL+"/"); x.Kind != host.KindAck || string(x.Output) != "-2" {
+			t.Fatalf("%s %s %q, want -2", x.Kind, x.Reason, x.Output)
+		}
+	})
 	t.Run("a hanging request ends at the job's deadline", func(t *testing.T) {
 		x := runPayload(hang, "h"+never.URL+"/")
 		if x.Kind != host.KindTimeout || x.Duration > 3*time.Second {

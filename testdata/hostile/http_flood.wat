@@ -8,6 +8,8 @@
 ;;   p  starts one GET and polls it with http_wait(timeout 0); writes the result
 ;;   h  starts one GET and waits for its status: a request that hangs holds it there
 ;;      until the job's deadline
+;;   l  starts one GET (handle 0) and polls a list of 4 handles, each 0: one more
+;;      than max_requests = 3; writes the result
 ;; and acks.
 (module
   (import "wasmjobs" "payload_len" (func $payload_len (result i32)))
@@ -65,6 +67,12 @@
       (then
         (i32.store (i32.const 9000) (call $get))
         (call $num (call $http_wait (i32.const 9000) (i32.const 1) (i64.const 0)))))
+    (if (i32.eq (local.get $mode) (i32.const 108)) ;; l
+      (then
+        (i32.store (i32.const 9000) (call $get))
+        (i64.store (i32.const 9004) (i64.const 0))
+        (i32.store (i32.const 9012) (i32.const 0))
+        (call $num (call $http_wait (i32.const 9000) (i32.const 4) (i64.const 0)))))
     (if (i32.eq (local.get $mode) (i32.const 104)) ;; h
       (then (call $num (call $http_status (call $get)))))
     (i32.const 0)))
