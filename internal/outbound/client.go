@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -228,6 +229,10 @@ func newTransport(g *ssrf.Guardian, res Resolver, roots *x509.CertPool) *http.Tr
 		var addrs []netip.Addr
 		if a, err := netip.ParseAddr(host); err == nil {
 			addrs = []netip.Addr{a}
+		} else if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+			// localhost is the loopback (RFC 6761), never what a resolver (a hosts
+			// file, a DNS server) may say of it.
+			addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
 		} else {
 			addrs, err = res.LookupNetIP(ctx, "ip", host)
 			if err != nil {

@@ -648,3 +648,14 @@ func TestRequestSizeBounds(t *testing.T) {
 		t.Fatalf("after a close: %v", err)
 	}
 }
+
+// TestLocalhostIsLoopbackWithoutTheResolver: localhost is 127.0.0.1 and ::1 (RFC
+// 6761), whatever the system's resolver says of it.
+func TestLocalhostIsLoopbackWithoutTheResolver(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, ok)
+	s := session(t, "[http]\nallow = [\"http://localhost:P\"]\n", outbound.Options{Resolver: resolver{"localhost": "10.0.0.1"}}, "P", srv.port)
+	if _, body, err := do(t, s, "GET", "http://localhost:"+srv.port+"/", nil); err != nil || body != `hello GET / auth=""` {
+		t.Fatalf("%q %v", body, err)
+	}
+}
