@@ -86,6 +86,11 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{log: log, httpOpts: cfg.HTTP}
+	if e.httpOpts.Limiters == nil {
+		// One registry for the engine: a module's [http.limits] hold across its
+		// versions (reloads, canaries), keyed by its name.
+		e.httpOpts.Limiters = outbound.NewLimiters()
+	}
 	rc := wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(true)
 	if !cfg.NoCache {
 		dir := cfg.CacheDir

@@ -275,3 +275,24 @@ func TestJSHandlerRequestsEndWithTheirCall(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestHTTPLimitsOutliveAReload: [http.limits] bound the module on this host, not one
+// loaded version of it: a reload (or a canary beside the current version) takes from
+// the same bucket.
+func TestHTTPLimitsOutliveAReload(t *testing.T) {
+	t.Parallel()
+	srv := newCountingServer(t, false, echoHandler)
+	e := httpEngine(t, nil)
+	grant := fmt.Sprintf("[http]\nallow = [\"http://localhost:%s\"]\ntimeout = \"300ms\"\n[http.limits.\"http://localhost:%s\"]\nrate = \"1/h\"\n", srv.port, srv.port)
+	first := loadFile(t, e, "abi/http_get", grant)
+	if x := runPayload(first, "http://localhost:"+srv.port+"/"); !strings.HasPrefix(string(x.Output), "203\n") {
+		t.Fatalf("the first request: %s %s %q", x.Kind, x.Reason, x.Output)
+	}
+	reloaded := loadFile(t, e, "abi/http_get", grant)
+	if x := runPayload(reloaded, "http://localhost:"+srv.port+"/"); !strings.HasPrefix(string(x.Output), "-18\n") {
+		t.Fatalf("after a reload: %s %s %q, want -18 (the bucket is empty)", x.Kind, x.Reason, x.Output)
+	}
+	if n := srv.hits.Load(); n != 1 {
+		t.Fatalf("the server received %d requests, want 1", n)
+	}
+}

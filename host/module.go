@@ -123,7 +123,9 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 		return nil, invalid("%v", err)
 	}
 	if man.HTTP != nil {
-		m.http = outbound.NewClient(man.HTTP, e.httpOpts)
+		opts := e.httpOpts
+		opts.Scope = name
+		m.http = outbound.NewClient(man.HTTP, opts)
 	}
 	inst, err := m.instantiate(ctx, time.Time{})
 	if err != nil {

@@ -31,6 +31,53 @@ type Options struct {
 	RootCAs *x509.CertPool
 	// Resolver resolves host names; nil means net.DefaultResolver.
 	Resolver Resolver
+	// Limiters holds the limiters of [http.limits], shared by every client of one
+	// Scope (a module's versions, a reload and a canary); nil means the client's own.
+	Limiters *Limiters
+	// Scope names whose limits a client takes from Limiters: the module's name.
+	Scope string
+}
+
+// Limiters holds the token buckets and concurrency caps of [http.limits] by scope and
+// entry, so that a module's limits hold on the host across its versions: a reload
+// does not refill a bucket, a canary beside the current version does not double it.
+// A limit whose values change (a reload with another rate) starts afresh. It is safe
+// for concurrent use.
+type Limiters struct {
+	mu sync.Mutex
+	m  map[limiterKey]*entryLimit
+}
+
+type limiterKey struct {
+	scope, entry string
+	limit        Limit
+}
+
+// NewLimiters returns an empty registry.
+func NewLimiters() *Limiters { return &Limiters{m: map[limiterKey]*entryLimit{}} }
+
+// get returns scope's limiter of e, made at its first use.
+func (r *Limiters) get(scope string, e *Entry) *entryLimit {
+	k := limiterKey{scope, e.String(), *e.Limit}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.m[k]
+	if l == nil {
+		l = newEntryLimit(e.Limit)
+		r.m[k] = l
+	}
+	return l
+}
+
+func newEntryLimit(lim *Limit) *entryLimit {
+	l := &entryLimit{}
+	if lim.PerSecond > 0 {
+		l.bucket = rate.NewLimiter(rate.Limit(lim.PerSecond), max(lim.Burst, 1))
+	}
+	if lim.Concurrency > 0 {
+		l.slots = make(chan struct{}, lim.Concurrency)
+	}
+	return l
 }
 
 // Client makes the requests of one module under its grant. It holds two transports,
@@ -78,18 +125,14 @@ func NewClient(grant *Grant, opts Options) *Client {
 	private := ssrf.New(ssrf.WithAnyPort(), ssrf.WithAllowedV4Prefixes(v4...), ssrf.WithAllowedV6Prefixes(v6...))
 	c := &Client{grant: grant, strict: newTransport(strict, res, opts.RootCAs), private: newTransport(private, res, opts.RootCAs),
 		limits: map[*Entry]*entryLimit{}}
+	reg := opts.Limiters
+	if reg == nil {
+		reg = NewLimiters()
+	}
 	for _, e := range grant.Allow {
-		if e.Limit == nil {
-			continue
+		if e.Limit != nil {
+			c.limits[e] = reg.get(opts.Scope, e)
 		}
-		l := &entryLimit{}
-		if e.Limit.PerSecond > 0 {
-			l.bucket = rate.NewLimiter(rate.Limit(e.Limit.PerSecond), max(e.Limit.Burst, 1))
-		}
-		if e.Limit.Concurrency > 0 {
-			l.slots = make(chan struct{}, e.Limit.Concurrency)
-		}
-		c.limits[e] = l
 	}
 	c.client = &http.Client{
 		Transport: (*grantTransport)(c),
