@@ -668,3 +668,22 @@ func TestLocalhostIsLoopbackWithoutTheResolver(t *testing.T) {
 		t.Fatalf("%q %v", body, err)
 	}
 }
+
+// TestStatusOutside200To599IsAConnectionFailure: net/http takes any three digits as a
+// status; the ABI promises 200-599.
+func TestStatusOutside200To599IsAConnectionFailure(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		rw.WriteString("HTTP/1.1 999 Odd\r\nContent-Length: 0\r\n\r\n")
+		rw.Flush()
+	})
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.port)
+	if _, _, err := do(t, s, "GET", srv.URL+"/", nil); !isKind(err, outbound.KindConnection) {
+		t.Fatalf("err %v, want a connection failure", err)
+	}
+}

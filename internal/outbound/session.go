@@ -175,6 +175,10 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 				resp.Body.Close()
 			}
 			c.err = classify(err)
+		case resp.StatusCode > 599:
+			// net/http takes any three digits; the ABI's statuses are 200-599.
+			resp.Body.Close()
+			c.err = &Error{Kind: KindConnection, Msg: fmt.Sprintf("the server answered status %d, outside 200-599", resp.StatusCode)}
 		case resp.StatusCode < 200:
 			// net/http returns a 101 (asked for or not) with the raw connection as
 			// its body: no context ends a read of it. No guest may switch protocols.
