@@ -185,15 +185,28 @@ func init() {
 		}
 		call, err := h.session.Start(ctx, req)
 		if err != nil {
-			var e *outbound.Error
-			errors.As(err, &e)
 			st.emit(slog.LevelWarn, fmt.Sprintf("http %s %s: %v", req.Method, req.URL, err))
+			var e *outbound.Error
+			if !errors.As(err, &e) {
+				stack[0] = status(abi.StatusBadArgument) // Start's errors are *Error; never a nil dereference
+				return
+			}
 			stack[0] = status(httpStatusOf(e.Kind))
 			return
 		}
 		handle := h.next
 		h.next++
-		h.calls[handle] = &httpCall{call: call, target: req.Method + " " + req.URL}
+		hc := &httpCall{call: call, target: req.Method + " " + req.URL}
+		h.calls[handle] = hc
+		select {
+		case <-call.Done():
+			// Refused before anything was sent (a URL outside the grant): logged now,
+			// whether or not the guest ever reads the status.
+			if _, err := call.Head(ctx); err != nil {
+				st.httpFail(hc, err)
+			}
+		default:
+		}
 		stack[0] = uint64(uint32(handle))
 	})
 	hostFuncs[abi.FuncHTTPStatus] = fn([]api.ValueType{i32}, func(ctx context.Context, mod api.Module, stack []uint64) {

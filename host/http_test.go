@@ -217,6 +217,12 @@ timeout = "2s"
 			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
 		}
 	})
+	t.Run("a denial the guest never reads is logged", func(t *testing.T) {
+		x := runPayload(flood, "phttps://127.0.0.1:1/")
+		if x.Kind != host.KindAck || len(x.Logs) == 0 || !strings.Contains(x.Logs[0].Msg, "denied: https://127.0.0.1:1 is not granted") {
+			t.Fatalf("%s %s %q, logs %+v: want the denial logged", x.Kind, x.Reason, x.Output, x.Logs)
+		}
+	})
 	t.Run("a wait list longer than max_requests", func(t *testing.T) {
 		if x := runPayload(flood, "l"+never.URL+"/"); x.Kind != host.KindAck || string(x.Output) != "-2" {
 			t.Fatalf("%s %s %q, want -2", x.Kind, x.Reason, x.Output)
