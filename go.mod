@@ -3,6 +3,7 @@ module github.com/wasmjobs/wasmjobs
 go 1.26.0
 
 require (
+	code.dny.dev/ssrf v0.3.0
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/cockroachdb/pebble/v2 v2.1.7

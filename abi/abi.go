@@ -79,6 +79,37 @@ const (
 	FuncEnqueue     = "enqueue"      // (queue, queue_len, payload, payload_len i32, delay_ms i64) -> i32
 )
 
+// Host functions of outbound HTTP, added to ABI v1 (SPEC.md, "Outbound HTTP"). A
+// module without an [http] grant may import them: http_start then returns
+// StatusNotPermitted.
+const (
+	FuncHTTPStart       = "http_start"        // (method, method_len, url, url_len, headers, headers_len, body, body_len i32) -> i32
+	FuncHTTPStatus      = "http_status"       // (handle i32) -> i32
+	FuncHTTPErrorRead   = "http_error_read"   // (handle, buf, buf_len i32) -> i32
+	FuncHTTPHeadersRead = "http_headers_read" // (handle, buf, buf_len i32) -> i32
+	FuncHTTPURLRead     = "http_url_read"     // (handle, buf, buf_len i32) -> i32
+	FuncHTTPBodyRead    = "http_body_read"    // (handle, buf, buf_len i32) -> i32
+	FuncHTTPClose       = "http_close"        // (handle i32) -> i32
+	FuncHTTPWait        = "http_wait"         // (handles, n i32, timeout_ms i64) -> i32
+)
+
+// Statuses of the outbound HTTP functions: how a request failed. Each is distinct, so
+// that a guest (and its SDK) can tell them apart; http_error_read gives the message.
+const (
+	StatusHTTPDenied           int32 = -10 // the URL, or a redirect hop's, is outside the grant; nothing was sent to it
+	StatusHTTPBlocked          int32 = -11 // the name resolved only to addresses the grant does not allow (private, loopback, ...)
+	StatusHTTPDNS              int32 = -12 // the name did not resolve
+	StatusHTTPRefused          int32 = -13 // the connection was refused
+	StatusHTTPTLS              int32 = -14 // the TLS handshake failed
+	StatusHTTPTimeout          int32 = -15 // the grant's timeout or the job's deadline passed
+	StatusHTTPTooLarge         int32 = -16 // the body passed max_response
+	StatusHTTPTooManyRequests  int32 = -17 // the run already started max_requests requests
+	StatusHTTPRateLimited      int32 = -18 // a wait for a limit of [http.limits] would pass the request's deadline
+	StatusHTTPCircuitOpen      int32 = -19 // reserved: the destination's circuit breaker is open
+	StatusHTTPConnection       int32 = -20 // the connection failed otherwise (reset, closed early, protocol error)
+	StatusHTTPTooManyRedirects int32 = -21 // more than 5 redirects
+)
+
 // Default limits per module, each overridable in the module's manifest.
 const (
 	DefaultTimeoutMs     = 30_000

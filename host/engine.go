@@ -29,6 +29,7 @@ import (
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
 	"github.com/wasmjobs/wasmjobs/abi"
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
 )
 
 // Config configures an Engine. The zero value is usable.
@@ -42,6 +43,9 @@ type Config struct {
 	// Logger receives what guests log when a job has no log sink of its own, and the
 	// engine's own warnings. Nil discards them.
 	Logger *slog.Logger
+	// HTTP holds the host's settings for modules' outbound HTTP: trusted roots
+	// (--http-ca) and, for tests, a resolver.
+	HTTP outbound.Options
 }
 
 // Engine compiles, validates and instantiates modules. It is safe for concurrent use.
@@ -53,6 +57,8 @@ type Engine struct {
 	wasiNames map[string]bool
 	// reclaiming is set while a reclaim is scheduled.
 	reclaiming atomic.Bool
+	// httpOpts are Config.HTTP.
+	httpOpts outbound.Options
 }
 
 // reclaim returns freed memory to the OS a second after a burst of stack overflows. An
@@ -79,7 +85,12 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{log: log}
+	e := &Engine{log: log, httpOpts: cfg.HTTP}
+	if e.httpOpts.Limiters == nil {
+		// One registry for the engine: a module's [http.limits] hold across its
+		// versions (reloads, canaries), keyed by its name.
+		e.httpOpts.Limiters = outbound.NewLimiters()
+	}
 	rc := wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(true)
 	if !cfg.NoCache {
 		dir := cfg.CacheDir

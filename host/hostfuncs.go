@@ -36,10 +36,13 @@ type callState struct {
 	dropped  int
 	abort    string // AssemblyScript's abort message
 	js       *jsVM  // the instance's JS VM, kept across calls; nil for an ABI v1 module
+	http     httpState
 }
 
-// reset prepares the state for a new call.
+// reset prepares the state for a new call. A session the last call left open is
+// closed: its requests, and their slots of [http.limits], end with the call.
 func (st *callState) reset(job *worker.Job, mod *Module, sink LogFunc) {
+	st.http.close()
 	*st = callState{
 		job:     job,
 		limits:  &mod.manifest.Limits,
@@ -47,6 +50,7 @@ func (st *callState) reset(job *worker.Job, mod *Module, sink LogFunc) {
 		sink:    sink,
 		delayMs: -1,
 		js:      st.js,
+		http:    httpState{client: mod.http},
 	}
 	if job != nil {
 		st.meta = [4]string{job.Envelope.ID, job.Envelope.Queue, mod.name, mod.version}

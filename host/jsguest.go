@@ -226,6 +226,8 @@ func newJSVM(ctx context.Context, inst *instance, m *Module, deadline time.Time)
 	defer cancel()
 	vm.deadline, vm.done = deadline, ctx.Done()
 	c := &callContext{Context: cctx, st: &inst.st}
+	// Requests the setup left open end with it, as a call's do (instance.call).
+	defer inst.st.http.close()
 	err := vm.setup(c, m)
 	inst.stdout.flush()
 	inst.stderr.flush()
@@ -453,6 +455,7 @@ func (vm *jsVM) runJob(ctx context.Context, deadline time.Time, timeout time.Dur
 	inst.ctx = cctx
 	c := &callContext{Context: cctx, st: &inst.st}
 	err := vm.drive(c)
+	inst.st.http.close() // requests the handler left open end with its job
 	inst.ctx = nil
 	inst.stdout.flush()
 	inst.stderr.flush()

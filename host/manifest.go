@@ -18,6 +18,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
@@ -110,6 +111,9 @@ type Manifest struct {
 	Dirs []Mount
 	// Rollout is how a new version of the module is put in service ([rollout]).
 	Rollout Rollout
+	// HTTP is the module's outbound HTTP grant ([http]); nil: no request leaves the
+	// sandbox.
+	HTTP *outbound.Grant
 
 	// RateLimit bounds how fast one host starts the module's jobs (rate, burst).
 	// Default: no bound.
@@ -196,6 +200,7 @@ type manifestDoc struct {
 	Env           any `toml:"env"`
 	Dirs          any `toml:"dirs"`
 	Rollout       any `toml:"rollout"`
+	HTTP          any `toml:"http"`
 
 	Rate     any `toml:"rate"`
 	Burst    any `toml:"burst"`
@@ -222,6 +227,7 @@ func (e *entryError) Error() string { return e.err.Error() }
 
 var manifestFields = map[string]manifestField{
 	"rollout": parseRollout,
+	"http":    parseHTTP,
 	"queue": func(m *Manifest, v value) (err error) {
 		if m.Queue, err = v.str(); err != nil {
 			return err

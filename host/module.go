@@ -20,6 +20,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wasmjobs/wasmjobs/abi"
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
 )
 
 // ErrInvalidModule is wrapped by every error that rejects a module at load.
@@ -40,6 +41,7 @@ type Module struct {
 	hasInit  bool   // exports wasmjobs_init
 	jsSource []byte // a JS handler's bundle (the JSSection); nil for an ABI v1 module
 	loadedAt time.Time
+	http     *outbound.Client // the [http] grant's client; nil without a grant
 
 	mu      sync.Mutex
 	idle    []*instance
@@ -120,9 +122,17 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 		compiled.Close(ctx)
 		return nil, invalid("%v", err)
 	}
+	if man.HTTP != nil {
+		opts := e.httpOpts
+		opts.Scope = name
+		m.http = outbound.NewClient(man.HTTP, opts)
+	}
 	inst, err := m.instantiate(ctx, time.Time{})
 	if err != nil {
 		compiled.Close(ctx)
+		if m.http != nil {
+			m.http.Close()
+		}
 		return nil, invalid("%v", err)
 	}
 	if man.Isolation == Fresh {
@@ -308,6 +318,7 @@ func (inst *instance) call(ctx context.Context, f api.Function, timeout time.Dur
 	defer cancel()
 	inst.ctx = cctx
 	res, err := f.Call(&callContext{Context: cctx, st: &inst.st})
+	inst.st.http.close() // requests the guest left open end with its call
 	inst.ctx = nil
 	inst.stdout.flush()
 	inst.stderr.flush()
@@ -452,6 +463,9 @@ func (m *Module) InUse() int {
 
 func (m *Module) closeCompiled(ctx context.Context) {
 	m.compiled.Close(ctx)
+	if m.http != nil {
+		m.http.Close()
+	}
 	close(m.closed)
 }
 

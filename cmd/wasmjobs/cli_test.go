@@ -117,6 +117,8 @@ func TestRunAndClientBadUsage(t *testing.T) {
 		{"run beyond loopback without token", nil, []string{"run", "--modules", dir, "--listen", "0.0.0.0:0"}, "--listen 0.0.0.0:0 is beyond loopback: set --token"},
 		{"run beyond loopback over plain HTTP", nil, []string{"run", "--modules", dir, "--listen", "0.0.0.0:0", "--token", "t"}, "--listen 0.0.0.0:0 is beyond loopback: give --tls-cert and --tls-key so that the token does not cross the network in clear, or --insecure-http"},
 		{"run with a certificate and no key", nil, []string{"run", "--modules", dir, "--tls-cert", file}, "--tls-cert and --tls-key go together"},
+		{"run with an HTTP CA file without a certificate", nil, []string{"run", "--modules", dir, "--http-ca", file}, "--http-ca " + file + ": no PEM certificate in it"},
+		{"run with a missing HTTP CA file", nil, []string{"run", "--modules", dir, "--http-ca", "/nope/ca.pem"}, "--http-ca: open /nope/ca.pem: no such file or directory"},
 		{"run with a bad log format", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--log-format", "xml"}, `--log-format "xml": want text or json`},
 		{"run with a bad log level", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--log-level", "loud"}, `--log-level "loud": want debug, info, warn or error`},
 		{"run with a bad backend", nil, []string{"run", "--modules", dir, "--listen", "127.0.0.1:0", "--backend", "redis://x"}, `--backend "redis://x": want pebble, memory or an amqp:// URL`},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/internal/api"
 	"github.com/wasmjobs/wasmjobs/internal/fleet"
 	"github.com/wasmjobs/wasmjobs/internal/metrics"
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/internal/ui"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
@@ -51,6 +53,7 @@ type runFlags struct {
 	tlsCert      string
 	tlsKey       string
 	insecureHTTP bool
+	httpCA       string
 
 	// The modules stream of a RabbitMQ fleet (internal/fleet).
 	moduleStream    string
@@ -71,7 +74,7 @@ var envDefaults = map[string]string{
 	"server": "WASMJOBS_SERVER", "data-dir": "WASMJOBS_DATA_DIR", "records-max": "WASMJOBS_RECORDS_MAX",
 	"records-max-age": "WASMJOBS_RECORDS_MAX_AGE", "backup-dir": "WASMJOBS_BACKUP_DIR",
 	"queue-type": "WASMJOBS_QUEUE_TYPE",
-	"tls-cert":   "WASMJOBS_TLS_CERT", "tls-key": "WASMJOBS_TLS_KEY",
+	"tls-cert":   "WASMJOBS_TLS_CERT", "tls-key": "WASMJOBS_TLS_KEY", "http-ca": "WASMJOBS_HTTP_CA",
 	"module-stream": "WASMJOBS_MODULE_STREAM", "trust-key": "WASMJOBS_TRUST_KEY", "host-id": "WASMJOBS_HOST_ID",
 }
 
@@ -160,6 +163,7 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	fl.StringVar(&f.token, "token", "", "bearer token the API requires (env WASMJOBS_TOKEN)")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate: serve the API and the dashboard over TLS (with --tls-key; env WASMJOBS_TLS_CERT)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert (env WASMJOBS_TLS_KEY)")
+	fl.StringVar(&f.httpCA, "http-ca", "", "PEM file of CA certificates that modules' outbound HTTPS ([http] grants) trusts besides the system's: an internal CA, a test server's certificate (env WASMJOBS_HTTP_CA)")
 	fl.BoolVar(&f.insecureHTTP, "insecure-http", false, "serve plain HTTP beyond loopback: the token then crosses the network in clear")
 	fl.IntVar(&f.history, "history", api.DefaultHistory, "recent jobs whose state GET /v1/jobs/{id} reports on the memory and RabbitMQ backends, and whose attempts the dashboard lists (env WASMJOBS_HISTORY)")
 	fl.StringVar(&f.moduleStream, "module-stream", fleet.DefaultStream, "on a RabbitMQ --backend: the stream of pushed modules (`wasmjobs modules push`) this host follows and writes into --modules; empty follows none (env WASMJOBS_MODULE_STREAM)")
@@ -394,6 +398,10 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if !isLoopback(f.listen) && f.tlsCert == "" && !f.insecureHTTP {
 		return usagef("--listen %s is beyond loopback: give --tls-cert and --tls-key so that the token does not cross the network in clear, or --insecure-http to serve plain HTTP all the same", f.listen)
 	}
+	httpRoots, err := httpRootsFrom(f.httpCA)
+	if err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, f.logFormat, f.logLevel)
 	if err != nil {
 		return err
@@ -467,7 +475,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		return fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
 	cleanups = append(cleanups, func(context.Context) { ln.Close() })
-	e, err := host.NewEngine(runCtx, host.Config{CacheDir: g.cacheDir, Logger: log})
+	e, err := host.NewEngine(runCtx, host.Config{CacheDir: g.cacheDir, Logger: log, HTTP: outbound.Options{RootCAs: httpRoots}})
 	if err != nil {
 		return err
 	}
@@ -798,4 +806,24 @@ func uploadValidator(e *host.Engine) func(ctx context.Context, name string, wasm
 		defer func() { <-sem }()
 		return e.Check(ctx, filepath.Base(name), wasm)
 	}
+}
+
+// httpRootsFrom returns the roots modules' outbound HTTPS trusts: the system's and
+// the certificates of the PEM file (--http-ca); nil (the system's alone) for no file.
+func httpRootsFrom(file string) (*x509.CertPool, error) {
+	if file == "" {
+		return nil, nil
+	}
+	pemData, err := os.ReadFile(file)
+	if err != nil {
+		return nil, usagef("--http-ca: %v", err)
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if !roots.AppendCertsFromPEM(pemData) {
+		return nil, usagef("--http-ca %s: no PEM certificate in it", file)
+	}
+	return roots, nil
 }

@@ -153,6 +153,8 @@ func Cases() []Case {
 	for _, oob := range []struct{ sel, fn string }{
 		{"a", "payload_read"}, {"b", "meta_read"}, {"c", "header_read"}, {"d", "header_read"}, {"e", "log"},
 		{"f", "set_reason"}, {"g", "output_write"}, {"h", "enqueue"}, {"i", "enqueue"}, {"j", "payload_read"}, {"k", "meta_read"},
+		{"l", "http_start"}, {"m", "http_error_read"}, {"n", "http_headers_read"}, {"o", "http_url_read"},
+		{"p", "http_body_read"}, {"q", "http_wait"}, {"r", "http_wait"},
 	} {
 		cases = append(cases, Case{Name: fmt.Sprintf("out-of-bounds pointer %s (%s)", oob.sel, oob.fn), Module: "hostile/oob",
 			Payload: oob.sel, Kind: "trap", Settle: "retry", Reason: "trap: invalid memory access in " + oob.fn})

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRunTrustsHTTPCA: a module granted https to a local server with a certificate of
+// its own reaches it when the host is given the certificate with --http-ca, and fails
+// with a TLS status without it.
+func TestRunTrustsHTTPCA(t *testing.T) {
+	t.Parallel()
+	certDir := t.TempDir()
+	cert, key := filepath.Join(certDir, "cert.pem"), filepath.Join(certDir, "key.pem")
+	writeSelfSigned(t, cert, key)
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Date"] = nil
+		fmt.Fprint(w, "hello over TLS")
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	url := "https://127.0.0.1:" + port + "/"
+
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  string
+	}{
+		{"with --http-ca", []string{"--http-ca", cert}, "200\nContent-Length: 14\nContent-Type: text/plain; charset=utf-8\nurl " + url + "\nhello over TLS"},
+		{"without", nil, "-14\nTLS failure: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "fetch.toml"), []byte("[http]\nallow = [\"https://127.0.0.1:"+port+"\"]\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			installModule(t, dir, "abi/http_get", "fetch", "v1")
+			h := startHost(t, dir, append([]string{"--backend", "memory"}, tc.flags...)...)
+			id := h.enqueueJSON(`{"queue":"fetch","payload":"` + url + `"}`)
+			var j jobView
+			waitFor(t, "the job to succeed", func() bool { j = h.job(id); return j.State == "succeeded" })
+			if !strings.HasPrefix(j.Output, tc.want) {
+				t.Fatalf("output %q, want it to start with %q", j.Output, tc.want)
+			}
+		})
+	}
+}

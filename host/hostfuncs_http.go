@@ -1,0 +1,316 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tetratelabs/wazero/api"
+
+	"github.com/wasmjobs/wasmjobs/abi"
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
+)
+
+// httpCall is a request of the current call, by its handle.
+type httpCall struct {
+	call   *outbound.Call
+	target string          // method and URL, for the job's log
+	err    *outbound.Error // the first failure seen (head or body), for http_error_read
+}
+
+// httpState is the outbound HTTP of one call: the module's client (nil: no grant),
+// the call's session, made at its first request, and its requests by handle.
+type httpState struct {
+	client  *outbound.Client
+	session *outbound.Session
+	calls   map[int32]*httpCall
+	next    int32
+}
+
+// close ends the call's requests left open: a request a guest never closes is closed
+// when its call ends.
+func (h *httpState) close() {
+	if h.session != nil {
+		h.session.Close()
+	}
+	h.session, h.calls, h.next = nil, nil, 0
+}
+
+// httpStatusOf is the ABI status of a failure's kind.
+func httpStatusOf(k outbound.Kind) int32 {
+	switch k {
+	case outbound.KindBadRequest:
+		return abi.StatusBadArgument
+	case outbound.KindDenied:
+		return abi.StatusHTTPDenied
+	case outbound.KindBlocked:
+		return abi.StatusHTTPBlocked
+	case outbound.KindDNS:
+		return abi.StatusHTTPDNS
+	case outbound.KindRefused:
+		return abi.StatusHTTPRefused
+	case outbound.KindTLS:
+		return abi.StatusHTTPTLS
+	case outbound.KindTimeout:
+		return abi.StatusHTTPTimeout
+	case outbound.KindTooLarge:
+		return abi.StatusHTTPTooLarge
+	case outbound.KindTooManyRequests:
+		return abi.StatusHTTPTooManyRequests
+	case outbound.KindRateLimited:
+		return abi.StatusHTTPRateLimited
+	case outbound.KindCircuitOpen:
+		return abi.StatusHTTPCircuitOpen
+	case outbound.KindTooManyRedirects:
+		return abi.StatusHTTPTooManyRedirects
+	case outbound.KindRequestTooLarge:
+		return abi.StatusLimitExceeded
+	}
+	return abi.StatusHTTPConnection
+}
+
+// fail records a request's failure (once, logged at the job with its reason) and
+// returns its status.
+func (st *callState) httpFail(c *httpCall, err error) int32 {
+	var e *outbound.Error
+	if !errors.As(err, &e) {
+		e = &outbound.Error{Kind: outbound.KindConnection, Msg: err.Error(), Err: err}
+	}
+	if c.err == nil {
+		c.err = e
+		st.emit(slog.LevelWarn, fmt.Sprintf("http %s: %v", c.target, e))
+	}
+	return httpStatusOf(e.Kind)
+}
+
+// parseHeaderLines reads "Name: value\n" lines (a CR before the LF is allowed; empty
+// lines are skipped; names may repeat).
+func parseHeaderLines(b []byte) (http.Header, bool) {
+	h := http.Header{}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		if line == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || name == "" {
+			return nil, false
+		}
+		h[http.CanonicalHeaderKey(name)] = append(h[http.CanonicalHeaderKey(name)], strings.Trim(value, " \t"))
+	}
+	return h, true
+}
+
+// headerLines renders response headers as "Name: value\n" lines, names sorted, each
+// value of a repeated name on its own line in the order received.
+func headerLines(h http.Header) []byte {
+	var b bytes.Buffer
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range h {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		for _, v := range h[k] {
+			b.WriteString(k)
+			b.WriteString(": ")
+			b.WriteString(v)
+			b.WriteByte('\n')
+		}
+	}
+	return b.Bytes()
+}
+
+// copyOut copies v to buf and returns v's full length (sizes first).
+func copyOut(buf []byte, v []byte) uint64 {
+	copy(buf, v)
+	return uint64(uint32(len(v)))
+}
+
+func init() {
+	fn := func(params []api.ValueType, f api.GoModuleFunc) hostFunc {
+		return hostFunc{funcType{params, []api.ValueType{i32}}, f}
+	}
+	// head waits for a handle's response head; it returns the call and either the
+	// response or a negative status.
+	head := func(ctx context.Context, st *callState, handle int32) (*httpCall, *http.Response, int32) {
+		c := st.http.calls[handle]
+		if c == nil {
+			return nil, nil, abi.StatusNotFound
+		}
+		resp, err := c.call.Head(ctx)
+		if err != nil {
+			return c, nil, st.httpFail(c, err)
+		}
+		return c, resp, 0
+	}
+	hostFuncs[abi.FuncHTTPStart] = fn([]api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+		method := guestBytes(mod, abi.FuncHTTPStart, stack[0], stack[1])
+		url := guestBytes(mod, abi.FuncHTTPStart, stack[2], stack[3])
+		headers := guestBytes(mod, abi.FuncHTTPStart, stack[4], stack[5])
+		body := guestBytes(mod, abi.FuncHTTPStart, stack[6], stack[7])
+		st := stateOf(ctx)
+		h := &st.http
+		if h.client == nil {
+			stack[0] = status(abi.StatusNotPermitted)
+			return
+		}
+		if len(headers) > outbound.MaxRequestHeader {
+			// Refused before parsing: the guest's lines are not copied.
+			st.emit(slog.LevelWarn, fmt.Sprintf("http_start: %d bytes of headers, past %d", len(headers), outbound.MaxRequestHeader))
+			stack[0] = status(abi.StatusLimitExceeded)
+			return
+		}
+		hdr, ok := parseHeaderLines(headers)
+		if !ok {
+			stack[0] = status(abi.StatusBadArgument)
+			return
+		}
+		if h.session == nil {
+			h.session = h.client.NewSession()
+			h.calls = map[int32]*httpCall{}
+		}
+		req := outbound.Request{Method: string(method), URL: string(url), Header: hdr}
+		if len(body) > 0 {
+			req.Body = body // Start checks its size, then copies it
+		}
+		call, err := h.session.Start(ctx, req)
+		if err != nil {
+			st.emit(slog.LevelWarn, fmt.Sprintf("http %s %s: %v", req.Method, req.URL, err))
+			var e *outbound.Error
+			if !errors.As(err, &e) {
+				stack[0] = status(abi.StatusBadArgument) // Start's errors are *Error; never a nil dereference
+				return
+			}
+			stack[0] = status(httpStatusOf(e.Kind))
+			return
+		}
+		handle := h.next
+		h.next++
+		hc := &httpCall{call: call, target: req.Method + " " + req.URL}
+		h.calls[handle] = hc
+		select {
+		case <-call.Done():
+			// Refused before anything was sent (a URL outside the grant): logged now,
+			// whether or not the guest ever reads the status.
+			if _, err := call.Head(ctx); err != nil {
+				st.httpFail(hc, err)
+			}
+		default:
+		}
+		stack[0] = uint64(uint32(handle))
+	})
+	hostFuncs[abi.FuncHTTPStatus] = fn([]api.ValueType{i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+		_, resp, s := head(ctx, stateOf(ctx), int32(stack[0]))
+		if resp != nil {
+			s = int32(resp.StatusCode)
+		}
+		stack[0] = status(s)
+	})
+	hostFuncs[abi.FuncHTTPErrorRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+		buf := guestBytes(mod, abi.FuncHTTPErrorRead, stack[1], stack[2])
+		c, _, _ := head(ctx, stateOf(ctx), int32(stack[0]))
+		if c == nil || c.err == nil {
+			stack[0] = status(abi.StatusNotFound)
+			return
+		}
+		stack[0] = copyOut(buf, []byte(c.err.Error()))
+	})
+	hostFuncs[abi.FuncHTTPHeadersRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+		buf := guestBytes(mod, abi.FuncHTTPHeadersRead, stack[1], stack[2])
+		_, resp, s := head(ctx, stateOf(ctx), int32(stack[0]))
+		if resp == nil {
+			stack[0] = status(s)
+			return
+		}
+		stack[0] = copyOut(buf, headerLines(resp.Header))
+	})
+	hostFuncs[abi.FuncHTTPURLRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+		buf := guestBytes(mod, abi.FuncHTTPURLRead, stack[1], stack[2])
+		_, resp, s := head(ctx, stateOf(ctx), int32(stack[0]))
+		if resp == nil {
+			stack[0] = status(s)
+			return
+		}
+		stack[0] = copyOut(buf, []byte(resp.Request.URL.String()))
+	})
+	hostFuncs[abi.FuncHTTPBodyRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+		buf := guestBytes(mod, abi.FuncHTTPBodyRead, stack[1], stack[2])
+		st := stateOf(ctx)
+		c, resp, s := head(ctx, st, int32(stack[0]))
+		switch {
+		case resp == nil:
+			stack[0] = status(s)
+			return
+		case len(buf) == 0:
+			stack[0] = status(abi.StatusBadArgument)
+			return
+		}
+		// The bytes go straight into the guest's buffer: the guest is in this call,
+		// and its memory cannot move under it.
+		n, err := c.call.Read(ctx, buf)
+		switch {
+		case n > 0:
+			stack[0] = uint64(uint32(n))
+		case errors.Is(err, io.EOF):
+			stack[0] = 0
+		default:
+			stack[0] = status(st.httpFail(c, err))
+		}
+	})
+	hostFuncs[abi.FuncHTTPClose] = fn([]api.ValueType{i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+		st := stateOf(ctx)
+		c := st.http.calls[int32(stack[0])]
+		if c == nil {
+			stack[0] = status(abi.StatusNotFound)
+			return
+		}
+		c.call.Close()
+		delete(st.http.calls, int32(stack[0]))
+		stack[0] = 0
+	})
+	hostFuncs[abi.FuncHTTPWait] = fn([]api.ValueType{i32, i32, i64}, func(ctx context.Context, mod api.Module, stack []uint64) {
+		n := uint64(uint32(stack[1]))
+		if 4*n > math.MaxUint32 {
+			panic(&memoryAccessError{fn: abi.FuncHTTPWait})
+		}
+		list := guestBytes(mod, abi.FuncHTTPWait, stack[0], 4*n)
+		timeoutMs := int64(stack[2])
+		st := stateOf(ctx)
+		// A list longer than the call may have requests is refused before anything is
+		// allocated for it: n could be a quarter of the guest's memory.
+		most := uint64(outbound.MaxRequestsLimit)
+		if st.http.client != nil {
+			most = uint64(st.http.client.Grant().MaxRequests)
+		}
+		if n == 0 || n > most {
+			stack[0] = status(abi.StatusBadArgument)
+			return
+		}
+		calls := make([]*outbound.Call, n)
+		for i := range calls {
+			b := list[4*i:]
+			handle := int32(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)
+			c := st.http.calls[handle]
+			if c == nil {
+				stack[0] = status(abi.StatusBadArgument)
+				return
+			}
+			calls[i] = c.call
+		}
+		timeout := time.Duration(-1)
+		if timeoutMs >= 0 {
+			timeout = time.Duration(min(timeoutMs, math.MaxInt64/int64(time.Millisecond))) * time.Millisecond
+		}
+		stack[0] = status(int32(outbound.Wait(ctx, calls, timeout)))
+	})
+}

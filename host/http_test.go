@@ -1,0 +1,306 @@
+package host_test
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/internal/jsbuild"
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// testResolver resolves the names of the HTTP tests: localhost and api.test, both to
+// 127.0.0.1.
+type testResolver struct{}
+
+func (testResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if host == "localhost" || host == "api.test" {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func httpEngine(t *testing.T, roots *x509.CertPool) *host.Engine {
+	t.Helper()
+	e, err := host.NewEngine(context.Background(), host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}, RootCAs: roots}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	return e
+}
+
+// countingServer is a loopback server counting the requests it received and the
+// handlers that have returned.
+type countingServer struct {
+	*httptest.Server
+	hits, ended atomic.Int64
+	port        string
+}
+
+func newCountingServer(t *testing.T, tls bool, h http.HandlerFunc) *countingServer {
+	t.Helper()
+	s := &countingServer{}
+	hf := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		defer s.ended.Add(1)
+		h(w, r)
+	})
+	if tls {
+		s.Server = httptest.NewTLSServer(hf)
+	} else {
+		s.Server = httptest.NewServer(hf)
+	}
+	t.Cleanup(s.Close)
+	_, s.port, _ = net.SplitHostPort(s.Listener.Addr().String())
+	return s
+}
+
+var bigBody = strings.Repeat("0123456789", 250) // 2,500 bytes: three reads of 1,000
+
+func echoHandler(w http.ResponseWriter, r *http.Request) {
+	w.Header()["Date"] = nil
+	w.Header().Set("Content-Type", "text/plain")
+	w.Header().Add("X-Echo", strings.Join(r.Header.Values("X-Test"), ","))
+	w.Header().Add("X-Multi", "1")
+	w.Header().Add("X-Multi", "2")
+	w.WriteHeader(203)
+	fmt.Fprint(w, bigBody)
+}
+
+func runPayload(m *host.Module, payload string) host.Execution {
+	job := &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), []byte(payload)), Attempt: 1, MaxAttempts: 3}
+	return m.Run(context.Background(), job, nil)
+}
+
+// TestHTTPGetThroughTheABI: a granted GET returns its status, headers (repeated names
+// kept), final URL and body, read in pieces; refusals are statuses with a message,
+// never traps, and the refused target receives nothing.
+func TestHTTPGetThroughTheABI(t *testing.T) {
+	t.Parallel()
+	srv := newCountingServer(t, false, echoHandler)
+	tlsSrv := newCountingServer(t, true, echoHandler)
+	roots := x509.NewCertPool()
+	roots.AddCert(tlsSrv.Certificate())
+	e := httpEngine(t, roots)
+	redirector := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		to := map[string]string{"/away": "http://127.0.0.1:" + srv.port + "/", "/meta": "http://169.254.169.254/latest/meta-data/",
+			"/ok": "http://localhost:" + srv.port + "/landed"}[r.URL.Path]
+		http.Redirect(w, r, to, http.StatusFound)
+	})
+	grant := fmt.Sprintf(`[http]
+allow = ["http://localhost:%s", "http://localhost:%s", "http://api.test:%s", "https://127.0.0.1:%s"]
+`, srv.port, redirector.port, srv.port, tlsSrv.port)
+	m := loadFile(t, e, "abi/http_get", grant)
+	ungranted := loadFile(t, e, "abi/http_get", "")
+	headers := "Content-Type: text/plain\nX-Echo: a,b\nX-Multi: 1\nX-Multi: 2\n"
+	for _, tc := range []struct {
+		name   string
+		mod    *host.Module
+		url    string
+		output string // prefix of the output
+		target *countingServer
+		hits   int64 // requests the target must receive
+	}{
+		{"granted", m, "http://localhost:" + srv.port + "/a?b", "203\n" + headers + "url http://localhost:" + srv.port + "/a?b\n" + bigBody, srv, 1},
+		{"https with the test's root", m, "https://127.0.0.1:" + tlsSrv.port + "/", "203\n" + headers + "url https://127.0.0.1:" + tlsSrv.port + "/\n" + bigBody, tlsSrv, 1},
+		{"redirect inside the grant", m, "http://localhost:" + redirector.port + "/ok", "203\n" + headers + "url http://localhost:" + srv.port + "/landed\n" + bigBody, srv, 1},
+		{"no grant", ungranted, "http://localhost:" + srv.port + "/", "start -4", srv, 0},
+		{"ungranted host", m, "http://127.0.0.1:" + srv.port + "/", "-10\ndenied: http://127.0.0.1:" + srv.port + " is not granted", srv, 0},
+		{"ungranted port", m, "http://localhost:1/", "-10\ndenied: http://localhost:1 is not granted", srv, 0},
+		{"granted name resolving to 127.0.0.1", m, "http://api.test:" + srv.port + "/", "-11\nblocked address: ", srv, 0},
+		{"redirect to an ungranted host", m, "http://localhost:" + redirector.port + "/away", "-10\ndenied: ", srv, 0},
+		{"redirect to the metadata address", m, "http://localhost:" + redirector.port + "/meta", "-10\ndenied: ", srv, 0},
+		{"bad URL", m, "not a url", "start -2", srv, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.target.hits.Load()
+			x := runPayload(tc.mod, tc.url)
+			if x.Kind != host.KindAck || !strings.HasPrefix(string(x.Output), tc.output) {
+				t.Fatalf("kind %s %s, output\n%q\nwant prefix\n%q", x.Kind, x.Reason, x.Output, tc.output)
+			}
+			if strings.HasPrefix(tc.output, "203") && len(x.Output) != len(tc.output) {
+				t.Fatalf("output %q has more than %q", x.Output, tc.output)
+			}
+			if n := tc.target.hits.Load() - before; n != tc.hits {
+				t.Fatalf("the target received %d requests, want %d", n, tc.hits)
+			}
+			if tc.hits == 0 && tc.mod == m && (len(x.Logs) == 0 || !strings.HasPrefix(x.Logs[0].Msg, "http GET "+tc.url)) {
+				t.Fatalf("logs %+v: want the refusal logged at the job", x.Logs)
+			}
+		})
+	}
+}
+
+// TestHTTPHostileServersAndGuests: each ends in its documented status within the
+// job's bounds, and leaves no request open (goleak in TestMain checks goroutines).
+func TestHTTPHostileServersAndGuests(t *testing.T) {
+	t.Parallel()
+	e := httpEngine(t, nil)
+	never := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	huge := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 64<<10)
+		for r.Context().Err() == nil {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+		}
+	})
+	quick := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+	grant := `[http]
+allow = ["http://127.0.0.1:1-65535"]
+max_requests = 3
+max_response = "4KiB"
+timeout = "2s"
+`
+	get := loadFile(t, e, "abi/http_get", grant)
+	flood := loadFile(t, e, "hostile/http_flood", grant)
+	hang := loadFile(t, e, "hostile/http_flood", "timeout = \"300ms\"\n[http]\nallow = [\"http://127.0.0.1:1-65535\"]\n")
+
+	t.Run("never answers", func(t *testing.T) {
+		x := runPayload(get, never.URL+"/")
+		if x.Kind != host.KindAck || !strings.HasPrefix(string(x.Output), "-15\ntimeout: ") {
+			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
+		}
+	})
+	t.Run("huge body", func(t *testing.T) {
+		x := runPayload(get, huge.URL+"/")
+		out := string(x.Output)
+		body, _ := strings.CutPrefix(out[strings.Index(out, "url "):], "url "+huge.URL+"/\n")
+		if x.Kind != host.KindAck || !strings.HasPrefix(out, "200\n") || body != strings.Repeat("\x00", 4096)+"\nbody -16" {
+			t.Fatalf("%s %s: output %d bytes ending %q", x.Kind, x.Reason, len(out), out[max(0, len(out)-20):])
+		}
+	})
+	t.Run("too many requests, never closed", func(t *testing.T) {
+		before, hits := never.ended.Load(), never.hits.Load()
+		x := runPayload(flood, "o"+never.URL+"/")
+		if x.Kind != host.KindAck || string(x.Output) != "3 -17" {
+			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
+		}
+		// The guest waits 1 s for a head, so its requests mostly reach the server
+		// first; on a loaded machine one may still be connecting when the job ends.
+		// None is ever past max_requests, and each that arrived ends with the job.
+		n := never.hits.Load() - hits
+		if n > 3 {
+			t.Fatalf("the server received %d requests, want at most 3", n)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for never.ended.Load()-before < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of the job's %d requests that arrived ended at the server", never.ended.Load()-before, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	t.Run("two at once", func(t *testing.T) {
+		x := runPayload(flood, "w"+quick.URL+"/")
+		if x.Kind != host.KindAck || (string(x.Output) != "0 200 200" && string(x.Output) != "1 200 200") {
+			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
+		}
+	})
+	t.Run("poll", func(t *testing.T) {
+		if x := runPayload(flood, "p"+never.URL+"/"); x.Kind != host.KindAck || string(x.Output) != "-1" {
+			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
+		}
+	})
+	t.Run("a denial the guest never reads is logged", func(t *testing.T) {
+		x := runPayload(flood, "phttps://127.0.0.1:1/")
+		if x.Kind != host.KindAck || len(x.Logs) == 0 || !strings.Contains(x.Logs[0].Msg, "denied: https://127.0.0.1:1 is not granted") {
+			t.Fatalf("%s %s %q, logs %+v: want the denial logged", x.Kind, x.Reason, x.Output, x.Logs)
+		}
+	})
+	t.Run("a wait list longer than max_requests", func(t *testing.T) {
+		if x := runPayload(flood, "l"+never.URL+"/"); x.Kind != host.KindAck || string(x.Output) != "-2" {
+			t.Fatalf("%s %s %q, want -2", x.Kind, x.Reason, x.Output)
+		}
+	})
+	t.Run("a hanging request ends at the job's deadline", func(t *testing.T) {
+		x := runPayload(hang, "h"+never.URL+"/")
+		if x.Kind != host.KindTimeout || x.Duration > 3*time.Second {
+			t.Fatalf("%s %s after %v", x.Kind, x.Reason, x.Duration)
+		}
+	})
+}
+
+// TestJSHandlerRequestsEndWithTheirCall: a JS module (here a stand-in for the engine
+// that imports http_start) has its requests closed when its VM's setup ends and when
+// each job ends, as an ABI v1 module's are: none holds a connection, or a slot of
+// [http.limits], past its call.
+func TestJSHandlerRequestsEndWithTheirCall(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	never := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200) // the head; the body never comes
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	t.Cleanup(func() { close(release) }) // before the server's Close, if the requests leaked
+	e := httpEngine(t, nil)
+	wasm, err := os.ReadFile(filepath.Join(abitest.Dir(), "hostile", "js_http_leak.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, err := host.ParseManifest("js.toml", []byte(fmt.Sprintf("timeout = \"2s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\ntimeout = \"1h\"\n", never.port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.Load(context.Background(), "jsleak", jsbuild.Module(wasm, []byte(never.URL+"/")), man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Retire)
+	x := runPayload(m, "")
+	if x.Kind != host.KindTrap {
+		t.Fatalf("%s %s, want the stand-in's trap (it never settles)", x.Kind, x.Reason)
+	}
+	// Load's VM setup started one request (its instance then ran the job), the job
+	// one; each waited for its head.
+	if n := never.hits.Load(); n != 2 {
+		t.Fatalf("the server received %d requests, want 2", n)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for never.ended.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d requests ended at the server after their calls ended", never.ended.Load(), never.hits.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestHTTPLimitsOutliveAReload: [http.limits] bound the module on this host, not one
+// loaded version of it: a reload (or a canary beside the current version) takes from
+// the same bucket.
+func TestHTTPLimitsOutliveAReload(t *testing.T) {
+	t.Parallel()
+	srv := newCountingServer(t, false, echoHandler)
+	e := httpEngine(t, nil)
+	grant := fmt.Sprintf("[http]\nallow = [\"http://localhost:%s\"]\ntimeout = \"300ms\"\n[http.limits.\"http://localhost:%s\"]\nrate = \"1/h\"\n", srv.port, srv.port)
+	first := loadFile(t, e, "abi/http_get", grant)
+	if x := runPayload(first, "http://localhost:"+srv.port+"/"); !strings.HasPrefix(string(x.Output), "203\n") {
+		t.Fatalf("the first request: %s %s %q", x.Kind, x.Reason, x.Output)
+	}
+	reloaded := loadFile(t, e, "abi/http_get", grant)
+	if x := runPayload(reloaded, "http://localhost:"+srv.port+"/"); !strings.HasPrefix(string(x.Output), "-18\n") {
+		t.Fatalf("after a reload: %s %s %q, want -18 (the bucket is empty)", x.Kind, x.Reason, x.Output)
+	}
+	if n := srv.hits.Load(); n != 1 {
+		t.Fatalf("the server received %d requests, want 1", n)
+	}
+}

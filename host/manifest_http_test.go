@@ -1,0 +1,49 @@
+package host_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/host"
+)
+
+// TestHTTPManifest reads the [http] grant, and refuses a bad one with the line of the
+// key at fault, like every manifest error.
+func TestHTTPManifest(t *testing.T) {
+	t.Setenv("WASMJOBS_TEST_API_KEY", "k")
+	m, err := host.ParseManifest("m.toml", []byte(`queue = "q"
+[http]
+allow = ["https://api.example.com", "http://127.0.0.1:9000"]
+timeout = "10s"
+[http.headers."https://api.example.com"]
+Authorization = "Bearer ${env:WASMJOBS_TEST_API_KEY}"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.HTTP == nil || len(m.HTTP.Allow) != 2 || m.HTTP.Timeout != 10*time.Second || m.HTTP.Allow[0].Header.Get("Authorization") != "Bearer k" {
+		t.Fatalf("grant %+v", m.HTTP)
+	}
+	if m, err := host.ParseManifest("m.toml", []byte(`queue = "q"`)); err != nil || m.HTTP != nil {
+		t.Fatalf("no [http]: grant %+v, %v; want none", m.HTTP, err)
+	}
+	for _, tc := range []struct{ name, text, err string }{
+		{"bare * scheme", "queue = \"q\"\n[http]\nallow = [\"*://x.example\"]",
+			`m.toml:3:1: field http.allow: "*://x.example": the scheme must be named (http or https), not *`},
+		{"unknown key", "[http]\nallow = [\"https://x.example\"]\n\nretry = 3",
+			"m.toml:4:1: field http.retry: unknown http setting (known: allow, headers, idempotency_header, limits, max_request_body, max_requests, max_response, outage_wait, timeout)"},
+		{"unset variable", "[http]\nallow = [\"https://x.example\"]\n[http.headers.\"https://x.example\"]\nX-Key = \"${env:WASMJOBS_TEST_UNSET}\"",
+			"m.toml:4:1: field http.headers.https://x.example.X-Key: environment variable WASMJOBS_TEST_UNSET is not set (referenced as ${env:WASMJOBS_TEST_UNSET})"},
+		{"headers of no entry", "[http]\nallow = [\"https://x.example\"]\n[http.headers.\"https://y.example\"]\nX = \"1\"",
+			`m.toml:3:2: field http.headers.https://y.example: "https://y.example" is not an entry of allow (https://x.example:443)`},
+		{"an entry twice", "queue = \"q\"\n[http]\nallow = [\"https://x.example\", \"https://x.example:443\"]",
+			`m.toml:3:1: field http.allow: "https://x.example:443" is https://x.example:443 again (entry 1): list each entry once`},
+		{"not a table", "http = \"yes\"", `m.toml:1:1: field http: want a table such as [http] then allow = ["https://api.example.com"], got "yes"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := host.ParseManifest("m.toml", []byte(tc.text)); err == nil || err.Error() != tc.err {
+				t.Fatalf("err  %v\nwant %s", err, tc.err)
+			}
+		})
+	}
+}

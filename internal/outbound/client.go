@@ -1,0 +1,315 @@
+package outbound
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"code.dny.dev/ssrf"
+	"golang.org/x/time/rate"
+)
+
+// Resolver resolves host names; *net.Resolver is one. Tests give their own to make a
+// name resolve where they want.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Options are the host's settings for every grant's client.
+type Options struct {
+	// RootCAs are the trusted roots for https; nil means the system's.
+	RootCAs *x509.CertPool
+	// Resolver resolves host names; nil means net.DefaultResolver.
+	Resolver Resolver
+	// Limiters holds the limiters of [http.limits], shared by every client of one
+	// Scope (a module's versions, a reload and a canary); nil means the client's own.
+	Limiters *Limiters
+	// Scope names whose limits a client takes from Limiters: the module's name.
+	Scope string
+}
+
+// Limiters holds the token buckets and concurrency caps of [http.limits] by scope and
+// entry, so that a module's limits hold on the host across its versions: a reload
+// does not refill a bucket, a canary beside the current version does not double it.
+// A limit whose values change (a reload with another rate) starts afresh. It is safe
+// for concurrent use.
+type Limiters struct {
+	mu sync.Mutex
+	m  map[limiterKey]*entryLimit
+}
+
+type limiterKey struct {
+	scope, entry string
+	limit        Limit
+}
+
+// NewLimiters returns an empty registry.
+func NewLimiters() *Limiters { return &Limiters{m: map[limiterKey]*entryLimit{}} }
+
+// get returns scope's limiter of e, made at its first use.
+func (r *Limiters) get(scope string, e *Entry) *entryLimit {
+	k := limiterKey{scope, e.String(), *e.Limit}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.m[k]
+	if l == nil {
+		l = newEntryLimit(e.Limit)
+		r.m[k] = l
+	}
+	return l
+}
+
+func newEntryLimit(lim *Limit) *entryLimit {
+	l := &entryLimit{}
+	if lim.PerSecond > 0 {
+		l.bucket = rate.NewLimiter(rate.Limit(lim.PerSecond), max(lim.Burst, 1))
+	}
+	if lim.Concurrency > 0 {
+		l.slots = make(chan struct{}, lim.Concurrency)
+	}
+	return l
+}
+
+// Client makes the requests of one module under its grant. It holds two transports,
+// each with its own connection pool: a strict one for name URLs, whose dialer refuses
+// every non-global address, and one for the URLs that name an IP literal, a CIDR or
+// localhost the grant names, whose dialer allows those prefixes too. A Guardian's
+// allow list applies to every connection it guards, so the two never share one.
+// A Client is safe for concurrent use; Close it when the module is retired.
+type Client struct {
+	grant           *Grant
+	strict, private *http.Transport
+	client          *http.Client
+	limits          map[*Entry]*entryLimit
+}
+
+// entryLimit enforces an entry's [http.limits] for the client's requests: a token
+// bucket and a concurrency cap, each waited on under the request's context (the job's
+// deadline and the grant's timeout).
+type entryLimit struct {
+	bucket *rate.Limiter // nil: no rate limit
+	slots  chan struct{} // nil: no concurrency cap
+}
+
+// NewClient returns the client of grant.
+func NewClient(grant *Grant, opts Options) *Client {
+	res := opts.Resolver
+	if res == nil {
+		res = net.DefaultResolver
+	}
+	var v4, v6 []netip.Prefix
+	for _, e := range grant.Allow {
+		switch {
+		case e.kind == hostLocalhost:
+			v4 = append(v4, netip.MustParsePrefix("127.0.0.0/8"))
+			v6 = append(v6, netip.MustParsePrefix("::1/128"))
+		case e.private() && e.prefix.Addr().Is4():
+			v4 = append(v4, e.prefix)
+		case e.private():
+			v6 = append(v6, e.prefix)
+		}
+	}
+	// Ports are checked against the grant in layer 1; ssrf's default allows only 80
+	// and 443. WithAllowedV6Prefixes with no prefix keeps IPv6 to global unicast.
+	strict := ssrf.New(ssrf.WithAnyPort())
+	private := ssrf.New(ssrf.WithAnyPort(), ssrf.WithAllowedV4Prefixes(v4...), ssrf.WithAllowedV6Prefixes(v6...))
+	c := &Client{grant: grant, strict: newTransport(strict, res, opts.RootCAs), private: newTransport(private, res, opts.RootCAs),
+		limits: map[*Entry]*entryLimit{}}
+	reg := opts.Limiters
+	if reg == nil {
+		reg = NewLimiters()
+	}
+	for _, e := range grant.Allow {
+		if e.Limit != nil {
+			c.limits[e] = reg.get(opts.Scope, e)
+		}
+	}
+	c.client = &http.Client{
+		Transport: (*grantTransport)(c),
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) > MaxRedirects {
+				return &Error{Kind: KindTooManyRedirects, Msg: fmt.Sprintf("stopped after %d redirects", MaxRedirects)}
+			}
+			// The hop is checked here, before anything is sent to it (and again in
+			// RoundTrip).
+			_, err := grant.Match(req.URL)
+			return err
+		},
+	}
+	return c
+}
+
+// Close closes the idle connections of both pools.
+func (c *Client) Close() {
+	c.strict.CloseIdleConnections()
+	c.private.CloseIdleConnections()
+}
+
+// grantTransport routes each request, first or redirect hop, through the transport
+// its matching entry calls for, and adds the entry's headers.
+type grantTransport Client
+
+func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	e, err := t.grant.Match(req.URL)
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	tr := t.strict
+	if e.private() {
+		tr = t.private
+	}
+	release := func() {}
+	if l := t.limits[e]; l != nil {
+		var err error
+		if release, err = l.acquire(req.Context(), e); err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, err
+		}
+	}
+	if len(e.Header) > 0 {
+		// A RoundTripper must not change the request it was given. The entry's
+		// headers go only to the entry's destinations: a redirect elsewhere does not
+		// carry them, since each hop comes here again.
+		req = req.Clone(req.Context())
+		for k, vs := range e.Header {
+			req.Header[k] = vs
+		}
+	}
+	// The slot is given back once: when the body is closed or read to its end, or
+	// when the request's context ends, whichever comes first, so that no body left
+	// unclosed holds it.
+	release = sync.OnceFunc(release)
+	stop := context.AfterFunc(req.Context(), release)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		stop()
+		release()
+		return nil, err
+	}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: func() { stop(); release() }}
+	return resp, nil
+}
+
+// acquire waits for the entry's bucket and a concurrency slot under ctx; a wait that
+// would pass ctx's deadline fails at once as rate limited. release gives the slot
+// back.
+func (l *entryLimit) acquire(ctx context.Context, e *Entry) (release func(), err error) {
+	if l.bucket != nil {
+		if err := l.bucket.Wait(ctx); err != nil {
+			return nil, &Error{Kind: KindRateLimited, Msg: fmt.Sprintf("the rate limit of %s (%g/s) would hold the request past its deadline", e, e.Limit.PerSecond), Err: err}
+		}
+	}
+	if l.slots == nil {
+		return func() {}, nil
+	}
+	select {
+	case l.slots <- struct{}{}:
+		return func() { <-l.slots }, nil
+	case <-ctx.Done():
+		return nil, &Error{Kind: KindRateLimited, Msg: fmt.Sprintf("no concurrency slot of %s (%d) came free before the deadline", e, e.Limit.Concurrency), Err: ctx.Err()}
+	}
+}
+
+// releasingBody gives the request's concurrency slot back when its body is closed or
+// read to its end.
+type releasingBody struct {
+	io.ReadCloser
+	release func()
+}
+
+func (b *releasingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.release()
+	}
+	return n, err
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
+}
+
+func newTransport(g *ssrf.Guardian, res Resolver, roots *x509.CertPool) *http.Transport {
+	d := &net.Dialer{
+		Timeout: 30 * time.Second, // the request's context bounds it sooner
+		Control: func(network, address string, c syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return &Error{Kind: KindBlocked, Msg: fmt.Sprintf("cannot parse address %s", address), Err: err}
+			}
+			// ssrf takes an IPv4-mapped address down its IPv6 path, where it is
+			// outside global unicast; unmapped, it is judged as the IPv4 address it is,
+			// by the same lists as a plain IPv4 address.
+			ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			if err := g.Safe(network, ap.String(), c); err != nil {
+				return &Error{Kind: KindBlocked, Msg: fmt.Sprintf("address %s is not allowed (a granted name must resolve to public addresses)", ap.Addr()), Err: err}
+			}
+			return nil
+		},
+	}
+	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(address)
+		if err != nil {
+			return nil, err
+		}
+		var addrs []netip.Addr
+		if a, err := netip.ParseAddr(host); err == nil {
+			addrs = []netip.Addr{a}
+		} else if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+			// localhost is the loopback (RFC 6761), never what a resolver (a hosts
+			// file, a DNS server) may say of it.
+			addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
+		} else {
+			addrs, err = res.LookupNetIP(ctx, "ip", host)
+			if err != nil {
+				return nil, &Error{Kind: KindDNS, Msg: fmt.Sprintf("resolve %s: %v", host, err), Err: err}
+			}
+			if len(addrs) == 0 {
+				return nil, &Error{Kind: KindDNS, Msg: fmt.Sprintf("%s has no addresses", host)}
+			}
+		}
+		// Each address is dialled, and checked by the dialer's control hook, in turn;
+		// the first connection wins.
+		var errs []error
+		for _, a := range addrs {
+			conn, err := d.DialContext(ctx, network, net.JoinHostPort(a.Unmap().String(), port))
+			if err == nil {
+				return conn, nil
+			}
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		return nil, errors.Join(errs...)
+	}
+	return &http.Transport{
+		Proxy:                  nil, // a proxy would hide the destination from the checks
+		DialContext:            dial,
+		TLSClientConfig:        &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           256,
+		MaxIdleConnsPerHost:    64,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		MaxResponseHeaderBytes: 1 << 20, // a head is held in memory whole
+		ExpectContinueTimeout:  time.Second,
+	}
+}

@@ -1,0 +1,689 @@
+package outbound_test
+
+import (
+	"compress/gzip"
+	"context"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
+)
+
+// TestMain fails the package if a request's goroutine, or a connection's, outlives
+// its test.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// server is a loopback test server counting the requests it receives.
+type server struct {
+	*httptest.Server
+	hits atomic.Int64
+	port string
+}
+
+func newServer(t *testing.T, h http.HandlerFunc) *server {
+	t.Helper()
+	s := &server{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.hits.Add(1)
+		h(w, r)
+	}))
+	t.Cleanup(s.Close)
+	_, s.port, _ = net.SplitHostPort(s.Listener.Addr().String())
+	return s
+}
+
+func ok(w http.ResponseWriter, r *http.Request) {
+	w.Header().Add("X-Multi", "a")
+	w.Header().Add("X-Multi", "b")
+	w.WriteHeader(201)
+	fmt.Fprintf(w, "hello %s %s auth=%q", r.Method, r.URL.Path, r.Header.Get("Authorization"))
+}
+
+// resolver resolves names from a map; anything else fails.
+type resolver map[string]string
+
+func (r resolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	a, ok := r[host]
+	if !ok {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	return []netip.Addr{netip.MustParseAddr(a)}, nil
+}
+
+// session parses text's [http] table (PORT, A and B replaced) and returns a session of
+// a new client, both closed with the test.
+func session(t *testing.T, text string, opts outbound.Options, repl ...string) *outbound.Session {
+	t.Helper()
+	g, err := parse(t, strings.NewReplacer(repl...).Replace(text), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Resolver == nil {
+		opts.Resolver = resolver{"localhost": "127.0.0.1"}
+	}
+	c := outbound.NewClient(g, opts)
+	s := c.NewSession()
+	t.Cleanup(func() { s.Close(); c.Close() })
+	return s
+}
+
+// do runs one request to its head and reads the whole body.
+func do(t *testing.T, s *outbound.Session, method, url string, h http.Header) (*http.Response, string, error) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := s.Start(ctx, outbound.Request{Method: method, URL: url, Header: h})
+	if err != nil {
+		return nil, "", err
+	}
+	defer c.Close()
+	resp, herr := c.Head(ctx)
+	if herr != nil {
+		return nil, "", herr
+	}
+	var body []byte
+	// A first read of 7 bytes shows a body read in pieces; then 32 KiB at a time,
+	// so that a megabyte is read in a few dozen calls even on a loaded machine.
+	buf := make([]byte, 7)
+	for {
+		n, err := c.Read(ctx, buf)
+		body = append(body, buf[:n]...)
+		if len(buf) == 7 {
+			buf = make([]byte, 32<<10)
+		}
+		if err == io.EOF {
+			return resp, string(body), nil
+		}
+		if err != nil {
+			return resp, string(body), err
+		}
+	}
+}
+
+func TestGrantedLoopbackCalls(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, ok)
+	for _, allow := range []string{`"http://127.0.0.1:PORT"`, `"http://127.0.0.0/8:PORT"`, `"http://localhost:PORT"`, `"http://127.0.0.1:1-65535"`} {
+		t.Run(allow, func(t *testing.T) {
+			s := session(t, "[http]\nallow = ["+allow+"]\n", outbound.Options{}, "PORT", srv.port)
+			host := "127.0.0.1"
+			if strings.Contains(allow, "localhost") {
+				host = "localhost"
+			}
+			resp, body, err := do(t, s, "POST", "http://"+host+":"+srv.port+"/x", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != 201 || body != `hello POST /x auth=""` || strings.Join(resp.Header.Values("X-Multi"), ",") != "a,b" {
+				t.Fatalf("status %d body %q headers %v", resp.StatusCode, body, resp.Header)
+			}
+		})
+	}
+}
+
+func TestRefusedRequestsReachNothing(t *testing.T) {
+	t.Parallel()
+	target := newServer(t, ok) // counts what reaches it: nothing may
+	redirect := func(to string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, to, http.StatusFound) }
+	}
+	tp := target.port
+	for _, tc := range []struct {
+		name, allow, url string
+		redirectTo       string // a redirector at the URL sends here
+		kind             outbound.Kind
+	}{
+		{"ungranted host", `"http://localhost:T"`, "http://127.0.0.1:T/", "", outbound.KindDenied},
+		{"ungranted port", `"http://127.0.0.1:1"`, "http://127.0.0.1:T/", "", outbound.KindDenied},
+		{"ungranted scheme", `"https://127.0.0.1:T"`, "http://127.0.0.1:T/", "", outbound.KindDenied},
+		{"granted name resolving to 127.0.0.1", `"http://api.test:T"`, "http://api.test:T/", "", outbound.KindBlocked},
+		{"IPv4-mapped loopback under *", `"http://*:T"`, "http://[::ffff:127.0.0.1]:T/", "", outbound.KindBlocked},
+		{"loopback literal under *", `"http://*:T"`, "http://127.0.0.1:T/", "", outbound.KindBlocked},
+		{"redirect to an ungranted host", `"http://localhost:R"`, "http://localhost:R/", "http://127.0.0.1:T/", outbound.KindDenied},
+		{"redirect to the metadata address", `"http://localhost:R"`, "http://localhost:R/", "http://169.254.169.254/latest/meta-data/", outbound.KindDenied},
+		// Under a name grant (*), a hop to a loopback literal or a name that resolves
+		// to loopback goes through the strict dialer, though the redirector is reached
+		// through the localhost one.
+		{"redirect to 127.0.0.1 under *", `"http://localhost:R", "http://*:1-65535"`, "http://localhost:R/", "http://127.0.0.1:T/", outbound.KindBlocked},
+		{"redirect to the metadata address under *", `"http://localhost:R", "http://*:1-65535"`, "http://localhost:R/", "http://169.254.169.254/", outbound.KindBlocked},
+		{"redirect to a name resolving to 127.0.0.1", `"http://localhost:R", "http://api.test:T"`, "http://localhost:R/", "http://api.test:T/", outbound.KindBlocked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rp := "0"
+			if tc.redirectTo != "" {
+				rp = newServer(t, redirect(strings.ReplaceAll(tc.redirectTo, ":T", ":"+tp))).port
+			}
+			repl := []string{"R", rp, "T", tp}
+			s := session(t, "[http]\nallow = ["+strings.NewReplacer(repl...).Replace(tc.allow)+"]\n",
+				outbound.Options{Resolver: resolver{"localhost": "127.0.0.1", "api.test": "127.0.0.1"}})
+			before := target.hits.Load()
+			_, _, err := do(t, s, "GET", strings.NewReplacer(":T", ":"+tp, ":R", ":"+rp).Replace(tc.url), nil)
+			if !isKind(err, tc.kind) {
+				t.Fatalf("err %v, want %s", err, tc.kind)
+			}
+			if n := target.hits.Load() - before; n != 0 {
+				t.Fatalf("the target received %d requests", n)
+			}
+		})
+	}
+}
+
+func TestHTTPSWithTheTestRoot(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewTLSServer(http.HandlerFunc(ok))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	url := "https://127.0.0.1:" + port + "/s"
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	s := session(t, "[http]\nallow = [\"https://127.0.0.1:P\"]\n", outbound.Options{RootCAs: roots}, "P", port)
+	if resp, body, err := do(t, s, "GET", url, nil); err != nil || resp.StatusCode != 201 || body != `hello GET /s auth=""` {
+		t.Fatalf("%v %q %v", resp, body, err)
+	}
+	// Without the test's root the handshake fails, as a TLS error.
+	s = session(t, "[http]\nallow = [\"https://127.0.0.1:P\"]\n", outbound.Options{}, "P", port)
+	if _, _, err := do(t, s, "GET", url, nil); !isKind(err, outbound.KindTLS) {
+		t.Fatalf("err %v, want a TLS failure", err)
+	}
+}
+
+func TestHostHeadersGoOnlyToTheirEntry(t *testing.T) {
+	t.Parallel()
+	other := newServer(t, ok)
+	api := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/away" {
+			http.Redirect(w, r, "http://localhost:"+other.port+"/landed", http.StatusFound)
+			return
+		}
+		ok(w, r)
+	})
+	s := session(t, `[http]
+allow = ["http://127.0.0.1:PA", "http://localhost:PO"]
+[http.headers."http://127.0.0.1:PA"]
+Authorization = "Bearer k"
+`, outbound.Options{}, "PA", api.port, "PO", other.port)
+	if _, body, err := do(t, s, "GET", "http://127.0.0.1:"+api.port+"/", http.Header{"Authorization": {"guest's"}}); err != nil || body != `hello GET / auth="Bearer k"` {
+		t.Fatalf("%q %v", body, err)
+	}
+	if _, body, err := do(t, s, "GET", "http://127.0.0.1:"+api.port+"/away", nil); err != nil || body != `hello GET /landed auth=""` {
+		t.Fatalf("after a redirect to another entry: %q %v", body, err)
+	}
+}
+
+func TestBadRequestsAreRefusedBeforeSending(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, ok)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.port)
+	u := "http://127.0.0.1:" + srv.port + "/"
+	for _, req := range []outbound.Request{
+		{Method: "GET", URL: u, Header: http.Header{"X": {"a\r\nEvil: 1"}}},
+		{Method: "GET", URL: u, Header: http.Header{"X\nY": {"1"}}},
+		{Method: "GE T", URL: u},
+		{Method: "TRACE", URL: u}, // echoes the host's headers back
+		{Method: "track", URL: u},
+		{Method: "CONNECT", URL: u},
+		{Method: "GET", URL: "/relative"},
+	} {
+		if _, err := s.Start(context.Background(), req); !isKind(err, outbound.KindBadRequest) {
+			t.Errorf("%+v: %v, want a bad request", req, err)
+		}
+	}
+	if srv.hits.Load() != 0 {
+		t.Fatalf("the server received %d requests", srv.hits.Load())
+	}
+}
+
+func TestHostileServers(t *testing.T) {
+	t.Parallel()
+	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	drip := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		for {
+			if _, err := w.Write([]byte("x")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	})
+	huge := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 64<<10)
+		for r.Context().Err() == nil {
+			if _, err := w.Write(buf); err != nil {
+				return
+			}
+		}
+	})
+	bomb := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		// Zeros, gzipped, for ever: a few KiB on the wire for each MiB read.
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		buf := make([]byte, 1<<20)
+		for r.Context().Err() == nil {
+			if _, err := zw.Write(buf); err != nil {
+				return
+			}
+			// Flushed at once: the head is not held back until the server's buffer
+			// fills with compressed bytes.
+			zw.Flush()
+			w.(http.Flusher).Flush()
+		}
+	})
+	bigHead := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Big", strings.Repeat("x", 2<<20))
+		w.WriteHeader(200)
+	})
+	grant := `[http]
+allow = ["http://127.0.0.1:1-65535"]
+timeout = "6s"
+max_response = "1MiB"
+`
+	for _, tc := range []struct {
+		name   string
+		srv    *server
+		kind   outbound.Kind
+		inHead bool // the failure comes before the head
+		min    int  // body bytes read at least
+	}{
+		{"never answers", never, outbound.KindTimeout, true, 0},
+		{"drips a byte a second", drip, outbound.KindTimeout, false, 1},
+		{"huge body", huge, outbound.KindTooLarge, false, 1 << 20},
+		{"gzip bomb", bomb, outbound.KindTooLarge, false, 1 << 20},
+		{"a 2 MiB head", bigHead, outbound.KindConnection, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := session(t, grant, outbound.Options{})
+			start := time.Now()
+			resp, body, err := do(t, s, "GET", tc.srv.URL+"/", nil)
+			if !isKind(err, tc.kind) || (resp == nil) != tc.inHead || len(body) < tc.min || len(body) > 1<<20 {
+				t.Fatalf("err %v, head %v, %d body bytes; want %s", err, resp != nil, len(body), tc.kind)
+			}
+			if d := time.Since(start); d > 15*time.Second {
+				t.Fatalf("took %v", d)
+			}
+		})
+	}
+}
+
+func TestJobDeadlineBoundsTheRequest(t *testing.T) {
+	t.Parallel()
+	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"1h\"\n", outbound.Options{}, "P", never.port)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	c, err := s.Start(ctx, outbound.Request{URL: never.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := c.Head(context.Background()); !isKind(err, outbound.KindTimeout) {
+		t.Fatalf("err %v, want a timeout", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("ended after %v, not at the job's deadline", d)
+	}
+}
+
+func TestSessionLimitsAndClose(t *testing.T) {
+	t.Parallel()
+	var arrived atomic.Int64
+	release := make(chan struct{})
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		ok(w, r)
+	})
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\nmax_requests = 3\n", outbound.Options{}, "P", srv.port)
+	ctx := context.Background()
+	var calls []*outbound.Call
+	for range 3 {
+		c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, c)
+	}
+	if _, err := s.Start(ctx, outbound.Request{URL: srv.URL}); !isKind(err, outbound.KindTooManyRequests) {
+		t.Fatalf("the 4th request: %v, want too many requests", err)
+	}
+	// All three are in flight at once: the server holds each until all arrived.
+	for arrived.Load() < 3 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if i := outbound.Wait(ctx, calls, 20*time.Millisecond); i != -1 {
+		t.Fatalf("Wait returned %d before any head was in", i)
+	}
+	close(release)
+	if i := outbound.Wait(ctx, calls, -1); i < 0 {
+		t.Fatalf("Wait returned %d", i)
+	}
+	calls[0].Close()
+	if s.Open() != 2 {
+		t.Fatalf("%d open, want 2", s.Open())
+	}
+	// The other two are never closed by the guest: the session's end closes them.
+	s.Close()
+	if s.Open() != 0 {
+		t.Fatalf("%d open after Close", s.Open())
+	}
+	if _, err := s.Start(ctx, outbound.Request{URL: srv.URL}); err == nil {
+		t.Fatal("a closed session started a request")
+	}
+}
+
+func TestRequestsLeftOpenAreClosedWithTheSession(t *testing.T) {
+	t.Parallel()
+	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", never.port)
+	for range 5 {
+		if _, err := s.Start(context.Background(), outbound.Request{URL: never.URL}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for never.hits.Load() < 5 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the requests")
+	}
+}
+
+// TestWaitOnAListThatRepeatsACall: a guest may name one request many times in
+// http_wait's list; it is waited on once (reflect.Select takes at most 65536 cases).
+func TestWaitOnAListThatRepeatsACall(t *testing.T) {
+	t.Parallel()
+	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", never.port)
+	c, err := s.Start(context.Background(), outbound.Request{URL: never.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := make([]*outbound.Call, 70_000)
+	for i := range list {
+		list[i] = c
+	}
+	if i := outbound.Wait(context.Background(), list, 10*time.Millisecond); i != -1 {
+		t.Fatalf("Wait returned %d, want -1", i)
+	}
+}
+
+// TestEntryLimits: [http.limits] holds an entry's requests to its rate and
+// concurrency; a wait that would pass the request's deadline fails as rate limited,
+// and the server never sees that request.
+func TestEntryLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("rate", func(t *testing.T) {
+		t.Parallel()
+		srv := newServer(t, ok)
+		// 1 a second, burst 1: the first goes at once, the second after 1 s, the
+		// third would wait 2 s, past its 1.5 s timeout: half a second of slack on
+		// either side for a loaded machine.
+		s := session(t, `[http]
+allow = ["http://127.0.0.1:P"]
+timeout = "1500ms"
+[http.limits."http://127.0.0.1:P"]
+rate = "1/s"
+`, outbound.Options{}, "P", srv.port)
+		var calls []*outbound.Call
+		for range 3 {
+			c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls = append(calls, c)
+		}
+		kinds := map[outbound.Kind]int{}
+		for _, c := range calls {
+			_, err := c.Head(ctx)
+			if err != nil {
+				kinds[err.Kind]++
+			} else {
+				kinds[0]++
+			}
+			c.Close()
+		}
+		if kinds[0] != 2 || kinds[outbound.KindRateLimited] != 1 || srv.hits.Load() != 2 {
+			t.Fatalf("outcomes %v, %d hits; want 2 answered, 1 rate limited, 2 hits", kinds, srv.hits.Load())
+		}
+	})
+	t.Run("concurrency", func(t *testing.T) {
+		t.Parallel()
+		release := make(chan struct{})
+		srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			ok(w, r)
+		})
+		s := session(t, `[http]
+allow = ["http://127.0.0.1:P"]
+[http.limits."http://127.0.0.1:P"]
+concurrency = 1
+`, outbound.Options{}, "P", srv.port)
+		first, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for srv.hits.Load() < 1 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond) // time for a second to arrive, if the cap let it
+		if n := srv.hits.Load(); n != 1 {
+			t.Fatalf("%d requests in flight under concurrency = 1", n)
+		}
+		close(release)
+		calls := []*outbound.Call{first, second}
+		i := outbound.Wait(ctx, calls, -1)
+		// The first answered; its slot comes free when its body is read to the end.
+		buf := make([]byte, 100)
+		for {
+			if _, err := calls[i].Read(ctx, buf); err != nil {
+				break
+			}
+		}
+		if _, err := calls[1-i].Head(ctx); err != nil {
+			t.Fatalf("the second request: %v", err)
+		}
+		if n := srv.hits.Load(); n != 2 {
+			t.Fatalf("%d hits, want 2", n)
+		}
+	})
+}
+
+// TestSwitchingProtocolsIsAConnectionFailure: a server that answers 101, asked or not,
+// would hand over a raw connection whose reads no context ends. The request fails as
+// a connection failure, and nothing of the call outlives the job's deadline.
+func TestSwitchingProtocolsIsAConnectionFailure(t *testing.T) {
+	t.Parallel()
+	hijacked := make(chan net.Conn, 1)
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n")
+		rw.Flush()
+		hijacked <- conn // held open, silent, until the test closes it
+	})
+	t.Cleanup(func() {
+		select {
+		case conn := <-hijacked:
+			conn.Close()
+		default:
+		}
+	})
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"1h\"\n", outbound.Options{}, "P", srv.port)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := c.Read(ctx, make([]byte, 10))
+		read <- err
+	}()
+	select {
+	case err := <-read:
+		if !isKind(err, outbound.KindConnection) {
+			t.Fatalf("Read: %v, want a connection failure", err)
+		}
+	case <-time.After(3 * time.Second):
+		(<-hijacked).Close() // let the blocked Read return, so the test can end
+		<-read
+		t.Fatal("Read blocked 2.5s past the 500ms deadline")
+	}
+	if _, err := c.Head(ctx); !isKind(err, outbound.KindConnection) || !strings.Contains(err.Error(), "101") {
+		t.Fatalf("Head: %v, want a connection failure naming the 101", err)
+	}
+}
+
+// TestHopByHopHeadersAreRefused: a guest's Connection, Upgrade, Te, Transfer-Encoding
+// or Host header is refused before anything is sent: they would ask for a protocol
+// switch or another framing, or name another virtual host than the URL's.
+func TestHopByHopHeadersAreRefused(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, ok)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.port)
+	for _, name := range []string{"Connection", "upgrade", "TE", "Transfer-Encoding", "Host"} {
+		req := outbound.Request{URL: srv.URL, Header: http.Header{name: {"x"}}}
+		if _, err := s.Start(context.Background(), req); !isKind(err, outbound.KindBadRequest) {
+			t.Errorf("header %s: %v, want a bad request", name, err)
+		}
+	}
+	if n := srv.hits.Load(); n != 0 {
+		t.Fatalf("the server received %d requests", n)
+	}
+}
+
+// TestConcurrencySlotFreedWhenTheRequestEnds: a request whose body is never read nor
+// closed gives its slot back when its context (the job's) ends.
+func TestConcurrencySlotFreedWhenTheRequestEnds(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"5s\"\n[http.limits.\"http://127.0.0.1:P\"]\nconcurrency = 1\n", outbound.Options{}, "P", srv.port)
+	job, endJob := context.WithCancel(context.Background())
+	first, err := s.Start(job, outbound.Request{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Head(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	endJob() // first is never read nor closed
+	second, err := s.Start(context.Background(), outbound.Request{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Head(context.Background()); err != nil {
+		t.Fatalf("the second request: %v", err)
+	}
+}
+
+// TestRequestSizeBounds: a body past max_request_body, headers past 64 KiB, or a body
+// that would take the session's bodies held past 4 × max_request_body is refused as
+// too large before anything is sent; a closed request gives its bytes back.
+func TestRequestSizeBounds(t *testing.T) {
+	t.Parallel()
+	never := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		// The body is read first: until then the server does not watch the
+		// connection, and would not see the request end.
+		io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+	})
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\nmax_request_body = \"1KiB\"\n", outbound.Options{}, "P", never.port)
+	ctx := context.Background()
+	start := func(body int, header int) (*outbound.Call, error) {
+		h := http.Header{}
+		if header > 0 {
+			h.Set("X-Big", strings.Repeat("h", header))
+		}
+		return s.Start(ctx, outbound.Request{Method: "POST", URL: never.URL, Header: h, Body: make([]byte, body)})
+	}
+	if _, err := start(1025, 0); !isKind(err, outbound.KindRequestTooLarge) {
+		t.Fatalf("a body of 1025 bytes: %v, want too large", err)
+	}
+	if _, err := start(0, 64<<10); !isKind(err, outbound.KindRequestTooLarge) {
+		t.Fatalf("a 64 KiB header: %v, want too large", err)
+	}
+	var held []*outbound.Call
+	for range 4 {
+		c, err := start(1024, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	if _, err := start(1, 0); !isKind(err, outbound.KindRequestTooLarge) {
+		t.Fatalf("a fifth body with 4 KiB held: %v, want too large", err)
+	}
+	held[0].Close()
+	if _, err := start(1024, 0); err != nil {
+		t.Fatalf("after a close: %v", err)
+	}
+}
+
+// TestLocalhostIsLoopbackWithoutTheResolver: localhost is 127.0.0.1 and ::1 (RFC
+// 6761), whatever the system's resolver says of it.
+func TestLocalhostIsLoopbackWithoutTheResolver(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, ok)
+	s := session(t, "[http]\nallow = [\"http://localhost:P\"]\n", outbound.Options{Resolver: resolver{"localhost": "10.0.0.1"}}, "P", srv.port)
+	if _, body, err := do(t, s, "GET", "http://localhost:"+srv.port+"/", nil); err != nil || body != `hello GET / auth=""` {
+		t.Fatalf("%q %v", body, err)
+	}
+}
+
+// TestStatusOutside200To599IsAConnectionFailure: net/http takes any three digits as a
+// status; the ABI promises 200-599.
+func TestStatusOutside200To599IsAConnectionFailure(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, rw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		rw.WriteString("HTTP/1.1 999 Odd\r\nContent-Length: 0\r\n\r\n")
+		rw.Flush()
+	})
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.port)
+	if _, _, err := do(t, s, "GET", srv.URL+"/", nil); !isKind(err, outbound.KindConnection) {
+		t.Fatalf("err %v, want a connection failure", err)
+	}
+}

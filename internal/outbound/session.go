@@ -1,0 +1,358 @@
+package outbound
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Request is what a guest asks for.
+type Request struct {
+	Method string
+	URL    string
+	// Header holds the guest's headers; repeated names are kept.
+	Header http.Header
+	// Body is the request's body; Start copies it (the guest's memory may change
+	// under a request in flight).
+	Body []byte
+}
+
+// Session is one run of a handler: the requests it starts, bounded by the grant's
+// max_requests, several in flight at once. Close ends every request left open. The
+// methods of a Session and its Calls are safe for concurrent use.
+type Session struct {
+	c *Client
+
+	mu      sync.Mutex
+	started int
+	held    int64 // the body bytes of the open calls
+	open    map[*Call]struct{}
+	closed  bool
+}
+
+// NewSession starts a run's session.
+func (c *Client) NewSession() *Session {
+	return &Session{c: c, open: map[*Call]struct{}{}}
+}
+
+// Grant returns the client's grant.
+func (c *Client) Grant() *Grant { return c.grant }
+
+// Call is one request of a session: running in the background from Start until its
+// response head arrives, then its body read by Read; Close ends it.
+type Call struct {
+	s      *Session
+	held   int64           // its body's bytes, counted in the session's held
+	ctx    context.Context // the request's: the job's deadline and the grant's timeout
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the head is in (or the request failed)
+	ended  chan struct{} // closed when the request's goroutine returned
+
+	// Set before done is closed, read-only after.
+	resp *http.Response
+	err  *Error
+
+	// rmu serializes Reads; mu guards the fields below, and is never held across a
+	// body read, so that Close can close the body under a Read that is blocked.
+	rmu     sync.Mutex
+	mu      sync.Mutex
+	body    io.ReadCloser
+	read    int64
+	bodyErr error
+	closed  bool
+}
+
+// refusedHeaders are the guest headers Start refuses. Connection, Upgrade and Te ask
+// for a protocol switch or a connection option, Transfer-Encoding another framing
+// than net/http's, all of them the transport's business; Host would name another
+// virtual host than the URL's, the one the grant checked (net/http ignores it; it is
+// refused so that no guest believes it sent one).
+var refusedHeaders = []string{"Connection", "Host", "Te", "Transfer-Encoding", "Upgrade"}
+
+// Start checks req and starts it in the background under ctx (the job's: a request
+// never outlives it) and the grant's timeout. A malformed request (KindBadRequest) or
+// one past max_requests (KindTooManyRequests) returns an error and no Call; every
+// other failure, a denied URL included, is the Call's, reported by Head.
+func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
+	g := s.c.grant
+	if req.Method == "" {
+		req.Method = http.MethodGet
+	}
+	if !validHeaderName(req.Method) {
+		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not a method", req.Method)}
+	}
+	if m := strings.ToUpper(req.Method); m == "TRACE" || m == "TRACK" || m == "CONNECT" {
+		// TRACE and TRACK echo the request, host-added headers included, back to the
+		// guest; CONNECT asks for a tunnel.
+		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("method %s is not allowed", req.Method)}
+	}
+	u, err := url.Parse(req.URL)
+	if err != nil || !u.IsAbs() || u.Host == "" {
+		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not an absolute http or https URL", req.URL)}
+	}
+	if int64(len(req.Body)) > g.MaxRequestBody {
+		return nil, &Error{Kind: KindRequestTooLarge, Msg: fmt.Sprintf("the body of %d bytes passes max_request_body (%d bytes)", len(req.Body), g.MaxRequestBody)}
+	}
+	headerBytes := 0
+	for name, vs := range req.Header {
+		for _, v := range vs {
+			headerBytes += len(name) + len(v) + 4
+		}
+	}
+	if headerBytes > MaxRequestHeader {
+		return nil, &Error{Kind: KindRequestTooLarge, Msg: fmt.Sprintf("the headers take %d bytes, past %d", headerBytes, MaxRequestHeader)}
+	}
+	for name, vs := range req.Header {
+		if !validHeaderName(name) {
+			return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not a header name", name)}
+		}
+		if slices.Contains(refusedHeaders, http.CanonicalHeaderKey(name)) {
+			return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("a guest may not set header %s (refused: %s)", name, strings.Join(refusedHeaders, ", "))}
+		}
+		for _, v := range vs {
+			if !validHeaderValue(v) {
+				return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("the value of header %s holds CR, LF or NUL", name)}
+			}
+		}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, &Error{Kind: KindBadRequest, Msg: "the session is closed"}
+	}
+	if s.started >= g.MaxRequests {
+		s.mu.Unlock()
+		return nil, &Error{Kind: KindTooManyRequests, Msg: fmt.Sprintf("a run may start at most %d requests (max_requests)", g.MaxRequests)}
+	}
+	if budget := SessionBodyFactor * g.MaxRequestBody; s.held+int64(len(req.Body)) > budget {
+		s.mu.Unlock()
+		return nil, &Error{Kind: KindRequestTooLarge, Msg: fmt.Sprintf("the bodies of the requests not yet closed would take %d bytes, past %d (%d × max_request_body): close some first",
+			s.held+int64(len(req.Body)), budget, SessionBodyFactor)}
+	}
+	s.started++
+	s.held += int64(len(req.Body))
+	rctx, cancel := context.WithTimeout(ctx, g.Timeout)
+	c := &Call{s: s, held: int64(len(req.Body)), ctx: rctx, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{})}
+	s.open[c] = struct{}{}
+	s.mu.Unlock()
+
+	if _, err := g.Match(u); err != nil {
+		// Denied before anything is sent; no goroutine is needed.
+		c.err = classify(err)
+		close(c.done)
+		close(c.ended)
+		return c, nil
+	}
+	var body io.Reader
+	if req.Body != nil {
+		body = bytes.NewReader(bytes.Clone(req.Body)) // NewRequest sets GetBody: a 307/308 resends it
+	}
+	hreq, err := http.NewRequestWithContext(rctx, req.Method, u.String(), body)
+	if err != nil {
+		c.err = &Error{Kind: KindBadRequest, Msg: err.Error(), Err: err}
+		close(c.done)
+		close(c.ended)
+		return c, nil
+	}
+	for name, vs := range req.Header {
+		hreq.Header[http.CanonicalHeaderKey(name)] = append(hreq.Header[http.CanonicalHeaderKey(name)], vs...)
+	}
+	go func() {
+		defer close(c.ended)
+		resp, err := s.c.client.Do(hreq)
+		switch {
+		case err != nil:
+			if resp != nil {
+				resp.Body.Close()
+			}
+			c.err = classify(err)
+		case resp.StatusCode > 599:
+			// net/http takes any three digits; the ABI's statuses are 200-599.
+			resp.Body.Close()
+			c.err = &Error{Kind: KindConnection, Msg: fmt.Sprintf("the server answered status %d, outside 200-599", resp.StatusCode)}
+		case resp.StatusCode < 200:
+			// net/http returns a 101 (asked for or not) with the raw connection as
+			// its body: no context ends a read of it. No guest may switch protocols.
+			resp.Body.Close()
+			c.err = &Error{Kind: KindConnection, Msg: fmt.Sprintf("the server answered %s: a protocol switch is not supported", resp.Status)}
+		default:
+			// A backstop: whatever the body is, no read of it outlives the request's
+			// context (net/http's own cancellation ends a read already, for the
+			// bodies it knows).
+			context.AfterFunc(rctx, func() { resp.Body.Close() })
+			c.resp = resp
+			c.body = resp.Body
+		}
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// Done is closed when the call's head is in, or it failed.
+func (c *Call) Done() <-chan struct{} { return c.done }
+
+// Head waits for the response head, or ctx. It returns the response (its Body is not
+// to be read: use Read) or the request's failure.
+func (c *Call) Head(ctx context.Context) (*http.Response, *Error) {
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return nil, classify(ctx.Err())
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c.resp, nil
+}
+
+// Read reads the next bytes of the body into p, after the head (waited for under
+// ctx): io.EOF at its end, a KindTooLarge *Error past max_response (after the first
+// max_response bytes), or the failure that cut it short.
+func (c *Call) Read(ctx context.Context, p []byte) (int, error) {
+	if _, err := c.Head(ctx); err != nil {
+		return 0, err
+	}
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.mu.Lock()
+	closed, bodyErr, read, body := c.closed, c.bodyErr, c.read, c.body
+	c.mu.Unlock()
+	if closed {
+		return 0, &Error{Kind: KindBadRequest, Msg: "the request is closed"}
+	}
+	if bodyErr != nil {
+		return 0, bodyErr
+	}
+	max := c.s.c.grant.MaxResponse
+	if len(p) == 0 {
+		return 0, nil
+	}
+	// Read at most one byte past the cap, to know whether the body goes past it.
+	if room := max - read + 1; int64(len(p)) > room {
+		p = p[:room]
+	}
+	// No lock is held: Close, or the request's context, closes the body under a read
+	// that blocks.
+	n, err := body.Read(p)
+	read += int64(n)
+	if read > max {
+		n -= int(read - max)
+		read = max
+		err = &Error{Kind: KindTooLarge, Msg: fmt.Sprintf("the body passes max_response (%d bytes)", max)}
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF):
+		bodyErr = io.EOF
+	case c.ctx.Err() != nil && !isKind(err, KindTooLarge):
+		// The backstop may have closed the body before net/http saw the context end:
+		// the failure is the deadline's, not the connection's.
+		bodyErr = classify(context.Cause(c.ctx))
+	default:
+		bodyErr = classify(err)
+	}
+	c.mu.Lock()
+	c.read, c.bodyErr = read, bodyErr
+	c.mu.Unlock()
+	if n > 0 {
+		return n, nil // the error, if any, comes with the next call
+	}
+	return 0, bodyErr
+}
+
+func isKind(err error, k Kind) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == k
+}
+
+// Close ends the call: cancels it if it is still running, closes its body, and waits
+// for its goroutine. It is idempotent.
+func (c *Call) Close() {
+	c.cancel()
+	<-c.ended
+	c.mu.Lock()
+	body := c.body
+	if c.closed {
+		body = nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	if body != nil {
+		body.Close() // outside mu: it ends a Read blocked on the body
+	}
+	c.s.mu.Lock()
+	if _, open := c.s.open[c]; open {
+		delete(c.s.open, c)
+		c.s.held -= c.held
+	}
+	c.s.mu.Unlock()
+}
+
+// Close ends every call of the session left open and refuses new ones.
+func (s *Session) Close() {
+	s.mu.Lock()
+	s.closed = true
+	open := make([]*Call, 0, len(s.open))
+	for c := range s.open {
+		open = append(open, c)
+	}
+	s.mu.Unlock()
+	for _, c := range open {
+		c.Close()
+	}
+}
+
+// Open reports how many calls of the session are open.
+func (s *Session) Open() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.open)
+}
+
+// Wait returns the index of the first of calls whose head is in (or that failed),
+// waiting at most timeout (a negative timeout waits for ctx alone); -1 when none is
+// ready in time or ctx ended.
+func Wait(ctx context.Context, calls []*Call, timeout time.Duration) int {
+	for i, c := range calls {
+		select {
+		case <-c.done:
+			return i
+		default:
+		}
+	}
+	if timeout == 0 {
+		return -1
+	}
+	// Each call is selected on once, however often the list names it: a session has
+	// at most MaxRequestsLimit calls.
+	cases := make([]reflect.SelectCase, 0, len(calls)+2)
+	index := make([]int, 0, len(calls)) // the list's index of each case
+	seen := make(map[*Call]bool, len(calls))
+	for i, c := range calls {
+		if !seen[c] {
+			seen[c] = true
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c.done)})
+			index = append(index, i)
+		}
+	}
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)})
+	}
+	i, _, _ := reflect.Select(cases)
+	if i >= len(index) {
+		return -1
+	}
+	return index[i]
+}
