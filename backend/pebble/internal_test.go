@@ -312,12 +312,8 @@ func TestPruneRacingAReplayKeepsTheFreshRecord(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := openMem(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}})
+		b, s := oneRecordedJob(t)
 		defer b.Close(ctx)
-		must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-		must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
-		s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
-		must(t, err)
 		must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
 		s.Drop()
 		replayed := make(chan error, 1)
@@ -464,12 +460,8 @@ func TestDeleteJobWaitsForABriefReservation(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
-				b := openMem(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}})
+				b, s := oneRecordedJob(t)
 				defer b.Close(ctx)
-				must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-				must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
-				s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
-				must(t, err)
 				// Dead, replayed, and succeeded two minutes later: the record's time key
 				// of the dead letter stays behind it, due for the prune before the record.
 				must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
@@ -488,7 +480,7 @@ func TestDeleteJobWaitsForABriefReservation(t *testing.T) {
 					}
 				}
 				tc.run(t, b)
-				err = <-deleted
+				err := <-deleted
 				b.beforeCommit = nil
 				if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
 					t.Fatalf("DeleteJob during a %q commit = %v, want %v", tc.during, err, tc.want)
@@ -510,12 +502,8 @@ func TestPruneLeavesABrieflyReservedKeyForTheNextPass(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := openMem(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}})
+		b, s := oneRecordedJob(t)
 		defer b.Close(ctx)
-		must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-		must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
-		s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
-		must(t, err)
 		must(t, (<-s.Deliveries()).Ack(ctx))
 		s.Drop()
 		// The operation that reserves the id and ends without a write.
@@ -585,4 +573,17 @@ func TestPurgeFailsOnAnUnreadableDeadLetter(t *testing.T) {
 	if left, err := b.DeadLetters(ctx, "q", 0); err != nil || len(left) != 1 {
 		t.Fatalf("dead letters after the failed purge: %d, %v; want 1", len(left), err)
 	}
+}
+
+// oneRecordedJob opens a backend that keeps job records for a minute (pruned by hand),
+// publishes job "j" to queue "q" and consumes q: the rig of the record-pruning races.
+func oneRecordedJob(t *testing.T) (*Backend, backend.Stream) {
+	t.Helper()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}})
+	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+	must(t, err)
+	return b, s
 }
