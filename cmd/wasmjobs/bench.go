@@ -50,7 +50,8 @@ job. Any job that does not ack fails the run.`,
   wasmjobs bench --module build/guests/c-conformance.wasm --payload ack --isolation fresh --jobs 20000
   wasmjobs bench --backend amqp://guest:guest@127.0.0.1:5672/ --module testdata/abi/ack.wasm --compare-raw-amqp --json
   wasmjobs bench --backend amqp://guest:guest@127.0.0.1:5672/ --module testdata/abi/ack.wasm --concurrency 64 --jobs 20000 --compare-raw-amqp --rounds 5
-  wasmjobs bench --module testdata/abi/ack.wasm --swaps 500`,
+  wasmjobs bench --module testdata/abi/ack.wasm --swaps 500
+  wasmjobs bench --backend pebble --module build/guests/c-conformance.wasm --http-delay 50ms --concurrency 256 --insert-first --compare-native`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if native == (cfg.Module != "") {
@@ -99,6 +100,9 @@ job. Any job that does not ack fails the run.`,
 			}
 			w := cmd.OutOrStdout()
 			what := "native no-op handler"
+			if cfg.HTTPDelay > 0 {
+				what = "native Go GET handler"
+			}
 			if cfg.Module != "" {
 				what = cfg.Module + " (" + isolation + ")"
 			}
@@ -117,6 +121,11 @@ job. Any job that does not ack fails the run.`,
 				fmt.Fprintf(w, "  enqueue to settle: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms\n", res.P50Ms, res.P90Ms, res.P99Ms)
 			}
 			fmt.Fprintf(w, "  %.3f CPU s per 1,000 jobs, peak RSS %.0f MB\n", res.CPUSPer1k, res.PeakRSSMB)
+			if cfg.HTTPDelay > 0 {
+				ideal := float64(max(cfg.Concurrency, 16)) / cfg.HTTPDelay.Seconds()
+				fmt.Fprintf(w, "  one GET a job to a server answering after %v: %.0f%% of the ideal %.0f jobs/s; RSS %.0f KB per job in flight\n",
+					cfg.HTTPDelay, 100*res.JobsPerSec/ideal, ideal, res.RSSPerJobKB)
+			}
 			if res.Baseline != nil {
 				fmt.Fprintf(w, "  %s baseline: %.0f jobs/s; ratio %.2f\n", res.Baseline.Kind, res.Baseline.JobsPerSec, *res.Ratio)
 			}
@@ -144,6 +153,7 @@ job. Any job that does not ack fails the run.`,
 	fl.BoolVar(&native, "native", false, "run a native Go no-op handler instead of a module")
 	fl.IntVar(&cfg.Jobs, "jobs", 0, "jobs to run (default 100000, 10000 on RabbitMQ)")
 	fl.IntVar(&cfg.Concurrency, "concurrency", 16, "the worker's concurrency")
+	fl.DurationVar(&cfg.HTTPDelay, "http-delay", 0, "make each job one GET to a loopback server answering after this long (a module runs the conformance case http-get:URL under a loopback grant; --native and --compare-native make the same GET)")
 	fl.IntVar(&cfg.PayloadSize, "payload-size", 64, "payload bytes per job")
 	fl.StringVar(&payload, "payload", "", "every job's payload (instead of --payload-size letters)")
 	fl.StringVar(&isolation, "isolation", "pooled", "pooled or fresh instances")

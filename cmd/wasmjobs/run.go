@@ -475,7 +475,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		return fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
 	cleanups = append(cleanups, func(context.Context) { ln.Close() })
-	e, err := host.NewEngine(runCtx, host.Config{CacheDir: g.cacheDir, Logger: log, HTTP: outbound.Options{RootCAs: httpRoots}})
+	e, err := host.NewEngine(runCtx, host.Config{CacheDir: g.cacheDir, Logger: log, HTTP: outbound.Options{RootCAs: httpRoots, IdleConnsPerHost: f.concurrency}})
 	if err != nil {
 		return err
 	}

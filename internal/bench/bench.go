@@ -25,6 +25,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -58,6 +59,14 @@ type Config struct {
 	// their latency (no coordinated omission).
 	Rate float64
 
+	// HTTPDelay, when positive, makes every job one GET to a loopback server the run
+	// starts, which answers 200 after HTTPDelay. A module is loaded with a grant of that
+	// server and gets the payload "http-get:URL", the cross-language conformance case
+	// that every SDK's conformance handler runs (a GET, its status, headers and body
+	// read); the native handler makes the same GET with a net/http client of its own.
+	// Every client's idle-connection pool is sized to Concurrency.
+	HTTPDelay time.Duration
+
 	// beforePublish, when set, is called before the n-th publish (tests: a stall).
 	beforePublish func(n int64)
 }
@@ -78,6 +87,10 @@ type Result struct {
 	// reset, PeakRSSOwn is false and the figure is the process's peak so far.
 	PeakRSSMB  float64 `json:"peak_rss_mb"`
 	PeakRSSOwn bool    `json:"peak_rss_own"`
+	// RSSPerJobKB is the run's growth of the resident set, its peak less the resident
+	// set at its start, per job in flight (Concurrency): what a job costs in memory
+	// while it waits on its handler.
+	RSSPerJobKB float64 `json:"rss_per_job_kb"`
 	// Baseline and Ratio are set when the run was compared with a baseline.
 	Baseline *Baseline `json:"baseline"`
 	Ratio    *float64  `json:"ratio"`
@@ -175,6 +188,9 @@ func openBackend(ctx context.Context, cfg Config) (b backend.Backend, cleanup fu
 
 // handler returns the handler of a run and a function that releases it.
 func handler(ctx context.Context, cfg Config) (worker.Handler, func(), error) {
+	if cfg.Module == "" && cfg.HTTPDelay > 0 {
+		return nativeGet(cfg.Concurrency)
+	}
 	if cfg.Module == "" {
 		return worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{} }), func() {}, nil
 	}
@@ -187,7 +203,13 @@ func handler(ctx context.Context, cfg Config) (worker.Handler, func(), error) {
 		return nil, nil, err
 	}
 	man.Isolation = cfg.Isolation
-	e, err := host.NewEngine(ctx, host.Config{CacheDir: cfg.CacheDir, NoCache: cfg.CacheDir == ""})
+	if cfg.HTTPDelay > 0 {
+		if man.HTTP, err = loopbackGrant(); err != nil {
+			return nil, nil, err
+		}
+	}
+	e, err := host.NewEngine(ctx, host.Config{CacheDir: cfg.CacheDir, NoCache: cfg.CacheDir == "",
+		HTTP: outbound.Options{IdleConnsPerHost: cfg.Concurrency}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -216,6 +238,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer release()
 
+	payload := cfg.payload()
+	if cfg.HTTPDelay > 0 {
+		url, stop, err := slowServer(cfg.HTTPDelay)
+		if err != nil {
+			return Result{}, err
+		}
+		defer stop()
+		payload = []byte("http-get:" + url)
+	}
 	queue := "bench-" + backend.NewID()[16:]
 	latencies := make([]time.Duration, cfg.Jobs)
 	var settled atomic.Int64
@@ -249,8 +280,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 	}
-	payload := cfg.payload()
 	own := resetPeakRSS()
+	rss0 := rssMB()
 	cpu0 := cpuSeconds()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -305,20 +336,22 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if n := failed.Load(); n > 0 {
 		return Result{}, fmt.Errorf("%d of %d jobs did not succeed: is %s a no-op handler?", n, cfg.Jobs, cfg.Module)
 	}
+	peak := peakRSSMB()
 	slices.Sort(latencies)
 	pct := func(p float64) float64 {
 		return float64(latencies[min(len(latencies)-1, int(p*float64(len(latencies))))].Microseconds()) / 1000
 	}
 	return Result{
-		Jobs:       cfg.Jobs,
-		Seconds:    elapsed.Seconds(),
-		JobsPerSec: float64(cfg.Jobs) / elapsed.Seconds(),
-		P50Ms:      pct(0.50),
-		P90Ms:      pct(0.90),
-		P99Ms:      pct(0.99),
-		CPUSPer1k:  cpu / float64(cfg.Jobs) * 1000,
-		PeakRSSMB:  peakRSSMB(),
-		PeakRSSOwn: own,
+		Jobs:        cfg.Jobs,
+		Seconds:     elapsed.Seconds(),
+		JobsPerSec:  float64(cfg.Jobs) / elapsed.Seconds(),
+		P50Ms:       pct(0.50),
+		P90Ms:       pct(0.90),
+		P99Ms:       pct(0.99),
+		CPUSPer1k:   cpu / float64(cfg.Jobs) * 1000,
+		PeakRSSMB:   peak,
+		PeakRSSOwn:  own,
+		RSSPerJobKB: max(0, peak-rss0) * 1024 / float64(cfg.Concurrency),
 	}, nil
 }
 
@@ -337,17 +370,30 @@ func resetPeakRSS() bool {
 	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 }
 
+// rssMB reads the resident set (VmRSS); 0 where there is none.
+func rssMB() float64 { return procStatusMB("VmRSS:") }
+
+// procStatusMB reads a figure in kB of /proc/self/status, in MB; 0 where there is none.
+func procStatusMB(field string) float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			if kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))); err == nil {
+				return float64(kb) / 1024
+			}
+		}
+	}
+	return 0
+}
+
 // peakRSSMB reads the resident high-water mark (VmHWM), or, where there is none, the
 // process's peak from getrusage.
 func peakRSSMB() float64 {
-	if b, err := os.ReadFile("/proc/self/status"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-				if kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))); err == nil {
-					return float64(kb) / 1024
-				}
-			}
-		}
+	if mb := procStatusMB("VmHWM:"); mb > 0 {
+		return mb
 	}
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)

@@ -166,3 +166,17 @@ func TestRateLatencyCountsAPublisherStall(t *testing.T) {
 		t.Fatalf("p50 %.2f ms, p99 %.2f ms after a %v stall of the publisher: the stall is not in the latency", res.P50Ms, res.P99Ms, stall)
 	}
 }
+
+// TestHTTPRunsMakeOneGETAJob: with HTTPDelay every job waits on a server answering after
+// it, so a run of 400 jobs at concurrency 20 and 25 ms takes at least 400/20 x 25 ms =
+// 0.5 s.
+func TestHTTPRunsMakeOneGETAJob(t *testing.T) {
+	t.Parallel()
+	res, err := Run(context.Background(), Config{Jobs: 400, Concurrency: 20, HTTPDelay: 25 * time.Millisecond, Backend: "pebble", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Seconds < 0.5 || res.P50Ms < 25 || res.RSSPerJobKB < 0 {
+		t.Fatalf("%+v: want at least 0.5 s and a p50 of at least 25 ms", res)
+	}
+}

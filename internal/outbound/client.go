@@ -1,6 +1,7 @@
 package outbound
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -36,6 +37,11 @@ type Options struct {
 	Limiters *Limiters
 	// Scope names whose limits a client takes from Limiters: the module's name.
 	Scope string
+	// IdleConnsPerHost is how many idle connections to one destination a client keeps
+	// for reuse; a request beyond them opens a new connection, closed after use. Size it
+	// to the jobs that can call one destination at once (the worker's concurrency).
+	// Zero means 64.
+	IdleConnsPerHost int
 }
 
 // Limiters holds the token buckets and concurrency caps of [http.limits] by scope and
@@ -123,7 +129,7 @@ func NewClient(grant *Grant, opts Options) *Client {
 	// and 443. WithAllowedV6Prefixes with no prefix keeps IPv6 to global unicast.
 	strict := ssrf.New(ssrf.WithAnyPort())
 	private := ssrf.New(ssrf.WithAnyPort(), ssrf.WithAllowedV4Prefixes(v4...), ssrf.WithAllowedV6Prefixes(v6...))
-	c := &Client{grant: grant, strict: newTransport(strict, res, opts.RootCAs), private: newTransport(private, res, opts.RootCAs),
+	c := &Client{grant: grant, strict: newTransport(strict, res, opts), private: newTransport(private, res, opts),
 		limits: map[*Entry]*entryLimit{}}
 	reg := opts.Limiters
 	if reg == nil {
@@ -246,7 +252,8 @@ func (b *releasingBody) Close() error {
 	return err
 }
 
-func newTransport(g *ssrf.Guardian, res Resolver, roots *x509.CertPool) *http.Transport {
+func newTransport(g *ssrf.Guardian, res Resolver, opts Options) *http.Transport {
+	roots, idle := opts.RootCAs, cmp.Or(opts.IdleConnsPerHost, 64)
 	d := &net.Dialer{
 		Timeout: 30 * time.Second, // the request's context bounds it sooner
 		Control: func(network, address string, c syscall.RawConn) error {
@@ -305,8 +312,8 @@ func newTransport(g *ssrf.Guardian, res Resolver, roots *x509.CertPool) *http.Tr
 		DialContext:            dial,
 		TLSClientConfig:        &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           256,
-		MaxIdleConnsPerHost:    64,
+		MaxIdleConns:           max(256, idle),
+		MaxIdleConnsPerHost:    idle,
 		IdleConnTimeout:        90 * time.Second,
 		TLSHandshakeTimeout:    10 * time.Second,
 		MaxResponseHeaderBytes: 1 << 20, // a head is held in memory whole

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -685,5 +686,56 @@ func TestStatusOutside200To599IsAConnectionFailure(t *testing.T) {
 	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.port)
 	if _, _, err := do(t, s, "GET", srv.URL+"/", nil); !isKind(err, outbound.KindConnection) {
 		t.Fatalf("err %v, want a connection failure", err)
+	}
+}
+
+// TestIdleConnectionsKeptPerOption: a client keeps IdleConnsPerHost idle connections to
+// a destination, so that a second wave of 8 requests at once reuses all 8 connections
+// of the first when the option is 8, and opens 6 new ones when it is 2.
+func TestIdleConnectionsKeptPerOption(t *testing.T) {
+	t.Parallel()
+	const wave = 8
+	for _, tc := range []struct{ idle, wantConns int }{{2, wave + wave - 2}, {wave, wave}} {
+		t.Run(fmt.Sprint(tc.idle), func(t *testing.T) {
+			t.Parallel()
+			var arrived sync.WaitGroup
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				arrived.Done()
+				arrived.Wait() // every request of a wave is in flight at once
+				fmt.Fprint(w, "ok")
+			}))
+			var conns atomic.Int64
+			srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+				if st == http.StateNew {
+					conns.Add(1)
+				}
+			}
+			srv.Start()
+			t.Cleanup(srv.Close)
+			_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+			g, err := parse(t, "[http]\nallow = [\"http://127.0.0.1:"+port+"\"]\n", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := outbound.NewClient(g, outbound.Options{IdleConnsPerHost: tc.idle})
+			t.Cleanup(c.Close)
+			for range 2 {
+				arrived.Add(wave)
+				var wg sync.WaitGroup
+				for range wave {
+					wg.Go(func() {
+						s := c.NewSession()
+						defer s.Close()
+						if _, body, err := do(t, s, "GET", srv.URL, nil); err != nil || body != "ok" {
+							t.Errorf("%q, %v", body, err)
+						}
+					})
+				}
+				wg.Wait()
+			}
+			if n := conns.Load(); n != int64(tc.wantConns) {
+				t.Fatalf("%d connections for two waves of %d with %d kept idle, want %d", n, wave, tc.idle, tc.wantConns)
+			}
+		})
 	}
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -56,6 +58,13 @@ type Config struct {
 	Progress func(line string)
 	// Logger is River's logger; nil logs warnings and errors to stderr.
 	Logger *slog.Logger
+	// MaxWorkers is the default queue's MaxWorkers; zero means river bench's 2,000.
+	MaxWorkers int
+	// HTTPDelay, when positive, replaces the no-op worker with one that makes a GET to
+	// a loopback server the run starts, which answers 200 after HTTPDelay, and reads
+	// the body: the job wasmjobs' bench --http-delay runs. The worker's client keeps
+	// MaxWorkers idle connections.
+	HTTPDelay time.Duration
 }
 
 // Result is one run's figures.
@@ -77,6 +86,18 @@ type Result struct {
 	// machine shared with other work it says what River would do with the cores to itself
 	// better than jobs/s does.
 	JobsPerCPUS float64 `json:"jobs_per_cpu_s"`
+	// P50Ms and P99Ms are percentiles of each job's time from its insert to its
+	// completion coming out of the subscription; with -n that includes the wait behind
+	// the whole backlog, as wasmjobs' bench --insert-first does.
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	// PeakRSSMB is this process's resident high-water mark, reset at the client's start
+	// (Linux); Postgres's memory is not in it. RSSPerJobKB is its growth over the run
+	// per worker (MaxWorkers).
+	PeakRSSMB   float64 `json:"peak_rss_mb"`
+	RSSPerJobKB float64 `json:"rss_per_job_kb"`
+	// HTTPDelayMs is Config.HTTPDelay, zero for the no-op worker.
+	HTTPDelayMs float64 `json:"http_delay_ms"`
 }
 
 // ErrConfig reports flags that name no shape, or both.
@@ -112,7 +133,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	defer pool.Close()
 	driver := riverpgxv5.New(pool)
 
-	res := Result{RiverVersion: moduleVersion("github.com/riverqueue/river"), MaxWorkers: maxWorkers, InsertMethod: "InsertMany"}
+	workerCount := cmp.Or(cfg.MaxWorkers, maxWorkers)
+	res := Result{RiverVersion: moduleVersion("github.com/riverqueue/river"), MaxWorkers: workerCount, InsertMethod: "InsertMany",
+		HTTPDelayMs: float64(cfg.HTTPDelay) / float64(time.Millisecond)}
 	if cfg.Fast {
 		res.InsertMethod = "InsertManyFast"
 	}
@@ -129,12 +152,23 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 
 	workers := river.NewWorkers()
-	river.AddWorker(workers, noopWorker{})
+	if cfg.HTTPDelay > 0 {
+		url, stop, err := slowServer(cfg.HTTPDelay)
+		if err != nil {
+			return res, err
+		}
+		defer stop()
+		w := newGetWorker(url, workerCount)
+		defer w.client.CloseIdleConnections()
+		river.AddWorker(workers, w)
+	} else {
+		river.AddWorker(workers, noopWorker{})
+	}
 	client, err := river.NewClient(driver, &river.Config{
 		FetchCooldown:     fetchCooldown,
 		FetchPollInterval: fetchPollInterval,
 		Logger:            logger,
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workerCount}},
 		Workers:           workers,
 	})
 	if err != nil {
@@ -155,8 +189,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		inserted, left, worked atomic.Int64
 		lastWorked             atomic.Int64 // UnixNano of the last job counted
 		allWorked              = make(chan struct{})
+		latencies              = make([]time.Duration, 0, max(cfg.Jobs, 0))
 	)
+	counted := make(chan struct{}) // closed when the counter below has returned
 	go func() {
+		defer close(counted)
 		for {
 			select {
 			case <-runCtx.Done():
@@ -169,7 +206,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 					cancel(fmt.Errorf("riverpeer: job %d ended %s (state %s), the no-op worker cannot fail", ev.Job.ID, ev.Kind, ev.Job.State))
 					return
 				}
-				lastWorked.Store(time.Now().UnixNano())
+				now := time.Now()
+				lastWorked.Store(now.UnixNano())
+				if len(latencies) < cap(latencies) {
+					latencies = append(latencies, now.Sub(ev.Job.CreatedAt))
+				}
 				left.Add(-1)
 				if n := worked.Add(1); cfg.Jobs > 0 && n == int64(cfg.Jobs) {
 					close(allWorked)
@@ -212,6 +253,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 
+	resetPeakRSS()
+	rss0 := statusMB("VmRSS:")
 	if err := client.Start(runCtx); err != nil {
 		return res, fmt.Errorf("riverpeer: starting the River client: %w", err)
 	}
@@ -269,6 +312,14 @@ wait:
 		return res, runErr
 	}
 
+	res.PeakRSSMB = statusMB("VmHWM:")
+	res.RSSPerJobKB = max(0, res.PeakRSSMB-rss0) * 1024 / float64(workerCount)
+	<-counted // runCtx is cancelled: the counter returns, and latencies is no longer written
+	slices.Sort(latencies)
+	if n := len(latencies); n > 0 {
+		res.P50Ms = float64(latencies[n/2]) / float64(time.Millisecond)
+		res.P99Ms = float64(latencies[min(n-1, n*99/100)]) / float64(time.Millisecond)
+	}
 	res.ClientCPUS = after.self - before.self
 	res.PostgresCPUS = after.postgres - before.postgres
 	res.MachineCPUS = after.machine - before.machine

@@ -15,6 +15,10 @@
 //	riverpeer --duration 30s     insert and work at once for 30 s, keeping about 75,000
 //	                             jobs waiting
 //
+//	riverpeer -n 100000 --max-workers 256 --http-delay 50ms
+//	                             the same, each job a GET to a loopback server that
+//	                             answers after 50 ms (wasmjobs bench --http-delay)
+//
 // The database is --database-url, or WASMJOBS_PG_URL (scripts/postgres.sh start prints
 // one). The figure is river bench's: jobs worked divided by the time from the client's
 // start to the last job worked. --json prints the result as JSON instead of a line.
@@ -54,6 +58,8 @@ func run(ctx context.Context, args []string, stdout, errOut io.Writer) int {
 	fs.DurationVar(&cfg.Duration, "duration", 0, "insert and work at once for this long (river bench --duration)")
 	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("WASMJOBS_PG_URL"), "Postgres URL (default $WASMJOBS_PG_URL)")
 	fs.BoolVar(&cfg.Fast, "fast", false, "insert with InsertManyFast (COPY) instead of river bench's InsertMany")
+	fs.IntVar(&cfg.MaxWorkers, "max-workers", 0, "the default queue's MaxWorkers (default river bench's 2,000)")
+	fs.DurationVar(&cfg.HTTPDelay, "http-delay", 0, "work each job by a GET to a loopback server answering after this long (wasmjobs bench --http-delay)")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	fs.BoolVar(&verbose, "v", false, "print progress every 2 s to stderr, as river bench does")
 	fs.BoolVar(&debug, "debug", false, "log River's debug messages to stderr")
@@ -102,6 +108,10 @@ func (r Result) Line() string {
 	if r.ClientCPUS+r.PostgresCPUS > 0 {
 		s += fmt.Sprintf("; CPU s: client %.1f, postgres %.1f (%.0f%% of the two), machine %.1f; %.0f jobs per CPU s of the two",
 			r.ClientCPUS, r.PostgresCPUS, 100*r.PostgresShare, r.MachineCPUS, r.JobsPerCPUS)
+	}
+	if r.HTTPDelayMs > 0 {
+		s += fmt.Sprintf("; one GET a job (server answers after %.0f ms), %d workers: insert to completion p50 %.1f ms, p99 %.1f ms; peak RSS %.0f MB, %.0f KB per worker",
+			r.HTTPDelayMs, r.MaxWorkers, r.P50Ms, r.P99Ms, r.PeakRSSMB, r.RSSPerJobKB)
 	}
 	return s
 }
