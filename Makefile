@@ -1,7 +1,7 @@
 # wasmjobs: build and test. `make help` lists the targets.
 GO ?= go
 
-.PHONY: screenshots help broker cluster postgres fuzz guests gobench run test vet build cover bench bench-river testdata testdata-check examples soak
+.PHONY: screenshots help broker cluster postgres fuzz guests gobench run test vet build cover bench bench-http bench-river testdata testdata-check examples soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ cover: ## coverage per package
 
 bench: guests build ## run the benchmark matrix, each row its own bin/wasmjobs process, and write BENCHMARKS.md (RabbitMQ rows need WASMJOBS_AMQP_URL; River rows WASMJOBS_PG_URL or a local postgresql)
 	$(GO) run ./internal/bench/report -bin bin/wasmjobs BENCHMARKS.md
+
+bench-http: guests build ## the outbound HTTP rows alone (one GET a job to a server answering after 50 ms, concurrency 256 and 1,000, each SDK, native, River): replaces their section of BENCHMARKS.md
+	$(GO) run ./internal/bench/report -bin bin/wasmjobs -http BENCHMARKS.md
 
 bench-river: ## River on PostgreSQL, the peer, alone: -n 200000, then --duration 30s (starts Postgres with scripts/postgres.sh)
 	@url=$${WASMJOBS_PG_URL:-$$(scripts/postgres.sh start)} && cd internal/bench/riverpeer && \

@@ -79,6 +79,7 @@ func main() {
 	bin := flag.String("bin", "", "the wasmjobs binary to run each row with (default: build one)")
 	jobs := flag.Int("jobs", 0, "run every row with this many jobs instead of its own count (a quick check of the report; not for BENCHMARKS.md)")
 	nswaps := flag.Int("swaps", 200, "hot swaps to measure")
+	httpOnly := flag.Bool("http", false, "run only the outbound HTTP rows and replace their section of the file in place")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: report [flags] [BENCHMARKS.md]\n")
 		flag.PrintDefaults()
@@ -115,6 +116,28 @@ func main() {
 	// Paths are relative to the repository, where the report runs.
 	if err := os.Chdir(filepath.Join(abitest.Dir(), "..")); err != nil {
 		log.Fatal(err)
+	}
+	if *httpOnly {
+		n := 100_000
+		if *jobs > 0 {
+			n = *jobs
+		}
+		section := httpSection(ctx, *bin, []httpGuest{
+			{"native Go handler (net/http)", ""},
+			{"C guest (SDK)", rel(guest("c-conformance"))},
+			{"Rust guest (SDK)", rel(guest("rust-conformance"))},
+			{"Go guest (SDK, net/http)", rel(guest("go-conformance"))},
+			{"TypeScript guest (fetch)", rel(guest("typescript-conformance"))},
+		}, n)
+		old, err := os.ReadFile(out)
+		if err != nil && !os.IsNotExist(err) {
+			log.Fatal(err)
+		}
+		if err := os.WriteFile(out, []byte(spliceHTTPSection(string(old), section)), 0o644); err != nil {
+			log.Fatal(err)
+		}
+		log.Printf("wrote the outbound HTTP section of %s", out)
+		return
 	}
 	var rows []row
 	add := func(what string, jobCount int, args ...string) {
@@ -198,6 +221,10 @@ func main() {
 	fmt.Fprintf(&b, "| cache | ready in |\n|---|---|\n| none | %v |\n| warm on-disk compilation cache | %v |\n", cold.Round(time.Millisecond), warm.Round(time.Millisecond))
 	b.WriteString(swapSection(swaps))
 	b.WriteString(riverSection(ctx, riverShapes()))
+	// The outbound HTTP rows are make bench-http's: keep the section the file has.
+	if old, err := os.ReadFile(out); err == nil {
+		b.WriteString(httpSectionOf(string(old)))
+	}
 	if url == "" {
 		b.WriteString("\nRabbitMQ rows are missing: WASMJOBS_AMQP_URL was not set (`export WASMJOBS_AMQP_URL=$(scripts/rabbitmq.sh start)`).\n")
 	}

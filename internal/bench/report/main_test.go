@@ -58,3 +58,58 @@ func TestSwapSectionShowsEveryPart(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPSectionIsReplacedInPlace: make bench-http replaces its section and keeps the
+// rest of the file; a file without one gets it appended; make bench keeps it.
+func TestHTTPSectionIsReplacedInPlace(t *testing.T) {
+	t.Parallel()
+	section := func(s string) string { return "\n" + httpMarker + "\n## Outbound HTTP\n" + s + "\n" + httpMarker + "\n" }
+	doc := "# Benchmarks\n\nrows\n" + section("old") + "\n## River\n"
+	if got, want := spliceHTTPSection(doc, section("new")), "# Benchmarks\n\nrows\n"+section("new")+"\n## River\n"; got != want {
+		t.Fatalf("replaced:\n%s\nwant:\n%s", got, want)
+	}
+	if got, want := spliceHTTPSection("# Benchmarks\n\nrows\n\n", section("new")), "# Benchmarks\n\nrows\n"+section("new"); got != want {
+		t.Fatalf("appended:\n%q\nwant:\n%q", got, want)
+	}
+	if got := httpSectionOf(doc); got != section("old") {
+		t.Fatalf("kept %q, want %q", got, section("old"))
+	}
+	if got := httpSectionOf("# Benchmarks\n" + httpMarker + " alone\n"); got != "" {
+		t.Fatalf("a lone marker gave %q", got)
+	}
+}
+
+// TestHTTPRowsAlternateAndCompare: each concurrency runs the other's order reversed,
+// and the section gives each row its share of the ideal and its ratios to the native
+// handler and to River at its concurrency.
+func TestHTTPRowsAlternateAndCompare(t *testing.T) {
+	t.Parallel()
+	guests := []httpGuest{{"native", ""}, {"C", "c.wasm"}}
+	names := func(o []*httpGuest) (s []string) {
+		for _, g := range o {
+			if g == nil {
+				s = append(s, "river")
+			} else {
+				s = append(s, g.what)
+			}
+		}
+		return s
+	}
+	if got := strings.Join(names(httpOrder(guests, 0)), ","); got != "native,C,river" {
+		t.Fatalf("first order %s", got)
+	}
+	if got := strings.Join(names(httpOrder(guests, 1)), ","); got != "river,C,native" {
+		t.Fatalf("second order %s", got)
+	}
+	rows := []httpRow{
+		{concurrency: 256, what: "native Go handler", wasmjobs: &bench.Result{JobsPerSec: 5000}},
+		{concurrency: 256, what: "C guest", wasmjobs: &bench.Result{JobsPerSec: 4608}},
+		{concurrency: 256, what: "River", river: &riverResult{JobsPerSec: 2304}},
+	}
+	s := formatHTTPSection(rows, 100000, "0.5", "1.5", "")
+	for _, want := range []string{"| 256 | C guest | 4608 | 90% |", "| 0.92 | 2.00 |", "| 256 | River | 2304 | 45% |", "load average 0.5 before, 1.5 after"} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("the section lacks %q:\n%s", want, s)
+		}
+	}
+}

@@ -9,10 +9,58 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 )
+
+// riverPeer builds the River peer and finds its Postgres: WASMJOBS_PG_URL, or the one
+// scripts/postgres.sh starts when Debian's postgresql is installed and this runs as
+// root (the report never installs it). When either fails, note says why, as a line of
+// BENCHMARKS.md, and there is nothing to clean up.
+func riverPeer(ctx context.Context) (bin, url string, cleanup func(), note string) {
+	root := filepath.Dir(abitest.Dir())
+	url = os.Getenv("WASMJOBS_PG_URL")
+	if url == "" {
+		if _, err := os.Stat("/usr/bin/pg_ctlcluster"); err != nil || os.Geteuid() != 0 {
+			return "", "", nil, "\nRiver rows are missing: no Postgres (`export WASMJOBS_PG_URL=$(scripts/postgres.sh start)`).\n"
+		}
+		out, err := exec.CommandContext(ctx, filepath.Join(root, "scripts", "postgres.sh"), "start").Output()
+		if err != nil {
+			return "", "", nil, fmt.Sprintf("\nRiver rows are missing: scripts/postgres.sh start failed: %v.\n", err)
+		}
+		url = strings.TrimSpace(string(out))
+	}
+	dir, err := os.MkdirTemp("", "wasmjobs-riverpeer-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	bin = filepath.Join(dir, "riverpeer")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build.Dir = filepath.Join(root, "internal", "bench", "riverpeer")
+	if out, err := build.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", "", nil, fmt.Sprintf("\nRiver rows are missing: building internal/bench/riverpeer failed: %v\n\n```\n%s```\n", err, out)
+	}
+	return bin, url, func() { os.RemoveAll(dir) }, ""
+}
+
+// runRiver runs the built peer with args and --json against url.
+func runRiver(ctx context.Context, bin, url string, args []string) (riverResult, error) {
+	log.Printf("running: River peer %s", strings.Join(args, " "))
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, append(slices.Clone(args), "--json", "--database-url", url)...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var r riverResult
+	if err := cmd.Run(); err != nil {
+		return r, fmt.Errorf("riverpeer %s failed: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		return r, fmt.Errorf("riverpeer %s printed %q: %v", strings.Join(args, " "), stdout.String(), err)
+	}
+	return r, nil
+}
 
 // riverShapes are river bench's two shapes, as riverpeer's flags.
 func riverShapes() [][]string { return [][]string{{"-n", "200000"}, {"--duration", "30s"}} }
@@ -30,6 +78,11 @@ type riverResult struct {
 	PostgresCPUS  float64 `json:"postgres_cpu_s"`
 	PostgresShare float64 `json:"postgres_cpu_share"`
 	JobsPerCPUS   float64 `json:"jobs_per_cpu_s"`
+	MaxWorkers    int     `json:"max_workers"`
+	P50Ms         float64 `json:"p50_ms"`
+	P99Ms         float64 `json:"p99_ms"`
+	PeakRSSMB     float64 `json:"peak_rss_mb"`
+	RSSPerJobKB   float64 `json:"rss_per_job_kb"`
 }
 
 // riverSection runs the River peer (internal/bench/riverpeer, a module of its own) in the
@@ -38,41 +91,16 @@ type riverResult struct {
 // scripts/postgres.sh starts when Debian's postgresql is installed and this runs as root;
 // the report never installs it. A peer that fails leaves a note, not a failed report.
 func riverSection(ctx context.Context, shapes [][]string) string {
-	root := filepath.Dir(abitest.Dir())
-	url := os.Getenv("WASMJOBS_PG_URL")
-	if url == "" {
-		if _, err := os.Stat("/usr/bin/pg_ctlcluster"); err != nil || os.Geteuid() != 0 {
-			return "\nRiver rows are missing: no Postgres (`export WASMJOBS_PG_URL=$(scripts/postgres.sh start)`).\n"
-		}
-		out, err := exec.CommandContext(ctx, filepath.Join(root, "scripts", "postgres.sh"), "start").Output()
-		if err != nil {
-			return fmt.Sprintf("\nRiver rows are missing: scripts/postgres.sh start failed: %v.\n", err)
-		}
-		url = strings.TrimSpace(string(out))
+	bin, url, cleanup, note := riverPeer(ctx)
+	if note != "" {
+		return note
 	}
-	dir, err := os.MkdirTemp("", "wasmjobs-riverpeer-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "riverpeer")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	build.Dir = filepath.Join(root, "internal", "bench", "riverpeer")
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Sprintf("\nRiver rows are missing: building internal/bench/riverpeer failed: %v\n\n```\n%s```\n", err, out)
-	}
+	defer cleanup()
 	var results []riverResult
 	for _, shape := range shapes {
-		log.Printf("running: River peer %s", strings.Join(shape, " "))
-		var stdout, stderr bytes.Buffer
-		cmd := exec.CommandContext(ctx, bin, append(shape, "--json", "--database-url", url)...)
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		var r riverResult
-		if err := cmd.Run(); err != nil {
-			return fmt.Sprintf("\nRiver rows are missing: riverpeer %s failed: %v: %s\n", strings.Join(shape, " "), err, strings.TrimSpace(stderr.String()))
-		}
-		if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-			return fmt.Sprintf("\nRiver rows are missing: riverpeer %s printed %q: %v\n", strings.Join(shape, " "), stdout.String(), err)
+		r, err := runRiver(ctx, bin, url, shape)
+		if err != nil {
+			return fmt.Sprintf("\nRiver rows are missing: %v\n", err)
 		}
 		results = append(results, r)
 	}
