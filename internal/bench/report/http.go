@@ -203,4 +203,3 @@ func loadAverage() string {
 	}
 	return f[0]
 }
-

@@ -63,7 +63,9 @@ func TestSwapSectionShowsEveryPart(t *testing.T) {
 // rest of the file; a file without one gets it appended; make bench keeps it.
 func TestHTTPSectionIsReplacedInPlace(t *testing.T) {
 	t.Parallel()
-	section := func(s string) string { return "\n" + httpMarker + "\n## Outbound HTTP\n" + s + "\n" + httpMarker + "\n" }
+	section := func(s string) string {
+		return "\n" + httpMarker + "\n## Outbound HTTP\n" + s + "\n" + httpMarker + "\n"
+	}
 	doc := "# Benchmarks\n\nrows\n" + section("old") + "\n## River\n"
 	if got, want := spliceHTTPSection(doc, section("new")), "# Benchmarks\n\nrows\n"+section("new")+"\n## River\n"; got != want {
 		t.Fatalf("replaced:\n%s\nwant:\n%s", got, want)
