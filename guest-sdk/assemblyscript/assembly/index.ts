@@ -377,29 +377,35 @@ export class Response {
     return n;
   }
   /** Reads the rest of the body whole, or null on a failure (error says why); a body
-   *  longer than max bytes fails as TooLarge. */
-  bytes(max: i32): ArrayBuffer | null {
-    const out = new Uint8Array(max);
+   *  longer than limit bytes fails as TooLarge. */
+  bytes(limit: i32): ArrayBuffer | null {
+    // Grown as the body comes, so that a generous bound costs nothing for a short body.
+    let out = new Uint8Array(min(limit, 16384));
     let got = 0;
     const chunk = new ArrayBuffer(16384);
     while (true) {
-      // One byte past the bound tells a body of exactly max bytes from a longer one.
-      const want = min(chunk.byteLength, max + 1 - got);
+      // One byte past the bound tells a body of exactly limit bytes from a longer one.
+      const want = <i32>min(<i64>chunk.byteLength, <i64>limit + 1 - got);
       const part = want == chunk.byteLength ? chunk : new ArrayBuffer(want);
       const n = this.read(part);
       if (n < 0) return null;
       if (n == 0) return out.buffer.slice(0, got);
-      if (got + n > max) {
-        this.fail(HttpErrorCode.TooLarge, "the body is longer than the caller's bound of " + max.toString() + " bytes");
+      if (got + n > limit) {
+        this.fail(HttpErrorCode.TooLarge, "the body is longer than the caller's bound of " + limit.toString() + " bytes");
         return null;
+      }
+      if (got + n > out.length) {
+        const grown = new Uint8Array(<i32>min(<i64>limit, max(<i64>out.length * 2, <i64>got + n)));
+        grown.set(out.subarray(0, got));
+        out = grown;
       }
       out.set(Uint8Array.wrap(part, 0, n), got);
       got += n;
     }
   }
   /** Reads the rest of the body whole as text, or null; see bytes. */
-  text(max: i32): string | null {
-    const b = this.bytes(max);
+  text(limit: i32): string | null {
+    const b = this.bytes(limit);
     return b == null ? null : String.UTF8.decode(b);
   }
   /** Ends the request (cancelled if still running) and frees its handle. */

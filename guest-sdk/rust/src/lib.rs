@@ -673,7 +673,7 @@ impl Response {
         let mut buf = vec![0u8; 16 << 10];
         loop {
             // One byte past the bound tells a body of exactly max bytes from a longer one.
-            let want = buf.len().min(max + 1 - out.len());
+            let want = buf.len().min(max.saturating_add(1) - out.len());
             let n = self.read_chunk(&mut buf[..want])?;
             if n == 0 {
                 return Ok(out);
