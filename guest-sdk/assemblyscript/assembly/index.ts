@@ -236,7 +236,8 @@ export class HttpError {
   constructor(public code: i32, public message: string) {}
   /** The failure's name ("denied", "timeout", ...). */
   kind(): string { return httpErrorName(this.code); }
-  toString(): string { return "http " + this.kind() + " (" + this.code.toString() + "): " + this.message; }
+  /** "http error CODE: MESSAGE" (the host's message starts with the kind's name). */
+  toString(): string { return "http error " + this.code.toString() + ": " + this.message; }
 }
 
 // What readHead reads (AssemblyScript has no closures).

@@ -474,7 +474,8 @@ impl HttpError {
 
 impl std::fmt::Display for HttpError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "http {} ({}): {}", self.kind().name(), self.code, self.message)
+        // The host's message starts with the kind's name already ("denied: ...").
+        write!(f, "http error {}: {}", self.code, self.message)
     }
 }
 
@@ -919,8 +920,8 @@ mod tests {
         ]);
         let e = Request::get("http://x/").send().unwrap_err();
         assert_eq!((e.kind(), e.code(), e.message()), (HttpErrorKind::Denied, -10, "http://x/ is outside the grant"));
-        assert_eq!(e.to_string(), "http denied (-10): http://x/ is outside the grant");
-        assert_eq!(Settle::from(e), retry("http denied (-10): http://x/ is outside the grant", None));
+        assert_eq!(e.to_string(), "http error -10: http://x/ is outside the grant");
+        assert_eq!(Settle::from(e), retry("http error -10: http://x/ is outside the grant", None));
         assert!(host(|h| h.responses[0].closed), "a failed request is closed too");
         let e = Request::get("http://y/").send().unwrap().bytes(9).unwrap_err();
         assert_eq!(e.kind(), HttpErrorKind::TooLarge, "a body past the caller's bound");
