@@ -1,7 +1,20 @@
 // The conformance handler in AssemblyScript: its payload names a case of the
-// cross-language table (internal/abitest/sdk.go).
-import { Job, Level, Outcome, handle, retry, defer, deadLetter, trap } from "../assembly/index";
+// cross-language table (internal/abitest/sdk.go, and sdk_http.go for the HTTP cases).
+import { Job, Level, Outcome, Request, handle, retry, defer, deadLetter, trap, retryAfter } from "../assembly/index";
 export { wasmjobs_abi_v1, wasmjobs_handle } from "../assembly/index";
+
+/** Sends req and acks with "STATUS\nX-REPLY\nBODY", or "error CODE" on a failure. */
+function http(job: Job, req: Request): Outcome {
+  const res = req.send();
+  const body = res.text(1 << 20);
+  res.close();
+  if (body == null) {
+    job.output("error " + res.error!.code.toString());
+  } else {
+    job.output(res.status.toString() + "\n" + res.headerAll("x-reply").join(",") + "\n" + body);
+  }
+  return Outcome.Ack;
+}
 
 handle((job: Job): Outcome => {
   const p = job.text();
@@ -29,6 +42,19 @@ handle((job: Job): Outcome => {
   if (p.startsWith("echo:")) {
     job.outputBytes(job.payload().slice(5));
     return Outcome.Ack;
+  }
+  if (p.startsWith("http-get:")) return http(job, Request.get(p.substring(9)).header("X-Conformance", "yes"));
+  if (p.startsWith("http-post:")) {
+    return http(job, Request.post(p.substring(10)).header("X-Conformance", "yes").header("Content-Type", "text/plain").bodyText("ping"));
+  }
+  if (p.startsWith("http-retry-after:")) {
+    const res = Request.get(p.substring(17)).send();
+    let o = Outcome.Ack;
+    if (res.error != null) job.output("error " + res.error!.code.toString());
+    else if (res.status == 429 || res.status == 503) o = retryAfter(res);
+    else job.output(res.status.toString());
+    res.close();
+    return o;
   }
   return deadLetter("unknown case");
 });

@@ -8,9 +8,14 @@ const bytes = readFileSync(process.argv[2]);
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
-function run(payload, headers = {}) {
+// The stand-in clock: Sun, 06 Nov 1994 08:49:37 GMT.
+const NOW_MS = 784111777000n;
+
+// run runs one job; responses are the stand-in host's answers to the job's requests,
+// in order: { status, error, headers, url, body, chunk, bodyError }.
+function run(payload, headers = {}, responses = []) {
   const job = { payload: enc.encode(payload), meta: ["01JOB", "conformance", "conformance", "v"], headers,
-    logs: [], reason: null, delay: null, output: [], children: [] };
+    logs: [], reason: null, delay: null, output: [], children: [], requests: [], closed: [] };
   let mem;
   const bytesAt = (p, n) => new Uint8Array(mem.buffer, p, n);
   const copyOut = (src, p, n) => { bytesAt(p, Math.min(n, src.length)).set(src.subarray(0, Math.min(n, src.length))); };
@@ -28,18 +33,47 @@ function run(payload, headers = {}) {
     log: (level, p, n) => { job.logs.push([level, dec.decode(bytesAt(p, n))]); },
     set_reason: (p, n) => { job.reason = dec.decode(bytesAt(p, n)); },
     set_delay_ms: (ms) => { if (ms >= 0n) job.delay = Number(ms); },
-    output_write: (p, n) => { job.output.push(...bytesAt(p, n)); return n; },
+    output_write: (p, n) => { job.output.push(bytesAt(p, n).slice()); return n; },
     enqueue: (qp, qn, pp, pn, d) => { job.children.push([dec.decode(bytesAt(qp, qn)), dec.decode(bytesAt(pp, pn)), Number(d)]); return 0; },
   };
+  const fake = (h) => (h >= 0 && h < job.requests.length && !job.closed.includes(h) ? responses[h] : null);
+  const out = (v, p, n) => { const b = enc.encode(v); copyOut(b, p, n); return b.length; };
+  Object.assign(wasmjobs, {
+    http_start: (mp, mn, up, un, hp, hn, bp, bn) => {
+      job.requests.push([dec.decode(bytesAt(mp, mn)), dec.decode(bytesAt(up, un)), dec.decode(bytesAt(hp, hn)), dec.decode(bytesAt(bp, bn))]);
+      return job.requests.length - 1;
+    },
+    http_status: (h) => fake(h)?.status ?? -1,
+    http_error_read: (h, p, n) => (fake(h)?.error != null ? out(fake(h).error, p, n) : -1),
+    http_headers_read: (h, p, n) => { const f = fake(h); return !f ? -1 : f.status < 0 ? f.status : out(f.headers ?? "", p, n); },
+    http_url_read: (h, p, n) => { const f = fake(h); return !f ? -1 : f.status < 0 ? f.status : out(f.url ?? "", p, n); },
+    http_body_read: (h, p, n) => {
+      const f = fake(h);
+      if (!f) return -1;
+      if (f.status < 0) return f.status;
+      const body = typeof f.body === "string" ? enc.encode(f.body) : (f.body ?? new Uint8Array());
+      f.pos ??= 0;
+      const c = Math.min(n, body.length - f.pos, f.chunk ?? Infinity);
+      if (c === 0) return f.bodyError ?? 0;
+      bytesAt(p, c).set(body.subarray(f.pos, f.pos + c));
+      f.pos += c;
+      return c;
+    },
+    http_close: (h) => { if (!fake(h)) return -1; job.closed.push(h); return 0; },
+    http_wait: () => -1,
+  });
+  const wasi_snapshot_preview1 = {
+    clock_time_get: (id, precision, p) => { new DataView(mem.buffer).setBigUint64(p, NOW_MS * 1000000n, true); return 0; },
+  };
   const env = { abort: () => { throw new Error("abort"); }, trace: () => {}, seed: () => Math.random() };
-  const inst = new WebAssembly.Instance(new WebAssembly.Module(bytes), { wasmjobs, env });
+  const inst = new WebAssembly.Instance(new WebAssembly.Module(bytes), { wasmjobs, env, wasi_snapshot_preview1 });
   mem = inst.exports.memory;
   try {
     job.code = inst.exports.wasmjobs_handle();
   } catch (e) {
     job.trap = String(e);
   }
-  job.text = dec.decode(new Uint8Array(job.output));
+  job.text = dec.decode(Buffer.concat(job.output));
   return job;
 }
 
@@ -65,4 +99,46 @@ r = run("trap");
 assert.match(r.trap, /unreachable/);
 r = run("nonsense");
 assert.deepEqual([r.code, r.reason], [3, "unknown case"]);
-console.log("AssemblyScript SDK: 11 checks passed");
+
+// Outbound HTTP: a response's status, headers (by name case-insensitively, every value of
+// a repeated name), and body read in pieces; the request's method, URL, headers and body.
+const echo = { status: 201, headers: "Content-Type: text/plain\nX-Reply: a\nX-Reply:  b \n", url: "http://h/echo", body: "hello, world", chunk: 5 };
+r = run("http-post:http://h/echo", {}, [{ ...echo }]);
+assert.deepEqual([r.code, r.text], [0, "201\na,b\nhello, world"]);
+assert.deepEqual(r.requests, [["POST", "http://h/echo", "X-Conformance: yes\nContent-Type: text/plain\n", "ping"]]);
+assert.deepEqual(r.closed, [0], "the handler's close reaches the host");
+r = run("http-get:http://h/echo", {}, [{ ...echo, body: new Uint8Array(1 << 20).fill(65) }]);
+assert.ok(r.text === "201\na,b\n" + "A".repeat(1 << 20), `a body of exactly the caller's bound is whole: ${r.trap} ${r.text.length}`);
+r = run("http-get:http://h/echo", {}, [{ ...echo, body: new Uint8Array((1 << 20) + 1) }]);
+assert.equal(r.text, "error -16", "a body past the caller's bound fails as TooLarge");
+r = run("http-get:http://x/", {}, [{ status: -10, error: "http://x/ is outside the grant" }]);
+assert.deepEqual([r.code, r.text], [0, "error -10"]);
+r = run("http-get:http://h/echo", {}, [{ ...echo, body: "01", bodyError: -20, error: "cut short" }]);
+assert.equal(r.text, "error -20", "a failed body read is the failure");
+
+// The Retry-After helper, at the stand-in clock.
+for (const [value, kind, reason, delay] of [
+  ["2", 2, "http 429: Retry-After 2", 2000],
+  [" 120 ", 2, "http 429: Retry-After 120", 120000],
+  ["0", 2, "http 429: Retry-After 0", 1],
+  ["86401", 2, "http 429: Retry-After 86401", 86400000],
+  ["99999999999999999999999999", 2, "http 429: Retry-After 99999999999999999999999999", 86400000],
+  ["Sun, 06 Nov 1994 08:49:40 GMT", 2, "http 429: Retry-After Sun, 06 Nov 1994 08:49:40 GMT", 3000],
+  ["Sat, 05 Nov 1994 08:49:37 GMT", 2, "http 429: Retry-After Sat, 05 Nov 1994 08:49:37 GMT", 1],
+  ["Mon, 07 Nov 1994 08:49:37 GMT", 2, "http 429: Retry-After Mon, 07 Nov 1994 08:49:37 GMT", 86400000],
+  ["Tue, 29 Feb 2000 23:59:59 GMT", 2, "http 429: Retry-After Tue, 29 Feb 2000 23:59:59 GMT", 86400000],
+  [null, 1, "http 429", null],
+  ["soon", 1, "http 429", null],
+  ["-5", 1, "http 429", null],
+  ["1.5", 1, "http 429", null],
+  ["Sun, 06 Nov 1994 08:49:40 UTC", 1, "http 429", null],
+  ["Sunday, 06-Nov-94 08:49:40 GMT", 1, "http 429", null],
+  ["Sun, 31 Feb 1994 08:49:40 GMT", 1, "http 429", null],
+  ["Sun, 06 Xyz 1994 08:49:40 GMT", 1, "http 429", null],
+]) {
+  r = run("http-retry-after:http://h/limited", {}, [{ status: 429, headers: value == null ? "" : `Retry-After: ${value}\n` }]);
+  assert.deepEqual([r.code, r.reason, r.delay], [kind, reason, delay], `Retry-After ${value}`);
+}
+r = run("http-retry-after:http://h/echo", {}, [{ ...echo }]);
+assert.deepEqual([r.code, r.text], [0, "201"]);
+console.log("AssemblyScript SDK: all checks passed");

@@ -1,5 +1,5 @@
 /* The conformance handler in C: its payload names a case of the cross-language table
- * (internal/abitest/sdk.go). */
+ * (internal/abitest/sdk.go, and sdk_http.go for the HTTP cases). */
 #include <stdio.h>
 #include <string.h>
 
@@ -10,6 +10,29 @@ static char payload[4096];
 static void line(const char *s, int n) {
     wasmjobs_output(s, n < 0 ? 0 : (size_t)n);
     wasmjobs_output("\n", 1);
+}
+
+static char body[1 << 16], out[(1 << 16) + 1024];
+
+/* Sends req and acks with "STATUS\nX-REPLY\nBODY", or "error CODE" on a failure. */
+static wasmjobs_outcome http(const wasmjobs_http_request *req) {
+    wasmjobs_http_response res;
+    int32_t n = wasmjobs_http_send(req, &res);
+    if (n >= 0) n = wasmjobs_http_body(&res, body, sizeof body);
+    if (n < 0) {
+        wasmjobs_http_close(&res);
+        wasmjobs_output(out, (size_t)snprintf(out, sizeof out, "error %d", (int)n));
+        return WASMJOBS_ACK;
+    }
+    int len = snprintf(out, sizeof out, "%d\n", (int)res.status);
+    char v[256];
+    for (size_t i = 0; wasmjobs_http_header(&res, "x-reply", i, v, sizeof v) >= 0; i++) {
+        len += snprintf(out + len, sizeof out - (size_t)len, "%s%s", i ? "," : "", v);
+    }
+    len += snprintf(out + len, sizeof out - (size_t)len, "\n%.*s", (int)n, body);
+    wasmjobs_http_close(&res);
+    wasmjobs_output(out, (size_t)len);
+    return WASMJOBS_ACK;
 }
 
 static wasmjobs_outcome handle(void) {
@@ -45,6 +68,30 @@ static wasmjobs_outcome handle(void) {
         return WASMJOBS_ACK;
     }
     if (strcmp(payload, "trap") == 0) wasmjobs_trap();
+    if (strncmp(payload, "http-get:", 9) == 0) {
+        wasmjobs_http_request req = {.url = payload + 9, .headers = "X-Conformance: yes\n"};
+        return http(&req);
+    }
+    if (strncmp(payload, "http-post:", 10) == 0) {
+        wasmjobs_http_request req = {.method = "POST", .url = payload + 10,
+            .headers = "X-Conformance: yes\nContent-Type: text/plain\n", .body = "ping", .body_len = 4};
+        return http(&req);
+    }
+    if (strncmp(payload, "http-retry-after:", 17) == 0) {
+        wasmjobs_http_request req = {.url = payload + 17};
+        wasmjobs_http_response res;
+        int32_t s = wasmjobs_http_send(&req, &res);
+        wasmjobs_outcome o = WASMJOBS_ACK;
+        if (s == 429 || s == 503) {
+            o = wasmjobs_retry_after(&res);
+        } else if (s < 0) {
+            wasmjobs_output(out, (size_t)snprintf(out, sizeof out, "error %d", (int)s));
+        } else {
+            wasmjobs_output(out, (size_t)snprintf(out, sizeof out, "%d", (int)s));
+        }
+        wasmjobs_http_close(&res);
+        return o;
+    }
     return wasmjobs_dead_letter("unknown case");
 }
 

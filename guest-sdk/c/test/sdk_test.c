@@ -49,6 +49,148 @@ int32_t wasmjobs__enqueue(const void *q, int32_t ql, const void *p, int32_t pl, 
     return 0;
 }
 
+/* The stand-in host's requests: the handle of the n-th request started is n. */
+static struct fake {
+    int32_t status;
+    const char *error, *headers, *url, *body;
+    int32_t chunk, body_error; /* bytes per read at most (0: all); a failure after the body */
+    size_t pos;
+    int closed;
+} fakes[8];
+static int started, start_status, ready = -1;
+static char sent[512];
+
+static int32_t copy(const char *src, void *buf, int32_t len) {
+    size_t n = strlen(src);
+    memcpy(buf, src, n < (size_t)len ? n : (size_t)len);
+    return (int32_t)n;
+}
+static struct fake *fake(int32_t h) { return h >= 0 && h < started && !fakes[h].closed ? &fakes[h] : NULL; }
+int32_t wasmjobs__http_start(const void *m, int32_t ml, const void *u, int32_t ul, const void *hd, int32_t hl, const void *b, int32_t bl) {
+    if (start_status < 0) return start_status;
+    snprintf(sent, sizeof sent, "%.*s %.*s\n%.*s[%.*s]", (int)ml, (const char *)m, (int)ul, (const char *)u, (int)hl, (const char *)hd, (int)bl, (const char *)b);
+    return started++;
+}
+int32_t wasmjobs__http_status(int32_t h) { return fake(h) ? fake(h)->status : -1; }
+int32_t wasmjobs__http_error_read(int32_t h, void *buf, int32_t len) { return fake(h) && fake(h)->error ? copy(fake(h)->error, buf, len) : -1; }
+int32_t wasmjobs__http_headers_read(int32_t h, void *buf, int32_t len) {
+    if (!fake(h)) return -1;
+    return fake(h)->status < 0 ? fake(h)->status : copy(fake(h)->headers ? fake(h)->headers : "", buf, len);
+}
+int32_t wasmjobs__http_url_read(int32_t h, void *buf, int32_t len) {
+    if (!fake(h)) return -1;
+    return fake(h)->status < 0 ? fake(h)->status : copy(fake(h)->url ? fake(h)->url : "", buf, len);
+}
+int32_t wasmjobs__http_body_read(int32_t h, void *buf, int32_t len) {
+    struct fake *f = fake(h);
+    if (!f) return -1;
+    if (f->status < 0) return f->status;
+    const char *b = f->body ? f->body : "";
+    size_t rest = strlen(b) - f->pos, n = rest < (size_t)len ? rest : (size_t)len;
+    if (f->chunk > 0 && n > (size_t)f->chunk) n = (size_t)f->chunk;
+    if (n == 0) return f->body_error;
+    memcpy(buf, b + f->pos, n);
+    f->pos += n;
+    return (int32_t)n;
+}
+int32_t wasmjobs__http_close(int32_t h) {
+    if (!fake(h)) return -1;
+    fakes[h].closed = 1;
+    return 0;
+}
+int32_t wasmjobs__http_wait(const int32_t *hs, int32_t n, int64_t timeout_ms) {
+    (void)timeout_ms;
+    for (int32_t i = 0; i < n; i++) if (hs[i] == ready) return i;
+    return -1;
+}
+
+static void http_tests(void) {
+    wasmjobs_http_response res;
+    char buf[64];
+    /* A response: status, headers by name case-insensitively with repeated values, URL, body. */
+    fakes[0] = (struct fake){.status = 201, .headers = "Content-Type: text/plain\nX-Reply: a\nX-Reply:  b \n",
+        .url = "http://127.0.0.1:9/final", .body = "hello, world", .chunk = 5};
+    wasmjobs_http_request req = {.method = "POST", .url = "http://127.0.0.1:9/echo",
+        .headers = "X-A: 1\nX-A: 2\n", .body = "ping", .body_len = 4};
+    assert(wasmjobs_http_send(&req, &res) == 201 && res.status == 201);
+    assert(strcmp(sent, "POST http://127.0.0.1:9/echo\nX-A: 1\nX-A: 2\n[ping]") == 0);
+    assert(wasmjobs_http_header(&res, "content-TYPE", 0, buf, sizeof buf) == 10 && strcmp(buf, "text/plain") == 0);
+    assert(wasmjobs_http_header(&res, "x-reply", 1, buf, sizeof buf) == 1 && strcmp(buf, "b") == 0);
+    assert(wasmjobs_http_header(&res, "X-Reply", 2, buf, sizeof buf) == WASMJOBS_NOT_FOUND);
+    assert(wasmjobs_http_header(&res, "X-Repl", 0, buf, sizeof buf) == WASMJOBS_NOT_FOUND);
+    assert(wasmjobs_http_header(&res, "Content-Type", 0, buf, 5) == 10 && strcmp(buf, "text") == 0);
+    assert(wasmjobs_http_url(&res, buf, sizeof buf) == 24 && strcmp(buf, "http://127.0.0.1:9/final") == 0);
+    assert(wasmjobs_http_read(&res, buf, 3) == 3 && memcmp(buf, "hel", 3) == 0);
+    assert(wasmjobs_http_body(&res, buf, 9) == 9 && memcmp(buf, "lo, world", 9) == 0);
+    wasmjobs_http_close(&res);
+    assert(fakes[0].closed && res.handle == -1);
+
+    /* Failures: the status, the host's message, the name. */
+    fakes[1] = (struct fake){.status = WASMJOBS_HTTP_DENIED, .error = "http://x/ is outside the grant"};
+    req = (wasmjobs_http_request){.url = "http://x/"};
+    assert(wasmjobs_http_send(&req, &res) == WASMJOBS_HTTP_DENIED && res.status == WASMJOBS_HTTP_DENIED);
+    assert(strcmp(res.error, "http://x/ is outside the grant") == 0);
+    assert(strcmp(wasmjobs_http_error_name(res.status), "denied") == 0);
+    wasmjobs_http_close(&res);
+    fakes[2] = (struct fake){.status = 200, .body = "0123456789"};
+    assert(wasmjobs_http_send(&req, &res) == 200 && wasmjobs_http_body(&res, buf, 9) == WASMJOBS_HTTP_TOO_LARGE);
+    assert(strstr(res.error, "bound of 9 bytes") != NULL);
+    wasmjobs_http_close(&res);
+    fakes[3] = (struct fake){.status = 200, .body = "01", .body_error = WASMJOBS_HTTP_TOO_LARGE, .error = "past max_response"};
+    assert(wasmjobs_http_send(&req, &res) == 200 && wasmjobs_http_body(&res, buf, sizeof buf) == WASMJOBS_HTTP_TOO_LARGE);
+    assert(strcmp(res.error, "past max_response") == 0);
+    wasmjobs_http_close(&res);
+    start_status = WASMJOBS_NOT_PERMITTED;
+    assert(wasmjobs_http_send(&req, &res) == WASMJOBS_NOT_PERMITTED && res.handle == -1 && strcmp(res.error, "not permitted") == 0);
+    start_status = 0;
+
+    /* Several in flight: the first ready. */
+    wasmjobs_http_response many[3];
+    for (int i = 0; i < 3; i++) fakes[started] = (struct fake){.status = 200}, wasmjobs_http_start(&req, &many[i]);
+    assert(wasmjobs_http_wait(many, 3, 0) == -1);
+    ready = many[1].handle;
+    assert(wasmjobs_http_wait(many, 3, -1) == 1 && wasmjobs_http_status(&many[1]) == 200);
+    assert(wasmjobs_http_wait(many, 0, -1) == WASMJOBS_BAD_ARGUMENT);
+    for (int i = 0; i < 3; i++) wasmjobs_http_close(&many[i]);
+
+    /* Retry-After values, at Sun, 06 Nov 1994 08:49:37 GMT. */
+    const int64_t now = 784111777000LL;
+    static const struct { const char *v; int64_t want; } cases[] = {
+        {"2", 2000}, {" 120 ", 120000}, {"0", 1}, {"86401", 86400000}, {"99999999999999999999999999", 86400000},
+        {"Sun, 06 Nov 1994 08:49:40 GMT", 3000}, {"Sun, 06 Nov 1994 08:49:37 GMT", 1},
+        {"Sat, 05 Nov 1994 08:49:37 GMT", 1}, {"Mon, 07 Nov 1994 08:49:37 GMT", 86400000},
+        {"Fri, 31 Dec 9999 23:59:59 GMT", 86400000},
+        {"", -1}, {"soon", -1}, {"-5", -1}, {"1.5", -1}, {"2s", -1}, {"Sun, 06 Nov 1994 08:49:40 UTC", -1},
+        {"Sunday, 06-Nov-94 08:49:40 GMT", -1}, {"Sun, 31 Feb 1994 08:49:40 GMT", -1},
+        {"Sun, 06 Nov 1994 24:49:40 GMT", -1}, {"Sun, 06 Xyz 1994 08:49:40 GMT", -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t got = wasmjobs_retry_after_delay(cases[i].v, strlen(cases[i].v), now);
+        if (got != cases[i].want) {
+            fprintf(stderr, "retry-after %s: %lld, want %lld\n", cases[i].v, (long long)got, (long long)cases[i].want);
+            assert(0);
+        }
+    }
+    int64_t ms;
+    assert(wasmjobs__http_date("Tue, 29 Feb 2000 23:59:59 GMT", 29, &ms) == 0 && ms == 951868799000LL);
+    assert(wasmjobs__http_date("Mon, 01 Mar 2100 00:00:00 GMT", 29, &ms) == 0 && ms == 4107542400000LL);
+    assert(wasmjobs__http_date("Mon, 29 Feb 2100 00:00:00 GMT", 29, &ms) == -1);
+
+    /* The helper: defer by the header's delay, else retry with the queue's backoff. */
+    int h = started;
+    fakes[h] = (struct fake){.status = 429, .headers = "Retry-After: 2\n"};
+    fakes[h + 1] = (struct fake){.status = 503};
+    fakes[h + 2] = (struct fake){.status = 429, .headers = "Retry-After: later\n"};
+    delay = -1;
+    assert(wasmjobs_http_send(&req, &res) == 429 && wasmjobs_retry_after(&res) == WASMJOBS_DEFER);
+    assert(delay == 2000 && strcmp(reason, "http 429: Retry-After 2") == 0);
+    delay = -1;
+    assert(wasmjobs_http_send(&req, &res) == 503 && wasmjobs_retry_after(&res) == WASMJOBS_RETRY);
+    assert(delay == -1 && strcmp(reason, "http 503") == 0);
+    assert(wasmjobs_http_send(&req, &res) == 429 && wasmjobs_retry_after(&res) == WASMJOBS_RETRY);
+    assert(delay == -1 && strcmp(reason, "http 429") == 0);
+}
+
 static wasmjobs_outcome handle(void) { return WASMJOBS_ACK; }
 WASMJOBS_HANDLER(handle)
 
@@ -76,6 +218,7 @@ int main(void) {
     assert(strcmp(logs, "2:n=7;") == 0);
     assert(strcmp(children, "child=c@250;") == 0);
     assert(wasmjobs_handle_export() == WASMJOBS_ACK);
-    puts("C SDK: 17 checks passed");
+    http_tests();
+    puts("C SDK: all checks passed");
     return 0;
 }

@@ -1,7 +1,20 @@
 //! The conformance handler in Rust: its payload names a case of the cross-language
-//! table (internal/abitest/sdk.go).
+//! table (internal/abitest/sdk.go, and sdk_http.go for the HTTP cases).
 use std::time::Duration;
-use wasmjobs::{Job, Level, Result};
+use wasmjobs::{Job, Level, Request, Result};
+
+/// Sends req and acks with "STATUS\nX-REPLY\nBODY", or "error CODE" on a failure.
+fn http(job: &Job, req: Request) -> Result {
+    let out = match req.send().and_then(|mut resp| {
+        let body = resp.text(1 << 20)?;
+        Ok(format!("{}\n{}\n{}", resp.status(), resp.header_all("x-reply").join(","), body))
+    }) {
+        Ok(out) => out,
+        Err(e) => format!("error {}", e.code()),
+    };
+    job.output(out.as_bytes())?;
+    Ok(())
+}
 
 fn handle(job: &Job) -> Result {
     let payload = job.text();
@@ -31,6 +44,16 @@ fn handle(job: &Job) -> Result {
             job.output(&job.payload()[5..])?;
             Ok(())
         }
+        p if p.starts_with("http-get:") => http(job, Request::get(&p[9..]).header("X-Conformance", "yes")),
+        p if p.starts_with("http-post:") => http(
+            job,
+            Request::post(&p[10..]).header("X-Conformance", "yes").header("Content-Type", "text/plain").body(&b"ping"[..]),
+        ),
+        p if p.starts_with("http-retry-after:") => match Request::get(&p[17..]).send() {
+            Ok(resp) if resp.status() == 429 || resp.status() == 503 => Err(wasmjobs::retry_after(&resp)),
+            Ok(resp) => Ok(job.output(resp.status().to_string().as_bytes())?),
+            Err(e) => Ok(job.output(format!("error {}", e.code()).as_bytes())?),
+        },
         _ => Err(wasmjobs::dead_letter("unknown case")),
     }
 }

@@ -40,6 +40,30 @@ mod sys {
         pub fn set_delay_ms(ms: i64);
         pub fn output_write(buf: *const u8, len: i32) -> i32;
         pub fn enqueue(queue: *const u8, queue_len: i32, payload: *const u8, payload_len: i32, delay_ms: i64) -> i32;
+        pub fn http_start(method: *const u8, method_len: i32, url: *const u8, url_len: i32, headers: *const u8, headers_len: i32, body: *const u8, body_len: i32) -> i32;
+        pub fn http_status(handle: i32) -> i32;
+        pub fn http_error_read(handle: i32, buf: *mut u8, len: i32) -> i32;
+        pub fn http_headers_read(handle: i32, buf: *mut u8, len: i32) -> i32;
+        pub fn http_url_read(handle: i32, buf: *mut u8, len: i32) -> i32;
+        pub fn http_body_read(handle: i32, buf: *mut u8, len: i32) -> i32;
+        pub fn http_close(handle: i32) -> i32;
+        pub fn http_wait(handles: *const i32, n: i32, timeout_ms: i64) -> i32;
+    }
+
+    #[link(wasm_import_module = "wasi_snapshot_preview1")]
+    extern "C" {
+        fn clock_time_get(id: u32, precision: u64, time: *mut u64) -> u16;
+    }
+
+    /// The wall clock in milliseconds since the Unix epoch, through WASI (present on
+    /// wasm32-unknown-unknown too: the host provides it to every module).
+    pub fn now_unix_ms() -> i64 {
+        let mut t = 0u64;
+        // Clock 0 is CLOCK_REALTIME.
+        if unsafe { clock_time_get(0, 1_000_000, &mut t) } != 0 {
+            return 0;
+        }
+        (t / 1_000_000) as i64
     }
 }
 
@@ -62,6 +86,33 @@ pub mod sys {
         pub delay_ms: Option<i64>,
         pub output: Vec<u8>,
         pub children: Vec<(String, Vec<u8>, i64)>,
+        /// The requests started: method, URL, header lines, body.
+        pub requests: Vec<(String, String, String, Vec<u8>)>,
+        /// What http_start returns for the next request when negative.
+        pub start_status: i32,
+        /// The stand-in responses, by handle.
+        pub responses: Vec<Resp>,
+        /// Handles http_wait reports ready, in order (others are not ready).
+        pub ready: Vec<i32>,
+        /// The wall clock, in milliseconds since the epoch.
+        pub now_ms: i64,
+    }
+
+    /// A stand-in response: the handle of the n-th request started is n.
+    #[derive(Default, Debug, Clone)]
+    pub struct Resp {
+        /// The status, or a failure status.
+        pub status: i32,
+        pub error: Option<String>,
+        pub headers: String,
+        pub url: String,
+        pub body: Vec<u8>,
+        /// Bytes handed out per read, at most (0: all at once).
+        pub chunk: usize,
+        /// A failure status after the body.
+        pub body_error: i32,
+        pub pos: usize,
+        pub closed: bool,
     }
 
     thread_local! {
@@ -113,6 +164,60 @@ pub mod sys {
         HOST.with(|h| h.borrow_mut().children.push((q, bytes(p, pl).to_vec(), delay_ms)));
         0
     }
+    fn text(p: *const u8, n: i32) -> String { String::from_utf8_lossy(unsafe { bytes(p, n) }).into_owned() }
+    pub unsafe fn http_start(m: *const u8, ml: i32, u: *const u8, ul: i32, hd: *const u8, hl: i32, b: *const u8, bl: i32) -> i32 {
+        HOST.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.start_status < 0 { return h.start_status; }
+            h.requests.push((text(m, ml), text(u, ul), text(hd, hl), bytes(b, bl).to_vec()));
+            h.requests.len() as i32 - 1
+        })
+    }
+    fn with_resp(handle: i32, f: impl FnOnce(&mut Resp) -> i32) -> i32 {
+        HOST.with(|h| match h.borrow_mut().responses.get_mut(handle as usize) {
+            Some(r) if !r.closed && handle >= 0 => f(r),
+            _ => -1,
+        })
+    }
+    pub unsafe fn http_status(handle: i32) -> i32 { with_resp(handle, |r| r.status) }
+    pub unsafe fn http_error_read(handle: i32, buf: *mut u8, len: i32) -> i32 {
+        with_resp(handle, |r| match &r.error {
+            Some(e) => { copy_out(e.as_bytes(), buf, len); e.len() as i32 }
+            None => -1,
+        })
+    }
+    pub unsafe fn http_headers_read(handle: i32, buf: *mut u8, len: i32) -> i32 {
+        with_resp(handle, |r| if r.status < 0 { r.status } else { copy_out(r.headers.as_bytes(), buf, len); r.headers.len() as i32 })
+    }
+    pub unsafe fn http_url_read(handle: i32, buf: *mut u8, len: i32) -> i32 {
+        with_resp(handle, |r| if r.status < 0 { r.status } else { copy_out(r.url.as_bytes(), buf, len); r.url.len() as i32 })
+    }
+    pub unsafe fn http_body_read(handle: i32, buf: *mut u8, len: i32) -> i32 {
+        with_resp(handle, |r| {
+            if r.status < 0 { return r.status; }
+            if len == 0 { return -2; }
+            let rest = &r.body[r.pos..];
+            if rest.is_empty() { return if r.body_error < 0 { r.body_error } else { 0 }; }
+            let max = if r.chunk > 0 { r.chunk.min(len as usize) } else { len as usize };
+            let n = copy_out(rest, buf, max as i32);
+            r.pos += n;
+            n as i32
+        })
+    }
+    pub unsafe fn http_close(handle: i32) -> i32 { with_resp(handle, |r| { r.closed = true; 0 }) }
+    pub unsafe fn http_wait(handles: *const i32, n: i32, _timeout_ms: i64) -> i32 {
+        if n == 0 { return -2; }
+        let hs = std::slice::from_raw_parts(handles, n as usize);
+        HOST.with(|h| {
+            let h = h.borrow();
+            for r in &h.ready {
+                if let Some(i) = hs.iter().position(|x| x == r) { return i as i32; }
+            }
+            -1
+        })
+    }
+    /// The stand-in's wall clock.
+    pub fn now_unix_ms() -> i64 { HOST.with(|h| h.borrow().now_ms) }
 }
 
 /// How a job is settled other than acknowledged: the error of a handler.
@@ -252,6 +357,415 @@ impl Job {
     }
 }
 
+/// The kind of an outbound HTTP failure: the ABI's status (abi/SPEC.md, "Outbound
+/// HTTP (added)").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpErrorKind {
+    /// -1: the handle is unknown or closed.
+    Closed,
+    /// -2: a bad method, URL or header (or a read into an empty buffer).
+    BadArgument,
+    /// -3: request headers or body past the limits.
+    LimitExceeded,
+    /// -4: the module has no `[http]` grant.
+    NotPermitted,
+    /// -10: the URL, or a redirect hop's, is outside the grant; nothing was sent to it.
+    Denied,
+    /// -11: the name resolved only to addresses a name grant does not reach.
+    Blocked,
+    /// -12: the name did not resolve.
+    Dns,
+    /// -13: the connection was refused.
+    Refused,
+    /// -14: the TLS handshake failed.
+    Tls,
+    /// -15: the grant's timeout or the job's deadline passed.
+    Timeout,
+    /// -16: the body passed the grant's `max_response`, or the caller's bound.
+    TooLarge,
+    /// -17: the call already started `max_requests` requests.
+    TooManyRequests,
+    /// -18: a wait for a limit of `[http.limits]` would pass the deadline.
+    RateLimited,
+    /// -19: the destination's circuit breaker is open.
+    CircuitOpen,
+    /// -20: the connection failed otherwise.
+    Connection,
+    /// -21: more than 5 redirects.
+    TooManyRedirects,
+    /// A status this SDK does not know.
+    Other,
+}
+
+impl HttpErrorKind {
+    /// The kind of an ABI status.
+    pub fn from_code(code: i32) -> HttpErrorKind {
+        use HttpErrorKind::*;
+        match code {
+            -1 => Closed,
+            -2 => BadArgument,
+            -3 => LimitExceeded,
+            -4 => NotPermitted,
+            -10 => Denied,
+            -11 => Blocked,
+            -12 => Dns,
+            -13 => Refused,
+            -14 => Tls,
+            -15 => Timeout,
+            -16 => TooLarge,
+            -17 => TooManyRequests,
+            -18 => RateLimited,
+            -19 => CircuitOpen,
+            -20 => Connection,
+            -21 => TooManyRedirects,
+            _ => Other,
+        }
+    }
+    /// The kind's name, as the ABI's table spells it.
+    pub fn name(self) -> &'static str {
+        use HttpErrorKind::*;
+        match self {
+            Closed => "closed",
+            BadArgument => "bad argument",
+            LimitExceeded => "limit exceeded",
+            NotPermitted => "not permitted",
+            Denied => "denied",
+            Blocked => "blocked address",
+            Dns => "dns",
+            Refused => "refused",
+            Tls => "tls",
+            Timeout => "timeout",
+            TooLarge => "too large",
+            TooManyRequests => "too many requests",
+            RateLimited => "rate limited",
+            CircuitOpen => "circuit open",
+            Connection => "connection",
+            TooManyRedirects => "too many redirects",
+            Other => "unknown",
+        }
+    }
+}
+
+/// An outbound HTTP failure: the ABI's status and the host's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpError {
+    code: i32,
+    message: String,
+}
+
+impl HttpError {
+    fn new(code: i32, message: String) -> HttpError {
+        HttpError { code, message }
+    }
+    /// The failure read from the host for a request's handle.
+    fn of(handle: i32, code: i32) -> HttpError {
+        let msg = read_var(|b, n| unsafe { sys::http_error_read(handle, b, n) })
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+            .unwrap_or_else(|| HttpErrorKind::from_code(code).name().to_string());
+        HttpError::new(code, msg)
+    }
+    /// The ABI's status (-1 to -4, -10 to -21).
+    pub fn code(&self) -> i32 { self.code }
+    /// The kind of failure.
+    pub fn kind(&self) -> HttpErrorKind { HttpErrorKind::from_code(self.code) }
+    /// The host's message (or, for a refusal of the start, the kind's name).
+    pub fn message(&self) -> &str { &self.message }
+}
+
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The host's message starts with the kind's name already ("denied: ...").
+        write!(f, "http error {}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for HttpError {}
+
+impl From<HttpError> for Settle {
+    /// A failed request retries the job with the queue's backoff, the failure as the reason.
+    fn from(e: HttpError) -> Settle {
+        retry(&e.to_string(), None)
+    }
+}
+
+impl From<HttpError> for std::io::Error {
+    fn from(e: HttpError) -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::Other, e)
+    }
+}
+
+/// An outbound HTTP request, built then sent (or started) under the module's `[http]`
+/// grant:
+///
+/// ```ignore
+/// let mut resp = wasmjobs::Request::post("https://api.example.com/v1/mail")
+///     .header("Content-Type", "application/json")
+///     .body(br#"{"to":"a@b.co"}"#.to_vec())
+///     .send()?;                        // an HttpError retries the job
+/// if resp.status() == 429 || resp.status() == 503 {
+///     return Err(wasmjobs::retry_after(&resp));
+/// }
+/// let body = resp.bytes(1 << 20)?;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    method: String,
+    url: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Request {
+    /// A request with a method (empty: GET) and an absolute URL.
+    pub fn new(method: &str, url: &str) -> Request {
+        Request { method: method.to_string(), url: url.to_string(), ..Request::default() }
+    }
+    /// A GET request.
+    pub fn get(url: &str) -> Request { Request::new("GET", url) }
+    /// A POST request.
+    pub fn post(url: &str) -> Request { Request::new("POST", url) }
+    /// Adds a header; a name may be added more than once.
+    pub fn header(mut self, name: &str, value: &str) -> Request {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+    /// Sets the body.
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Request {
+        self.body = body.into();
+        self
+    }
+    /// Starts the request, which runs in the background; see [`wait_any`].
+    pub fn start(&self) -> std::result::Result<Pending, HttpError> {
+        let mut lines = String::new();
+        for (k, v) in &self.headers {
+            lines.push_str(k);
+            lines.push_str(": ");
+            lines.push_str(v);
+            lines.push('\n');
+        }
+        let h = unsafe {
+            sys::http_start(
+                self.method.as_ptr(), self.method.len() as i32,
+                self.url.as_ptr(), self.url.len() as i32,
+                lines.as_ptr(), lines.len() as i32,
+                self.body.as_ptr(), self.body.len() as i32,
+            )
+        };
+        if h < 0 {
+            return Err(HttpError::new(h, HttpErrorKind::from_code(h).name().to_string()));
+        }
+        Ok(Pending { h: Handle(h) })
+    }
+    /// Sends the request and waits for the response's head.
+    pub fn send(&self) -> std::result::Result<Response, HttpError> {
+        self.start()?.response()
+    }
+}
+
+/// A request's handle, closed when dropped.
+#[derive(Debug)]
+struct Handle(i32);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        unsafe { sys::http_close(self.0) };
+    }
+}
+
+/// A request started and running; dropping it cancels the request.
+#[derive(Debug)]
+pub struct Pending {
+    h: Handle,
+}
+
+impl Pending {
+    /// Waits for the response's head (at most until the job's deadline).
+    pub fn response(self) -> std::result::Result<Response, HttpError> {
+        let h = self.h.0;
+        let status = unsafe { sys::http_status(h) };
+        if status < 0 {
+            return Err(HttpError::of(h, status));
+        }
+        let headers = parse_headers(&read_head(h, |b, n| unsafe { sys::http_headers_read(h, b, n) })?);
+        let url = read_head(h, |b, n| unsafe { sys::http_url_read(h, b, n) })?;
+        Ok(Response { h: self.h, status: status as u16, headers, url })
+    }
+}
+
+/// Reads a variable-size part of a response's head, sizes first.
+fn read_head(h: i32, read: impl Fn(*mut u8, i32) -> i32) -> std::result::Result<String, HttpError> {
+    let mut buf = vec![0u8; 512];
+    loop {
+        let n = read(buf.as_mut_ptr(), buf.len() as i32);
+        if n < 0 {
+            return Err(HttpError::of(h, n));
+        }
+        if n as usize <= buf.len() {
+            buf.truncate(n as usize);
+            return Ok(String::from_utf8_lossy(&buf).into_owned());
+        }
+        buf = vec![0u8; n as usize];
+    }
+}
+
+/// Waits until the head of one of `pending` is in (or its request failed) and returns
+/// its index, or None when none is within `timeout` (None: until the job's deadline;
+/// zero polls).
+pub fn wait_any(pending: &[Pending], timeout: Option<Duration>) -> Option<usize> {
+    if pending.is_empty() {
+        return None;
+    }
+    let hs: Vec<i32> = pending.iter().map(|p| p.h.0).collect();
+    let ms = timeout.map_or(-1, |d| d.as_millis().min(i64::MAX as u128) as i64);
+    let i = unsafe { sys::http_wait(hs.as_ptr(), hs.len() as i32, ms) };
+    if i < 0 { None } else { Some(i as usize) }
+}
+
+fn parse_headers(lines: &str) -> Vec<(String, String)> {
+    lines
+        .split('\n')
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            Some((k.to_string(), v.trim_matches(|c| c == ' ' || c == '\t' || c == '\r').to_string()))
+        })
+        .collect()
+}
+
+/// A response: status, headers and final URL, and a body read whole or in pieces
+/// (also through [`std::io::Read`]). Dropping it closes the request.
+#[derive(Debug)]
+pub struct Response {
+    h: Handle,
+    status: u16,
+    headers: Vec<(String, String)>,
+    url: String,
+}
+
+impl Response {
+    /// The status code (200 to 599).
+    pub fn status(&self) -> u16 { self.status }
+    /// The final URL, after redirects.
+    pub fn url(&self) -> &str { &self.url }
+    /// Every header, in the host's order (canonical names, sorted; a repeated name once per value).
+    pub fn headers(&self) -> &[(String, String)] { &self.headers }
+    /// The first value of a header; names match case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    /// Every value of a header, in the order received.
+    pub fn header_all(&self, name: &str) -> Vec<&str> {
+        self.headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str()).collect()
+    }
+    /// Reads the next bytes of the body into `buf`; 0 at the end.
+    pub fn read_chunk(&mut self, buf: &mut [u8]) -> std::result::Result<usize, HttpError> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let n = unsafe { sys::http_body_read(self.h.0, buf.as_mut_ptr(), buf.len().min(i32::MAX as usize) as i32) };
+        if n < 0 {
+            return Err(HttpError::of(self.h.0, n));
+        }
+        Ok(n as usize)
+    }
+    /// Reads the rest of the body whole; a body longer than `max` bytes fails as
+    /// [`HttpErrorKind::TooLarge`].
+    pub fn bytes(&mut self, max: usize) -> std::result::Result<Vec<u8>, HttpError> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 16 << 10];
+        loop {
+            // One byte past the bound tells a body of exactly max bytes from a longer one.
+            let want = buf.len().min(max.saturating_add(1) - out.len());
+            let n = self.read_chunk(&mut buf[..want])?;
+            if n == 0 {
+                return Ok(out);
+            }
+            out.extend_from_slice(&buf[..n]);
+            if out.len() > max {
+                return Err(HttpError::new(-16, format!("the body is longer than the caller's bound of {} bytes", max)));
+            }
+        }
+    }
+    /// Reads the rest of the body whole as text (invalid UTF-8 replaced); see [`Response::bytes`].
+    pub fn text(&mut self, max: usize) -> std::result::Result<String, HttpError> {
+        self.bytes(max).map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+}
+
+impl std::io::Read for Response {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        Ok(self.read_chunk(buf)?)
+    }
+}
+
+/// The longest delay [`retry_after`] stages: a larger Retry-After is capped to it.
+pub const RETRY_AFTER_CAP: Duration = Duration::from_secs(24 * 3600);
+
+/// The delay a Retry-After value asks for at `now_ms` (Unix milliseconds): delay-seconds
+/// or an IMF-fixdate HTTP date; at least 1 ms, at most [`RETRY_AFTER_CAP`]; None when
+/// the value is neither.
+fn retry_after_delay(value: &str, now_ms: i64) -> Option<Duration> {
+    let v = value.trim_matches(|c| c == ' ' || c == '\t');
+    let cap = RETRY_AFTER_CAP.as_millis() as i64;
+    let ms = if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        // Saturate rather than overflow: the cap applies anyway.
+        v.bytes().fold(0i64, |acc, b| acc.saturating_mul(10).saturating_add((b - b'0') as i64)).saturating_mul(1000)
+    } else {
+        parse_http_date(v)?.saturating_sub(now_ms)
+    };
+    Some(Duration::from_millis(ms.clamp(1, cap) as u64))
+}
+
+/// Parses an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") into Unix milliseconds.
+fn parse_http_date(v: &str) -> Option<i64> {
+    let b = v.as_bytes();
+    if b.len() != 29 || &b[3..5] != b", " || b[7] != b' ' || b[11] != b' ' || b[16] != b' ' || b[19] != b':' || b[22] != b':' || &b[25..] != b" GMT" {
+        return None;
+    }
+    if !["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"].contains(&&v[0..3]) {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let s = &b[r];
+        if s.iter().all(|c| c.is_ascii_digit()) { std::str::from_utf8(s).ok()?.parse().ok() } else { None }
+    };
+    let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let month = months.iter().position(|m| *m == &v[8..11])? as i64 + 1;
+    let (day, year, hh, mm, ss) = (num(5..7)?, num(12..16)?, num(17..19)?, num(20..22)?, num(23..25)?);
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let mdays = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    if day < 1 || day > mdays[month as usize - 1] || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146097 + doe - 719468;
+    Some(((days * 86400) + hh * 3600 + mm * 60 + ss) * 1000)
+}
+
+fn retry_after_at(resp: &Response, now_ms: i64) -> Settle {
+    match resp.header("Retry-After") {
+        Some(v) => match retry_after_delay(v, now_ms) {
+            Some(d) => defer(d, &format!("http {}: Retry-After {}", resp.status(), v)),
+            None => retry(&format!("http {}", resp.status()), None),
+        },
+        None => retry(&format!("http {}", resp.status()), None),
+    }
+}
+
+/// Settles a job after a response such as a 429 or 503: with a Retry-After header
+/// (delay-seconds, or an HTTP date: the delay until then, at least 1 ms, at most
+/// [`RETRY_AFTER_CAP`]) it defers the job by that delay, without spending an attempt,
+/// with the reason "http STATUS: Retry-After VALUE"; without a header it can parse, it
+/// retries with the queue's backoff and the reason "http STATUS".
+pub fn retry_after(resp: &Response) -> Settle {
+    retry_after_at(resp, sys::now_unix_ms())
+}
+
 /// Fails the job at once with a trap ("trap: unreachable").
 pub fn trap() -> ! {
     #[cfg(target_arch = "wasm32")]
@@ -361,5 +875,125 @@ mod tests {
         assert_eq!(job.enqueue("", b"c", Duration::ZERO), Err(Status::BadArgument));
         assert_eq!(host(|h| (h.output.clone(), h.logs.clone(), h.children.clone())),
             (b"out".to_vec(), vec![(1, "hi".to_string())], vec![("child".to_string(), b"c".to_vec(), 250)]));
+    }
+    fn respond(resps: Vec<sys::Resp>) {
+        sys::HOST.with(|h| h.borrow_mut().responses = resps);
+    }
+
+    #[test]
+    fn http_request_and_response() {
+        with_job("", &[]);
+        respond(vec![sys::Resp {
+            status: 201,
+            headers: "Content-Type: text/plain\nX-Reply: a\nX-Reply: b\n".into(),
+            url: "http://127.0.0.1:9/final".into(),
+            body: b"hello, world".to_vec(),
+            chunk: 5,
+            ..Default::default()
+        }]);
+        let mut resp = Request::post("http://127.0.0.1:9/echo")
+            .header("X-A", "1")
+            .header("X-A", "2")
+            .body(&b"ping"[..])
+            .send()
+            .unwrap();
+        assert_eq!(host(|h| h.requests.clone()), vec![("POST".into(), "http://127.0.0.1:9/echo".into(), "X-A: 1\nX-A: 2\n".into(), b"ping".to_vec())]);
+        assert_eq!((resp.status(), resp.url()), (201, "http://127.0.0.1:9/final"));
+        assert_eq!(resp.header("content-TYPE"), Some("text/plain"), "names match case-insensitively");
+        assert_eq!(resp.header_all("x-reply"), vec!["a", "b"], "a repeated name keeps every value in order");
+        assert_eq!(resp.header("X-Absent"), None);
+        let mut first = [0u8; 3];
+        assert_eq!(resp.read_chunk(&mut first).unwrap(), 3);
+        assert_eq!(resp.text(9).unwrap(), "lo, world", "the rest, read whole across pieces, exactly at the bound");
+        assert!(!host(|h| h.responses[0].closed));
+        drop(resp);
+        assert!(host(|h| h.responses[0].closed), "dropping a response closes its request");
+    }
+
+    #[test]
+    fn http_failures_are_errors_with_status_and_message() {
+        with_job("", &[]);
+        respond(vec![
+            sys::Resp { status: -10, error: Some("http://x/ is outside the grant".into()), ..Default::default() },
+            sys::Resp { status: 200, body: b"0123456789".to_vec(), ..Default::default() },
+            sys::Resp { status: 200, body: b"01".to_vec(), body_error: -16, ..Default::default() },
+        ]);
+        let e = Request::get("http://x/").send().unwrap_err();
+        assert_eq!((e.kind(), e.code(), e.message()), (HttpErrorKind::Denied, -10, "http://x/ is outside the grant"));
+        assert_eq!(e.to_string(), "http error -10: http://x/ is outside the grant");
+        assert_eq!(Settle::from(e), retry("http error -10: http://x/ is outside the grant", None));
+        assert!(host(|h| h.responses[0].closed), "a failed request is closed too");
+        let e = Request::get("http://y/").send().unwrap().bytes(9).unwrap_err();
+        assert_eq!(e.kind(), HttpErrorKind::TooLarge, "a body past the caller's bound");
+        sys::HOST.with(|h| h.borrow_mut().responses[2].error = Some("past max_response".into()));
+        let e = Request::get("http://z/").send().unwrap().bytes(100).unwrap_err();
+        assert_eq!((e.kind(), e.message()), (HttpErrorKind::TooLarge, "past max_response"), "the host's failure of a body read");
+        sys::HOST.with(|h| h.borrow_mut().start_status = -4);
+        let e = Request::get("http://w/").start().unwrap_err();
+        assert_eq!((e.kind(), e.code()), (HttpErrorKind::NotPermitted, -4));
+        for (code, kind) in [(-11, HttpErrorKind::Blocked), (-18, HttpErrorKind::RateLimited), (-21, HttpErrorKind::TooManyRedirects), (-99, HttpErrorKind::Other)] {
+            assert_eq!(HttpErrorKind::from_code(code), kind);
+        }
+    }
+
+    #[test]
+    fn wait_any_returns_the_first_ready() {
+        with_job("", &[]);
+        respond(vec![sys::Resp { status: 200, ..Default::default() }; 3]);
+        let pending: Vec<Pending> = ["http://a/", "http://b/", "http://c/"].iter().map(|u| Request::get(u).start().unwrap()).collect();
+        assert_eq!(wait_any(&pending, Some(Duration::ZERO)), None);
+        sys::HOST.with(|h| h.borrow_mut().ready = vec![2, 1]);
+        assert_eq!(wait_any(&pending, None), Some(2));
+        assert_eq!(wait_any(&[], None), None);
+    }
+
+    #[test]
+    fn retry_after_delays() {
+        let now = 784111777_000; // Sun, 06 Nov 1994 08:49:37 GMT
+        let cap = Some(RETRY_AFTER_CAP);
+        for (value, want) in [
+            ("2", Some(Duration::from_secs(2))),
+            (" 120 ", Some(Duration::from_secs(120))),
+            ("0", Some(Duration::from_millis(1))),
+            ("86401", cap),
+            ("99999999999999999999999999", cap),
+            ("Sun, 06 Nov 1994 08:49:40 GMT", Some(Duration::from_secs(3))),
+            ("Sun, 06 Nov 1994 08:49:37 GMT", Some(Duration::from_millis(1))),
+            ("Sat, 05 Nov 1994 08:49:37 GMT", Some(Duration::from_millis(1))),
+            ("Mon, 07 Nov 1994 08:49:37 GMT", Some(Duration::from_secs(86400))),
+            ("Fri, 31 Dec 9999 23:59:59 GMT", cap),
+            ("", None),
+            ("soon", None),
+            ("-5", None),
+            ("1.5", None),
+            ("2s", None),
+            ("Sun, 06 Nov 1994 08:49:40 UTC", None),
+            ("Sunday, 06-Nov-94 08:49:40 GMT", None),
+            ("Sun, 31 Feb 1994 08:49:40 GMT", None),
+            ("Sun, 06 Nov 1994 24:49:40 GMT", None),
+            ("Sun, 06 Xyz 1994 08:49:40 GMT", None),
+        ] {
+            assert_eq!(retry_after_delay(value, now), want, "{:?}", value);
+        }
+        assert_eq!(parse_http_date("Tue, 29 Feb 2000 23:59:59 GMT"), Some(951868799_000));
+        assert_eq!(parse_http_date("Mon, 01 Mar 2100 00:00:00 GMT"), Some(4107542400_000));
+        assert_eq!(parse_http_date("Mon, 29 Feb 2100 00:00:00 GMT"), None, "2100 is not a leap year");
+    }
+
+    #[test]
+    fn retry_after_settles() {
+        with_job("", &[]);
+        sys::HOST.with(|h| h.borrow_mut().now_ms = 784111777_000);
+        respond(vec![
+            sys::Resp { status: 429, headers: "Retry-After: 2\n".into(), ..Default::default() },
+            sys::Resp { status: 503, headers: "Retry-After: Sun, 06 Nov 1994 08:50:37 GMT\n".into(), ..Default::default() },
+            sys::Resp { status: 503, ..Default::default() },
+            sys::Resp { status: 429, headers: "Retry-After: later\n".into(), ..Default::default() },
+        ]);
+        let settle = |u: &str| retry_after(&Request::get(u).send().unwrap());
+        assert_eq!(settle("http://a/"), defer(Duration::from_secs(2), "http 429: Retry-After 2"));
+        assert_eq!(settle("http://b/"), defer(Duration::from_secs(60), "http 503: Retry-After Sun, 06 Nov 1994 08:50:37 GMT"));
+        assert_eq!(settle("http://c/"), retry("http 503", None), "no header: the queue's backoff");
+        assert_eq!(settle("http://d/"), retry("http 429", None), "an unparsable header: the queue's backoff");
     }
 }
