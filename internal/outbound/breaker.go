@@ -141,6 +141,38 @@ func (b *breaker) allow() (done func(error), err error) {
 		Msg: fmt.Sprintf("%s failed %d times in a row: its circuit breaker is open until %s", b.key.dest, b.key.failures, until.UTC().Format(time.RFC3339))}
 }
 
+// report tells the breaker a call's outcome (done from allow); it returns true, with
+// when calls go again, when the outcome was a failure that leaves the breaker open:
+// the failure that opened it, or a probe's that opened it again.
+func (b *breaker) report(done func(error), outcome error) (opened bool, until time.Time) {
+	done(outcome)
+	if outcome == nil || errors.Is(outcome, errNotCounted) || b.cb.State() != gobreaker.StateOpen {
+		return false, time.Time{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return true, b.reopen
+}
+
+// outageKey is the context key of the Session a request belongs to: its round trips
+// tell it of the outages they meet (Session.CircuitOpen).
+type outageKey struct{}
+
+// noteOutage records, for the round trip of ctx's request, that its destination is
+// down until until.
+func noteOutage(ctx context.Context, until time.Time) {
+	s, ok := ctx.Value(outageKey{}).(*Session)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	if !s.sawOpen || until.After(s.outage) {
+		s.outage = until
+	}
+	s.sawOpen = true
+	s.mu.Unlock()
+}
+
 // breakerOutcome is what a round trip's result tells its destination's breaker:
 // connection failures (refused, DNS, reset, closed early) and timeouts count as
 // failures, as does a 5xx; a TLS failure (a configuration problem, not an outage), a

@@ -183,12 +183,22 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// The destination's breaker is asked first: while it is open nothing is sent, and
 	// no token of the rate limit is spent.
-	report, err := t.breakers.get(t.scope, destination(req.URL), t.grant).allow()
+	b := t.breakers.get(t.scope, destination(req.URL), t.grant)
+	done, err := b.allow()
 	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			noteOutage(req.Context(), e.Until)
+		}
 		if req.Body != nil {
 			req.Body.Close()
 		}
 		return nil, err
+	}
+	report := func(outcome error) {
+		if opened, until := b.report(done, outcome); opened {
+			noteOutage(req.Context(), until)
+		}
 	}
 	release := func() {}
 	if l := t.limits[e]; l != nil {

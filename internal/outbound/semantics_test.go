@@ -44,6 +44,11 @@ func TestBreakerPerDestination(t *testing.T) {
 				if _, _, err := do(t, s, "GET", badURL, nil); tc.status == 0 && !isKind(err, outbound.KindRefused) {
 					t.Fatalf("call %d: %v, want refused", i+1, err)
 				}
+				// The failure that opens the breaker is the outage's first: the
+				// session knows of it, though the guest saw a status.
+				if _, open := s.CircuitOpen(); open != (tc.opens && i == 2) {
+					t.Fatalf("after call %d: the session met an outage: %v", i+1, open)
+				}
 			}
 			_, _, err := do(t, s, "GET", badURL, nil)
 			until, open := s.CircuitOpen()

@@ -40,8 +40,8 @@ type Session struct {
 	held    int64 // the body bytes of the open calls
 	open    map[*Call]struct{}
 	closed  bool
-	outage  time.Time // the latest Until of the calls that failed as circuit open
-	sawOpen bool
+	outage  time.Time // the latest reopen time of the outages the calls met
+	sawOpen bool      // a call met an outage (CircuitOpen)
 }
 
 // NewSession starts a run's session that adds no idempotency keys.
@@ -64,8 +64,10 @@ func (c *Client) NewJobSession(job string, replays int) *Session {
 	return s
 }
 
-// CircuitOpen reports whether a call of the session failed as circuit open
-// (KindCircuitOpen), and the latest time its breakers let calls through again.
+// CircuitOpen reports whether a call of the session met an outage: it failed as
+// circuit open (KindCircuitOpen), or its own failure (a 5xx the guest sees as a
+// status, say) left its destination's breaker open; and the latest time those
+// breakers let calls through again.
 func (s *Session) CircuitOpen() (until time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -174,7 +176,7 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 		s.keyed++
 		key = s.keyFor + "-" + strconv.Itoa(s.keyed)
 	}
-	rctx, cancel := context.WithTimeout(ctx, g.Timeout)
+	rctx, cancel := context.WithTimeout(context.WithValue(ctx, outageKey{}, s), g.Timeout)
 	c := &Call{s: s, held: int64(len(req.Body)), ctx: rctx, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{})}
 	s.open[c] = struct{}{}
 	s.mu.Unlock()
@@ -214,14 +216,6 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 				resp.Body.Close()
 			}
 			c.err = classify(err)
-			if c.err.Kind == KindCircuitOpen {
-				s.mu.Lock()
-				if !s.sawOpen || c.err.Until.After(s.outage) {
-					s.outage = c.err.Until
-				}
-				s.sawOpen = true
-				s.mu.Unlock()
-			}
 		case resp.StatusCode > 599:
 			// net/http takes any three digits; the ABI's statuses are 200-599.
 			resp.Body.Close()
