@@ -209,14 +209,14 @@ func destination(u *url.URL) string {
 // BreakerState is one destination's circuit breaker, as an operator sees it.
 type BreakerState struct {
 	// Destination is scheme://host:port.
-	Destination string
+	Destination string `json:"destination"`
 	// State is "closed", "open" or "half-open".
-	State string
+	State string `json:"state"`
 	// ConsecutiveFailures counts the failures in a row since the last success (in
 	// the closed state).
-	ConsecutiveFailures uint32
+	ConsecutiveFailures uint32 `json:"consecutive_failures"`
 	// Until is when an open breaker lets a call through again; zero unless open.
-	Until time.Time
+	Until time.Time `json:"until,omitzero"`
 }
 
 // States returns scope's breakers, destinations in order.
