@@ -105,7 +105,7 @@ const (
 	StatusHTTPTooLarge         int32 = -16 // the body passed max_response
 	StatusHTTPTooManyRequests  int32 = -17 // the run already started max_requests requests
 	StatusHTTPRateLimited      int32 = -18 // a wait for a limit of [http.limits] would pass the request's deadline
-	StatusHTTPCircuitOpen      int32 = -19 // reserved: the destination's circuit breaker is open
+	StatusHTTPCircuitOpen      int32 = -19 // the destination's circuit breaker is open (or half-open, its probe out)
 	StatusHTTPConnection       int32 = -20 // the connection failed otherwise (reset, closed early, protocol error)
 	StatusHTTPTooManyRedirects int32 = -21 // more than 5 redirects
 )

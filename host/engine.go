@@ -91,6 +91,10 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 		// versions (reloads, canaries), keyed by its name.
 		e.httpOpts.Limiters = outbound.NewLimiters()
 	}
+	if e.httpOpts.Breakers == nil {
+		// Likewise the circuit breakers: a reload does not close an open one.
+		e.httpOpts.Breakers = outbound.NewBreakers()
+	}
 	rc := wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(true)
 	if !cfg.NoCache {
 		dir := cfg.CacheDir

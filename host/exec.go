@@ -48,6 +48,11 @@ type Execution struct {
 	Logs []Log
 	// Children are the child jobs the guest staged.
 	Children []worker.Child
+	// Outage, when a request of the run met an outage (its destination's circuit
+	// breaker was open, or the request's failure opened it), is when those breakers
+	// let calls through again; nil otherwise. A Handler defers a failed job until
+	// then (outageDefer).
+	Outage *time.Time
 	// Duration is how long the job took, instance included.
 	Duration time.Duration
 	// Module and Version name the module version that ran the job.
@@ -132,7 +137,7 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 	}
 	st := &inst.st
 	st.finish()
-	x.Output, x.Children = st.output, st.children
+	x.Output, x.Children, x.Outage = st.output, st.children, st.http.outage
 	if st.delayMs >= 0 {
 		d := time.Duration(st.delayMs) * time.Millisecond
 		x.Delay = &d

@@ -15,3 +15,6 @@ func ResumeCanary(h *Handler, m *Module, r Rollout, startedAt time.Time, ran tim
 
 // CanaryRan is how long h's canary under way has run, across restarts.
 func CanaryRan(h *Handler) time.Duration { return h.trialState(false).Ran }
+
+// OutageDefer is outageDefer.
+var OutageDefer = outageDefer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/time/rate"
 
@@ -72,7 +73,7 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 		}
 	}
 	x := m.run(ctx, job, sink)
-	res := x.Result()
+	res := outageDefer(x.Result(), &x, job, m.manifest.HTTP, time.Now(), outageJitter)
 	res.Logs = lines
 	if c != nil {
 		res.Role = role

@@ -16,6 +16,7 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/wasmjobs/wasmjobs/abi"
+	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
 )
 
@@ -33,13 +34,19 @@ type httpState struct {
 	session *outbound.Session
 	calls   map[int32]*httpCall
 	next    int32
+	// outage, once the session is closed, is when the breakers its calls found open
+	// let calls through again (outbound.Session.CircuitOpen); nil when none was.
+	outage *time.Time
 }
 
 // close ends the call's requests left open: a request a guest never closes is closed
-// when its call ends.
+// when its call ends. It keeps the outage the session met.
 func (h *httpState) close() {
 	if h.session != nil {
 		h.session.Close()
+		if until, ok := h.session.CircuitOpen(); ok {
+			h.outage = &until
+		}
 	}
 	h.session, h.calls, h.next = nil, nil, 0
 }
@@ -177,6 +184,11 @@ func init() {
 		}
 		if h.session == nil {
 			h.session = h.client.NewSession()
+			if st.job != nil {
+				// The idempotency keys name the job, and its replay: a replayed dead
+				// letter is new work.
+				h.session = h.client.NewJobSession(st.job.Envelope.ID, backend.ReplayGeneration(st.job.Envelope.Headers))
+			}
 			h.calls = map[int32]*httpCall{}
 		}
 		req := outbound.Request{Method: string(method), URL: string(url), Header: hdr}

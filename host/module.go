@@ -66,6 +66,15 @@ func (m *Module) Manifest() Manifest { return m.manifest }
 // Queue returns the queue the module consumes.
 func (m *Module) Queue() string { return m.manifest.Queue }
 
+// Breakers returns the circuit breakers of the module's outbound HTTP on this host
+// (shared by its versions), destinations in order; nil without an [http] grant.
+func (m *Module) Breakers() []outbound.BreakerState {
+	if m.http == nil {
+		return nil
+	}
+	return m.e.httpOpts.Breakers.States(m.name)
+}
+
 // LoadedAt returns when the module was loaded.
 func (m *Module) LoadedAt() time.Time { return m.loadedAt }
 

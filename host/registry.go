@@ -16,6 +16,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -142,6 +143,9 @@ type ModuleStatus struct {
 	LastRollout *Verdict `json:"last_rollout,omitempty"`
 	// Pinned is the version a rollback pinned, serving until the files change.
 	Pinned *Pin `json:"pinned,omitempty"`
+	// Breakers are the circuit breakers of the module's outbound HTTP on this host,
+	// one per destination it called (at most outbound.MaxBreakers).
+	Breakers []outbound.BreakerState `json:"breakers,omitempty"`
 }
 
 // Registry keeps a directory's modules in service: it loads each NAME.wasm with its
@@ -1224,6 +1228,18 @@ func (r *Registry) emit(ev RegistryEvent) {
 
 // Modules describes every module of the directory, sorted by name.
 func (r *Registry) Modules() []ModuleStatus {
+	out := r.modules()
+	// The breakers are read outside r.mu: they are another package's, under locks
+	// of their own.
+	for i := range out {
+		if m := r.Handler(out[i].Name); m != nil && out[i].Status == "serving" {
+			out[i].Breakers = m.Module().Breakers()
+		}
+	}
+	return out
+}
+
+func (r *Registry) modules() []ModuleStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]ModuleStatus, 0, len(r.entries))

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -17,6 +18,17 @@ type Job struct {
 	Attempt int
 	// MaxAttempts is how many executions are allowed before the job is dead-lettered.
 	MaxAttempts int
+}
+
+// OutageSince returns when the outage the job waits out began: the time the worker
+// kept in OutageHeader at the first of the job's unbroken run of outage defers
+// (Result.Outage). It reports false when the job waits out no outage.
+func (j *Job) OutageSince() (time.Time, bool) {
+	ms, err := strconv.ParseInt(j.Envelope.Headers[OutageHeader], 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
 }
 
 // Outcome is what a handler decided about a job.
@@ -67,8 +79,14 @@ type Result struct {
 	// Reason says why, for Retry, Defer, DeadLetter and Failed.
 	Reason string
 	// Delay is the wait before the job runs again, for Retry and Defer. Zero means none
-	// staged: Retry then uses the queue's backoff.
+	// staged: Retry then uses the queue's backoff. A Defer's delay is capped at the
+	// queue's Backoff.Cap.
 	Delay time.Duration
+	// Outage, on a Defer, says the job waits out an outage of a dependency: the defer
+	// does not count toward MaxDefers, and the worker keeps when the outage began (the
+	// first of an unbroken run of such defers) in OutageHeader, so that the handler
+	// can bound the total wait (Job.OutageSince). Any other settle ends the outage.
+	Outage bool
 	// Output is what the job produced, kept with its state for inspection.
 	Output []byte
 	// Children are published, each confirmed, before the job is acknowledged; only on

@@ -16,6 +16,12 @@ import (
 // the job is retried. Headers beginning with "wasmjobs-" are reserved.
 const PriorityHeader = "wasmjobs-priority"
 
+// OutageHeader is the reserved header in which a job deferred to wait out an outage
+// (Result.Outage) keeps when the outage began, in Unix milliseconds: set at the first
+// outage defer, kept across those that follow, dropped by any other settle (and by a
+// replay from the dead letters).
+const OutageHeader = backend.OutageHeader
+
 // process runs one delivery through decode, extract, execute and acknowledge, then
 // releases its capacity.
 func (w *Worker) process(qs *queueState, d backend.Delivery) {
@@ -74,8 +80,8 @@ type plan struct {
 
 // Decide returns how a worker settles a job given its handler's result, and the reason
 // it records, without doing anything: ack, retry (dead-letter once the attempts are used
-// up), defer (dead-letter past maxDefers consecutive defers; a defer without a delay is
-// a failure) or dead-letter. maxDefers <= 0 means DefaultMaxDefers; a job's MaxAttempts
+// up), defer (dead-letter past maxDefers consecutive defers, an outage's defers not
+// counted; a defer without a delay is a failure) or dead-letter. maxDefers <= 0 means DefaultMaxDefers; a job's MaxAttempts
 // <= 0 means DefaultMaxAttempts.
 func Decide(job *Job, res Result, maxDefers int) (Settle, string) {
 	maxDefers = positiveOr(maxDefers, DefaultMaxDefers)
@@ -95,7 +101,7 @@ func Decide(job *Job, res Result, maxDefers int) (Settle, string) {
 			return failure("defer without delay")
 		}
 		reason := orDefault(res.Reason, "deferred")
-		if job.Envelope.Defers+1 > maxDefers {
+		if !res.Outage && job.Envelope.Defers+1 > maxDefers {
 			return SettleDeadLetter, fmt.Sprintf("max defers (%d) exceeded: %s", maxDefers, reason)
 		}
 		return SettleDefer, reason
@@ -119,6 +125,19 @@ func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
 		env := job.Envelope
 		next := env.Clone()
 		next.Attempt, next.MaxAttempts, next.Defers, next.Reason = job.Attempt, job.MaxAttempts, env.Defers+1, reason
+		if res.Outage {
+			// An outage's wait is not the job's doing: its defers are not counted, and
+			// its start is kept from the first of them.
+			next.Defers = env.Defers
+			if _, ok := job.OutageSince(); !ok {
+				if next.Headers == nil {
+					next.Headers = make(map[string]string, 1)
+				}
+				next.Headers[OutageHeader] = strconv.FormatInt(time.Now().UnixMilli(), 10)
+			}
+		} else {
+			delete(next.Headers, OutageHeader)
+		}
 		if spec.PriorityLevels > 0 {
 			if _, ok := next.Headers[PriorityHeader]; !ok {
 				if next.Headers == nil {
@@ -128,7 +147,9 @@ func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
 			}
 			next.Priority = uint8(spec.PriorityLevels)
 		}
-		return plan{settle: SettleDefer, reason: reason, delay: res.Delay, next: next}
+		// A handler's delay (a Retry-After of two days, say) never parks a job past the
+		// queue's longest wait.
+		return plan{settle: SettleDefer, reason: reason, delay: min(res.Delay, spec.Backoff.Cap), next: next}
 	}
 	delay := w.backoff(spec.Backoff, job.Attempt)
 	if res.Outcome == Retry && res.Delay > 0 {
@@ -136,6 +157,7 @@ func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
 	}
 	next := job.Envelope.Clone()
 	next.Attempt, next.MaxAttempts, next.Defers, next.Reason = job.Attempt+1, job.MaxAttempts, 0, reason
+	delete(next.Headers, OutageHeader)
 	restorePriority(&next)
 	return plan{settle: SettleRetry, reason: reason, delay: delay, next: next}
 }

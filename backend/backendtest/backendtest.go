@@ -31,7 +31,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -810,6 +812,8 @@ func testDeadLetters(t *testing.T, h *harness) {
 	for _, p := range []string{"one", "two", "three"} {
 		env := job(q, p)
 		env.Attempt = 4
+		// A job's own headers survive a replay; the outage it waited out does not.
+		env.Headers = map[string]string{"x-tenant": p, backend.OutageHeader: "1700000000000"}
 		jobs = append(jobs, env)
 		h.publish(t, env, 0)
 	}
@@ -833,11 +837,26 @@ func testDeadLetters(t *testing.T, h *harness) {
 	if err := store.ReplayDeadLetter(h.ctx(), q.Name, jobs[1].ID); err != nil {
 		t.Fatalf("ReplayDeadLetter: %v", err)
 	}
-	d, env := h.receive(t, s)
-	if env.ID != jobs[1].ID || env.Attempt != 1 || env.Reason != "" {
-		t.Fatalf("replayed job = %+v, want %s at attempt 1 without a reason", env, jobs[1].ID)
+	// Each replay is one generation more (backend.Replayed): the second replay of the
+	// job, dead-lettered again, is generation 2.
+	for gen := 1; gen <= 2; gen++ {
+		d, env := h.receive(t, s)
+		if env.ID != jobs[1].ID || env.Attempt != 1 || env.Reason != "" {
+			t.Fatalf("replayed job = %+v, want %s at attempt 1 without a reason", env, jobs[1].ID)
+		}
+		want := map[string]string{"x-tenant": "two", backend.ReplayHeader: strconv.Itoa(gen)}
+		if !maps.Equal(env.Headers, want) {
+			t.Fatalf("replay %d: headers %v, want %v", gen, env.Headers, want)
+		}
+		if gen == 2 {
+			mustSettle(t, "Ack", d.Ack(h.ctx()))
+			break
+		}
+		mustSettle(t, "DeadLetter", d.DeadLetter(h.ctx(), "again"))
+		if err := store.ReplayDeadLetter(h.ctx(), q.Name, jobs[1].ID); err != nil {
+			t.Fatalf("ReplayDeadLetter, generation 2: %v", err)
+		}
 	}
-	mustSettle(t, "Ack", d.Ack(h.ctx()))
 	if err := store.ReplayDeadLetter(h.ctx(), q.Name, jobs[1].ID); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("replaying it again: %v, want ErrNotFound", err)
 	}

@@ -433,7 +433,7 @@ func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]b
 }
 
 // ReplayDeadLetter puts the dead letter with job id id back on its queue as a fresh
-// job: attempt 1, no reason, no defers.
+// job: attempt 1, no reason, no defers, one replay more (backend.Replayed).
 func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error {
 	q, err := b.lookup(queue)
 	if err != nil {
@@ -447,7 +447,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	}
 	m := &message{env: q.dead[i].m.env, decodeErr: q.dead[i].m.decodeErr}
 	q.dead = slices.Delete(q.dead, i, i+1)
-	m.env.Attempt, m.env.Reason, m.env.Defers = 1, "", 0
+	backend.Replayed(&m.env)
 	q.hold(m)
 	q.pushBack(m)
 	return nil

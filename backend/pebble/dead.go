@@ -64,7 +64,8 @@ func (b *Backend) scanDead(queue string, fn func(key, value []byte) (bool, error
 }
 
 // ReplayDeadLetter puts the dead letter with job id id back on its queue as a fresh
-// job (attempt 1, no reason, no defers), in one synced batch.
+// job (attempt 1, no reason, no defers, one replay more: backend.Replayed), in one
+// synced batch.
 func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error {
 	q, err := b.lookup(queue)
 	if err != nil {
@@ -109,7 +110,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	if err != nil {
 		return err
 	}
-	env.Attempt, env.Reason, env.Defers = 1, "", 0
+	backend.Replayed(&env)
 	batch := b.db.NewBatch()
 	batch.Delete(key, nil)
 	apply := func() {}

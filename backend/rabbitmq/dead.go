@@ -104,7 +104,7 @@ func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]b
 }
 
 // ReplayDeadLetter puts the dead letter id back on queue as a fresh job: attempt 1, no
-// reason, no defers.
+// reason, no defers, one replay more (backend.ReplayedHeaders).
 func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error {
 	var found atomic.Bool // the scan may outlive this call when ctx ends
 	err := b.scanDead(ctx, queue, 0, func(ch *amqp.Channel, m *amqp.Delivery) (bool, error) {
@@ -116,11 +116,25 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 			ContentType: m.ContentType, Timestamp: m.Timestamp, Headers: amqp.Table{}}
 		for k, v := range m.Headers {
 			switch k {
-			case hDeadReason, hDeadAt, hReason, hJob:
+			case hDeadReason, hDeadAt, hReason, hJob, hHeaders:
 			default:
 				msg.Headers[k] = v
 			}
 		}
+		// The job's own headers take one replay more (backend.ReplayedHeaders).
+		jobHeaders := map[string]string{}
+		if t, ok := m.Headers[hHeaders].(amqp.Table); ok {
+			for k, v := range t {
+				if s, ok := v.(string); ok {
+					jobHeaders[k] = s
+				}
+			}
+		}
+		t := amqp.Table{}
+		for k, v := range backend.ReplayedHeaders(jobHeaders) {
+			t[k] = v
+		}
+		msg.Headers[hHeaders] = t
 		_, maxAttempts, _, enqueued, err := parseJobHeader(m.Headers[hJob])
 		if err != nil {
 			enqueued = time.Now().UnixNano() // a malformed message replays as a fresh job

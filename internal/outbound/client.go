@@ -35,13 +35,17 @@ type Options struct {
 	// Limiters holds the limiters of [http.limits], shared by every client of one
 	// Scope (a module's versions, a reload and a canary); nil means the client's own.
 	Limiters *Limiters
-	// Scope names whose limits a client takes from Limiters: the module's name.
+	// Scope names whose limits a client takes from Limiters, and whose circuit
+	// breakers from Breakers: the module's name.
 	Scope string
 	// IdleConnsPerHost is how many idle connections to one destination a client keeps
 	// for reuse; a request beyond them opens a new connection, closed after use. Size it
 	// to the jobs that can call one destination at once (the worker's concurrency).
 	// Zero means 64.
 	IdleConnsPerHost int
+	// Breakers holds the destinations' circuit breakers, shared by every client of
+	// one Scope; nil means the client's own.
+	Breakers *Breakers
 }
 
 // Limiters holds the token buckets and concurrency caps of [http.limits] by scope and
@@ -97,6 +101,8 @@ type Client struct {
 	strict, private *http.Transport
 	client          *http.Client
 	limits          map[*Entry]*entryLimit
+	breakers        *Breakers
+	scope           string
 }
 
 // entryLimit enforces an entry's [http.limits] for the client's requests: a token
@@ -131,6 +137,10 @@ func NewClient(grant *Grant, opts Options) *Client {
 	private := ssrf.New(ssrf.WithAnyPort(), ssrf.WithAllowedV4Prefixes(v4...), ssrf.WithAllowedV6Prefixes(v6...))
 	c := &Client{grant: grant, strict: newTransport(strict, res, opts), private: newTransport(private, res, opts),
 		limits: map[*Entry]*entryLimit{}}
+	c.breakers, c.scope = opts.Breakers, opts.Scope
+	if c.breakers == nil {
+		c.breakers = NewBreakers()
+	}
 	reg := opts.Limiters
 	if reg == nil {
 		reg = NewLimiters()
@@ -177,10 +187,30 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if e.private() {
 		tr = t.private
 	}
+	// The destination's breaker is asked first: while it is open nothing is sent, and
+	// no token of the rate limit is spent.
+	b := t.breakers.get(t.scope, destination(req.URL), t.grant)
+	done, err := b.allow()
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) {
+			noteOutage(req.Context(), e.Until)
+		}
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	report := func(outcome error) {
+		if opened, until := b.report(done, outcome); opened {
+			noteOutage(req.Context(), until)
+		}
+	}
 	release := func() {}
 	if l := t.limits[e]; l != nil {
 		var err error
 		if release, err = l.acquire(req.Context(), e); err != nil {
+			report(errNotCounted)
 			if req.Body != nil {
 				req.Body.Close()
 			}
@@ -203,10 +233,12 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	stop := context.AfterFunc(req.Context(), release)
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
+		report(breakerOutcome(0, err))
 		stop()
 		release()
 		return nil, err
 	}
+	report(breakerOutcome(resp.StatusCode, nil))
 	resp.Body = &releasingBody{ReadCloser: resp.Body, release: func() { stop(); release() }}
 	return resp, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"syscall"
+	"time"
 )
 
 // Kind is what kind of failure an *Error is.
@@ -38,7 +39,8 @@ const (
 	// KindRateLimited: a wait for a limit of [http.limits] would pass the request's
 	// deadline.
 	KindRateLimited
-	// KindCircuitOpen: the destination's circuit breaker is open (reserved).
+	// KindCircuitOpen: the destination's circuit breaker is open, or half-open with
+	// its one probe out; nothing was sent. Error.Until says when calls go again.
 	KindCircuitOpen
 	// KindConnection: the connection failed otherwise (reset, closed early, a protocol
 	// error).
@@ -73,6 +75,9 @@ type Error struct {
 	Msg string
 	// Err is the underlying error, if any.
 	Err error
+	// Until, for KindCircuitOpen, is when the destination's breaker lets a call
+	// through again (now, when it is half-open with its probe out).
+	Until time.Time
 }
 
 // Error returns "kind: message".

@@ -134,12 +134,18 @@ type Grant struct {
 	// MaxRequestBody bounds the body of one request; a session holds at most
 	// SessionBodyFactor times it in the bodies of its open requests.
 	MaxRequestBody int64
-	// IdempotencyHeader is the header of idempotency keys; parsed and kept, not yet
-	// added by the host.
+	// IdempotencyHeader, when set, is the header of the idempotency keys the host adds
+	// to each request that is not GET, HEAD or OPTIONS and lacks it (Session).
 	IdempotencyHeader string
-	// OutageWait bounds how long an outage may defer a job; parsed and kept, not yet
-	// used (the circuit breaker is a later step).
+	// OutageWait bounds how long, in all, the host defers a job whose call found its
+	// destination's circuit breaker open.
 	OutageWait time.Duration
+	// BreakerFailures is how many consecutive failures (connection failures,
+	// timeouts, 5xx) open a destination's circuit breaker.
+	BreakerFailures int
+	// BreakerCooldown is how long an open breaker refuses calls before it lets one
+	// probe through.
+	BreakerCooldown time.Duration
 }
 
 // FieldError is a problem with one key of the [http] table; Key is its path inside
@@ -173,8 +179,9 @@ func ParseGrant(table map[string]any, env LookupEnv) (*Grant, error) {
 		env = os.LookupEnv
 	}
 	g := &Grant{Timeout: DefaultTimeout, MaxResponse: DefaultMaxResponse, MaxRequests: DefaultMaxRequests,
-		MaxRequestBody: DefaultMaxRequestBody, OutageWait: DefaultOutageWait}
-	known := []string{"allow", "headers", "idempotency_header", "limits", "max_request_body", "max_requests", "max_response", "outage_wait", "timeout"}
+		MaxRequestBody: DefaultMaxRequestBody, OutageWait: DefaultOutageWait,
+		BreakerFailures: DefaultBreakerFailures, BreakerCooldown: DefaultBreakerCooldown}
+	known := []string{"allow", "breaker_cooldown", "breaker_failures", "headers", "idempotency_header", "limits", "max_request_body", "max_requests", "max_response", "outage_wait", "timeout"}
 	for _, k := range slices.Sorted(maps.Keys(table)) {
 		if !slices.Contains(known, k) {
 			return nil, fieldErr(fmt.Errorf("unknown http setting (known: %s)", strings.Join(known, ", ")), k)
@@ -217,6 +224,20 @@ func ParseGrant(table map[string]any, env LookupEnv) (*Grant, error) {
 			return nil, fieldErr(err, "outage_wait")
 		}
 		g.OutageWait = d
+	}
+	if v, ok := table["breaker_cooldown"]; ok {
+		d, err := duration(v)
+		if err != nil {
+			return nil, fieldErr(err, "breaker_cooldown")
+		}
+		g.BreakerCooldown = d
+	}
+	if v, ok := table["breaker_failures"]; ok {
+		n, err := whole(v, 1, 1000)
+		if err != nil {
+			return nil, fieldErr(err, "breaker_failures")
+		}
+		g.BreakerFailures = n
 	}
 	if v, ok := table["max_response"]; ok {
 		n, err := size(v)

@@ -34,6 +34,8 @@ max_response = "1MiB"
 max_requests = 7
 idempotency_header = "idempotency-key"
 outage_wait = "2h"
+breaker_failures = 3
+breaker_cooldown = "10s"
 [http.headers."https://api.example.com"]
 Authorization = "Bearer ${env:KEY}"
 [http.limits."https://api.example.com:443"]
@@ -52,7 +54,8 @@ concurrency = 4
 	if strings.Join(got, " ") != want {
 		t.Errorf("entries %s\nwant    %s", strings.Join(got, " "), want)
 	}
-	if g.Timeout != 10*time.Second || g.MaxResponse != 1<<20 || g.MaxRequests != 7 || g.IdempotencyHeader != "Idempotency-Key" || g.OutageWait != 2*time.Hour {
+	if g.Timeout != 10*time.Second || g.MaxResponse != 1<<20 || g.MaxRequests != 7 || g.IdempotencyHeader != "Idempotency-Key" || g.OutageWait != 2*time.Hour ||
+		g.BreakerFailures != 3 || g.BreakerCooldown != 10*time.Second {
 		t.Errorf("grant %+v", g)
 	}
 	api := g.Allow[0]
@@ -67,7 +70,8 @@ concurrency = 4
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Timeout != 30*time.Second || d.MaxResponse != 10<<20 || d.MaxRequestBody != 10<<20 || d.MaxRequests != 50 || d.OutageWait != time.Hour || d.IdempotencyHeader != "" {
+	if d.Timeout != 30*time.Second || d.MaxResponse != 10<<20 || d.MaxRequestBody != 10<<20 || d.MaxRequests != 50 || d.OutageWait != time.Hour || d.IdempotencyHeader != "" ||
+		d.BreakerFailures != 5 || d.BreakerCooldown != 30*time.Second {
 		t.Errorf("defaults %+v", d)
 	}
 }
@@ -103,6 +107,9 @@ allow = ["https://a.example", "https://b.example", "https://A.example:443"]`, "a
 		{"bad timeout", "[http]\nallow = [\"https://a.example\"]\ntimeout = \"soon\"", "timeout", "want a duration"},
 		{"bad size", "[http]\nallow = [\"https://a.example\"]\nmax_response = \"lots\"", "max_response", "want a size"},
 		{"bad request body size", "[http]\nallow = [\"https://a.example\"]\nmax_request_body = \"2GiB\"", "max_request_body", "want a size"},
+		{"zero breaker failures", "[http]\nallow = [\"https://a.example\"]\nbreaker_failures = 0", "breaker_failures", "want 1 to 1000"},
+		{"breaker failures as text", "[http]\nallow = [\"https://a.example\"]\nbreaker_failures = \"5\"", "breaker_failures", "want a whole number"},
+		{"bad breaker cooldown", "[http]\nallow = [\"https://a.example\"]\nbreaker_cooldown = \"2d\"", "breaker_cooldown", "want a duration"},
 		{"zero requests", "[http]\nallow = [\"https://a.example\"]\nmax_requests = 0", "max_requests", "want 1 to 10000"},
 		{"too many requests", "[http]\nallow = [\"https://a.example\"]\nmax_requests = 10001", "max_requests", "want 1 to 10000"},
 		{"headers of no entry", `[http]

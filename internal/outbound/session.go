@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -30,18 +31,47 @@ type Request struct {
 // max_requests, several in flight at once. Close ends every request left open. The
 // methods of a Session and its Calls are safe for concurrent use.
 type Session struct {
-	c *Client
+	c      *Client
+	keyFor string // the idempotency keys' prefix; empty: none added
 
 	mu      sync.Mutex
 	started int
+	keyed   int   // the requests given an idempotency key
 	held    int64 // the body bytes of the open calls
 	open    map[*Call]struct{}
 	closed  bool
+	outage  time.Time // the latest reopen time of the outages the calls met
+	sawOpen bool      // a call met an outage (CircuitOpen)
 }
 
-// NewSession starts a run's session.
-func (c *Client) NewSession() *Session {
-	return &Session{c: c, open: map[*Call]struct{}{}}
+// NewSession starts a run's session that adds no idempotency keys.
+func (c *Client) NewSession() *Session { return c.NewJobSession("", 0) }
+
+// NewJobSession starts the session of a run of job's handler. With the grant's
+// idempotency_header set, each request that is not GET, HEAD or OPTIONS and lacks
+// that header is given it: "<job>-<n>", n counting such requests by start order
+// within the session (1-based), so that a deterministic handler sends the same keys
+// on every run of its job; "<job>-r<replays>-<n>" once the job was replayed from its
+// dead letters (replays > 0), since a replay is new work. An empty job adds none.
+func (c *Client) NewJobSession(job string, replays int) *Session {
+	s := &Session{c: c, open: map[*Call]struct{}{}}
+	if job != "" && c.grant.IdempotencyHeader != "" {
+		s.keyFor = job
+		if replays > 0 {
+			s.keyFor += "-r" + strconv.Itoa(replays)
+		}
+	}
+	return s
+}
+
+// CircuitOpen reports whether a call of the session met an outage: it failed as
+// circuit open (KindCircuitOpen), or its own failure (a 5xx the guest sees as a
+// status, say) left its destination's breaker open; and the latest time those
+// breakers let calls through again.
+func (s *Session) CircuitOpen() (until time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.outage, s.sawOpen
 }
 
 // Grant returns the client's grant.
@@ -140,7 +170,13 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 	}
 	s.started++
 	s.held += int64(len(req.Body))
-	rctx, cancel := context.WithTimeout(ctx, g.Timeout)
+	key := ""
+	if s.keyFor != "" && !safeMethod(req.Method) && len(req.Header.Values(g.IdempotencyHeader)) == 0 {
+		// Numbered under mu, in start order.
+		s.keyed++
+		key = s.keyFor + "-" + strconv.Itoa(s.keyed)
+	}
+	rctx, cancel := context.WithTimeout(context.WithValue(ctx, outageKey{}, s), g.Timeout)
 	c := &Call{s: s, held: int64(len(req.Body)), ctx: rctx, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{})}
 	s.open[c] = struct{}{}
 	s.mu.Unlock()
@@ -165,6 +201,11 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 	}
 	for name, vs := range req.Header {
 		hreq.Header[http.CanonicalHeaderKey(name)] = append(hreq.Header[http.CanonicalHeaderKey(name)], vs...)
+	}
+	if key != "" {
+		// A guest's header, as far as redirects go: net/http carries it to each hop
+		// the grant allows.
+		hreq.Header.Set(g.IdempotencyHeader, key)
 	}
 	go func() {
 		defer close(c.ended)
@@ -267,6 +308,16 @@ func (c *Call) Read(ctx context.Context, p []byte) (int, error) {
 		return n, nil // the error, if any, comes with the next call
 	}
 	return 0, bodyErr
+}
+
+// safeMethod reports whether method is GET, HEAD or OPTIONS: one that is given no
+// idempotency key.
+func safeMethod(method string) bool {
+	switch strings.ToUpper(method) {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return true
+	}
+	return false
 }
 
 func isKind(err error, k Kind) bool {

@@ -1,0 +1,70 @@
+package host_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// A failed run that met an outage is deferred until the breakers let calls through
+// again, plus jitter, flagged as an outage (no attempt, no max_defers); within
+// outage_wait in all, counted from the outage's start the job carries. Its own
+// choices (ack, dead letter, defer) stand, and a run that met no outage is untouched.
+func TestOutageDefer(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	g := &outbound.Grant{OutageWait: time.Hour, BreakerCooldown: 40 * time.Second}
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	jitter := func(max time.Duration) time.Duration {
+		if max != 10*time.Second {
+			t.Errorf("jitter up to %v, want a quarter of the cooldown", max)
+		}
+		return 3 * time.Second
+	}
+	for _, tc := range []struct {
+		name      string
+		outcome   worker.Outcome
+		outage    *time.Time    // Execution.Outage
+		since     time.Duration // the outage began this long before now; 0: none yet
+		wantDefer bool
+		wantDelay time.Duration
+	}{
+		{"retry", worker.Retry, at(20 * time.Second), 0, true, 23 * time.Second},
+		{"a trap or timeout", worker.Failed, at(20 * time.Second), 0, true, 23 * time.Second},
+		{"half-open: the time is now", worker.Retry, at(0), 0, true, 3 * time.Second},
+		{"reopen passed", worker.Retry, at(-time.Minute), 0, true, 3 * time.Second},
+		{"no outage met", worker.Retry, nil, 0, false, 0},
+		{"an ack stands", worker.Ack, at(20 * time.Second), 0, false, 0},
+		{"a dead letter stands", worker.DeadLetter, at(20 * time.Second), 0, false, 0},
+		{"a defer stands", worker.Defer, at(20 * time.Second), 0, false, 0},
+		{"within outage_wait", worker.Retry, at(20 * time.Second), 50 * time.Minute, true, 23 * time.Second},
+		{"capped at what is left of outage_wait", worker.Retry, at(20 * time.Second), time.Hour - 5*time.Second, true, 5 * time.Second},
+		{"past outage_wait: the usual accounting", worker.Retry, at(20 * time.Second), time.Hour, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := backend.NewEnvelope("q", nil)
+			if tc.since > 0 {
+				env.Headers = map[string]string{worker.OutageHeader: strconv.FormatInt(now.Add(-tc.since).UnixMilli(), 10)}
+			}
+			job := &worker.Job{Envelope: env, Attempt: 1}
+			in := worker.Result{Outcome: tc.outcome, Reason: "boom", Delay: time.Minute}
+			got := host.OutageDefer(in, &host.Execution{Outage: tc.outage}, job, g, now, jitter)
+			if !tc.wantDefer {
+				if got.Outcome != in.Outcome || got.Outage || got.Delay != in.Delay || got.Reason != in.Reason {
+					t.Fatalf("result %+v, want it untouched", got)
+				}
+				return
+			}
+			if got.Outcome != worker.Defer || !got.Outage || got.Delay != tc.wantDelay || !strings.HasSuffix(got.Reason, ": boom") {
+				t.Fatalf("result %+v, want an outage defer of %v keeping the reason", got, tc.wantDelay)
+			}
+		})
+	}
+}

@@ -1,0 +1,245 @@
+package outbound
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// Defaults of a grant's circuit breakers.
+const (
+	// DefaultBreakerFailures is breaker_failures' default: the consecutive failures
+	// that open a destination's breaker.
+	DefaultBreakerFailures = 5
+	// DefaultBreakerCooldown is breaker_cooldown's default: how long an open breaker
+	// refuses calls before it lets one probe through.
+	DefaultBreakerCooldown = 30 * time.Second
+	// MaxBreakers bounds the breakers one scope (a module) keeps: past it the least
+	// recently used is dropped, so that a deliverer under https://* that meets a new
+	// customer host with every job holds a bounded number of them.
+	MaxBreakers = 1024
+)
+
+// errServerError and errNotCounted are what a call reports to its breaker: a 5xx
+// counts as a failure; an error that says nothing of the destination's health (a
+// denied hop, a rate limit's wait, the job cancelling its call) counts as neither
+// failure nor success.
+var (
+	errServerError = errors.New("server error (5xx)")
+	errNotCounted  = errors.New("not counted")
+)
+
+// Breakers holds the circuit breakers of outbound calls by scope (a module: its
+// versions, reloads and canaries share them) and destination scheme://host:port, at
+// most MaxBreakers per scope. A destination's breaker, not a grant entry's: under
+// https://* one dead customer must not block the others. A breaker whose settings
+// change (a reload with another breaker_failures) starts afresh. It is safe for
+// concurrent use.
+type Breakers struct {
+	mu     sync.Mutex
+	scopes map[string]*breakerSet
+}
+
+// breakerSet is one scope's breakers, most recently used first.
+type breakerSet struct {
+	order *list.List // of *breaker
+	m     map[breakerKey]*list.Element
+}
+
+type breakerKey struct {
+	dest     string
+	failures int
+	cooldown time.Duration
+}
+
+// NewBreakers returns an empty registry.
+func NewBreakers() *Breakers { return &Breakers{scopes: map[string]*breakerSet{}} }
+
+// breaker is one destination's circuit breaker, with the time its open state ends
+// (gobreaker keeps it private), recorded as it opens.
+type breaker struct {
+	key breakerKey
+	cb  *gobreaker.TwoStepCircuitBreaker[struct{}]
+
+	mu     sync.Mutex
+	reopen time.Time // when the last open state ends
+}
+
+// get returns scope's breaker of dest under g's settings, made at its first use, and
+// marks it used.
+func (r *Breakers) get(scope, dest string, g *Grant) *breaker {
+	k := breakerKey{dest, g.BreakerFailures, g.BreakerCooldown}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.scopes[scope]
+	if set == nil {
+		set = &breakerSet{order: list.New(), m: map[breakerKey]*list.Element{}}
+		r.scopes[scope] = set
+	}
+	if el, ok := set.m[k]; ok {
+		set.order.MoveToFront(el)
+		return el.Value.(*breaker)
+	}
+	b := newBreaker(k)
+	set.m[k] = set.order.PushFront(b)
+	if set.order.Len() > MaxBreakers {
+		last := set.order.Back()
+		set.order.Remove(last)
+		delete(set.m, last.Value.(*breaker).key)
+	}
+	return b
+}
+
+func newBreaker(k breakerKey) *breaker {
+	b := &breaker{key: k}
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        k.dest,
+		MaxRequests: 1, // half-open lets one probe through
+		Timeout:     k.cooldown,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(k.failures) },
+		IsExcluded:  func(err error) bool { return errors.Is(err, errNotCounted) },
+		OnStateChange: func(_ string, _, to gobreaker.State) {
+			// Called under gobreaker's lock as the state changes: only b's own field is
+			// touched.
+			if to == gobreaker.StateOpen {
+				b.mu.Lock()
+				b.reopen = time.Now().Add(k.cooldown)
+				b.mu.Unlock()
+			}
+		},
+	})
+	return b
+}
+
+// allow asks the breaker for a call. It returns done, to be called once with the
+// call's outcome (nil, errServerError, errNotCounted or the failure), or a
+// KindCircuitOpen *Error when the breaker is open, or half-open with its probe out.
+func (b *breaker) allow() (done func(error), err error) {
+	done, err = b.cb.Allow()
+	if err == nil {
+		return done, nil
+	}
+	b.mu.Lock()
+	until := b.reopen
+	b.mu.Unlock()
+	if errors.Is(err, gobreaker.ErrTooManyRequests) || until.Before(time.Now()) {
+		// Half-open: the probe is out; when calls go again is not known yet.
+		until = time.Now()
+		return nil, &Error{Kind: KindCircuitOpen, Until: until, Err: err,
+			Msg: fmt.Sprintf("%s failed %d times in a row: its circuit breaker lets one probe through, and the probe is out", b.key.dest, b.key.failures)}
+	}
+	return nil, &Error{Kind: KindCircuitOpen, Until: until, Err: err,
+		Msg: fmt.Sprintf("%s failed %d times in a row: its circuit breaker is open until %s", b.key.dest, b.key.failures, until.UTC().Format(time.RFC3339))}
+}
+
+// report tells the breaker a call's outcome (done from allow); it returns true, with
+// when calls go again, when the outcome was a failure that leaves the breaker open:
+// the failure that opened it, or a probe's that opened it again.
+func (b *breaker) report(done func(error), outcome error) (opened bool, until time.Time) {
+	done(outcome)
+	if outcome == nil || errors.Is(outcome, errNotCounted) || b.cb.State() != gobreaker.StateOpen {
+		return false, time.Time{}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return true, b.reopen
+}
+
+// outageKey is the context key of the Session a request belongs to: its round trips
+// tell it of the outages they meet (Session.CircuitOpen).
+type outageKey struct{}
+
+// noteOutage records, for the round trip of ctx's request, that its destination is
+// down until until.
+func noteOutage(ctx context.Context, until time.Time) {
+	s, ok := ctx.Value(outageKey{}).(*Session)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	if !s.sawOpen || until.After(s.outage) {
+		s.outage = until
+	}
+	s.sawOpen = true
+	s.mu.Unlock()
+}
+
+// breakerOutcome is what a round trip's result tells its destination's breaker:
+// connection failures (refused, DNS, reset, closed early) and timeouts count as
+// failures, as does a 5xx; a TLS failure (a configuration problem, not an outage), a
+// refusal of the grant or a blocked address, a rate limit's wait and a call the job
+// cancelled count as neither.
+func breakerOutcome(status int, err error) error {
+	if err == nil {
+		if status >= 500 {
+			return errServerError
+		}
+		return nil
+	}
+	e := classify(err)
+	switch {
+	case e.Kind == KindTimeout && errors.Is(err, context.Canceled):
+		return errNotCounted
+	case e.Kind == KindRefused, e.Kind == KindDNS, e.Kind == KindConnection, e.Kind == KindTimeout:
+		return err
+	}
+	return errNotCounted
+}
+
+// destination returns u's scheme://host:port, the key of its breaker: host in lower
+// case, the scheme's port when the URL names none.
+func destination(u *url.URL) string {
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[scheme]
+	}
+	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+}
+
+// BreakerState is one destination's circuit breaker, as an operator sees it.
+type BreakerState struct {
+	// Destination is scheme://host:port.
+	Destination string `json:"destination"`
+	// State is "closed", "open" or "half-open".
+	State string `json:"state"`
+	// ConsecutiveFailures counts the failures in a row since the last success (in
+	// the closed state).
+	ConsecutiveFailures uint32 `json:"consecutive_failures"`
+	// Until is when an open breaker lets a call through again; zero unless open.
+	Until time.Time `json:"until,omitzero"`
+}
+
+// States returns scope's breakers, destinations in order.
+func (r *Breakers) States(scope string) []BreakerState {
+	r.mu.Lock()
+	var bs []*breaker
+	if set := r.scopes[scope]; set != nil {
+		for el := set.order.Front(); el != nil; el = el.Next() {
+			bs = append(bs, el.Value.(*breaker))
+		}
+	}
+	r.mu.Unlock()
+	out := make([]BreakerState, 0, len(bs))
+	for _, b := range bs {
+		st := b.cb.State()
+		s := BreakerState{Destination: b.key.dest, State: st.String(), ConsecutiveFailures: b.cb.Counts().ConsecutiveFailures}
+		if st == gobreaker.StateOpen {
+			b.mu.Lock()
+			s.Until = b.reopen
+			b.mu.Unlock()
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b BreakerState) int { return strings.Compare(a.Destination, b.Destination) })
+	return out
+}

@@ -1,0 +1,41 @@
+;; Outbound HTTP under a job's semantics: POSTs "x" to the URL in the payload and
+;; writes the status (or, for a failed request, its negative status) to its output;
+;; acks on a 2xx, and RETRIES on any other status or a failed request, as a handler
+;; that calls an API does.
+(module
+  (import "wasmjobs" "payload_read" (func $payload_read (param i32 i32) (result i32)))
+  (import "wasmjobs" "output_write" (func $output_write (param i32 i32) (result i32)))
+  (import "wasmjobs" "http_start" (func $http_start (param i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "wasmjobs" "http_status" (func $http_status (param i32) (result i32)))
+  (import "wasmjobs" "http_close" (func $http_close (param i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 4096) "POST")
+  (data (i32.const 4112) "x")
+  (func (export "wasmjobs_abi_v1"))
+  ;; $num writes a decimal number, built backwards from 8200.
+  (func $num (param $v i32)
+    (local $p i32) (local $neg i32)
+    (local.set $p (i32.const 8200))
+    (if (i32.lt_s (local.get $v) (i32.const 0))
+      (then (local.set $neg (i32.const 1)) (local.set $v (i32.sub (i32.const 0) (local.get $v)))))
+    (loop $l
+      (local.set $p (i32.sub (local.get $p) (i32.const 1)))
+      (i32.store8 (local.get $p) (i32.add (i32.const 48) (i32.rem_u (local.get $v) (i32.const 10))))
+      (local.set $v (i32.div_u (local.get $v) (i32.const 10)))
+      (br_if $l (local.get $v)))
+    (if (local.get $neg)
+      (then (local.set $p (i32.sub (local.get $p) (i32.const 1))) (i32.store8 (local.get $p) (i32.const 45))))
+    (drop (call $output_write (local.get $p) (i32.sub (i32.const 8200) (local.get $p)))))
+  (func (export "wasmjobs_handle") (result i32)
+    (local $len i32) (local $h i32) (local $s i32)
+    (local.set $len (call $payload_read (i32.const 0) (i32.const 4096)))
+    (local.set $h (call $http_start (i32.const 4096) (i32.const 4) (i32.const 0) (local.get $len)
+      (i32.const 0) (i32.const 0) (i32.const 4112) (i32.const 1)))
+    (if (i32.lt_s (local.get $h) (i32.const 0))
+      (then (call $num (local.get $h)) (return (i32.const 1))))
+    (local.set $s (call $http_status (local.get $h)))
+    (drop (call $http_close (local.get $h)))
+    (call $num (local.get $s))
+    (if (result i32) (i32.and (i32.ge_s (local.get $s) (i32.const 200)) (i32.lt_s (local.get $s) (i32.const 300)))
+      (then (i32.const 0))
+      (else (i32.const 1)))))
