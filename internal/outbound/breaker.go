@@ -132,8 +132,11 @@ func (b *breaker) allow() (done func(error), err error) {
 	until := b.reopen
 	b.mu.Unlock()
 	if errors.Is(err, gobreaker.ErrTooManyRequests) || until.Before(time.Now()) {
-		// Half-open: the probe is out; when calls go again is not known yet.
-		until = time.Now()
+		// Half-open: the probe is out; when calls go again is not known yet. Callers
+		// that wait are told a quarter of the cooldown: told "now", the jobs waiting
+		// out the outage came back at once and found the probe still out, again and
+		// again (1,516 defers of 50 jobs over a 30 s outage).
+		until = time.Now().Add(b.key.cooldown / 4)
 		return nil, &Error{Kind: KindCircuitOpen, Until: until, Err: err,
 			Msg: fmt.Sprintf("%s failed %d times in a row: its circuit breaker lets one probe through, and the probe is out", b.key.dest, b.key.failures)}
 	}

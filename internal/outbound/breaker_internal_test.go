@@ -47,8 +47,8 @@ func TestBreakerStates(t *testing.T) {
 		if err != nil {
 			t.Fatalf("after the cooldown: %v, want a probe", err)
 		}
-		if err := call(nil); !errors.As(err, &e) || e.Kind != KindCircuitOpen || !e.Until.Equal(time.Now()) {
-			t.Fatalf("beside the probe: %v, want circuit open (the probe is out) until now", err)
+		if err := call(nil); !errors.As(err, &e) || e.Kind != KindCircuitOpen || !e.Until.Equal(time.Now().Add(30*time.Second/4)) {
+			t.Fatalf("beside the probe: %v, want circuit open (the probe is out) for a quarter of the cooldown", err)
 		}
 		probe(errServerError)
 		if err := call(nil); !errors.As(err, &e) || !e.Until.Equal(time.Now().Add(30*time.Second)) {
