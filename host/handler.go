@@ -72,7 +72,7 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 		}
 	}
 	x := m.run(ctx, job, sink)
-	res := x.Result()
+	res := x.Result() // with the run's calls, the first MaxResultCalls
 	res.Logs = lines
 	if c != nil {
 		res.Role = role

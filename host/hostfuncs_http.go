@@ -17,6 +17,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // httpCall is a request of the current call, by its handle.
@@ -33,6 +34,7 @@ type httpState struct {
 	session *outbound.Session
 	calls   map[int32]*httpCall
 	next    int32
+	records []outbound.CallRecord // of the sessions closed so far, for end
 }
 
 // close ends the call's requests left open: a request a guest never closes is closed
@@ -40,8 +42,53 @@ type httpState struct {
 func (h *httpState) close() {
 	if h.session != nil {
 		h.session.Close()
+		h.records = append(h.records, h.session.Records()...)
 	}
 	h.session, h.calls, h.next = nil, nil, 0
+}
+
+// end closes the requests left open and returns the records of the requests made
+// since the state was reset (the job's), in start order.
+func (h *httpState) end() []outbound.CallRecord {
+	h.close()
+	recs := h.records
+	h.records = nil
+	return recs
+}
+
+// MaxResultCalls bounds the calls a Handler returns in a job's result
+// (worker.Result.Calls), the first ones; the rest are counted in CallsDropped.
+const MaxResultCalls = 50
+
+// HTTPCall is one outbound HTTP request of a module's job, as Config.OnHTTPCall
+// receives it: labels of bounded values, for metrics.
+type HTTPCall struct {
+	// Module is the module's name.
+	Module string
+	// Grant is the [http] allow entry that matched the URL; "" for a denied URL.
+	Grant string
+	// Outcome is the response's status class ("2xx" to "5xx") or the failure's label:
+	// denied, blocked, dns, refused, tls, timeout, too_large, rate_limited,
+	// circuit_open, connection, too_many_redirects, cancelled, ...
+	Outcome string
+	// Duration is how long the request took (see outbound.CallRecord).
+	Duration time.Duration
+}
+
+// calls turns a run's request records into the job's calls, and reports each to the
+// engine's OnHTTPCall.
+func (m *Module) calls(recs []outbound.CallRecord) []worker.Call {
+	if len(recs) == 0 {
+		return nil
+	}
+	out := make([]worker.Call, len(recs))
+	for i, r := range recs {
+		out[i] = worker.Call{Method: r.Method, Target: r.Origin, Path: r.Path, Status: r.Status, Error: r.Error, Duration: r.Duration, Bytes: r.Bytes}
+		if f := m.e.onHTTPCall; f != nil {
+			f(HTTPCall{Module: m.name, Grant: r.Grant, Outcome: r.Outcome(), Duration: r.Duration})
+		}
+	}
+	return out
 }
 
 // httpStatusOf is the ABI status of a failure's kind.

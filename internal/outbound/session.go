@@ -327,7 +327,9 @@ func (c *Call) Close() {
 		body.Close() // outside mu: it ends a Read blocked on the body
 	}
 	switch {
-	case early:
+	case early && c.resp == nil:
+		// The failure is the close's own cancellation (a head that came meanwhile
+		// is no failure).
 		rec.Error = CallCancelled
 	case c.err != nil:
 		rec.Error = c.err.Kind.Label()
