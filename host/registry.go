@@ -142,6 +142,8 @@ type ModuleStatus struct {
 	LastRollout *Verdict `json:"last_rollout,omitempty"`
 	// Pinned is the version a rollback pinned, serving until the files change.
 	Pinned *Pin `json:"pinned,omitempty"`
+	// HTTP is the serving version's outbound HTTP grant; nil without one.
+	HTTP *HTTPGrant `json:"http,omitempty"`
 }
 
 // Registry keeps a directory's modules in service: it loads each NAME.wasm with its
@@ -1233,6 +1235,7 @@ func (r *Registry) Modules() []ModuleStatus {
 			m := e.handler.Module()
 			st.Status, st.Queue, st.Version, st.LoadedAt, st.InFlight = "serving", m.Queue(), m.Version(), m.LoadedAt(), m.InUse()
 			st.Canary = e.handler.Canary()
+			st.HTTP = grantView(m.Manifest().HTTP)
 		}
 		st.LastRollout, st.Pinned = e.last, e.pin
 		if e.err != nil {
