@@ -23,7 +23,7 @@ import (
 // httpCall is a request of the current call, by its handle.
 type httpCall struct {
 	call   *outbound.Call
-	target string          // method and URL, for the job's log
+	target string          // method and URL without its query, for the job's log
 	err    *outbound.Error // the first failure seen (head or body), for http_error_read
 }
 
@@ -232,7 +232,7 @@ func init() {
 		}
 		call, err := h.session.Start(ctx, req)
 		if err != nil {
-			st.emit(slog.LevelWarn, fmt.Sprintf("http %s %s: %v", req.Method, req.URL, err))
+			st.emit(slog.LevelWarn, fmt.Sprintf("http %s %s: %v", req.Method, outbound.Redact(req.URL), err))
 			var e *outbound.Error
 			if !errors.As(err, &e) {
 				stack[0] = status(abi.StatusBadArgument) // Start's errors are *Error; never a nil dereference
@@ -243,7 +243,7 @@ func init() {
 		}
 		handle := h.next
 		h.next++
-		hc := &httpCall{call: call, target: req.Method + " " + req.URL}
+		hc := &httpCall{call: call, target: req.Method + " " + outbound.Redact(req.URL)} // logged: no query
 		h.calls[handle] = hc
 		select {
 		case <-call.Done():

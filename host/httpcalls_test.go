@@ -17,7 +17,7 @@ import (
 
 // TestHTTPCallsReachTheResultAndOnHTTPCall: a job's requests travel into its result
 // (worker.Result.Calls, the first MaxResultCalls, the rest counted) without their
-// query string or headers, and each is reported to Config.OnHTTPCall with its module,
+// query string or headers (nor do the log lines of their failures hold it), and each is reported to Config.OnHTTPCall with its module,
 // matching entry and outcome.
 func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 	t.Parallel()
@@ -83,6 +83,11 @@ func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 				}
 				if strings.Contains(fmt.Sprintf("%+v", c), "secret") {
 					t.Errorf("call %d holds a secret: %+v", i, c)
+				}
+			}
+			for _, l := range res.Logs {
+				if strings.Contains(l, "secret") {
+					t.Errorf("a log line, kept in the job's record, holds the query: %s", l)
 				}
 			}
 			mu.Lock()

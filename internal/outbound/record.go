@@ -69,6 +69,20 @@ func (k Kind) Label() string {
 	return "unknown"
 }
 
+// Redact returns rawURL as it may be logged and recorded: scheme://host[:port]/path,
+// without its user, query string or fragment; what is not an absolute URL is cut at its
+// first '?' or '#'.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil || !u.IsAbs() || u.Host == "" {
+		if i := strings.IndexAny(rawURL, "?#"); i >= 0 {
+			rawURL = rawURL[:i]
+		}
+		return rawURL
+	}
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}).String()
+}
+
 // newRecord starts the record of a request to u.
 func newRecord(method string, u *url.URL) CallRecord {
 	scheme := strings.ToLower(u.Scheme)

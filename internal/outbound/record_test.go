@@ -88,3 +88,28 @@ Authorization = "Bearer host-secret"
 		}
 	}
 }
+
+// TestFailureMessagesNameNoQuery: a failure's message, which the host logs at the job
+// and so keeps in its record, names the URL without its query string.
+func TestFailureMessagesNameNoQuery(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\n", outbound.Options{}, "PORT", port)
+	_, _, err = do(t, s, "GET", "http://127.0.0.1:"+port+"/p?token=query-secret", nil)
+	if !isKind(err, outbound.KindRefused) || strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), "http://127.0.0.1:"+port+"/p") {
+		t.Fatalf("error %v: want a refusal naming the URL without its query", err)
+	}
+	for in, want := range map[string]string{
+		"https://u:pw@api.test:8443/a%2Fb?k=v#f": "https://api.test:8443/a%2Fb",
+		"not a url?secret":                        "not a url",
+	} {
+		if got := outbound.Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
