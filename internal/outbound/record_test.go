@@ -106,7 +106,7 @@ func TestFailureMessagesNameNoQuery(t *testing.T) {
 	}
 	for in, want := range map[string]string{
 		"https://u:pw@api.test:8443/a%2Fb?k=v#f": "https://api.test:8443/a%2Fb",
-		"not a url?secret":                        "not a url",
+		"not a url?secret":                       "not a url",
 	} {
 		if got := outbound.Redact(in); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
