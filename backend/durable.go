@@ -110,6 +110,12 @@ type JobRecord struct {
 	UpdatedAt  time.Time `json:"updated_at,omitzero"`
 	// Children are the ids of the jobs published with the job's ack.
 	Children []string `json:"children,omitempty"`
+	// Calls are the calls the run made to other services (worker.Result.Calls) and
+	// CallsDropped those past the consumer's bound, for the attempt a settle appends:
+	// the backend keeps them with that attempt (AttemptRecord.Calls), up to
+	// MaxRecordCalls, and a record read back has them there only.
+	Calls        []CallRecord `json:"-"`
+	CallsDropped int          `json:"-"`
 	// Attempts are the job's settled attempts, oldest first, the latest
 	// MaxRecordAttempts of them: the backend appends one in each settle's write, from
 	// the run's module, version, role and times and the settle's state and reason. A
@@ -137,6 +143,33 @@ type AttemptRecord struct {
 	// StartedAt and FinishedAt bound the run.
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Calls are the calls the run made to other services, in the order they started,
+	// the first MaxRecordCalls; CallsDropped counts the rest.
+	Calls        []CallRecord `json:"calls,omitempty"`
+	CallsDropped int          `json:"calls_dropped,omitempty"`
+}
+
+// MaxRecordCalls is how many calls of one attempt a record keeps, the first.
+const MaxRecordCalls = 50
+
+// CallRecord is one call a run made to another service (a module's outbound HTTP
+// request): what was called and how it ended, never a header, query string or body.
+type CallRecord struct {
+	// Method is the call's verb, such as GET.
+	Method string `json:"method"`
+	// Target is the service called, such as https://api.example.com:443.
+	Target string `json:"target"`
+	// Path is what was called there, without a query string.
+	Path string `json:"path,omitempty"`
+	// Status is the answer's status; 0 when none came.
+	Status int `json:"status,omitempty"`
+	// Error is how the call failed, a short label ("timeout", "denied"); empty when
+	// it did not.
+	Error string `json:"error,omitempty"`
+	// Duration is how long the call took.
+	Duration time.Duration `json:"duration_ns"`
+	// Bytes are the bytes of the answer the handler read.
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // JobRecordReader is implemented by backends that keep job records, written in the same

@@ -46,6 +46,10 @@ type Config struct {
 	// HTTP holds the host's settings for modules' outbound HTTP: trusted roots
 	// (--http-ca) and, for tests, a resolver.
 	HTTP outbound.Options
+	// OnHTTPCall, if set, is called for each outbound HTTP request of a job once the
+	// job's run ends, from the job's goroutine: it must be quick and must not block.
+	// `wasmjobs run` counts them in its metrics.
+	OnHTTPCall func(HTTPCall)
 }
 
 // Engine compiles, validates and instantiates modules. It is safe for concurrent use.
@@ -59,6 +63,8 @@ type Engine struct {
 	reclaiming atomic.Bool
 	// httpOpts are Config.HTTP.
 	httpOpts outbound.Options
+	// onHTTPCall is Config.OnHTTPCall.
+	onHTTPCall func(HTTPCall)
 }
 
 // reclaim returns freed memory to the OS a second after a burst of stack overflows. An
@@ -85,7 +91,7 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{log: log, httpOpts: cfg.HTTP}
+	e := &Engine{log: log, httpOpts: cfg.HTTP, onHTTPCall: cfg.OnHTTPCall}
 	if e.httpOpts.Limiters == nil {
 		// One registry for the engine: a module's [http.limits] hold across its
 		// versions (reloads, canaries), keyed by its name.

@@ -53,6 +53,10 @@ type Execution struct {
 	// let calls through again; nil otherwise. A Handler defers a failed job until
 	// then (outageDefer).
 	Outage *time.Time
+	// Calls are the outbound HTTP requests the job made, in the order they started,
+	// every one (a run makes at most its grant's max_requests); Result keeps the first
+	// MaxResultCalls.
+	Calls []worker.Call
 	// Duration is how long the job took, instance included.
 	Duration time.Duration
 	// Module and Version name the module version that ran the job.
@@ -72,7 +76,10 @@ func (x *Execution) Failed() bool {
 // ack and a staged reason only on retry, defer and dead-letter (ABI v1); a failure
 // ignores the staged delay.
 func (x *Execution) Result() worker.Result {
-	res := worker.Result{Reason: x.Reason, Output: x.Output, Handler: x.Module, Version: x.Version}
+	res := worker.Result{Reason: x.Reason, Output: x.Output, Handler: x.Module, Version: x.Version, Calls: x.Calls}
+	if n := len(x.Calls); n > MaxResultCalls {
+		res.Calls, res.CallsDropped = x.Calls[:MaxResultCalls], n-MaxResultCalls
+	}
 	switch x.Kind {
 	case KindAck:
 		res.Outcome, res.Reason, res.Children = worker.Ack, "", x.Children
@@ -137,6 +144,7 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 	}
 	st := &inst.st
 	st.finish()
+	x.Calls = m.calls(st.http.end())
 	x.Output, x.Children, x.Outage = st.output, st.children, st.http.outage
 	if st.delayMs >= 0 {
 		d := time.Duration(st.delayMs) * time.Millisecond

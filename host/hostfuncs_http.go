@@ -18,12 +18,13 @@ import (
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // httpCall is a request of the current call, by its handle.
 type httpCall struct {
 	call   *outbound.Call
-	target string          // method and URL, for the job's log
+	target string          // method and URL without its query, for the job's log
 	err    *outbound.Error // the first failure seen (head or body), for http_error_read
 }
 
@@ -36,7 +37,8 @@ type httpState struct {
 	next    int32
 	// outage, once the session is closed, is when the breakers its calls found open
 	// let calls through again (outbound.Session.CircuitOpen); nil when none was.
-	outage *time.Time
+	outage  *time.Time
+	records []outbound.CallRecord // of the sessions closed so far, for end
 }
 
 // close ends the call's requests left open: a request a guest never closes is closed
@@ -47,8 +49,53 @@ func (h *httpState) close() {
 		if until, ok := h.session.CircuitOpen(); ok {
 			h.outage = &until
 		}
+		h.records = append(h.records, h.session.Records()...)
 	}
 	h.session, h.calls, h.next = nil, nil, 0
+}
+
+// end closes the requests left open and returns the records of the requests made
+// since the state was reset (the job's), in start order.
+func (h *httpState) end() []outbound.CallRecord {
+	h.close()
+	recs := h.records
+	h.records = nil
+	return recs
+}
+
+// MaxResultCalls bounds the calls a Handler returns in a job's result
+// (worker.Result.Calls), the first ones; the rest are counted in CallsDropped.
+const MaxResultCalls = 50
+
+// HTTPCall is one outbound HTTP request of a module's job, as Config.OnHTTPCall
+// receives it: labels of bounded values, for metrics.
+type HTTPCall struct {
+	// Module is the module's name.
+	Module string
+	// Grant is the [http] allow entry that matched the URL; "" for a denied URL.
+	Grant string
+	// Outcome is the response's status class ("2xx" to "5xx") or the failure's label:
+	// denied, blocked, dns, refused, tls, timeout, too_large, rate_limited,
+	// circuit_open, connection, too_many_redirects, cancelled, ...
+	Outcome string
+	// Duration is how long the request took (see outbound.CallRecord).
+	Duration time.Duration
+}
+
+// calls turns a run's request records into the job's calls, and reports each to the
+// engine's OnHTTPCall.
+func (m *Module) calls(recs []outbound.CallRecord) []worker.Call {
+	if len(recs) == 0 {
+		return nil
+	}
+	out := make([]worker.Call, len(recs))
+	for i, r := range recs {
+		out[i] = worker.Call{Method: r.Method, Target: r.Origin, Path: r.Path, Status: r.Status, Error: r.Error, Duration: r.Duration, Bytes: r.Bytes}
+		if f := m.e.onHTTPCall; f != nil {
+			f(HTTPCall{Module: m.name, Grant: r.Grant, Outcome: r.Outcome(), Duration: r.Duration})
+		}
+	}
+	return out
 }
 
 // httpStatusOf is the ABI status of a failure's kind.
@@ -197,7 +244,7 @@ func init() {
 		}
 		call, err := h.session.Start(ctx, req)
 		if err != nil {
-			st.emit(slog.LevelWarn, fmt.Sprintf("http %s %s: %v", req.Method, req.URL, err))
+			st.emit(slog.LevelWarn, fmt.Sprintf("http %s %s: %v", req.Method, outbound.Redact(req.URL), err))
 			var e *outbound.Error
 			if !errors.As(err, &e) {
 				stack[0] = status(abi.StatusBadArgument) // Start's errors are *Error; never a nil dereference
@@ -208,7 +255,7 @@ func init() {
 		}
 		handle := h.next
 		h.next++
-		hc := &httpCall{call: call, target: req.Method + " " + req.URL}
+		hc := &httpCall{call: call, target: req.Method + " " + outbound.Redact(req.URL)} // logged: no query
 		h.calls[handle] = hc
 		select {
 		case <-call.Done():

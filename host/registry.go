@@ -146,6 +146,8 @@ type ModuleStatus struct {
 	// Breakers are the circuit breakers of the module's outbound HTTP on this host,
 	// one per destination it called (at most outbound.MaxBreakers).
 	Breakers []outbound.BreakerState `json:"breakers,omitempty"`
+	// HTTP is the serving version's outbound HTTP grant; nil without one.
+	HTTP *HTTPGrant `json:"http,omitempty"`
 }
 
 // Registry keeps a directory's modules in service: it loads each NAME.wasm with its
@@ -1249,6 +1251,7 @@ func (r *Registry) modules() []ModuleStatus {
 			m := e.handler.Module()
 			st.Status, st.Queue, st.Version, st.LoadedAt, st.InFlight = "serving", m.Queue(), m.Version(), m.LoadedAt(), m.InUse()
 			st.Canary = e.handler.Canary()
+			st.HTTP = grantView(m.Manifest().HTTP)
 		}
 		st.LastRollout, st.Pinned = e.last, e.pin
 		if e.err != nil {

@@ -103,6 +103,34 @@ type Result struct {
 	// first; a backend that keeps records stores them (up to its own cap), any other
 	// ignores them. The handler bounds how many it returns.
 	Logs []string
+	// Calls are the calls the handler made to other services during the run (a Wasm
+	// module's outbound HTTP requests, say), in the order they started, for the
+	// attempt's record; a backend that keeps records stores them with the attempt (up
+	// to its own cap), any other ignores them. The handler bounds how many it returns;
+	// CallsDropped counts the calls it made past that bound.
+	Calls        []Call
+	CallsDropped int
+}
+
+// Call is one call a handler made to another service during a run, as a job's record
+// keeps it: what was called and how it ended, and nothing secret. It holds no header,
+// query string or body.
+type Call struct {
+	// Method is the call's verb, such as GET.
+	Method string
+	// Target is the service called, such as https://api.example.com:443.
+	Target string
+	// Path is what was called there, without a query string.
+	Path string
+	// Status is the service's answer, such as an HTTP status; 0 when none came.
+	Status int
+	// Error is how the call failed, a short label such as "timeout" or "denied"; empty
+	// when it did not. A call can have a Status and an Error (an answer cut short).
+	Error string
+	// Duration is how long the call took.
+	Duration time.Duration
+	// Bytes are the bytes of the answer the handler read.
+	Bytes int64
 }
 
 // Handler runs jobs. Handle is called concurrently from many goroutines; ctx is

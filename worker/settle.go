@@ -279,8 +279,20 @@ func runRecord(res Result, took time.Duration) *backend.JobRecord {
 	end := time.Now()
 	return &backend.JobRecord{
 		Output: res.Output, Logs: res.Logs, Module: res.Handler, ModuleVersion: res.Version, ModuleRole: res.Role,
-		StartedAt: end.Add(-took), FinishedAt: end,
+		StartedAt: end.Add(-took), FinishedAt: end, Calls: CallRecords(res.Calls), CallsDropped: res.CallsDropped,
 	}
+}
+
+// CallRecords turns a result's calls into the records a backend keeps.
+func CallRecords(calls []Call) []backend.CallRecord {
+	if len(calls) == 0 {
+		return nil
+	}
+	out := make([]backend.CallRecord, len(calls))
+	for i, c := range calls {
+		out[i] = backend.CallRecord{Method: c.Method, Target: c.Target, Path: c.Path, Status: c.Status, Error: c.Error, Duration: c.Duration, Bytes: c.Bytes}
+	}
+	return out
 }
 
 // childPublications turns a job's children into the envelopes both settle paths

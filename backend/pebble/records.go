@@ -127,15 +127,17 @@ func byTimeKey(at time.Time, id string) []byte {
 }
 
 // Encodings of a job record: v2 adds the module's role and the attempts after v1's
-// fields. Records are written as v2 and read as either.
+// fields, v3 each attempt's calls after v2's. Records are written as v3 and read as
+// any of them.
 const (
 	recordV1 byte = 1
 	recordV2 byte = 2
+	recordV3 byte = 3
 )
 
 func encodeRecord(r *backend.JobRecord) []byte {
 	dst := make([]byte, 0, 128+len(r.Output))
-	dst = append(dst, recordV2)
+	dst = append(dst, recordV3)
 	dst = appendString(dst, r.ID)
 	dst = appendString(dst, r.Queue)
 	dst = appendString(dst, string(r.State))
@@ -176,6 +178,19 @@ func encodeRecord(r *backend.JobRecord) []byte {
 		dst = appendTime(dst, a.StartedAt)
 		dst = appendTime(dst, a.FinishedAt)
 	}
+	for _, a := range r.Attempts {
+		dst = binary.AppendUvarint(dst, uint64(len(a.Calls)))
+		for _, c := range a.Calls {
+			dst = appendString(dst, c.Method)
+			dst = appendString(dst, c.Target)
+			dst = appendString(dst, c.Path)
+			dst = binary.AppendVarint(dst, int64(c.Status))
+			dst = appendString(dst, c.Error)
+			dst = binary.AppendVarint(dst, int64(c.Duration))
+			dst = binary.AppendVarint(dst, c.Bytes)
+		}
+		dst = binary.AppendVarint(dst, int64(a.CallsDropped))
+	}
 	return dst
 }
 
@@ -183,7 +198,7 @@ func decodeRecord(b []byte) (backend.JobRecord, error) {
 	var rec backend.JobRecord
 	r := reader{b: b}
 	v := r.byte()
-	if r.err == nil && v != recordV1 && v != recordV2 {
+	if r.err == nil && v != recordV1 && v != recordV2 && v != recordV3 {
 		return rec, fmt.Errorf("job record encoding version %d is not known to this build", v)
 	}
 	rec.ID = r.string()
@@ -216,7 +231,7 @@ func decodeRecord(b []byte) (backend.JobRecord, error) {
 			}
 		}
 	}
-	if v == recordV2 {
+	if v >= recordV2 {
 		rec.ModuleRole = r.string()
 		if n := r.uvarint(); r.err == nil {
 			if n > uint64(len(r.b)) {
@@ -230,6 +245,25 @@ func decodeRecord(b []byte) (backend.JobRecord, error) {
 					rec.Attempts = append(rec.Attempts, a)
 				}
 			}
+		}
+	}
+	if v >= recordV3 {
+		for i := range rec.Attempts {
+			a := &rec.Attempts[i]
+			n := r.uvarint()
+			if r.err != nil {
+				break
+			}
+			if n > uint64(len(r.b)) {
+				r.err = errShort
+				break
+			}
+			for range n {
+				c := backend.CallRecord{Method: r.string(), Target: r.string(), Path: r.string(), Status: r.int()}
+				c.Error, c.Duration, c.Bytes = r.string(), time.Duration(r.varint()), r.varint()
+				a.Calls = append(a.Calls, c)
+			}
+			a.CallsDropped = r.int()
 		}
 	}
 	if r.err == nil && len(r.b) != 0 {
@@ -286,9 +320,18 @@ func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state ba
 	if rec.FinishedAt.IsZero() && state.Finished() {
 		rec.FinishedAt = now
 	}
+	calls, dropped := rec.Calls, rec.CallsDropped
+	if n := len(calls) - backend.MaxRecordCalls; n > 0 {
+		calls, dropped = calls[:backend.MaxRecordCalls], dropped+n
+	}
+	if b.space.check() != nil {
+		// Under the free-space reserve the calls are counted, not kept (as below).
+		calls, dropped = nil, dropped+len(calls)
+	}
+	rec.Calls, rec.CallsDropped = nil, 0 // kept with the attempt only
 	rec.Attempts = append(b.priorAttempts(env.ID), backend.AttemptRecord{
 		Attempt: rec.Attempt, State: state, Reason: reason, Module: rec.Module, Version: rec.ModuleVersion,
-		Role: rec.ModuleRole, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+		Role: rec.ModuleRole, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt, Calls: calls, CallsDropped: dropped,
 	})
 	if n := len(rec.Attempts) - backend.MaxRecordAttempts; n > 0 {
 		rec.Attempts = rec.Attempts[n:]
@@ -493,4 +536,18 @@ func (b *Backend) pruneBatch(now time.Time, excess int, maxAge time.Duration) (i
 		return 0, err
 	}
 	return n, nil
+}
+
+// varint reads a signed varint of 64 bits (a duration, a byte count).
+func (r *reader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errShort
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
 }

@@ -160,3 +160,49 @@ func TestReplayKeepsTheEarlierAttempts(t *testing.T) {
 		t.Fatalf("after a dead letter, its replay and a second dead letter the record keeps %+v, want the runs on v1 and v2", rec.Attempts)
 	}
 }
+
+// Each settle keeps its run's calls with its attempt, the first MaxRecordCalls and a
+// count of the rest; they survive a reopen, and the next settle keeps them.
+func TestRecordKeepsEachAttemptsCalls(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := pebblebackend.Config{Dir: "/data", FS: vfs.NewMem()}
+	b := open(t, cfg)
+	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
+	mustDo(t, b.Declare(ctx, q))
+	env := backend.NewEnvelope("jobs", []byte("calls"))
+	mustDo(t, b.Publish(ctx, env, 0))
+	s, err := b.Consume(ctx, q)
+	mustDo(t, err)
+	many := make([]backend.CallRecord, backend.MaxRecordCalls+10)
+	for i := range many {
+		many[i] = backend.CallRecord{Method: "GET", Target: "https://api.test:443", Path: fmt.Sprintf("/%d", i), Status: 503, Duration: time.Millisecond}
+	}
+	ok := backend.CallRecord{Method: "POST", Target: "http://127.0.0.1:8080", Path: "/hook", Status: 200, Duration: 3 * time.Second, Bytes: 12}
+	failed := backend.CallRecord{Method: "GET", Target: "http://10.0.0.1:80", Path: "/", Error: "denied", Duration: time.Microsecond}
+
+	d := (<-s.Deliveries()).(backend.AtomicDelivery)
+	got, err := d.Envelope()
+	mustDo(t, err)
+	next := got
+	next.Attempt, next.Reason = got.Attempt+1, "503"
+	mustDo(t, d.RetryWith(ctx, next, 0, &backend.JobRecord{Module: "mod", Calls: many, CallsDropped: 2}))
+	d = (<-s.Deliveries()).(backend.AtomicDelivery)
+	mustDo(t, d.AckWith(ctx, nil, &backend.JobRecord{Module: "mod", Calls: []backend.CallRecord{ok, failed}}))
+	s.Drop()
+	closeBackend(t, b)
+	b = open(t, cfg)
+	defer closeBackend(t, b)
+	rec, err := b.JobRecord(ctx, env.ID)
+	mustDo(t, err)
+	if len(rec.Attempts) != 2 || rec.Calls != nil {
+		t.Fatalf("record: %d attempts, calls %v; want 2 attempts and the calls with them only", len(rec.Attempts), rec.Calls)
+	}
+	first, second := rec.Attempts[0], rec.Attempts[1]
+	if len(first.Calls) != backend.MaxRecordCalls || first.CallsDropped != 12 || first.Calls[49] != many[49] {
+		t.Errorf("first attempt: %d calls, %d dropped, the last %+v; want the first %d, 12 dropped", len(first.Calls), first.CallsDropped, first.Calls[len(first.Calls)-1], backend.MaxRecordCalls)
+	}
+	if len(second.Calls) != 2 || second.Calls[0] != ok || second.Calls[1] != failed || second.CallsDropped != 0 {
+		t.Errorf("second attempt's calls: %+v (%d dropped), want %+v and %+v", second.Calls, second.CallsDropped, ok, failed)
+	}
+}

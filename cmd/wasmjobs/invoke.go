@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -25,6 +27,7 @@ type invokeFlags struct {
 	maxAttempts int
 	timeout     time.Duration
 	json        bool
+	httpCA      string
 }
 
 func newInvokeCommand(g *globals) *cobra.Command {
@@ -35,7 +38,12 @@ func newInvokeCommand(g *globals) *cobra.Command {
 		Long: `invoke runs one job on MODULE (a .wasm file) in a fresh host, with the module's
 manifest (NAME.toml beside it), and prints the outcome: the code wasmjobs_handle
 returned, what the worker would do with it given the attempt, the reason, the staged
-delay, the output, the logs and the child jobs that would be published.
+delay, the output, the logs, the child jobs that would be published and the outbound
+HTTP calls it made.
+
+A module with an [http] grant makes real requests under it, checked as under 'run':
+this is the development loop for a handler that calls a local server. --http-ca
+trusts a test server's certificate or an internal CA besides the system's roots.
 
 The payload comes from --payload, --payload-file, or standard input with '-'. The job
 gets a fresh id and the module's queue.
@@ -58,8 +66,12 @@ command is misused or the module cannot be loaded.`,
 			if f.attempt < 1 || f.maxAttempts < 0 {
 				return usagef("--attempt must be 1 or more and --max-attempts 0 or more")
 			}
+			roots, err := httpRootsFrom(f.httpCA)
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
-			e, err := g.engine(ctx)
+			e, err := host.NewEngine(ctx, host.Config{CacheDir: g.cacheDir, HTTP: outbound.Options{RootCAs: roots}})
 			if err != nil {
 				return err
 			}
@@ -101,6 +113,7 @@ command is misused or the module cannot be loaded.`,
 	fl.IntVar(&f.maxAttempts, "max-attempts", 0, "attempts allowed (default: the manifest's, else 25)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit of the job (default: the manifest's, else 30s)")
 	fl.BoolVar(&f.json, "json", false, "print one JSON object instead of text")
+	fl.StringVar(&f.httpCA, "http-ca", "", "PEM file of CA certificates that the module's outbound HTTPS trusts besides the system's, as for run")
 	return cmd
 }
 
@@ -160,6 +173,7 @@ type invokeReport struct {
 	OutputBase64 string       `json:"output_base64"`
 	Logs         []reportLog  `json:"logs"`
 	Enqueued     []reportJob  `json:"enqueued"`
+	Calls        []reportCall `json:"calls"`
 	DurationMs   float64      `json:"duration_ms"`
 	Module       reportModule `json:"module"`
 
@@ -177,6 +191,18 @@ type reportJob struct {
 	DelayMs int64  `json:"delay_ms"`
 }
 
+// reportCall is one outbound HTTP request of the job: never a header, the query
+// string or a body.
+type reportCall struct {
+	Method     string  `json:"method"`
+	Target     string  `json:"target"`
+	Path       string  `json:"path"`
+	Status     int     `json:"status,omitempty"`
+	Error      string  `json:"error,omitempty"`
+	DurationMs float64 `json:"duration_ms"`
+	Bytes      int64   `json:"bytes"`
+}
+
 type reportModule struct {
 	Name    string `json:"name"`
 	Version string `json:"version"`
@@ -192,6 +218,7 @@ func newInvokeReport(x host.Execution, settle worker.Settle, reason string) invo
 		OutputBase64: base64.StdEncoding.EncodeToString(x.Output),
 		Logs:         []reportLog{},
 		Enqueued:     []reportJob{},
+		Calls:        []reportCall{},
 		DurationMs:   float64(x.Duration.Microseconds()) / 1000,
 		Module:       reportModule{Name: x.Module, Version: x.Version},
 		outputLen:    len(x.Output),
@@ -202,6 +229,10 @@ func newInvokeReport(x host.Execution, settle worker.Settle, reason string) invo
 	}
 	for _, l := range x.Logs {
 		r.Logs = append(r.Logs, reportLog{Level: strings.ToLower(l.Level.String()), Msg: l.Msg})
+	}
+	for _, c := range x.Calls {
+		r.Calls = append(r.Calls, reportCall{Method: c.Method, Target: c.Target, Path: c.Path, Status: c.Status, Error: c.Error,
+			DurationMs: float64(c.Duration.Microseconds()) / 1000, Bytes: c.Bytes})
 	}
 	if settle == worker.SettleAck {
 		for _, c := range x.Children {
@@ -237,6 +268,16 @@ func (r invokeReport) print(w io.Writer, job *worker.Job) {
 		fmt.Fprintf(w, "logs      (%d lines)\n", len(r.Logs))
 		for _, l := range r.Logs {
 			fmt.Fprintf(w, "  %-5s %s\n", l.Level, l.Msg)
+		}
+	}
+	if len(r.Calls) > 0 {
+		fmt.Fprintf(w, "calls     (%d)\n", len(r.Calls))
+		for _, c := range r.Calls {
+			result := c.Error // a status, an error, or both (a body cut short)
+			if c.Status != 0 {
+				result = strings.TrimSpace(strconv.Itoa(c.Status) + " " + c.Error)
+			}
+			fmt.Fprintf(w, "  %s %s%s: %s in %.3f ms, %d bytes read\n", c.Method, c.Target, c.Path, result, c.DurationMs, c.Bytes)
 		}
 	}
 	if len(r.Enqueued) > 0 {

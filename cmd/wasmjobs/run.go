@@ -475,13 +475,13 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		return fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
 	cleanups = append(cleanups, func(context.Context) { ln.Close() })
-	e, err := host.NewEngine(runCtx, host.Config{CacheDir: g.cacheDir, Logger: log, HTTP: outbound.Options{RootCAs: httpRoots, IdleConnsPerHost: f.concurrency}})
+	met := metrics.New()
+	e, err := host.NewEngine(runCtx, host.Config{CacheDir: g.cacheDir, Logger: log, HTTP: outbound.Options{RootCAs: httpRoots, IdleConnsPerHost: f.concurrency}, OnHTTPCall: met.HTTPCall})
 	if err != nil {
 		return err
 	}
 	cleanups = append(cleanups, func(ctx context.Context) { e.Close(ctx) })
 
-	met := metrics.New()
 	rates := api.NewRates(nil)
 	attempts := api.NewAttempts(f.history)
 	versions := ui.NewVersions()
@@ -596,7 +596,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	// One limit of wrong tokens for the API and the dashboard: both take the token.
 	authLimit := api.NewAuthLimiter()
 	apiHandler := api.New(api.Config{
-		Backend: b, Registry: reg, Running: w.Running, History: hist, Metrics: met.Handler(), Rates: rates,
+		Backend: b, Registry: reg, Running: w.Running, History: hist, Attempts: attempts, Metrics: met.Handler(), Rates: rates,
 		Schedules: sched.List, RefusedPushes: func() any {
 			if refused == nil {
 				return nil
@@ -820,7 +820,9 @@ func httpRootsFrom(file string) (*x509.CertPool, error) {
 	}
 	roots, err := x509.SystemCertPool()
 	if err != nil {
-		roots = x509.NewCertPool()
+		// An empty pool instead would make every public https destination fail with
+		// an unknown authority, far from this cause.
+		return nil, usagef("--http-ca %s: the system's trusted roots, which it adds to, cannot be read (%v): see SSL_CERT_FILE and SSL_CERT_DIR", file, err)
 	}
 	if !roots.AppendCertsFromPEM(pemData) {
 		return nil, usagef("--http-ca %s: no PEM certificate in it", file)

@@ -47,6 +47,9 @@ type Config struct {
 	// History answers GET /v1/jobs/{id} when the backend keeps no job records (it is
 	// not a backend.JobRecordReader); nil remembers nothing.
 	History *History
+	// Attempts gives the attempts (each with its calls) of GET /v1/jobs/{id} when the
+	// backend keeps no job records; nil lists none.
+	Attempts *Attempts
 	// Rates answers GET /v1/rates; nil reports zeros.
 	Rates *Rates
 	// Metrics serves /metrics; nil leaves it out.

@@ -30,6 +30,10 @@ type Attempt struct {
 	StartedAt  time.Time     `json:"started_at,omitzero"`
 	FinishedAt time.Time     `json:"finished_at"`
 	Duration   time.Duration `json:"duration_ns"`
+	// Calls are the calls the attempt made to other services (a module's outbound
+	// HTTP requests), the first backend.MaxRecordCalls; CallsDropped counts the rest.
+	Calls        []backend.CallRecord `json:"calls,omitempty"`
+	CallsDropped int                  `json:"calls_dropped,omitempty"`
 }
 
 // settleOf names the settle that left a job in state, as Attempt.Settle does.
@@ -55,7 +59,7 @@ func recordAttempts(rec backend.JobRecord) []Attempt {
 	out := make([]Attempt, len(rec.Attempts))
 	for i, a := range rec.Attempts {
 		out[i] = Attempt{Attempt: a.Attempt, Settle: settleOf(a.State), Reason: a.Reason, Module: a.Module,
-			Version: a.Version, Role: a.Role, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt}
+			Version: a.Version, Role: a.Role, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, Calls: a.Calls, CallsDropped: a.CallsDropped}
 		if !a.StartedAt.IsZero() && a.FinishedAt.After(a.StartedAt) {
 			out[i].Duration = a.FinishedAt.Sub(a.StartedAt)
 		}
@@ -94,7 +98,11 @@ func (a *Attempts) Observe(e worker.Event) {
 		return
 	}
 	at := Attempt{Attempt: e.Job.Attempt, Settle: e.Settle.String(), Reason: e.Reason, Module: e.Result.Handler,
-		Version: e.Result.Version, FinishedAt: time.Now(), Duration: e.Duration}
+		Version: e.Result.Version, FinishedAt: time.Now(), Duration: e.Duration,
+		Calls: worker.CallRecords(e.Result.Calls), CallsDropped: e.Result.CallsDropped}
+	if n := len(at.Calls) - backend.MaxRecordCalls; n > 0 {
+		at.Calls, at.CallsDropped = at.Calls[:backend.MaxRecordCalls], at.CallsDropped+n
+	}
 	switch e.Kind {
 	case worker.EventAbandoned:
 		at.Settle = "abandoned"

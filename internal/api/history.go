@@ -40,8 +40,9 @@ type JobState struct {
 	DurationMs float64   `json:"duration_ms,omitempty"`
 	// Children are the ids of the jobs published with the job's ack (job records only).
 	Children []string `json:"children,omitempty"`
-	// Attempts are the job's settled attempts, oldest first, the latest
-	// backend.MaxRecordAttempts (job records only).
+	// Attempts are the job's settled attempts, oldest first: from job records, the
+	// latest backend.MaxRecordAttempts; elsewhere those this host ran since it
+	// started (Config.Attempts), the latest MaxAttemptsKept.
 	Attempts []Attempt `json:"attempts,omitempty"`
 
 	// rev is the History's update count when the entry last changed: an operator's

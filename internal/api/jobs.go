@@ -23,6 +23,9 @@ var ErrUnavailable = errors.New("not available on this backend")
 type Jobs struct {
 	Backend backend.Backend
 	History *History
+	// Attempts lists a job's attempts where the backend keeps no job records; nil
+	// lists none.
+	Attempts *Attempts
 }
 
 // Get returns the latest state of job id, or an error wrapping backend.ErrNotFound.
@@ -41,6 +44,7 @@ func (j Jobs) Get(ctx context.Context, id string) (JobState, error) {
 	if !ok {
 		return JobState{}, fmt.Errorf("job %q is not in this host's recent history: %w", id, backend.ErrNotFound)
 	}
+	st.Attempts = j.Attempts.Of(id)
 	return st, nil
 }
 
@@ -195,7 +199,9 @@ func ParseJobFilter(r *http.Request) (backend.JobFilter, error) {
 	return f, nil
 }
 
-func (s *server) jobs() Jobs { return Jobs{Backend: s.cfg.Backend, History: s.cfg.History} }
+func (s *server) jobs() Jobs {
+	return Jobs{Backend: s.cfg.Backend, History: s.cfg.History, Attempts: s.cfg.Attempts}
+}
 
 func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.PathValue("queue")

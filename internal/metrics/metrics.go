@@ -31,6 +31,8 @@ type Metrics struct {
 	moduleInfo   *prometheus.GaugeVec
 	canaryJobs   *prometheus.CounterVec
 	rollouts     *prometheus.CounterVec
+	httpCalls    *prometheus.CounterVec
+	httpDuration *prometheus.HistogramVec
 
 	mu      sync.Mutex        // guards serving and trial, so a module's info series change in one step
 	serving map[string]string // module -> version of its wasmjobs_module_info series, role current
@@ -80,8 +82,20 @@ func New() *Metrics {
 			Name: "wasmjobs_rollout_events_total",
 			Help: "Rollout events, by module and kind (canary, promoted, rolled_back, superseded, pinned).",
 		}, []string{"module", "kind"}),
+		// grant is the matching [http] allow entry, not the URL, so that a module's
+		// series are bounded by its manifest; a denied URL's grant is "".
+		httpCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wasmjobs_http_requests_total",
+			Help: "Modules' outbound HTTP requests, by module, grant (the matching allow entry; \"\" when denied) and outcome (2xx, 3xx, 4xx, 5xx, or the failure: denied, blocked, dns, refused, tls, timeout, too_large, rate_limited, circuit_open, connection, too_many_redirects, cancelled).",
+		}, []string{"module", "grant", "outcome"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "wasmjobs_http_request_duration_seconds",
+			Help:    "How long modules' outbound HTTP requests took, start to the end of the body read (or the failure, or the close), by module and grant.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"module", "grant"}),
 	}
 	m.reg.MustRegister(m.jobs, m.duration, m.inFlight, m.settleFailed, m.abandoned, m.modules, m.moduleInfo, m.canaryJobs, m.rollouts,
+		m.httpCalls, m.httpDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -107,6 +121,12 @@ func (m *Metrics) Observe(e worker.Event) {
 		m.inFlight.WithLabelValues(q).Dec()
 		m.abandoned.WithLabelValues(q).Inc()
 	}
+}
+
+// HTTPCall counts a module's outbound HTTP request; it is host.Config.OnHTTPCall.
+func (m *Metrics) HTTPCall(c host.HTTPCall) {
+	m.httpCalls.WithLabelValues(c.Module, c.Grant, c.Outcome).Inc()
+	m.httpDuration.WithLabelValues(c.Module, c.Grant).Observe(c.Duration.Seconds())
 }
 
 // ModuleEvent counts a registry event and keeps wasmjobs_module_info on the version

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"net"
+	"net/url"
 	"syscall"
 	"time"
 )
@@ -87,11 +88,18 @@ func (e *Error) Error() string { return e.Kind.String() + ": " + e.Msg }
 func (e *Error) Unwrap() error { return e.Err }
 
 // classify turns an error of net/http into an *Error. An *Error inside it (from the
-// grant check, the dialer or the resolver) is returned as it is.
+// grant check, the dialer or the resolver) is returned as it is. The message names the
+// URL without its query string (Redact): it is logged at the job and kept in its
+// record.
 func classify(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e
+	}
+	msg := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		msg = ue.Op + " " + Redact(ue.URL) + ": " + ue.Err.Error()
 	}
 	var netErr net.Error
 	var certErr *tls.CertificateVerificationError
@@ -101,14 +109,14 @@ func classify(err error) *Error {
 	var alert tls.AlertError
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) && netErr.Timeout():
-		return &Error{Kind: KindTimeout, Msg: err.Error(), Err: err}
+		return &Error{Kind: KindTimeout, Msg: msg, Err: err}
 	case errors.Is(err, context.Canceled):
 		return &Error{Kind: KindTimeout, Msg: "cancelled: the job ended or the request was closed", Err: err}
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return &Error{Kind: KindRefused, Msg: err.Error(), Err: err}
+		return &Error{Kind: KindRefused, Msg: msg, Err: err}
 	case errors.As(err, &certErr), errors.As(err, &unknownCA), errors.As(err, &hostErr),
 		errors.As(err, &recErr), errors.As(err, &alert):
-		return &Error{Kind: KindTLS, Msg: err.Error(), Err: err}
+		return &Error{Kind: KindTLS, Msg: msg, Err: err}
 	}
-	return &Error{Kind: KindConnection, Msg: err.Error(), Err: err}
+	return &Error{Kind: KindConnection, Msg: msg, Err: err}
 }

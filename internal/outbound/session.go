@@ -40,8 +40,9 @@ type Session struct {
 	held    int64 // the body bytes of the open calls
 	open    map[*Call]struct{}
 	closed  bool
-	outage  time.Time // the latest reopen time of the outages the calls met
-	sawOpen bool      // a call met an outage (CircuitOpen)
+	outage  time.Time    // the latest reopen time of the outages the calls met
+	sawOpen bool         // a call met an outage (CircuitOpen)
+	records []CallRecord // by start order; a call's is complete once it is closed
 }
 
 // NewSession starts a run's session that adds no idempotency keys.
@@ -86,6 +87,8 @@ type Call struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the head is in (or the request failed)
 	ended  chan struct{} // closed when the request's goroutine returned
+	idx    int           // its record's index in the session's records
+	start  time.Time
 
 	// Set before done is closed, read-only after.
 	resp *http.Response
@@ -99,6 +102,7 @@ type Call struct {
 	read    int64
 	bodyErr error
 	closed  bool
+	took    time.Duration // set at the request's end (failure, body end or close)
 }
 
 // refusedHeaders are the guest headers Start refuses. Connection, Upgrade and Te ask
@@ -154,6 +158,11 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 			}
 		}
 	}
+	rec := newRecord(req.Method, u)
+	entry, denied := g.Match(u)
+	if denied == nil {
+		rec.Grant = entry.String()
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -177,13 +186,15 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 		key = s.keyFor + "-" + strconv.Itoa(s.keyed)
 	}
 	rctx, cancel := context.WithTimeout(context.WithValue(ctx, outageKey{}, s), g.Timeout)
-	c := &Call{s: s, held: int64(len(req.Body)), ctx: rctx, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{})}
+	c := &Call{s: s, held: int64(len(req.Body)), ctx: rctx, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{}),
+		idx: len(s.records), start: time.Now()}
 	s.open[c] = struct{}{}
+	s.records = append(s.records, rec)
 	s.mu.Unlock()
 
-	if _, err := g.Match(u); err != nil {
+	if denied != nil {
 		// Denied before anything is sent; no goroutine is needed.
-		c.err = classify(err)
+		c.err = classify(denied)
 		close(c.done)
 		close(c.ended)
 		return c, nil
@@ -232,6 +243,9 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 			context.AfterFunc(rctx, func() { resp.Body.Close() })
 			c.resp = resp
 			c.body = resp.Body
+		}
+		if c.err != nil {
+			c.end()
 		}
 		close(c.done)
 	}()
@@ -304,6 +318,9 @@ func (c *Call) Read(ctx context.Context, p []byte) (int, error) {
 	c.mu.Lock()
 	c.read, c.bodyErr = read, bodyErr
 	c.mu.Unlock()
+	if bodyErr != nil {
+		c.end()
+	}
 	if n > 0 {
 		return n, nil // the error, if any, comes with the next call
 	}
@@ -325,27 +342,71 @@ func isKind(err error, k Kind) bool {
 	return errors.As(err, &e) && e.Kind == k
 }
 
+// end notes the request's end, its first only: a failure, the body's end or the close.
+func (c *Call) end() {
+	c.mu.Lock()
+	if c.took == 0 {
+		c.took = max(time.Since(c.start), 1)
+	}
+	c.mu.Unlock()
+}
+
 // Close ends the call: cancels it if it is still running, closes its body, and waits
-// for its goroutine. It is idempotent.
+// for its goroutine. It is idempotent. The first Close completes the call's record.
 func (c *Call) Close() {
+	early := false
+	select {
+	case <-c.done:
+	default:
+		early = true // closed before its head came: the failure that follows is the close's
+	}
 	c.cancel()
 	<-c.ended
+	c.end()
 	c.mu.Lock()
-	body := c.body
+	body, first := c.body, !c.closed
 	if c.closed {
 		body = nil
 	}
 	c.closed = true
+	rec := CallRecord{Duration: c.took, Bytes: c.read}
+	if e, ok := c.bodyErr.(*Error); ok {
+		rec.Error = e.Kind.Label()
+	}
 	c.mu.Unlock()
 	if body != nil {
 		body.Close() // outside mu: it ends a Read blocked on the body
+	}
+	switch {
+	case early && c.resp == nil:
+		// The failure is the close's own cancellation (a head that came meanwhile
+		// is no failure).
+		rec.Error = CallCancelled
+	case c.err != nil:
+		rec.Error = c.err.Kind.Label()
+	}
+	if c.resp != nil {
+		rec.Status = c.resp.StatusCode
 	}
 	c.s.mu.Lock()
 	if _, open := c.s.open[c]; open {
 		delete(c.s.open, c)
 		c.s.held -= c.held
 	}
+	if first {
+		r := &c.s.records[c.idx]
+		r.Status, r.Error, r.Duration, r.Bytes = rec.Status, rec.Error, rec.Duration, rec.Bytes
+	}
 	c.s.mu.Unlock()
+}
+
+// Records returns the records of the session's requests, in the order they started:
+// one per request that Start accepted (a denied URL's too). Read it after Close: the
+// record of a request still open lacks its outcome.
+func (s *Session) Records() []CallRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.records)
 }
 
 // Close ends every call of the session left open and refuses new ones.

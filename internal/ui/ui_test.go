@@ -31,6 +31,12 @@ import (
 // (no worker: nothing runs, jobs stay where they are put).
 func rig(t *testing.T, b backend.Backend, cfg ui.Config) (http.Handler, *host.Registry) {
 	t.Helper()
+	return rigWith(t, b, cfg, "")
+}
+
+// rigWith is rig with the echo module's manifest (none when empty).
+func rigWith(t *testing.T, b backend.Backend, cfg ui.Config, manifest string) (http.Handler, *host.Registry) {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	wasm, err := os.ReadFile("../../testdata/abi/echo.wasm")
@@ -38,6 +44,9 @@ func rig(t *testing.T, b backend.Backend, cfg ui.Config) (http.Handler, *host.Re
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "echo.wasm"), wasm, 0o644)
+	if manifest != "" {
+		os.WriteFile(filepath.Join(dir, "echo.toml"), []byte(manifest), 0o644)
+	}
 	e, err := host.NewEngine(ctx, host.Config{NoCache: true})
 	if err != nil {
 		t.Fatal(err)

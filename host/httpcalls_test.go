@@ -1,0 +1,105 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// TestHTTPCallsReachTheResultAndOnHTTPCall: a job's requests travel into its result
+// (worker.Result.Calls, the first MaxResultCalls, the rest counted) without their
+// query string or headers (nor do the log lines of their failures hold it), and each is reported to Config.OnHTTPCall with its module,
+// matching entry and outcome.
+func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []host.HTTPCall
+	e, err := host.NewEngine(context.Background(), host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}},
+		OnHTTPCall: func(c host.HTTPCall) {
+			mu.Lock()
+			seen = append(seen, c)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	srv := newCountingServer(t, false, echoHandler)
+	quick := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
+	entry := "http://localhost:" + srv.port
+	get := loadFile(t, e, "abi/http_get", fmt.Sprintf("[http]\nallow = [%q]\n[http.headers.%q]\nAuthorization = \"Bearer host-secret\"\n", entry, entry))
+	flood := loadFile(t, e, "hostile/http_flood", "[http]\nallow = [\"http://127.0.0.1:1-65535\"]\nmax_requests = 60\n")
+
+	for _, tc := range []struct {
+		name    string
+		mod     *host.Module
+		payload string
+		calls   []worker.Call // durations not compared
+		ncalls  int           // for calls nil: how many, each a GET of quick's / that ended in 204 or cancelled
+		dropped int
+		grant   string
+		outcome string // the outcomes allowed, space-separated
+		seen    int
+	}{
+		{"granted", get, entry + "/a/b?token=query-secret", []worker.Call{{Method: "GET", Target: entry, Path: "/a/b", Status: 203, Bytes: int64(len(bigBody))}},
+			1, 0, entry, "2xx", 1},
+		{"denied", get, "http://127.0.0.1:" + srv.port + "/x?key=query-secret", []worker.Call{{Method: "GET", Target: "http://127.0.0.1:" + srv.port, Path: "/x", Error: "denied"}},
+			1, 0, "", "denied", 1},
+		// The guest waits for the first head only: the job's end cancels the rest.
+		{"past MaxResultCalls", flood, "o" + quick.URL + "/", nil, host.MaxResultCalls, 60 - host.MaxResultCalls, "http://127.0.0.1:1-65535", "2xx cancelled", 60},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			seen = nil
+			mu.Unlock()
+			job := &worker.Job{Envelope: backend.NewEnvelope(tc.mod.Queue(), []byte(tc.payload)), Attempt: 1, MaxAttempts: 3}
+			res := host.NewHandler(tc.mod, nil).Handle(context.Background(), job)
+			if res.Outcome != worker.Ack || len(res.Calls) != tc.ncalls || res.CallsDropped != tc.dropped {
+				t.Fatalf("%s %s: %d calls, %d dropped; want %d and %d: %+v", res.Outcome, res.Reason, len(res.Calls), res.CallsDropped, tc.ncalls, tc.dropped, res.Calls)
+			}
+			for i, c := range res.Calls {
+				if c.Duration <= 0 {
+					t.Errorf("call %d has no duration", i)
+				}
+				c.Duration = 0
+				want := worker.Call{Method: "GET", Target: "http://127.0.0.1:" + quick.port, Path: "/", Status: 204}
+				if c.Error == "cancelled" {
+					want.Status, want.Error = 0, "cancelled"
+				}
+				if tc.calls != nil {
+					want = tc.calls[i]
+				}
+				if c != want {
+					t.Errorf("call %d: %+v, want %+v", i, c, want)
+				}
+				if strings.Contains(fmt.Sprintf("%+v", c), "secret") {
+					t.Errorf("call %d holds a secret: %+v", i, c)
+				}
+			}
+			for _, l := range res.Logs {
+				if strings.Contains(l, "secret") {
+					t.Errorf("a log line, kept in the job's record, holds the query: %s", l)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen) != tc.seen {
+				t.Fatalf("OnHTTPCall saw %d calls, want %d", len(seen), tc.seen)
+			}
+			for _, c := range seen {
+				if c.Module != tc.mod.Name() || c.Grant != tc.grant || !slices.Contains(strings.Fields(tc.outcome), c.Outcome) || c.Duration <= 0 {
+					t.Fatalf("OnHTTPCall got %+v, want module %s, grant %q, outcome %s", c, tc.mod.Name(), tc.grant, tc.outcome)
+				}
+			}
+		})
+	}
+}

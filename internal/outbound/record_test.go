@@ -1,0 +1,115 @@
+package outbound_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
+)
+
+// TestSessionRecordsEachCall: a session keeps one record per request it started, in
+// start order, with the method, origin, path without its query, the matching entry,
+// the status or the failure's label, a duration and the body bytes read; no header
+// value and no query string reaches a record.
+func TestSessionRecordsEachCall(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/unavailable":
+			w.WriteHeader(503)
+		case "/big":
+			fmt.Fprint(w, strings.Repeat("x", 1000))
+		case "/hang":
+			<-r.Context().Done()
+		default:
+			fmt.Fprint(w, "hello")
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, closedPort, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	s := session(t, `[http]
+allow = ["http://127.0.0.1:1-65535", "http://localhost:PORT"]
+max_response = "100B"
+[http.headers."http://localhost:PORT"]
+Authorization = "Bearer host-secret"
+`, outbound.Options{}, "PORT", srv.port)
+
+	origin := "http://127.0.0.1:" + srv.port
+	hdr := http.Header{"Authorization": {"Bearer guest-secret"}, "Cookie": {"session=cookie-secret"}}
+	if _, body, err := do(t, s, "POST", "http://localhost:"+srv.port+"/hello/there?token=query-secret#frag-secret", hdr); err != nil || body != "hello" {
+		t.Fatalf("granted call: %q, %v", body, err)
+	}
+	do(t, s, "GET", origin+"/unavailable", nil)
+	do(t, s, "GET", origin+"/big", nil)
+	do(t, s, "GET", "http://10.1.2.3/denied?key=query-secret", nil)
+	do(t, s, "GET", "http://127.0.0.1:"+closedPort+"/", nil)
+	c, err := s.Start(context.Background(), outbound.Request{URL: origin + "/hang"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // before its head: cancelled
+	s.Close()
+
+	type want struct {
+		method, origin, path, grant string
+		status                      int
+		err, outcome                string
+		bytes                       int64
+	}
+	any := "http://127.0.0.1:1-65535"
+	wants := []want{
+		{"POST", "http://localhost:" + srv.port, "/hello/there", "http://localhost:" + srv.port, 200, "", "2xx", 5},
+		{"GET", origin, "/unavailable", any, 503, "", "5xx", 0},
+		{"GET", origin, "/big", any, 200, "too_large", "too_large", 100},
+		{"GET", "http://10.1.2.3:80", "/denied", "", 0, "denied", "denied", 0},
+		{"GET", "http://127.0.0.1:" + closedPort, "/", any, 0, "refused", "refused", 0},
+		{"GET", origin, "/hang", any, 0, "cancelled", "cancelled", 0},
+	}
+	recs := s.Records()
+	if len(recs) != len(wants) {
+		t.Fatalf("%d records, want %d: %+v", len(recs), len(wants), recs)
+	}
+	for i, w := range wants {
+		r := recs[i]
+		got := want{r.Method, r.Origin, r.Path, r.Grant, r.Status, r.Error, r.Outcome(), r.Bytes}
+		if got != w || r.Duration <= 0 {
+			t.Errorf("record %d: %+v (duration %v), want %+v and a duration", i, got, r.Duration, w)
+		}
+		if text := fmt.Sprintf("%+v", r); strings.Contains(text, "secret") {
+			t.Errorf("record %d holds a secret: %s", i, text)
+		}
+	}
+}
+
+// TestFailureMessagesNameNoQuery: a failure's message, which the host logs at the job
+// and so keeps in its record, names the URL without its query string.
+func TestFailureMessagesNameNoQuery(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\n", outbound.Options{}, "PORT", port)
+	_, _, err = do(t, s, "GET", "http://127.0.0.1:"+port+"/p?token=query-secret", nil)
+	if !isKind(err, outbound.KindRefused) || strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), "http://127.0.0.1:"+port+"/p") {
+		t.Fatalf("error %v: want a refusal naming the URL without its query", err)
+	}
+	for in, want := range map[string]string{
+		"https://u:pw@api.test:8443/a%2Fb?k=v#f": "https://api.test:8443/a%2Fb",
+		"not a url?secret":                       "not a url",
+	} {
+		if got := outbound.Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
