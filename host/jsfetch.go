@@ -285,6 +285,10 @@ func (vm *jsVM) wait(ctx context.Context) error {
 			next = i
 		}
 	}
+	if len(calls) == 0 && next < 0 {
+		// Heads of requests that are no longer open: nothing can resolve them.
+		return vm.dropPending(ctx, vm.fn)
+	}
 	until := vm.deadline
 	if next >= 0 && vm.pending[next].due.Before(until) {
 		until = vm.pending[next].due
@@ -311,7 +315,7 @@ func (vm *jsVM) wait(ctx context.Context) error {
 			vm.interrupted = true
 			return nil
 		case next < 0 || time.Now().Before(vm.pending[next].due):
-			return nil // a head that had no entry any more (closed); look again
+			return nil // woken before the timer is due: look again
 		}
 		ready = next
 	}

@@ -387,3 +387,39 @@ func TestJSRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestJSFetchBounds: the grant's bounds reach fetch as FetchErrors (a body past
+// max_response when it is read, the grant's timeout), and a fetch that hangs ends at
+// the job's deadline as a timeout while the host waits on it.
+func TestJSFetchBounds(t *testing.T) {
+	t.Parallel()
+	s := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			io.WriteString(w, strings.Repeat("x", 2048))
+			return
+		}
+		<-r.Context().Done()
+	})
+	m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"1s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\nmax_response = \"1KiB\"\ntimeout = \"300ms\"\n", s.port))
+	hang := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"1s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\ntimeout = \"1h\"\n", s.port))
+	for _, c := range []struct {
+		name   string
+		m      *host.Module
+		src    string
+		kind   host.Kind
+		output string
+		reason string
+	}{
+		{"past max_response", m, `const r = await fetch("` + s.URL + `/big"); try { await r.text(); } catch (e) { return e.code + " " + e.kind + " " + e.message; }`,
+			host.KindAck, "-16 too_large response too large: the body passes max_response (1024 bytes)", ""},
+		{"the grant's timeout", m, `try { await fetch("` + s.URL + `/never"); } catch (e) { return e.code + " " + e.kind; }`, host.KindAck, "-15 timeout", ""},
+		{"the job's deadline", hang, `await fetch("` + s.URL + `/never"); return "answered"`, host.KindTimeout, "", "timeout after 1s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x := runPayload(c.m, c.src)
+			if x.Kind != c.kind || string(x.Output) != c.output || x.Reason != c.reason || x.Duration > 2*time.Second {
+				t.Fatalf("%s %q %q after %v, want %s %q %q", x.Kind, x.Reason, x.Output, x.Duration, c.kind, c.reason, c.output)
+			}
+		})
+	}
+}
