@@ -190,86 +190,89 @@ func copyOut(buf []byte, v []byte) uint64 {
 	return uint64(uint32(len(v)))
 }
 
+// httpHead waits for a handle's response head; it returns the call and either the
+// response or a negative status.
+func (st *callState) httpHead(ctx context.Context, handle int32) (*httpCall, *http.Response, int32) {
+	c := st.http.calls[handle]
+	if c == nil {
+		return nil, nil, abi.StatusNotFound
+	}
+	resp, err := c.call.Head(ctx)
+	if err != nil {
+		return c, nil, st.httpFail(c, err)
+	}
+	return c, resp, 0
+}
+
+// httpStart starts a request for http_start (and the JS adapter's fetch): it returns
+// the handle, or a negative status and the reason it was refused, logged at the job.
+func (st *callState) httpStart(ctx context.Context, method, url, headers, body []byte) (int32, string) {
+	h := &st.http
+	if h.client == nil {
+		return abi.StatusNotPermitted, "the module's manifest grants no outbound HTTP (no [http] table)"
+	}
+	if len(headers) > outbound.MaxRequestHeader {
+		// Refused before parsing: the guest's lines are not copied.
+		msg := fmt.Sprintf("http_start: %d bytes of headers, past %d", len(headers), outbound.MaxRequestHeader)
+		st.emit(slog.LevelWarn, msg)
+		return abi.StatusLimitExceeded, msg
+	}
+	hdr, ok := parseHeaderLines(headers)
+	if !ok {
+		return abi.StatusBadArgument, "a header line without a colon"
+	}
+	if h.session == nil {
+		h.session = h.client.NewSession()
+		if st.job != nil {
+			// The idempotency keys name the job, and its replay: a replayed dead
+			// letter is new work.
+			h.session = h.client.NewJobSession(st.job.Envelope.ID, backend.ReplayGeneration(st.job.Envelope.Headers))
+		}
+		h.calls = map[int32]*httpCall{}
+	}
+	req := outbound.Request{Method: string(method), URL: string(url), Header: hdr}
+	if len(body) > 0 {
+		req.Body = body // Start checks its size, then copies it
+	}
+	call, err := h.session.Start(ctx, req)
+	if err != nil {
+		st.emit(slog.LevelWarn, fmt.Sprintf("http %s %s: %v", req.Method, outbound.Redact(req.URL), err))
+		var e *outbound.Error
+		if !errors.As(err, &e) {
+			return abi.StatusBadArgument, err.Error() // Start's errors are *Error; never a nil dereference
+		}
+		return httpStatusOf(e.Kind), e.Error()
+	}
+	handle := h.next
+	h.next++
+	hc := &httpCall{call: call, target: req.Method + " " + outbound.Redact(req.URL)} // logged: no query
+	h.calls[handle] = hc
+	select {
+	case <-call.Done():
+		// Refused before anything was sent (a URL outside the grant): logged now,
+		// whether or not the guest ever reads the status.
+		if _, err := call.Head(ctx); err != nil {
+			st.httpFail(hc, err)
+		}
+	default:
+	}
+	return handle, ""
+}
+
 func init() {
 	fn := func(params []api.ValueType, f api.GoModuleFunc) hostFunc {
 		return hostFunc{funcType{params, []api.ValueType{i32}}, f}
-	}
-	// head waits for a handle's response head; it returns the call and either the
-	// response or a negative status.
-	head := func(ctx context.Context, st *callState, handle int32) (*httpCall, *http.Response, int32) {
-		c := st.http.calls[handle]
-		if c == nil {
-			return nil, nil, abi.StatusNotFound
-		}
-		resp, err := c.call.Head(ctx)
-		if err != nil {
-			return c, nil, st.httpFail(c, err)
-		}
-		return c, resp, 0
 	}
 	hostFuncs[abi.FuncHTTPStart] = fn([]api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		method := guestBytes(mod, abi.FuncHTTPStart, stack[0], stack[1])
 		url := guestBytes(mod, abi.FuncHTTPStart, stack[2], stack[3])
 		headers := guestBytes(mod, abi.FuncHTTPStart, stack[4], stack[5])
 		body := guestBytes(mod, abi.FuncHTTPStart, stack[6], stack[7])
-		st := stateOf(ctx)
-		h := &st.http
-		if h.client == nil {
-			stack[0] = status(abi.StatusNotPermitted)
-			return
-		}
-		if len(headers) > outbound.MaxRequestHeader {
-			// Refused before parsing: the guest's lines are not copied.
-			st.emit(slog.LevelWarn, fmt.Sprintf("http_start: %d bytes of headers, past %d", len(headers), outbound.MaxRequestHeader))
-			stack[0] = status(abi.StatusLimitExceeded)
-			return
-		}
-		hdr, ok := parseHeaderLines(headers)
-		if !ok {
-			stack[0] = status(abi.StatusBadArgument)
-			return
-		}
-		if h.session == nil {
-			h.session = h.client.NewSession()
-			if st.job != nil {
-				// The idempotency keys name the job, and its replay: a replayed dead
-				// letter is new work.
-				h.session = h.client.NewJobSession(st.job.Envelope.ID, backend.ReplayGeneration(st.job.Envelope.Headers))
-			}
-			h.calls = map[int32]*httpCall{}
-		}
-		req := outbound.Request{Method: string(method), URL: string(url), Header: hdr}
-		if len(body) > 0 {
-			req.Body = body // Start checks its size, then copies it
-		}
-		call, err := h.session.Start(ctx, req)
-		if err != nil {
-			st.emit(slog.LevelWarn, fmt.Sprintf("http %s %s: %v", req.Method, outbound.Redact(req.URL), err))
-			var e *outbound.Error
-			if !errors.As(err, &e) {
-				stack[0] = status(abi.StatusBadArgument) // Start's errors are *Error; never a nil dereference
-				return
-			}
-			stack[0] = status(httpStatusOf(e.Kind))
-			return
-		}
-		handle := h.next
-		h.next++
-		hc := &httpCall{call: call, target: req.Method + " " + outbound.Redact(req.URL)} // logged: no query
-		h.calls[handle] = hc
-		select {
-		case <-call.Done():
-			// Refused before anything was sent (a URL outside the grant): logged now,
-			// whether or not the guest ever reads the status.
-			if _, err := call.Head(ctx); err != nil {
-				st.httpFail(hc, err)
-			}
-		default:
-		}
-		stack[0] = uint64(uint32(handle))
+		handle, _ := stateOf(ctx).httpStart(ctx, method, url, headers, body)
+		stack[0] = status(handle)
 	})
 	hostFuncs[abi.FuncHTTPStatus] = fn([]api.ValueType{i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
-		_, resp, s := head(ctx, stateOf(ctx), int32(stack[0]))
+		_, resp, s := stateOf(ctx).httpHead(ctx, int32(stack[0]))
 		if resp != nil {
 			s = int32(resp.StatusCode)
 		}
@@ -277,7 +280,7 @@ func init() {
 	})
 	hostFuncs[abi.FuncHTTPErrorRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		buf := guestBytes(mod, abi.FuncHTTPErrorRead, stack[1], stack[2])
-		c, _, _ := head(ctx, stateOf(ctx), int32(stack[0]))
+		c, _, _ := stateOf(ctx).httpHead(ctx, int32(stack[0]))
 		if c == nil || c.err == nil {
 			stack[0] = status(abi.StatusNotFound)
 			return
@@ -286,7 +289,7 @@ func init() {
 	})
 	hostFuncs[abi.FuncHTTPHeadersRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		buf := guestBytes(mod, abi.FuncHTTPHeadersRead, stack[1], stack[2])
-		_, resp, s := head(ctx, stateOf(ctx), int32(stack[0]))
+		_, resp, s := stateOf(ctx).httpHead(ctx, int32(stack[0]))
 		if resp == nil {
 			stack[0] = status(s)
 			return
@@ -295,7 +298,7 @@ func init() {
 	})
 	hostFuncs[abi.FuncHTTPURLRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		buf := guestBytes(mod, abi.FuncHTTPURLRead, stack[1], stack[2])
-		_, resp, s := head(ctx, stateOf(ctx), int32(stack[0]))
+		_, resp, s := stateOf(ctx).httpHead(ctx, int32(stack[0]))
 		if resp == nil {
 			stack[0] = status(s)
 			return
@@ -305,7 +308,7 @@ func init() {
 	hostFuncs[abi.FuncHTTPBodyRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		buf := guestBytes(mod, abi.FuncHTTPBodyRead, stack[1], stack[2])
 		st := stateOf(ctx)
-		c, resp, s := head(ctx, st, int32(stack[0]))
+		c, resp, s := st.httpHead(ctx, int32(stack[0]))
 		switch {
 		case resp == nil:
 			stack[0] = status(s)

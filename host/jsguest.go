@@ -48,6 +48,19 @@ const (
 	jsOpEnqueue     = 9  // (queue, string | ArrayBuffer, delayMs) -> status
 	jsOpSettle      = 10 // (code, reason, delayMs); code -1: a failure with reason
 	jsOpLoadError   = 11 // (msg): the bundle did not load
+
+	// Outbound HTTP and timers (jsfetch.go).
+	jsOpFetch       = 12 // (method, url, header lines, body) -> handle | status
+	jsOpFetchHead   = 13 // (handle) -> a promise of the head's status
+	jsOpFetchError  = 14 // (handle; -1: the last refused start) -> string | undefined
+	jsOpFetchInfo   = 15 // (handle) -> "statusText\nredirected\nurl\nheader lines"
+	jsOpFetchBody   = 16 // (handle) -> Uint8Array | status
+	jsOpFetchClose  = 17 // (handle)
+	jsOpTimer       = 18 // (id, ms) -> a promise resolved after ms | undefined past the cap
+	jsOpTimerCancel = 19 // (id)
+	jsOpEncode      = 20 // (string) -> Uint8Array of its UTF-8
+	jsOpDecode      = 21 // (ArrayBuffer, fatal) -> string | undefined (fatal and invalid)
+	jsOpLast        = jsOpDecode
 )
 
 // jsHostName is the name the host function is registered under in the engine.
@@ -84,6 +97,7 @@ var jsExports = map[string]funcType{
 	"qjs_free_cstring":          {[]api.ValueType{i32}, nil},
 	"qjs_get_array_buffer":      {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
 	"qjs_free_value":            {[]api.ValueType{i32}, nil},
+	"qjs_new_promise":           {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
 	"malloc":                    {[]api.ValueType{i32}, []api.ValueType{i32}},
 	"free":                      {[]api.ValueType{i32}, nil},
 }
@@ -189,6 +203,14 @@ type jsVM struct {
 	hostFail    string // the host could not pass a value in (guest memory exhausted)
 	loadErr     string
 	leftover    bool // promise jobs were still queued when the handler settled
+
+	// Outbound HTTP and timers (jsfetch.go), per call.
+	outer    context.Context // the job's: it ends when the host shuts down
+	reqCtx   context.Context // the requests': it ends at the job's deadline
+	pending  []jsPending     // promises the host resolves: request heads and timers
+	timers   int             // the timers of pending
+	startErr string          // why the last fetch was refused before it had a handle
+	argv     uint32          // 4 bytes of guest memory: the argument of a resolve
 }
 
 // jsSetupMin is the least time a JS VM's setup gets (newJSVM).
@@ -226,9 +248,17 @@ func newJSVM(ctx context.Context, inst *instance, m *Module, deadline time.Time)
 	defer cancel()
 	vm.deadline, vm.done = deadline, ctx.Done()
 	c := &callContext{Context: cctx, st: &inst.st}
-	// Requests the setup left open end with it, as a call's do (instance.call).
+	rctx, rcancel := context.WithDeadline(c, deadline)
+	defer rcancel()
+	vm.outer, vm.reqCtx = ctx, rctx
+	// Requests the setup left open end with it, as a call's do (instance.call); the
+	// promises of a fetch or timer started by the bundle's top level never resolve
+	// (the drive loop runs in jobs only).
 	defer inst.st.http.close()
 	err := vm.setup(c, m)
+	if err == nil {
+		err = vm.dropPending(c, vm.fn)
+	}
 	inst.stdout.flush()
 	inst.stderr.flush()
 	if err != nil {
@@ -303,6 +333,9 @@ func (vm *jsVM) setup(ctx context.Context, m *Module) error {
 	}
 	var err error
 	if vm.scratch, err = vm.call(ctx, "malloc", 8); err != nil {
+		return err
+	}
+	if vm.argv, err = vm.call(ctx, "malloc", 4); err != nil {
 		return err
 	}
 	if vm.undef, err = vm.call(ctx, "qjs_get_undefined"); err != nil {
@@ -454,7 +487,16 @@ func (vm *jsVM) runJob(ctx context.Context, deadline time.Time, timeout time.Dur
 	vm.leftover = false
 	inst.ctx = cctx
 	c := &callContext{Context: cctx, st: &inst.st}
+	rctx, rcancel := context.WithDeadline(c, deadline)
+	defer rcancel()
+	vm.outer, vm.reqCtx, vm.startErr = ctx, rctx, ""
 	err := vm.drive(c)
+	if err == nil {
+		// Fetches and timers the handler did not await die with its job: their
+		// promises never resolve, and its requests are closed below.
+		err = vm.dropPending(c, vm.fn)
+	}
+	vm.pending, vm.timers = vm.pending[:0], 0
 	inst.st.http.close() // requests the handler left open end with its job
 	inst.ctx = nil
 	inst.stdout.flush()
@@ -493,7 +535,14 @@ func (vm *jsVM) drive(ctx context.Context) error {
 			return err
 		}
 		if pending == 0 {
-			return nil
+			if vm.settled || len(vm.pending) == 0 {
+				return nil
+			}
+			// The handler waits on the host: a request's head or a timer.
+			if err := vm.wait(ctx); err != nil || vm.interrupted {
+				return err
+			}
+			continue
 		}
 		if vm.settled {
 			// Promise work the handler left behind would run in the VM's next job,
@@ -710,8 +759,11 @@ func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args [
 		return vm.undef
 	}
 	opf, err := vm.argNumber(ctx, args[0])
-	if err != nil || !(opf >= 0 && opf <= jsOpLoadError) {
+	if err != nil || !(opf >= 0 && opf <= jsOpLast) {
 		return 0, err
+	}
+	if int(opf) >= jsOpFetch {
+		return vm.fetchOp(ctx, st, int(opf), arg)
 	}
 	switch int(opf) {
 	case jsOpPayload:

@@ -2,11 +2,16 @@ package host_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
@@ -138,5 +143,76 @@ func TestExamples(t *testing.T) {
 				t.Fatalf("children %+v", x.Children)
 			}
 		})
+	}
+	t.Run("sync-contact-ts", func(t *testing.T) {
+		t.Parallel()
+		testSyncContact(t, e)
+	})
+}
+
+// testSyncContact runs the sync-contact-ts example against a loopback stand-in for
+// its CRM, loaded with its own manifest whose local entry grants that server instead
+// of port 9000: a new contact and a known one, a 429 with Retry-After, a 503 without
+// one, a refused contact, a CRM outside the grant and a bad payload.
+func testSyncContact(t *testing.T, e *host.Engine) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var c struct{ Email, Name string }
+		if r.Method != http.MethodPut || r.URL.Path != "/v1/contacts" || r.Header.Get("Content-Type") != "application/json" || json.NewDecoder(r.Body).Decode(&c) != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		switch c.Name {
+		case "busy":
+			w.Header().Set("Retry-After", "3")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		case "down":
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		case "":
+			http.Error(w, `{"error":"name is required"}`, http.StatusUnprocessableEntity)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if c.Email == "new@example.com" {
+			w.WriteHeader(http.StatusCreated)
+		}
+		fmt.Fprintf(w, `{"id":"c-%s"}`, c.Name)
+	}))
+	t.Cleanup(srv.Close)
+	dir := filepath.Join(abitest.Dir(), "..", "examples", "sync-contact-ts")
+	toml, err := os.ReadFile(filepath.Join(dir, "sync-contact-ts.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(toml), `"http://127.0.0.1:9000"`) {
+		t.Fatal("the example's manifest no longer grants its local CRM on port 9000")
+	}
+	man, err := host.ParseManifest("sync-contact-ts.toml", []byte(strings.Replace(string(toml), "http://127.0.0.1:9000", srv.URL, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.Load(context.Background(), "sync-contact-ts", guestModule(t, "sync-contact-ts"), man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Retire)
+	for _, c := range []struct{ crm, email, name, kind, output, reason string }{
+		{srv.URL, "new@example.com", "Ada", "ack", `{"email":"new@example.com","contactId":"c-Ada","created":true}`, ""},
+		{srv.URL, "old@example.com", "Bob", "ack", `{"email":"old@example.com","contactId":"c-Bob","created":false}`, ""},
+		{srv.URL, "a@example.com", "busy", "defer", "", "http 429: Retry-After 3"},
+		{srv.URL, "a@example.com", "down", "retry", "", "http 503"},
+		{srv.URL, "a@example.com", "", "dead_letter", "", `the CRM refused the contact: 422 {"error":"name is required"}` + "\n"},
+		{"http://127.0.0.2:9", "a@example.com", "Ada", "dead_letter", "", "http://127.0.0.2:9/v1/contacts is outside the manifest's [http] grant: denied: "},
+		{srv.URL, "not an address", "Ada", "dead_letter", "", "contact: want {email, name}"},
+	} {
+		payload, _ := json.Marshal(map[string]any{"crm": c.crm, "contact": map[string]string{"email": c.email, "name": c.name}})
+		x := m.Run(context.Background(), &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), payload), Attempt: 1, MaxAttempts: 3}, nil)
+		if string(x.Kind) != c.kind || string(x.Output) != c.output || !strings.HasPrefix(x.Reason, c.reason) || (c.reason == "" && x.Reason != "") {
+			t.Errorf("%s: %s %q %q, want %s %q %q", payload, x.Kind, x.Reason, x.Output, c.kind, c.reason, c.output)
+		}
+		if c.kind == "defer" && (x.Delay == nil || *x.Delay != 3*time.Second) {
+			t.Errorf("%s: delay %v, want 3s", payload, deref(x.Delay))
+		}
 	}
 }

@@ -61,3 +61,170 @@ export const Status: {
   readonly LIMIT_EXCEEDED: -3;
   readonly NOT_PERMITTED: -4;
 };
+
+/** The ABI's statuses of outbound HTTP, a FetchError's code. */
+export const HTTPStatus: {
+  readonly BAD_ARGUMENT: -2;
+  readonly LIMIT_EXCEEDED: -3;
+  readonly NOT_PERMITTED: -4;
+  readonly DENIED: -10;
+  readonly BLOCKED: -11;
+  readonly DNS: -12;
+  readonly REFUSED: -13;
+  readonly TLS: -14;
+  readonly TIMEOUT: -15;
+  readonly TOO_LARGE: -16;
+  readonly TOO_MANY_REQUESTS: -17;
+  readonly RATE_LIMITED: -18;
+  readonly CIRCUIT_OPEN: -19;
+  readonly CONNECTION: -20;
+  readonly TOO_MANY_REDIRECTS: -21;
+};
+
+/**
+ * The kind of a FetchError, one per status: "bad_argument" (-2: a malformed request,
+ * such as a URL that is not absolute http or https, or a header the transport owns),
+ * "limit_exceeded" (-3: headers or body too large), "not_permitted" (-4: the manifest
+ * has no [http] grant), "denied" (-10: the URL or a redirect hop is outside the grant),
+ * "blocked" (-11: the name resolved to addresses a name grant does not reach), "dns"
+ * (-12), "refused" (-13), "tls" (-14), "timeout" (-15: the grant's timeout or the
+ * job's deadline), "too_large" (-16: the body passed max_response), "too_many_requests"
+ * (-17: past max_requests for this run), "rate_limited" (-18), "circuit_open" (-19),
+ * "connection" (-20), "too_many_redirects" (-21).
+ */
+export type FetchErrorKind =
+  | "bad_argument" | "limit_exceeded" | "not_permitted" | "denied" | "blocked" | "dns" | "refused" | "tls"
+  | "timeout" | "too_large" | "too_many_requests" | "rate_limited" | "circuit_open" | "connection" | "too_many_redirects";
+
+/** What fetch (and a Response's body methods) reject with when the host could not make
+ * the request: a TypeError, with the ABI's status and its kind; the message is the
+ * host's ("denied: ..."). An abort rejects with the signal's reason instead: a
+ * DOMException named "AbortError", or "TimeoutError" for AbortSignal.timeout. */
+export interface FetchError extends TypeError {
+  readonly code: number;
+  readonly kind: FetchErrorKind;
+}
+
+/** Whether e is a FetchError. */
+export function isFetchError(e: unknown): e is FetchError;
+
+/**
+ * Settles a job after a 429 or 503: `throw retryAfter(res)` defers it by the
+ * Retry-After header (seconds or an HTTP date) without spending an attempt, reason
+ * "http STATUS: Retry-After VALUE"; without the header (or one it cannot read) it
+ * retries with the queue's backoff, reason "http STATUS".
+ */
+export function retryAfter(res: Response): Outcome;
+
+// The globals the host's runtime gives a handler (host/jsruntime/prelude.js): the part
+// of the web platform that outbound HTTP needs. The handler is type-checked against
+// the ES library only, so they are declared here.
+declare global {
+  type HeadersInit = Headers | Record<string, string> | Iterable<readonly [string, string]> | Iterable<readonly string[]>;
+  type BodyInit = string | ArrayBuffer | ArrayBufferView;
+
+  class Headers implements Iterable<[string, string]> {
+    constructor(init?: HeadersInit);
+    append(name: string, value: string): void;
+    set(name: string, value: string): void;
+    /** Every value of the name, joined by ", "; null when absent. */
+    get(name: string): string | null;
+    getSetCookie(): string[];
+    has(name: string): boolean;
+    delete(name: string): void;
+    forEach(callback: (value: string, name: string, headers: Headers) => void, thisArg?: unknown): void;
+    /** Lower-case names, sorted. */
+    entries(): IterableIterator<[string, string]>;
+    keys(): IterableIterator<string>;
+    values(): IterableIterator<string>;
+    [Symbol.iterator](): IterableIterator<[string, string]>;
+  }
+
+  interface RequestInit {
+    method?: string;
+    headers?: HeadersInit;
+    body?: BodyInit | null;
+    signal?: AbortSignal | null;
+  }
+
+  /** A response whose head is in; its body is read whole by bytes, arrayBuffer, text or json (once). */
+  class Response {
+    private constructor();
+    readonly status: number;
+    readonly statusText: string;
+    readonly ok: boolean;
+    readonly headers: Headers;
+    /** The final URL, after redirects. */
+    readonly url: string;
+    readonly redirected: boolean;
+    readonly type: "basic";
+    readonly bodyUsed: boolean;
+    bytes(): Promise<Uint8Array>;
+    arrayBuffer(): Promise<ArrayBuffer>;
+    text(): Promise<string>;
+    json(): Promise<any>;
+  }
+
+  /** Starts the request on the host at once; several run at the same time. Rejects with a FetchError, or an abort's reason. */
+  function fetch(input: string | URL | { url: string }, init?: RequestInit): Promise<Response>;
+
+  class URL {
+    constructor(url: string | URL, base?: string | URL);
+    protocol: string;
+    username: string;
+    password: string;
+    hostname: string;
+    port: string;
+    pathname: string;
+    search: string;
+    hash: string;
+    readonly host: string;
+    readonly origin: string;
+    readonly href: string;
+    toString(): string;
+    toJSON(): string;
+    static canParse(url: string | URL, base?: string | URL): boolean;
+  }
+
+  class DOMException extends Error {
+    constructor(message?: string, name?: string);
+    readonly code: number;
+  }
+
+  class AbortSignal {
+    private constructor();
+    readonly aborted: boolean;
+    readonly reason: any;
+    onabort: ((this: AbortSignal, ev: { type: "abort"; target: AbortSignal }) => unknown) | null;
+    throwIfAborted(): void;
+    addEventListener(type: "abort", listener: (ev: { type: "abort"; target: AbortSignal }) => unknown, options?: { once?: boolean }): void;
+    removeEventListener(type: "abort", listener: (ev: { type: "abort"; target: AbortSignal }) => unknown): void;
+    static abort(reason?: unknown): AbortSignal;
+    /** Aborts after ms with a DOMException named "TimeoutError". */
+    static timeout(ms: number): AbortSignal;
+    static any(signals: Iterable<AbortSignal>): AbortSignal;
+  }
+
+  class AbortController {
+    readonly signal: AbortSignal;
+    /** Aborts the signal: a request in flight is closed on the host, and its fetch rejects with reason (an "AbortError" DOMException by default). */
+    abort(reason?: unknown): void;
+  }
+
+  class TextEncoder {
+    readonly encoding: "utf-8";
+    encode(input?: string): Uint8Array;
+  }
+
+  class TextDecoder {
+    constructor(label?: string, options?: { fatal?: boolean; ignoreBOM?: boolean });
+    readonly encoding: "utf-8";
+    readonly fatal: boolean;
+    readonly ignoreBOM: boolean;
+    decode(input?: ArrayBuffer | ArrayBufferView): string;
+  }
+
+  /** Runs callback after ms, while the job runs; a timer still waiting when its job settles never fires. */
+  function setTimeout<A extends unknown[]>(callback: (...args: A) => void, ms?: number, ...args: A): number;
+  function clearTimeout(id: number | undefined): void;
+}

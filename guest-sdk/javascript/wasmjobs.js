@@ -54,3 +54,40 @@ export function deadLetter(reason) {
  * limit); job.enqueue throws a RangeError naming the status (bad argument, not permitted,
  * limit exceeded). Neither returns a code. */
 export const Status = Object.freeze({ OK: 0, NOT_FOUND: -1, BAD_ARGUMENT: -2, LIMIT_EXCEEDED: -3, NOT_PERMITTED: -4 });
+
+/** The ABI's statuses of outbound HTTP: a FetchError's code (abi/SPEC.md, "Outbound HTTP
+ * (added)"); its kind names it. */
+export const HTTPStatus = Object.freeze({
+  BAD_ARGUMENT: -2, LIMIT_EXCEEDED: -3, NOT_PERMITTED: -4,
+  DENIED: -10, BLOCKED: -11, DNS: -12, REFUSED: -13, TLS: -14, TIMEOUT: -15, TOO_LARGE: -16,
+  TOO_MANY_REQUESTS: -17, RATE_LIMITED: -18, CIRCUIT_OPEN: -19, CONNECTION: -20, TOO_MANY_REDIRECTS: -21,
+});
+
+/** isFetchError reports whether e is what fetch rejects with when the host could not
+ * make the request (a TypeError with the ABI's status as code). */
+export function isFetchError(e) {
+  return e instanceof TypeError && typeof e.code === "number" && typeof e.kind === "string";
+}
+
+// retryDelayMs reads a Retry-After value: delay-seconds or an HTTP date; undefined
+// when it is neither.
+function retryDelayMs(value) {
+  const v = value.trim();
+  if (/^\d+$/.test(v)) return Number(v) * 1000;
+  const at = Date.parse(v);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now());
+}
+
+/**
+ * retryAfter settles a job after a 429 or 503 (or any answer asking to come back):
+ * `throw retryAfter(res)` defers the job by the response's Retry-After header (seconds
+ * or an HTTP date; the queue's limits cap it) without spending an attempt, with the
+ * reason "http STATUS: Retry-After VALUE"; without a header it can read, it asks for a
+ * retry with the queue's backoff, reason "http STATUS".
+ */
+export function retryAfter(res) {
+  const value = res.headers.get("retry-after");
+  const ms = value == null ? undefined : retryDelayMs(value);
+  if (ms === undefined) return retry(`http ${res.status}`);
+  return deferFor(ms, `http ${res.status}: Retry-After ${value}`);
+}

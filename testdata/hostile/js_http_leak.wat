@@ -52,4 +52,5 @@
   (func (export "qjs_free_cstring") (param i32))
   (func (export "qjs_get_array_buffer") (param i32 i32) (result i32) (i32.const 0))
   (func (export "qjs_free_value") (param i32))
+  (func (export "qjs_new_promise") (param i32 i32) (result i32) (i32.const 16))
 )

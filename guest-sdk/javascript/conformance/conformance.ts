@@ -1,6 +1,30 @@
 // The conformance handler in TypeScript: its payload names a case of the
-// cross-language table (internal/abitest/sdk.go).
-import { type Job, retry, deferFor, deadLetter } from "../wasmjobs.js";
+// cross-language table (internal/abitest/sdk.go, and sdk_http.go for the HTTP cases).
+import { type Job, retry, deferFor, deadLetter, retryAfter, isFetchError } from "../wasmjobs.js";
+
+// httpCase runs an HTTP case of internal/abitest/sdk_http.go.
+async function httpCase(job: Job, kind: string, url: string): Promise<void> {
+  if (kind === "retry-after") {
+    const res = await fetch(url);
+    if (res.status === 429 || res.status === 503) throw retryAfter(res);
+    job.output(String(res.status));
+    return;
+  }
+  const init: RequestInit = kind === "post"
+    ? { method: "POST", body: "ping", headers: { "X-Conformance": "yes", "Content-Type": "text/plain" } }
+    : { headers: { "X-Conformance": "yes" } };
+  let res: Response;
+  try {
+    res = await fetch(url, init);
+  } catch (e) {
+    if (!isFetchError(e)) throw e;
+    job.output(`error ${e.code}`);
+    return;
+  }
+  // Headers.get joins a repeated header's values with ", ", as the Fetch standard does.
+  const reply = (res.headers.get("X-Reply") ?? "").split(", ").join(",");
+  job.output(`${res.status}\n${reply}\n${await res.text()}`);
+}
 
 export default async function handle(job: Job): Promise<void> {
   const p = job.text;
@@ -26,6 +50,8 @@ export default async function handle(job: Job): Promise<void> {
     return;
   }
   if (p === "trap") throw new Error("unreachable");
+  const http = /^http-(get|post|retry-after):(.*)$/s.exec(p);
+  if (http) return httpCase(job, http[1], http[2]);
   if (p.startsWith("echo:")) {
     job.output(job.payload.subarray(5));
     return;
