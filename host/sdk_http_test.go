@@ -2,8 +2,10 @@ package host_test
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
@@ -47,5 +49,51 @@ func TestSDKHTTPConformance(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGoSDKHTTPDeadlines: in the Go SDK, a request context's deadline and an
+// http.Client's Timeout of 300 ms end a request to a server that never answers at about
+// that time, as context.DeadlineExceeded in the guest, although the guest's own timers
+// cannot fire during the host call that waits: the transport hands the deadline to the
+// host, and closes the request there (the server sees it cancelled).
+func TestGoSDKHTTPDeadlines(t *testing.T) {
+	t.Parallel()
+	cancelled := make(chan struct{}, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+			cancelled <- struct{}{}
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	t.Cleanup(srv.Close)
+	e := newEngine(t)
+	man, err := host.ParseManifest("conformance.toml", []byte(abitest.HTTPManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.Load(context.Background(), "conformance", guestModule(t, "go-conformance"), man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Retire()
+	const d = 300 * time.Millisecond
+	for _, kind := range []string{"http-context-deadline", "http-client-timeout"} {
+		env := backend.NewEnvelope("conformance", []byte(kind+":"+srv.URL+"/"))
+		start := time.Now()
+		x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 5}, nil)
+		took := time.Since(start)
+		if x.Kind != host.KindAck || string(x.Output) != "deadline" {
+			t.Fatalf("%s: kind %s reason %q output %q", kind, x.Kind, x.Reason, x.Output)
+		}
+		if took < d || took > d+500*time.Millisecond {
+			t.Fatalf("%s: the request ended after %v, want about %v", kind, took, d)
+		}
+		select {
+		case <-cancelled:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%s: the server's request was not cancelled", kind)
+		}
 	}
 }
