@@ -2,8 +2,14 @@ package host_test
 
 import (
 	"context"
+	"crypto/x509"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,5 +101,112 @@ func TestGoSDKHTTPDeadlines(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatalf("%s: the server's request was not cancelled", kind)
 		}
+	}
+}
+
+// TestDeliverWebhookEndToEnd: webhook-rust signs a webhook whose body names its URL,
+// and deliver-webhook delivers its child there: the receiver gets the body and the
+// signature header, and its answer settles the delivery. The example's grant,
+// "https://*", reaches public addresses only, so here it is loaded with a test manifest
+// granting the loopback TLS server instead (the rest of its manifest as it is); under
+// its own manifest the loopback URL is refused and the delivery dead-lettered.
+func TestDeliverWebhookEndToEnd(t *testing.T) {
+	t.Parallel()
+	type received struct {
+		path, signature, contentType, body string
+	}
+	got := make(chan received, 8)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- received{r.URL.Path, r.Header.Get("X-Signature"), r.Header.Get("Content-Type"), string(b)}
+		switch r.URL.Path {
+		case "/busy":
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusTooManyRequests)
+		case "/gone":
+			w.WriteHeader(http.StatusGone)
+		case "/down":
+			w.WriteHeader(http.StatusBadGateway)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	e := httpEngine(t, roots)
+	dir := filepath.Join(abitest.Dir(), "..", "examples")
+	signMan, err := host.ReadManifest(filepath.Join(dir, "webhook-rust", "webhook-rust.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := e.Load(context.Background(), "webhook-rust", guestModule(t, "webhook-rust"), signMan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer signer.Retire()
+	toml, err := os.ReadFile(filepath.Join(dir, "deliver-webhook", "deliver-webhook.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasm := guestModule(t, "deliver-webhook")
+	load := func(toml string) *host.Module {
+		man, err := host.ParseManifest("deliver-webhook.toml", []byte(toml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := e.Load(context.Background(), "deliver-webhook", wasm, man)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(m.Retire)
+		return m
+	}
+	own := load(string(toml))
+	if !strings.Contains(string(toml), `allow = ["https://*"]`) {
+		t.Fatal(`the example's manifest no longer grants "https://*"`)
+	}
+	granted := load(strings.Replace(string(toml), `allow = ["https://*"]`, fmt.Sprintf("allow = [%q]", srv.URL), 1))
+	for _, tc := range []struct {
+		name, path string
+		mod        *host.Module
+		kind       host.Kind
+		reason     string // prefix
+		delay      time.Duration
+		sent       bool
+	}{
+		{"delivered", "/hook", granted, host.KindAck, "", 0, true},
+		{"retry after", "/busy", granted, host.KindDefer, "http 429: Retry-After 7", 7 * time.Second, true},
+		{"refused by the receiver", "/gone", granted, host.KindDeadLetter, "http 410: the receiver refused", 0, true},
+		{"receiver down", "/down", granted, host.KindRetry, "http 502", 0, true},
+		{"loopback under https://*", "/hook", own, host.KindDeadLetter, "cannot deliver: Post ", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := fmt.Sprintf(`{"event":"order.shipped","order":1042,"url":"%s%s"}`, srv.URL, tc.path)
+			signed := signer.Run(context.Background(), &worker.Job{Envelope: backend.NewEnvelope("webhooks", []byte(body)), Attempt: 1, MaxAttempts: 3}, nil)
+			if signed.Kind != host.KindAck || len(signed.Children) != 1 || signed.Children[0].Queue != "deliver-webhook" {
+				t.Fatalf("webhook-rust: kind %s reason %q children %+v", signed.Kind, signed.Reason, signed.Children)
+			}
+			child := signed.Children[0].Payload
+			if want := "Url: " + srv.URL + tc.path + "\nX-Signature: " + string(signed.Output) + "\n\n" + body; string(child) != want {
+				t.Fatalf("child %q, want %q", child, want)
+			}
+			x := tc.mod.Run(context.Background(), &worker.Job{Envelope: backend.NewEnvelope("deliver-webhook", child), Attempt: 1, MaxAttempts: 8}, nil)
+			var r *received
+			select {
+			case rr := <-got:
+				r = &rr
+			default:
+			}
+			if x.Kind != tc.kind || !strings.HasPrefix(x.Reason, tc.reason) || (x.Delay != nil) != (tc.delay > 0) || (x.Delay != nil && *x.Delay != tc.delay) {
+				t.Fatalf("kind %s reason %q delay %v output %q; want %s %q %v", x.Kind, x.Reason, deref(x.Delay), x.Output, tc.kind, tc.reason, tc.delay)
+			}
+			if (r != nil) != tc.sent {
+				t.Fatalf("the receiver got %+v, want a delivery: %v", r, tc.sent)
+			}
+			if r != nil && (r.path != tc.path || r.signature != string(signed.Output) || r.body != body || r.contentType != "application/json") {
+				t.Fatalf("the receiver got %+v", r)
+			}
+		})
 	}
 }
