@@ -10,10 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/worker"
@@ -208,5 +211,85 @@ func TestDeliverWebhookEndToEnd(t *testing.T) {
 				t.Fatalf("the receiver got %+v", r)
 			}
 		})
+	}
+}
+
+// TestRetryAfterDefersOnPebble: on the default backend (the durable Pebble store) under
+// a real worker, a 429 with Retry-After: 2 seen through the Go SDK's helper defers the
+// job by 2 s without spending its attempt: the second run starts 2 s (± 0.5 s) after
+// the first and is attempt 1 again, and the job then succeeds.
+func TestRetryAfterDefersOnPebble(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) == 1 {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	e := newEngine(t)
+	man, err := host.ParseManifest("conformance.toml", []byte(abitest.HTTPManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.Load(ctx, "conformance", guestModule(t, "go-conformance"), man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Retire()
+	b, err := pebble.Open(ctx, pebble.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(ctx) })
+	type run struct {
+		at      time.Time
+		attempt int
+	}
+	var mu sync.Mutex
+	var runs []run
+	settled := make(chan worker.Event, 4)
+	w := worker.New(b, worker.Config{Concurrency: 1, Observer: worker.ObserverFunc(func(ev worker.Event) {
+		switch ev.Kind {
+		case worker.EventStarted:
+			mu.Lock()
+			runs = append(runs, run{time.Now(), ev.Job.Attempt})
+			mu.Unlock()
+		case worker.EventSettled:
+			settled <- ev
+		}
+	})})
+	h := host.NewHandler(m, nil)
+	if err := w.Register(ctx, h.Queue()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	if err := b.Publish(ctx, backend.NewEnvelope(h.Queue().Name, []byte("http-retry-after:"+srv.URL+"/")), 0); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []worker.Settle{worker.SettleDefer, worker.SettleAck} {
+		select {
+		case ev := <-settled:
+			if ev.Settle != want || (i == 0 && (ev.Reason != "http 429: Retry-After 2" || ev.Delay != 2*time.Second)) {
+				t.Fatalf("run %d settled %v %q %v; want %v", i+1, ev.Settle, ev.Reason, ev.Delay, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("run %d did not settle", i+1)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) != 2 || runs[0].attempt != 1 || runs[1].attempt != 1 {
+		t.Fatalf("runs %+v; want two, both attempt 1", runs)
+	}
+	if gap := runs[1].at.Sub(runs[0].at); gap < 1500*time.Millisecond || gap > 2500*time.Millisecond {
+		t.Fatalf("the second run started %v after the first, want 2s ± 0.5s", gap)
 	}
 }
