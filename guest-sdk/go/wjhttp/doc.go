@@ -18,7 +18,7 @@
 //	}
 //
 // Its init sets http.DefaultTransport to a Transport that sends each request through
-// the host's http_* functions (abi/SPEC.md in the repository, "Outbound HTTP (added)"),
+// the host's http_* functions (the ABI specification's "Outbound HTTP (added)"),
 // so http.Get, http.Post, http.NewRequestWithContext with http.DefaultClient, and an
 // http.Client with a Timeout all go through the host, under the grant of the module's
 // manifest ([http]); without a grant every request fails with wasmjobs.ErrNotPermitted.

@@ -5,20 +5,20 @@ import (
 	"fmt"
 )
 
-// The ABI's failure statuses of a request (abi/SPEC.md, "Outbound HTTP (added)").
+// The ABI's failure statuses of a request (the ABI specification's "Outbound HTTP (added)").
 const (
-	StatusDenied           = -10
-	StatusBlocked          = -11
-	StatusDNS              = -12
-	StatusRefused          = -13
-	StatusTLS              = -14
-	StatusTimeout          = -15
-	StatusTooLarge         = -16
-	StatusTooManyRequests  = -17
-	StatusRateLimited      = -18
-	StatusCircuitOpen      = -19
-	StatusConnection       = -20
-	StatusTooManyRedirects = -21
+	StatusDenied           int32 = -10
+	StatusBlocked          int32 = -11
+	StatusDNS              int32 = -12
+	StatusRefused          int32 = -13
+	StatusTLS              int32 = -14
+	StatusTimeout          int32 = -15
+	StatusTooLarge         int32 = -16
+	StatusTooManyRequests  int32 = -17
+	StatusRateLimited      int32 = -18
+	StatusCircuitOpen      int32 = -19
+	StatusConnection       int32 = -20
+	StatusTooManyRedirects int32 = -21
 )
 
 // The kinds of failure, one per status: test a request's error with errors.Is, as in

@@ -2,7 +2,7 @@
 
 package wjhttp
 
-// The ABI's outbound HTTP imports (abi/SPEC.md, "Outbound HTTP (added)").
+// The ABI's outbound HTTP imports (the ABI specification's "Outbound HTTP (added)").
 
 //go:wasmimport wasmjobs http_start
 func httpStart(method *byte, methodLen int32, url *byte, urlLen int32, headers *byte, headersLen int32, body *byte, bodyLen int32) int32
