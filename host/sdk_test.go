@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,21 +20,19 @@ import (
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
-// guestModule returns a guest built by `make guests`. Go's is built here when missing
-// (Go is always at hand); another language's missing build skips the test, except
+// guestModule returns a guest built by `make guests`. Go's are built here when missing
+// (Go is always at hand): the conformance handler, and an example with a go.mod of its
+// own, once per test process; another language's missing build skips the test, except
 // under CI, where it fails.
 func guestModule(t *testing.T, name string) []byte {
 	t.Helper()
 	path, ok := abitest.Guest(name)
-	if !ok && strings.HasPrefix(name, "go-") {
-		path = filepath.Join(t.TempDir(), name+".wasm")
-		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", path, ".")
-		cmd.Dir = filepath.Join(abitest.Dir(), "..", "guest-sdk", "go", "conformance")
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("building %s: %v\n%s", name, err, out)
-		}
-		ok = true
+	goDir := filepath.Join(abitest.Dir(), "..", "examples", name)
+	if strings.HasPrefix(name, "go-") {
+		goDir = filepath.Join(abitest.Dir(), "..", "guest-sdk", "go", "conformance")
+	}
+	if _, err := os.Stat(filepath.Join(goDir, "go.mod")); !ok && err == nil {
+		return buildGoGuest(t, name, goDir)
 	}
 	if !ok {
 		if os.Getenv("CI") == "true" {
@@ -45,6 +44,41 @@ func guestModule(t *testing.T, name string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return wasm
+}
+
+// goGuests are the Go guests built by this test process, by name: a build takes tens
+// of seconds, and several tests load the same guest.
+var goGuests struct {
+	sync.Mutex
+	wasm map[string][]byte
+}
+
+// buildGoGuest builds the Go guest in dir, or returns its earlier build. The lock is
+// held across the build on purpose: a second test wanting the guest waits for it
+// rather than building it again.
+func buildGoGuest(t *testing.T, name, dir string) []byte {
+	t.Helper()
+	goGuests.Lock()
+	defer goGuests.Unlock()
+	if wasm, ok := goGuests.wasm[name]; ok {
+		return wasm
+	}
+	path := filepath.Join(t.TempDir(), name+".wasm")
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", path, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", name, err, out)
+	}
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if goGuests.wasm == nil {
+		goGuests.wasm = map[string][]byte{}
+	}
+	goGuests.wasm[name] = wasm
 	return wasm
 }
 
@@ -114,6 +148,9 @@ func TestExamples(t *testing.T) {
 		// The HMAC-SHA256 of the payload under "change-me", as Python's hmac computes it.
 		{"webhook-rust", `{"event":"order.shipped"}`, "ack", "sha256=4a459f6b01035327b745596985e0b8dd8235561e11151afd46fe39ed7a0e7cfe", "deliver-webhook"},
 		{"webhook-rust", ``, "dead_letter", "", ""},
+		// Plain http is not granted: denied on the host, nothing sent, dead-lettered.
+		{"deliver-webhook", "Url: http://hooks.example.com/orders\nX-Signature: sha256=00\n\n{}", "dead_letter", "", ""},
+		{"deliver-webhook", "no header lines", "dead_letter", "", ""},
 		{"wordcount-c", "hello brave new world\nsecond line\n", "ack", `{"lines":2,"words":6,"bytes":34}`, ""},
 		{"wordcount-c", "\xff\xfe", "dead_letter", "", ""},
 		{"render-email-as", "template=shipped\nname=Ada\norder=1042\n", "ack", "Subject: Order 1042 shipped\n\nHello Ada,\n\nyour order 1042 is on its way.\n", "send-email"},

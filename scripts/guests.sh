@@ -16,6 +16,7 @@ need() { command -v "$1" >/dev/null 2>&1 || { echo "make guests: $1 not found: $
 echo "== Go"
 (cd guest-sdk/go/conformance && GOOS=wasip1 GOARCH=wasm $GO build -buildmode=c-shared -o "../../../$OUT/go-conformance.wasm" .)
 (cd examples/greet-go && GOOS=wasip1 GOARCH=wasm $GO build -buildmode=c-shared -o "../../$OUT/greet-go.wasm" .)
+(cd examples/deliver-webhook && GOOS=wasip1 GOARCH=wasm $GO build -buildmode=c-shared -o "../../$OUT/deliver-webhook.wasm" .)
 
 echo "== C"
 need clang "apt-get install clang lld wasi-libc libclang-rt-14-dev-wasm32"

@@ -21,6 +21,11 @@
 // Build it as a WASI reactor with the plain Go toolchain:
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o hello.wasm .
+//
+// For outbound HTTP, where the module's manifest grants it, import the subpackage
+// github.com/wasmjobs/wasmjobs/guest-sdk/go/wjhttp: it makes net/http's client work
+// through the host, and its RetryAfter settles a job after a 429 or 503. This package
+// does not import net/http, so a handler that makes no requests does not carry it.
 package wasmjobs
 
 import (

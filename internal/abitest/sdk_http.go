@@ -8,7 +8,7 @@ import (
 
 // HTTPLanguages are the languages whose conformance handler runs the HTTP cases of
 // HTTPCases; a language joins when its SDK can make requests.
-var HTTPLanguages = []string{"rust", "c", "assemblyscript", "typescript"}
+var HTTPLanguages = []string{"go", "rust", "c", "assemblyscript", "typescript"}
 
 // HTTPManifest is the manifest the HTTP cases load the conformance handler with: it
 // grants loopback on every port, so that a case's server is reachable and any other

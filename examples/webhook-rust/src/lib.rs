@@ -3,9 +3,10 @@
 //! The payload is the webhook's body. The handler signs it with HMAC-SHA256 under the
 //! secret the manifest grants as the environment variable WEBHOOK_SECRET, writes
 //! `sha256=<hex>` to the output, and stages a child job on "deliver-webhook" whose
-//! payload is the signature line and the body. Without a secret it retries (the
-//! operator may be rotating it); an empty body is dead-lettered. Built for wasm32-wasi,
-//! so that it reads its granted environment with std::env.
+//! payload is header lines (`Url: <url>` when the body carries a "url" string,
+//! `X-Signature: sha256=<hex>`), an empty line, and the body. Without a secret it
+//! retries (the operator may be rotating it); an empty body is dead-lettered. Built for
+//! wasm32-wasi, so that it reads its granted environment with std::env.
 use std::time::Duration;
 use wasmjobs::{Job, Result};
 
@@ -78,6 +79,33 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{:02x}", x)).collect()
 }
 
+/// The value of the first `"url"` member of a JSON body, when it is a string on one
+/// line (JSON escapes \" \\ \/ undone); a scan, not a parser: a body that is not JSON,
+/// or has no such member, has no URL.
+fn url_of(body: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    let rest = &text[text.find("\"url\"")? + 5..];
+    let rest = rest.trim_start().strip_prefix(':')?.trim_start().strip_prefix('"')?;
+    let mut url = String::new();
+    let mut chars = rest.chars();
+    loop {
+        match chars.next()? {
+            '"' => break,
+            '\\' => match chars.next()? {
+                c @ ('"' | '\\' | '/') => url.push(c),
+                _ => return None,
+            },
+            '\n' | '\r' => return None,
+            c => url.push(c),
+        }
+    }
+    if url.is_empty() {
+        None
+    } else {
+        Some(url)
+    }
+}
+
 fn sign(job: &Job) -> Result {
     let body = job.payload();
     if body.is_empty() {
@@ -89,7 +117,10 @@ fn sign(job: &Job) -> Result {
     };
     let signature = format!("sha256={}", hex(&hmac_sha256(secret.as_bytes(), &body)));
     job.output(signature.as_bytes())?;
-    let mut delivery = format!("X-Signature: {}\n\n", signature).into_bytes();
+    let mut delivery = match url_of(&body) {
+        Some(url) => format!("Url: {}\nX-Signature: {}\n\n", url, signature).into_bytes(),
+        None => format!("X-Signature: {}\n\n", signature).into_bytes(),
+    };
     delivery.extend_from_slice(&body);
     job.enqueue("deliver-webhook", &delivery, Duration::ZERO)?;
     job.info(&format!("signed {} bytes", body.len()));

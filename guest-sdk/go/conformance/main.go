@@ -1,15 +1,78 @@
 // Command conformance is the conformance handler in Go: its payload names a case of
-// the cross-language table (internal/abitest/sdk.go).
+// the cross-language table (internal/abitest/sdk.go, and sdk_http.go for the HTTP
+// cases). Two cases are the Go SDK's own, for its deadlines: "http-context-deadline:URL"
+// and "http-client-timeout:URL" GET URL within 300 ms (a request context's deadline,
+// an http.Client's Timeout) and ack with the output "deadline" when the request ended
+// with context.DeadlineExceeded, else "error ERR" or "STATUS".
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	wasmjobs "github.com/wasmjobs/wasmjobs/guest-sdk/go"
+	"github.com/wasmjobs/wasmjobs/guest-sdk/go/wjhttp"
 )
+
+// httpCase runs an HTTP case of the table (internal/abitest/sdk_http.go).
+func httpCase(job *wasmjobs.Job, kind, url string) error {
+	ctx, client := context.Background(), http.DefaultClient
+	switch kind {
+	case "http-context-deadline":
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+	case "http-client-timeout":
+		client = &http.Client{Timeout: 300 * time.Millisecond}
+	}
+	method, body := http.MethodGet, io.Reader(nil)
+	if kind == "http-post" {
+		method, body = http.MethodPost, strings.NewReader("ping")
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return wasmjobs.DeadLetter(err.Error())
+	}
+	if kind == "http-get" || kind == "http-post" {
+		req.Header.Set("X-Conformance", "yes")
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "text/plain")
+	}
+	resp, err := client.Do(req)
+	var herr *wjhttp.Error
+	switch {
+	case err != nil && errors.Is(err, context.DeadlineExceeded) && (kind == "http-context-deadline" || kind == "http-client-timeout"):
+		fmt.Fprint(job, "deadline")
+		return nil
+	case errors.As(err, &herr):
+		fmt.Fprintf(job, "error %d", herr.Code)
+		return nil
+	case err != nil:
+		fmt.Fprintf(job, "error %v", err)
+		return nil
+	}
+	defer resp.Body.Close()
+	switch {
+	case kind == "http-retry-after" && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable):
+		return wjhttp.RetryAfter(resp)
+	case kind == "http-get" || kind == "http-post":
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(job, "%d\n%s\n%s", resp.StatusCode, strings.Join(resp.Header.Values("X-Reply"), ","), b)
+		return nil
+	}
+	job.Write([]byte(strconv.Itoa(resp.StatusCode)))
+	return nil
+}
 
 func handle(job *wasmjobs.Job) error {
 	p := job.Text()
@@ -37,6 +100,9 @@ func handle(job *wasmjobs.Job) error {
 		return nil
 	case p == "trap":
 		wasmjobs.Trap()
+	case strings.HasPrefix(p, "http-"):
+		kind, url, _ := strings.Cut(p, ":")
+		return httpCase(job, kind, url)
 	case strings.HasPrefix(p, "echo:"):
 		job.Write(job.Payload()[5:])
 		return nil
