@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -44,15 +47,16 @@ func httpEngine(t *testing.T, roots *x509.CertPool) *host.Engine {
 	return e
 }
 
-// countingServer is a loopback server counting the requests it received and the
-// handlers that have returned.
+// countingServer is a loopback server counting the requests it received, the
+// handlers that have returned and the connections open to it.
 type countingServer struct {
 	*httptest.Server
 	hits, ended atomic.Int64
+	conns       atomic.Int64 // open connections: accepted and not yet closed or hijacked
 	port        string
 }
 
-func newCountingServer(t *testing.T, tls bool, h http.HandlerFunc) *countingServer {
+func newCountingServer(t testing.TB, tls bool, h http.HandlerFunc) *countingServer {
 	t.Helper()
 	s := &countingServer{}
 	hf := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -60,10 +64,19 @@ func newCountingServer(t *testing.T, tls bool, h http.HandlerFunc) *countingServ
 		defer s.ended.Add(1)
 		h(w, r)
 	})
+	s.Server = httptest.NewUnstartedServer(hf)
+	s.Config.ConnState = func(_ net.Conn, cs http.ConnState) {
+		switch cs {
+		case http.StateNew:
+			s.conns.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			s.conns.Add(-1)
+		}
+	}
 	if tls {
-		s.Server = httptest.NewTLSServer(hf)
+		s.StartTLS()
 	} else {
-		s.Server = httptest.NewServer(hf)
+		s.Start()
 	}
 	t.Cleanup(s.Close)
 	_, s.port, _ = net.SplitHostPort(s.Listener.Addr().String())
@@ -146,21 +159,213 @@ allow = ["http://localhost:%s", "http://localhost:%s", "http://api.test:%s", "ht
 	}
 }
 
-// TestHTTPHostileServersAndGuests: each ends in its documented status within the
-// job's bounds, and leaves no request open (goleak in TestMain checks goroutines).
-func TestHTTPHostileServersAndGuests(t *testing.T) {
-	t.Parallel()
-	e := httpEngine(t, nil)
-	never := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	huge := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
-		buf := make([]byte, 64<<10)
-		for r.Context().Err() == nil {
-			if _, err := w.Write(buf); err != nil {
+// hostileHTTP is a set of hostile loopback servers, each counting its requests and
+// open connections: one that never answers, one that drips a byte a second, one that
+// streams a 2 GiB body, a gzip bomb, and a quick one that answers 200 at once.
+type hostileHTTP struct {
+	never, drip, huge, bomb, quick *countingServer
+	hugeSent                       atomic.Int64 // the body bytes huge wrote, over all its requests
+}
+
+const twoGiB = 2 << 30
+
+func newHostileHTTP(t testing.TB) *hostileHTTP {
+	t.Helper()
+	h := &hostileHTTP{}
+	h.never = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	h.drip = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if _, err := w.Write([]byte("x")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	zeros := make([]byte, 64<<10) // read-only, shared by every request
+	h.huge = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		// 2 GiB declared and streamed from one small buffer: the server never holds
+		// the body, and stops when the client goes.
+		w.Header().Set("Content-Length", strconv.Itoa(twoGiB))
+		for sent := 0; sent < twoGiB; sent += len(zeros) {
+			n, err := w.Write(zeros)
+			h.hugeSent.Add(int64(n))
+			if err != nil {
 				return
 			}
 		}
 	})
-	quick := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+	mib := make([]byte, 1<<20)
+	h.bomb = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		// Zeros, gzipped, for ever: about 1 KiB on the wire for each MiB decompressed.
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		for r.Context().Err() == nil {
+			if _, err := zw.Write(mib); err != nil {
+				return
+			}
+			zw.Flush()
+			w.(http.Flusher).Flush()
+		}
+	})
+	h.quick = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+	return h
+}
+
+// hostileHTTPCase is a run of a hostile guest, or of a guest against a hostile server,
+// and what it must end in.
+type hostileHTTPCase struct {
+	name    string
+	m       *host.Module
+	payload string
+	output  *regexp.Regexp // the whole output
+	minDur  time.Duration  // the run lasts at least this (the grant's timeout)...
+	maxDur  time.Duration  // ...and at most this
+	srv     *countingServer
+	// idle is how many connections may stay open at srv after the run: idle in the
+	// client's pool, for reuse (Retire closes them). A dial a cancelled request started
+	// still completes into the pool.
+	idle  int64
+	after func() error
+}
+
+// hostileHTTPModules are the modules of the hostile HTTP cases: hostile/http_churn
+// under grants of 127.0.0.1's every port with timeout, and, for the churn, max_requests
+// = churn.
+type hostileHTTPModules struct{ reader, churn, leak *host.Module }
+
+func loadHostileHTTP(t testing.TB, e *host.Engine, timeout time.Duration, churn int) hostileHTTPModules {
+	t.Helper()
+	grant := fmt.Sprintf("[http]\nallow = [\"http://127.0.0.1:1-65535\"]\ntimeout = \"%s\"\n", timeout)
+	return hostileHTTPModules{
+		reader: loadFile(t, e, "hostile/http_churn", grant),
+		churn:  loadFile(t, e, "hostile/http_churn", grant+fmt.Sprintf("max_requests = %d\n", churn)),
+		leak:   loadFile(t, e, "hostile/http_churn", grant),
+	}
+}
+
+func (m hostileHTTPModules) retire() { m.reader.Retire(); m.churn.Retire(); m.leak.Retire() }
+
+// allClosed waits until no connection is open at any server of h.
+func (h *hostileHTTP) allClosed() error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		open := map[string]int64{}
+		for name, s := range map[string]*countingServer{"never": h.never, "drip": h.drip, "huge": h.huge, "bomb": h.bomb, "quick": h.quick} {
+			if n := s.conns.Load(); n > 0 {
+				open[name] = n
+			}
+		}
+		if len(open) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("connections still open at the servers: %v", open)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// hostileHTTPCases are the cases of m against the servers of h. The grant's timeout
+// is timeout, max_response its default (10 MiB), and churn the churning module's
+// max_requests.
+func hostileHTTPCases(h *hostileHTTP, m hostileHTTPModules, timeout time.Duration, churn int) []hostileHTTPCase {
+	const slack = 5 * time.Second // a loaded machine, -race
+	var hugeBefore int64
+	return []hostileHTTPCase{
+		{name: "never answers", m: m.reader, payload: "r" + h.never.URL + "/", output: regexp.MustCompile(`^-15$`),
+			minDur: timeout, maxDur: timeout + slack, srv: h.never},
+		{name: "drips a byte a second", m: m.reader, payload: "r" + h.drip.URL + "/",
+			// The head and a first byte come at once, then one a second; a short timeout
+			// on a loaded machine may pass before the head.
+			output: regexp.MustCompile(fmt.Sprintf(`^(200 [1-%d] )?-15$`, min(9, 2+int(timeout/time.Second)))),
+			minDur: timeout, maxDur: timeout + slack, srv: h.drip},
+		{name: "2 GiB body", m: m.reader, payload: "r" + h.huge.URL + "/", output: regexp.MustCompile(`^200 10485760 -16$`),
+			maxDur: slack, srv: h.huge,
+			after: func() error {
+				// Cut at max_response: the server wrote what the guest read and what
+				// the sockets' buffers hold, never the 2 GiB.
+				sent := h.hugeSent.Load() - hugeBefore
+				hugeBefore += sent
+				if sent > 64<<20 {
+					return fmt.Errorf("the server wrote %d MiB of its 2 GiB before the cut", sent>>20)
+				}
+				return nil
+			}},
+		{name: "gzip bomb", m: m.reader, payload: "r" + h.bomb.URL + "/", output: regexp.MustCompile(`^200 10485760 -16$`),
+			maxDur: slack, srv: h.bomb},
+		{name: fmt.Sprintf("%d requests from one job", churn), m: m.churn, payload: "c" + h.quick.URL + "/",
+			output: regexp.MustCompile(fmt.Sprintf(`^%d %d -17$`, churn, churn)), srv: h.quick, idle: 1},
+		{name: "requests never closed", m: m.leak, payload: "n" + h.never.URL + "/",
+			output: regexp.MustCompile(fmt.Sprintf(`^%d -17$`, outbound.DefaultMaxRequests)), maxDur: slack, srv: h.never,
+			idle: maxIdlePerHost},
+	}
+}
+
+// maxIdlePerHost is the bound of the client's pool of idle connections to one host.
+const maxIdlePerHost = 64
+
+// run runs the case and checks how it ended, then that no request is left running at
+// the server and at most c.idle connections open.
+func (c hostileHTTPCase) run() error {
+	x := runPayload(c.m, c.payload)
+	if x.Kind != host.KindAck || !c.output.MatchString(string(x.Output)) {
+		return fmt.Errorf("%s: %s %s, output %q, want %v", c.name, x.Kind, x.Reason, x.Output, c.output)
+	}
+	if x.Duration < c.minDur || c.maxDur > 0 && x.Duration > c.maxDur {
+		return fmt.Errorf("%s: took %v, want %v to %v", c.name, x.Duration, c.minDur, c.maxDur)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c.srv.conns.Load() > c.idle || c.srv.ended.Load() < c.srv.hits.Load() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d connections still open at the server (want at most %d), %d of its %d requests running",
+				c.name, c.srv.conns.Load(), c.idle, c.srv.hits.Load()-c.srv.ended.Load(), c.srv.hits.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if c.after != nil {
+		return c.after()
+	}
+	return nil
+}
+
+// TestHTTPHostileServersAndGuests: each ends in its documented status within the
+// job's bounds, and leaves no request or connection open (goleak in TestMain checks
+// goroutines; each server counts its connections).
+func TestHTTPHostileServersAndGuests(t *testing.T) {
+	t.Parallel()
+	e := httpEngine(t, nil)
+	h := newHostileHTTP(t)
+	const timeout = 1500 * time.Millisecond
+	mods := loadHostileHTTP(t, e, timeout, outbound.MaxRequestsLimit)
+	for _, c := range hostileHTTPCases(h, mods, timeout, outbound.MaxRequestsLimit) {
+		t.Run(c.name, func(t *testing.T) {
+			heap0, rss0 := heapMiB(), rssKiB()
+			if err := c.run(); err != nil {
+				t.Fatal(err)
+			}
+			heap1, rss1 := heapMiB(), rssKiB()
+			t.Logf("heap %.1f -> %.1f MiB, RSS %d -> %d MiB", heap0, heap1, rss0>>10, rss1>>10)
+			// Parallel tests share the process: the bound catches a body held whole
+			// (2 GiB), not a few MiB of another test.
+			if rss1-rss0 > 1<<20 {
+				t.Fatalf("RSS grew by %d MiB", (rss1-rss0)>>10)
+			}
+		})
+	}
+	// Retired, the modules' clients close the connections left idle for reuse.
+	mods.retire()
+	if err := h.allClosed(); err != nil {
+		t.Fatal(err)
+	}
+
+	never, quick := h.never, h.quick
 	grant := `[http]
 allow = ["http://127.0.0.1:1-65535"]
 max_requests = 3
@@ -171,16 +376,16 @@ timeout = "2s"
 	flood := loadFile(t, e, "hostile/http_flood", grant)
 	hang := loadFile(t, e, "hostile/http_flood", "timeout = \"300ms\"\n[http]\nallow = [\"http://127.0.0.1:1-65535\"]\n")
 
-	t.Run("never answers", func(t *testing.T) {
+	t.Run("never answers, through http_get", func(t *testing.T) {
 		x := runPayload(get, never.URL+"/")
 		if x.Kind != host.KindAck || !strings.HasPrefix(string(x.Output), "-15\ntimeout: ") {
 			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
 		}
 	})
-	t.Run("huge body", func(t *testing.T) {
-		x := runPayload(get, huge.URL+"/")
+	t.Run("huge body, through http_get", func(t *testing.T) {
+		x := runPayload(get, h.huge.URL+"/")
 		out := string(x.Output)
-		body, _ := strings.CutPrefix(out[strings.Index(out, "url "):], "url "+huge.URL+"/\n")
+		body, _ := strings.CutPrefix(out[strings.Index(out, "url "):], "url "+h.huge.URL+"/\n")
 		if x.Kind != host.KindAck || !strings.HasPrefix(out, "200\n") || body != strings.Repeat("\x00", 4096)+"\nbody -16" {
 			t.Fatalf("%s %s: output %d bytes ending %q", x.Kind, x.Reason, len(out), out[max(0, len(out)-20):])
 		}
