@@ -238,6 +238,9 @@ type hostileHTTPCase struct {
 	// maxSent to it.
 	sent    *atomic.Int64
 	maxSent int64
+	// heavy marks a case that costs the race detector most of a second (gzip, or
+	// hundreds of requests): the soak runs it every tenth round under -race.
+	heavy bool
 }
 
 // hostileHTTPModules are the modules of the hostile HTTP cases, hostile/http_churn
@@ -316,9 +319,9 @@ func hostileHTTPCases(h *hostileHTTP, m hostileHTTPModules) []hostileHTTPCase {
 			// maximum, 32 MiB on recent kernels), never the 2 GiB.
 			sent: &h.hugeSent, maxSent: m.maxResponse + 64<<20},
 		{name: "gzip bomb", m: m.reader, payload: "r" + h.bomb.URL + "/", output: cut,
-			maxDur: slack, srv: h.bomb},
+			maxDur: slack, srv: h.bomb, heavy: true},
 		{name: fmt.Sprintf("%d requests from one job", churn), m: m.churnM, payload: "c" + h.quick.URL + "/",
-			output: regexp.MustCompile(fmt.Sprintf(`^%d %d -17$`, churn, churn)), srv: h.quick, idle: 1},
+			output: regexp.MustCompile(fmt.Sprintf(`^%d %d -17$`, churn, churn)), srv: h.quick, idle: 1, heavy: true},
 		{name: "requests never closed", m: m.leak, payload: "n" + h.held.URL + "/",
 			output: regexp.MustCompile(fmt.Sprintf(`^%d -17$`, outbound.DefaultMaxRequests)), maxDur: slack, srv: h.held,
 			idle: maxIdlePerHost},
