@@ -312,12 +312,15 @@ func newTransport(g *ssrf.Guardian, res Resolver, roots *x509.CertPool, connectT
 			return nil, errors.Join(blocked...)
 		}
 		// BLOCKED only when every address is: otherwise the request failed as the
-		// addresses it was allowed to reach failed (refused, timed out), and the
-		// blocked ones are named but not classified.
-		for _, err := range blocked {
-			failed = append(failed, errors.New(err.Error()))
+		// last address it was allowed to reach failed (refused, timed out), and the
+		// blocked ones are named but not classified. The kind is decided here, on
+		// the dialer's own error: *url.Error's Timeout does not look into a joined one.
+		kind := classify(failed[len(failed)-1]).Kind
+		msgs := make([]string, 0, len(failed)+len(blocked))
+		for _, err := range append(failed, blocked...) {
+			msgs = append(msgs, err.Error())
 		}
-		return nil, errors.Join(failed...)
+		return nil, &Error{Kind: kind, Msg: strings.Join(msgs, "; "), Err: errors.Join(failed...)}
 	}
 	return &http.Transport{
 		Proxy:                  nil, // a proxy would hide the destination from the checks
