@@ -78,7 +78,7 @@ examples: ## build the Go example handler (the plain toolchain)
 
 SOAK_RUNS ?= 1000
 
-soak: ## run every hostile module SOAK_RUNS (1,000) times next to normal jobs, with and without -race
+soak: ## run every hostile module and hostile HTTP case (with its loopback servers) SOAK_RUNS (1,000) times next to normal jobs, with and without -race
 	WASMJOBS_HOSTILE_RUNS=$(SOAK_RUNS) $(GO) test -count=1 -timeout 30m -run TestHostileModulesNeverTakeTheHostDown -v ./host/
 	WASMJOBS_HOSTILE_RUNS=$(SOAK_RUNS) $(GO) test -race -count=1 -timeout 60m -run TestHostileModulesNeverTakeTheHostDown -v ./host/
 

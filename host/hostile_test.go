@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
@@ -41,6 +42,34 @@ func rssKiB() int {
 	return 0
 }
 
+// goroutineSlack is how far the soak's goroutines, but those of connections (see
+// goroutines), may be from their count after the warm-up rounds.
+const goroutineSlack = 10
+
+// goroutines counts the process's goroutines but those serving a connection: an HTTP
+// client's (idle in a pool, whose bound keeps them bounded, or in use) and a test
+// server's. The soak's connections come and go with timing (a dial a cancelled request
+// started still lands in the pool), not with the number of rounds, and each case
+// checks its server's; the rest must not grow at all.
+func goroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if !strings.Contains(g, "net/http.(*persistConn).") && !strings.Contains(g, "net/http.(*conn).serve") {
+			count++
+		}
+	}
+	return count
+}
+
 func heapMiB() float64 {
 	runtime.GC()
 	var ms runtime.MemStats
@@ -49,9 +78,11 @@ func heapMiB() float64 {
 }
 
 // TestHostileModulesNeverTakeTheHostDown runs every hostile module of the conformance
-// table, and the hostile cases of a JS handler, many times, interleaved with normal jobs on two goroutines, and checks that
-// each ends as the table says, that normal jobs keep their exact results, and that the
-// host's memory does not grow with the number of runs.
+// table, the hostile cases of a JS handler, and the hostile HTTP cases (each worker
+// against loopback servers of its own), many times, interleaved with normal jobs on two
+// goroutines, and checks that each ends as the table says, that normal jobs keep their
+// exact results, and that the host's memory, goroutines and connections do not grow
+// with the number of runs.
 //
 // Not parallel: the heap it checks is the whole test process's, and the package's
 // parallel tests, running beside it, made it grow past the bound in a CI run (17.4 MiB over
@@ -79,6 +110,18 @@ func TestHostileModulesNeverTakeTheHostDown(t *testing.T) {
 		hostile = append(hostile, loaded{c, m})
 	}
 	echo := loadFile(t, e, "abi/echo", "")
+	// The HTTP cases with a short timeout, a 1 MiB max_response and 200 requests to
+	// churn, so that a round stays short (TestHTTPHostileServersAndGuests runs them at
+	// full size: 10 MiB, 10,000 requests). Under -race the heavy ones (the gzip bomb,
+	// the churn) run every tenth round.
+	const workers = 2
+	httpMods := loadHostileHTTP(t, e, 20*time.Millisecond, 1<<20, 200)
+	var httpRigs [workers]*hostileHTTP
+	var httpCases [workers][]hostileHTTPCase
+	for w := range workers {
+		httpRigs[w] = newHostileHTTP(t)
+		httpCases[w] = hostileHTTPCases(httpRigs[w], httpMods)
+	}
 	// The JS cases: one handler (jsHostile) with a case per payload.
 	// The loop runs on a module of its own with a short timeout; the others get one a
 	// loaded machine cannot pass (the same bytes: compiled once).
@@ -123,6 +166,16 @@ func TestHostileModulesNeverTakeTheHostDown(t *testing.T) {
 				return fmt.Errorf("normal job after %s: %s %q %q", h.c.Name, x.Kind, x.Reason, x.Output)
 			}
 		}
+		// A worker's rounds all have the same parity: each uses its own servers, whose
+		// counts no other round touches.
+		for _, c := range httpCases[i%workers] {
+			if raceEnabled && c.heavy && i%10 >= workers {
+				continue
+			}
+			if err := c.run(); err != nil {
+				return fmt.Errorf("run %d of HTTP %w", i, err)
+			}
+		}
 		for _, c := range jsCases {
 			// Under -race the memory bomb and the recursion (which grows wazero's stack,
 			// as hostile/recursion does) cost seconds: every tenth round there.
@@ -140,7 +193,6 @@ func TestHostileModulesNeverTakeTheHostDown(t *testing.T) {
 		return nil
 	}
 	soak := func(from, to int) {
-		const workers = 2
 		var wg sync.WaitGroup
 		errs := make(chan error, workers)
 		for w := range workers {
@@ -161,16 +213,31 @@ func TestHostileModulesNeverTakeTheHostDown(t *testing.T) {
 	}
 	warm := max(runs/10, 5)
 	soak(0, warm)
-	heap0, rss0 := heapMiB(), rssKiB()
+	heap0, rss0, g0 := heapMiB(), rssKiB(), goroutines()
 	soak(warm, runs)
 	heap1, rss1 := heapMiB(), rssKiB()
+	// Goroutines end a little after their requests (a connection's, when it is
+	// closed): the count is given a moment to settle.
+	g1 := goroutines()
+	for deadline := time.Now().Add(5 * time.Second); g1 > g0+goroutineSlack && time.Now().Before(deadline); g1 = goroutines() {
+		time.Sleep(10 * time.Millisecond)
+	}
 	note := ""
 	if raceEnabled {
 		note = " (under -race the stack overflow runs every tenth round)"
 	}
-	t.Logf("%d rounds of %d hostile cases%s, each followed by a normal job: heap %.1f -> %.1f MiB, RSS %d -> %d MiB (after round %d -> after round %d)",
-		runs, len(hostile), note, heap0, heap1, rss0>>10, rss1>>10, warm, runs)
+	t.Logf("%d rounds of %d hostile cases and %d HTTP ones%s, each module case followed by a normal job: heap %.1f -> %.1f MiB, RSS %d -> %d MiB, goroutines but connections' %d -> %d (after round %d -> after round %d)",
+		runs, len(hostile), len(httpCases[0]), note, heap0, heap1, rss0>>10, rss1>>10, g0, g1, warm, runs)
 	if heap1-heap0 > 16 {
 		t.Fatalf("heap grew by %.1f MiB over %d runs: something is kept per run", heap1-heap0, runs-warm)
+	}
+	if g1 > g0+goroutineSlack {
+		t.Fatalf("goroutines grew from %d to %d over %d runs: something is left running per run", g0, g1, runs-warm)
+	}
+	httpMods.retire()
+	for _, h := range httpRigs {
+		if err := h.allClosed(); err != nil {
+			t.Fatalf("after %d runs and the HTTP modules retired: %v", runs, err)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -44,15 +47,16 @@ func httpEngine(t *testing.T, roots *x509.CertPool) *host.Engine {
 	return e
 }
 
-// countingServer is a loopback server counting the requests it received and the
-// handlers that have returned.
+// countingServer is a loopback server counting the requests it received, the
+// handlers that have returned and the connections open to it.
 type countingServer struct {
 	*httptest.Server
 	hits, ended atomic.Int64
+	conns       atomic.Int64 // open connections: accepted and not yet closed or hijacked
 	port        string
 }
 
-func newCountingServer(t *testing.T, tls bool, h http.HandlerFunc) *countingServer {
+func newCountingServer(t testing.TB, tls bool, h http.HandlerFunc) *countingServer {
 	t.Helper()
 	s := &countingServer{}
 	hf := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -60,10 +64,19 @@ func newCountingServer(t *testing.T, tls bool, h http.HandlerFunc) *countingServ
 		defer s.ended.Add(1)
 		h(w, r)
 	})
+	s.Server = httptest.NewUnstartedServer(hf)
+	s.Config.ConnState = func(_ net.Conn, cs http.ConnState) {
+		switch cs {
+		case http.StateNew:
+			s.conns.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			s.conns.Add(-1)
+		}
+	}
 	if tls {
-		s.Server = httptest.NewTLSServer(hf)
+		s.StartTLS()
 	} else {
-		s.Server = httptest.NewServer(hf)
+		s.Start()
 	}
 	t.Cleanup(s.Close)
 	_, s.port, _ = net.SplitHostPort(s.Listener.Addr().String())
@@ -146,21 +159,244 @@ allow = ["http://localhost:%s", "http://localhost:%s", "http://api.test:%s", "ht
 	}
 }
 
-// TestHTTPHostileServersAndGuests: each ends in its documented status within the
-// job's bounds, and leaves no request open (goleak in TestMain checks goroutines).
-func TestHTTPHostileServersAndGuests(t *testing.T) {
-	t.Parallel()
-	e := httpEngine(t, nil)
-	never := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	huge := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
-		buf := make([]byte, 64<<10)
-		for r.Context().Err() == nil {
-			if _, err := w.Write(buf); err != nil {
+// hostileHTTP is a set of hostile loopback servers, each counting its requests and
+// open connections: one that never answers, one that drips a byte a second, one that
+// streams a 2 GiB body, a gzip bomb, and a quick one that answers 200 at once.
+type hostileHTTP struct {
+	never, drip, huge, bomb, quick *countingServer
+	held                           *countingServer // never answers either: for the requests never closed
+	hugeSent                       atomic.Int64    // the body bytes huge wrote, over all its requests
+}
+
+const twoGiB = 2 << 30
+
+func newHostileHTTP(t testing.TB) *hostileHTTP {
+	t.Helper()
+	h := &hostileHTTP{}
+	h.never = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	h.held = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	h.drip = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			if _, err := w.Write([]byte("x")); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	zeros := make([]byte, 64<<10) // read-only, shared by every request
+	h.huge = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		// 2 GiB declared and streamed from one small buffer: the server never holds
+		// the body, and stops when the client goes.
+		w.Header().Set("Content-Length", strconv.Itoa(twoGiB))
+		for sent := 0; sent < twoGiB; sent += len(zeros) {
+			n, err := w.Write(zeros)
+			h.hugeSent.Add(int64(n))
+			if err != nil {
 				return
 			}
 		}
 	})
-	quick := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+	mib := make([]byte, 1<<20)
+	h.bomb = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		// Zeros, gzipped, for ever: about 1 KiB on the wire for each MiB decompressed.
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		for r.Context().Err() == nil {
+			if _, err := zw.Write(mib); err != nil {
+				return
+			}
+			zw.Flush()
+			w.(http.Flusher).Flush()
+		}
+	})
+	h.quick = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+	return h
+}
+
+// hostileHTTPCase is a run of a hostile guest, or of a guest against a hostile server,
+// and what it must end in.
+type hostileHTTPCase struct {
+	name    string
+	m       *host.Module
+	payload string
+	output  *regexp.Regexp // the whole output
+	minDur  time.Duration  // the run lasts at least this (the grant's timeout)...
+	maxDur  time.Duration  // ...and at most this
+	srv     *countingServer
+	// idle is how many connections may stay open at srv after the run: idle in the
+	// client's pool, for reuse (Retire closes them). A dial a cancelled request started
+	// still completes into the pool.
+	idle int64
+	// sent, when set, counts the bytes the server wrote; the run may add at most
+	// maxSent to it.
+	sent    *atomic.Int64
+	maxSent int64
+	// heavy marks a case that costs the race detector most of a second (gzip, or
+	// hundreds of requests): the soak runs it every tenth round under -race.
+	heavy bool
+}
+
+// hostileHTTPModules are the modules of the hostile HTTP cases, hostile/http_churn
+// under grants of 127.0.0.1's every port, and their bounds.
+type hostileHTTPModules struct {
+	waiter, reader, churnM, leak *host.Module
+	timeout                      time.Duration // the waiter's grant's
+	maxResponse                  int64         // the reader's grant's
+	churn                        int           // the churning module's max_requests
+}
+
+// loadHostileHTTP loads the modules of the hostile HTTP cases: the waiter, for the
+// servers that never answer or drip, with the grant's timeout; the reader, for the
+// big bodies, with max_response (0: the default) and the default timeout, which no
+// body read to the cap comes near, however loaded the machine; the churn with
+// max_requests = churn.
+func loadHostileHTTP(t testing.TB, e *host.Engine, timeout time.Duration, maxResponse int64, churn int) hostileHTTPModules {
+	t.Helper()
+	allow := "[http]\nallow = [\"http://127.0.0.1:1-65535\"]\n"
+	if maxResponse == 0 {
+		maxResponse = outbound.DefaultMaxResponse
+	}
+	return hostileHTTPModules{timeout: timeout, maxResponse: maxResponse, churn: churn,
+		waiter: loadFile(t, e, "hostile/http_churn", fmt.Sprintf("%stimeout = \"%s\"\n", allow, timeout)),
+		reader: loadFile(t, e, "hostile/http_churn", fmt.Sprintf("%smax_response = %d\n", allow, maxResponse)),
+		churnM: loadFile(t, e, "hostile/http_churn", fmt.Sprintf("%smax_requests = %d\n", allow, churn)),
+		leak:   loadFile(t, e, "hostile/http_churn", allow),
+	}
+}
+
+func (m hostileHTTPModules) retire() {
+	for _, m := range []*host.Module{m.waiter, m.reader, m.churnM, m.leak} {
+		m.Retire()
+	}
+}
+
+// allClosed waits until no connection is open at any server of h.
+func (h *hostileHTTP) allClosed() error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		open := map[string]int64{}
+		for name, s := range map[string]*countingServer{"never": h.never, "drip": h.drip, "huge": h.huge, "bomb": h.bomb, "quick": h.quick, "held": h.held} {
+			if n := s.conns.Load(); n > 0 {
+				open[name] = n
+			}
+		}
+		if len(open) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("connections still open at the servers: %v", open)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// hostileHTTPCases are the cases of m against the servers of h.
+func hostileHTTPCases(h *hostileHTTP, m hostileHTTPModules) []hostileHTTPCase {
+	const slack = 5 * time.Second // a loaded machine, -race
+	timeout, churn := m.timeout, m.churn
+	cut := regexp.MustCompile(fmt.Sprintf(`^200 %d -16$`, m.maxResponse))
+	// The drip's head and first byte come at once, then a byte a second; a timeout
+	// under a second may pass before the head, or the first read, on a loaded machine.
+	drip := fmt.Sprintf(`200 [1-%d] `, min(9, 2+int(timeout/time.Second)))
+	if timeout < time.Second {
+		drip = "(200 [0-2] )?"
+	}
+	return []hostileHTTPCase{
+		// A dial that the timeout cut short still completes into the pool, where the
+		// next run takes it: one idle connection may stay.
+		{name: "never answers", m: m.waiter, payload: "r" + h.never.URL + "/", output: regexp.MustCompile(`^-15$`),
+			minDur: timeout, maxDur: timeout + slack, srv: h.never, idle: 1},
+		{name: "drips a byte a second", m: m.waiter, payload: "r" + h.drip.URL + "/",
+			output: regexp.MustCompile(`^` + drip + `-15$`),
+			minDur: timeout, maxDur: timeout + slack, srv: h.drip, idle: 1},
+		{name: "2 GiB body", m: m.reader, payload: "r" + h.huge.URL + "/", output: cut,
+			maxDur: slack, srv: h.huge,
+			// Cut at max_response: the server wrote what the guest read and what the
+			// sockets' buffers took (loopback's receive buffer grows to tcp_rmem's
+			// maximum, 32 MiB on recent kernels), never the 2 GiB.
+			sent: &h.hugeSent, maxSent: m.maxResponse + 64<<20},
+		{name: "gzip bomb", m: m.reader, payload: "r" + h.bomb.URL + "/", output: cut,
+			maxDur: slack, srv: h.bomb, heavy: true},
+		{name: fmt.Sprintf("%d requests from one job", churn), m: m.churnM, payload: "c" + h.quick.URL + "/",
+			output: regexp.MustCompile(fmt.Sprintf(`^%d %d -17$`, churn, churn)), srv: h.quick, idle: 1, heavy: true},
+		{name: "requests never closed", m: m.leak, payload: "n" + h.held.URL + "/",
+			output: regexp.MustCompile(fmt.Sprintf(`^%d -17$`, outbound.DefaultMaxRequests)), maxDur: slack, srv: h.held,
+			idle: maxIdlePerHost},
+	}
+}
+
+// maxIdlePerHost is the bound of the client's pool of idle connections to one host.
+const maxIdlePerHost = 64
+
+// run runs the case and checks how it ended, then that no request is left running at
+// the server and at most c.idle connections open.
+func (c hostileHTTPCase) run() error {
+	var sent0 int64
+	if c.sent != nil {
+		sent0 = c.sent.Load()
+	}
+	x := runPayload(c.m, c.payload)
+	if x.Kind != host.KindAck || !c.output.MatchString(string(x.Output)) {
+		return fmt.Errorf("%s: %s %s, output %q, want %v; logs %+v", c.name, x.Kind, x.Reason, x.Output, c.output, x.Logs)
+	}
+	if x.Duration < c.minDur || c.maxDur > 0 && x.Duration > c.maxDur {
+		return fmt.Errorf("%s: took %v, want %v to %v", c.name, x.Duration, c.minDur, c.maxDur)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c.srv.conns.Load() > c.idle || c.srv.ended.Load() < c.srv.hits.Load() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d connections still open at the server (want at most %d), %d of its %d requests running",
+				c.name, c.srv.conns.Load(), c.idle, c.srv.hits.Load()-c.srv.ended.Load(), c.srv.hits.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if c.sent != nil {
+		// Read after the server's handler returned: it wrote all it will.
+		if n := c.sent.Load() - sent0; n > c.maxSent {
+			return fmt.Errorf("%s: the server wrote %d MiB, more than %d MiB", c.name, n>>20, c.maxSent>>20)
+		}
+	}
+	return nil
+}
+
+// TestHTTPHostileServersAndGuests: each ends in its documented status within the
+// job's bounds, and leaves no request or connection open (goleak in TestMain checks
+// goroutines; each server counts its connections).
+func TestHTTPHostileServersAndGuests(t *testing.T) {
+	t.Parallel()
+	e := httpEngine(t, nil)
+	h := newHostileHTTP(t)
+	const timeout = 1500 * time.Millisecond
+	mods := loadHostileHTTP(t, e, timeout, 0, outbound.MaxRequestsLimit)
+	for _, c := range hostileHTTPCases(h, mods) {
+		t.Run(c.name, func(t *testing.T) {
+			heap0, rss0 := heapMiB(), rssKiB()
+			if err := c.run(); err != nil {
+				t.Fatal(err)
+			}
+			heap1, rss1 := heapMiB(), rssKiB()
+			t.Logf("heap %.1f -> %.1f MiB, RSS %d -> %d MiB", heap0, heap1, rss0>>10, rss1>>10)
+			// Parallel tests share the process: the bound catches a body held whole
+			// (2 GiB), not a few MiB of another test.
+			if rss1-rss0 > 1<<20 {
+				t.Fatalf("RSS grew by %d MiB", (rss1-rss0)>>10)
+			}
+		})
+	}
+	// Retired, the modules' clients close the connections left idle for reuse.
+	mods.retire()
+	if err := h.allClosed(); err != nil {
+		t.Fatal(err)
+	}
+
+	never, quick := h.never, h.quick
 	grant := `[http]
 allow = ["http://127.0.0.1:1-65535"]
 max_requests = 3
@@ -171,16 +407,16 @@ timeout = "2s"
 	flood := loadFile(t, e, "hostile/http_flood", grant)
 	hang := loadFile(t, e, "hostile/http_flood", "timeout = \"300ms\"\n[http]\nallow = [\"http://127.0.0.1:1-65535\"]\n")
 
-	t.Run("never answers", func(t *testing.T) {
+	t.Run("never answers, through http_get", func(t *testing.T) {
 		x := runPayload(get, never.URL+"/")
 		if x.Kind != host.KindAck || !strings.HasPrefix(string(x.Output), "-15\ntimeout: ") {
 			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
 		}
 	})
-	t.Run("huge body", func(t *testing.T) {
-		x := runPayload(get, huge.URL+"/")
+	t.Run("huge body, through http_get", func(t *testing.T) {
+		x := runPayload(get, h.huge.URL+"/")
 		out := string(x.Output)
-		body, _ := strings.CutPrefix(out[strings.Index(out, "url "):], "url "+huge.URL+"/\n")
+		body, _ := strings.CutPrefix(out[strings.Index(out, "url "):], "url "+h.huge.URL+"/\n")
 		if x.Kind != host.KindAck || !strings.HasPrefix(out, "200\n") || body != strings.Repeat("\x00", 4096)+"\nbody -16" {
 			t.Fatalf("%s %s: output %d bytes ending %q", x.Kind, x.Reason, len(out), out[max(0, len(out)-20):])
 		}

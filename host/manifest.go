@@ -20,6 +20,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
+	"github.com/wasmjobs/wasmjobs/internal/tomlvalue"
 )
 
 // Isolation says how a module's jobs share instances.
@@ -296,7 +297,7 @@ var manifestFields = map[string]manifestField{
 		for _, k := range slices.Sorted(maps.Keys(table)) {
 			s, ok := table[k].(string)
 			if !ok {
-				return &entryError{key: k, err: fmt.Errorf("want a string, got %s", describe(table[k]))}
+				return &entryError{key: k, err: fmt.Errorf("want a string, got %s", tomlvalue.Describe(table[k]))}
 			}
 			if k == "" || strings.ContainsAny(k, "=\x00") {
 				return &entryError{key: k, err: fmt.Errorf("want a variable name without '=', got %q", k)}
@@ -415,25 +416,11 @@ func (v value) list() ([]string, error) {
 	for _, e := range arr {
 		s, ok := e.(string)
 		if !ok {
-			return nil, fmt.Errorf("want an array of strings, got %s in it", describe(e))
+			return nil, fmt.Errorf("want an array of strings, got %s in it", tomlvalue.Describe(e))
 		}
 		out = append(out, s)
 	}
 	return out, nil
-}
-
-// describe names a decoded TOML value for a message.
-func describe(v any) string {
-	switch x := v.(type) {
-	case string:
-		return strconv.Quote(x)
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "a table"
-	default:
-		return fmt.Sprint(x)
-	}
 }
 
 // ParseManifest parses a manifest's TOML text; file names it in errors. The document

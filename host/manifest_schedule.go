@@ -11,6 +11,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/internal/jobspec"
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
+	"github.com/wasmjobs/wasmjobs/internal/tomlvalue"
 )
 
 // scheduleKeys are the keys of a [[schedule]] table.
@@ -41,7 +42,7 @@ func parseSchedules(m *Manifest, v value) error {
 	for i, e := range list {
 		table, ok := e.(map[string]any)
 		if !ok {
-			return &entryError{key: strconv.Itoa(i), err: fmt.Errorf("want a [[schedule]] table, got %s", describe(e))}
+			return &entryError{key: strconv.Itoa(i), err: fmt.Errorf("want a [[schedule]] table, got %s", tomlvalue.Describe(e))}
 		}
 		spec, key, err := parseSchedule(table)
 		if err != nil {
@@ -74,7 +75,7 @@ func parseSchedule(t map[string]any) (spec schedule.Spec, key string, err error)
 		}
 		s, ok := x.(string)
 		if !ok {
-			return "", fmt.Errorf("want a string, got %s", describe(x))
+			return "", fmt.Errorf("want a string, got %s", tomlvalue.Describe(x))
 		}
 		return s, nil
 	}
@@ -111,14 +112,14 @@ func parseSchedule(t map[string]any) (spec schedule.Spec, key string, err error)
 	if h, ok := t["headers"]; ok {
 		table, ok := h.(map[string]any)
 		if !ok {
-			return spec, "headers", fmt.Errorf("want a table of name = \"value\", got %s", describe(h))
+			return spec, "headers", fmt.Errorf("want a table of name = \"value\", got %s", tomlvalue.Describe(h))
 		}
 		spec.Headers = make(map[string]string, len(table))
 		for _, k := range slices.Sorted(maps.Keys(table)) {
 			s, ok := table[k].(string)
 			switch {
 			case !ok:
-				return spec, "headers." + k, fmt.Errorf("want a string, got %s", describe(table[k]))
+				return spec, "headers." + k, fmt.Errorf("want a string, got %s", tomlvalue.Describe(table[k]))
 			case k == "":
 				return spec, "headers", errors.New("empty header name")
 			case strings.HasPrefix(k, jobspec.ReservedHeaderPrefix):
@@ -140,7 +141,7 @@ func parseSchedule(t map[string]any) (spec schedule.Spec, key string, err error)
 	spec.CatchUp = true
 	if c, ok := t["catch_up"]; ok {
 		if spec.CatchUp, ok = c.(bool); !ok {
-			return spec, "catch_up", fmt.Errorf("want true or false, got %s", describe(c))
+			return spec, "catch_up", fmt.Errorf("want true or false, got %s", tomlvalue.Describe(c))
 		}
 	}
 	return spec, "", nil

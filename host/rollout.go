@@ -8,6 +8,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/wasmjobs/wasmjobs/internal/tomlvalue"
 )
 
 // Rollout strategies.
@@ -84,7 +86,7 @@ var rolloutFields = map[string]func(r *Rollout, v any) error{
 	"strategy": func(r *Rollout, v any) error {
 		s, ok := v.(string)
 		if !ok || (s != StrategyCanary && s != StrategyImmediate) {
-			return fmt.Errorf("want %q or %q, got %s", StrategyCanary, StrategyImmediate, describe(v))
+			return fmt.Errorf("want %q or %q, got %s", StrategyCanary, StrategyImmediate, tomlvalue.Describe(v))
 		}
 		r.Strategy = s
 		return nil
@@ -97,7 +99,7 @@ var rolloutFields = map[string]func(r *Rollout, v any) error{
 		s, ok := v.(string)
 		d, err := time.ParseDuration(s)
 		if !ok || err != nil || d <= 0 || d > 24*time.Hour {
-			return fmt.Errorf("want a duration from 1ms to 24h such as \"60s\", got %s", describe(v))
+			return fmt.Errorf("want a duration from 1ms to 24h such as \"60s\", got %s", tomlvalue.Describe(v))
 		}
 		r.CanaryTime = d
 		return nil
@@ -110,10 +112,10 @@ var rolloutFields = map[string]func(r *Rollout, v any) error{
 		case int64:
 			f = float64(x)
 		default:
-			return fmt.Errorf("want a number from 0.001 to 1 such as 0.05, got %s", describe(v))
+			return fmt.Errorf("want a number from 0.001 to 1 such as 0.05, got %s", tomlvalue.Describe(v))
 		}
 		if !(f >= 0.001 && f <= 1) {
-			return fmt.Errorf("want a number from 0.001 to 1 such as 0.05, got %s", describe(v))
+			return fmt.Errorf("want a number from 0.001 to 1 such as 0.05, got %s", tomlvalue.Describe(v))
 		}
 		r.CanaryMaxFailureDelta = f
 		return nil
@@ -124,7 +126,7 @@ func rolloutInt(field func(*Rollout) *int, lo, hi int) func(*Rollout, any) error
 	return func(r *Rollout, v any) error {
 		n, ok := v.(int64)
 		if !ok {
-			return fmt.Errorf("want a whole number, got %s", describe(v))
+			return fmt.Errorf("want a whole number, got %s", tomlvalue.Describe(v))
 		}
 		if n < int64(lo) || n > int64(hi) {
 			return fmt.Errorf("want %d to %d, got %d", lo, hi, n)

@@ -135,7 +135,7 @@ func NewClient(grant *Grant, opts Options) *Client {
 	// and 443. WithAllowedV6Prefixes with no prefix keeps IPv6 to global unicast.
 	strict := ssrf.New(ssrf.WithAnyPort())
 	private := ssrf.New(ssrf.WithAnyPort(), ssrf.WithAllowedV4Prefixes(v4...), ssrf.WithAllowedV6Prefixes(v6...))
-	c := &Client{grant: grant, strict: newTransport(strict, res, opts), private: newTransport(private, res, opts),
+	c := &Client{grant: grant, strict: newTransport(strict, res, opts, grant.Timeout), private: newTransport(private, res, opts, grant.Timeout),
 		limits: map[*Entry]*entryLimit{}}
 	c.breakers, c.scope = opts.Breakers, opts.Scope
 	if c.breakers == nil {
@@ -284,10 +284,10 @@ func (b *releasingBody) Close() error {
 	return err
 }
 
-func newTransport(g *ssrf.Guardian, res Resolver, opts Options) *http.Transport {
+func newTransport(g *ssrf.Guardian, res Resolver, opts Options, connectTimeout time.Duration) *http.Transport {
 	roots, idle := opts.RootCAs, cmp.Or(opts.IdleConnsPerHost, 64)
 	d := &net.Dialer{
-		Timeout: 30 * time.Second, // the request's context bounds it sooner
+		// No timeout of its own: dial shares connectTimeout among the addresses.
 		Control: func(network, address string, c syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
 			if err != nil {
@@ -325,19 +325,41 @@ func newTransport(g *ssrf.Guardian, res Resolver, opts Options) *http.Transport 
 			}
 		}
 		// Each address is dialled, and checked by the dialer's control hook, in turn;
-		// the first connection wins.
-		var errs []error
-		for _, a := range addrs {
-			conn, err := d.DialContext(ctx, network, net.JoinHostPort(a.Unmap().String(), port))
+		// the first connection wins. net/http dials without the request's deadline
+		// (the connection may serve a later request), so the dial takes at most the
+		// grant's timeout, shared among the addresses as net.Dialer shares its own:
+		// an address that never answers does not take the others' time.
+		deadline := time.Now().Add(connectTimeout)
+		var failed, blocked []error
+		for i, a := range addrs {
+			actx, cancel := context.WithDeadline(ctx, partDeadline(time.Now(), deadline, len(addrs)-i))
+			conn, err := d.DialContext(actx, network, net.JoinHostPort(a.Unmap().String(), port))
+			cancel()
 			if err == nil {
 				return conn, nil
 			}
-			errs = append(errs, err)
-			if ctx.Err() != nil {
+			if isKind(err, KindBlocked) {
+				blocked = append(blocked, err)
+			} else {
+				failed = append(failed, err)
+			}
+			if ctx.Err() != nil || !time.Now().Before(deadline) {
 				break
 			}
 		}
-		return nil, errors.Join(errs...)
+		if len(failed) == 0 {
+			return nil, errors.Join(blocked...)
+		}
+		// BLOCKED only when every address is: otherwise the request failed as the
+		// last address it was allowed to reach failed (refused, timed out), and the
+		// blocked ones are named but not classified. The kind is decided here, on
+		// the dialer's own error: *url.Error's Timeout does not look into a joined one.
+		kind := classify(failed[len(failed)-1]).Kind
+		msgs := make([]string, 0, len(failed)+len(blocked))
+		for _, err := range append(failed, blocked...) {
+			msgs = append(msgs, err.Error())
+		}
+		return nil, &Error{Kind: kind, Msg: strings.Join(msgs, "; "), Err: errors.Join(failed...)}
 	}
 	return &http.Transport{
 		Proxy:                  nil, // a proxy would hide the destination from the checks
@@ -351,4 +373,18 @@ func newTransport(g *ssrf.Guardian, res Resolver, opts Options) *http.Transport 
 		MaxResponseHeaderBytes: 1 << 20, // a head is held in memory whole
 		ExpectContinueTimeout:  time.Second,
 	}
+}
+
+// minDialPart is the least time an address of several is given to connect (or all
+// the time left, when less is), as net.Dialer gives.
+const minDialPart = 2 * time.Second
+
+// partDeadline is the deadline of the next of left addresses to dial before deadline:
+// an equal part of the time left, at least minDialPart.
+func partDeadline(now, deadline time.Time, left int) time.Time {
+	part := deadline.Sub(now) / time.Duration(left)
+	if part < minDialPart {
+		part = min(deadline.Sub(now), minDialPart)
+	}
+	return now.Add(part)
 }

@@ -22,6 +22,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wasmjobs/wasmjobs/internal/tomlvalue"
 )
 
 // Defaults of a Grant.
@@ -193,12 +195,12 @@ func ParseGrant(table map[string]any, env LookupEnv) (*Grant, error) {
 	}
 	list, ok := rawAllow.([]any)
 	if !ok {
-		return nil, fieldErr(fmt.Errorf(`want a list of "scheme://host[:port]" entries, got %s`, describe(rawAllow)), "allow")
+		return nil, fieldErr(fmt.Errorf(`want a list of "scheme://host[:port]" entries, got %s`, tomlvalue.Describe(rawAllow)), "allow")
 	}
 	for _, v := range list {
 		s, ok := v.(string)
 		if !ok {
-			return nil, fieldErr(fmt.Errorf("want strings, got %s in the list", describe(v)), "allow")
+			return nil, fieldErr(fmt.Errorf("want strings, got %s in the list", tomlvalue.Describe(v)), "allow")
 		}
 		e, err := ParseEntry(s)
 		if err != nil {
@@ -263,7 +265,7 @@ func ParseGrant(table map[string]any, env LookupEnv) (*Grant, error) {
 	if v, ok := table["idempotency_header"]; ok {
 		s, ok := v.(string)
 		if !ok || !validHeaderName(s) {
-			return nil, fieldErr(fmt.Errorf("want a header name such as \"Idempotency-Key\", got %s", describe(v)), "idempotency_header")
+			return nil, fieldErr(fmt.Errorf("want a header name such as \"Idempotency-Key\", got %s", tomlvalue.Describe(v)), "idempotency_header")
 		}
 		g.IdempotencyHeader = http.CanonicalHeaderKey(s)
 	}
@@ -284,7 +286,7 @@ func ParseGrant(table map[string]any, env LookupEnv) (*Grant, error) {
 func (g *Grant) parseTables(v any, name string, parse func(*Entry, map[string]any) error) error {
 	tables, ok := v.(map[string]any)
 	if !ok {
-		return fieldErr(fmt.Errorf(`want tables such as [http.%s."https://api.example.com"], got %s`, name, describe(v)), name)
+		return fieldErr(fmt.Errorf(`want tables such as [http.%s."https://api.example.com"], got %s`, name, tomlvalue.Describe(v)), name)
 	}
 	for _, key := range slices.Sorted(maps.Keys(tables)) {
 		e, err := ParseEntry(key)
@@ -303,7 +305,7 @@ func (g *Grant) parseTables(v any, name string, parse func(*Entry, map[string]an
 		}
 		t, ok := tables[key].(map[string]any)
 		if !ok {
-			return fieldErr(fmt.Errorf("want a table, got %s", describe(tables[key])), name, key)
+			return fieldErr(fmt.Errorf("want a table, got %s", tomlvalue.Describe(tables[key])), name, key)
 		}
 		if err := parse(entry, t); err != nil {
 			return fieldErr(err, name, key)
@@ -331,7 +333,7 @@ func parseHeaders(e *Entry, t map[string]any, env LookupEnv) error {
 	for _, name := range slices.Sorted(maps.Keys(t)) {
 		s, ok := t[name].(string)
 		if !ok {
-			return fieldErr(fmt.Errorf("want a string, got %s", describe(t[name])), name)
+			return fieldErr(fmt.Errorf("want a string, got %s", tomlvalue.Describe(t[name])), name)
 		}
 		if !validHeaderName(name) {
 			return fieldErr(fmt.Errorf("%q is not a header name", name), name)
@@ -527,24 +529,11 @@ func validHeaderName(s string) bool {
 // validHeaderValue reports whether s holds no CR, LF or NUL: no header can be smuggled.
 func validHeaderValue(s string) bool { return !strings.ContainsAny(s, "\r\n\x00") }
 
-func describe(v any) string {
-	switch x := v.(type) {
-	case string:
-		return strconv.Quote(x)
-	case []any:
-		return "an array"
-	case map[string]any:
-		return "a table"
-	default:
-		return fmt.Sprint(x)
-	}
-}
-
 func duration(v any) (time.Duration, error) {
 	s, ok := v.(string)
 	d, err := time.ParseDuration(s)
 	if !ok || err != nil || d <= 0 || d > 24*time.Hour {
-		return 0, fmt.Errorf("want a duration from 1ms to 24h such as \"30s\", got %s", describe(v))
+		return 0, fmt.Errorf("want a duration from 1ms to 24h such as \"30s\", got %s", tomlvalue.Describe(v))
 	}
 	return d, nil
 }
@@ -552,7 +541,7 @@ func duration(v any) (time.Duration, error) {
 func whole(v any, lo, hi int) (int, error) {
 	n, ok := v.(int64)
 	if !ok {
-		return 0, fmt.Errorf("want a whole number, got %s", describe(v))
+		return 0, fmt.Errorf("want a whole number, got %s", tomlvalue.Describe(v))
 	}
 	if n < int64(lo) || n > int64(hi) {
 		return 0, fmt.Errorf("want %d to %d, got %d", lo, hi, n)
@@ -563,7 +552,7 @@ func whole(v any, lo, hi int) (int, error) {
 // size parses a number of bytes, or a string with a unit (B, KiB, MiB, GiB), from 1 B
 // to 1 GiB.
 func size(v any) (int64, error) {
-	bad := fmt.Errorf(`want a size from 1B to 1GiB such as "10MiB" or a number of bytes, got %s`, describe(v))
+	bad := fmt.Errorf(`want a size from 1B to 1GiB such as "10MiB" or a number of bytes, got %s`, tomlvalue.Describe(v))
 	var n int64
 	switch x := v.(type) {
 	case int64:
@@ -602,7 +591,7 @@ func parseRate(v any) (float64, error) {
 	per := map[string]float64{"s": 1, "m": 60, "h": 3600}[strings.TrimSpace(unit)]
 	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
 	if !ok || !cut || per == 0 || err != nil || !(n > 0) || n/per > 1_000_000 || n/per < 1.0/3600 {
-		return 0, fmt.Errorf(`want a rate from "1/h" to "1000000/s" such as "20/s", "600/m" or "10/h", got %s`, describe(v))
+		return 0, fmt.Errorf(`want a rate from "1/h" to "1000000/s" such as "20/s", "600/m" or "10/h", got %s`, tomlvalue.Describe(v))
 	}
 	return n / per, nil
 }
