@@ -53,6 +53,11 @@ type Execution struct {
 	// let calls through again; nil otherwise. A Handler defers a failed job until
 	// then (outageDefer).
 	Outage *time.Time
+	// RateLimited, when a request of the run failed as rate limited (a limit of
+	// [http.limits] would have held it past its deadline), is when the limit would
+	// have let it go; nil otherwise. A Handler defers a failed job until then
+	// (rateLimitDefer).
+	RateLimited *time.Time
 	// Calls are the outbound HTTP requests the job made, in the order they started,
 	// every one (a run makes at most its grant's max_requests); Result keeps the first
 	// MaxResultCalls.
@@ -145,7 +150,7 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 	st := &inst.st
 	st.finish()
 	x.Calls = m.calls(st.http.end())
-	x.Output, x.Children, x.Outage = st.output, st.children, st.http.outage
+	x.Output, x.Children, x.Outage, x.RateLimited = st.output, st.children, st.http.outage, st.http.limited
 	if st.delayMs >= 0 {
 		d := time.Duration(st.delayMs) * time.Millisecond
 		x.Delay = &d

@@ -18,3 +18,6 @@ func CanaryRan(h *Handler) time.Duration { return h.trialState(false).Ran }
 
 // OutageDefer is outageDefer.
 var OutageDefer = outageDefer
+
+// RateLimitDefer is rateLimitDefer.
+var RateLimitDefer = rateLimitDefer

@@ -73,7 +73,9 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 		}
 	}
 	x := m.run(ctx, job, sink)
-	res := outageDefer(x.Result(), &x, job, m.manifest.HTTP, time.Now(), outageJitter) // with the run's calls, the first MaxResultCalls
+	now := time.Now()
+	res := outageDefer(x.Result(), &x, job, m.manifest.HTTP, now, outageJitter) // with the run's calls, the first MaxResultCalls
+	res = rateLimitDefer(res, &x, now, outageJitter)
 	res.Logs = lines
 	if c != nil {
 		res.Role = role

@@ -37,7 +37,10 @@ type httpState struct {
 	next    int32
 	// outage, once the session is closed, is when the breakers its calls found open
 	// let calls through again (outbound.Session.CircuitOpen); nil when none was.
-	outage  *time.Time
+	outage *time.Time
+	// limited, once the session is closed, is when the limits of [http.limits]
+	// that held its calls back would have let them go (outbound.Session.RateLimited).
+	limited *time.Time
 	records []outbound.CallRecord // of the sessions closed so far, for end
 }
 
@@ -48,6 +51,9 @@ func (h *httpState) close() {
 		h.session.Close()
 		if until, ok := h.session.CircuitOpen(); ok {
 			h.outage = &until
+		}
+		if until, ok := h.session.RateLimited(); ok {
+			h.limited = &until
 		}
 		h.records = append(h.records, h.session.Records()...)
 	}

@@ -44,3 +44,27 @@ func outageDefer(res worker.Result, x *Execution, job *worker.Job, g *outbound.G
 
 // outageJitter is a uniform wait in [0, max).
 func outageJitter(max time.Duration) time.Duration { return rand.N(max) }
+
+// rateLimitDefer turns the result of a run that failed after one of its requests
+// failed as rate limited (a limit of [http.limits] on this host would have held it
+// past its deadline: Execution.RateLimited) into a defer until the limit would let it
+// go, plus a jitter of up to a quarter of that wait (at least a millisecond's worth),
+// so that the jobs held back do not all come back at the same instant: the job spent
+// no attempt on the host's own limit. It is an ordinary defer, counted toward
+// max_defers. As for an outage, only a failure is turned (a retry the guest asked for,
+// or a run that failed); an ack, a dead letter and a defer stand, an outage's defer
+// included.
+func rateLimitDefer(res worker.Result, x *Execution, now time.Time, jitter func(max time.Duration) time.Duration) worker.Result {
+	if x.RateLimited == nil || (res.Outcome != worker.Retry && res.Outcome != worker.Failed) {
+		return res
+	}
+	wait := max(x.RateLimited.Sub(now), 0)
+	wait = max(wait+jitter(max(wait/4, time.Millisecond)), time.Millisecond) // a defer needs a delay
+	reason := res.Reason
+	if reason == "" {
+		reason = res.Outcome.String()
+	}
+	res.Outcome, res.Delay = worker.Defer, wait
+	res.Reason = fmt.Sprintf("held back by a limit of [http.limits] (for %v): %s", wait.Round(time.Millisecond), reason)
+	return res
+}

@@ -68,3 +68,42 @@ func TestOutageDefer(t *testing.T) {
 		})
 	}
 }
+
+// TestRateLimitDefer: a run that failed after a request was held back by a limit of
+// [http.limits] is deferred until the limit would let it go, plus a jitter of up to a
+// quarter of that; an ack, a dead letter or a defer (an outage's too) stands.
+func TestRateLimitDefer(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	for _, tc := range []struct {
+		name      string
+		outcome   worker.Outcome
+		limited   *time.Time
+		wantDelay time.Duration // 0: untouched
+	}{
+		{"retry", worker.Retry, at(8 * time.Second), 10 * time.Second},
+		{"a failed run", worker.Failed, at(8 * time.Second), 10 * time.Second},
+		{"the token is due now", worker.Retry, at(0), time.Millisecond},
+		{"not held back", worker.Retry, nil, 0},
+		{"an ack stands", worker.Ack, at(8 * time.Second), 0},
+		{"a dead letter stands", worker.DeadLetter, at(8 * time.Second), 0},
+		{"a defer stands", worker.Defer, at(8 * time.Second), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			jitter := func(max time.Duration) time.Duration { return max } // the most
+			in := worker.Result{Outcome: tc.outcome, Reason: "boom", Delay: time.Minute}
+			got := host.RateLimitDefer(in, &host.Execution{RateLimited: tc.limited}, now, jitter)
+			if tc.wantDelay == 0 {
+				if got.Outcome != in.Outcome || got.Delay != in.Delay || got.Reason != in.Reason {
+					t.Fatalf("result %+v, want it untouched", got)
+				}
+				return
+			}
+			if got.Outcome != worker.Defer || got.Outage || got.Delay != tc.wantDelay || !strings.HasSuffix(got.Reason, ": boom") {
+				t.Fatalf("result %+v, want a defer of %v (not an outage's) keeping the reason", got, tc.wantDelay)
+			}
+		})
+	}
+}

@@ -176,6 +176,21 @@ func noteOutage(ctx context.Context, until time.Time) {
 	s.mu.Unlock()
 }
 
+// noteRateLimit records, for the round trip of ctx's request, that a limit of
+// [http.limits] held it back until until (Session.RateLimited).
+func noteRateLimit(ctx context.Context, until time.Time) {
+	s, ok := ctx.Value(outageKey{}).(*Session)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	if !s.sawLimit || until.After(s.limited) {
+		s.limited = until
+	}
+	s.sawLimit = true
+	s.mu.Unlock()
+}
+
 // breakerOutcome is what a round trip's result tells its destination's breaker:
 // connection failures (refused, DNS, reset, closed early) and timeouts count as
 // failures, as does a 5xx; a TLS failure (a configuration problem, not an outage), a

@@ -211,6 +211,10 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		var err error
 		if release, err = l.acquire(req.Context(), e); err != nil {
 			report(errNotCounted)
+			var le *Error
+			if errors.As(err, &le) {
+				noteRateLimit(req.Context(), le.Until)
+			}
 			if req.Body != nil {
 				req.Body.Close()
 			}
@@ -249,7 +253,16 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (l *entryLimit) acquire(ctx context.Context, e *Entry) (release func(), err error) {
 	if l.bucket != nil {
 		if err := l.bucket.Wait(ctx); err != nil {
-			return nil, &Error{Kind: KindRateLimited, Msg: fmt.Sprintf("the rate limit of %s (%g/s) would hold the request past its deadline", e, e.Limit.PerSecond), Err: err}
+			// When the next token comes: a reservation made and handed back at once
+			// (Wait took none).
+			now := time.Now()
+			r := l.bucket.ReserveN(now, 1)
+			until := now.Add(time.Second)
+			if r.OK() {
+				until = now.Add(r.DelayFrom(now))
+				r.CancelAt(now)
+			}
+			return nil, &Error{Kind: KindRateLimited, Until: until, Msg: fmt.Sprintf("the rate limit of %s (%g/s) would hold the request past its deadline", e, e.Limit.PerSecond), Err: err}
 		}
 	}
 	if l.slots == nil {
@@ -259,7 +272,7 @@ func (l *entryLimit) acquire(ctx context.Context, e *Entry) (release func(), err
 	case l.slots <- struct{}{}:
 		return func() { <-l.slots }, nil
 	case <-ctx.Done():
-		return nil, &Error{Kind: KindRateLimited, Msg: fmt.Sprintf("no concurrency slot of %s (%d) came free before the deadline", e, e.Limit.Concurrency), Err: ctx.Err()}
+		return nil, &Error{Kind: KindRateLimited, Until: time.Now().Add(time.Second), Msg: fmt.Sprintf("no concurrency slot of %s (%d) came free before the deadline", e, e.Limit.Concurrency), Err: ctx.Err()}
 	}
 }
 

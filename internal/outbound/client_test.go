@@ -458,10 +458,12 @@ rate = "1/s"
 			calls = append(calls, c)
 		}
 		kinds := map[outbound.Kind]int{}
+		var limited *outbound.Error
 		for _, c := range calls {
 			_, err := c.Head(ctx)
 			if err != nil {
 				kinds[err.Kind]++
+				limited = err
 			} else {
 				kinds[0]++
 			}
@@ -469,6 +471,14 @@ rate = "1/s"
 		}
 		if kinds[0] != 2 || kinds[outbound.KindRateLimited] != 1 || srv.hits.Load() != 2 {
 			t.Fatalf("outcomes %v, %d hits; want 2 answered, 1 rate limited, 2 hits", kinds, srv.hits.Load())
+		}
+		// The refusal says when the next token comes (within the next second, the
+		// rate's), and the session keeps it for the host's defer.
+		if until := time.Until(limited.Until); until <= 0 || until > 1100*time.Millisecond {
+			t.Fatalf("rate limited until %v from now, want within the next second", until)
+		}
+		if until, ok := s.RateLimited(); !ok || !until.Equal(limited.Until) {
+			t.Fatalf("RateLimited() = %v, %v; want %v, true", until, ok, limited.Until)
 		}
 	})
 	t.Run("concurrency", func(t *testing.T) {

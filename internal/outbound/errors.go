@@ -77,7 +77,9 @@ type Error struct {
 	// Err is the underlying error, if any.
 	Err error
 	// Until, for KindCircuitOpen, is when the destination's breaker lets a call
-	// through again (now, when it is half-open with its probe out).
+	// through again (a quarter of the cooldown from now, when it is half-open with
+	// its probe out); for KindRateLimited, when the limit would let the request go:
+	// the rate's next token, or a second from now for a concurrency slot.
 	Until time.Time
 }
 

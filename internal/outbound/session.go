@@ -34,15 +34,17 @@ type Session struct {
 	c      *Client
 	keyFor string // the idempotency keys' prefix; empty: none added
 
-	mu      sync.Mutex
-	started int
-	keyed   int   // the requests given an idempotency key
-	held    int64 // the body bytes of the open calls
-	open    map[*Call]struct{}
-	closed  bool
-	outage  time.Time    // the latest reopen time of the outages the calls met
-	sawOpen bool         // a call met an outage (CircuitOpen)
-	records []CallRecord // by start order; a call's is complete once it is closed
+	mu       sync.Mutex
+	started  int
+	keyed    int   // the requests given an idempotency key
+	held     int64 // the body bytes of the open calls
+	open     map[*Call]struct{}
+	closed   bool
+	outage   time.Time    // the latest reopen time of the outages the calls met
+	sawOpen  bool         // a call met an outage (CircuitOpen)
+	limited  time.Time    // the latest time a limit of [http.limits] would have let a call go
+	sawLimit bool         // a call was held back by a limit (RateLimited)
+	records  []CallRecord // by start order; a call's is complete once it is closed
 }
 
 // NewSession starts a run's session that adds no idempotency keys.
@@ -73,6 +75,15 @@ func (s *Session) CircuitOpen() (until time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.outage, s.sawOpen
+}
+
+// RateLimited reports whether a call of the session failed as rate limited (a limit
+// of [http.limits] would have held it past its deadline), and until when the latest
+// such limit would have held it.
+func (s *Session) RateLimited() (until time.Time, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limited, s.sawLimit
 }
 
 // Grant returns the client's grant.
