@@ -264,7 +264,10 @@ func loadHostileHTTP(t testing.TB, e *host.Engine, timeout time.Duration, maxRes
 		maxResponse = outbound.DefaultMaxResponse
 	}
 	return hostileHTTPModules{timeout: timeout, maxResponse: maxResponse, churn: churn,
-		waiter: loadFile(t, e, "hostile/http_churn", fmt.Sprintf("%stimeout = \"%s\"\n", allow, timeout)),
+		// The waiter's timeouts are what its cases are about: its breakers open only
+		// after the most consecutive failures a grant may set (the soak's rounds give
+		// one destination far fewer), so that no round finds a circuit open.
+		waiter: loadFile(t, e, "hostile/http_churn", fmt.Sprintf("%stimeout = \"%s\"\nbreaker_failures = 1000\n", allow, timeout)),
 		reader: loadFile(t, e, "hostile/http_churn", fmt.Sprintf("%smax_response = %d\n", allow, maxResponse)),
 		churnM: loadFile(t, e, "hostile/http_churn", fmt.Sprintf("%smax_requests = %d\n", allow, churn)),
 		leak:   loadFile(t, e, "hostile/http_churn", allow),

@@ -90,7 +90,8 @@ Authorization = "Bearer host-secret"
 }
 
 // TestFailureMessagesNameNoQuery: a failure's message, which the host logs at the job
-// and so keeps in its record, names the URL without its query string.
+// and so keeps in its record, never holds the URL's query string (the host's log line
+// names the URL through Redact).
 func TestFailureMessagesNameNoQuery(t *testing.T) {
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -101,8 +102,8 @@ func TestFailureMessagesNameNoQuery(t *testing.T) {
 	ln.Close()
 	s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\n", outbound.Options{}, "PORT", port)
 	_, _, err = do(t, s, "GET", "http://127.0.0.1:"+port+"/p?token=query-secret", nil)
-	if !isKind(err, outbound.KindRefused) || strings.Contains(err.Error(), "secret") || !strings.Contains(err.Error(), "http://127.0.0.1:"+port+"/p") {
-		t.Fatalf("error %v: want a refusal naming the URL without its query", err)
+	if !isKind(err, outbound.KindRefused) || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("error %v: want a refusal without the URL's query", err)
 	}
 	for in, want := range map[string]string{
 		"https://u:pw@api.test:8443/a%2Fb?k=v#f": "https://api.test:8443/a%2Fb",
