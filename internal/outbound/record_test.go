@@ -113,3 +113,27 @@ func TestFailureMessagesNameNoQuery(t *testing.T) {
 		}
 	}
 }
+
+// TestMessagesOfMalformedURLsNameNoQuery: the failures that quote a URL the guest or
+// a server gave (a URL that is not absolute, a Location header that does not parse)
+// name it without its query string: the message reaches the job's logs and the guest.
+func TestMessagesOfMalformedURLsNameNoQuery(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "/%zz/next?api_key=location-secret")
+		w.WriteHeader(http.StatusFound)
+	})
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\n", outbound.Options{}, "PORT", srv.port)
+	for _, tc := range []struct {
+		url  string
+		kind outbound.Kind
+	}{
+		{"//api.example.com/charge?api_key=url-secret", outbound.KindBadRequest},
+		{"http://127.0.0.1:" + srv.port + "/redirect?api_key=url-secret", outbound.KindConnection},
+	} {
+		_, _, err := do(t, s, "GET", tc.url, nil)
+		if !isKind(err, tc.kind) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("GET %s: %v; want a %s naming no query", tc.url, err, tc.kind)
+		}
+	}
+}

@@ -142,7 +142,7 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 	}
 	u, err := url.Parse(req.URL)
 	if err != nil || !u.IsAbs() || u.Host == "" {
-		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not an absolute http or https URL", req.URL)}
+		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not an absolute http or https URL", Redact(req.URL))}
 	}
 	if int64(len(req.Body)) > g.MaxRequestBody {
 		return nil, &Error{Kind: KindRequestTooLarge, Msg: fmt.Sprintf("the body of %d bytes passes max_request_body (%d bytes)", len(req.Body), g.MaxRequestBody)}
@@ -216,7 +216,7 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 	}
 	hreq, err := http.NewRequestWithContext(rctx, req.Method, u.String(), body)
 	if err != nil {
-		c.err = &Error{Kind: KindBadRequest, Msg: err.Error(), Err: err}
+		c.err = &Error{Kind: KindBadRequest, Msg: errText(err), Err: err}
 		close(c.done)
 		close(c.ended)
 		return c, nil
