@@ -321,6 +321,12 @@ func newTransport(g *ssrf.Guardian, res Resolver, opts Options, connectTimeout t
 		if err != nil {
 			return nil, err
 		}
+		// net/http dials without the request's deadline (the connection may serve a
+		// later request), so the dial, the name's lookup included, takes at most the
+		// grant's timeout of its own: no lookup outlives the job that asked for it.
+		deadline := time.Now().Add(connectTimeout)
+		ctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
 		var addrs []netip.Addr
 		if a, err := netip.ParseAddr(host); err == nil {
 			addrs = []netip.Addr{a}
@@ -330,6 +336,9 @@ func newTransport(g *ssrf.Guardian, res Resolver, opts Options, connectTimeout t
 			addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
 		} else {
 			addrs, err = res.LookupNetIP(ctx, "ip", host)
+			if err != nil && ctx.Err() != nil {
+				return nil, &Error{Kind: KindTimeout, Msg: fmt.Sprintf("resolve %s: no answer within the connect time (%v)", host, connectTimeout), Err: err}
+			}
 			if err != nil {
 				return nil, &Error{Kind: KindDNS, Msg: fmt.Sprintf("resolve %s: %v", host, err), Err: err}
 			}
@@ -338,11 +347,9 @@ func newTransport(g *ssrf.Guardian, res Resolver, opts Options, connectTimeout t
 			}
 		}
 		// Each address is dialled, and checked by the dialer's control hook, in turn;
-		// the first connection wins. net/http dials without the request's deadline
-		// (the connection may serve a later request), so the dial takes at most the
-		// grant's timeout, shared among the addresses as net.Dialer shares its own:
-		// an address that never answers does not take the others' time.
-		deadline := time.Now().Add(connectTimeout)
+		// the first connection wins. The time the lookup left is shared among the
+		// addresses as net.Dialer shares its own: an address that never answers does
+		// not take the others' time.
 		var failed, blocked []error
 		for i, a := range addrs {
 			actx, cancel := context.WithDeadline(ctx, partDeadline(time.Now(), deadline, len(addrs)-i))
@@ -374,6 +381,8 @@ func newTransport(g *ssrf.Guardian, res Resolver, opts Options, connectTimeout t
 		}
 		return nil, &Error{Kind: kind, Msg: strings.Join(msgs, "; "), Err: errors.Join(failed...)}
 	}
+	// A TLS handshake, too, runs without the request's deadline.
+	handshake := min(10*time.Second, connectTimeout)
 	return &http.Transport{
 		Proxy:                  nil, // a proxy would hide the destination from the checks
 		DialContext:            dial,
@@ -382,7 +391,7 @@ func newTransport(g *ssrf.Guardian, res Resolver, opts Options, connectTimeout t
 		MaxIdleConns:           max(256, idle),
 		MaxIdleConnsPerHost:    idle,
 		IdleConnTimeout:        90 * time.Second,
-		TLSHandshakeTimeout:    10 * time.Second,
+		TLSHandshakeTimeout:    handshake,
 		MaxResponseHeaderBytes: 1 << 20, // a head is held in memory whole
 		ExpectContinueTimeout:  time.Second,
 	}
