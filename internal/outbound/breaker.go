@@ -38,6 +38,12 @@ var (
 	errNotCounted  = errors.New("not counted")
 )
 
+// errGrantTimeout is the cause of a request's context when the grant's timeout ended
+// it: the one timeout that counts against the destination's breaker. A deadline of the
+// job's (or of the guest's own, for its request) shorter than the destination's answer
+// says nothing of the destination's health.
+var errGrantTimeout = fmt.Errorf("the grant's timeout passed: %w", context.DeadlineExceeded)
+
 // Breakers holds the circuit breakers of outbound calls by scope (a module: its
 // versions, reloads and canaries share them) and destination scheme://host:port, at
 // most MaxBreakers per scope. A destination's breaker, not a grant entry's: under
@@ -191,12 +197,13 @@ func noteRateLimit(ctx context.Context, until time.Time) {
 	s.mu.Unlock()
 }
 
-// breakerOutcome is what a round trip's result tells its destination's breaker:
-// connection failures (refused, DNS, reset, closed early) and timeouts count as
-// failures, as does a 5xx; a TLS failure (a configuration problem, not an outage), a
-// refusal of the grant or a blocked address, a rate limit's wait and a call the job
-// cancelled count as neither.
-func breakerOutcome(status int, err error) error {
+// breakerOutcome is what the result of a round trip under ctx (the request's) tells
+// its destination's breaker: connection failures (refused, DNS, reset, closed early)
+// count as failures, as does a 5xx, and a timeout when it is the grant's (or the
+// dial's own, the request's context still running); a TLS failure (a configuration
+// problem, not an outage), a refusal of the grant or a blocked address, a rate limit's
+// wait, a call the job cancelled and a timeout of the job's deadline count as neither.
+func breakerOutcome(ctx context.Context, status int, err error) error {
 	if err == nil {
 		if status >= 500 {
 			return errServerError
@@ -206,6 +213,8 @@ func breakerOutcome(status int, err error) error {
 	e := classify(err)
 	switch {
 	case e.Kind == KindTimeout && errors.Is(err, context.Canceled):
+		return errNotCounted
+	case e.Kind == KindTimeout && ctx.Err() != nil && !errors.Is(context.Cause(ctx), errGrantTimeout):
 		return errNotCounted
 	case e.Kind == KindRefused, e.Kind == KindDNS, e.Kind == KindConnection, e.Kind == KindTimeout:
 		return err

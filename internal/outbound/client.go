@@ -237,12 +237,12 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	stop := context.AfterFunc(req.Context(), release)
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
-		report(breakerOutcome(0, err))
+		report(breakerOutcome(req.Context(), 0, err))
 		stop()
 		release()
 		return nil, err
 	}
-	report(breakerOutcome(resp.StatusCode, nil))
+	report(breakerOutcome(req.Context(), resp.StatusCode, nil))
 	resp.Body = &releasingBody{ReadCloser: resp.Body, release: func() { stop(); release() }}
 	return resp, nil
 }

@@ -82,7 +82,12 @@ func session(t *testing.T, text string, opts outbound.Options, repl ...string) *
 // do runs one request to its head and reads the whole body.
 func do(t *testing.T, s *outbound.Session, method, url string, h http.Header) (*http.Response, string, error) {
 	t.Helper()
-	ctx := context.Background()
+	return doCtx(t, context.Background(), s, method, url, h)
+}
+
+// doCtx is do under ctx, the job's.
+func doCtx(t *testing.T, ctx context.Context, s *outbound.Session, method, url string, h http.Header) (*http.Response, string, error) {
+	t.Helper()
 	c, err := s.Start(ctx, outbound.Request{Method: method, URL: url, Header: h})
 	if err != nil {
 		return nil, "", err

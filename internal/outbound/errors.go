@@ -101,8 +101,10 @@ func classify(err error) *Error {
 		var ue *url.Error
 		if errors.As(err, &ue) && errors.As(ue.Err, &e) {
 			// A dialer's or resolver's failure names an address, not the request: the
-			// copy says which URL it was (a grant's refusal names its URL already).
-			if e.Kind != KindDenied && e.Kind != KindTooManyRedirects {
+			// copy says which URL it was (a grant's refusal, a breaker's and a limit's
+			// name their destination already).
+			switch e.Kind {
+			case KindBlocked, KindDNS, KindRefused, KindTimeout, KindConnection:
 				c := *e
 				c.Msg = ue.Op + " " + Redact(ue.URL) + ": " + e.Msg
 				return &c

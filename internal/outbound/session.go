@@ -196,7 +196,7 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 		s.keyed++
 		key = s.keyFor + "-" + strconv.Itoa(s.keyed)
 	}
-	rctx, cancel := context.WithTimeout(context.WithValue(ctx, outageKey{}, s), g.Timeout)
+	rctx, cancel := context.WithTimeoutCause(context.WithValue(ctx, outageKey{}, s), g.Timeout, errGrantTimeout)
 	c := &Call{s: s, held: int64(len(req.Body)), ctx: rctx, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{}),
 		idx: len(s.records), start: time.Now()}
 	s.open[c] = struct{}{}
