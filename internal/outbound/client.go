@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -83,6 +84,7 @@ func newEntryLimit(lim *Limit) *entryLimit {
 	l := &entryLimit{}
 	if lim.PerSecond > 0 {
 		l.bucket = rate.NewLimiter(rate.Limit(lim.PerSecond), max(lim.Burst, 1))
+		l.interval = time.Duration(math.Round(float64(time.Second) / lim.PerSecond))
 	}
 	if lim.Concurrency > 0 {
 		l.slots = make(chan struct{}, lim.Concurrency)
@@ -109,8 +111,15 @@ type Client struct {
 // bucket and a concurrency cap, each waited on under the request's context (the job's
 // deadline and the grant's timeout).
 type entryLimit struct {
-	bucket *rate.Limiter // nil: no rate limit
-	slots  chan struct{} // nil: no concurrency cap
+	bucket   *rate.Limiter // nil: no rate limit
+	interval time.Duration // the bucket's time per token
+	slots    chan struct{} // nil: no concurrency cap
+
+	// mu guards next: the time after the last slot promised to a request the bucket
+	// held back (Error.Until), so that the jobs deferred to them come back spaced by
+	// the rate rather than all at the next token.
+	mu   sync.Mutex
+	next time.Time
 }
 
 // NewClient returns the client of grant.
@@ -212,7 +221,7 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if release, err = l.acquire(req.Context(), e); err != nil {
 			report(errNotCounted)
 			var le *Error
-			if errors.As(err, &le) {
+			if errors.As(err, &le) && le.Kind == KindRateLimited {
 				noteRateLimit(req.Context(), le.Until)
 			}
 			if req.Body != nil {
@@ -248,21 +257,16 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // acquire waits for the entry's bucket and a concurrency slot under ctx; a wait that
-// would pass ctx's deadline fails at once as rate limited. release gives the slot
-// back.
+// would pass ctx's deadline, or that it passed, fails as rate limited. A wait that
+// ends because ctx was cancelled (the guest closed the call, the job ended) is no
+// limit: it fails as classify says of the cancellation. release gives the slot back.
 func (l *entryLimit) acquire(ctx context.Context, e *Entry) (release func(), err error) {
 	if l.bucket != nil {
 		if err := l.bucket.Wait(ctx); err != nil {
-			// When the next token comes: a reservation made and handed back at once
-			// (Wait took none).
-			now := time.Now()
-			r := l.bucket.ReserveN(now, 1)
-			until := now.Add(time.Second)
-			if r.OK() {
-				until = now.Add(r.DelayFrom(now))
-				r.CancelAt(now)
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil, classify(ctx.Err())
 			}
-			return nil, &Error{Kind: KindRateLimited, Until: until, Msg: fmt.Sprintf("the rate limit of %s (%g/s) would hold the request past its deadline", e, e.Limit.PerSecond), Err: err}
+			return nil, &Error{Kind: KindRateLimited, Until: l.slot(time.Now()), Msg: fmt.Sprintf("the rate limit of %s (%g/s) would hold the request past its deadline", e, e.Limit.PerSecond), Err: err}
 		}
 	}
 	if l.slots == nil {
@@ -272,8 +276,31 @@ func (l *entryLimit) acquire(ctx context.Context, e *Entry) (release func(), err
 	case l.slots <- struct{}{}:
 		return func() { <-l.slots }, nil
 	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return nil, classify(ctx.Err())
+		}
 		return nil, &Error{Kind: KindRateLimited, Until: time.Now().Add(time.Second), Msg: fmt.Sprintf("no concurrency slot of %s (%d) came free before the deadline", e, e.Limit.Concurrency), Err: ctx.Err()}
 	}
+}
+
+// slot returns the time promised to a request the bucket held back at now: when the
+// bucket's next token is due (from its tokens, reservations counted: nothing is
+// reserved or spent), or one interval after the slot promised before, whichever is
+// later. It is a promise of spacing, not a reservation: the requests that come back
+// at their slots still take their tokens from the bucket like any other.
+func (l *entryLimit) slot(now time.Time) time.Time {
+	due := now
+	if tokens := l.bucket.TokensAt(now); tokens < 1 {
+		due = now.Add(time.Duration(math.Ceil((1 - tokens) * float64(l.interval))))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slot := due
+	if l.next.After(slot) {
+		slot = l.next
+	}
+	l.next = slot.Add(l.interval)
+	return slot
 }
 
 // releasingBody gives the request's concurrency slot back when its body is closed or

@@ -81,7 +81,9 @@ type Error struct {
 	// Until, for KindCircuitOpen, is when the destination's breaker lets a call
 	// through again (a quarter of the cooldown from now, when it is half-open with
 	// its probe out); for KindRateLimited, when the limit would let the request go:
-	// the rate's next token, or a second from now for a concurrency slot.
+	// the slot the rate promises it (its next token's time, or one token's time after
+	// the slot it promised the request held back before, so that held-back requests
+	// are spaced by the rate), or a second from now for a concurrency slot.
 	Until time.Time
 }
 
