@@ -24,8 +24,9 @@ const (
 	// refuses calls before it lets one probe through.
 	DefaultBreakerCooldown = 30 * time.Second
 	// MaxBreakers bounds the breakers one scope (a module) keeps: past it the least
-	// recently used is dropped, so that a deliverer under https://* that meets a new
-	// customer host with every job holds a bounded number of them.
+	// recently used closed one is dropped (an open one only when all are open), so
+	// that a deliverer under https://* that meets a new customer host with every job
+	// holds a bounded number of them.
 	MaxBreakers = 1024
 )
 
@@ -37,6 +38,12 @@ var (
 	errServerError = errors.New("server error (5xx)")
 	errNotCounted  = errors.New("not counted")
 )
+
+// errGrantTimeout is the cause of a request's context when the grant's timeout ended
+// it: the one timeout that counts against the destination's breaker. A deadline of the
+// job's (or of the guest's own, for its request) shorter than the destination's answer
+// says nothing of the destination's health.
+var errGrantTimeout = fmt.Errorf("the grant's timeout passed: %w", context.DeadlineExceeded)
 
 // Breakers holds the circuit breakers of outbound calls by scope (a module: its
 // versions, reloads and canaries share them) and destination scheme://host:port, at
@@ -70,8 +77,9 @@ type breaker struct {
 	key breakerKey
 	cb  *gobreaker.TwoStepCircuitBreaker[struct{}]
 
-	mu     sync.Mutex
-	reopen time.Time // when the last open state ends
+	mu      sync.Mutex
+	reopen  time.Time // when the last open state ends
+	tripped bool      // open or half-open: not closed
 }
 
 // get returns scope's breaker of dest under g's settings, made at its first use, and
@@ -92,11 +100,30 @@ func (r *Breakers) get(scope, dest string, g *Grant) *breaker {
 	b := newBreaker(k)
 	set.m[k] = set.order.PushFront(b)
 	if set.order.Len() > MaxBreakers {
-		last := set.order.Back()
-		set.order.Remove(last)
-		delete(set.m, last.Value.(*breaker).key)
+		drop := set.evictable()
+		set.order.Remove(drop)
+		delete(set.m, drop.Value.(*breaker).key)
 	}
 	return b
+}
+
+// evictable returns the breaker to drop from a full set: the least recently used
+// closed one, or when every other is open (or half-open), the least recently used of
+// all. The newest, just made, is never dropped. An open breaker is an outage the
+// jobs are waiting out: a guest under https://* that calls other names must not clear
+// it.
+func (set *breakerSet) evictable() *list.Element {
+	front := set.order.Front()
+	for el := set.order.Back(); el != front; el = el.Prev() {
+		b := el.Value.(*breaker)
+		b.mu.Lock()
+		closed := !b.tripped
+		b.mu.Unlock()
+		if closed {
+			return el
+		}
+	}
+	return set.order.Back()
 }
 
 func newBreaker(k breakerKey) *breaker {
@@ -108,13 +135,15 @@ func newBreaker(k breakerKey) *breaker {
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(k.failures) },
 		IsExcluded:  func(err error) bool { return errors.Is(err, errNotCounted) },
 		OnStateChange: func(_ string, _, to gobreaker.State) {
-			// Called under gobreaker's lock as the state changes: only b's own field is
-			// touched.
+			// Called under gobreaker's lock as the state changes: only b's own fields
+			// are touched. The state is kept here too, so that the registry can choose
+			// a breaker to drop under its own lock without calling into gobreaker.
+			b.mu.Lock()
 			if to == gobreaker.StateOpen {
-				b.mu.Lock()
 				b.reopen = time.Now().Add(k.cooldown)
-				b.mu.Unlock()
 			}
+			b.tripped = to != gobreaker.StateClosed
+			b.mu.Unlock()
 		},
 	})
 	return b
@@ -191,12 +220,13 @@ func noteRateLimit(ctx context.Context, until time.Time) {
 	s.mu.Unlock()
 }
 
-// breakerOutcome is what a round trip's result tells its destination's breaker:
-// connection failures (refused, DNS, reset, closed early) and timeouts count as
-// failures, as does a 5xx; a TLS failure (a configuration problem, not an outage), a
-// refusal of the grant or a blocked address, a rate limit's wait and a call the job
-// cancelled count as neither.
-func breakerOutcome(status int, err error) error {
+// breakerOutcome is what the result of a round trip under ctx (the request's) tells
+// its destination's breaker: connection failures (refused, DNS, reset, closed early)
+// count as failures, as does a 5xx, and a timeout when it is the grant's (or the
+// dial's own, the request's context still running); a TLS failure (a configuration
+// problem, not an outage), a refusal of the grant or a blocked address, a rate limit's
+// wait, a call the job cancelled and a timeout of the job's deadline count as neither.
+func breakerOutcome(ctx context.Context, status int, err error) error {
 	if err == nil {
 		if status >= 500 {
 			return errServerError
@@ -207,6 +237,8 @@ func breakerOutcome(status int, err error) error {
 	switch {
 	case e.Kind == KindTimeout && errors.Is(err, context.Canceled):
 		return errNotCounted
+	case e.Kind == KindTimeout && ctx.Err() != nil && !errors.Is(context.Cause(ctx), errGrantTimeout):
+		return errNotCounted
 	case e.Kind == KindRefused, e.Kind == KindDNS, e.Kind == KindConnection, e.Kind == KindTimeout:
 		return err
 	}
@@ -214,14 +246,15 @@ func breakerOutcome(status int, err error) error {
 }
 
 // destination returns u's scheme://host:port, the key of its breaker: host in lower
-// case, the scheme's port when the URL names none.
+// case without a trailing dot (the grant's match ignores it too), the scheme's port
+// when the URL names none.
 func destination(u *url.URL) string {
 	scheme := strings.ToLower(u.Scheme)
 	port := u.Port()
 	if port == "" {
 		port = map[string]string{"http": "80", "https": "443"}[scheme]
 	}
-	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+	return scheme + "://" + net.JoinHostPort(strings.TrimSuffix(strings.ToLower(u.Hostname()), "."), port)
 }
 
 // BreakerState is one destination's circuit breaker, as an operator sees it.

@@ -3,6 +3,7 @@ package outbound
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -100,5 +101,53 @@ func TestBreakersBoundedLeastRecentlyUsed(t *testing.T) {
 	}
 	if b := r.get("other", dest(0), g); b == first {
 		t.Fatal("two scopes share a breaker")
+	}
+}
+
+// A destination is one breaker however its URL spells the host: case, the scheme's
+// port named or not, a trailing dot (as the grant's match ignores it).
+func TestDestinationOfSpellingsOfOneHost(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{"https://API.example.com/x", "https://api.example.com:443/", "https://api.example.com./y", "HTTPS://Api.Example.Com.:443"} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := destination(u); got != "https://api.example.com:443" {
+			t.Errorf("destination(%s) = %s, want https://api.example.com:443", raw, got)
+		}
+	}
+}
+
+// A scope full of breakers drops a closed one before an open one, however long ago the
+// open one was used: under https://* a guest that calls 1,024 other names must not
+// clear an outage it met.
+func TestBreakersKeepOpenOnesOverClosed(t *testing.T) {
+	t.Parallel()
+	g := &Grant{BreakerFailures: 1, BreakerCooldown: time.Hour}
+	r := NewBreakers()
+	dest := func(i int) string { return fmt.Sprintf("https://h%d.example:443", i) }
+	open := r.get("m", dest(0), g)
+	done, _ := open.allow()
+	done(errServerError)
+	for i := 1; i <= 2*MaxBreakers; i++ {
+		r.get("m", dest(i), g)
+	}
+	if b := r.get("m", dest(0), g); b != open {
+		t.Fatal("the open breaker was dropped for a closed one")
+	}
+	if n := len(r.States("m")); n != MaxBreakers {
+		t.Fatalf("%d breakers, want %d", n, MaxBreakers)
+	}
+	// With every breaker open, the least recently used goes.
+	all := NewBreakers()
+	for i := 0; i <= MaxBreakers; i++ {
+		done, _ := all.get("m", dest(i), g).allow()
+		done(errServerError)
+	}
+	for _, s := range all.States("m") {
+		if s.Destination == dest(0) || s.State != "open" {
+			t.Fatalf("breaker %+v: want dest 0 dropped, the others open", s)
+		}
 	}
 }

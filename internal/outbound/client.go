@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -83,6 +84,7 @@ func newEntryLimit(lim *Limit) *entryLimit {
 	l := &entryLimit{}
 	if lim.PerSecond > 0 {
 		l.bucket = rate.NewLimiter(rate.Limit(lim.PerSecond), max(lim.Burst, 1))
+		l.interval = time.Duration(math.Round(float64(time.Second) / lim.PerSecond))
 	}
 	if lim.Concurrency > 0 {
 		l.slots = make(chan struct{}, lim.Concurrency)
@@ -109,8 +111,15 @@ type Client struct {
 // bucket and a concurrency cap, each waited on under the request's context (the job's
 // deadline and the grant's timeout).
 type entryLimit struct {
-	bucket *rate.Limiter // nil: no rate limit
-	slots  chan struct{} // nil: no concurrency cap
+	bucket   *rate.Limiter // nil: no rate limit
+	interval time.Duration // the bucket's time per token
+	slots    chan struct{} // nil: no concurrency cap
+
+	// mu guards next: the time after the last slot promised to a request the bucket
+	// held back (Error.Until), so that the jobs deferred to them come back spaced by
+	// the rate rather than all at the next token.
+	mu   sync.Mutex
+	next time.Time
 }
 
 // NewClient returns the client of grant.
@@ -212,7 +221,7 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if release, err = l.acquire(req.Context(), e); err != nil {
 			report(errNotCounted)
 			var le *Error
-			if errors.As(err, &le) {
+			if errors.As(err, &le) && le.Kind == KindRateLimited {
 				noteRateLimit(req.Context(), le.Until)
 			}
 			if req.Body != nil {
@@ -237,32 +246,27 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	stop := context.AfterFunc(req.Context(), release)
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
-		report(breakerOutcome(0, err))
+		report(breakerOutcome(req.Context(), 0, err))
 		stop()
 		release()
 		return nil, err
 	}
-	report(breakerOutcome(resp.StatusCode, nil))
+	report(breakerOutcome(req.Context(), resp.StatusCode, nil))
 	resp.Body = &releasingBody{ReadCloser: resp.Body, release: func() { stop(); release() }}
 	return resp, nil
 }
 
 // acquire waits for the entry's bucket and a concurrency slot under ctx; a wait that
-// would pass ctx's deadline fails at once as rate limited. release gives the slot
-// back.
+// would pass ctx's deadline, or that it passed, fails as rate limited. A wait that
+// ends because ctx was cancelled (the guest closed the call, the job ended) is no
+// limit: it fails as classify says of the cancellation. release gives the slot back.
 func (l *entryLimit) acquire(ctx context.Context, e *Entry) (release func(), err error) {
 	if l.bucket != nil {
 		if err := l.bucket.Wait(ctx); err != nil {
-			// When the next token comes: a reservation made and handed back at once
-			// (Wait took none).
-			now := time.Now()
-			r := l.bucket.ReserveN(now, 1)
-			until := now.Add(time.Second)
-			if r.OK() {
-				until = now.Add(r.DelayFrom(now))
-				r.CancelAt(now)
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return nil, classify(ctx.Err())
 			}
-			return nil, &Error{Kind: KindRateLimited, Until: until, Msg: fmt.Sprintf("the rate limit of %s (%g/s) would hold the request past its deadline", e, e.Limit.PerSecond), Err: err}
+			return nil, &Error{Kind: KindRateLimited, Until: l.slot(time.Now()), Msg: fmt.Sprintf("the rate limit of %s (%g/s) would hold the request past its deadline", e, e.Limit.PerSecond), Err: err}
 		}
 	}
 	if l.slots == nil {
@@ -272,8 +276,31 @@ func (l *entryLimit) acquire(ctx context.Context, e *Entry) (release func(), err
 	case l.slots <- struct{}{}:
 		return func() { <-l.slots }, nil
 	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return nil, classify(ctx.Err())
+		}
 		return nil, &Error{Kind: KindRateLimited, Until: time.Now().Add(time.Second), Msg: fmt.Sprintf("no concurrency slot of %s (%d) came free before the deadline", e, e.Limit.Concurrency), Err: ctx.Err()}
 	}
+}
+
+// slot returns the time promised to a request the bucket held back at now: when the
+// bucket's next token is due (from its tokens, reservations counted: nothing is
+// reserved or spent), or one interval after the slot promised before, whichever is
+// later. It is a promise of spacing, not a reservation: the requests that come back
+// at their slots still take their tokens from the bucket like any other.
+func (l *entryLimit) slot(now time.Time) time.Time {
+	due := now
+	if tokens := l.bucket.TokensAt(now); tokens < 1 {
+		due = now.Add(time.Duration(math.Ceil((1 - tokens) * float64(l.interval))))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slot := due
+	if l.next.After(slot) {
+		slot = l.next
+	}
+	l.next = slot.Add(l.interval)
+	return slot
 }
 
 // releasingBody gives the request's concurrency slot back when its body is closed or
@@ -321,6 +348,12 @@ func newTransport(g *ssrf.Guardian, res Resolver, opts Options, connectTimeout t
 		if err != nil {
 			return nil, err
 		}
+		// net/http dials without the request's deadline (the connection may serve a
+		// later request), so the dial, the name's lookup included, takes at most the
+		// grant's timeout of its own: no lookup outlives the job that asked for it.
+		deadline := time.Now().Add(connectTimeout)
+		ctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
 		var addrs []netip.Addr
 		if a, err := netip.ParseAddr(host); err == nil {
 			addrs = []netip.Addr{a}
@@ -330,6 +363,9 @@ func newTransport(g *ssrf.Guardian, res Resolver, opts Options, connectTimeout t
 			addrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()}
 		} else {
 			addrs, err = res.LookupNetIP(ctx, "ip", host)
+			if err != nil && ctx.Err() != nil {
+				return nil, &Error{Kind: KindTimeout, Msg: fmt.Sprintf("resolve %s: no answer within the connect time (%v)", host, connectTimeout), Err: err}
+			}
 			if err != nil {
 				return nil, &Error{Kind: KindDNS, Msg: fmt.Sprintf("resolve %s: %v", host, err), Err: err}
 			}
@@ -338,11 +374,9 @@ func newTransport(g *ssrf.Guardian, res Resolver, opts Options, connectTimeout t
 			}
 		}
 		// Each address is dialled, and checked by the dialer's control hook, in turn;
-		// the first connection wins. net/http dials without the request's deadline
-		// (the connection may serve a later request), so the dial takes at most the
-		// grant's timeout, shared among the addresses as net.Dialer shares its own:
-		// an address that never answers does not take the others' time.
-		deadline := time.Now().Add(connectTimeout)
+		// the first connection wins. The time the lookup left is shared among the
+		// addresses as net.Dialer shares its own: an address that never answers does
+		// not take the others' time.
 		var failed, blocked []error
 		for i, a := range addrs {
 			actx, cancel := context.WithDeadline(ctx, partDeadline(time.Now(), deadline, len(addrs)-i))
@@ -374,6 +408,8 @@ func newTransport(g *ssrf.Guardian, res Resolver, opts Options, connectTimeout t
 		}
 		return nil, &Error{Kind: kind, Msg: strings.Join(msgs, "; "), Err: errors.Join(failed...)}
 	}
+	// A TLS handshake, too, runs without the request's deadline.
+	handshake := min(10*time.Second, connectTimeout)
 	return &http.Transport{
 		Proxy:                  nil, // a proxy would hide the destination from the checks
 		DialContext:            dial,
@@ -382,7 +418,7 @@ func newTransport(g *ssrf.Guardian, res Resolver, opts Options, connectTimeout t
 		MaxIdleConns:           max(256, idle),
 		MaxIdleConnsPerHost:    idle,
 		IdleConnTimeout:        90 * time.Second,
-		TLSHandshakeTimeout:    10 * time.Second,
+		TLSHandshakeTimeout:    handshake,
 		MaxResponseHeaderBytes: 1 << 20, // a head is held in memory whole
 		ExpectContinueTimeout:  time.Second,
 	}

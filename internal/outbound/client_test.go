@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -82,7 +83,12 @@ func session(t *testing.T, text string, opts outbound.Options, repl ...string) *
 // do runs one request to its head and reads the whole body.
 func do(t *testing.T, s *outbound.Session, method, url string, h http.Header) (*http.Response, string, error) {
 	t.Helper()
-	ctx := context.Background()
+	return doCtx(t, context.Background(), s, method, url, h)
+}
+
+// doCtx is do under ctx, the job's.
+func doCtx(t *testing.T, ctx context.Context, s *outbound.Session, method, url string, h http.Header) (*http.Response, string, error) {
+	t.Helper()
 	c, err := s.Start(ctx, outbound.Request{Method: method, URL: url, Header: h})
 	if err != nil {
 		return nil, "", err
@@ -479,6 +485,69 @@ rate = "1/s"
 		}
 		if until, ok := s.RateLimited(); !ok || !until.Equal(limited.Until) {
 			t.Fatalf("RateLimited() = %v, %v; want %v, true", until, ok, limited.Until)
+		}
+	})
+	t.Run("held back requests are given spaced slots", func(t *testing.T) {
+		t.Parallel()
+		srv := newServer(t, ok)
+		// 1 a minute: the first goes, the next five would wait past their timeout.
+		// Each is told its own slot, a minute after the one before, so that the jobs
+		// deferred to them do not all wake at once for the one token.
+		s := session(t, `[http]
+allow = ["http://127.0.0.1:P"]
+timeout = "100ms"
+[http.limits."http://127.0.0.1:P"]
+rate = "1/m"
+`, outbound.Options{}, "P", srv.port)
+		if _, _, err := do(t, s, "GET", srv.URL, nil); err != nil {
+			t.Fatal(err)
+		}
+		var untils []time.Time
+		for range 5 {
+			_, _, err := do(t, s, "GET", srv.URL, nil)
+			var e *outbound.Error
+			if !errors.As(err, &e) || e.Kind != outbound.KindRateLimited {
+				t.Fatalf("%v, want rate limited", err)
+			}
+			untils = append(untils, e.Until)
+		}
+		if d := time.Until(untils[0]); d <= 58*time.Second || d > time.Minute {
+			t.Fatalf("the first held back request is told %v from now, want the next token's (about a minute)", d)
+		}
+		for i := 1; i < len(untils); i++ {
+			if d := untils[i].Sub(untils[i-1]); d != time.Minute {
+				t.Fatalf("slots %v: %d and %d are %v apart, want 1m (the rate's)", untils, i-1, i, d)
+			}
+		}
+		if until, ok := s.RateLimited(); !ok || !until.Equal(untils[4]) {
+			t.Fatalf("RateLimited() = %v, %v; want the latest slot %v", until, ok, untils[4])
+		}
+	})
+	t.Run("an aborted wait is no limit", func(t *testing.T) {
+		t.Parallel()
+		srv := newServer(t, ok)
+		s := session(t, `[http]
+allow = ["http://127.0.0.1:P"]
+[http.limits."http://127.0.0.1:P"]
+rate = "1/s"
+concurrency = 1
+`, outbound.Options{}, "P", srv.port)
+		if _, _, err := do(t, s, "GET", srv.URL, nil); err != nil {
+			t.Fatal(err)
+		}
+		// The second waits for the next token, and the guest closes it meanwhile: a
+		// cancelled call is not one the limit held back.
+		c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		c.Close()
+		if until, ok := s.RateLimited(); ok {
+			t.Fatalf("RateLimited() = %v, true after the guest closed a waiting call", until)
+		}
+		if r := s.Records()[1]; r.Error != "cancelled" {
+			t.Fatalf("record %+v, want cancelled", r)
 		}
 	})
 	t.Run("concurrency", func(t *testing.T) {

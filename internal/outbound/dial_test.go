@@ -109,3 +109,47 @@ func TestDialSeveralAddresses(t *testing.T) {
 		})
 	}
 }
+
+// hangingResolver answers no lookup: each waits for its context (or the test's end),
+// and tells returned when it gives up.
+type hangingResolver struct {
+	returned chan error
+	release  chan struct{}
+}
+
+func (r hangingResolver) LookupNetIP(ctx context.Context, _, _ string) ([]netip.Addr, error) {
+	select {
+	case <-ctx.Done():
+	case <-r.release:
+	}
+	r.returned <- ctx.Err()
+	return nil, &net.DNSError{Err: "no answer", Name: "hang.test", IsTimeout: true}
+}
+
+// TestLookupBoundedByTheConnectTime: the name's lookup is part of the dial, and takes
+// at most the connect time: net/http dials without the request's deadline, so a
+// resolver that never answers would otherwise outlive the request and its job.
+func TestLookupBoundedByTheConnectTime(t *testing.T) {
+	t.Parallel()
+	res := hangingResolver{returned: make(chan error, 1), release: make(chan struct{})}
+	t.Cleanup(func() { close(res.release) })
+	tr := newTransport(ssrf.New(ssrf.WithAnyPort()), res, Options{}, 200*time.Millisecond)
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://hang.test/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&http.Client{Transport: tr}).Do(req); err == nil || classify(err).Kind != KindTimeout {
+		t.Fatalf("%v, want a timeout", err)
+	}
+	select {
+	case err := <-res.returned:
+		if err == nil {
+			t.Fatal("the lookup was let go by the test, not ended by its deadline")
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the lookup still runs a second after the request ended")
+	}
+}

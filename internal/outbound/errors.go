@@ -7,6 +7,8 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -79,7 +81,9 @@ type Error struct {
 	// Until, for KindCircuitOpen, is when the destination's breaker lets a call
 	// through again (a quarter of the cooldown from now, when it is half-open with
 	// its probe out); for KindRateLimited, when the limit would let the request go:
-	// the rate's next token, or a second from now for a concurrency slot.
+	// the slot the rate promises it (its next token's time, or one token's time after
+	// the slot it promised the request held back before, so that held-back requests
+	// are spaced by the rate), or a second from now for a concurrency slot.
 	Until time.Time
 }
 
@@ -90,19 +94,27 @@ func (e *Error) Error() string { return e.Kind.String() + ": " + e.Msg }
 func (e *Error) Unwrap() error { return e.Err }
 
 // classify turns an error of net/http into an *Error. An *Error inside it (from the
-// grant check, the dialer or the resolver) is returned as it is. The message names the
-// URL without its query string (Redact): it is logged at the job and kept in its
-// record.
+// grant check, the dialer, the resolver or a limit) keeps its kind. The message names
+// URLs without their query strings (errText): it is logged at the job and reaches the
+// guest.
 func classify(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
+		var ue *url.Error
+		if errors.As(err, &ue) && errors.As(ue.Err, &e) {
+			// A dialer's or resolver's failure names an address, not the request: the
+			// copy says which URL it was (a grant's refusal, a breaker's and a limit's
+			// name their destination already).
+			switch e.Kind {
+			case KindBlocked, KindDNS, KindRefused, KindTimeout, KindConnection:
+				c := *e
+				c.Msg = ue.Op + " " + Redact(ue.URL) + ": " + e.Msg
+				return &c
+			}
+		}
 		return e
 	}
-	msg := err.Error()
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		msg = ue.Op + " " + Redact(ue.URL) + ": " + ue.Err.Error()
-	}
+	msg := errText(err)
 	var netErr net.Error
 	var certErr *tls.CertificateVerificationError
 	var unknownCA x509.UnknownAuthorityError
@@ -121,4 +133,40 @@ func classify(err error) *Error {
 		return &Error{Kind: KindTLS, Msg: msg, Err: err}
 	}
 	return &Error{Kind: KindConnection, Msg: msg, Err: err}
+}
+
+// errText is err's text with every URL in it redacted (Redact): a *url.Error's own,
+// and each quoted string of the rest, since net/http quotes what a server sent (a
+// Location header that does not parse, with its query string) inside the error a
+// *url.Error wraps.
+func errText(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Op + " " + Redact(ue.URL) + ": " + redactQuoted(ue.Err.Error())
+	}
+	return redactQuoted(err.Error())
+}
+
+// redactQuoted returns s with each Go-quoted string in it ("...", as %q writes it)
+// redacted as a URL, and quoted again.
+func redactQuoted(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		q, err := strconv.QuotedPrefix(s[i:])
+		if err != nil {
+			// An unpaired quote: nothing after it can be told apart as a URL, so it is
+			// cut as Redact cuts what is not one.
+			b.WriteString(Redact(s[i:]))
+			return b.String()
+		}
+		u, _ := strconv.Unquote(q)
+		b.WriteString(strconv.Quote(Redact(u)))
+		s = s[i+len(q):]
+	}
 }

@@ -142,8 +142,8 @@ type Grant struct {
 	// OutageWait bounds how long, in all, the host defers a job whose call found its
 	// destination's circuit breaker open.
 	OutageWait time.Duration
-	// BreakerFailures is how many consecutive failures (connection failures,
-	// timeouts, 5xx) open a destination's circuit breaker.
+	// BreakerFailures is how many consecutive failures (connection failures, the
+	// grant's timeout passing, 5xx) open a destination's circuit breaker.
 	BreakerFailures int
 	// BreakerCooldown is how long an open breaker refuses calls before it lets one
 	// probe through.

@@ -28,7 +28,8 @@ type CallRecord struct {
 	// Status is the response's status; 0 when no response came.
 	Status int
 	// Error is how the request failed, its kind's label (Kind.Label) or "cancelled"
-	// when it was closed before its response came; "" when it did not fail. A
+	// when it was closed before its response came and before its deadline passed;
+	// "" when it did not fail. A
 	// response whose body failed (too large, cut short) has both a Status and an Error.
 	Error string
 	// Duration runs from the start to the first of: the failure, the body's end (read
@@ -50,7 +51,8 @@ func (r CallRecord) Outcome() string {
 	return "unknown"
 }
 
-// CallCancelled is CallRecord.Error for a request closed before its response came.
+// CallCancelled is CallRecord.Error for a request closed before its response came
+// and before its deadline passed.
 const CallCancelled = "cancelled"
 
 var kindLabels = map[Kind]string{

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
 )
@@ -113,4 +115,75 @@ func TestFailureMessagesNameNoQuery(t *testing.T) {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestMessagesOfMalformedURLsNameNoQuery: the failures that quote a URL the guest or
+// a server gave (a URL that is not absolute, a Location header that does not parse)
+// name it without its query string: the message reaches the job's logs and the guest.
+func TestMessagesOfMalformedURLsNameNoQuery(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", "/%zz/next?api_key=location-secret")
+		w.WriteHeader(http.StatusFound)
+	})
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\n", outbound.Options{}, "PORT", srv.port)
+	for _, tc := range []struct {
+		url  string
+		kind outbound.Kind
+	}{
+		{"//api.example.com/charge?api_key=url-secret", outbound.KindBadRequest},
+		{"http://127.0.0.1:" + srv.port + "/redirect?api_key=url-secret", outbound.KindConnection},
+	} {
+		_, _, err := do(t, s, "GET", tc.url, nil)
+		if !isKind(err, tc.kind) || strings.Contains(err.Error(), "secret") {
+			t.Errorf("GET %s: %v; want a %s naming no query", tc.url, err, tc.kind)
+		}
+	}
+}
+
+// TestRequestPastTheDeadlineIsRecordedAsTimeout: a request that hangs past the job's
+// deadline is recorded as a timeout, though the guest's wait for its head (under the
+// same deadline) may return before the request's own goroutine saw it; only a close
+// that itself ends a request is "cancelled".
+func TestRequestPastTheDeadlineIsRecordedAsTimeout(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	// The breaker is kept out of it: it is not what is tested here.
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\nbreaker_failures = 100\n", outbound.Options{}, "PORT", srv.port)
+	const n = 10
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	for range n {
+		c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Head(ctx); !isKind(err, outbound.KindTimeout) {
+			t.Fatalf("head: %v, want a timeout", err)
+		}
+	}
+	s.Close()
+	for i, r := range s.Records() {
+		if r.Error != "timeout" {
+			t.Errorf("record %d: error %q, want timeout", i, r.Error)
+		}
+	}
+}
+
+// TestDeniedRequestsDurationEndsAtTheRefusal: a request refused before anything is
+// sent takes no time, however long the guest keeps it open.
+func TestDeniedRequestsDurationEndsAtTheRefusal(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		s := session(t, "[http]\nallow = [\"http://127.0.0.1:1\"]\n", outbound.Options{})
+		c, err := s.Start(context.Background(), outbound.Request{URL: "http://10.1.2.3/x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute) // the guest holds it open
+		c.Close()
+		if r := s.Records()[0]; r.Error != "denied" || r.Duration >= time.Minute {
+			t.Fatalf("record %+v: want denied, its duration ending at the refusal", r)
+		}
+	})
 }

@@ -190,3 +190,39 @@ func TestIdempotencyKeysEqualAcrossRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestBreakerCountsOnlyTheGrantsTimeout: a request that times out counts against its
+// destination's breaker only when the grant's own timeout passed: a job's deadline
+// shorter than the destination's answer says nothing of its health, and jobs that
+// call a slow, healthy API must not defer each other as an outage.
+func TestBreakerCountsOnlyTheGrantsTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		timeout  string        // the grant's
+		deadline time.Duration // the job's
+		opens    bool
+	}{
+		{"the job's deadline", "1m", 50 * time.Millisecond, false},
+		{"the grant's timeout", "50ms", time.Minute, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+			s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\nbreaker_failures = 2\nbreaker_cooldown = \"1h\"\ntimeout = \"T\"\n",
+				outbound.Options{}, "PORT", srv.port, "T", tc.timeout)
+			for i := range 3 {
+				ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
+				_, _, err := doCtx(t, ctx, s, "GET", srv.URL, nil)
+				cancel()
+				want := outbound.KindTimeout
+				if tc.opens && i == 2 {
+					want = outbound.KindCircuitOpen
+				}
+				if !isKind(err, want) {
+					t.Fatalf("call %d: %v, want %s", i+1, err, want)
+				}
+			}
+		})
+	}
+}

@@ -142,7 +142,7 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 	}
 	u, err := url.Parse(req.URL)
 	if err != nil || !u.IsAbs() || u.Host == "" {
-		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not an absolute http or https URL", req.URL)}
+		return nil, &Error{Kind: KindBadRequest, Msg: fmt.Sprintf("%q is not an absolute http or https URL", Redact(req.URL))}
 	}
 	if int64(len(req.Body)) > g.MaxRequestBody {
 		return nil, &Error{Kind: KindRequestTooLarge, Msg: fmt.Sprintf("the body of %d bytes passes max_request_body (%d bytes)", len(req.Body), g.MaxRequestBody)}
@@ -196,7 +196,7 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 		s.keyed++
 		key = s.keyFor + "-" + strconv.Itoa(s.keyed)
 	}
-	rctx, cancel := context.WithTimeout(context.WithValue(ctx, outageKey{}, s), g.Timeout)
+	rctx, cancel := context.WithTimeoutCause(context.WithValue(ctx, outageKey{}, s), g.Timeout, errGrantTimeout)
 	c := &Call{s: s, held: int64(len(req.Body)), ctx: rctx, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{}),
 		idx: len(s.records), start: time.Now()}
 	s.open[c] = struct{}{}
@@ -206,6 +206,7 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 	if denied != nil {
 		// Denied before anything is sent; no goroutine is needed.
 		c.err = classify(denied)
+		c.end()
 		close(c.done)
 		close(c.ended)
 		return c, nil
@@ -216,7 +217,8 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 	}
 	hreq, err := http.NewRequestWithContext(rctx, req.Method, u.String(), body)
 	if err != nil {
-		c.err = &Error{Kind: KindBadRequest, Msg: err.Error(), Err: err}
+		c.err = &Error{Kind: KindBadRequest, Msg: errText(err), Err: err}
+		c.end()
 		close(c.done)
 		close(c.ended)
 		return c, nil
@@ -365,11 +367,16 @@ func (c *Call) end() {
 // Close ends the call: cancels it if it is still running, closes its body, and waits
 // for its goroutine. It is idempotent. The first Close completes the call's record.
 func (c *Call) Close() {
+	// Closed before its head came, with its context still running: the failure that
+	// follows is the close's own. A context that had ended already (the job's
+	// deadline, the grant's timeout) is the failure, though the request's goroutine
+	// may not have seen it yet: a guest waiting under the same deadline can come
+	// here first.
 	early := false
 	select {
 	case <-c.done:
 	default:
-		early = true // closed before its head came: the failure that follows is the close's
+		early = c.ctx.Err() == nil
 	}
 	c.cancel()
 	<-c.ended
