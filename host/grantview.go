@@ -20,6 +20,10 @@ type HTTPGrant struct {
 	MaxRequests    int   `json:"max_requests"`
 	// IdempotencyHeader is the header of idempotency keys; empty for none.
 	IdempotencyHeader string `json:"idempotency_header,omitempty"`
+	// BreakerFailures is how many consecutive failures open a destination's circuit
+	// breaker; BreakerCooldown how long it stays open, as a Go duration.
+	BreakerFailures int    `json:"breaker_failures"`
+	BreakerCooldown string `json:"breaker_cooldown"`
 	// OutageWait bounds how long an outage may defer a job, as a Go duration.
 	OutageWait string `json:"outage_wait"`
 }
@@ -43,7 +47,8 @@ func grantView(g *outbound.Grant) *HTTPGrant {
 		return nil
 	}
 	v := &HTTPGrant{Allow: make([]HTTPEntry, 0, len(g.Allow)), Timeout: g.Timeout.String(), MaxResponse: g.MaxResponse,
-		MaxRequestBody: g.MaxRequestBody, MaxRequests: g.MaxRequests, IdempotencyHeader: g.IdempotencyHeader, OutageWait: g.OutageWait.String()}
+		MaxRequestBody: g.MaxRequestBody, MaxRequests: g.MaxRequests, IdempotencyHeader: g.IdempotencyHeader,
+		BreakerFailures: g.BreakerFailures, BreakerCooldown: g.BreakerCooldown.String(), OutageWait: g.OutageWait.String()}
 	for _, e := range g.Allow {
 		he := HTTPEntry{Entry: e.String()}
 		for name := range e.Header {

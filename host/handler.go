@@ -73,9 +73,7 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 		}
 	}
 	x := m.run(ctx, job, sink)
-	now := time.Now()
-	res := outageDefer(x.Result(), &x, job, m.manifest.HTTP, now, outageJitter) // with the run's calls, the first MaxResultCalls
-	res = rateLimitDefer(res, &x, now, outageJitter)
+	res := m.Settle(&x, job, time.Now())
 	res.Logs = lines
 	if c != nil {
 		res.Role = role

@@ -103,3 +103,37 @@ func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 		})
 	}
 }
+
+// TestJSSetupRequestsReachOnHTTPCall: a request a JS handler's bundle starts at its top
+// level, while the VM is set up at load, is reported to Config.OnHTTPCall with its
+// module, entry and outcome like a job's, not dropped with the setup's state.
+func TestJSSetupRequestsReachOnHTTPCall(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var seen []host.HTTPCall
+	e, err := host.NewEngine(context.Background(), host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}},
+		OnHTTPCall: func(c host.HTTPCall) {
+			mu.Lock()
+			seen = append(seen, c)
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close(context.Background()) })
+	srv := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
+	entry := "http://127.0.0.1:" + srv.port
+	src := `fetch("` + srv.URL + `/warm"); fetch("http://127.0.0.2:1/denied").catch(() => {});
+var __wasmjobs_handler = { default: async function (job) {} };`
+	loadJS(t, e, src, fmt.Sprintf("[http]\nallow = [%q]\n", entry))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 {
+		t.Fatalf("OnHTTPCall saw %d calls of the setup (%+v), want 2", len(seen), seen)
+	}
+	for i, want := range []struct{ grant, outcomes string }{{entry, "2xx cancelled"}, {"", "denied"}} {
+		if c := seen[i]; c.Module != "js" || c.Grant != want.grant || !slices.Contains(strings.Fields(want.outcomes), c.Outcome) {
+			t.Errorf("call %d: %+v, want module js, grant %q, outcome in %q", i, c, want.grant, want.outcomes)
+		}
+	}
+}

@@ -23,6 +23,14 @@ const jsMaxTimers = 1000
 // jsBodyChunk is the size of each read of a response body that fetch takes whole.
 const jsBodyChunk = 64 << 10
 
+// jsBodyShare bounds a response body a JS handler reads whole to this fraction of its
+// QuickJS heap (jsVM.limit), below max_response when that is larger. The body is in
+// guest memory up to four times at once (the copy passed in, its Uint8Array, and for
+// text() the copy passed back in and the string), so a fifth leaves the handler room
+// for its own; past it the read fails as too large, a value the handler can catch,
+// instead of QuickJS running out of memory, which ends the job as a trap.
+const jsBodyShare = 5
+
 // jsPending is a promise the host resolves, made by the engine's qjs_new_promise: the
 // head of a request (handle >= 0) or a timer (handle -1). resolve and reject are the
 // promise's resolving functions, owned by the host until it calls or drops them.
@@ -176,11 +184,22 @@ func (vm *jsVM) argHandle(ctx context.Context, v uint32) (int32, error) {
 }
 
 // readBody reads a response's body whole, up to the grant's max_response (the
-// request's own bound): its bytes, or a negative status.
+// request's own bound) and what the handler's memory can take (jsBodyShare): its
+// bytes, or a negative status. A body announced past the latter fails before it is
+// read.
 func (vm *jsVM) readBody(st *callState, h int32) ([]byte, int32) {
 	c, resp, s := st.httpHead(vm.reqCtx, h)
 	if resp == nil {
 		return nil, s
+	}
+	most := int64(vm.limit / jsBodyShare)
+	tooLarge := func() int32 {
+		return st.httpFail(c, &outbound.Error{Kind: outbound.KindTooLarge, Msg: fmt.Sprintf(
+			"the body passes %d bytes, the most this JS handler reads whole (a fifth of its QuickJS heap of %d bytes, set by memory in the manifest): raise memory",
+			most, vm.limit)})
+	}
+	if resp.ContentLength > most {
+		return nil, tooLarge()
 	}
 	var body []byte
 	buf := make([]byte, jsBodyChunk)
@@ -188,6 +207,8 @@ func (vm *jsVM) readBody(st *callState, h int32) ([]byte, int32) {
 		n, err := c.call.Read(vm.reqCtx, buf)
 		body = append(body, buf[:n]...)
 		switch {
+		case int64(len(body)) > most:
+			return nil, tooLarge()
 		case errors.Is(err, io.EOF):
 			return body, 0
 		case err != nil:

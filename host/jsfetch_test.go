@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -421,5 +422,70 @@ func TestJSFetchBounds(t *testing.T) {
 				t.Fatalf("%s %q %q after %v, want %s %q %q", x.Kind, x.Reason, x.Output, x.Duration, c.kind, c.reason, c.output)
 			}
 		})
+	}
+}
+
+// TestJSFetchBodyBoundedByMemory: with max_response above what the JS handler's memory
+// can take (the default 64 MiB and max_response = "100MiB"), a body past the host's cap
+// (a fifth of the QuickJS heap) fails its read as too_large (-16), a FetchError the
+// handler catches, saying why, whether or not the server announced its length, where
+// it used to end the job as a trap (InternalError: out of memory). A body of exactly
+// the cap reads whole, as text and as bytes; the default max_response (10 MiB) fits
+// under it; the module serves on.
+func TestJSFetchBodyBoundedByMemory(t *testing.T) {
+	t.Parallel()
+	s := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		path, announced := strings.CutPrefix(r.URL.Path, "/cl")
+		n, err := strconv.Atoi(strings.TrimPrefix(path, "/"))
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		if announced {
+			w.Header().Set("Content-Length", strconv.Itoa(n))
+		}
+		chunk := []byte(strings.Repeat("x", 64<<10))
+		for ; n > 0; n -= len(chunk) {
+			if _, err := w.Write(chunk[:min(n, len(chunk))]); err != nil {
+				return
+			}
+		}
+	})
+	m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"20s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\nmax_response = \"100MiB\"\ntimeout = \"20s\"\n", s.port))
+	read := func(path, op string) host.Execution {
+		return runPayload(m, `const r = await fetch("`+s.URL+path+`");
+			try { const b = await r.`+op+`(); return "read " + (b.length ?? b.byteLength); } catch (e) { return e.code + " " + e.kind + " " + e.message; }`)
+	}
+	// The cap, from the refusal of a 40 MiB body.
+	x := read("/cl/"+strconv.Itoa(40<<20), "text")
+	var most int
+	if _, err := fmt.Sscanf(string(x.Output), "-16 too_large response too large: the body passes %d bytes", &most); err != nil || x.Kind != host.KindAck {
+		t.Fatalf("a 40 MiB body: %s %q %q, want a caught -16 too_large saying the cap", x.Kind, x.Reason, x.Output)
+	}
+	if most < 10<<20 || most >= 20<<20 {
+		t.Fatalf("the cap is %d bytes, want at least the default max_response (10 MiB) and under 20 MiB", most)
+	}
+	t.Logf("the cap: %d bytes", most)
+	for _, c := range []struct {
+		name, path, op string
+		want           string // the output's start
+	}{
+		{"40 MiB as bytes", "/cl/" + strconv.Itoa(40<<20), "arrayBuffer", "-16 too_large response too large: the body passes"},
+		{"20 MiB, its length unannounced", "/" + strconv.Itoa(20<<20), "text", "-16 too_large response too large: the body passes"},
+		{"one byte past the cap, unannounced", "/" + strconv.Itoa(most+1), "text", "-16 too_large"},
+		{"one byte past the cap, announced", "/cl/" + strconv.Itoa(most+1), "arrayBuffer", "-16 too_large"},
+		{"the cap as text", "/" + strconv.Itoa(most), "text", "read " + strconv.Itoa(most)},
+		{"the cap as bytes", "/cl/" + strconv.Itoa(most), "arrayBuffer", "read " + strconv.Itoa(most)},
+		{"the default max_response", "/" + strconv.Itoa(10<<20), "text", "read " + strconv.Itoa(10<<20)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x := read(c.path, c.op)
+			if x.Kind != host.KindAck || !strings.HasPrefix(string(x.Output), c.want) {
+				t.Fatalf("%s %q %q, want output %q...", x.Kind, x.Reason, x.Output, c.want)
+			}
+		})
+	}
+	if x := runPayload(m, `return "ok"`); x.Kind != host.KindAck || string(x.Output) != "ok" {
+		t.Fatalf("the next job: %s %q %q", x.Kind, x.Reason, x.Output)
 	}
 }

@@ -253,8 +253,9 @@ func newJSVM(ctx context.Context, inst *instance, m *Module, deadline time.Time)
 	vm.outer, vm.reqCtx = ctx, rctx
 	// Requests the setup left open end with it, as a call's do (instance.call); the
 	// promises of a fetch or timer started by the bundle's top level never resolve
-	// (the drive loop runs in jobs only).
-	defer inst.st.http.close()
+	// (the drive loop runs in jobs only). The setup's requests are reported to
+	// OnHTTPCall as a job's are: the next job's reset would drop their records.
+	defer func() { m.calls(inst.st.http.end()) }()
 	err := vm.setup(c, m)
 	if err == nil {
 		err = vm.dropPending(c, vm.fn)

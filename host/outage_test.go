@@ -71,38 +71,50 @@ func TestOutageDefer(t *testing.T) {
 
 // TestRateLimitDefer: a run that failed after a request was held back by a limit of
 // [http.limits] is deferred until the limit would let it go, plus a jitter of up to a
-// quarter of that; an ack, a dead letter or a defer (an outage's too) stands.
+// quarter of that, flagged as an outage's is (no attempt, no max_defers: the limit is
+// the host's own), for at most outage_wait in all; past it, the usual accounting. An
+// ack, a dead letter or a defer (an outage's too) stands.
 func TestRateLimitDefer(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	g := &outbound.Grant{OutageWait: time.Hour, BreakerCooldown: 40 * time.Second}
 	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
 	for _, tc := range []struct {
 		name      string
 		outcome   worker.Outcome
 		limited   *time.Time
+		since     time.Duration // the wait began this long before now; 0: none yet
 		wantDelay time.Duration // 0: untouched
 	}{
-		{"retry", worker.Retry, at(8 * time.Second), 10 * time.Second},
-		{"a failed run", worker.Failed, at(8 * time.Second), 10 * time.Second},
-		{"the token is due now", worker.Retry, at(0), time.Millisecond},
-		{"not held back", worker.Retry, nil, 0},
-		{"an ack stands", worker.Ack, at(8 * time.Second), 0},
-		{"a dead letter stands", worker.DeadLetter, at(8 * time.Second), 0},
-		{"a defer stands", worker.Defer, at(8 * time.Second), 0},
+		{"retry", worker.Retry, at(8 * time.Second), 0, 10 * time.Second},
+		{"a failed run", worker.Failed, at(8 * time.Second), 0, 10 * time.Second},
+		{"the token is due now", worker.Retry, at(0), 0, time.Millisecond},
+		{"not held back", worker.Retry, nil, 0, 0},
+		{"an ack stands", worker.Ack, at(8 * time.Second), 0, 0},
+		{"a dead letter stands", worker.DeadLetter, at(8 * time.Second), 0, 0},
+		{"a defer stands", worker.Defer, at(8 * time.Second), 0, 0},
+		{"within outage_wait", worker.Retry, at(8 * time.Second), 50 * time.Minute, 10 * time.Second},
+		{"capped at what is left of outage_wait", worker.Retry, at(8 * time.Second), time.Hour - 5*time.Second, 5 * time.Second},
+		{"past outage_wait: the usual accounting", worker.Retry, at(8 * time.Second), time.Hour, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			env := backend.NewEnvelope("q", nil)
+			if tc.since > 0 {
+				env.Headers = map[string]string{worker.OutageHeader: strconv.FormatInt(now.Add(-tc.since).UnixMilli(), 10)}
+			}
+			job := &worker.Job{Envelope: env, Attempt: 1}
 			jitter := func(max time.Duration) time.Duration { return max } // the most
 			in := worker.Result{Outcome: tc.outcome, Reason: "boom", Delay: time.Minute}
-			got := host.RateLimitDefer(in, &host.Execution{RateLimited: tc.limited}, now, jitter)
+			got := host.RateLimitDefer(in, &host.Execution{RateLimited: tc.limited}, job, g, now, jitter)
 			if tc.wantDelay == 0 {
-				if got.Outcome != in.Outcome || got.Delay != in.Delay || got.Reason != in.Reason {
+				if got.Outcome != in.Outcome || got.Outage || got.Delay != in.Delay || got.Reason != in.Reason {
 					t.Fatalf("result %+v, want it untouched", got)
 				}
 				return
 			}
-			if got.Outcome != worker.Defer || got.Outage || got.Delay != tc.wantDelay || !strings.HasSuffix(got.Reason, ": boom") {
-				t.Fatalf("result %+v, want a defer of %v (not an outage's) keeping the reason", got, tc.wantDelay)
+			if got.Outcome != worker.Defer || !got.Outage || got.Delay != tc.wantDelay || !strings.HasSuffix(got.Reason, ": boom") {
+				t.Fatalf("result %+v, want a defer of %v flagged Outage (not counted toward max_defers) keeping the reason", got, tc.wantDelay)
 			}
 		})
 	}

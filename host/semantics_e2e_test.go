@@ -22,8 +22,8 @@ import (
 // payload's URL; an ack on 2xx, a retry otherwise). They run in real time: wazero's
 // calls and the loopback network do not run inside a synctest bubble.
 
-// semanticsRig is a worker serving abi/http_post_retry under manifest from a Pebble
-// store, counting its settles.
+// semanticsRig is a worker serving a module (abi/http_post_retry unless told) under
+// manifest from a Pebble store, counting its settles.
 type semanticsRig struct {
 	t     *testing.T
 	b     *pebble.Backend
@@ -37,8 +37,14 @@ type semanticsRig struct {
 
 func newSemanticsRig(t *testing.T, manifest string, concurrency int) *semanticsRig {
 	t.Helper()
+	return newSemanticsRigOf(t, "abi/http_post_retry", manifest, concurrency)
+}
+
+// newSemanticsRigOf is newSemanticsRig serving the testdata module rel.
+func newSemanticsRigOf(t *testing.T, rel, manifest string, concurrency int) *semanticsRig {
+	t.Helper()
 	ctx := context.Background()
-	m := loadFile(t, httpEngine(t, nil), "abi/http_post_retry", manifest)
+	m := loadFile(t, httpEngine(t, nil), rel, manifest)
 	b, err := pebble.Open(ctx, pebble.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -115,24 +121,35 @@ func (r *semanticsRig) dead() []backend.DeadLetter {
 	return dl
 }
 
-// A job that retries twice sends the same idempotency key each time; a dead letter
-// replayed by an operator is new work, its key of generation 1.
+// A job whose every run sends POST, GET, POST (abi/http_post_get_post) and that
+// retries twice sends the same idempotency keys, -1 and -2, on each attempt, the GET
+// taking none; a dead letter replayed by an operator is new work, its keys of
+// generation 1.
 func TestE2EIdempotencyKeysAcrossAttemptsAndReplay(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
-	keys := map[string][]string{} // by path
+	keys := map[string][]string{} // the POSTs' keys, by path
+	gets := map[string]int{}      // the GETs, by path
 	var deadUp atomic.Bool
 	srv := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		keys[r.URL.Path] = append(keys[r.URL.Path], r.Header.Get("Idempotency-Key"))
-		n := len(keys[r.URL.Path])
-		mu.Unlock()
-		if r.URL.Path == "/retry" && n <= 2 || r.URL.Path == "/dead" && !deadUp.Load() {
+		defer mu.Unlock()
+		if r.Method != http.MethodGet {
+			keys[r.URL.Path] = append(keys[r.URL.Path], r.Header.Get("Idempotency-Key"))
+			return
+		}
+		gets[r.URL.Path]++
+		if k := r.Header.Get("Idempotency-Key"); k != "" {
+			t.Errorf("a GET carried the key %q", k)
+		}
+		// The run fails at its GET: the first two runs of /retry, every run of /dead
+		// until it is back.
+		if r.URL.Path == "/retry" && gets[r.URL.Path] <= 2 || r.URL.Path == "/dead" && !deadUp.Load() {
 			w.WriteHeader(500)
 		}
 	})
 	// Breakers out of the way: this test is about keys.
-	r := newSemanticsRig(t, fmt.Sprintf(`max_attempts = 3
+	r := newSemanticsRigOf(t, "abi/http_post_get_post", fmt.Sprintf(`max_attempts = 3
 backoff_base = "10ms"
 backoff_cap = "50ms"
 [http]
@@ -156,10 +173,11 @@ breaker_failures = 1000
 	r.waitAcks(2, 30*time.Second)
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []string{retried + "-1", retried + "-1", retried + "-1"}; !slices.Equal(keys["/retry"], want) {
+	run := func(id string) []string { return []string{id + "-1", id + "-2"} }
+	if want := slices.Concat(run(retried), run(retried), run(retried)); !slices.Equal(keys["/retry"], want) {
 		t.Errorf("keys of the job retried twice: %q, want %q", keys["/retry"], want)
 	}
-	if want := []string{dead + "-1", dead + "-1", dead + "-1", dead + "-r1-1"}; !slices.Equal(keys["/dead"], want) {
+	if want := slices.Concat(run(dead), run(dead), run(dead), run(dead+"-r1")); !slices.Equal(keys["/dead"], want) {
 		t.Errorf("keys of the dead-lettered then replayed job: %q, want %q", keys["/dead"], want)
 	}
 }

@@ -82,7 +82,8 @@ type Result struct {
 	// staged: Retry then uses the queue's backoff. A Defer's delay is capped at the
 	// queue's Backoff.Cap.
 	Delay time.Duration
-	// Outage, on a Defer, says the job waits out an outage of a dependency: the defer
+	// Outage, on a Defer, says the job waits out an outage of a dependency (or another
+	// wait that is not the job's doing, such as a limit of the host's own): the defer
 	// does not count toward MaxDefers, and the worker keeps when the outage began (the
 	// first of an unbroken run of such defers) in OutageHeader, so that the handler
 	// can bound the total wait (Job.OutageSince). Any other settle ends the outage.

@@ -88,19 +88,22 @@ func TestRetryDropsOutage(t *testing.T) {
 	})
 }
 
-// A defer's delay is capped at the queue's Backoff.Cap: a Retry-After of two days
-// does not park a job past the queue's longest wait.
+// A staged delay, a defer's or a retry's, is capped at the queue's Backoff.Cap: a
+// Retry-After of two days does not park a job past the queue's longest wait.
 func TestDeferDelayCappedAtBackoffCap(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name      string
+		outcome   worker.Outcome
 		delay     time.Duration
 		outage    bool
 		wantAfter time.Duration
 	}{
-		{"two days", 48 * time.Hour, false, time.Hour},
-		{"an outage's two days", 48 * time.Hour, true, time.Hour},
-		{"under the cap", 10 * time.Minute, false, 10 * time.Minute},
+		{"two days", worker.Defer, 48 * time.Hour, false, time.Hour},
+		{"an outage's two days", worker.Defer, 48 * time.Hour, true, time.Hour},
+		{"under the cap", worker.Defer, 10 * time.Minute, false, 10 * time.Minute},
+		{"a retry's two days", worker.Retry, 48 * time.Hour, false, time.Hour},
+		{"a retry under the cap", worker.Retry, 10 * time.Minute, false, 10 * time.Minute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -109,7 +112,7 @@ func TestDeferDelayCappedAtBackoffCap(t *testing.T) {
 				h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
 					log.add(j)
 					if len(log.all()) == 1 {
-						return worker.Result{Outcome: worker.Defer, Outage: tc.outage, Delay: tc.delay}
+						return worker.Result{Outcome: tc.outcome, Outage: tc.outage, Delay: tc.delay}
 					}
 					return worker.Result{}
 				})
@@ -118,7 +121,7 @@ func TestDeferDelayCappedAtBackoffCap(t *testing.T) {
 				time.Sleep(3 * time.Hour)
 				runs := log.all()
 				if len(runs) != 2 {
-					t.Fatalf("%d runs in 3h, want 2: the defer of %v is capped at the queue's 1h", len(runs), tc.delay)
+					t.Fatalf("%d runs in 3h, want 2: the %v of %v is capped at the queue's 1h", len(runs), tc.outcome, tc.delay)
 				}
 				if got := runs[1].at.Sub(runs[0].at); got != tc.wantAfter {
 					t.Fatalf("ran again after %v, want %v", got, tc.wantAfter)

@@ -147,13 +147,15 @@ func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
 			}
 			next.Priority = uint8(spec.PriorityLevels)
 		}
-		// A handler's delay (a Retry-After of two days, say) never parks a job past the
-		// queue's longest wait.
+		// A staged delay (a Retry-After of two days, say) never parks a job past the
+		// queue's longest wait; the same rule holds for a retry's below.
 		return plan{settle: SettleDefer, reason: reason, delay: min(res.Delay, spec.Backoff.Cap), next: next}
 	}
 	delay := w.backoff(spec.Backoff, job.Attempt)
 	if res.Outcome == Retry && res.Delay > 0 {
-		delay = res.Delay // a staged delay applies to a retry, never to a failure
+		// A staged delay applies to a retry, never to a failure, and is capped at the
+		// queue's longest wait as a defer's is.
+		delay = min(res.Delay, spec.Backoff.Cap)
 	}
 	next := job.Envelope.Clone()
 	next.Attempt, next.MaxAttempts, next.Defers, next.Reason = job.Attempt+1, job.MaxAttempts, 0, reason

@@ -106,6 +106,36 @@ func TestInvokeMakesRealRequestsUnderTheGrant(t *testing.T) {
 	}
 }
 
+// TestInvokeShowsTheHostsDefer: invoke prints what the worker would do, the host's
+// own step included: a module that retries after its request opened its
+// destination's breaker (breaker_failures = 1, a 500) is shown deferred to wait out
+// the outage, with the defer's delay, not retried.
+func TestInvokeShowsTheHostsDefer(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "post.wasm")
+	installModule(t, dir, "abi/http_post_retry", "post", "v1")
+	manifest := fmt.Sprintf("[http]\nallow = [\"http://127.0.0.1:%s\"]\nbreaker_failures = 1\nbreaker_cooldown = \"40s\"\n", portOf(srv))
+	if err := os.WriteFile(filepath.Join(dir, "post.toml"), []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := wasmjobs(t, "", "invoke", path, "--json", "--payload", srv.URL+"/hook")
+	var rep invokeReport
+	if err := json.Unmarshal([]byte(r.stdout), &rep); r.code != 0 || err != nil {
+		t.Fatalf("exit %d, %v: %s %s", r.code, err, r.stdout, r.stderr)
+	}
+	// The breaker calls again in 40s; the jitter adds up to a quarter of that.
+	if rep.Settle != "defer" || !strings.HasPrefix(rep.Reason, "waiting out an outage") || rep.DelayMs == nil || *rep.DelayMs < 39_000 || *rep.DelayMs > 50_000 {
+		t.Fatalf("settle %s, reason %q, delay_ms %v; want the outage's defer of 40s to 50s", rep.Settle, rep.Reason, rep.DelayMs)
+	}
+	text := wasmjobs(t, "", "invoke", path, "--payload", srv.URL+"/hook")
+	if !strings.Contains(text.stdout, "settle    defer\nreason    waiting out an outage") {
+		t.Errorf("the text report lacks the defer:\n%s", text.stdout)
+	}
+}
+
 // TestHTTPCAFailsWhenTheSystemRootsCannotBeRead: --http-ca adds to the system's roots;
 // when those cannot be read, run and invoke fail saying so, rather than trusting only
 // the file's certificates and failing every public https call later.

@@ -37,7 +37,8 @@ func newInvokeCommand(g *globals) *cobra.Command {
 		Short: "Run one job on a module, without a queue, and show what happened",
 		Long: `invoke runs one job on MODULE (a .wasm file) in a fresh host, with the module's
 manifest (NAME.toml beside it), and prints the outcome: the code wasmjobs_handle
-returned, what the worker would do with it given the attempt, the reason, the staged
+returned, what the worker would do with it given the attempt (the host's defer for an
+outage or a rate limit included), the reason, the staged
 delay, the output, the logs, the child jobs that would be published and the outbound
 HTTP calls it made.
 
@@ -93,9 +94,9 @@ command is misused or the module cannot be loaded.`,
 				job.MaxAttempts = abi.DefaultMaxAttempts
 			}
 			x := m.Run(ctx, job, nil)
-			res := x.Result()
+			res := m.Settle(&x, job, time.Now()) // the host's own step, an outage's defer say, as a Handler takes it
 			settle, reason := worker.Decide(job, res, man.MaxDefers)
-			report := newInvokeReport(x, settle, reason)
+			report := newInvokeReport(x, res, settle, reason)
 			if f.json {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetEscapeHTML(false)
@@ -208,7 +209,9 @@ type reportModule struct {
 	Version string `json:"version"`
 }
 
-func newInvokeReport(x host.Execution, settle worker.Settle, reason string) invokeReport {
+// newInvokeReport reports x, which the host made res and the worker would settle
+// as settle with reason.
+func newInvokeReport(x host.Execution, res worker.Result, settle worker.Settle, reason string) invokeReport {
 	r := invokeReport{
 		Result:       string(x.Kind),
 		Code:         x.Code,
@@ -223,7 +226,10 @@ func newInvokeReport(x host.Execution, settle worker.Settle, reason string) invo
 		Module:       reportModule{Name: x.Module, Version: x.Version},
 		outputLen:    len(x.Output),
 	}
-	if x.Delay != nil {
+	if res.Outage {
+		ms := res.Delay.Milliseconds() // the host's defer, in place of the guest's staged delay
+		r.DelayMs = &ms
+	} else if x.Delay != nil {
 		ms := x.Delay.Milliseconds()
 		r.DelayMs = &ms
 	}

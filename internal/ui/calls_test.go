@@ -41,12 +41,16 @@ func TestJobPageShowsEachAttemptsCalls(t *testing.T) {
 
 // TestModulesPageShowsTheGrantWithoutHeaderValues: the modules page shows a module's
 // [http] grant: its entries, the names of the headers the host adds (never their
-// values), its limits and bounds; /v1/modules carries the same.
+// values), its limits and bounds, its circuit breakers' settings and outage_wait;
+// /v1/modules carries the same.
 func TestModulesPageShowsTheGrantWithoutHeaderValues(t *testing.T) {
 	t.Parallel()
 	h, reg := rigWith(t, memory.New(memory.Config{}), ui.Config{}, `[http]
 allow = ["https://api.test", "http://127.0.0.1:9000"]
 timeout = "7s"
+breaker_failures = 7
+breaker_cooldown = "45s"
+outage_wait = "2h"
 [http.headers."https://api.test"]
 Authorization = "Bearer sk-very-secret"
 [http.limits."https://api.test"]
@@ -58,7 +62,8 @@ concurrency = 3
 	_, grant, _ := strings.Cut(body, `id="grant-echo"`)
 	grant, _, _ = strings.Cut(grant, "</div>")
 	for _, want := range []string{"<code>https://api.test:443</code>, the host adds <code>Authorization</code>, at most 5/s (burst 2), 3 at once",
-		"<code>http://127.0.0.1:9000</code></li>", "timeout 7s"} {
+		"<code>http://127.0.0.1:9000</code></li>", "timeout 7s",
+		"a destination's breaker opens after 7 consecutive failures, for 45s; an outage defers a job for at most 2h0m0s in all"} {
 		if !strings.Contains(grant, want) {
 			t.Errorf("the grant lacks %q:\n%s", want, grant)
 		}
@@ -69,5 +74,8 @@ concurrency = 3
 	mods := reg.Modules()
 	if len(mods) != 1 || mods[0].HTTP == nil || len(mods[0].HTTP.Allow) != 2 || mods[0].HTTP.Allow[0].Headers[0] != "Authorization" {
 		t.Fatalf("Modules() = %+v, want echo's grant", mods)
+	}
+	if g := mods[0].HTTP; g.BreakerFailures != 7 || g.BreakerCooldown != "45s" || g.OutageWait != "2h0m0s" {
+		t.Errorf("Modules() grant: breaker_failures %d, breaker_cooldown %q, outage_wait %q; want 7, 45s, 2h0m0s", g.BreakerFailures, g.BreakerCooldown, g.OutageWait)
 	}
 }

@@ -1,0 +1,52 @@
+;; Idempotency keys within a run: sends POST, GET, POST to the URL in the payload, all
+;; three whatever their answers, and writes their statuses (or, for a failed request,
+;; its negative status) to its output, one a line; acks when all three are 2xx, and
+;; RETRIES otherwise. The GET takes no key, so the POSTs are keys 1 and 2.
+(module
+  (import "wasmjobs" "payload_read" (func $payload_read (param i32 i32) (result i32)))
+  (import "wasmjobs" "output_write" (func $output_write (param i32 i32) (result i32)))
+  (import "wasmjobs" "http_start" (func $http_start (param i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "wasmjobs" "http_status" (func $http_status (param i32) (result i32)))
+  (import "wasmjobs" "http_close" (func $http_close (param i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 4096) "POST")
+  (data (i32.const 4104) "GET")
+  (data (i32.const 4112) "x")
+  (data (i32.const 4120) "\n")
+  (func (export "wasmjobs_abi_v1"))
+  ;; $num writes a decimal number and a newline, built backwards from 8200.
+  (func $num (param $v i32)
+    (local $p i32) (local $neg i32)
+    (local.set $p (i32.const 8200))
+    (if (i32.lt_s (local.get $v) (i32.const 0))
+      (then (local.set $neg (i32.const 1)) (local.set $v (i32.sub (i32.const 0) (local.get $v)))))
+    (loop $l
+      (local.set $p (i32.sub (local.get $p) (i32.const 1)))
+      (i32.store8 (local.get $p) (i32.add (i32.const 48) (i32.rem_u (local.get $v) (i32.const 10))))
+      (local.set $v (i32.div_u (local.get $v) (i32.const 10)))
+      (br_if $l (local.get $v)))
+    (if (local.get $neg)
+      (then (local.set $p (i32.sub (local.get $p) (i32.const 1))) (i32.store8 (local.get $p) (i32.const 45))))
+    (drop (call $output_write (local.get $p) (i32.sub (i32.const 8200) (local.get $p))))
+    (drop (call $output_write (i32.const 4120) (i32.const 1))))
+  ;; $req sends one request to the payload's URL (len bytes at 0) and returns 1 for a
+  ;; 2xx answer, 0 otherwise.
+  (func $req (param $m i32) (param $mlen i32) (param $len i32) (param $body i32) (param $blen i32) (result i32)
+    (local $h i32) (local $s i32)
+    (local.set $h (call $http_start (local.get $m) (local.get $mlen) (i32.const 0) (local.get $len)
+      (i32.const 0) (i32.const 0) (local.get $body) (local.get $blen)))
+    (if (i32.lt_s (local.get $h) (i32.const 0))
+      (then (call $num (local.get $h)) (return (i32.const 0))))
+    (local.set $s (call $http_status (local.get $h)))
+    (drop (call $http_close (local.get $h)))
+    (call $num (local.get $s))
+    (i32.and (i32.ge_s (local.get $s) (i32.const 200)) (i32.lt_s (local.get $s) (i32.const 300))))
+  (func (export "wasmjobs_handle") (result i32)
+    (local $len i32) (local $ok i32)
+    (local.set $len (call $payload_read (i32.const 0) (i32.const 4096)))
+    (local.set $ok (call $req (i32.const 4096) (i32.const 4) (local.get $len) (i32.const 4112) (i32.const 1)))
+    (local.set $ok (i32.and (local.get $ok) (call $req (i32.const 4104) (i32.const 3) (local.get $len) (i32.const 0) (i32.const 0))))
+    (local.set $ok (i32.and (local.get $ok) (call $req (i32.const 4096) (i32.const 4) (local.get $len) (i32.const 4112) (i32.const 1))))
+    (if (result i32) (local.get $ok)
+      (then (i32.const 0))
+      (else (i32.const 1)))))
