@@ -23,8 +23,8 @@ need clang "apt-get install clang lld wasi-libc libclang-rt-14-dev-wasm32"
 CC_WASM="clang --target=wasm32-wasi -mexec-model=reactor -O2 -Wall -Werror -Iguest-sdk/c"
 $CC_WASM -o "$OUT/c-conformance.wasm" guest-sdk/c/conformance/conformance.c
 $CC_WASM -o "$OUT/wordcount-c.wasm" examples/wordcount-c/wordcount.c
-echo "   the SDK's own tests, natively:"
-clang -Wno-unknown-attributes -Iguest-sdk/c -o build/c-sdk-test guest-sdk/c/test/sdk_test.c
+echo "   the SDK's own tests, natively, under AddressSanitizer and UBSan:"
+clang -fsanitize=address,undefined -fno-sanitize-recover=all -g -Wall -Werror -Wno-unknown-attributes -Iguest-sdk/c -o build/c-sdk-test guest-sdk/c/test/sdk_test.c
 build/c-sdk-test
 
 echo "== Rust"

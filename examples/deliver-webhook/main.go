@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -84,9 +85,9 @@ func deliver(job *wasmjobs.Job) error {
 	resp, err := http.DefaultClient.Do(req)
 	switch {
 	case errors.Is(err, wjhttp.ErrDenied), errors.Is(err, wjhttp.ErrBlocked), errors.Is(err, wasmjobs.ErrBadArgument):
-		return wasmjobs.DeadLetter("cannot deliver: " + err.Error())
+		return wasmjobs.DeadLetter("cannot deliver: " + redacted(err).Error())
 	case err != nil:
-		return fmt.Errorf("delivery failed: %w", err)
+		return fmt.Errorf("delivery failed: %w", redacted(err))
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
@@ -99,6 +100,23 @@ func deliver(job *wasmjobs.Job) error {
 		return wasmjobs.DeadLetter(fmt.Sprintf("http %d: the receiver refused the delivery: %.200s", s, answer))
 	}
 	return wjhttp.RetryAfter(resp)
+}
+
+// redacted is err for a reason, which the job record keeps: net/http's *url.Error
+// holds the full URL, and a receiver's URL may carry a secret in its query, so the
+// URL is given as scheme://host/path and the rest of err as it is.
+func redacted(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	where := ue.URL
+	if u, perr := url.Parse(ue.URL); perr == nil {
+		where = (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}).String()
+	} else {
+		where = "(an unparsable URL)"
+	}
+	return fmt.Errorf("%s %s: %w", ue.Op, where, ue.Err)
 }
 
 func init() { wasmjobs.Handle(deliver) }

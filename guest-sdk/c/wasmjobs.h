@@ -187,7 +187,8 @@ WASMJOBS_IMPORT(http_close) int32_t wasmjobs__http_close(int32_t handle);
 WASMJOBS_IMPORT(http_wait) int32_t wasmjobs__http_wait(const int32_t *handles, int32_t n, int64_t timeout_ms);
 
 /* A request: method (NULL or "": GET), absolute URL, headers as "Name: value\n" lines
- * (a name may repeat; NULL for none) and body bytes. */
+ * (a name may repeat; NULL for none; build them with wasmjobs_http_add_header, which
+ * refuses a value that would split into two lines) and body bytes. */
 typedef struct {
     const char *method;
     const char *url;
@@ -239,12 +240,58 @@ static inline int32_t wasmjobs__http_fail(wasmjobs_http_response *res, int32_t c
     return code;
 }
 
-/* Starts req, which runs in the background; returns 0, or the failure (also in res). */
+/* Whether c may be in a header name (RFC 9110's token). */
+static inline int wasmjobs__tchar(unsigned char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+/* Whether name is a header name and value a header value without CR or LF (a NUL ends a
+ * C string), so that "name: value\n" is one header line. */
+static inline int wasmjobs__header_ok(const char *name, size_t name_len, const char *value, size_t value_len) {
+    if (name_len == 0) return 0;
+    for (size_t i = 0; i < name_len; i++) if (!wasmjobs__tchar((unsigned char)name[i])) return 0;
+    for (size_t i = 0; i < value_len; i++) if (value[i] == '\r' || value[i] == '\n') return 0;
+    return 1;
+}
+
+/* Appends the line "name: value\n" to lines, a NUL-terminated string in a buffer of
+ * cap bytes. Returns 0; WASMJOBS_BAD_ARGUMENT for a name outside RFC 9110's token
+ * characters or a value holding CR or LF (such a value would become two headers on the
+ * host); WASMJOBS_LIMIT_EXCEEDED when the line does not fit. lines is unchanged on a
+ * failure. */
+static inline int32_t wasmjobs_http_add_header(char *lines, size_t cap, const char *name, const char *value) {
+    size_t used = strlen(lines), nl = strlen(name), vl = strlen(value);
+    if (!wasmjobs__header_ok(name, nl, value, vl)) return WASMJOBS_BAD_ARGUMENT;
+    if (used + nl + vl + 4 > cap) return WASMJOBS_LIMIT_EXCEEDED;
+    snprintf(lines + used, cap - used, "%s: %s\n", name, value);
+    return 0;
+}
+
+/* Whether headers is "Name: value" lines, each ended by LF (the last may be unended):
+ * a name of token characters and a value without CR; empty lines are allowed. */
+static inline int wasmjobs__header_lines_ok(const char *h) {
+    while (*h) {
+        const char *eol = strchr(h, '\n');
+        size_t len = eol ? (size_t)(eol - h) : strlen(h);
+        const char *colon = memchr(h, ':', len);
+        if (len > 0 && (!colon || !wasmjobs__header_ok(h, (size_t)(colon - h), colon + 1, len - (size_t)(colon - h) - 1))) return 0;
+        h += len + (eol ? 1 : 0);
+    }
+    return 1;
+}
+
+/* Starts req, which runs in the background; returns 0, or the failure (also in res):
+ * WASMJOBS_BAD_ARGUMENT, before anything reaches the host, for headers that are not
+ * "Name: value" lines (a name outside the token characters, a CR in a value). */
 static inline int32_t wasmjobs_http_start(const wasmjobs_http_request *req, wasmjobs_http_response *res) {
     const char *m = req->method ? req->method : "";
     const char *h = req->headers ? req->headers : "";
     res->status = 0;
     res->error[0] = 0;
+    if (!wasmjobs__header_lines_ok(h)) {
+        res->handle = -1;
+        return wasmjobs__http_fail(res, WASMJOBS_BAD_ARGUMENT);
+    }
     res->handle = wasmjobs__http_start(m, (int32_t)strlen(m), req->url, (int32_t)strlen(req->url), h, (int32_t)strlen(h), req->body, (int32_t)req->body_len);
     if (res->handle < 0) {
         int32_t code = res->handle;
@@ -270,12 +317,18 @@ static inline int32_t wasmjobs_http_send(const wasmjobs_http_request *req, wasmj
     return s < 0 ? s : wasmjobs_http_status(res);
 }
 
+/* The most requests wasmjobs_http_wait waits on at once. */
+#define WASMJOBS_HTTP_WAIT_MAX 1024
+
 /* Waits until the head of one of n started requests is in (or its request failed) and
  * returns its index; -1 when none is within timeout_ms (0 polls; < 0 waits until the
- * job's deadline), WASMJOBS_BAD_ARGUMENT for n 0 or past the grant's max_requests. */
+ * job's deadline), WASMJOBS_BAD_ARGUMENT for n 0, past WASMJOBS_HTTP_WAIT_MAX or past
+ * the grant's max_requests. */
 static inline int32_t wasmjobs_http_wait(const wasmjobs_http_response *res, size_t n, int64_t timeout_ms) {
-    if (n == 0) return WASMJOBS_BAD_ARGUMENT;
-    int32_t handles[n]; /* n is at most the grant's max_requests: a few KiB at most */
+    if (n == 0 || n > WASMJOBS_HTTP_WAIT_MAX) return WASMJOBS_BAD_ARGUMENT;
+    /* Static, not on the stack: a guest's stack is small (64 KiB by default), and a
+     * Wasm guest runs one handler at a time. */
+    static int32_t handles[WASMJOBS_HTTP_WAIT_MAX];
     for (size_t i = 0; i < n; i++) handles[i] = res[i].handle;
     return wasmjobs__http_wait(handles, (int32_t)n, timeout_ms);
 }

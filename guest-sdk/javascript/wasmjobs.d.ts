@@ -110,11 +110,15 @@ export function isFetchError(e: unknown): e is FetchError;
 
 /**
  * Settles a job after a 429 or 503: `throw retryAfter(res)` defers it by the
- * Retry-After header (seconds or an HTTP date) without spending an attempt, reason
- * "http STATUS: Retry-After VALUE"; without the header (or one it cannot read) it
- * retries with the queue's backoff, reason "http STATUS".
+ * Retry-After header (delay-seconds or an IMF-fixdate HTTP date; at least 1 ms, at most
+ * RETRY_AFTER_CAP_MS) without spending an attempt, reason "http STATUS: Retry-After
+ * VALUE"; without the header (or one it cannot read) it retries with the queue's
+ * backoff, reason "http STATUS".
  */
 export function retryAfter(res: Response): Outcome;
+
+/** The longest delay retryAfter stages: 24 hours, in ms. */
+export const RETRY_AFTER_CAP_MS: number;
 
 // The globals the host's runtime gives a handler (host/jsruntime/prelude.js): the part
 // of the web platform that outbound HTTP needs. The handler is type-checked against

@@ -69,19 +69,39 @@ export function isFetchError(e) {
   return e instanceof TypeError && typeof e.code === "number" && typeof e.kind === "string";
 }
 
-// retryDelayMs reads a Retry-After value: delay-seconds or an HTTP date; undefined
-// when it is neither.
-function retryDelayMs(value) {
-  const v = value.trim();
-  if (/^\d+$/.test(v)) return Number(v) * 1000;
-  const at = Date.parse(v);
-  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now());
+/** The longest delay retryAfter stages: a larger Retry-After is capped to it (24 h). */
+export const RETRY_AFTER_CAP_MS = 24 * 3600 * 1000;
+
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const IMF_FIXDATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), (\d\d) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) (\d{4}) (\d\d):(\d\d):(\d\d) GMT$/;
+
+// retryDelayMs reads a Retry-After value at nowMs: delay-seconds or an IMF-fixdate, as
+// the other SDKs do (Date.parse would take "-5" or "soon-ish" dates of its own), the
+// delay clamped to [1 ms, RETRY_AFTER_CAP_MS]: a deferral of 0 would be a failure
+// (DEFER without a delay), spending the attempt. undefined when it is neither.
+function retryDelayMs(value, nowMs = Date.now()) {
+  const v = value.replace(/^[ \t]+|[ \t]+$/g, "");
+  let ms;
+  if (/^\d+$/.test(v)) {
+    ms = Number(v) * 1000;
+  } else {
+    const m = IMF_FIXDATE.exec(v);
+    if (!m) return undefined;
+    const [day, year, hh, mm, ss] = [m[1], m[3], m[4], m[5], m[6]].map(Number);
+    const month = MONTHS.indexOf(m[2]);
+    const at = Date.UTC(year, month, day, hh, mm, Math.min(ss, 59));
+    // Date.UTC rolls 31 Feb over into March: such a date is no date.
+    if (hh > 23 || mm > 59 || ss > 60 || new Date(at).getUTCDate() !== day) return undefined;
+    ms = at - nowMs;
+  }
+  return Math.min(Math.max(ms, 1), RETRY_AFTER_CAP_MS);
 }
 
 /**
  * retryAfter settles a job after a 429 or 503 (or any answer asking to come back):
- * `throw retryAfter(res)` defers the job by the response's Retry-After header (seconds
- * or an HTTP date; the queue's limits cap it) without spending an attempt, with the
+ * `throw retryAfter(res)` defers the job by the response's Retry-After header
+ * (delay-seconds or an IMF-fixdate HTTP date; at least 1 ms, at most
+ * RETRY_AFTER_CAP_MS, and the queue's limits cap it) without spending an attempt, with the
  * reason "http STATUS: Retry-After VALUE"; without a header it can read, it asks for a
  * retry with the queue's backoff, reason "http STATUS".
  */

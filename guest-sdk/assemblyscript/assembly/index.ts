@@ -289,10 +289,17 @@ export class Request {
   /** Sets the body to text, as UTF-8. */
   bodyText(s: string): Request { this.body = String.UTF8.encode(s); return this; }
   /** Starts the request, which runs in the background; see waitAny. A failed start
-   *  gives a response with its error set. */
+   *  gives a response with its error set: among them, before anything reaches the
+   *  host, a bad argument (-2) for a header name outside RFC 9110's token characters
+   *  or a value holding CR, LF or NUL (the host reads headers as lines, so a line feed
+   *  in a value would add a header). */
   start(): Response {
     let lines = "";
-    for (let i = 0; i < this.names.length; i++) lines += this.names[i] + ": " + this.values[i] + "\n";
+    for (let i = 0; i < this.names.length; i++) {
+      if (!headerNameOk(this.names[i])) return failedStart("bad argument: header name " + this.names[i]);
+      if (!headerValueOk(this.values[i])) return failedStart("bad argument: header " + this.names[i] + ": a value holding CR, LF or NUL");
+      lines += this.names[i] + ": " + this.values[i] + "\n";
+    }
     const m = utf8(this.method), u = utf8(this.url), hd = utf8(lines);
     const h = http_start(changetype<usize>(m), m.byteLength, changetype<usize>(u), u.byteLength,
       changetype<usize>(hd), hd.byteLength, changetype<usize>(this.body), this.body.byteLength);
@@ -306,6 +313,33 @@ export class Request {
     res.wait();
     return res;
   }
+}
+
+/** Whether name is an RFC 9110 token, as a header name must be. */
+function headerNameOk(name: string): bool {
+  if (name.length == 0) return false;
+  for (let i = 0; i < name.length; i++) {
+    const c = name.charCodeAt(i);
+    const alnum = (c >= 48 && c <= 57) || (c >= 65 && c <= 90) || (c >= 97 && c <= 122);
+    if (!alnum && "!#$%&'*+-.^_`|~".indexOf(String.fromCharCode(c)) < 0) return false;
+  }
+  return true;
+}
+
+/** Whether value holds no CR, LF or NUL. */
+function headerValueOk(value: string): bool {
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i);
+    if (c == 13 || c == 10 || c == 0) return false;
+  }
+  return true;
+}
+
+/** A response whose start was refused by the SDK itself, as bad argument (-2). */
+function failedStart(message: string): Response {
+  const res = new Response(-1);
+  res.fail(-2, message);
+  return res;
 }
 
 /** A request started, and its response: status, headers and final URL once its head is

@@ -47,6 +47,7 @@ handle((job: Job): Outcome => {
   if (p.startsWith("http-post:")) {
     return http(job, Request.post(p.substring(10)).header("X-Conformance", "yes").header("Content-Type", "text/plain").bodyText("ping"));
   }
+  if (p.startsWith("http-inject:")) return http(job, Request.get(p.substring(12)).header("X-Inject", "a\nX-Evil: 1"));
   if (p.startsWith("http-retry-after:")) {
     const res = Request.get(p.substring(17)).send();
     let o = Outcome.Ack;

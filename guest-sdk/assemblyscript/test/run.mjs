@@ -111,6 +111,11 @@ r = run("http-get:http://h/echo", {}, [{ ...echo, body: new Uint8Array(1 << 20).
 assert.ok(r.text === "201\na,b\n" + "A".repeat(1 << 20), `a body of exactly the caller's bound is whole: ${r.trap} ${r.text.length}`);
 r = run("http-get:http://h/echo", {}, [{ ...echo, body: new Uint8Array((1 << 20) + 1) }]);
 assert.equal(r.text, "error -16", "a body past the caller's bound fails as TooLarge");
+// A header value with a line feed (one header that would be two on the host) is
+// refused before anything reaches the host.
+r = run("http-inject:http://h/echo", {}, [{ ...echo }]);
+assert.equal(r.requests.length, 0, "an injected header reached the host");
+assert.equal(r.text, "error -2");
 r = run("http-get:http://x/", {}, [{ status: -10, error: "http://x/ is outside the grant" }]);
 assert.deepEqual([r.code, r.text], [0, "error -10"]);
 r = run("http-get:http://h/echo", {}, [{ ...echo, body: "01", bodyError: -20, error: "cut short" }]);

@@ -77,6 +77,16 @@ static wasmjobs_outcome handle(void) {
             .headers = "X-Conformance: yes\nContent-Type: text/plain\n", .body = "ping", .body_len = 4};
         return http(&req);
     }
+    if (strncmp(payload, "http-inject:", 12) == 0) {
+        static char headers[256];
+        int32_t s = wasmjobs_http_add_header(headers, sizeof headers, "X-Inject", "a\nX-Evil: 1");
+        if (s < 0) {
+            wasmjobs_output(out, (size_t)snprintf(out, sizeof out, "error %d", (int)s));
+            return WASMJOBS_ACK;
+        }
+        wasmjobs_http_request req = {.url = payload + 12, .headers = headers};
+        return http(&req);
+    }
     if (strncmp(payload, "http-retry-after:", 17) == 0) {
         wasmjobs_http_request req = {.url = payload + 17};
         wasmjobs_http_response res;

@@ -56,7 +56,8 @@ static struct fake {
     int32_t chunk, body_error; /* bytes per read at most (0: all); a failure after the body */
     size_t pos;
     int closed;
-} fakes[8];
+} fakes[16];
+#define NFAKES (int)(sizeof fakes / sizeof fakes[0])
 static int started, start_status, ready = -1;
 static char sent[512];
 
@@ -68,6 +69,7 @@ static int32_t copy(const char *src, void *buf, int32_t len) {
 static struct fake *fake(int32_t h) { return h >= 0 && h < started && !fakes[h].closed ? &fakes[h] : NULL; }
 int32_t wasmjobs__http_start(const void *m, int32_t ml, const void *u, int32_t ul, const void *hd, int32_t hl, const void *b, int32_t bl) {
     if (start_status < 0) return start_status;
+    assert(started < NFAKES); /* the tests set up at most NFAKES requests */
     snprintf(sent, sizeof sent, "%.*s %.*s\n%.*s[%.*s]", (int)ml, (const char *)m, (int)ul, (const char *)u, (int)hl, (const char *)hd, (int)bl, (const char *)b);
     return started++;
 }
@@ -151,7 +153,34 @@ static void http_tests(void) {
     ready = many[1].handle;
     assert(wasmjobs_http_wait(many, 3, -1) == 1 && wasmjobs_http_status(&many[1]) == 200);
     assert(wasmjobs_http_wait(many, 0, -1) == WASMJOBS_BAD_ARGUMENT);
+    /* Past the bound: refused before any buffer is filled (a guest's stack is small). */
+    assert(wasmjobs_http_wait(many, WASMJOBS_HTTP_WAIT_MAX + 1, -1) == WASMJOBS_BAD_ARGUMENT);
     for (int i = 0; i < 3; i++) wasmjobs_http_close(&many[i]);
+
+    /* Headers: wasmjobs_http_add_header refuses a name outside the token characters and
+     * a value with CR or LF (it would be two headers on the host); a start refuses
+     * header lines that are not "Name: value", and nothing reaches the host. */
+    char lines[64] = "";
+    assert(wasmjobs_http_add_header(lines, sizeof lines, "X-A", "1 2") == 0);
+    assert(wasmjobs_http_add_header(lines, sizeof lines, "X-Inject", "a\nIdempotency-Key: fixed") == WASMJOBS_BAD_ARGUMENT);
+    assert(wasmjobs_http_add_header(lines, sizeof lines, "X-Inject", "a\rb") == WASMJOBS_BAD_ARGUMENT);
+    assert(wasmjobs_http_add_header(lines, sizeof lines, "X Inject", "a") == WASMJOBS_BAD_ARGUMENT);
+    assert(wasmjobs_http_add_header(lines, sizeof lines, "X-Inject:", "a") == WASMJOBS_BAD_ARGUMENT);
+    assert(wasmjobs_http_add_header(lines, sizeof lines, "", "a") == WASMJOBS_BAD_ARGUMENT);
+    assert(wasmjobs_http_add_header(lines, sizeof lines, "X-Long", "0123456789012345678901234567890123456789012345678901") == WASMJOBS_LIMIT_EXCEEDED);
+    assert(strcmp(lines, "X-A: 1 2\n") == 0);
+    int before = started;
+    const char *bad[] = {"X-A: 1\r\n", "no colon\n", "X A: 1\n", ": empty name\n", "X-A: 1\nX-B\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        req = (wasmjobs_http_request){.url = "http://x/", .headers = bad[i]};
+        assert(wasmjobs_http_start(&req, &res) == WASMJOBS_BAD_ARGUMENT && res.handle == -1);
+    }
+    assert(started == before);
+    fakes[started] = (struct fake){.status = 200};
+    req = (wasmjobs_http_request){.url = "http://x/", .headers = "X-A: 1\n\nX-B:2"};
+    assert(wasmjobs_http_send(&req, &res) == 200);
+    wasmjobs_http_close(&res);
+    req = (wasmjobs_http_request){.url = "http://x/"};
 
     /* Retry-After values, at Sun, 06 Nov 1994 08:49:37 GMT. */
     const int64_t now = 784111777000LL;
@@ -178,6 +207,7 @@ static void http_tests(void) {
 
     /* The helper: defer by the header's delay, else retry with the queue's backoff. */
     int h = started;
+    assert(h + 2 < NFAKES);
     fakes[h] = (struct fake){.status = 429, .headers = "Retry-After: 2\n"};
     fakes[h + 1] = (struct fake){.status = 503};
     fakes[h + 2] = (struct fake){.status = 429, .headers = "Retry-After: later\n"};

@@ -42,6 +42,9 @@ func httpCase(job *wasmjobs.Job, kind, url string) error {
 	if kind == "http-get" || kind == "http-post" {
 		req.Header.Set("X-Conformance", "yes")
 	}
+	if kind == "http-inject" {
+		req.Header.Set("X-Inject", "a\nX-Evil: 1")
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "text/plain")
 	}
@@ -50,6 +53,9 @@ func httpCase(job *wasmjobs.Job, kind, url string) error {
 	switch {
 	case err != nil && errors.Is(err, context.DeadlineExceeded) && (kind == "http-context-deadline" || kind == "http-client-timeout"):
 		fmt.Fprint(job, "deadline")
+		return nil
+	case errors.Is(err, wasmjobs.ErrBadArgument):
+		fmt.Fprint(job, "error -2")
 		return nil
 	case errors.As(err, &herr):
 		fmt.Fprintf(job, "error %d", herr.Code)

@@ -27,13 +27,16 @@
 //
 // What the host does for a request: it checks the URL (and every redirect hop's)
 // against the grant, follows up to 5 redirects itself (so the response is the final
-// one, and resp.Request.URL the final URL), bounds it by the grant's timeout and the
+// one, and resp.Request.URL the final URL; an http.Client's CheckRedirect, and
+// http.ErrUseLastResponse, have no effect: the client never sees a redirect), bounds it by the grant's timeout and the
 // job's deadline, and decompresses gzip unless the request set its own
 // Accept-Encoding. The request body is read whole first (at most MaxRequestBody); the
 // response body is read from the host in pieces as it is read, and the request is
 // closed at the end of the body or on Close. Headers the transport owns (Host,
 // Connection, Transfer-Encoding, ...) are refused by the host: a request setting them
-// fails with wasmjobs.ErrBadArgument.
+// fails with wasmjobs.ErrBadArgument. So does a header name outside RFC 9110's token
+// characters or a value holding CR, LF or NUL, refused before anything reaches the
+// host (the host reads headers as lines, and a line feed in a value would add a header).
 //
 // Deadlines: a Go guest's timers cannot fire while it waits inside a host call, so the
 // transport hands the remaining time of the request context's deadline (which is also
@@ -52,4 +55,10 @@
 // ErrDNS, ErrRefused, ErrTLS, ErrTimeout, ErrTooLarge, ErrTooManyRequests,
 // ErrRateLimited, ErrCircuitOpen, ErrConnection and ErrTooManyRedirects. RetryAfter
 // settles a job after a 429 or 503 the way its Retry-After header asks.
+//
+// Secrets in URLs: this package's own messages name a URL as scheme://host/path, but
+// net/http wraps every error of a request in a *url.Error whose Error() holds the full
+// URL, query included. A handler whose URLs carry secrets (a token in the query) should
+// not put err.Error() into a reason or a log line, which the job record keeps: unwrap
+// the *url.Error and report its Err with a URL of its own redacting.
 package wjhttp

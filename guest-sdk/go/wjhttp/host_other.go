@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"slices"
 	"strings"
 	"syscall"
@@ -86,6 +87,13 @@ func httpStart(method *byte, methodLen int32, url *byte, urlLen int32, headers *
 		}
 		resp, err := client.Do(req)
 		var e *Error
+		var ue *neturl.Error
+		if err != nil && errors.As(err, &ue) && !errors.As(err, &e) {
+			// As the host does: its messages name the URL without its query.
+			if pu, perr := neturl.Parse(ue.URL); perr == nil {
+				err = fmt.Errorf("%s %s: %w", ue.Op, redact(pu), ue.Err)
+			}
+		}
 		switch {
 		case err == nil:
 			r.resp, r.status = resp, int32(resp.StatusCode)

@@ -37,16 +37,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	ctx := req.Context()
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("wasmjobs/http: %s %s: %w", req.Method, req.URL.Redacted(), err)
-	}
-	method, target, headers := req.Method, req.URL.String(), headerLines(req.Header)
+	method, target := req.Method, req.URL.String()
 	if method == "" {
 		method = http.MethodGet
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("wasmjobs/http: %s %s: %w", method, redact(req.URL), err)
+	}
+	headers, err := headerLines(req.Header)
+	if err != nil {
+		return nil, fmt.Errorf("wasmjobs/http: %s %s: %w", method, redact(req.URL), err)
+	}
 	h := httpStart(ptr(method), int32(len(method)), ptr(target), int32(len(target)), ptr(headers), int32(len(headers)), bufPtr(payload), int32(len(payload)))
 	if h < 0 {
-		return nil, fmt.Errorf("wasmjobs/http: %s %s: %w", method, req.URL.Redacted(), startError(h))
+		return nil, fmt.Errorf("wasmjobs/http: %s %s: %w", method, redact(req.URL), startError(h))
 	}
 	// A guest's timers cannot fire while it is inside a host call, so a deadline of the
 	// request's context is handed to the host as the wait's timeout.
@@ -58,7 +62,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if err == nil || errors.Is(err, context.DeadlineExceeded) {
 				err = context.DeadlineExceeded
 			}
-			return nil, fmt.Errorf("wasmjobs/http: %s %s: awaiting the response: %w", method, req.URL.Redacted(), err)
+			return nil, fmt.Errorf("wasmjobs/http: %s %s: awaiting the response: %w", method, redact(req.URL), err)
 		}
 	}
 	status := httpStatus(h)
@@ -126,9 +130,18 @@ func readBody(req *http.Request) ([]byte, error) {
 	return b, nil
 }
 
+// redact is u as scheme://host/path, for messages: no user information, query or
+// fragment, which may carry secrets (URL.Redacted keeps the query).
+func redact(u *url.URL) string {
+	r := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path, RawPath: u.RawPath}
+	return r.String()
+}
+
 // headerLines writes h as the ABI's "Name: value\n" lines, names sorted, a repeated
-// name on one line per value.
-func headerLines(h http.Header) string {
+// name on one line per value. A name outside RFC 9110's token characters, or a value
+// holding CR, LF or NUL, is refused (wrapping wasmjobs.ErrBadArgument): the host splits
+// the lines on LF, so such a value would become a second header of the caller's making.
+func headerLines(h http.Header) (string, error) {
 	names := make([]string, 0, len(h))
 	for k := range h {
 		names = append(names, k)
@@ -136,14 +149,35 @@ func headerLines(h http.Header) string {
 	sort.Strings(names)
 	var b strings.Builder
 	for _, k := range names {
+		if !validName(k) {
+			return "", fmt.Errorf("header name %q: %w", k, wasmjobs.ErrBadArgument)
+		}
 		for _, v := range h[k] {
+			if strings.ContainsAny(v, "\r\n\x00") {
+				return "", fmt.Errorf("header %s: a value holding CR, LF or NUL: %w", k, wasmjobs.ErrBadArgument)
+			}
 			b.WriteString(k)
 			b.WriteString(": ")
 			b.WriteString(v)
 			b.WriteByte('\n')
 		}
 	}
-	return b.String()
+	return b.String(), nil
+}
+
+// validName reports whether name is an RFC 9110 token (the guest SDK carries no
+// dependency for the few lines golang.org/x/net/http/httpguts would give).
+func validName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // parseHeaders reads the host's "Name: value\n" lines, keeping repeated names.

@@ -10,6 +10,7 @@ import (
 
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os/exec"
 	"strings"
 	"testing"
@@ -182,6 +183,70 @@ func TestFailuresAreErrors(t *testing.T) {
 	}
 }
 
+// TestBadHeadersAreRefused: a header name outside the token characters, or a value
+// holding CR, LF or NUL, fails the request with wasmjobs.ErrBadArgument before anything
+// reaches the host: the host splits header lines on LF, so "a\nX-Evil: 1" would be two
+// headers, the second of the caller's making.
+func TestBadHeadersAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name, key, value string
+	}{
+		{"LF in a value", "X-Inject", "a\nIdempotency-Key: fixed"},
+		{"CR in a value", "X-Inject", "a\rb"},
+		{"NUL in a value", "X-Inject", "a\x00b"},
+		{"space in a name", "X Inject", "a"},
+		{"colon in a name", "X-Inject:", "a"},
+		{"LF in a name", "X-A\nX-Evil", "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resetHost(t)
+			req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header[tc.key] = []string{tc.value}
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			if !errors.Is(err, wasmjobs.ErrBadArgument) || len(host.started) != 0 {
+				t.Fatalf("err %v, %d started; want wasmjobs.ErrBadArgument and nothing started", err, len(host.started))
+			}
+		})
+	}
+}
+
+// TestMessagesLeaveOutTheQuery: the transport's own messages name a URL as
+// scheme://host/path, without the query, user or fragment that may carry a secret
+// (net/http's *url.Error around them still carries the full URL).
+func TestMessagesLeaveOutTheQuery(t *testing.T) {
+	resetHost(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, do := range []func() error{
+		func() error {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://user:pw@127.0.0.1:1/p?token=secret#frag", nil)
+			_, err := http.DefaultClient.Do(req)
+			return err
+		},
+		func() error {
+			req, _ := http.NewRequest(http.MethodGet, "http://user:pw@127.0.0.1:1/p?token=secret#frag", nil)
+			req.Header.Set("X-Bad", "a\nb")
+			_, err := http.DefaultClient.Do(req)
+			return err
+		},
+	} {
+		var ue *url.Error
+		if err := do(); !errors.As(err, &ue) {
+			t.Fatalf("%v is not a *url.Error", err)
+		}
+		msg := ue.Err.Error()
+		if !strings.Contains(msg, "http://127.0.0.1:1/p") || strings.Contains(msg, "secret") || strings.Contains(msg, "pw") || strings.Contains(msg, "frag") {
+			t.Fatalf("message %q: want the URL as http://127.0.0.1:1/p, nothing more", msg)
+		}
+	}
+}
+
 // TestRequestBodyIsBounded: a body past MaxRequestBody is refused before anything is
 // sent.
 func TestRequestBodyIsBounded(t *testing.T) {
@@ -255,6 +320,9 @@ func TestRetryAfter(t *testing.T) {
 			{"a date", now.Add(90 * time.Second).UTC().Format(http.TimeFormat), 503, wasmjobs.DeferJob, 90 * time.Second,
 				"http 503: Retry-After " + now.Add(90*time.Second).UTC().Format(http.TimeFormat)},
 			{"a date past", "Sun, 06 Nov 1994 08:49:37 GMT", 429, wasmjobs.DeferJob, time.Millisecond, "http 429: Retry-After Sun, 06 Nov 1994 08:49:37 GMT"},
+			{"past a day", "99999999999", 429, wasmjobs.DeferJob, RetryAfterCap, "http 429: Retry-After 99999999999"},
+			{"a date past a day", now.Add(48 * time.Hour).UTC().Format(http.TimeFormat), 429, wasmjobs.DeferJob, RetryAfterCap,
+				"http 429: Retry-After " + now.Add(48*time.Hour).UTC().Format(http.TimeFormat)},
 			{"garbage", "soon", 429, wasmjobs.RetryJob, 0, "http 429"},
 			{"negative", "-5", 503, wasmjobs.RetryJob, 0, "http 503"},
 			{"absent", "", 503, wasmjobs.RetryJob, 0, "http 503"},

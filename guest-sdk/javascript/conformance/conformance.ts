@@ -1,6 +1,6 @@
 // The conformance handler in TypeScript: its payload names a case of the
 // cross-language table (internal/abitest/sdk.go, and sdk_http.go for the HTTP cases).
-import { type Job, retry, deferFor, deadLetter, retryAfter, isFetchError } from "../wasmjobs.js";
+import { type Job, retry, deferFor, deadLetter, retryAfter, isFetchError, HTTPStatus } from "../wasmjobs.js";
 
 // httpCase runs an HTTP case of internal/abitest/sdk_http.go.
 async function httpCase(job: Job, kind: string, url: string): Promise<void> {
@@ -12,11 +12,17 @@ async function httpCase(job: Job, kind: string, url: string): Promise<void> {
   }
   const init: RequestInit = kind === "post"
     ? { method: "POST", body: "ping", headers: { "X-Conformance": "yes", "Content-Type": "text/plain" } }
-    : { headers: { "X-Conformance": "yes" } };
+    : kind === "inject" ? { headers: { "X-Inject": "a\nX-Evil: 1" } } : { headers: { "X-Conformance": "yes" } };
   let res: Response;
   try {
     res = await fetch(url, init);
   } catch (e) {
+    // Headers refuses a value holding CR, LF or NUL with a TypeError, before fetch
+    // reaches the host: the case's BAD_ARGUMENT.
+    if (kind === "inject" && e instanceof TypeError && !isFetchError(e)) {
+      job.output(`error ${HTTPStatus.BAD_ARGUMENT}`);
+      return;
+    }
     if (!isFetchError(e)) throw e;
     job.output(`error ${e.code}`);
     return;
@@ -50,7 +56,7 @@ export default async function handle(job: Job): Promise<void> {
     return;
   }
   if (p === "trap") throw new Error("unreachable");
-  const http = /^http-(get|post|retry-after):(.*)$/s.exec(p);
+  const http = /^http-(get|post|retry-after|inject):(.*)$/s.exec(p);
   if (http) return httpCase(job, http[1], http[2]);
   if (p.startsWith("echo:")) {
     job.output(job.payload.subarray(5));

@@ -49,6 +49,7 @@ fn handle(job: &Job) -> Result {
             job,
             Request::post(&p[10..]).header("X-Conformance", "yes").header("Content-Type", "text/plain").body(&b"ping"[..]),
         ),
+        p if p.starts_with("http-inject:") => http(job, Request::get(&p[12..]).header("X-Inject", "a\nX-Evil: 1")),
         p if p.starts_with("http-retry-after:") => match Request::get(&p[17..]).send() {
             Ok(resp) if resp.status() == 429 || resp.status() == 503 => Err(wasmjobs::retry_after(&resp)),
             Ok(resp) => Ok(job.output(resp.status().to_string().as_bytes())?),

@@ -534,10 +534,19 @@ impl Request {
         self.body = body.into();
         self
     }
-    /// Starts the request, which runs in the background; see [`wait_any`].
+    /// Starts the request, which runs in the background; see [`wait_any`]. A header
+    /// name outside RFC 9110's token characters, or a value holding CR, LF or NUL, is
+    /// refused as [`HttpErrorKind::BadArgument`] before anything reaches the host: the
+    /// host reads headers as lines, so a line feed in a value would add a header.
     pub fn start(&self) -> std::result::Result<Pending, HttpError> {
         let mut lines = String::new();
         for (k, v) in &self.headers {
+            if !header_name_ok(k) {
+                return Err(HttpError::new(-2, format!("bad argument: header name {:?}", k)));
+            }
+            if v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+                return Err(HttpError::new(-2, format!("bad argument: header {}: a value holding CR, LF or NUL", k)));
+            }
             lines.push_str(k);
             lines.push_str(": ");
             lines.push_str(v);
@@ -695,6 +704,11 @@ impl std::io::Read for Response {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         Ok(self.read_chunk(buf)?)
     }
+}
+
+/// Whether name is an RFC 9110 token, as a header name must be.
+fn header_name_ok(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// The longest delay [`retry_after`] stages: a larger Retry-After is capped to it.
@@ -934,6 +948,17 @@ mod tests {
         for (code, kind) in [(-11, HttpErrorKind::Blocked), (-18, HttpErrorKind::RateLimited), (-21, HttpErrorKind::TooManyRedirects), (-99, HttpErrorKind::Other)] {
             assert_eq!(HttpErrorKind::from_code(code), kind);
         }
+    }
+
+    #[test]
+    fn bad_headers_are_refused_before_the_host() {
+        with_job("", &[]);
+        for (name, value) in [("X-Inject", "a\nIdempotency-Key: fixed"), ("X-Inject", "a\rb"), ("X-Inject", "a\0b"), ("X Inject", "a"), ("X-Inject:", "a"), ("", "a")] {
+            let e = Request::get("http://a/").header(name, value).start().unwrap_err();
+            assert_eq!(e.kind(), HttpErrorKind::BadArgument, "{:?}: {:?}", name, value);
+        }
+        assert!(host(|h| h.requests.is_empty()), "nothing reached the host");
+        Request::get("http://a/").header("X-Ok!#$%&'*+-.^_`|~", "tab\tand spaces ").start().unwrap();
     }
 
     #[test]
