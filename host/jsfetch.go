@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -51,23 +53,34 @@ var errJSPromise = errors.New("qjs_new_promise failed")
 func (vm *jsVM) fetchOp(ctx context.Context, st *callState, op int, arg func(int) uint32) (uint32, error) {
 	switch op {
 	case jsOpFetch:
-		method, _, err := vm.argString(ctx, arg(1))
-		if err != nil {
-			return 0, err
+		if st.http.client == nil {
+			h, msg := st.httpStart(vm.reqCtx, nil, nil, nil, nil) // refused: no grant
+			vm.startErr = msg
+			return vm.number(ctx, float64(h))
 		}
-		url, _, err := vm.argString(ctx, arg(2))
-		if err != nil {
-			return 0, err
+		// Each argument is refused by its length before it is copied, and copied once:
+		// a refused start counts toward no max_requests, and a loop of them must not
+		// make the host copy megabytes per call.
+		var args [4][]byte
+		for i, most := range [4]int64{outbound.MaxRequestHeader, outbound.MaxRequestHeader, outbound.MaxRequestHeader, st.http.client.Grant().MaxRequestBody} {
+			b, n, err := vm.argBytesUpTo(ctx, arg(i+1), most)
+			if err != nil {
+				return 0, err
+			}
+			if n > most {
+				// The messages of outbound's own checks, which these run ahead of.
+				msg := fmt.Sprintf("the body of %d bytes passes max_request_body (%d bytes)", n, most)
+				if i < 3 {
+					msg = fmt.Sprintf("%s %d bytes, past %d", [3]string{"the method takes", "the URL takes", "the headers take"}[i], n, most)
+				}
+				e := &outbound.Error{Kind: outbound.KindRequestTooLarge, Msg: msg}
+				st.emit(slog.LevelWarn, "fetch: "+e.Error())
+				vm.startErr = e.Error()
+				return vm.number(ctx, float64(httpStatusOf(e.Kind)))
+			}
+			args[i] = b
 		}
-		headers, _, err := vm.argString(ctx, arg(3))
-		if err != nil {
-			return 0, err
-		}
-		body, _, err := vm.argBytes(ctx, arg(4))
-		if err != nil {
-			return 0, err
-		}
-		h, msg := st.httpStart(vm.reqCtx, []byte(method), []byte(url), []byte(headers), body)
+		h, msg := st.httpStart(vm.reqCtx, args[0], args[1], args[2], args[3])
 		vm.startErr = msg
 		return vm.number(ctx, float64(h))
 	case jsOpFetchHead:
@@ -113,8 +126,12 @@ func (vm *jsVM) fetchOp(ctx context.Context, st *callState, op int, arg func(int
 		if err != nil {
 			return 0, err
 		}
-		body, s := vm.readBody(st, h)
-		if s < 0 {
+		bound, err := vm.argNumber(ctx, arg(2))
+		if err != nil {
+			return 0, err
+		}
+		body, s := vm.readBody(st, h, bound != 0)
+		if s != 0 {
 			return vm.number(ctx, float64(s))
 		}
 		return vm.newBytes(ctx, vm.in, "qjs_new_uint8_array", body)
@@ -127,6 +144,7 @@ func (vm *jsVM) fetchOp(ctx context.Context, st *callState, op int, arg func(int
 			c.call.Close()
 			delete(st.http.calls, h)
 		}
+		delete(vm.bodies, h)
 		return 0, vm.dropWhere(ctx, vm.in, func(p *jsPending) bool { return p.handle == h })
 	case jsOpTimer:
 		id, err := vm.argNumber(ctx, arg(1))
@@ -183,17 +201,40 @@ func (vm *jsVM) argHandle(ctx context.Context, v uint32) (int32, error) {
 	return int32(f), nil
 }
 
+// jsBodyPending is what readBody returns for a body not yet whole when the drive
+// loop has something else to do first: the prelude yields to it (a timer due now)
+// and asks again.
+const jsBodyPending = 1
+
+// jsBody is a response body that readBody is reading: the bytes so far, and the read
+// of the next chunk, which runs on its own goroutine so that readBody can return to
+// the drive loop while it blocks.
+type jsBody struct {
+	body []byte
+	buf  []byte       // the chunk's buffer, the goroutine's until it sends on read
+	read chan jsChunk // the chunk read under way; nil when none is
+}
+
+type jsChunk struct {
+	n   int
+	err error
+}
+
 // readBody reads a response's body whole, up to the grant's max_response (the
 // request's own bound) and what the handler's memory can take (jsBodyShare): its
 // bytes, or a negative status. A body announced past the latter fails before it is
-// read.
-func (vm *jsVM) readBody(st *callState, h int32) ([]byte, int32) {
+// read. It returns jsBodyPending, keeping what it read, once the job's deadline passes
+// or the host shuts down, and when bound also once the next timer is due or a request
+// head the handler waits on comes in: the drive loop then fires the timer (an abort
+// closes the request) or ends the job.
+func (vm *jsVM) readBody(st *callState, h int32, bound bool) ([]byte, int32) {
 	c, resp, s := st.httpHead(vm.reqCtx, h)
 	if resp == nil {
 		return nil, s
 	}
 	most := int64(vm.limit / jsBodyShare)
 	tooLarge := func() int32 {
+		delete(vm.bodies, h)
 		return st.httpFail(c, &outbound.Error{Kind: outbound.KindTooLarge, Msg: fmt.Sprintf(
 			"the body passes %d bytes, the most this JS handler reads whole (a fifth of its QuickJS heap of %d bytes, set by memory in the manifest): raise memory",
 			most, vm.limit)})
@@ -201,20 +242,81 @@ func (vm *jsVM) readBody(st *callState, h int32) ([]byte, int32) {
 	if resp.ContentLength > most {
 		return nil, tooLarge()
 	}
-	var body []byte
-	buf := make([]byte, jsBodyChunk)
+	b := vm.bodies[h]
+	if b == nil {
+		b = &jsBody{buf: make([]byte, jsBodyChunk)}
+		if vm.bodies == nil {
+			vm.bodies = map[int32]*jsBody{}
+		}
+		vm.bodies[h] = b
+	}
 	for {
-		n, err := c.call.Read(vm.reqCtx, buf)
-		body = append(body, buf[:n]...)
+		if b.read == nil {
+			b.read = make(chan jsChunk, 1)
+			rctx, buf, read := vm.reqCtx, b.buf, b.read
+			// It ends when the body does, fails or is closed (the request's close, at
+			// the latest when its job ends: runJob waits for it then).
+			vm.reads.Add(1)
+			go func() {
+				defer vm.reads.Done()
+				n, err := c.call.Read(rctx, buf)
+				read <- jsChunk{n, err}
+			}()
+		}
+		r, ok := vm.nextChunk(st, b.read, bound)
+		if !ok {
+			return nil, jsBodyPending
+		}
+		b.read = nil
+		b.body = append(b.body, b.buf[:r.n]...)
 		switch {
-		case int64(len(body)) > most:
+		case int64(len(b.body)) > most:
 			return nil, tooLarge()
-		case errors.Is(err, io.EOF):
-			return body, 0
-		case err != nil:
-			return nil, st.httpFail(c, err)
+		case errors.Is(r.err, io.EOF):
+			delete(vm.bodies, h)
+			return b.body, 0
+		case r.err != nil:
+			delete(vm.bodies, h)
+			return nil, st.httpFail(c, r.err)
 		}
 	}
+}
+
+// nextChunk waits for a chunk read. It gives up (ok false) when the job's deadline
+// passes or the host shuts down, and when bound also when the drive loop has to run
+// first: the next timer is due or a head of vm.pending is in.
+func (vm *jsVM) nextChunk(st *callState, read chan jsChunk, bound bool) (jsChunk, bool) {
+	select {
+	case r := <-read:
+		return r, true
+	default:
+	}
+	until := vm.deadline
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(read)}, {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(vm.outer.Done())}}
+	for _, p := range vm.pending {
+		switch {
+		case !bound:
+		case p.handle < 0:
+			until = minTime(until, p.due)
+		case st.http.calls[p.handle] != nil:
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(st.http.calls[p.handle].call.Done())})
+		}
+	}
+	t := time.NewTimer(max(time.Until(until), 0))
+	defer t.Stop()
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(t.C)})
+	i, v, _ := reflect.Select(cases)
+	if i != 0 {
+		return jsChunk{}, false
+	}
+	return v.Interface().(jsChunk), true
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // newPending makes a promise the host resolves later (jsVM.wait) and returns it; 0

@@ -282,15 +282,19 @@ func TestJSFetchAbort(t *testing.T) {
 
 // TestJSFetchNotAwaitedStaysInItsJob: a handler that fires a fetch and a timer and
 // returns without awaiting them leaves nothing to the VM's next job: the request is
-// closed when the job settles (the server sees it end) and the timer never fires.
+// closed when the job settles (the server sees it end) and the timer, due while the
+// next job of the same VM runs (a counter in a global tells it is the same VM), never
+// fires there.
 func TestJSFetchNotAwaitedStaysInItsJob(t *testing.T) {
 	t.Parallel()
 	s := newFetchServer(t)
 	m := loadJS(t, httpEngine(t, nil), jsEval, fetchManifest(s, "5s"))
 	// The handler waits for a timer before it returns, so that the request it does
-	// not await has reached the server.
-	x := runPayload(m, `globalThis.late = "no"; fetch("`+s.URL+`/never").then(() => { globalThis.late = "fetch"; });
-		setTimeout(() => { globalThis.late = "timer"; }, 1500); await new Promise(r => setTimeout(r, 100)); return "fired"`)
+	// not await has reached the server. Its other timer is due 400 ms after it began:
+	// inside the next job, which runs for 800 ms.
+	const count = `globalThis.jobs = (globalThis.jobs || 0) + 1;`
+	x := runPayload(m, count+`globalThis.late = "no"; fetch("`+s.URL+`/never").then(() => { globalThis.late = "fetch"; });
+		setTimeout(() => { globalThis.late = "timer"; }, 400); await new Promise(r => setTimeout(r, 100)); return "fired"`)
 	if x.Kind != host.KindAck || string(x.Output) != "fired" || s.hits.Load() != 1 {
 		t.Fatalf("%s %s %q, %d requests at the server", x.Kind, x.Reason, x.Output, s.hits.Load())
 	}
@@ -301,13 +305,13 @@ func TestJSFetchNotAwaitedStaysInItsJob(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	x = runPayload(m, `await new Promise(r => setTimeout(r, 100)); return globalThis.late + " " + (await fetch("`+s.URL+`/ended")).status`)
-	if x.Kind != host.KindAck || string(x.Output) != "no 200" {
-		t.Fatalf("the next job: %s %s %q, want \"no 200\"", x.Kind, x.Reason, x.Output)
+	x = runPayload(m, count+`await new Promise(r => setTimeout(r, 800)); return [globalThis.jobs, globalThis.late, (await fetch("`+s.URL+`/ended")).status].join(" ")`)
+	if x.Kind != host.KindAck || string(x.Output) != "2 no 200" {
+		t.Fatalf("the next job: %s %s %q, want \"2 no 200\" (the same VM, the timer not fired)", x.Kind, x.Reason, x.Output)
 	}
 	// The host dropped the first job's timer: a promise that never settles is a trap
-	// at once, not after a wait for that timer (due 1.5 s after the first job began).
-	x = runPayload(m, `return new Promise(() => {})`)
+	// at once.
+	x = runPayload(m, count+`return new Promise(() => {})`)
 	if x.Kind != host.KindTrap || x.Reason != "trap: the handler's promise never settled" || x.Duration > 500*time.Millisecond {
 		t.Fatalf("a job that never settles: %s %s after %v, want its trap at once", x.Kind, x.Reason, x.Duration)
 	}

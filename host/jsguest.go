@@ -1,13 +1,16 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tetratelabs/wazero/api"
 
@@ -54,7 +57,7 @@ const (
 	jsOpFetchHead   = 13 // (handle) -> a promise of the head's status
 	jsOpFetchError  = 14 // (handle; -1: the last refused start) -> string | undefined
 	jsOpFetchInfo   = 15 // (handle) -> "statusText\nredirected\nurl\nheader lines"
-	jsOpFetchBody   = 16 // (handle) -> Uint8Array | status
+	jsOpFetchBody   = 16 // (handle, bound) -> Uint8Array | status | 1: not yet, yield and ask again
 	jsOpFetchClose  = 17 // (handle)
 	jsOpTimer       = 18 // (id, ms) -> a promise resolved after ms | undefined past the cap
 	jsOpTimerCancel = 19 // (id)
@@ -205,12 +208,14 @@ type jsVM struct {
 	leftover    bool // promise jobs were still queued when the handler settled
 
 	// Outbound HTTP and timers (jsfetch.go), per call.
-	outer    context.Context // the job's: it ends when the host shuts down
-	reqCtx   context.Context // the requests': it ends at the job's deadline
-	pending  []jsPending     // promises the host resolves: request heads and timers
-	timers   int             // the timers of pending
-	startErr string          // why the last fetch was refused before it had a handle
-	argv     uint32          // 4 bytes of guest memory: the argument of a resolve
+	outer    context.Context   // the job's: it ends when the host shuts down
+	reqCtx   context.Context   // the requests': it ends at the job's deadline
+	pending  []jsPending       // promises the host resolves: request heads and timers
+	timers   int               // the timers of pending
+	startErr string            // why the last fetch was refused before it had a handle
+	bodies   map[int32]*jsBody // the bodies being read, by handle
+	reads    sync.WaitGroup    // the chunk reads of bodies under way
+	argv     uint32            // 4 bytes of guest memory: the argument of a resolve
 }
 
 // jsSetupMin is the least time a JS VM's setup gets (newJSVM).
@@ -499,6 +504,8 @@ func (vm *jsVM) runJob(ctx context.Context, deadline time.Time, timeout time.Dur
 	}
 	vm.pending, vm.timers = vm.pending[:0], 0
 	inst.st.http.close() // requests the handler left open end with its job
+	vm.reads.Wait()      // their bodies' reads end with them
+	vm.bodies = nil
 	inst.ctx = nil
 	inst.stdout.flush()
 	inst.stderr.flush()
@@ -696,6 +703,55 @@ func (vm *jsVM) argBytes(ctx context.Context, v uint32) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	return append([]byte(nil), b...), true, nil
+}
+
+// argBytesUpTo reads a string or ArrayBuffer argument, copied once, if it is at most
+// most bytes long; n is its length (0 for any other type), and a longer one is not
+// copied (b is nil).
+func (vm *jsVM) argBytesUpTo(ctx context.Context, v uint32, most int64) (b []byte, n int64, err error) {
+	if is, err := vm.in1(ctx, "qjs_is_string", uint64(v)); err != nil || is != 0 {
+		if err != nil {
+			return nil, 0, err
+		}
+		p, err := vm.in1(ctx, "qjs_get_string_len", uint64(v), uint64(vm.scratch))
+		if err != nil || p == 0 {
+			return nil, 0, err
+		}
+		size, okn := vm.mem.ReadUint32Le(vm.scratch)
+		if okn && int64(size) <= most {
+			view, ok := vm.mem.Read(uint32(p), size)
+			if !ok {
+				okn = false
+			} else if utf8.Valid(view) {
+				b = bytes.Clone(view)
+			} else {
+				b = bytes.ToValidUTF8(view, []byte("\uFFFD")) // lone surrogates come as WTF-8
+			}
+		}
+		if _, err = vm.in1(ctx, "qjs_free_cstring", p); err != nil {
+			return nil, 0, err
+		}
+		if !okn {
+			return nil, 0, fmt.Errorf("reading a string argument: %d bytes at %#x are outside the guest's memory", size, p)
+		}
+		return b, int64(size), nil
+	}
+	if is, err := vm.in1(ctx, "qjs_is_array_buffer", uint64(v)); err != nil || is == 0 {
+		return nil, 0, err
+	}
+	p, err := vm.in1(ctx, "qjs_get_array_buffer", uint64(v), uint64(vm.scratch))
+	if err != nil {
+		return nil, 0, err
+	}
+	size, _ := vm.mem.ReadUint32Le(vm.scratch)
+	if int64(size) > most {
+		return nil, int64(size), nil
+	}
+	view, ok := vm.mem.Read(uint32(p), size)
+	if !ok {
+		return nil, 0, nil
+	}
+	return bytes.Clone(view), int64(size), nil
 }
 
 // argNumber reads a number argument; NaN for any other type.

@@ -149,6 +149,8 @@ declare global {
     headers?: HeadersInit;
     body?: BodyInit | null;
     signal?: AbortSignal | null;
+    /** Only "follow" (the default): the host follows redirects, at most 5; another value rejects (-2). */
+    redirect?: "follow";
   }
 
   /** A response whose head is in; its body is read whole by bytes, arrayBuffer, text or json (once). */

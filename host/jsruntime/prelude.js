@@ -367,28 +367,59 @@
     return new FetchError(code, typeof msg === "string" && msg !== "" ? msg : KINDS[code] || "status " + code);
   }
 
+  // listening holds this job's abort listeners of fetch, each { signal, fn }: a signal
+  // may outlive its fetches (an AbortController in a global), and must not keep a
+  // listener of each for the VM's life. One is removed when its body is read, its
+  // head fails or it fires, and the rest when the next job begins.
+  const listening = new Set();
+  function unlisten(l) {
+    if (l !== undefined && listening.delete(l)) l.signal.removeEventListener("abort", l.fn);
+  }
+
+  // yieldToHost resolves on the drive loop's next turn, after the timers already due
+  // (a timer due now: the host fires timers in the order of their due time), with
+  // false when no timer can be set (at most 1,000).
+  function yieldToHost() {
+    return new Promise(function (resolve) {
+      const p = hostFn(18, 0, 0); // id 0: no setTimeout's, so clearTimeout never drops it
+      if (p === undefined) resolve(false);
+      else p.then(function () { resolve(true); });
+    });
+  }
+
   class Response {
-    #handle; #epoch; #signal; #used = false;
+    #handle; #epoch; #signal; #release; #used = false;
     constructor(key, o) {
       if (key !== KEY) throw new TypeError("Response: only fetch makes a Response here");
-      this.#handle = o.handle; this.#epoch = o.epoch; this.#signal = o.signal;
+      this.#handle = o.handle; this.#epoch = o.epoch; this.#signal = o.signal; this.#release = o.release;
       this.status = o.status; this.statusText = o.statusText; this.ok = o.status >= 200 && o.status <= 299;
       this.headers = o.headers; this.url = o.url; this.redirected = o.redirected; this.type = "basic";
       Object.freeze(this);
     }
     get bodyUsed() { return this.#used; }
-    // bytes reads the body whole: the host waits for it (up to max_response and the
-    // request's timeout), then closes the request.
+    // bytes reads the body whole (up to max_response and the request's timeout),
+    // then closes the request. The host reads it until a timer is due (or a head the
+    // job waits on comes in), then answers 1: the read yields to the drive loop, which
+    // fires the timer (an abort closes the request), and goes on.
     async bytes() {
       if (this.#used) throw new TypeError("Response: the body was already read");
       this.#used = true;
       if (this.#epoch !== epoch) throw new TypeError("Response: this response belongs to an earlier job");
-      if (this.#signal && this.#signal.aborted) throw this.#signal.reason;
-      const b = hostFn(16, this.#handle);
-      const err = typeof b === "number" ? fetchError(b, this.#handle) : undefined;
-      hostFn(17, this.#handle);
-      if (err) throw err;
-      return b;
+      try {
+        if (this.#signal && this.#signal.aborted) throw this.#signal.reason;
+        let b, bound = 1;
+        for (;;) {
+          b = hostFn(16, this.#handle, bound);
+          if (b !== 1) break;
+          bound = (await yieldToHost()) ? 1 : 0;
+          if (this.#signal && this.#signal.aborted) throw this.#signal.reason;
+        }
+        if (typeof b === "number") throw fetchError(b, this.#handle);
+        return b;
+      } finally {
+        hostFn(17, this.#handle);
+        this.#release();
+      }
     }
     async arrayBuffer() { return (await this.bytes()).buffer; }
     async text() { return utf8.decode(await this.bytes()); }
@@ -419,28 +450,37 @@
           reject(new TypeError("fetch: the body must be a string, an ArrayBuffer or a Uint8Array")); return;
         }
       }
+      if (init.redirect !== undefined && String(init.redirect) !== "follow") {
+        reject(new FetchError(-2, "fetch: redirect " + stringify(String(init.redirect)) + " is not supported: the host follows redirects (at most 5)"));
+        return;
+      }
       const signal = init.signal == null ? undefined : init.signal;
       if (signal !== undefined && !(signal instanceof AbortSignal)) { reject(new TypeError("fetch: signal must be an AbortSignal")); return; }
       if (signal && signal.aborted) { reject(signal.reason); return; }
       const lines = headerList(headers).map(function (e) { return e[0] + ": " + e[1] + "\n"; }).join("");
       const h = hostFn(12, method, u.href, lines, body);
       if (typeof h !== "number" || h < 0) { reject(fetchError(typeof h === "number" ? h : -2, -1)); return; }
-      let settled = false;
+      let settled = false, listener;
       const onAbort = function () {
+        listening.delete(listener);
         // Close on the host: the request is cancelled, its connection dropped.
         if (my === epoch) hostFn(17, h);
         if (!settled) { settled = true; reject(signal.reason); }
       };
-      if (signal) signal.addEventListener("abort", onAbort, { once: true });
+      if (signal) {
+        listener = { signal: signal, fn: onAbort };
+        listening.add(listener);
+        signal.addEventListener("abort", onAbort, { once: true });
+      }
       const head = hostFn(13, h);
-      if (head === undefined) { reject(new FetchError(-2, "fetch: the request was closed")); return; }
+      if (head === undefined) { unlisten(listener); reject(new FetchError(-2, "fetch: the request was closed")); return; }
       head.then(function (status) {
         if (settled || my !== epoch) return;
         settled = true;
         if (status < 0) {
           const err = fetchError(status, h);
           hostFn(17, h);
-          if (signal) signal.removeEventListener("abort", onAbort);
+          unlisten(listener);
           reject(err);
           return;
         }
@@ -454,7 +494,7 @@
           if (c > 0) headerList(rh).push([line.slice(0, c).toLowerCase(), line.slice(c + 1).trim()]);
         }
         resolve(new Response(KEY, {
-          handle: h, epoch: my, signal: signal, status: status, statusText: info.slice(0, lf[0]),
+          handle: h, epoch: my, signal: signal, release: function () { unlisten(listener); }, status: status, statusText: info.slice(0, lf[0]),
           redirected: info.slice(lf[0] + 1, lf[1]) === "1", url: info.slice(lf[1] + 1, lf[2]), headers: rh,
         }));
       });
@@ -496,6 +536,7 @@
     // settled: a handle number now names this job's request, never that one.
     epoch++;
     timers.clear();
+    for (const l of Array.from(listening)) unlisten(l);
     const j = makeJob();
     let p;
     try {
