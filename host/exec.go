@@ -58,6 +58,11 @@ type Execution struct {
 	// have let it go; nil otherwise. A Handler defers a failed job until then
 	// (rateLimitDefer).
 	RateLimited *time.Time
+	// DestinationFailed says a request of the run failed in a way the circuit
+	// breakers count (a connection failure, the grant's timeout, a 5xx), whether or
+	// not that opened one: a job already waiting out an outage stays in it
+	// (outageDefer).
+	DestinationFailed bool
 	// Calls are the outbound HTTP requests the job made, in the order they started,
 	// every one (a run makes at most its grant's max_requests); Result keeps the first
 	// MaxResultCalls.
@@ -150,7 +155,7 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 	st := &inst.st
 	st.finish()
 	x.Calls = m.calls(st.http.end())
-	x.Output, x.Children, x.Outage, x.RateLimited = st.output, st.children, st.http.outage, st.http.limited
+	x.Output, x.Children, x.Outage, x.RateLimited, x.DestinationFailed = st.output, st.children, st.http.outage, st.http.limited, st.http.failed
 	if st.delayMs >= 0 {
 		d := time.Duration(st.delayMs) * time.Millisecond
 		x.Delay = &d

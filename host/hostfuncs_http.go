@@ -41,6 +41,9 @@ type httpState struct {
 	// limited, once the session is closed, is when the limits of [http.limits]
 	// that held its calls back would have let them go (outbound.Session.RateLimited).
 	limited *time.Time
+	// failed, once the session is closed, says a call failed in a way the breakers
+	// count (outbound.Session.DestinationFailed).
+	failed  bool
 	records []outbound.CallRecord // of the sessions closed so far, for end
 }
 
@@ -55,6 +58,7 @@ func (h *httpState) close() {
 		if until, ok := h.session.RateLimited(); ok {
 			h.limited = &until
 		}
+		h.failed = h.failed || h.session.DestinationFailed()
 		h.records = append(h.records, h.session.Records()...)
 	}
 	h.session, h.calls, h.next = nil, nil, 0

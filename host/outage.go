@@ -26,12 +26,22 @@ func (m *Module) Settle(x *Execution, job *worker.Job, now time.Time) worker.Res
 // waiting do not all wake at once. A failure is a retry the guest asked for, or a run
 // that failed (an error, a trap, a timeout); an ack, a dead letter and a defer the
 // guest asked for are its own choices and stand. The defer is bounded as waitOut says.
+//
+// A job already waiting out an outage (worker.Job.OutageSince) whose run fails after a
+// request failed in a way the breakers count (Execution.DestinationFailed) is still in
+// it though no breaker is open: the breakers of a restarted host, or of a reloaded
+// module, start closed and need breaker_failures failures to open again, and the job's
+// attempts must not pay for that. It waits the jitter alone.
 func outageDefer(res worker.Result, x *Execution, job *worker.Job, g *outbound.Grant, now time.Time, jitter func(max time.Duration) time.Duration) worker.Result {
-	if x.Outage == nil || g == nil || !turnable(res) {
+	until := x.Outage
+	if _, waiting := job.OutageSince(); until == nil && waiting && x.DestinationFailed {
+		until = &now
+	}
+	if until == nil || g == nil || !turnable(res) {
 		return res
 	}
 	return waitOut(res, job, g, now, "waiting out an outage of a destination", func() time.Duration {
-		return max(x.Outage.Sub(now), 0) + jitter(max(g.BreakerCooldown/4, time.Millisecond))
+		return max(until.Sub(now), 0) + jitter(max(g.BreakerCooldown/4, time.Millisecond))
 	})
 }
 

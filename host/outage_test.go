@@ -119,3 +119,36 @@ func TestRateLimitDefer(t *testing.T) {
 		})
 	}
 }
+
+// TestOutageOutlivesItsBreaker: a job already waiting out an outage whose run fails
+// after a request failed as the breakers count (a restarted host's breakers start
+// closed) is deferred again, by the jitter alone; a job not waiting, or a run whose
+// requests did not fail so, keeps the usual accounting.
+func TestOutageOutlivesItsBreaker(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	g := &outbound.Grant{OutageWait: time.Hour, BreakerCooldown: 40 * time.Second}
+	jitter := func(time.Duration) time.Duration { return 3 * time.Second }
+	for _, tc := range []struct {
+		name            string
+		waiting, failed bool
+		wantDefer       bool
+	}{
+		{"waiting, and the destination failed again", true, true, true},
+		{"waiting, but no request failed so", true, false, false},
+		{"not waiting: the breaker must open first", false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			env := backend.NewEnvelope("q", nil)
+			if tc.waiting {
+				env.Headers = map[string]string{worker.OutageHeader: strconv.FormatInt(now.Add(-10*time.Minute).UnixMilli(), 10)}
+			}
+			in := worker.Result{Outcome: worker.Retry, Reason: "boom"}
+			got := host.OutageDefer(in, &host.Execution{DestinationFailed: tc.failed}, &worker.Job{Envelope: env, Attempt: 3, MaxAttempts: 3}, g, now, jitter)
+			if tc.wantDefer != (got.Outcome == worker.Defer) || (tc.wantDefer && (!got.Outage || got.Delay != 3*time.Second)) {
+				t.Fatalf("result %+v; want a defer of the jitter: %v", got, tc.wantDefer)
+			}
+		})
+	}
+}

@@ -205,6 +205,18 @@ func noteOutage(ctx context.Context, until time.Time) {
 	s.mu.Unlock()
 }
 
+// noteFailure records, for the round trip of ctx's request, that it failed in a way
+// its destination's breaker counts (Session.DestinationFailed).
+func noteFailure(ctx context.Context) {
+	s, ok := ctx.Value(outageKey{}).(*Session)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	s.sawFailure = true
+	s.mu.Unlock()
+}
+
 // noteRateLimit records, for the round trip of ctx's request, that a limit of
 // [http.limits] held it back until until (Session.RateLimited).
 func noteRateLimit(ctx context.Context, until time.Time) {

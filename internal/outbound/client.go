@@ -211,6 +211,9 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	report := func(outcome error) {
+		if outcome != nil && !errors.Is(outcome, errNotCounted) {
+			noteFailure(req.Context())
+		}
 		if opened, until := b.report(done, outcome); opened {
 			noteOutage(req.Context(), until)
 		}

@@ -818,3 +818,38 @@ func TestIdleConnectionsKeptPerOption(t *testing.T) {
 		})
 	}
 }
+
+// TestDestinationFailedIsWhatTheBreakerCounts: a session says a destination failed for
+// a 5xx or a refused connection, whether or not its breaker opened, and not for a 4xx
+// or a denial.
+func TestDestinationFailedIsWhatTheBreakerCounts(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/down" {
+			w.WriteHeader(503)
+			return
+		}
+		w.WriteHeader(404)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String() + "/"
+	ln.Close()
+	for _, tc := range []struct {
+		url  string
+		want bool
+	}{
+		{srv.URL + "/down", true},
+		{closed, true},
+		{srv.URL + "/missing", false},
+		{"http://127.0.0.2:1/", false}, // denied
+	} {
+		s := session(t, "[http]\nallow = [\"http://127.0.0.1:1-65535\"]\nbreaker_failures = 100\n", outbound.Options{})
+		do(t, s, "GET", tc.url, nil)
+		if got := s.DestinationFailed(); got != tc.want {
+			t.Errorf("%s: DestinationFailed() = %v, want %v", tc.url, got, tc.want)
+		}
+	}
+}

@@ -34,17 +34,18 @@ type Session struct {
 	c      *Client
 	keyFor string // the idempotency keys' prefix; empty: none added
 
-	mu       sync.Mutex
-	started  int
-	keyed    int   // the requests given an idempotency key
-	held     int64 // the body bytes of the open calls
-	open     map[*Call]struct{}
-	closed   bool
-	outage   time.Time    // the latest reopen time of the outages the calls met
-	sawOpen  bool         // a call met an outage (CircuitOpen)
-	limited  time.Time    // the latest time a limit of [http.limits] would have let a call go
-	sawLimit bool         // a call was held back by a limit (RateLimited)
-	records  []CallRecord // by start order; a call's is complete once it is closed
+	mu         sync.Mutex
+	started    int
+	keyed      int   // the requests given an idempotency key
+	held       int64 // the body bytes of the open calls
+	open       map[*Call]struct{}
+	closed     bool
+	outage     time.Time    // the latest reopen time of the outages the calls met
+	sawOpen    bool         // a call met an outage (CircuitOpen)
+	limited    time.Time    // the latest time a limit of [http.limits] would have let a call go
+	sawLimit   bool         // a call was held back by a limit (RateLimited)
+	sawFailure bool         // a call failed in a way its breaker counts (DestinationFailed)
+	records    []CallRecord // by start order; a call's is complete once it is closed
 }
 
 // NewSession starts a run's session that adds no idempotency keys.
@@ -75,6 +76,17 @@ func (s *Session) CircuitOpen() (until time.Time, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.outage, s.sawOpen
+}
+
+// DestinationFailed reports whether a call of the session failed in a way its
+// destination's circuit breaker counts (a connection failure, the grant's timeout, a
+// 5xx answer), whether or not that opened the breaker. A job that was already waiting
+// out an outage and meets such a failure is still in it, even where the breaker is
+// closed: a restarted host's, or a reloaded module's breakers start closed.
+func (s *Session) DestinationFailed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sawFailure
 }
 
 // RateLimited reports whether a call of the session failed as rate limited (a limit
