@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -22,6 +24,7 @@ func newBenchCommand(g *globals) *cobra.Command {
 		native, json_, cmpNat bool
 		cmpRaw                bool
 		isolation, payload    string
+		cpuProfile            string
 		swaps, rounds         int
 	)
 	cmd := &cobra.Command{
@@ -91,6 +94,17 @@ job. Any job that does not ack fails the run.`,
 			}
 			cfg.CacheDir = g.cacheDir
 			ctx := cmd.Context()
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpu-profile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpu-profile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			res, err := benchRounds(ctx, cfg, rounds, cmpNat, cmpRaw)
 			if err != nil {
 				return err
@@ -161,6 +175,7 @@ job. Any job that does not ack fails the run.`,
 	fl.BoolVar(&cmpRaw, "compare-raw-amqp", false, "also run a bare amqp091-go loop on the broker and print the ratio")
 	fl.IntVar(&rounds, "rounds", 1, "with a baseline: run and baseline this many times, alternating which goes first, and report each ratio and the median")
 	fl.BoolVar(&json_, "json", false, "print one JSON object")
+	fl.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile of the run (and its baseline) to this file, for go tool pprof")
 	fl.IntVar(&swaps, "swaps", 0, "measure this many hot swaps of the module instead (with --module, and --json only)")
 	return cmd
 }
