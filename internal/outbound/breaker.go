@@ -191,45 +191,43 @@ func (b *breaker) report(done func(error), outcome error) (opened bool, until ti
 type outageKey struct{}
 
 // noteOutage records, for the round trip of ctx's request, that its destination is
-// down until until.
+// down until until (Session.CircuitOpen).
 func noteOutage(ctx context.Context, until time.Time) {
-	s, ok := ctx.Value(outageKey{}).(*Session)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	if !s.sawOpen || until.After(s.outage) {
-		s.outage = until
-	}
-	s.sawOpen = true
-	s.mu.Unlock()
+	inSession(ctx, func(s *Session) {
+		if !s.sawOpen || until.After(s.outage) {
+			s.outage = until
+		}
+		s.sawOpen = true
+	})
 }
 
 // noteFailure records, for the round trip of ctx's request, that it failed in a way
 // its destination's breaker counts (Session.DestinationFailed).
 func noteFailure(ctx context.Context) {
-	s, ok := ctx.Value(outageKey{}).(*Session)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	s.sawFailure = true
-	s.mu.Unlock()
+	inSession(ctx, func(s *Session) { s.sawFailure = true })
 }
 
 // noteRateLimit records, for the round trip of ctx's request, that a limit of
 // [http.limits] held it back until until (Session.RateLimited).
 func noteRateLimit(ctx context.Context, until time.Time) {
+	inSession(ctx, func(s *Session) {
+		if !s.sawLimit || until.After(s.limited) {
+			s.limited = until
+		}
+		s.sawLimit = true
+	})
+}
+
+// inSession calls f, under the session's lock, with the Session ctx's request
+// belongs to, if any (a request of a client outside a session has none).
+func inSession(ctx context.Context, f func(s *Session)) {
 	s, ok := ctx.Value(outageKey{}).(*Session)
 	if !ok {
 		return
 	}
 	s.mu.Lock()
-	if !s.sawLimit || until.After(s.limited) {
-		s.limited = until
-	}
-	s.sawLimit = true
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	f(s)
 }
 
 // breakerOutcome is what the result of a round trip under ctx (the request's) tells
