@@ -56,17 +56,29 @@ const (
 	KindRequestTooLarge
 )
 
-var kindNames = map[Kind]string{
-	KindBadRequest: "bad request", KindDenied: "denied", KindBlocked: "blocked address", KindDNS: "DNS failure",
-	KindRefused: "connection refused", KindTLS: "TLS failure", KindTimeout: "timeout", KindTooLarge: "response too large",
-	KindTooManyRequests: "too many requests", KindRateLimited: "rate limited", KindCircuitOpen: "circuit open",
-	KindConnection: "connection failed", KindTooManyRedirects: "too many redirects", KindRequestTooLarge: "request too large",
+// kinds are each kind's name (String) and label (Label), in one table so that a new
+// kind gets both.
+var kinds = map[Kind]struct{ name, label string }{
+	KindBadRequest:       {"bad request", "bad_request"},
+	KindDenied:           {"denied", "denied"},
+	KindBlocked:          {"blocked address", "blocked"},
+	KindDNS:              {"DNS failure", "dns"},
+	KindRefused:          {"connection refused", "refused"},
+	KindTLS:              {"TLS failure", "tls"},
+	KindTimeout:          {"timeout", "timeout"},
+	KindTooLarge:         {"response too large", "too_large"},
+	KindTooManyRequests:  {"too many requests", "too_many_requests"},
+	KindRateLimited:      {"rate limited", "rate_limited"},
+	KindCircuitOpen:      {"circuit open", "circuit_open"},
+	KindConnection:       {"connection failed", "connection"},
+	KindTooManyRedirects: {"too many redirects", "too_many_redirects"},
+	KindRequestTooLarge:  {"request too large", "request_too_large"},
 }
 
 // String names the kind ("denied", "blocked address", ...).
 func (k Kind) String() string {
-	if s, ok := kindNames[k]; ok {
-		return s
+	if s, ok := kinds[k]; ok {
+		return s.name
 	}
 	return "unknown"
 }

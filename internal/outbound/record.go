@@ -55,18 +55,11 @@ func (r CallRecord) Outcome() string {
 // and before its deadline passed.
 const CallCancelled = "cancelled"
 
-var kindLabels = map[Kind]string{
-	KindBadRequest: "bad_request", KindDenied: "denied", KindBlocked: "blocked", KindDNS: "dns",
-	KindRefused: "refused", KindTLS: "tls", KindTimeout: "timeout", KindTooLarge: "too_large",
-	KindTooManyRequests: "too_many_requests", KindRateLimited: "rate_limited", KindCircuitOpen: "circuit_open",
-	KindConnection: "connection", KindTooManyRedirects: "too_many_redirects", KindRequestTooLarge: "request_too_large",
-}
-
 // Label names the kind as a metric label or a record's error: "denied", "blocked",
 // "dns", "too_large", ...
 func (k Kind) Label() string {
-	if s, ok := kindLabels[k]; ok {
-		return s
+	if s, ok := kinds[k]; ok {
+		return s.label
 	}
 	return "unknown"
 }
