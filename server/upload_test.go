@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -20,14 +20,14 @@ func TestUploadValidatorRunsNoGuestCode(t *testing.T) {
 	}
 	defer e.Close(ctx)
 	validate := uploadValidator(e)
-	trap, err := os.ReadFile("../../testdata/hostile/init_trap.wasm")
+	trap, err := os.ReadFile("../testdata/hostile/init_trap.wasm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v, err := validate(ctx, "init_trap", trap); err != nil || v != host.Version(trap) {
 		t.Errorf("validating a module whose _initialize traps: %q, %v; want its version (its code must not run)", v, err)
 	}
-	bad, err := os.ReadFile("../../testdata/hostile/no_marker.wasm")
+	bad, err := os.ReadFile("../testdata/hostile/no_marker.wasm")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,20 +2,16 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,12 +22,9 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
-	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/api"
 	"github.com/wasmjobs/wasmjobs/internal/fleet"
-	"github.com/wasmjobs/wasmjobs/internal/metrics"
-	"github.com/wasmjobs/wasmjobs/internal/outbound"
-	"github.com/wasmjobs/wasmjobs/internal/ui"
+	"github.com/wasmjobs/wasmjobs/server"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -288,10 +281,7 @@ func openBackend(ctx context.Context, bs backendSpec, log *slog.Logger) (backend
 		case err != nil:
 			return nil, fmt.Errorf("--data-dir %s: %w", bs.dataDir, err)
 		}
-		rec := b.Recovered()
-		log.Info("data directory opened", "data_dir", b.Dir(), "waiting", rec.Ready, "delayed", rec.Delayed,
-			"dead_letters", rec.Dead, "queues", rec.Queues, "took", rec.Took.Round(time.Millisecond))
-		return b, nil
+		return b, nil // the server logs what it holds (backend.RecoveryReporter)
 	case isAMQP(bs.spec):
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
@@ -350,14 +340,6 @@ func (f *runFlags) checkBackupDir() (string, error) {
 	return dir, nil
 }
 
-// closeGrace is what run gives, past the drain timeout, to closing the API, the backend
-// and the engine: run exits within --drain-timeout plus this, whatever the broker does.
-const closeGrace = 2 * time.Second
-
-// backendCloseSlice is the part of closeGrace kept for closing the backend (flushing
-// the pebble store), after the API's shutdown has had the rest.
-const backendCloseSlice = time.Second
-
 func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error {
 	// The first signal drains; a second one stops at once.
 	sigs := make(chan os.Signal, 2)
@@ -367,8 +349,9 @@ func (f *runFlags) run(ctx context.Context, g *globals, stderr io.Writer) error 
 }
 
 // serve is run with its signals and its hard exit given: the first signal (or ctx's
-// end) drains, a second one calls exit. Everything it opens it closes on every path,
-// in one deferred cleanup, bounded by the drain's deadline plus closeGrace.
+// end) drains, a second one calls exit. It opens the backend and the listener and
+// runs a server.Server on them, whose Stop closes both on every path, within the
+// drain's deadline plus server.CloseGrace.
 func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs <-chan os.Signal, exit func()) (err error) {
 	if f.modules == "" {
 		return usagef("--modules is required: the directory of handler modules")
@@ -407,39 +390,18 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		return err
 	}
 
-	// One cleanup path: each step pushes what undoes it, and every return runs them in
-	// reverse, each bounded by closeCtx's deadline.
-	var cleanups []func(ctx context.Context)
-	var finalDeadline time.Time // set when the drain starts: its deadline plus closeGrace
-	served := false
-	defer func() {
-		if finalDeadline.IsZero() {
-			finalDeadline = time.Now().Add(closeGrace)
-		}
-		closeCtx, cancel := context.WithDeadline(context.Background(), finalDeadline)
-		defer cancel()
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i](closeCtx)
-		}
-		if served {
-			log.Info("wasmjobs stopped")
-		}
-	}()
-
-	// From the first signal the host is draining: Ready reports false at once, so the
-	// API refuses new jobs, and runCtx ends. The goroutine ends with serve.
-	var started, draining atomic.Bool
+	// From the first signal (or ctx's end) the host drains: runCtx ends, and serve
+	// stops the server. The goroutine ends with serve.
 	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	exited := make(chan struct{})
-	cleanups = append(cleanups, func(context.Context) { close(exited); cancel() })
+	defer close(exited)
 	go func() {
 		select {
 		case s := <-sigs:
-			draining.Store(true)
 			log.Info("draining: no new jobs are taken", "signal", s.String(), "drain_timeout", f.drainTimeout)
 			cancel()
 		case <-runCtx.Done():
-			draining.Store(true)
 		case <-exited:
 			return
 		}
@@ -465,346 +427,63 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		}
 		return err
 	}
-	cleanups = append(cleanups, func(ctx context.Context) {
-		if err := b.Close(ctx); err != nil {
-			log.Warn("closing the backend", "error", err)
-		}
-	})
-	ln, err := net.Listen("tcp", f.listen)
+	cfg, err := f.serverConfig(g, log, httpRoots, backupDir)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", f.listen, err)
-	}
-	cleanups = append(cleanups, func(context.Context) { ln.Close() })
-	met := metrics.New()
-	e, err := host.NewEngine(runCtx, host.Config{CacheDir: g.cacheDir, Logger: log, HTTP: outbound.Options{RootCAs: httpRoots, IdleConnsPerHost: f.concurrency}, OnHTTPCall: met.HTTPCall})
-	if err != nil {
+		closeBackend(b, log)
 		return err
 	}
-	cleanups = append(cleanups, func(ctx context.Context) { e.Close(ctx) })
-
-	rates := api.NewRates(nil)
-	attempts := api.NewAttempts(f.history)
-	versions := ui.NewVersions()
-	// A backend with job records (pebble) answers GET /v1/jobs/{id} itself, after a
-	// restart too; the others get the in-memory history of recent jobs.
-	var hist *api.History
-	obs := worker.Observers(met, rates, attempts, worker.LogObserver(log))
-	if _, records := b.(backend.JobRecordReader); !records {
-		hist = api.NewHistory(f.history)
-		obs = worker.Observers(hist, met, rates, attempts, worker.LogObserver(log))
-	}
-	w := worker.New(b, worker.Config{
-		Concurrency: f.concurrency,
-		Observer:    obs,
-		Logger:      log,
-	})
-	schedKick := make(chan struct{}, 1) // a module changed: read the schedules again
-	onEvent := func(ev host.RegistryEvent) {
-		met.ModuleEvent(ev)
-		versions.Record(ev)
-		select {
-		case schedKick <- struct{}{}:
-		default:
-		}
-	}
-	reg, err := host.NewRegistry(host.RegistryConfig{Dir: f.modules, Engine: e, Queues: w, Logger: log, OnEvent: onEvent,
-		HistoryDir: moduleHistoryDir(b, g.cacheDir, f.modules)})
+	srv, err := server.New(b, cfg)
 	if err != nil {
-		return usagef("%v", err)
-	}
-	// On an early return: stop following the directory, stop the worker (nothing runs
-	// yet, so at once), retire the modules. On the drain path these ran already.
-	cleanups = append(cleanups, func(ctx context.Context) {
-		reg.Close()
-		w.Stop(ctx)
-		reg.Retire()
-	})
-
-	// A fleet's pushed modules are written into the directory before the registry's
-	// first read, so that the host serves what the fleet serves from its start.
-	var refused func() []fleet.Refusal
-	if isAMQP(f.backend) && f.moduleStream != "" {
-		fl, err := f.followModules(runCtx, log, reg)
-		if err != nil {
-			if runCtx.Err() != nil {
-				log.Info("wasmjobs stopped before it served")
-				return nil
-			}
-			return err
-		}
-		cleanups = append(cleanups, func(ctx context.Context) { fl.Close(ctx) })
-		refused = fl.Refused
-	}
-
-	if err := reg.Start(runCtx); err != nil {
+		cfg.Listener.Close()
+		closeBackend(b, log)
 		return err
 	}
-	if err := w.Start(runCtx); err != nil {
+	if err := srv.Start(runCtx); err != nil {
+		srv.Stop(context.Background())
 		if runCtx.Err() != nil {
 			log.Info("wasmjobs stopped before it served")
 			return nil
 		}
 		return err
 	}
-	// The modules' [[schedule]]s fire from now until the drain starts (runCtx ends).
-	sched := newScheduler(b, hist, log)
-	stopSchedules := startSchedules(runCtx, sched, reg, schedKick)
-	cleanups = append(cleanups, func(context.Context) { stopSchedules() })
-	// The memory backend drops at exit what is queued, so it takes jobs only until the
-	// drain; a durable one (pebble, RabbitMQ) keeps them for the next start, and takes
-	// them through the drain for as long as the API answers.
-	accepting := func() bool { return started.Load() && !draining.Load() }
-	if _, isMemory := b.(*memory.Backend); !isMemory {
-		accepting = started.Load
-	}
-	// A backend whose store can break for good (pebble after a failed log write)
-	// reports it through Err: the host then stops calling itself ready or healthy,
-	// drains and exits with the error, rather than answering 503 to every enqueue and
-	// failing every settle for ever while it says 200.
-	var storeErr atomic.Pointer[error]
-	healthStop, healthDone := make(chan struct{}), make(chan struct{})
-	cleanups = append(cleanups, func(context.Context) { close(healthStop); <-healthDone })
-	go func() {
-		defer close(healthDone)
-		hr, ok := b.(errReporter)
-		if !ok {
-			return
-		}
-		t := time.NewTicker(healthEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-healthStop:
-				return
-			case <-t.C:
-			}
-			if err := hr.Err(); err != nil {
-				storeErr.Store(&err)
-				log.Error("the backend's store failed: draining and exiting; restart the host (it reopens the store from disk)", "error", err)
-				cancel()
-				return
-			}
-		}
-	}()
-	failed := func() error {
-		if p := storeErr.Load(); p != nil {
-			return *p
-		}
-		return nil
-	}
-	loopback := isLoopback(ln.Addr().String())
-	// One limit of wrong tokens for the API and the dashboard: both take the token.
-	authLimit := api.NewAuthLimiter()
-	apiHandler := api.New(api.Config{
-		Backend: b, Registry: reg, Running: w.Running, History: hist, Attempts: attempts, Metrics: met.Handler(), Rates: rates,
-		Schedules: sched.List, RefusedPushes: func() any {
-			if refused == nil {
-				return nil
-			}
-			return refused()
-		},
-		Token: f.token, AuthLimiter: authLimit, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
-		Healthy:  failed,
-		Loopback: loopback, BackupDir: backupDir,
-	})
-	dataDir := ""
-	if pb, ok := b.(*pebble.Backend); ok {
-		dataDir = pb.Dir()
-	}
-	// Uploads are untrusted: they are checked on an engine of their own, without the
-	// on-disk compilation cache (an upload must not fill the cache directory).
-	checkEngine, err := host.NewEngine(runCtx, host.Config{NoCache: true, Logger: log})
-	if err != nil {
-		return fmt.Errorf("the upload checker's engine: %w", err)
-	}
-	cleanups = append(cleanups, func(ctx context.Context) { checkEngine.Close(ctx) })
-	dash := ui.New(ui.Config{
-		Backend: b, Registry: reg, Running: w.Running, History: hist, Rates: rates, Attempts: attempts, Versions: versions,
-		Schedules: sched.List, Token: f.token, AuthLimiter: authLimit, Loopback: loopback, Accepting: accepting, Logger: log,
-		Validate: uploadValidator(checkEngine),
-		Host:     ui.HostInfo{Backend: backendName(f.backend), DataDir: dataDir, Concurrency: f.concurrency, Started: time.Now(), Version: versionString()},
-	})
-	root := http.NewServeMux()
-	root.Handle("/ui/", dash)
-	root.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusSeeOther))
-	root.Handle("/", apiHandler)
-	srv := &http.Server{
-		Handler:           root,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	serveErr := make(chan error, 1)
-	scheme := "http"
-	if f.tlsCert != "" {
-		scheme = "https"
-		go func() { serveErr <- srv.ServeTLS(ln, f.tlsCert, f.tlsKey) }()
-	} else {
-		go func() { serveErr <- srv.Serve(ln) }()
-	}
-	cleanups = append(cleanups, func(ctx context.Context) {
-		// Reads go on until the drain ends; then the API closes within what is left,
-		// less backendCloseSlice: the backend, closed after it, gets its own time to
-		// write out its state rather than a context that a slow client let expire.
-		if dl, ok := ctx.Deadline(); ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, dl.Add(-backendCloseSlice))
-			defer cancel()
-		}
-		if err := srv.Shutdown(ctx); err != nil {
-			srv.Close()
-		}
-		<-serveErr
-	})
-	started.Store(true)
-	served = true
-	mods := reg.Modules()
-	serving := 0
-	for _, m := range mods {
-		if m.Status == "serving" {
-			serving++
-		}
-	}
-	log.Info("wasmjobs serving", "api", scheme+"://"+ln.Addr().String(), "dashboard", scheme+"://"+ln.Addr().String()+"/ui/", "modules", f.modules,
-		"serving", serving, "rejected", len(mods)-serving, "backend", redact(f.backend), "concurrency", f.concurrency)
-
 	select {
 	case <-runCtx.Done():
-	case err := <-serveErr:
-		serveErr <- err // for the cleanup
-		log.Error("the HTTP API stopped", "error", err)
-		cancel()
+	case <-srv.Done(): // the store or the listener failed
 	}
-
-	// Drain. The API already refuses new jobs (Ready is false since the signal) and
-	// keeps answering reads until the cleanup. Stop following the directory, stop
-	// taking jobs, let running jobs finish and settle until the drain deadline; settles
-	// under way end with it.
-	draining.Store(true)
-	drainDeadline := time.Now().Add(f.drainTimeout)
-	finalDeadline = drainDeadline.Add(closeGrace)
-	reg.Close()
-	drainCtx, cancelDrain := context.WithDeadline(context.Background(), drainDeadline)
-	defer cancelDrain()
-	stopErr := w.Stop(drainCtx)
-	reg.Retire()
-	if stopErr != nil {
-		log.Warn("drain timeout: unfinished jobs left unacknowledged", "error", stopErr)
-	} else {
-		running := 0
-		for _, n := range w.Running() {
-			running += n
-		}
-		log.Info("drained: every running job finished and settled", "running", running)
-	}
-	// Say what becomes of the jobs still queued: the memory backend drops them, the
-	// pebble backend keeps them for the next start.
-	_, isMemory := b.(*memory.Backend)
-	pb, isPebble := b.(*pebble.Backend)
-	if sr, ok := b.(backend.StatsReader); ok && (isMemory || isPebble) {
-		left := 0
-		for _, m := range reg.Modules() { // the modules now, not those at start
-			if st, err := sr.QueueStats(context.Background(), m.Queue); m.Status == "serving" && err == nil {
-				left += st.Pending + st.Delayed + st.Deferred
-			}
-		}
-		switch {
-		case left > 0 && isMemory:
-			log.Warn("the memory backend keeps nothing across restarts: queued jobs are dropped at exit", "queued", left)
-		case left > 0:
-			log.Info("queued jobs are kept for the next start", "queued", left, "data_dir", pb.Dir())
-		}
-	}
-	if err := failed(); err != nil {
-		return fmt.Errorf("stopped on a failed store: %w", err)
-	}
-	if stopErr != nil && !errors.Is(stopErr, context.DeadlineExceeded) {
-		return stopErr
-	}
-	return nil
+	return srv.Stop(context.Background())
 }
 
-// backendName says which backend a --backend value is, without a URL's password.
-func backendName(spec string) string {
-	if isAMQP(spec) {
-		return "RabbitMQ " + redact(spec)
-	}
-	return spec
-}
-
-// errReporter is a backend that can break for good and says so (the pebble backend
-// once its store failed): run polls it every healthEvery.
-type errReporter interface{ Err() error }
-
-// healthEvery is how often run asks the backend whether its store failed.
-const healthEvery = time.Second
-
-// moduleHistoryDir is where the registry keeps the modules' last versions and pins: in
-// the pebble backend's data directory, which is the host's own and durable; on the
-// other backends under the cache directory, in a directory of the modules directory's
-// own (named by the sha256 of its absolute path), so that two hosts of one machine with
-// other modules keep apart. Empty (kept in memory) when there is no cache directory.
-func moduleHistoryDir(b backend.Backend, cacheDir, modules string) string {
-	if pb, ok := b.(*pebble.Backend); ok {
-		return filepath.Join(pb.Dir(), "module-history")
-	}
-	if cacheDir == "" {
-		d, err := os.UserCacheDir()
+// serverConfig is the server's configuration of the flags: it opens the listener and
+// reads the trust key.
+func (f *runFlags) serverConfig(g *globals, log *slog.Logger, httpRoots *x509.CertPool, backupDir string) (server.Config, error) {
+	cfg := server.Config{Modules: f.modules, Concurrency: f.concurrency, DrainTimeout: f.drainTimeout, Logger: log,
+		CacheDir: g.cacheDir, History: f.history, RootCAs: httpRoots, Token: f.token, BackupDir: backupDir,
+		TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, BackendName: redact(f.backend), Version: versionString()}
+	if isAMQP(f.backend) && f.moduleStream != "" {
+		trust, err := readTrustKey(f.trustKey)
 		if err != nil {
-			return ""
+			return cfg, err
 		}
-		cacheDir = filepath.Join(d, "wasmjobs")
+		if trust != nil {
+			log.Info("module pushes must be signed by the trusted key", "trust_key", f.trustKey)
+		}
+		cfg.Fleet = &server.FleetConfig{URLs: amqpURLs(f.backend), Stream: f.moduleStream, TrustKey: trust, HostID: f.hostID,
+			Heartbeat: f.moduleHeartbeat, Republish: f.republishEvery}
 	}
-	abs, err := filepath.Abs(modules)
+	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
-		abs = modules
+		return cfg, fmt.Errorf("listen on %s: %w", f.listen, err)
 	}
-	sum := sha256.Sum256([]byte(abs))
-	return filepath.Join(cacheDir, "module-history", hex.EncodeToString(sum[:8]))
+	cfg.Listener = ln
+	return cfg, nil
 }
 
-// followModules starts following the modules stream of the RabbitMQ backend: it
-// returns once the directory holds the fleet's current modules.
-func (f *runFlags) followModules(ctx context.Context, log *slog.Logger, reg *host.Registry) (*fleet.Follower, error) {
-	trust, err := readTrustKey(f.trustKey)
-	if err != nil {
-		return nil, err
-	}
-	id := f.hostID
-	if id == "" {
-		name, _ := os.Hostname()
-		id = fmt.Sprintf("%s-%d", name, os.Getpid())
-	}
-	if trust != nil {
-		log.Info("module pushes must be signed by the trusted key", "trust_key", f.trustKey)
-	}
-	return fleet.Start(ctx, fleet.Config{
-		URLs: amqpURLs(f.backend), Stream: f.moduleStream, Dir: f.modules, TrustKey: trust, HostID: id,
-		Heartbeat: f.moduleHeartbeat, Republish: f.republishEvery, Logger: log,
-		Serving: func() map[string]string {
-			out := map[string]string{}
-			for _, m := range reg.Modules() {
-				if m.Status == "serving" {
-					out[m.Name] = m.Version
-				}
-			}
-			return out
-		},
-	})
-}
-
-// uploadValidator checks an uploaded module on e: compiled and its exports and imports
-// checked with a neutral manifest (no env, no dirs, default limits), none of its code
-// run (host.Engine.Check), one upload at a time.
-func uploadValidator(e *host.Engine) func(ctx context.Context, name string, wasm []byte) (string, error) {
-	sem := make(chan struct{}, 1)
-	return func(ctx context.Context, name string, wasm []byte) (string, error) {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return "", fmt.Errorf("waiting for another upload's check: %w", ctx.Err())
-		}
-		defer func() { <-sem }()
-		return e.Check(ctx, filepath.Base(name), wasm)
+// closeBackend closes a backend that no server took, within server.CloseGrace.
+func closeBackend(b backend.Backend, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), server.CloseGrace)
+	defer cancel()
+	if err := b.Close(ctx); err != nil {
+		log.Warn("closing the backend", "error", err)
 	}
 }
 

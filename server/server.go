@@ -1,0 +1,543 @@
+// Package server runs a wasmjobs host inside a Go program: the handler modules of a
+// directory, served on a backend you open, with the HTTP API and the dashboard, and a
+// drain that keeps every job it took.
+//
+// # Embedding
+//
+// Open a backend (backend/memory, backend/pebble or backend/rabbitmq), give it to
+// New with a Config naming the modules directory, and Start the server:
+//
+//	b := memory.New(memory.Config{})
+//	srv, err := server.New(b, server.Config{Modules: "./modules"})
+//	if err != nil { ... } // b is still yours to close
+//	if err := srv.Start(ctx); err != nil { ... }
+//	defer srv.Stop(context.Background())
+//
+// From New on the Server owns the backend: Stop closes it, last. Every NAME.wasm of
+// the directory serves the queue NAME (or the queue its manifest NAME.toml names); the
+// directory is watched, so dropping in a new version swaps it without a restart.
+//
+// Jobs come in through the HTTP API, which Handler returns together with the
+// dashboard: mount it on a server of yours, or give Config.Listener and the Server
+// serves it itself and shuts it down at the right moment of the drain. A program may
+// also publish to the backend directly (backend.Backend.Publish), which skips the API's
+// checks of queue, payload and limits.
+//
+// # Lifecycle
+//
+// New builds every part and starts nothing. Start starts them in order: the fleet
+// follower (on RabbitMQ, when Config.Fleet is set), the registry's first read of the
+// modules directory and its watch, the worker, the modules' schedules, the store's
+// health check, the HTTP listener. Stop drains: the server stops calling itself ready
+// at once (the API refuses new jobs on a backend that keeps nothing queued, and takes
+// them for the next start on one that keeps them), the schedules stop firing and the
+// directory is no longer followed, no new job is taken, and running jobs finish and
+// settle until Config.DrainTimeout; jobs still running then are left unacknowledged,
+// for the backend to deliver again. The API answers reads until the drain ends; then
+// every part stops in the reverse of its start, the backend last with a slice of time
+// of its own, all within the drain deadline plus CloseGrace.
+//
+// A backend whose store breaks for good (backend.HealthReporter) makes the server stop
+// calling itself healthy and close Done; Stop then returns the failure. Done closes as
+// well when the HTTP listener fails.
+//
+// # Compatibility
+//
+// server is one of the public packages (with wasmjobstest, host, worker, backend and
+// abi); at v0 they may change, each change with an entry in the CHANGELOG.
+package server
+
+import (
+	"cmp"
+	"context"
+	"crypto/ed25519"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
+	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/fleet"
+	"github.com/wasmjobs/wasmjobs/internal/metrics"
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/internal/schedule"
+	"github.com/wasmjobs/wasmjobs/worker"
+)
+
+// Defaults of Config.
+const (
+	// DefaultDrainTimeout is how long Stop waits for running jobs.
+	DefaultDrainTimeout = 30 * time.Second
+	// DefaultHistory is how many recent jobs the API reports on a backend without job
+	// records (memory, RabbitMQ).
+	DefaultHistory = api.DefaultHistory
+)
+
+// CloseGrace is what Stop gives, past the drain deadline, to stopping the API, the
+// engines and the backend: Stop returns within the drain timeout plus CloseGrace,
+// whatever the backend or a slow client does.
+const CloseGrace = 2 * time.Second
+
+// backendCloseSlice is the part of CloseGrace kept for closing the backend (flushing
+// the pebble store), after the API's shutdown has had the rest.
+const backendCloseSlice = time.Second
+
+// healthEvery is how often the server asks the backend whether its store failed.
+const healthEvery = time.Second
+
+// Errors of the lifecycle.
+var (
+	// ErrStarted is returned by a second Start.
+	ErrStarted = errors.New("server: already started")
+	// ErrStopped is returned by Start after Stop, and by a second Stop.
+	ErrStopped = errors.New("server: stopped")
+)
+
+// Config configures a Server. Only Modules is required; every zero value means the
+// default its field names.
+type Config struct {
+	// Modules is the directory of handler modules (required). It must exist.
+	Modules string
+	// Concurrency bounds the jobs running at once over all queues;
+	// worker.DefaultConcurrency if 0.
+	Concurrency int
+	// DrainTimeout is how long Stop lets running jobs finish; DefaultDrainTimeout if 0.
+	DrainTimeout time.Duration
+	// Logger receives the host's log; nil discards it.
+	Logger *slog.Logger
+	// CacheDir holds compiled modules across runs; empty means wasmjobs under the
+	// user's cache directory. On a backend without a data directory of its own the
+	// modules' last versions and pins are kept under it too.
+	CacheDir string
+	// History is how many recent jobs the API reports and the dashboard lists the
+	// attempts of, on a backend without job records; DefaultHistory if 0.
+	History int
+	// RootCAs, when set, is the pool modules' outbound HTTPS trusts (the system's and
+	// a CA of yours); nil trusts the system's roots.
+	RootCAs *x509.CertPool
+	// Token, when set, is the bearer token the API and the dashboard require.
+	Token string
+	// Loopback turns on the API's Host check, against DNS rebinding: requests whose
+	// Host header is not a loopback name are refused. Set it when Handler is served
+	// on a loopback address only; with Listener it is set from the listener's address.
+	Loopback bool
+	// BackupDir, when set, is the directory the API's backups are written into (on
+	// the pebble backend); empty turns backups off.
+	BackupDir string
+	// Fleet, when set, follows a RabbitMQ fleet's stream of pushed modules into the
+	// Modules directory; nil follows none. Only with the RabbitMQ backend.
+	Fleet *FleetConfig
+	// Listener, when set, is where Start serves Handler, and Stop shuts it down after
+	// the drain; nil serves nothing (mount Handler on a server of yours).
+	Listener net.Listener
+	// TLSCertFile and TLSKeyFile, both set, serve Listener over TLS.
+	TLSCertFile, TLSKeyFile string
+	// BackendName names the backend in the log and on the dashboard (a URL's password
+	// hidden); empty means its Go type.
+	BackendName string
+	// Version is the host's version on the dashboard; empty shows none.
+	Version string
+}
+
+// FleetConfig follows the modules stream of a RabbitMQ fleet (`wasmjobs modules
+// push`): the fleet's modules are written into the modules directory before the
+// registry's first read, so the host serves what the fleet serves from its start.
+type FleetConfig struct {
+	// URLs are the broker's node URLs, tried in order (required).
+	URLs []string
+	// Stream is the stream's name; "wasmjobs.modules" if empty.
+	Stream string
+	// TrustKey, when set, is the only key whose signed pushes are taken; the others
+	// are refused and listed in /v1/modules.
+	TrustKey ed25519.PublicKey
+	// HostID names this host in its heartbeats; hostname-pid if empty.
+	HostID string
+	// Heartbeat is how often the host reports its serving versions; 10 s if 0.
+	Heartbeat time.Duration
+	// Republish is the age past which the newest push of a module is published again,
+	// so that the stream's retention never drops it; an hour if 0.
+	Republish time.Duration
+}
+
+// Server is one wasmjobs host on one backend. Its methods are safe for concurrent use.
+type Server struct {
+	b   backend.Backend
+	cfg Config
+	log *slog.Logger
+
+	met         *metrics.Metrics
+	engine      *host.Engine
+	checkEngine *host.Engine // uploads' checks: no compilation cache
+	reg         *host.Registry
+	w           *worker.Worker
+	sched       *schedule.Scheduler
+	ops         *operator
+	handler     http.Handler
+	schedKick   chan struct{}
+	parts       []component
+	stopWorker  func(ctx context.Context) error // the worker's Stop, once
+	retire      func()                          // the registry's Retire, once
+
+	// runCtx lives from New to the drain's start: the schedules and the fleet follower
+	// run in it, and its end stops them.
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+
+	started  atomic.Bool // Start has started every part
+	draining atomic.Bool
+	storeErr atomic.Pointer[error]
+	halted   chan struct{} // Done
+	halt     sync.Once
+
+	mu        sync.Mutex
+	state     state
+	startDone chan struct{} // closed when Start returns
+	follower  *fleet.Follower
+}
+
+type state int
+
+const (
+	stateNew state = iota
+	stateStarting
+	stateStarted
+	stateStopped
+)
+
+// New builds a host on b with cfg. It starts nothing (see Start) and, when it
+// succeeds, owns b: Stop closes it. When it fails, b is left open for the caller.
+func New(b backend.Backend, cfg Config) (*Server, error) {
+	if b == nil {
+		return nil, errors.New("server: a backend is required")
+	}
+	if cfg.Modules == "" {
+		return nil, errors.New("server: Config.Modules is required: the directory of handler modules")
+	}
+	if fi, err := os.Stat(cfg.Modules); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("server: modules %s: not a directory", cfg.Modules)
+	}
+	if cfg.Concurrency < 0 || cfg.DrainTimeout < 0 || cfg.History < 0 {
+		return nil, fmt.Errorf("server: Concurrency %d, DrainTimeout %v, History %d: want 0 (the default) or more",
+			cfg.Concurrency, cfg.DrainTimeout, cfg.History)
+	}
+	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+		return nil, errors.New("server: TLSCertFile and TLSKeyFile go together")
+	}
+	if cfg.Fleet != nil && len(cfg.Fleet.URLs) == 0 {
+		return nil, errors.New("server: Fleet.URLs is required: the broker of the modules stream")
+	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, worker.DefaultConcurrency)
+	cfg.DrainTimeout = cmp.Or(cfg.DrainTimeout, DefaultDrainTimeout)
+	cfg.History = cmp.Or(cfg.History, DefaultHistory)
+	cfg.BackendName = cmp.Or(cfg.BackendName, fmt.Sprintf("%T", b))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Listener != nil {
+		cfg.Loopback = isLoopback(cfg.Listener.Addr())
+	}
+	s := &Server{b: b, cfg: cfg, log: cfg.Logger, met: metrics.New(), halted: make(chan struct{}),
+		schedKick: make(chan struct{}, 1), startDone: make(chan struct{})}
+	if rr, ok := b.(backend.RecoveryReporter); ok {
+		rec := rr.Recovery()
+		s.log.Info("data directory opened", "data_dir", dataDir(b), "waiting", rec.Ready, "delayed", rec.Delayed,
+			"dead_letters", rec.Dead, "queues", rec.Queues, "took", rec.Took.Round(time.Millisecond))
+	}
+	s.runCtx, s.cancelRun = context.WithCancel(context.Background())
+	if err := s.build(); err != nil {
+		s.cancelRun()
+		return nil, err
+	}
+	return s, nil
+}
+
+// build makes every part, in the order of Start, and the list that starts and stops
+// them. On an error it closes what it made (not the backend).
+func (s *Server) build() (err error) {
+	var made []func(context.Context)
+	defer func() {
+		if err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), CloseGrace)
+			defer cancel()
+			for i := len(made) - 1; i >= 0; i-- {
+				made[i](ctx)
+			}
+		}
+	}()
+	// Building an engine compiles nothing and waits for nothing: the host modules'
+	// instantiation runs in memory, so the background context only carries no values.
+	ctx := context.Background()
+	s.engine, err = host.NewEngine(ctx, host.Config{CacheDir: s.cfg.CacheDir, Logger: s.log,
+		HTTP: outbound.Options{RootCAs: s.cfg.RootCAs, IdleConnsPerHost: s.cfg.Concurrency}, OnHTTPCall: s.met.HTTPCall})
+	if err != nil {
+		return err
+	}
+	made = append(made, func(ctx context.Context) { s.engine.Close(ctx) })
+	// Uploads are untrusted: they are checked on an engine of their own, without the
+	// on-disk compilation cache (an upload must not fill the cache directory).
+	s.checkEngine, err = host.NewEngine(ctx, host.Config{NoCache: true, Logger: s.log})
+	if err != nil {
+		return fmt.Errorf("the upload checker's engine: %w", err)
+	}
+	made = append(made, func(ctx context.Context) { s.checkEngine.Close(ctx) })
+
+	s.ops = newOperator(s.b, s.cfg.History)
+	s.w = worker.New(s.b, worker.Config{
+		Concurrency: s.cfg.Concurrency,
+		Observer:    s.ops.observer(s.met, s.log),
+		Logger:      s.log,
+	})
+	onEvent := func(ev host.RegistryEvent) {
+		s.met.ModuleEvent(ev)
+		s.ops.versions.Record(ev)
+		select { // a module changed: read the schedules again
+		case s.schedKick <- struct{}{}:
+		default:
+		}
+	}
+	s.reg, err = host.NewRegistry(host.RegistryConfig{Dir: s.cfg.Modules, Engine: s.engine, Queues: s.w, Logger: s.log,
+		OnEvent: onEvent, HistoryDir: moduleHistoryDir(s.b, s.cfg.CacheDir, s.cfg.Modules)})
+	if err != nil {
+		return err
+	}
+	s.sched = newScheduler(s.b, s.ops.hist, s.log)
+	s.handler = s.newHandler()
+	s.parts = s.components()
+	return nil
+}
+
+// Handler returns the API and the dashboard as one handler: the dashboard under /ui/,
+// GET / redirecting to it, the API (/v1/..., /healthz, /readyz, /metrics) at the rest.
+// It answers from New on; it reports the host ready only between Start and Stop.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Done is closed when the host stops serving on its own: its store failed
+// (backend.HealthReporter) or its listener did. The caller should then call Stop,
+// which returns the store's failure.
+func (s *Server) Done() <-chan struct{} { return s.halted }
+
+// stopOnItsOwn ends the run (the schedules stop firing) and closes Done.
+func (s *Server) stopOnItsOwn() {
+	s.halt.Do(func() {
+		s.cancelRun()
+		close(s.halted)
+	})
+}
+
+// failed returns the store's failure, or nil.
+func (s *Server) failed() error {
+	if p := s.storeErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// ready reports whether the host takes jobs: started, not draining, its store sound.
+func (s *Server) ready() bool { return s.started.Load() && !s.draining.Load() && s.failed() == nil }
+
+// accepting reports whether the API takes jobs: on a backend that keeps nothing queued
+// only until the drain (a job taken then would be dropped at exit); on one that keeps
+// them (pebble, RabbitMQ) through the drain, for the next start.
+func (s *Server) accepting() bool {
+	if kq, ok := s.b.(backend.QueueKeeper); ok && !kq.KeepsQueued() {
+		return s.started.Load() && !s.draining.Load()
+	}
+	return s.started.Load()
+}
+
+// Start starts the parts in order (see the package's doc) and returns once the host
+// serves. ctx bounds the start only: when it ends first, Start fails with an error
+// wrapping ctx's. After a failed Start, Stop still releases what was built.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	switch s.state {
+	case stateStopped:
+		s.mu.Unlock()
+		return ErrStopped
+	case stateStarting, stateStarted:
+		s.mu.Unlock()
+		return ErrStarted
+	}
+	s.state = stateStarting
+	s.mu.Unlock()
+	defer close(s.startDone)
+
+	endStart := context.AfterFunc(ctx, s.cancelRun)
+	defer endStart()
+	for _, c := range s.parts {
+		if c.start == nil {
+			continue
+		}
+		err := c.start(s.runCtx)
+		if s.runCtx.Err() != nil && ctx.Err() != nil {
+			return fmt.Errorf("server: start (%s): %w", c.name, ctx.Err())
+		}
+		if err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	s.state = stateStarted
+	s.mu.Unlock()
+	s.started.Store(true)
+	s.logServing()
+	return nil
+}
+
+// logServing says that the host serves, where and with how many modules.
+func (s *Server) logServing() {
+	mods := s.reg.Modules()
+	serving := 0
+	for _, m := range mods {
+		if m.Status == "serving" {
+			serving++
+		}
+	}
+	var where []any
+	if ln := s.cfg.Listener; ln != nil {
+		scheme := "http"
+		if s.cfg.TLSCertFile != "" {
+			scheme = "https"
+		}
+		where = []any{"api", scheme + "://" + ln.Addr().String(), "dashboard", scheme + "://" + ln.Addr().String() + "/ui/"}
+	}
+	s.log.Info("wasmjobs serving", append(where, "modules", s.cfg.Modules,
+		"serving", serving, "rejected", len(mods)-serving, "backend", s.cfg.BackendName, "concurrency", s.cfg.Concurrency)...)
+}
+
+// Stop drains the host and stops every part (see the package's doc): it returns within
+// the drain timeout (or ctx's deadline, when sooner) plus CloseGrace. It returns the
+// store's failure when that stopped the host, and an error when the worker's stop
+// failed otherwise than by the drain deadline. Stop before Start releases what New
+// built, the backend included.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	prev := s.state
+	if prev == stateStopped {
+		s.mu.Unlock()
+		return ErrStopped
+	}
+	s.state = stateStopped
+	s.mu.Unlock()
+	s.draining.Store(true)
+	s.cancelRun()
+	if prev == stateStarting { // a Start under way gives up with the run's end
+		select {
+		case <-s.startDone:
+		case <-ctx.Done():
+		}
+	}
+	served := s.started.Load()
+
+	// The drain runs only on a host that served; otherwise the parts have nothing
+	// running and the stops get CloseGrace alone.
+	deadline := time.Now()
+	if served {
+		deadline = deadline.Add(s.cfg.DrainTimeout)
+	}
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	drainCtx, cancelDrain := context.WithDeadline(ctx, deadline)
+	defer cancelDrain()
+	var stopErr error
+	if served {
+		stopErr = s.drain(drainCtx)
+	}
+	closeCtx, cancelClose := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(CloseGrace))
+	defer cancelClose()
+	for i := len(s.parts) - 1; i >= 0; i-- {
+		if c := s.parts[i]; c.stop != nil {
+			c.stop(closeCtx)
+		}
+	}
+	if served {
+		s.log.Info("wasmjobs stopped")
+	}
+	if err := s.failed(); err != nil {
+		return fmt.Errorf("stopped on a failed store: %w", err)
+	}
+	if stopErr != nil && !errors.Is(stopErr, context.DeadlineExceeded) {
+		return stopErr
+	}
+	return nil
+}
+
+// drain is the step of Stop before the parts' stops: the API already refuses new jobs
+// (draining is set) and keeps answering reads until the listener's stop. It stops
+// following the directory, stops taking jobs, lets running jobs finish and settle until
+// ctx's deadline (settles under way end with it) and retires the modules.
+func (s *Server) drain(ctx context.Context) error {
+	s.reg.Close()
+	stopErr := s.stopWorker(ctx)
+	s.retire()
+	if stopErr != nil {
+		s.log.Warn("drain timeout: unfinished jobs left unacknowledged", "error", stopErr)
+	} else {
+		running := 0
+		for _, n := range s.w.Running() {
+			running += n
+		}
+		s.log.Info("drained: every running job finished and settled", "running", running)
+	}
+	s.logQueued()
+	return stopErr
+}
+
+// logQueued says what becomes of the jobs still queued in an embedded backend: one that
+// keeps nothing drops them, one with a data directory keeps them for the next start.
+func (s *Server) logQueued() {
+	kq, ok := s.b.(backend.QueueKeeper)
+	sr, stats := s.b.(backend.StatsReader)
+	if !ok || !stats {
+		return
+	}
+	left := 0
+	for _, m := range s.reg.Modules() { // the modules now, not those at start
+		if st, err := sr.QueueStats(context.Background(), m.Queue); m.Status == "serving" && err == nil {
+			left += st.Pending + st.Delayed + st.Deferred
+		}
+	}
+	switch {
+	case left > 0 && !kq.KeepsQueued():
+		s.log.Warn("the memory backend keeps nothing across restarts: queued jobs are dropped at exit", "queued", left)
+	case left > 0:
+		s.log.Info("queued jobs are kept for the next start", "queued", left, "data_dir", dataDir(s.b))
+	}
+}
+
+// dataDir is b's data directory, or "" for a backend without one.
+func dataDir(b backend.Backend) string {
+	if d, ok := b.(backend.DirReporter); ok {
+		return d.Dir()
+	}
+	return ""
+}
+
+// isLoopback reports whether a listener's address stays on this machine.
+func isLoopback(addr net.Addr) bool {
+	if a, ok := addr.(*net.TCPAddr); ok {
+		return a.IP.IsLoopback()
+	}
+	h, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(h)
+	return h == "localhost" || ip != nil && ip.IsLoopback()
+}
+
+// isRabbitMQ reports whether b is the RabbitMQ backend, for the dashboard's name.
+func isRabbitMQ(b backend.Backend) bool {
+	_, ok := b.(*rabbitmq.Backend)
+	return ok
+}
