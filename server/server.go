@@ -136,8 +136,9 @@ type Config struct {
 	// Fleet, when set, follows a RabbitMQ fleet's stream of pushed modules into the
 	// Modules directory; nil follows none. Only with the RabbitMQ backend.
 	Fleet *FleetConfig
-	// Listener, when set, is where Start serves Handler, and Stop shuts it down after
-	// the drain; nil serves nothing (mount Handler on a server of yours).
+	// Listener, when set, is the server's: Start serves Handler on it, and Stop shuts
+	// it down after the drain (or closes it, if it never served). Nil serves nothing:
+	// mount Handler on a server of yours.
 	Listener net.Listener
 	// TLSCertFile and TLSKeyFile, both set, serve Listener over TLS.
 	TLSCertFile, TLSKeyFile string
