@@ -180,9 +180,7 @@ func TestClientErrorsFromTheServer(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.stderr)
 		}
 	}
-	dir := t.TempDir()
-	installModule(t, dir, "abi/echo", "echo", "1")
-	h := startHost(t, dir)
+	h := startEchoHost(t)
 	for _, tc := range []struct {
 		args []string
 		want string

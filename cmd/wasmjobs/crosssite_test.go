@@ -12,9 +12,7 @@ import (
 // own requests go through.
 func TestCrossSiteRequestsReachNothing(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	installModule(t, dir, "abi/echo", "echo", "1")
-	h := startHost(t, dir)
+	h := startEchoHost(t)
 	send := func(method, path, body string, header ...string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, h.url+path, strings.NewReader(body))

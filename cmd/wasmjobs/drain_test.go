@@ -78,13 +78,8 @@ func TestEnqueueDuringTheDrainIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	select {
-	case err := <-h.done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("the host did not stop after SIGTERM")
+	if err := h.exited(time.Minute); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 	log := h.log()
 	settled := regexp.MustCompile(`msg="job settled" .*job=(\S+)`).FindAllStringSubmatch(log, -1)

@@ -22,28 +22,22 @@ import (
 func stopHost(t *testing.T, h *hostProc, sig syscall.Signal) {
 	t.Helper()
 	h.cmd.Process.Signal(sig)
-	select {
-	case err := <-h.done:
-		if err != nil && sig != syscall.SIGKILL {
-			t.Fatalf("the host's exit after %v: %v\n%s", sig, err, h.log())
-		}
-	case <-time.After(time.Minute):
-		t.Fatalf("the host did not exit within a minute of %v", sig)
+	if err := h.exited(time.Minute); err != nil && sig != syscall.SIGKILL {
+		t.Fatalf("the host's exit after %v: %v\n%s", sig, err, h.log())
 	}
 }
 
 // A second `run` on a data directory in use fails at once, naming the directory.
 func TestSecondRunOnTheDataDirFails(t *testing.T) {
 	t.Parallel()
-	dir, data := t.TempDir(), t.TempDir()
-	installModule(t, dir, "abi/echo", "echo", "1")
-	h := startHost(t, dir, "--data-dir", data)
+	data := t.TempDir()
+	h := startEchoHost(t, "--data-dir", data)
 	if !strings.Contains(h.log(), `msg="data directory opened" data_dir=`+data) {
 		t.Fatalf("the host does not say where its data is:\n%s", h.log())
 	}
 	start := time.Now()
 	// The same flags as the first, port included: the directory is what it names.
-	r := wasmjobs(t, "", "run", "--modules", dir, "--listen", strings.TrimPrefix(h.url, "http://"), "--data-dir", data)
+	r := wasmjobs(t, "", "run", "--modules", h.dir, "--listen", strings.TrimPrefix(h.url, "http://"), "--data-dir", data)
 	if r.code == 0 || !strings.Contains(r.stderr, data) || !strings.Contains(r.stderr, "in use") {
 		t.Fatalf("a second run on %s: exit %d, stderr %q; want a failure naming the directory", data, r.code, r.stderr)
 	}
@@ -339,13 +333,8 @@ func TestDrainOnPebbleLosesNothing(t *testing.T) {
 		t.Fatalf("a job settled before its release:\n%s", h.log())
 	}
 	release()
-	select {
-	case err := <-h.done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, h.log())
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("the host did not stop after SIGTERM")
+	if err := h.exited(time.Minute); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, h.log())
 	}
 	log := h.log()
 	want := len(queued) + len(during)

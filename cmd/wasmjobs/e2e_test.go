@@ -79,11 +79,58 @@ func startHost(t *testing.T, dir string, flags ...string) *hostProc {
 	return h
 }
 
+// startEchoHost starts a host whose modules directory (h.dir) holds testdata's echo
+// module, serving the queue echo.
+func startEchoHost(t *testing.T, flags ...string) *hostProc {
+	t.Helper()
+	dir := t.TempDir()
+	installModule(t, dir, "abi/echo", "echo", "1")
+	return startHost(t, dir, flags...)
+}
+
+// metrics returns the host's /metrics page.
+func (h *hostProc) metrics() string {
+	h.t.Helper()
+	resp, err := http.Get(h.url + "/metrics")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
 func (h *hostProc) log() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.logs.String()
 }
+
+// exited waits up to within for the host's exit and returns its error; the test fails
+// if the host still runs then.
+func (h *hostProc) exited(within time.Duration) error {
+	h.t.Helper()
+	select {
+	case err := <-h.done:
+		return err
+	case <-time.After(within):
+		h.t.Fatalf("the host did not exit within %v:\n%s", within, h.log())
+		return nil
+	}
+}
+
+// stopWithin drains the host with SIGTERM and waits up to within for its exit, which
+// must be clean.
+func (h *hostProc) stopWithin(within time.Duration) {
+	h.t.Helper()
+	h.cmd.Process.Signal(syscall.SIGTERM)
+	if err := h.exited(within); err != nil {
+		h.t.Fatalf("exit after SIGTERM: %v\n%s", err, h.log())
+	}
+}
+
+// stop drains a host with SIGTERM and waits for it to exit.
+func (h *hostProc) stop() { h.t.Helper(); h.stopWithin(30 * time.Second) }
 
 // get decodes GET path's JSON answer into out and returns the status.
 func (h *hostProc) get(path string, out any) int {
@@ -178,15 +225,10 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// The metrics count them.
-	resp, err := http.Get(h.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	metrics := h.metrics()
 	for _, want := range []string{`wasmjobs_jobs_total{module="work",queue="work",settle="ack"} 3`,
 		fmt.Sprintf(`wasmjobs_module_info{module="work",role="current",version="%s"} 1`, v1), `wasmjobs_module_events_total{kind="loaded",module="work"} 1`} {
-		if !strings.Contains(string(metrics), want) {
+		if !strings.Contains(metrics, want) {
 			t.Fatalf("metrics lack %q:\n%s", want, metrics)
 		}
 	}
@@ -221,15 +263,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("enqueue: %d %s", r.code, r.stderr)
 	}
 	waitFor(t, "jobs running", func() bool { return strings.Count(h.log(), `msg="job settled"`) >= 4+10 })
-	h.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-h.done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the host did not stop after SIGTERM")
-	}
+	h.stopWithin(20 * time.Second)
 	log := h.log()
 	settled := strings.Count(log, `msg="job settled"`) - 4 // the 4 jobs before
 	queued := 0

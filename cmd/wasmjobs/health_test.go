@@ -40,18 +40,9 @@ func TestFailedStoreStopsTheHost(t *testing.T) {
 		open: func(ctx context.Context, _ backendSpec, log *slog.Logger) (backend.Backend, error) {
 			return pebble.Open(ctx, pebble.Config{Dir: "/data", FS: errorfs.Wrap(vfs.NewMem(), full), Logger: log})
 		}}
-	logs := &notifyWriter{want: "wasmjobs serving", seen: make(chan struct{})}
-	errc := make(chan error, 1)
-	go func() {
-		errc <- f.serve(context.Background(), &globals{cacheDir: t.TempDir()}, logs, make(chan os.Signal), func() {})
-	}()
-	select {
-	case <-logs.seen:
-	case err := <-errc:
-		t.Fatalf("run returned before serving: %v\n%s", err, logs)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("run did not serve:\n%s", logs)
-	}
+	p := serveInProcess(f, t.TempDir(), make(chan os.Signal), func() {})
+	p.waitServing(t)
+	logs := p.logs
 	url := "http://" + regexp.MustCompile(`api=http://(\S+)`).FindStringSubmatch(logs.String())[1]
 	call := func(method, path, body string) (int, map[string]any) {
 		req, _ := http.NewRequest(method, url+path, strings.NewReader(body))
@@ -100,13 +91,8 @@ func TestFailedStoreStopsTheHost(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	select {
-	case err := <-errc:
-		if !errors.Is(err, pebble.ErrStoreFailed) {
-			t.Fatalf("run: %v, want ErrStoreFailed\n%s", err, logs)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("run did not return after its store failed:\n%s", logs)
+	if err := p.result(t, 30*time.Second); !errors.Is(err, pebble.ErrStoreFailed) {
+		t.Fatalf("run: %v, want ErrStoreFailed\n%s", err, logs)
 	}
 	if !strings.Contains(logs.String(), `level=ERROR msg="the backend's store failed`) {
 		t.Fatalf("no error logged for the failed store:\n%s", logs)

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,21 +14,11 @@ import (
 // with a TLS status without it.
 func TestRunTrustsHTTPCA(t *testing.T) {
 	t.Parallel()
-	certDir := t.TempDir()
-	cert, key := filepath.Join(certDir, "cert.pem"), filepath.Join(certDir, "key.pem")
-	writeSelfSigned(t, cert, key)
-	pair, err := tls.LoadX509KeyPair(cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv, cert := tlsServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header()["Date"] = nil
 		fmt.Fprint(w, "hello over TLS")
-	}))
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	})
+	port := portOf(srv)
 	url := "https://127.0.0.1:" + port + "/"
 
 	for _, tc := range []struct {

@@ -226,24 +226,19 @@ func TestRunRecordsAndMeasuresCalls(t *testing.T) {
 				t.Fatalf("jobs get: %d %s %s", r.code, r.stdout, r.stderr)
 			}
 
-			resp, err := http.Get(h.url + "/metrics")
-			if err != nil {
-				t.Fatal(err)
-			}
-			metrics, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			metrics := h.metrics()
 			for _, want := range []string{
 				`wasmjobs_http_requests_total{grant="` + entry + `",module="fetch",outcome="5xx"} 1`,
 				`wasmjobs_http_requests_total{grant="",module="fetch",outcome="denied"} 1`,
 				`wasmjobs_http_request_duration_seconds_count{grant="` + entry + `",module="fetch"} 1`,
 				`wasmjobs_http_request_duration_seconds_count{grant="",module="fetch"} 1`,
 			} {
-				if !strings.Contains(string(metrics), want) {
+				if !strings.Contains(metrics, want) {
 					t.Errorf("metrics lack %q", want)
 				}
 			}
 
-			resp, err = http.Get(h.url + "/v1/modules")
+			resp, err := http.Get(h.url + "/v1/modules")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,9 +2,7 @@ package main
 
 import (
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/testbroker"
@@ -65,15 +63,7 @@ func TestRunOnRabbitMQ(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "purged 2 dead letters of "+mail) {
 		t.Fatalf("dlq purge --backend: %d %q %s", r.code, r.stdout, r.stderr)
 	}
-	h.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-h.done:
-		if err != nil {
-			t.Fatalf("exit: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
+	h.stop()
 	if !strings.Contains(h.log(), "drained: every running job finished and settled") {
 		t.Fatalf("no clean drain:\n%s", h.log())
 	}

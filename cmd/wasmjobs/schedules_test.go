@@ -111,20 +111,6 @@ func TestSchedulesLeaderOnRabbitMQ(t *testing.T) {
 	}
 }
 
-// stop drains a host with SIGTERM and waits for it to exit.
-func (h *hostProc) stop() {
-	h.t.Helper()
-	h.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-h.done:
-		if err != nil {
-			h.t.Fatalf("exit: %v\n%s", err, h.log())
-		}
-	case <-time.After(30 * time.Second):
-		h.t.Fatal("no exit after SIGTERM")
-	}
-}
-
 // TestSchedulesSurviveRestartOnPebble runs the real binary on the default backend: a
 // host stopped and started again on its data directory neither repeats a tick nor loses
 // one (the tick missed while it was down fires once at start), and the jobs run.

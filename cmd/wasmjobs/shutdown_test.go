@@ -103,6 +103,47 @@ func (w *notifyWriter) String() string {
 	return w.buf.String()
 }
 
+// inProcess is `run` served in the test's own process (runFlags.serve), for the tests
+// that give it signals, a backend or a hard exit of theirs.
+type inProcess struct {
+	logs *notifyWriter // reports the host serving
+	errc chan error
+}
+
+// serveInProcess runs f.serve in a goroutine, its compilation cache in cacheDir, on
+// sigs, with exit as its hard exit.
+func serveInProcess(f *runFlags, cacheDir string, sigs <-chan os.Signal, exit func()) *inProcess {
+	p := &inProcess{logs: &notifyWriter{want: "wasmjobs serving", seen: make(chan struct{})}, errc: make(chan error, 1)}
+	go func() { p.errc <- f.serve(context.Background(), &globals{cacheDir: cacheDir}, p.logs, sigs, exit) }()
+	return p
+}
+
+// waitServing waits for the host to serve; the test fails if run returns first or
+// does not serve within 30 s.
+func (p *inProcess) waitServing(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.logs.seen:
+	case err := <-p.errc:
+		t.Fatalf("run returned before serving: %v\n%s", err, p.logs)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("run did not serve:\n%s", p.logs)
+	}
+}
+
+// result waits up to within for run to return and returns its error; the test fails
+// if it has not returned by then.
+func (p *inProcess) result(t *testing.T, within time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-p.errc:
+		return err
+	case <-time.After(within):
+		t.Fatalf("run did not return within %v:\n%s", within, p.logs)
+		return nil
+	}
+}
+
 // TestRunLeavesNothingBehind runs `run` in this process and checks that it leaves no
 // goroutine behind, on an early error (after the backend is open) and after a signal.
 // Not parallel: goleak must see this test's goroutines only.
@@ -128,29 +169,15 @@ func TestRunLeavesNothingBehind(t *testing.T) {
 			installModule(t, dir, "abi/echo", "echo", "1")
 			f := &runFlags{modules: dir, backend: c.backend(t), dataDir: t.TempDir(), concurrency: 2, listen: "127.0.0.1:0",
 				drainTimeout: 5 * time.Second, logFormat: "text", logLevel: "info", history: 10}
-			logs := &notifyWriter{want: "wasmjobs serving", seen: make(chan struct{})}
 			sigs := make(chan os.Signal, 2)
 			exited := make(chan struct{}, 1)
-			errc := make(chan error, 1)
-			go func() {
-				errc <- f.serve(context.Background(), &globals{cacheDir: c.cache(t)}, logs, sigs, func() { exited <- struct{}{} })
-			}()
+			p := serveInProcess(f, c.cache(t), sigs, func() { exited <- struct{}{} })
+			logs := p.logs
 			if c.signal {
-				select {
-				case <-logs.seen:
-				case err := <-errc:
-					t.Fatalf("run returned before serving: %v\n%s", err, logs)
-				case <-time.After(30 * time.Second):
-					t.Fatalf("run did not serve:\n%s", logs)
-				}
+				p.waitServing(t)
 				sigs <- syscall.SIGTERM
 			}
-			var err error
-			select {
-			case err = <-errc:
-			case <-time.After(30 * time.Second):
-				t.Fatalf("run did not return:\n%s", logs)
-			}
+			err := p.result(t, 30*time.Second)
 			if c.wantErr == "" && err != nil || c.wantErr != "" && (err == nil || !strings.Contains(err.Error(), c.wantErr)) {
 				t.Fatalf("run: %v, want %q\n%s", err, c.wantErr, logs)
 			}
@@ -185,12 +212,9 @@ func TestSignalDuringBrokerConnect(t *testing.T) {
 	dir := t.TempDir()
 	f := &runFlags{modules: dir, backend: "amqp://guest:guest@" + ln.Addr().String() + "/", concurrency: 1,
 		listen: "127.0.0.1:0", drainTimeout: 5 * time.Second, logFormat: "text", logLevel: "info", history: 10}
-	logs := &notifyWriter{want: "never", seen: make(chan struct{})}
 	sigs := make(chan os.Signal, 2)
-	errc := make(chan error, 1)
-	go func() {
-		errc <- f.serve(context.Background(), &globals{cacheDir: t.TempDir()}, logs, sigs, func() {})
-	}()
+	p := serveInProcess(f, t.TempDir(), sigs, func() {})
+	logs := p.logs
 	select {
 	case c := <-accepted:
 		defer c.Close()
@@ -198,13 +222,8 @@ func TestSignalDuringBrokerConnect(t *testing.T) {
 		t.Fatal("run did not connect to the broker")
 	}
 	sigs <- syscall.SIGTERM
-	select {
-	case err := <-errc:
-		if err != nil {
-			t.Fatalf("run: %v, want nil: a signal during the connection is a clean stop\n%s", err, logs)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("run did not return after the signal:\n%s", logs)
+	if err := p.result(t, 10*time.Second); err != nil {
+		t.Fatalf("run: %v, want nil: a signal during the connection is a clean stop\n%s", err, logs)
 	}
 	if !strings.Contains(logs.String(), "wasmjobs stopped before it served") {
 		t.Fatalf("no clean stop logged:\n%s", logs)

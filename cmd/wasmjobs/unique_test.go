@@ -10,9 +10,7 @@ import (
 // nothing.
 func TestEnqueueUniqueKey(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	installModule(t, dir, "abi/echo", "echo", "1")
-	h := startHost(t, dir)
+	h := startEchoHost(t)
 	args := []string{"enqueue", "echo", "x", "--delay", "1h", "--unique-key", "report-7", "--unique-for", "1h", "--server", h.url}
 	first := wasmjobs(t, "", args...)
 	if first.code != 0 || len(strings.Fields(first.stdout)) != 1 || first.stderr != "" {
