@@ -357,7 +357,8 @@ func (s *Server) accepting() bool {
 
 // Start starts the parts in order (see the package's doc) and returns once the host
 // serves. ctx bounds the start only: when it ends first, Start fails with an error
-// wrapping ctx's. After a failed Start, Stop still releases what was built.
+// wrapping ctx's. After a failed Start, Stop still releases what was built; a Stop
+// during Start makes it give up with ErrStopped.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	switch s.state {
@@ -387,9 +388,13 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}
 	s.mu.Lock()
+	if s.state != stateStarting { // Stop came during the start: it stops the parts
+		s.mu.Unlock()
+		return ErrStopped
+	}
 	s.state = stateStarted
-	s.mu.Unlock()
 	s.started.Store(true)
+	s.mu.Unlock()
 	s.logServing()
 	return nil
 }

@@ -139,6 +139,24 @@ func TestStopBeforeStart(t *testing.T) {
 	}
 }
 
+// TestStartGivesUpWithItsContext: a Start whose context ended fails with its error
+// (what `run` takes for a signal during the start), and Stop still releases the host.
+func TestStartGivesUpWithItsContext(t *testing.T) {
+	t.Parallel()
+	h := newTestHost(t, nil, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.srv.Start(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start on an ended context: %v, want context.Canceled", err)
+	}
+	if status := serveRecorded(h.srv, "GET", "/readyz"); status != 503 {
+		t.Errorf("/readyz after a Start that gave up: %d, want 503", status)
+	}
+	if err := h.srv.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop after a Start that gave up: %v", err)
+	}
+}
+
 // failingStore is a memory backend whose store breaks when the test says so.
 type failingStore struct {
 	*memory.Backend
