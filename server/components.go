@@ -44,7 +44,7 @@ func (s *Server) components() []component {
 	s.retire = func() { retire.Do(s.reg.Retire) }
 	var stopSchedules func()
 	health := newHealthCheck(s)
-	api := newListener(s)
+	ln := newListener(s)
 	return []component{
 		{name: "backend", stop: s.closeBackend},
 		{name: "engine", stop: func(ctx context.Context) { s.engine.Close(ctx) }},
@@ -66,7 +66,7 @@ func (s *Server) components() []component {
 			}
 		}},
 		{name: "store health", start: health.start, stop: health.stop},
-		{name: "listener", start: api.start, stop: api.stop},
+		{name: "listener", start: ln.start, stop: ln.stop},
 	}
 }
 

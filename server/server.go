@@ -274,8 +274,8 @@ func (s *Server) build() (err error) {
 			}
 		}
 	}()
-	// Building an engine compiles nothing and waits for nothing: the host modules'
-	// instantiation runs in memory, so the background context only carries no values.
+	// New takes no context: building an engine waits for nothing (its host modules
+	// are instantiated in memory, its cache directory made if missing).
 	ctx := context.Background()
 	s.engine, err = host.NewEngine(ctx, host.Config{CacheDir: s.cfg.CacheDir, Logger: s.log,
 		HTTP: outbound.Options{RootCAs: s.cfg.RootCAs, IdleConnsPerHost: s.cfg.Concurrency}, OnHTTPCall: s.met.HTTPCall})
