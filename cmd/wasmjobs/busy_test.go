@@ -7,7 +7,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
-	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
 )
 
 // TestBusyGuessIsBounded checks overlap "skip" without job records: a job this host
@@ -25,7 +25,7 @@ func TestBusyGuessIsBounded(t *testing.T) {
 	if err := b.Publish(ctx, backend.NewEnvelope("q", []byte("other")), 0); err != nil {
 		t.Fatal(err) // the queue is not empty
 	}
-	hist := api.NewHistory(10)
+	hist := inspect.NewRecords(10)
 	busy := busyFunc(b, hist)
 	const period = time.Minute
 	for _, tc := range []struct {

@@ -29,6 +29,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/api"
 	"github.com/wasmjobs/wasmjobs/internal/fleet"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/metrics"
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/internal/ui"
@@ -482,16 +483,15 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	}
 	cleanups = append(cleanups, func(ctx context.Context) { e.Close(ctx) })
 
-	rates := api.NewRates(nil)
-	attempts := api.NewAttempts(f.history)
+	rates := inspect.NewRates(nil)
 	versions := ui.NewVersions()
 	// A backend with job records (pebble) answers GET /v1/jobs/{id} itself, after a
-	// restart too; the others get the in-memory history of recent jobs.
-	var hist *api.History
-	obs := worker.Observers(met, rates, attempts, worker.LogObserver(log))
+	// restart too; the others get the host's memory of its recent jobs.
+	var recs *inspect.Records
+	obs := worker.Observers(met, rates, worker.LogObserver(log))
 	if _, records := b.(backend.JobRecordReader); !records {
-		hist = api.NewHistory(f.history)
-		obs = worker.Observers(hist, met, rates, attempts, worker.LogObserver(log))
+		recs = inspect.NewRecords(f.history)
+		obs = worker.Observers(recs, met, rates, worker.LogObserver(log))
 	}
 	w := worker.New(b, worker.Config{
 		Concurrency: f.concurrency,
@@ -547,7 +547,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		return err
 	}
 	// The modules' [[schedule]]s fire from now until the drain starts (runCtx ends).
-	sched := newScheduler(b, hist, log)
+	sched := newScheduler(b, recs, log)
 	stopSchedules := startSchedules(runCtx, sched, reg, schedKick)
 	cleanups = append(cleanups, func(context.Context) { stopSchedules() })
 	// The memory backend drops at exit what is queued, so it takes jobs only until the
@@ -594,16 +594,21 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	}
 	loopback := isLoopback(ln.Addr().String())
 	// One limit of wrong tokens for the API and the dashboard: both take the token.
-	authLimit := api.NewAuthLimiter()
-	apiHandler := api.New(api.Config{
-		Backend: b, Registry: reg, Running: w.Running, History: hist, Attempts: attempts, Metrics: met.Handler(), Rates: rates,
+	authLimit := inspect.NewAuthLimiter()
+	// One inspector behind the API and the dashboard: the same answers, the same rules.
+	in := inspect.New(inspect.Config{
+		Backend: b, Registry: reg, Running: w.Running, Records: recs, Rates: rates,
 		Schedules: sched.List, RefusedPushes: func() any {
 			if refused == nil {
 				return nil
 			}
 			return refused()
 		},
-		Token: f.token, AuthLimiter: authLimit, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Accepting: accepting, Logger: log,
+		Accepting: accepting, Logger: log,
+	})
+	apiHandler := api.New(api.Config{
+		Inspector: in, Metrics: met.Handler(),
+		Token: f.token, AuthLimiter: authLimit, Ready: func() bool { return started.Load() && !draining.Load() && failed() == nil }, Logger: log,
 		Healthy:  failed,
 		Loopback: loopback, BackupDir: backupDir,
 	})
@@ -619,8 +624,8 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	}
 	cleanups = append(cleanups, func(ctx context.Context) { checkEngine.Close(ctx) })
 	dash := ui.New(ui.Config{
-		Backend: b, Registry: reg, Running: w.Running, History: hist, Rates: rates, Attempts: attempts, Versions: versions,
-		Schedules: sched.List, Token: f.token, AuthLimiter: authLimit, Loopback: loopback, Accepting: accepting, Logger: log,
+		Inspector: in, Versions: versions,
+		Token: f.token, AuthLimiter: authLimit, Loopback: loopback, Logger: log,
 		Validate: uploadValidator(checkEngine),
 		Host:     ui.HostInfo{Backend: backendName(f.backend), DataDir: dataDir, Concurrency: f.concurrency, Started: time.Now(), Version: versionString()},
 	})

@@ -9,7 +9,8 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
-	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
+	"github.com/wasmjobs/wasmjobs/internal/inspect/inspecttest"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -22,7 +23,7 @@ func TestJobActionsThroughTheAPI(t *testing.T) {
 		rig  func(t *testing.T) *apiRig
 	}{
 		{"memory", func(t *testing.T) *apiRig { return newAPIRig(t, "") }},
-		{"pebble", func(t *testing.T) *apiRig { return newRigOn(t, openPebble(t, pebble.Config{}), nil, "") }},
+		{"pebble", func(t *testing.T) *apiRig { return newRigOn(t, on(openPebble(t, pebble.Config{})), "") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -97,57 +98,10 @@ type noControl struct{ backend.Backend }
 
 func TestJobActionsUnavailableAnswer501(t *testing.T) {
 	t.Parallel()
-	r := newRigOn(t, noControl{memory.New(memory.Config{})}, api.NewHistory(10), "")
+	r := newRigOn(t, on(noControl{memory.New(memory.Config{})}), "")
 	code, out := r.call(t, "POST", "/v1/jobs/X/cancel", "")
 	if code != 501 || out["error"] == nil {
 		t.Errorf("cancel on a backend that cannot: %d %v, want 501 with the reason", code, out)
-	}
-}
-
-func TestRatesCountSettlesAndFailuresPerBucket(t *testing.T) {
-	t.Parallel()
-	now := time.Unix(1_000_000, 0)
-	r := api.NewRates(func() time.Time { return now })
-	ev := func(q string, s worker.Settle) worker.Event {
-		return worker.Event{Kind: worker.EventSettled, Settle: s, Job: &worker.Job{Envelope: backend.Envelope{Queue: q}}}
-	}
-	r.Observe(ev("a", worker.SettleAck))
-	r.Observe(ev("a", worker.SettleRetry))
-	now = now.Add(api.RateBucket)
-	r.Observe(ev("a", worker.SettleDeadLetter))
-	r.Observe(worker.Event{Kind: worker.EventStarted, Job: &worker.Job{Envelope: backend.Envelope{Queue: "a"}}})
-	s := r.Series("a")
-	last := len(s.Settled) - 1
-	if s.Settled[last-1] != 2 || s.Failed[last-1] != 1 || s.Settled[last] != 1 || s.Failed[last] != 1 {
-		t.Errorf("buckets settled %v failed %v; want 2 (1 failed) then 1 (1 failed)", s.Settled[last-1:], s.Failed[last-1:])
-	}
-	if s.FailureRate < 0.66 || s.FailureRate > 0.67 {
-		t.Errorf("failure rate %v, want 2/3", s.FailureRate)
-	}
-	now = now.Add(api.RateBuckets * api.RateBucket)
-	if s := r.Series("a"); s.PerMinute != 0 {
-		t.Errorf("after the window passed: %v per minute, want 0", s.PerMinute)
-	}
-}
-
-func TestAttemptsKeepEachRunWithItsVersion(t *testing.T) {
-	t.Parallel()
-	a := api.NewAttempts(2)
-	run := func(id string, attempt int, s worker.Settle, version string) {
-		a.Observe(worker.Event{Kind: worker.EventStarted, Job: &worker.Job{Envelope: backend.Envelope{ID: id}, Attempt: attempt}})
-		a.Observe(worker.Event{Kind: worker.EventSettled, Settle: s, Reason: "r" + version,
-			Job: &worker.Job{Envelope: backend.Envelope{ID: id}, Attempt: attempt}, Result: worker.Result{Handler: "m", Version: version}})
-	}
-	run("a", 1, worker.SettleRetry, "v1")
-	run("a", 2, worker.SettleAck, "v2")
-	got := a.Of("a")
-	if len(got) != 2 || got[0].Settle != "retry" || got[0].Version != "v1" || got[1].Settle != "ack" || got[1].Version != "v2" || got[1].Attempt != 2 {
-		t.Fatalf("attempts of a = %+v; want a retry on v1 then an ack on v2", got)
-	}
-	run("b", 1, worker.SettleAck, "v2")
-	run("c", 1, worker.SettleAck, "v2")
-	if a.Of("a") != nil || len(a.Of("c")) != 1 {
-		t.Errorf("past the bound of 2 jobs the oldest must go: a %v, c %v", a.Of("a"), a.Of("c"))
 	}
 }
 
@@ -156,7 +110,7 @@ func TestAttemptsKeepEachRunWithItsVersion(t *testing.T) {
 // (as it may on a busy machine) must stay succeeded, not go back to pending.
 type settledFirst struct {
 	*memory.Backend
-	hist *api.History
+	recs *inspect.Records
 }
 
 func (b settledFirst) RetryJobNow(ctx context.Context, id string) error {
@@ -164,7 +118,7 @@ func (b settledFirst) RetryJobNow(ctx context.Context, id string) error {
 		return err
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if st, _ := b.hist.Get(id); st.State == "succeeded" {
+		if rec, _ := b.recs.JobRecord(ctx, id); rec.State == backend.JobSucceeded {
 			return nil
 		}
 	}
@@ -176,13 +130,13 @@ func (b settledFirst) RetryJobNow(ctx context.Context, id string) error {
 // order them: the cancel is what the job is left with.
 type settledBeforeCancel struct {
 	*memory.Backend
-	hist *api.History
+	recs *inspect.Records
 }
 
 func (b settledBeforeCancel) CancelJob(ctx context.Context, id string) error {
-	st, _ := b.hist.Get(id)
-	b.hist.Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.SettleRetry, Reason: "failed",
-		Job: &worker.Job{Envelope: backend.Envelope{ID: id, Queue: st.Queue}, Attempt: 1, MaxAttempts: 3}})
+	rec, _ := b.recs.JobRecord(ctx, id)
+	b.recs.Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.SettleRetry, Reason: "failed",
+		Job: &worker.Job{Envelope: backend.Envelope{ID: id, Queue: rec.Queue}, Attempt: 1, MaxAttempts: 3}})
 	return b.Backend.CancelJob(ctx, id)
 }
 
@@ -194,17 +148,17 @@ func TestAnActionKeepsWhatTheWorkerRecorded(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, action, want string
-		backend            func(*api.History) backend.Backend
+		backend            func(*inspect.Records) backend.Backend
 	}{
 		{"retry now of a job that ran before the answer", "retry", "succeeded",
-			func(h *api.History) backend.Backend { return settledFirst{memory.New(memory.Config{}), h} }},
+			func(h *inspect.Records) backend.Backend { return settledFirst{memory.New(memory.Config{}), h} }},
 		{"cancel just after the worker settled an attempt", "cancel", "cancelled",
-			func(h *api.History) backend.Backend { return settledBeforeCancel{memory.New(memory.Config{}), h} }},
+			func(h *inspect.Records) backend.Backend { return settledBeforeCancel{memory.New(memory.Config{}), h} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			hist := api.NewHistory(100)
-			r := newRigOn(t, tc.backend(hist), hist, "")
+			recs := inspect.NewRecords(100)
+			r := newRigOn(t, inspecttest.Options{Backend: tc.backend(recs), Records: recs}, "")
 			code, out := r.call(t, "POST", "/v1/jobs", `{"queue":"echo","payload":"b","delay":"1h"}`)
 			if code != 202 {
 				t.Fatalf("enqueue: %d %v", code, out)

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/internal/api"
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
@@ -14,7 +13,7 @@ func TestSchedules(t *testing.T) {
 	next := time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)
 	list := []schedule.Status{{Name: "echo/hourly", Module: "echo", Queue: "echo", Cron: "@hourly", Timezone: "UTC",
 		Overlap: "skip", CatchUp: true, Next: next, Last: next.Add(-time.Hour), LastID: "ID", Firing: true}}
-	r := newAPIRig(t, "", func(c *api.Config) { c.Schedules = func() []schedule.Status { return list } })
+	r := newAPIRig(t, "", func(c *rigConfig) { c.Inspect.Schedules = func() []schedule.Status { return list } })
 	status, body := r.call(t, "GET", "/v1/schedules", "")
 	got, _ := body["schedules"].([]any)
 	if status != http.StatusOK || len(got) != 1 {

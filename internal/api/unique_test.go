@@ -8,7 +8,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
-	"github.com/wasmjobs/wasmjobs/internal/api"
 )
 
 // plainBackend hides every optional interface of its backend, as RabbitMQ has none of
@@ -25,7 +24,7 @@ func TestUniqueEnqueue(t *testing.T) {
 		rig  func(t *testing.T) *apiRig
 	}{
 		{"memory", func(t *testing.T) *apiRig { return newAPIRig(t, "") }},
-		{"pebble", func(t *testing.T) *apiRig { return newRigOn(t, openPebble(t, pebble.Config{}), nil, "") }},
+		{"pebble", func(t *testing.T) *apiRig { return newRigOn(t, on(openPebble(t, pebble.Config{})), "") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -70,7 +69,7 @@ func TestUniqueEnqueue(t *testing.T) {
 // without a key are not affected.
 func TestUniqueRefusedWhereItCannotHold(t *testing.T) {
 	t.Parallel()
-	r := newRigOn(t, plainBackend{memory.New(memory.Config{})}, api.NewHistory(10), "")
+	r := newRigOn(t, on(plainBackend{memory.New(memory.Config{})}), "")
 	for _, path := range []string{"/v1/jobs", "/v1/jobs/batch"} {
 		body := `{"queue": "echo", "payload": "a", "unique_key": "k"}`
 		if path == "/v1/jobs/batch" {

@@ -13,7 +13,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/ui"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
@@ -81,7 +81,7 @@ func BenchmarkOverview(b *testing.B) {
 	}
 	defer reg.Close()
 	reg.Sync(ctx)
-	h := ui.New(ui.Config{Backend: pb, Registry: reg, Rates: api.NewRates(nil), Host: ui.HostInfo{Backend: "pebble", Started: time.Now()}})
+	h := ui.New(ui.Config{Inspector: inspect.New(inspect.Config{Backend: pb, Registry: reg, Rates: inspect.NewRates(nil)}), Host: ui.HostInfo{Backend: "pebble", Started: time.Now()}})
 	check := httptest.NewRecorder()
 	h.ServeHTTP(check, httptest.NewRequest("GET", "http://localhost/ui/", nil))
 	if check.Code != http.StatusOK {
