@@ -73,6 +73,7 @@ type Inspector struct {
 	// records and lister read jobs: the backend's own where it keeps records (own),
 	// else the host's memory (Config.Records), mem; nil where neither is.
 	own     bool
+	listed  bool // the backend's own lister
 	records backend.JobRecordReader
 	lister  backend.JobLister
 	mem     *Records
@@ -95,7 +96,7 @@ func New(cfg Config) *Inspector {
 	in.health, _ = b.(interface{ Err() error })
 	if rr, ok := b.(backend.JobRecordReader); ok {
 		in.own, in.records = true, rr
-		in.lister, _ = b.(backend.JobLister)
+		in.lister, in.listed = b.(backend.JobLister)
 	} else if cfg.Records != nil {
 		in.mem, in.records, in.lister = cfg.Records, cfg.Records, cfg.Records
 	}
@@ -119,8 +120,7 @@ type Can struct {
 
 // Can reports what the backend can do.
 func (in *Inspector) Can() Can {
-	_, list := in.cfg.Backend.(backend.JobLister)
-	return Can{Count: in.stats != nil, DeadLetters: in.dead != nil, Act: in.control != nil, Records: in.own, List: list}
+	return Can{Count: in.stats != nil, DeadLetters: in.dead != nil, Act: in.control != nil, Records: in.own, List: in.listed}
 }
 
 // Accepting reports whether the host takes new jobs (Config.Accepting).
