@@ -145,15 +145,9 @@ func New(cfg Config) http.Handler {
 	})
 	// Outermost first: a foreign Host, a cross-site state change and a body that is not
 	// JSON are refused before the token is even looked at.
-	cop := http.NewCrossOriginProtection()
-	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return inspect.Guard(requireJSON(s.auth(mux)), cfg.Loopback, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "cross-origin request refused: %s %s comes from another site (Origin %q)", r.Method, r.URL.Path, r.Header.Get("Origin"))
-	}))
-	h := cop.Handler(requireJSON(s.auth(mux)))
-	if cfg.Loopback {
-		h = inspect.LoopbackOnly(h)
-	}
-	return h
+	})
 }
 
 // requireJSON refuses a request with a body that is not declared as JSON. A browser

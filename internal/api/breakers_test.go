@@ -1,36 +1,26 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/api"
 	"github.com/wasmjobs/wasmjobs/internal/inspect/inspecttest"
-	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // GET /v1/modules shows each destination's circuit breaker of a module that calls
 // out: its state, consecutive failures and when it lets calls through again.
 func TestModulesShowCircuitBreakers(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }))
-	t.Cleanup(down.Close)
 	rig := inspecttest.New(t, inspecttest.Options{Modules: []inspecttest.Module{inspecttest.Caller("breaker_failures = 2\nbreaker_cooldown = \"1h\"\n")}})
-	reg := rig.Registry
 	srv := httptest.NewServer(api.New(api.Config{Inspector: rig.Inspector}))
 	t.Cleanup(srv.Close)
-	h := reg.Handler("caller")
-	if h == nil {
-		t.Fatalf("caller not served: %+v", reg.Modules())
-	}
+	dest, call := rig.CallDown(t)
 	for range 2 {
-		h.Handle(ctx, &worker.Job{Envelope: backend.NewEnvelope("caller", []byte(down.URL+"/")), Attempt: 1, MaxAttempts: 3})
+		call()
 	}
 	resp, err := http.Get(srv.URL + "/v1/modules")
 	if err != nil {
@@ -55,7 +45,7 @@ func TestModulesShowCircuitBreakers(t *testing.T) {
 		t.Fatalf("modules %+v, want caller with one breaker", out.Modules)
 	}
 	br := out.Modules[0].Breakers[0]
-	if br.Destination != "http://"+down.Listener.Addr().String() || br.State != "open" || time.Until(br.Until) < 59*time.Minute {
-		t.Fatalf("breaker %+v, want %s open for an hour", br, down.Listener.Addr())
+	if br.Destination != dest || br.State != "open" || time.Until(br.Until) < 59*time.Minute {
+		t.Fatalf("breaker %+v, want %s open for an hour", br, dest)
 	}
 }

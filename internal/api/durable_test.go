@@ -235,3 +235,17 @@ func TestBackupDoesNotReplaceATargetMadeMeanwhile(t *testing.T) {
 		t.Errorf("the backup root holds %v, want only the directory made meanwhile", entries)
 	}
 }
+
+// onBothBackends runs test in parallel on the API over each backend that keeps keys
+// and acts on one job: memory, and pebble with its job records.
+func onBothBackends(t *testing.T, test func(t *testing.T, r *apiRig)) {
+	for name, rig := range map[string]func(t *testing.T) *apiRig{
+		"memory": func(t *testing.T) *apiRig { return newAPIRig(t, "") },
+		"pebble": func(t *testing.T) *apiRig { return newRigOn(t, on(openPebble(t, pebble.Config{})), "") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, rig(t))
+		})
+	}
+}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
-	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/internal/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/inspect/inspecttest"
 	"github.com/wasmjobs/wasmjobs/worker"
@@ -18,79 +17,69 @@ import (
 // both backends that can, and lists a queue's jobs newest first with a cursor.
 func TestJobActionsThroughTheAPI(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		rig  func(t *testing.T) *apiRig
-	}{
-		{"memory", func(t *testing.T) *apiRig { return newAPIRig(t, "") }},
-		{"pebble", func(t *testing.T) *apiRig { return newRigOn(t, on(openPebble(t, pebble.Config{})), "") }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			r := tc.rig(t)
-			enqueue := func(body string) string {
-				t.Helper()
-				code, out := r.call(t, "POST", "/v1/jobs", body)
-				if code != 202 {
-					t.Fatalf("enqueue %s: %d %v", body, code, out)
-				}
-				time.Sleep(2 * time.Millisecond) // ids order by the millisecond: the listing's order is known
-				return out["id"].(string)
+	onBothBackends(t, func(t *testing.T, r *apiRig) {
+		enqueue := func(body string) string {
+			t.Helper()
+			code, out := r.call(t, "POST", "/v1/jobs", body)
+			if code != 202 {
+				t.Fatalf("enqueue %s: %d %v", body, code, out)
 			}
-			state := func(id string) string {
-				_, out := r.call(t, "GET", "/v1/jobs/"+id, "")
-				s, _ := out["state"].(string)
-				return s
+			time.Sleep(2 * time.Millisecond) // ids order by the millisecond: the listing's order is known
+			return out["id"].(string)
+		}
+		state := func(id string) string {
+			_, out := r.call(t, "GET", "/v1/jobs/"+id, "")
+			s, _ := out["state"].(string)
+			return s
+		}
+		cancelMe := enqueue(`{"queue":"echo","payload":"a","delay":"1h"}`)
+		retryMe := enqueue(`{"queue":"echo","payload":"b","delay":"1h"}`)
+		deleteMe := enqueue(`{"queue":"echo","payload":"c","delay":"1h"}`)
+		if code, out := r.call(t, "POST", "/v1/jobs/"+cancelMe+"/cancel", ""); code != 200 {
+			t.Fatalf("cancel: %d %v", code, out)
+		}
+		if s := state(cancelMe); s != "cancelled" {
+			t.Errorf("after cancel the job is %q, want cancelled", s)
+		}
+		if code, _ := r.call(t, "POST", "/v1/jobs/"+cancelMe+"/cancel", ""); code != 409 {
+			t.Errorf("cancelling a cancelled job: %d, want 409", code)
+		}
+		if code, out := r.call(t, "POST", "/v1/jobs/"+retryMe+"/retry", ""); code != 200 {
+			t.Fatalf("retry: %d %v", code, out)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for state(retryMe) != "succeeded" {
+			if time.Now().After(deadline) {
+				t.Fatalf("the job retried now is %q, not succeeded", state(retryMe))
 			}
-			cancelMe := enqueue(`{"queue":"echo","payload":"a","delay":"1h"}`)
-			retryMe := enqueue(`{"queue":"echo","payload":"b","delay":"1h"}`)
-			deleteMe := enqueue(`{"queue":"echo","payload":"c","delay":"1h"}`)
-			if code, out := r.call(t, "POST", "/v1/jobs/"+cancelMe+"/cancel", ""); code != 200 {
-				t.Fatalf("cancel: %d %v", code, out)
-			}
-			if s := state(cancelMe); s != "cancelled" {
-				t.Errorf("after cancel the job is %q, want cancelled", s)
-			}
-			if code, _ := r.call(t, "POST", "/v1/jobs/"+cancelMe+"/cancel", ""); code != 409 {
-				t.Errorf("cancelling a cancelled job: %d, want 409", code)
-			}
-			if code, out := r.call(t, "POST", "/v1/jobs/"+retryMe+"/retry", ""); code != 200 {
-				t.Fatalf("retry: %d %v", code, out)
-			}
-			deadline := time.Now().Add(10 * time.Second)
-			for state(retryMe) != "succeeded" {
-				if time.Now().After(deadline) {
-					t.Fatalf("the job retried now is %q, not succeeded", state(retryMe))
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			if code, out := r.call(t, "DELETE", "/v1/jobs/"+deleteMe, ""); code != 200 {
-				t.Fatalf("delete: %d %v", code, out)
-			}
-			if code, _ := r.call(t, "GET", "/v1/jobs/"+deleteMe, ""); code != 404 {
-				t.Errorf("a deleted job answers %d, want 404", code)
-			}
-			if code, _ := r.call(t, "POST", "/v1/jobs/NOSUCHJOB/cancel", ""); code != 404 {
-				t.Errorf("cancelling an unknown job: %d, want 404", code)
-			}
-			code, out := r.call(t, "GET", "/v1/queues/echo/jobs?limit=1", "")
-			jobs, _ := out["jobs"].([]any)
-			if code != 200 || len(jobs) != 1 || jobs[0].(map[string]any)["id"] != retryMe || out["next"] == "" {
-				t.Fatalf("first page of 1 = %d %v; want the newest job left (%s) and a cursor", code, out, retryMe)
-			}
-			_, out = r.call(t, "GET", fmt.Sprintf("/v1/queues/echo/jobs?limit=1&cursor=%s", out["next"]), "")
-			if jobs, _ := out["jobs"].([]any); len(jobs) != 1 || jobs[0].(map[string]any)["id"] != cancelMe {
-				t.Errorf("second page = %v; want %s", out, cancelMe)
-			}
-			_, out = r.call(t, "GET", "/v1/queues/echo/jobs?state=succeeded", "")
-			if jobs, _ := out["jobs"].([]any); len(jobs) != 1 {
-				t.Errorf("succeeded jobs = %v; want the one retried", out)
-			}
-			if code, _ := r.call(t, "GET", "/v1/queues/echo/jobs?state=sleeping", ""); code != 400 {
-				t.Errorf("an unknown state: %d, want 400", code)
-			}
-		})
-	}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if code, out := r.call(t, "DELETE", "/v1/jobs/"+deleteMe, ""); code != 200 {
+			t.Fatalf("delete: %d %v", code, out)
+		}
+		if code, _ := r.call(t, "GET", "/v1/jobs/"+deleteMe, ""); code != 404 {
+			t.Errorf("a deleted job answers %d, want 404", code)
+		}
+		if code, _ := r.call(t, "POST", "/v1/jobs/NOSUCHJOB/cancel", ""); code != 404 {
+			t.Errorf("cancelling an unknown job: %d, want 404", code)
+		}
+		code, out := r.call(t, "GET", "/v1/queues/echo/jobs?limit=1", "")
+		jobs, _ := out["jobs"].([]any)
+		if code != 200 || len(jobs) != 1 || jobs[0].(map[string]any)["id"] != retryMe || out["next"] == "" {
+			t.Fatalf("first page of 1 = %d %v; want the newest job left (%s) and a cursor", code, out, retryMe)
+		}
+		_, out = r.call(t, "GET", fmt.Sprintf("/v1/queues/echo/jobs?limit=1&cursor=%s", out["next"]), "")
+		if jobs, _ := out["jobs"].([]any); len(jobs) != 1 || jobs[0].(map[string]any)["id"] != cancelMe {
+			t.Errorf("second page = %v; want %s", out, cancelMe)
+		}
+		_, out = r.call(t, "GET", "/v1/queues/echo/jobs?state=succeeded", "")
+		if jobs, _ := out["jobs"].([]any); len(jobs) != 1 {
+			t.Errorf("succeeded jobs = %v; want the one retried", out)
+		}
+		if code, _ := r.call(t, "GET", "/v1/queues/echo/jobs?state=sleeping", ""); code != 400 {
+			t.Errorf("an unknown state: %d, want 400", code)
+		}
+	})
 }
 
 // noControl is a backend without JobController or job records: RabbitMQ's position.

@@ -18,6 +18,20 @@ func BearerToken(r *http.Request) (token string, ok bool) {
 	return token, true
 }
 
+// Guard puts in front of next what the API and the dashboard both refuse before they
+// look at a token: a cross-origin state change (a page of another site that posts to
+// this host), answered by deny, and, on a loopback listener (loopback true), a Host
+// that is not a loopback name (LoopbackOnly), outermost.
+func Guard(next http.Handler, loopback bool, deny http.HandlerFunc) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(deny)
+	h := cop.Handler(next)
+	if loopback {
+		h = LoopbackOnly(h)
+	}
+	return h
+}
+
 // LoopbackOnly refuses a request whose Host is not a loopback name or address, with
 // 403 and a JSON error: on a loopback listener any other Host means a DNS name was
 // rebound to this machine. A request without a Host (HTTP/1.0, such as a load

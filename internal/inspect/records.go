@@ -75,14 +75,19 @@ func NewRecords(max int) *Records {
 	return &Records{max: max, jobs: make(map[string]*list.Element), order: list.New()}
 }
 
-// update applies f to the job's record, creating it if needed, and makes it known.
-func (r *Records) update(id string, f func(*backend.JobRecord)) {
+// change applies f to the job's entry, under the lock, making the entry first when
+// create says so (and the job is not there). When f reports a change, the entry is
+// the most recently updated, with a new rev.
+func (r *Records) change(id string, create bool, f func(*entry) bool) {
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	el, ok := r.jobs[id]
+	if !ok && !create {
+		return
+	}
 	if !ok {
 		el = r.order.PushBack(&entry{rec: backend.JobRecord{ID: id}})
 		r.jobs[id] = el
@@ -91,15 +96,24 @@ func (r *Records) update(id string, f func(*backend.JobRecord)) {
 			r.order.Remove(oldest)
 			delete(r.jobs, oldest.Value.(*entry).rec.ID)
 		}
-	} else {
-		r.order.MoveToBack(el)
 	}
 	en := el.Value.(*entry)
-	en.known = true
-	f(&en.rec)
+	if !f(en) {
+		return
+	}
+	r.order.MoveToBack(el)
 	en.rec.UpdatedAt = time.Now()
 	r.revs++
 	en.rev = r.revs
+}
+
+// update applies f to the job's record, creating it if needed, and makes it known.
+func (r *Records) update(id string, f func(*backend.JobRecord)) {
+	r.change(id, true, func(en *entry) bool {
+		en.known = true
+		f(&en.rec)
+		return true
+	})
 }
 
 // Enqueued records a job published through this host; a delayed one is "deferred"
@@ -242,20 +256,13 @@ func (r *Records) ListJobs(_ context.Context, queue string, f backend.JobFilter)
 // job, unless the job changed since the operator's action read it as rev (0: whatever
 // changed).
 func (r *Records) setUnchanged(id string, rev uint64, state backend.JobState, reason string) {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	el, ok := r.jobs[id]
-	if !ok || !el.Value.(*entry).known || rev != 0 && el.Value.(*entry).rev != rev {
-		return
-	}
-	r.order.MoveToBack(el)
-	en := el.Value.(*entry)
-	en.rec.State, en.rec.Reason, en.rec.UpdatedAt = state, reason, time.Now()
-	r.revs++
-	en.rev = r.revs
+	r.change(id, false, func(en *entry) bool {
+		if !en.known || rev != 0 && en.rev != rev {
+			return false
+		}
+		en.rec.State, en.rec.Reason = state, reason
+		return true
+	})
 }
 
 // Len returns how many jobs the memory holds.

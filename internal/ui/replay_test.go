@@ -17,10 +17,7 @@ import (
 
 // postDead posts the dead-letters page's form of action on h.
 func postDead(h http.Handler, action string, form url.Values) *httptest.ResponseRecorder {
-	r := httptest.NewRequest("POST", "http://localhost/ui/dead-letters/"+action, strings.NewReader(form.Encode()))
-	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	r.Header.Set("Sec-Fetch-Site", "same-origin")
-	return serve(h, r)
+	return serve(h, formPost("/ui/dead-letters/"+action, form))
 }
 
 // TestDashboardReplayKeepsTheHistory: the dashboard's replay of a dead letter is the

@@ -129,14 +129,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no such page: %s %s", r.Method, r.URL.Path))
 	})
-	cop := http.NewCrossOriginProtection()
-	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := inspect.Guard(s.auth(mux), cfg.Loopback, func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin request refused: "+r.Method+" "+r.URL.Path+" comes from another site", http.StatusForbidden)
-	}))
-	h := cop.Handler(s.auth(mux))
-	if cfg.Loopback {
-		h = inspect.LoopbackOnly(h)
-	}
+	})
 	// Outermost: the login form and the refusals above are answers of the dashboard
 	// too, and a page framed or sniffed is as bad there as anywhere.
 	return headers(h)

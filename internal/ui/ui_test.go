@@ -47,6 +47,21 @@ func bare(cfg ui.Config) http.Handler {
 	return ui.New(cfg)
 }
 
+// formPost is a same-origin POST of form (no body when nil) to target, as the
+// dashboard's own forms send it.
+func formPost(target string, form url.Values) *http.Request {
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	r := httptest.NewRequest("POST", "http://localhost"+target, body)
+	if form != nil {
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	return r
+}
+
 func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
@@ -59,12 +74,7 @@ func TestLoginSetsAStrictCookieAndRedirectsOnlyInside(t *testing.T) {
 	if w := serve(h, httptest.NewRequest("GET", "http://localhost/ui/modules", nil)); w.Code != 401 || !strings.Contains(w.Body.String(), `id="login"`) {
 		t.Fatalf("a page without the token: %d, want 401 with the login form", w.Code)
 	}
-	post := func(form url.Values) *httptest.ResponseRecorder {
-		r := httptest.NewRequest("POST", "http://localhost/ui/login", strings.NewReader(form.Encode()))
-		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		r.Header.Set("Sec-Fetch-Site", "same-origin")
-		return serve(h, r)
-	}
+	post := func(form url.Values) *httptest.ResponseRecorder { return serve(h, formPost("/ui/login", form)) }
 	if w := post(url.Values{"token": {"wrong"}, "next": {"/ui/modules"}}); w.Code != 401 || len(w.Result().Cookies()) != 0 {
 		t.Errorf("a wrong token: %d with cookies %v, want 401 and none", w.Code, w.Result().Cookies())
 	}
@@ -123,9 +133,7 @@ func TestWhatTheBackendCannotDoIsShownUnavailable(t *testing.T) {
 	if !strings.Contains(body, `data-count="pending"><abbr title="the backend cannot count this`) || !strings.Contains(body, "n/a: the broker does not count") {
 		t.Errorf("overview on a backend that cannot count: want n/a with the reason, never a made-up 0:\n%s", body)
 	}
-	r := httptest.NewRequest("POST", "http://localhost/ui/jobs/"+env.ID+"/cancel", nil)
-	r.Header.Set("Sec-Fetch-Site", "same-origin")
-	if w := serve(h, r); w.Code != http.StatusNotImplemented {
+	if w := serve(h, formPost("/ui/jobs/"+env.ID+"/cancel", nil)); w.Code != http.StatusNotImplemented {
 		t.Errorf("cancel on a backend that cannot: %d, want 501", w.Code)
 	}
 }
@@ -330,11 +338,7 @@ func TestUnknownJobActionIs404NamingTheValidOnes(t *testing.T) {
 	if err := b.Publish(context.Background(), env, 0); err != nil {
 		t.Fatal(err)
 	}
-	post := func(path string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest("POST", "http://localhost"+path, nil)
-		r.Header.Set("Sec-Fetch-Site", "same-origin")
-		return serve(h, r)
-	}
+	post := func(path string) *httptest.ResponseRecorder { return serve(h, formPost(path, nil)) }
 	if w := post("/ui/jobs/" + env.ID + "/explode"); w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), "want cancel, retry or delete") {
 		t.Errorf("an unknown action: %d %s, want 404 naming cancel, retry and delete", w.Code, w.Body)
 	}
@@ -493,10 +497,7 @@ func TestEveryResponseCarriesTheSecurityHeaders(t *testing.T) {
 	} {
 		if tc.status == http.StatusTooManyRequests {
 			for range inspect.ClientAuthBurst {
-				r := httptest.NewRequest("POST", "http://localhost/ui/login", strings.NewReader("token=wrong"))
-				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-				r.Header.Set("Sec-Fetch-Site", "same-origin")
-				serve(h, r)
+				serve(h, formPost("/ui/login", url.Values{"token": {"wrong"}}))
 			}
 		}
 		r := httptest.NewRequest(tc.method, tc.url, strings.NewReader(tc.body))
@@ -612,9 +613,7 @@ func TestJobIDsAnyPublisherChoseAreLinkedEscaped(t *testing.T) {
 func TestWrongTokensAreLimited(t *testing.T) {
 	t.Parallel()
 	login := func(h http.Handler, addr, token string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest("POST", "http://localhost/ui/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
-		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		r.Header.Set("Sec-Fetch-Site", "same-origin")
+		r := formPost("/ui/login", url.Values{"token": {token}})
 		r.RemoteAddr = addr
 		return serve(h, r)
 	}

@@ -8,6 +8,8 @@ package inspecttest
 import (
 	"cmp"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -151,6 +153,22 @@ func New(t testing.TB, o Options) *Rig {
 	}
 	r.Inspector = inspect.New(cfg)
 	return r
+}
+
+// CallDown returns a call that runs the module "caller" (Caller) of r once, as the
+// worker would run a job, against a server that answers 503, and that server's
+// address, its circuit breakers' destination: each call is one failure there.
+func (r *Rig) CallDown(t testing.TB) (dest string, call func()) {
+	t.Helper()
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
+	t.Cleanup(down.Close)
+	h := r.Registry.Handler("caller")
+	if h == nil {
+		t.Fatalf("caller not served: %+v", r.Registry.Modules())
+	}
+	return "http://" + down.Listener.Addr().String(), func() {
+		h.Handle(context.Background(), &worker.Job{Envelope: backend.NewEnvelope("caller", []byte(down.URL+"/")), Attempt: 1, MaxAttempts: 3})
+	}
 }
 
 // Caller is the module "caller", which posts its payload (a URL) and retries the job
