@@ -69,7 +69,10 @@ type PartialError struct {
 	Err error
 }
 
+// Error is the wrapped error's message.
 func (e *PartialError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the wrapped error.
 func (e *PartialError) Unwrap() error { return e.Err }
 
 // HTTPError is the one mapping of the Inspector's and the backend's errors to an HTTP
