@@ -486,13 +486,9 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	rates := inspect.NewRates(nil)
 	versions := ui.NewVersions()
 	// A backend with job records (pebble) answers GET /v1/jobs/{id} itself, after a
-	// restart too; the others get the host's memory of its recent jobs.
-	var recs *inspect.Records
-	obs := worker.Observers(met, rates, worker.LogObserver(log))
-	if _, records := b.(backend.JobRecordReader); !records {
-		recs = inspect.NewRecords(f.history)
-		obs = worker.Observers(recs, met, rates, worker.LogObserver(log))
-	}
+	// restart too; the others get the host's memory of its recent jobs (nil for none).
+	recs := inspect.RecordsFor(b, f.history)
+	obs := worker.Observers(recs, met, rates, worker.LogObserver(log))
 	w := worker.New(b, worker.Config{
 		Concurrency: f.concurrency,
 		Observer:    obs,

@@ -99,28 +99,28 @@ func New(cfg Config) http.Handler {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/jobs", s.enqueue)
-	mux.HandleFunc("POST /v1/jobs/batch", s.enqueueBatch)
-	mux.HandleFunc("GET /v1/jobs/{id}", s.getJob)
+	mux.Handle("POST /v1/jobs", handler(s.enqueue))
+	mux.Handle("POST /v1/jobs/batch", handler(s.enqueueBatch))
+	mux.Handle("GET /v1/jobs/{id}", handler(s.getJob))
 	mux.HandleFunc("GET /v1/queues", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"queues": s.in.Queues(r.Context())})
 	})
-	mux.HandleFunc("GET /v1/queues/{queue}/jobs", s.listJobs)
-	mux.HandleFunc("POST /v1/jobs/{id}/cancel", s.jobAction(inspect.ActionCancel))
-	mux.HandleFunc("POST /v1/jobs/{id}/retry", s.jobAction(inspect.ActionRetry))
-	mux.HandleFunc("DELETE /v1/jobs/{id}", s.jobAction(inspect.ActionDelete))
+	mux.Handle("GET /v1/queues/{queue}/jobs", handler(s.listJobs))
+	mux.Handle("POST /v1/jobs/{id}/cancel", s.jobAction(inspect.ActionCancel))
+	mux.Handle("POST /v1/jobs/{id}/retry", s.jobAction(inspect.ActionRetry))
+	mux.Handle("DELETE /v1/jobs/{id}", s.jobAction(inspect.ActionDelete))
 	mux.HandleFunc("GET /v1/rates", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"rates": s.in.Rates()})
 	})
 	mux.HandleFunc("GET /v1/modules", s.modules)
-	mux.HandleFunc("GET /v1/modules/{name}/history", s.moduleHistory)
-	mux.HandleFunc("POST /v1/modules/{name}/rollback", s.moduleRollback)
-	mux.HandleFunc("POST /v1/modules/{name}/promote", s.modulePromote)
+	mux.Handle("GET /v1/modules/{name}/history", handler(s.moduleHistory))
+	mux.Handle("POST /v1/modules/{name}/rollback", handler(s.moduleRollback))
+	mux.Handle("POST /v1/modules/{name}/promote", handler(s.modulePromote))
 	mux.HandleFunc("GET /v1/schedules", s.schedules)
-	mux.HandleFunc("GET /v1/dead-letters", s.deadLetters)
-	mux.HandleFunc("DELETE /v1/dead-letters", s.purgeDeadLetters)
-	mux.HandleFunc("POST /v1/dead-letters/{id}/replay", s.replay)
-	mux.HandleFunc("POST /v1/backup", s.backup)
+	mux.Handle("GET /v1/dead-letters", handler(s.deadLetters))
+	mux.Handle("DELETE /v1/dead-letters", handler(s.purgeDeadLetters))
+	mux.Handle("POST /v1/dead-letters/{id}/replay", handler(s.replay))
+	mux.Handle("POST /v1/backup", handler(s.backup))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Healthy != nil {
 			if err := s.cfg.Healthy(); err != nil {
@@ -211,6 +211,15 @@ func writeError(w http.ResponseWriter, status int, format string, args ...any) {
 
 func badRequest(format string, args ...any) error {
 	return inspect.Errorf(inspect.ErrInvalid, format, args...)
+}
+
+// handler is an endpoint that answers its error through fail.
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := h(w, r); err != nil {
+		fail(w, err)
+	}
 }
 
 // fail answers err with its status (inspect.HTTPError); a publish that failed part
@@ -322,23 +331,21 @@ func enqueued(w http.ResponseWriter, res inspect.Enqueued, batch bool) {
 	}
 }
 
-func (s *server) enqueue(w http.ResponseWriter, r *http.Request) {
+func (s *server) enqueue(w http.ResponseWriter, r *http.Request) error {
 	var req EnqueueRequest
 	if err := s.read(w, r, &req); err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	spec, err := s.spec(req)
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	res, err := s.in.Enqueue(r.Context(), spec)
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	enqueued(w, res, false)
+	return nil
 }
 
 // BatchRequest is the body of POST /v1/jobs/batch.
@@ -346,30 +353,27 @@ type BatchRequest struct {
 	Jobs []EnqueueRequest `json:"jobs"`
 }
 
-func (s *server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
+func (s *server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 	var req BatchRequest
 	if err := s.read(w, r, &req); err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	if len(req.Jobs) == 0 || len(req.Jobs) > MaxBatch {
-		fail(w, badRequest("jobs: want 1 to %d jobs, got %d", MaxBatch, len(req.Jobs)))
-		return
+		return badRequest("jobs: want 1 to %d jobs, got %d", MaxBatch, len(req.Jobs))
 	}
 	specs := make([]jobspec.Spec, len(req.Jobs))
 	for i, j := range req.Jobs {
 		var err error
 		if specs[i], err = s.spec(j); err != nil {
-			fail(w, fmt.Errorf("jobs[%d]: %w", i, err))
-			return
+			return fmt.Errorf("jobs[%d]: %w", i, err)
 		}
 	}
 	res, err := s.in.EnqueueBatch(r.Context(), specs)
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	enqueued(w, res, true)
+	return nil
 }
 
 // read refuses an enqueue while the host takes no new jobs, before its body is read,
@@ -381,25 +385,23 @@ func (s *server) read(w http.ResponseWriter, r *http.Request, v any) error {
 	return s.decode(w, r, v)
 }
 
-func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
+func (s *server) getJob(w http.ResponseWriter, r *http.Request) error {
 	st, err := s.in.Job(r.Context(), r.PathValue("id"))
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, st)
+	return nil
 }
 
-func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
+func (s *server) listJobs(w http.ResponseWriter, r *http.Request) error {
 	q := r.PathValue("queue")
 	if _, err := s.in.Served(q); err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	f, err := inspect.ParseJobFilter(r.URL.Query())
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	var jobs []inspect.JobState
 	next := ""
@@ -409,23 +411,23 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) {
 		jobs, next, err = s.in.Jobs(r.Context(), q, f)
 	}
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	if jobs == nil {
 		jobs = []inspect.JobState{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next": next})
+	return nil
 }
 
-func (s *server) jobAction(a inspect.Action) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (s *server) jobAction(a inspect.Action) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
 		id := r.PathValue("id")
 		if err := s.in.Act(r.Context(), id, a); err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"id": id, "done": string(a)})
+		return nil
 	}
 }
 
@@ -449,46 +451,46 @@ func (s *server) queueParam(r *http.Request) (string, error) {
 	return q, nil
 }
 
-func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
+func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) error {
 	q, err := s.queueParam(r)
+	if err != nil {
+		return err
+	}
 	limit := 100
-	if l := r.URL.Query().Get("limit"); err == nil && l != "" {
+	if l := r.URL.Query().Get("limit"); l != "" {
 		if limit, err = strconv.Atoi(l); err != nil || limit < 1 {
-			err = badRequest("limit %q: want a positive number", l)
+			return badRequest("limit %q: want a positive number", l)
 		}
 	}
-	var dead []inspect.DeadLetterInfo
-	if err == nil {
-		dead, err = s.in.DeadLetters(r.Context(), q, limit)
-	}
+	dead, err := s.in.DeadLetters(r.Context(), q, limit)
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": dead})
+	return nil
 }
 
-func (s *server) replay(w http.ResponseWriter, r *http.Request) {
+func (s *server) replay(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
 	q, err := s.in.ReplayDeadLetter(r.Context(), id, r.URL.Query().Get("queue"))
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"id": id, "queue": q})
+	return nil
 }
 
-func (s *server) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (s *server) purgeDeadLetters(w http.ResponseWriter, r *http.Request) error {
 	q, err := s.queueParam(r)
-	n := 0
-	if err == nil {
-		n, err = s.in.PurgeDeadLetters(r.Context(), q)
-	}
 	if err != nil {
-		fail(w, err)
-		return
+		return err
+	}
+	n, err := s.in.PurgeDeadLetters(r.Context(), q)
+	if err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+	return nil
 }
 
 // schedules lists the schedules of the serving modules with their next tick and the
@@ -527,56 +529,49 @@ func checkBackupName(name string) error {
 // the copy goes into a fresh temporary directory, made through an os.Root (so that a
 // symbolic link is not followed out of the root), which is renamed to the name only
 // when the copy is whole.
-func (s *server) backup(w http.ResponseWriter, r *http.Request) {
+func (s *server) backup(w http.ResponseWriter, r *http.Request) error {
 	cp, err := s.in.Checkpointer()
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	if s.cfg.BackupDir == "" {
-		writeError(w, http.StatusNotImplemented, "backups are off: start run with --backup-dir DIR, the directory backups are written into")
-		return
+		return inspect.Errorf(inspect.ErrUnavailable, "backups are off: start run with --backup-dir DIR, the directory backups are written into")
 	}
 	var req BackupRequest
 	if err := s.decode(w, r, &req); err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	if err := checkBackupName(req.Name); err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	if !s.cfg.Ready() {
-		writeError(w, http.StatusServiceUnavailable, "the host is draining (shutting down) or not started: no backup is taken; take it from the next run")
-		return
+		return inspect.Errorf(inspect.ErrDraining, "the host is draining (shutting down) or not started: no backup is taken; take it from the next run")
 	}
 	// One backup at a time: two of the same name must not both pass the check below.
 	select {
 	case s.backupSem <- struct{}{}:
 		defer func() { <-s.backupSem }()
 	case <-r.Context().Done():
-		fail(w, r.Context().Err())
-		return
+		return r.Context().Err()
 	}
 	root, err := os.OpenRoot(s.cfg.BackupDir)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "backup directory: %v", err)
-		return
+		return nil
 	}
 	defer root.Close()
 	if _, err := root.Lstat(req.Name); err == nil {
-		fail(w, inspect.Errorf(inspect.ErrConflict, "backup %q exists in %s: give a new name", req.Name, s.cfg.BackupDir))
-		return
+		return inspect.Errorf(inspect.ErrConflict, "backup %q exists in %s: give a new name", req.Name, s.cfg.BackupDir)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		writeError(w, http.StatusInternalServerError, "backup %q in %s: %v", req.Name, s.cfg.BackupDir, err)
-		return
+		return nil
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	tmp := fmt.Sprintf(".tmp-%s-%x", req.Name, rnd)
 	if err := root.Mkdir(tmp, 0o700); err != nil {
 		writeError(w, http.StatusInternalServerError, "backup %q: making its temporary directory in %s: %v", req.Name, s.cfg.BackupDir, err)
-		return
+		return nil
 	}
 	defer root.RemoveAll(tmp) // ours only: a fresh name, made above
 	// The store writes into a fresh directory inside tmp, which only this user can
@@ -585,11 +580,11 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	if err := cp.Checkpoint(r.Context(), filepath.Join(s.cfg.BackupDir, inner)); err != nil {
 		writeError(w, http.StatusInternalServerError, "backup %q: %v", req.Name, err)
-		return
+		return nil
 	}
 	if err := root.Chmod(inner, 0o700); err != nil {
 		writeError(w, http.StatusInternalServerError, "backup %q: %v", req.Name, err)
-		return
+		return nil
 	}
 	if h := beforeBackupRename.Load(); h != nil {
 		(*h)(s.cfg.BackupDir, req.Name)
@@ -597,13 +592,13 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 	// The existence check above was before the copy: another process may have made the
 	// name since. The rename refuses to replace it (renameNoReplace).
 	if err := renameNoReplace(root, tmp, "data", req.Name); errors.Is(err, fs.ErrExist) {
-		fail(w, inspect.Errorf(inspect.ErrConflict, "backup %q exists in %s: made by someone else while the backup was written, and left as it is; give a new name", req.Name, s.cfg.BackupDir))
-		return
+		return inspect.Errorf(inspect.ErrConflict, "backup %q exists in %s: made by someone else while the backup was written, and left as it is; give a new name", req.Name, s.cfg.BackupDir)
 	} else if err != nil {
 		writeError(w, http.StatusInternalServerError, "backup %q: moving it into place in %s: %v", req.Name, s.cfg.BackupDir, err)
-		return
+		return nil
 	}
 	dir := filepath.Join(s.cfg.BackupDir, req.Name)
 	s.log.Info("backup written", "dir", dir, "took", time.Since(start))
 	writeJSON(w, http.StatusOK, map[string]any{"name": req.Name, "dir": dir, "took_ms": float64(time.Since(start).Microseconds()) / 1000})
+	return nil
 }

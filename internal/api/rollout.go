@@ -16,37 +16,36 @@ type RollbackRequest struct {
 // promote or a version that cannot be served (another queue, a registration that
 // failed) is 409 with the registry's message.
 
-func (s *server) moduleHistory(w http.ResponseWriter, r *http.Request) {
+func (s *server) moduleHistory(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
 	hist, err := s.in.ModuleHistory(name)
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"module": name, "versions": hist})
+	return nil
 }
 
-func (s *server) moduleRollback(w http.ResponseWriter, r *http.Request) {
+func (s *server) moduleRollback(w http.ResponseWriter, r *http.Request) error {
 	var req RollbackRequest
 	if r.ContentLength != 0 {
 		if err := s.decode(w, r, &req); err != nil {
-			fail(w, err)
-			return
+			return err
 		}
 	}
 	pin, err := s.in.Rollback(r.Context(), r.PathValue("name"), req.To)
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"module": r.PathValue("name"), "pinned": pin})
+	return nil
 }
 
-func (s *server) modulePromote(w http.ResponseWriter, r *http.Request) {
+func (s *server) modulePromote(w http.ResponseWriter, r *http.Request) error {
 	v, err := s.in.Promote(r.Context(), r.PathValue("name"))
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"module": r.PathValue("name"), "verdict": v})
+	return nil
 }

@@ -107,6 +107,16 @@ func (r *Records) change(id string, create bool, f func(*entry) bool) {
 	en.rev = r.revs
 }
 
+// RecordsFor returns the host's memory of jobs that backend b needs: nil where b keeps
+// job records of its own (backend.JobRecordReader, the pebble backend's, which answer
+// after a restart too), else NewRecords(max). A nil *Records observes nothing.
+func RecordsFor(b backend.Backend, max int) *Records {
+	if _, own := b.(backend.JobRecordReader); own {
+		return nil
+	}
+	return NewRecords(max)
+}
+
 // update applies f to the job's record, creating it if needed, and makes it known.
 func (r *Records) update(id string, f func(*backend.JobRecord)) {
 	r.change(id, true, func(en *entry) bool {

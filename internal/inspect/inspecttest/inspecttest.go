@@ -6,7 +6,6 @@
 package inspecttest
 
 import (
-	"cmp"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -85,8 +84,11 @@ func New(t testing.TB, o Options) *Rig {
 	if r.Backend == nil {
 		r.Backend = memory.New(memory.Config{})
 	}
-	if _, own := r.Backend.(backend.JobRecordReader); !own && !o.NoRecords {
-		r.Records = cmp.Or(o.Records, inspect.NewRecords(100))
+	if r.Records = inspect.RecordsFor(r.Backend, 100); r.Records != nil && o.Records != nil {
+		r.Records = o.Records
+	}
+	if o.NoRecords {
+		r.Records = nil
 	}
 	dir := t.TempDir()
 	mods := o.Modules
@@ -109,11 +111,7 @@ func New(t testing.TB, o Options) *Rig {
 	}
 	var queues host.Queues = noQueues{}
 	if o.Run {
-		obs := worker.Observer(r.Metrics)
-		if r.Records != nil {
-			obs = worker.Observers(r.Records, r.Metrics)
-		}
-		r.Worker = worker.New(r.Backend, worker.Config{Observer: obs})
+		r.Worker = worker.New(r.Backend, worker.Config{Observer: worker.Observers(r.Records, r.Metrics)})
 		queues = r.Worker
 	}
 	r.Registry, err = host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: e, Queues: queues, Rescan: time.Hour, OnEvent: r.Metrics.ModuleEvent})
