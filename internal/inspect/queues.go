@@ -124,12 +124,10 @@ func (in *Inspector) ReplayDeadLetter(ctx context.Context, id, queue string) (st
 		queues = append(queues, in.ServedQueues()...)
 	}
 	for _, q := range queues {
-		in.mem.Enqueued(backend.Envelope{ID: id, Queue: q, Attempt: 1}, false) // before: it may run at once
-		err := in.dead.ReplayDeadLetter(ctx, q, id)
+		err := in.replay(ctx, id, q)
 		if err == nil {
 			return q, nil
 		}
-		in.mem.Forget(id)
 		if !errors.Is(err, backend.ErrNotFound) {
 			return "", err
 		}
@@ -137,8 +135,20 @@ func (in *Inspector) ReplayDeadLetter(ctx context.Context, id, queue string) (st
 	return "", errorf(backend.ErrNotFound, "no dead letter %q in queues %s", id, joinComma(queues))
 }
 
-// ReplayAll replays every dead letter of the served queue (ReplayDeadLetter each) and
-// returns how many it replayed; one that went meanwhile is skipped.
+// replay puts dead letter id of queue q back, known to the host's memory from before
+// the replay (it may run at once), and forgotten again if the replay failed.
+func (in *Inspector) replay(ctx context.Context, id, q string) error {
+	in.mem.Enqueued(backend.Envelope{ID: id, Queue: q, Attempt: 1}, false)
+	err := in.dead.ReplayDeadLetter(ctx, q, id)
+	if err != nil {
+		in.mem.Forget(id)
+	}
+	return err
+}
+
+// ReplayAll replays every dead letter of the served queue, each with the bookkeeping of
+// ReplayDeadLetter, and returns how many it replayed; one that went meanwhile is
+// skipped.
 func (in *Inspector) ReplayAll(ctx context.Context, queue string) (int, error) {
 	if err := in.accepting(); err != nil {
 		return 0, err
@@ -152,7 +162,7 @@ func (in *Inspector) ReplayAll(ctx context.Context, queue string) (int, error) {
 	}
 	n := 0
 	for _, d := range dead {
-		if _, err := in.ReplayDeadLetter(ctx, d.ID, queue); err == nil {
+		if err := in.replay(ctx, d.ID, queue); err == nil {
 			n++
 		} else if !errors.Is(err, backend.ErrNotFound) {
 			return n, fmt.Errorf("replayed %d of %d, then: %w", n, len(dead), err)
