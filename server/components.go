@@ -95,7 +95,7 @@ func (s *Server) followModules(ctx context.Context) error {
 		Serving: func() map[string]string {
 			out := map[string]string{}
 			for _, m := range s.reg.Modules() {
-				if m.Status == "serving" {
+				if m.Serving() {
 					out[m.Name] = m.Version
 				}
 			}

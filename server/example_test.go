@@ -2,14 +2,10 @@ package server_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend/memory"
@@ -17,8 +13,8 @@ import (
 )
 
 // A host embedded in a program: a module that echoes its payload serves the queue
-// "echo" on the memory backend; a job goes in through the API and its output comes
-// back from it.
+// "echo" on the memory backend; a job goes in through Enqueue and its output comes
+// back from the Inspector.
 func Example() {
 	ctx := context.Background()
 	modules, _ := os.MkdirTemp("", "modules")
@@ -34,22 +30,16 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer srv.Stop(ctx) // drains: running jobs finish, then the backend closes
-	api := httptest.NewServer(srv.Handler())
-	defer api.Close()
 
-	var job struct{ ID, State, Output string }
-	read := func(resp *http.Response, err error) {
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer resp.Body.Close()
-		json.NewDecoder(resp.Body).Decode(&job)
+	res, err := srv.Enqueue(ctx, server.Job{Queue: "echo", Payload: []byte("hello")})
+	if err != nil {
+		log.Fatal(err)
 	}
-	read(http.Post(api.URL+"/v1/jobs", "application/json", strings.NewReader(`{"queue": "echo", "payload": "hello"}`)))
-	for job.State != "succeeded" {
+	job, err := srv.Inspector().Job(ctx, res.IDs[0])
+	for err == nil && job.State != "succeeded" {
 		time.Sleep(10 * time.Millisecond)
-		read(http.Get(api.URL + "/v1/jobs/" + job.ID))
+		job, err = srv.Inspector().Job(ctx, res.IDs[0])
 	}
-	fmt.Println(job.State, job.Output)
-	// Output: succeeded hello
+	fmt.Println(job.State, job.Output, err)
+	// Output: succeeded hello <nil>
 }

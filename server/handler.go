@@ -11,50 +11,51 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/metrics"
 	"github.com/wasmjobs/wasmjobs/internal/ui"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // operator is what the API and the dashboard keep of the host's jobs beside the
-// backend: rates, recent attempts, module versions and, on a backend without job
-// records, the history of recent jobs. The worker's observer feeds it.
+// backend: rates, module versions and, on a backend without job records, the host's
+// memory of its recent jobs. The worker's observer feeds it.
 type operator struct {
-	rates    *api.Rates
-	attempts *api.Attempts
+	rates    *inspect.Rates
 	versions *ui.Versions
-	// hist is nil on a backend with job records (pebble): it answers GET
+	// recs is nil on a backend with job records (pebble): it answers GET
 	// /v1/jobs/{id} itself, after a restart too.
-	hist *api.History
+	recs *inspect.Records
 }
 
 func newOperator(b backend.Backend, history int) *operator {
-	op := &operator{rates: api.NewRates(nil), attempts: api.NewAttempts(history), versions: ui.NewVersions()}
-	if _, records := b.(backend.JobRecordReader); !records {
-		op.hist = api.NewHistory(history)
-	}
-	return op
+	return &operator{rates: inspect.NewRates(nil), versions: ui.NewVersions(), recs: inspect.RecordsFor(b, history)}
 }
 
-// observer is the worker's observer: the history first (when there is one), so that a
-// job's state is there before the metrics and the log report it.
+// observer is the worker's observer: the records first (when there are any), so that
+// a job's state is there before the metrics and the log report it.
 func (op *operator) observer(met *metrics.Metrics, log *slog.Logger) worker.Observer {
-	if op.hist != nil {
-		return worker.Observers(op.hist, met, op.rates, op.attempts, worker.LogObserver(log))
-	}
-	return worker.Observers(met, op.rates, op.attempts, worker.LogObserver(log))
+	return worker.Observers(op.recs, met, op.rates, worker.LogObserver(log))
 }
 
-// newHandler builds the API and the dashboard on the host's parts and mounts them as
-// one handler: the dashboard under /ui/, GET / redirecting to it, the API at the rest.
+// newInspector builds the one inspector behind the API, the dashboard and Enqueue: the
+// same answers and the same rules whichever way in.
+func (s *Server) newInspector() *inspect.Inspector {
+	return inspect.New(inspect.Config{
+		Backend: s.b, Registry: s.reg, Running: s.w.Running, Records: s.ops.recs, Rates: s.ops.rates,
+		Schedules: s.sched.List, RefusedPushes: s.refusedPushes, Accepting: s.accepting, Logger: s.log,
+	})
+}
+
+// newHandler builds the API and the dashboard on the inspector and mounts them as one
+// handler: the dashboard under /ui/, GET / redirecting to it, the API at the rest.
 func (s *Server) newHandler() http.Handler {
-	op, cfg := s.ops, s.cfg
+	cfg := s.cfg
 	// One limit of wrong tokens for the API and the dashboard: both take the token.
-	authLimit := api.NewAuthLimiter()
+	authLimit := inspect.NewAuthLimiter()
 	apiHandler := api.New(api.Config{
-		Backend: s.b, Registry: s.reg, Running: s.w.Running, History: op.hist, Attempts: op.attempts, Metrics: s.met.Handler(), Rates: op.rates,
-		Schedules: s.sched.List, RefusedPushes: s.refusedPushes,
-		Token: cfg.Token, AuthLimiter: authLimit, Ready: s.ready, Accepting: s.accepting, Logger: s.log,
+		Inspector: s.insp, Metrics: s.met.Handler(),
+		Token: cfg.Token, AuthLimiter: authLimit, Ready: s.ready, Logger: s.log,
 		Healthy:  s.failed,
 		Loopback: cfg.Loopback, BackupDir: cfg.BackupDir,
 	})
@@ -63,8 +64,8 @@ func (s *Server) newHandler() http.Handler {
 		name = "RabbitMQ " + name
 	}
 	dash := ui.New(ui.Config{
-		Backend: s.b, Registry: s.reg, Running: s.w.Running, History: op.hist, Rates: op.rates, Attempts: op.attempts, Versions: op.versions,
-		Schedules: s.sched.List, Token: cfg.Token, AuthLimiter: authLimit, Loopback: cfg.Loopback, Accepting: s.accepting, Logger: s.log,
+		Inspector: s.insp, Versions: s.ops.versions,
+		Token: cfg.Token, AuthLimiter: authLimit, Loopback: cfg.Loopback, Logger: s.log,
 		Validate: uploadValidator(s.checkEngine),
 		Host:     ui.HostInfo{Backend: name, DataDir: dataDir(s.b), Concurrency: cfg.Concurrency, Started: time.Now(), Version: cfg.Version},
 	})

@@ -10,7 +10,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
@@ -20,8 +20,9 @@ import (
 // newScheduler returns the scheduler of backend b. On a backend that keeps schedule
 // state (pebble, memory) this host fires at once; on RabbitMQ it fires while it holds
 // the leadership token. Overlap "skip" asks the job records where the backend keeps
-// them, and otherwise this host's history together with the queue's counts.
-func newScheduler(b backend.Backend, hist *api.History, log *slog.Logger) *schedule.Scheduler {
+// them, and otherwise this host's memory of its jobs (recs, nil for none) together with
+// the queue's counts.
+func newScheduler(b backend.Backend, recs *inspect.Records, log *slog.Logger) *schedule.Scheduler {
 	var acquire schedule.Acquire
 	switch sb := b.(type) {
 	case *rabbitmq.Backend:
@@ -30,11 +31,11 @@ func newScheduler(b backend.Backend, hist *api.History, log *slog.Logger) *sched
 			if err != nil {
 				return nil, nil, err
 			}
-			return historyStore{l, hist}, l.Lost(), nil
+			return historyStore{l, recs}, l.Lost(), nil
 		}
 	case backend.ScheduleStore:
 		acquire = func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) {
-			return historyStore{sb, hist}, nil, nil
+			return historyStore{sb, recs}, nil, nil
 		}
 	default:
 		// A backend of a test's own: schedules are listed but never fire.
@@ -44,16 +45,16 @@ func newScheduler(b backend.Backend, hist *api.History, log *slog.Logger) *sched
 			return nil, nil, ctx.Err()
 		}
 	}
-	return schedule.New(schedule.Config{Acquire: acquire, Busy: busyFunc(b, hist), Logger: log})
+	return schedule.New(schedule.Config{Acquire: acquire, Busy: busyFunc(b, recs), Logger: log})
 }
 
 var _ backend.SchedulePruner = historyStore{}
 
-// historyStore notes each fired job in the history (when there is one), so that GET
-// /v1/jobs/{id} and overlap "skip" know it from its publish on.
+// historyStore notes each fired job in the host's memory of its jobs (when there is
+// one), so that GET /v1/jobs/{id} and overlap "skip" know it from its publish on.
 type historyStore struct {
 	backend.ScheduleStore
-	hist *api.History
+	recs *inspect.Records
 }
 
 // KeepSchedules passes the scheduler's current set on to a store that forgets the
@@ -68,9 +69,7 @@ func (h historyStore) PublishTick(ctx context.Context, schedule string, tick tim
 	if err := h.ScheduleStore.PublishTick(ctx, schedule, tick, env); err != nil {
 		return err
 	}
-	if h.hist != nil {
-		h.hist.Enqueued(env, false)
-	}
+	h.recs.Enqueued(env, false)
 	return nil
 }
 
@@ -80,7 +79,7 @@ func (h historyStore) PublishTick(ctx context.Context, schedule string, tick tim
 // for one period after its tick at most (so it holds off the next tick only): on
 // RabbitMQ another host may have run it, which this host cannot see, and a queue that
 // is never empty would otherwise skip every tick for ever.
-func busyFunc(b backend.Backend, hist *api.History) func(context.Context, string, time.Time, time.Duration) (bool, error) {
+func busyFunc(b backend.Backend, recs *inspect.Records) func(context.Context, string, time.Time, time.Duration) (bool, error) {
 	if rr, ok := b.(backend.JobRecordReader); ok {
 		return func(ctx context.Context, id string, _ time.Time, _ time.Duration) (bool, error) {
 			rec, err := rr.JobRecord(ctx, id)
@@ -95,16 +94,13 @@ func busyFunc(b backend.Backend, hist *api.History) func(context.Context, string
 	}
 	sr, _ := b.(backend.StatsReader)
 	return func(ctx context.Context, id string, prev time.Time, period time.Duration) (bool, error) {
-		if hist == nil {
-			return false, nil
-		}
-		st, ok := hist.Get(id)
+		st, err := recs.JobRecord(ctx, id)
 		switch {
-		case !ok:
+		case err != nil: // unknown: neither this host's to publish nor to run
 			return false, nil
-		case st.State == "running" || st.State == "retrying" || st.State == "deferred":
+		case st.State == backend.JobRunning || st.State == backend.JobRetrying || st.State == backend.JobDeferred:
 			return true, nil
-		case st.State != "pending" || sr == nil:
+		case st.State != backend.JobPending || sr == nil:
 			return false, nil
 		case time.Since(prev) >= 2*period:
 			return false, nil // the one tick after prev was skipped already: a guess, not for ever
@@ -126,7 +122,7 @@ func startSchedules(ctx context.Context, s *schedule.Scheduler, reg *host.Regist
 		var entries []schedule.Entry
 		for _, m := range reg.Modules() {
 			h := reg.Handler(m.Name)
-			if m.Status != "serving" || h == nil {
+			if !m.Serving() || h == nil {
 				continue
 			}
 			mod := h.Module()

@@ -17,11 +17,13 @@
 // the directory serves the queue NAME (or the queue its manifest NAME.toml names); the
 // directory is watched, so dropping in a new version swaps it without a restart.
 //
-// Jobs come in through the HTTP API, which Handler returns together with the
-// dashboard: mount it on a server of yours, or give Config.Listener and the Server
-// serves it itself and shuts it down at the right moment of the drain. A program may
-// also publish to the backend directly (backend.Backend.Publish), which skips the API's
-// checks of queue, payload and limits.
+// Jobs come in through Enqueue, the one place the enqueue rules live (POST /v1/jobs
+// and /v1/jobs/batch call it as well), and Inspector is the operator's side: queues,
+// jobs, dead letters and replay, modules, promote and rollback, schedules. Handler
+// returns the HTTP API and the dashboard over both: mount it on a server of yours, or
+// give Config.Listener and the Server serves it itself and shuts it down at the right
+// moment of the drain. A program may also publish to the backend directly
+// (backend.Backend.Publish), which skips the checks of queue, payload and limits.
 //
 // # Lifecycle
 //
@@ -67,6 +69,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/api"
 	"github.com/wasmjobs/wasmjobs/internal/fleet"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/metrics"
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
@@ -182,6 +185,7 @@ type Server struct {
 	w           *worker.Worker
 	sched       *schedule.Scheduler
 	ops         *operator
+	insp        *inspect.Inspector
 	handler     http.Handler
 	schedKick   chan struct{}
 	parts       []component
@@ -310,7 +314,8 @@ func (s *Server) build() (err error) {
 	if err != nil {
 		return err
 	}
-	s.sched = newScheduler(s.b, s.ops.hist, s.log)
+	s.sched = newScheduler(s.b, s.ops.recs, s.log)
+	s.insp = s.newInspector()
 	s.handler = s.newHandler()
 	s.parts = s.components()
 	return nil
@@ -404,7 +409,7 @@ func (s *Server) logServing() {
 	mods := s.reg.Modules()
 	serving := 0
 	for _, m := range mods {
-		if m.Status == "serving" {
+		if m.Serving() {
 			serving++
 		}
 	}
@@ -509,7 +514,7 @@ func (s *Server) logQueued() {
 	}
 	left := 0
 	for _, m := range s.reg.Modules() { // the modules now, not those at start
-		if st, err := sr.QueueStats(context.Background(), m.Queue); m.Status == "serving" && err == nil {
+		if st, err := sr.QueueStats(context.Background(), m.Queue); m.Serving() && err == nil {
 			left += st.Pending + st.Delayed + st.Deferred
 		}
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
 )
 
 // TestStopDrainsARunningJob: from Stop's start the host is not ready and refuses new
@@ -384,7 +384,7 @@ func TestBusyGuessIsBounded(t *testing.T) {
 	if err := b.Publish(ctx, backend.NewEnvelope("q", []byte("other")), 0); err != nil {
 		t.Fatal(err) // the queue is not empty
 	}
-	hist := api.NewHistory(10)
+	hist := inspect.NewRecords(10)
 	busy := busyFunc(b, hist)
 	const period = time.Minute
 	for _, tc := range []struct {

@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/api"
 	"github.com/wasmjobs/wasmjobs/internal/fleet"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
 )
 
 func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
@@ -67,14 +67,14 @@ deferred jobs); ? means counting failed, and ERROR says why (the command then ex
 					return usagef("queues list --backend: name the queues to show")
 				}
 				out := struct {
-					Queues []api.QueueInfo `json:"queues"`
-				}{Queues: []api.QueueInfo{}}
+					Queues []inspect.QueueInfo `json:"queues"`
+				}{Queues: []inspect.QueueInfo{}}
 				for _, q := range args {
 					st, err := b.QueueStats(cmd.Context(), q)
 					if err != nil {
 						return err
 					}
-					out.Queues = append(out.Queues, api.QueueInfo{Name: q, Module: "-", Running: -1, QueueStats: &st})
+					out.Queues = append(out.Queues, inspect.QueueInfo{Name: q, Module: "-", Running: -1, QueueStats: &st})
 				}
 				if raw, err = json.Marshal(out); err != nil {
 					return err
@@ -94,7 +94,7 @@ deferred jobs); ? means counting failed, and ERROR says why (the command then ex
 			if f.json {
 				return printJSON(cmd.OutOrStdout(), raw)
 			}
-			var out struct{ Queues []api.QueueInfo }
+			var out struct{ Queues []inspect.QueueInfo }
 			if err := json.Unmarshal(raw, &out); err != nil {
 				return err
 			}
@@ -247,7 +247,7 @@ func newDLQCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if raw, err = json.Marshal(map[string]any{"dead_letters": api.DeadLetterInfos(args[0], dead)}); err != nil {
+				if raw, err = json.Marshal(map[string]any{"dead_letters": inspect.DeadLetterInfos(args[0], dead)}); err != nil {
 					return err
 				}
 			} else {
@@ -264,7 +264,7 @@ func newDLQCommand() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), raw)
 			}
 			var out struct {
-				DeadLetters []api.DeadLetterInfo `json:"dead_letters"`
+				DeadLetters []inspect.DeadLetterInfo `json:"dead_letters"`
 			}
 			if err := json.Unmarshal(raw, &out); err != nil {
 				return err

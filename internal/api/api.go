@@ -1,10 +1,11 @@
 // Package api is the HTTP API of `wasmjobs run`: enqueue jobs, follow them, and inspect
-// queues, modules and dead letters. Every response is JSON; every error is
-// {"error": "..."} with a 4xx or 5xx status that says whose fault it is.
+// queues, modules and dead letters. It is a thin layer over an inspect.Inspector, which
+// holds the rules and reads the backend. Every response is JSON; every error is
+// {"error": "..."} with a 4xx or 5xx status that says whose fault it is
+// (inspect.HTTPError).
 package api
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
@@ -15,63 +16,50 @@ import (
 	"io/fs"
 	"log/slog"
 	"mime"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/jobspec"
-	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
 // Defaults of Config.
 const (
 	DefaultMaxBody  = 4 << 20 // a 1 MiB payload in base64 inside JSON fits
-	MaxBatch        = 1000
+	MaxBatch        = inspect.MaxBatch
 	DefaultPriority = jobspec.PriorityLevels // jobs may use 0..levels-1
+	// DefaultHistory is how many recent jobs GET /v1/jobs/{id} can answer for on a
+	// backend without job records: the host's memory of its jobs (inspect.Records).
+	DefaultHistory = inspect.DefaultRecords
 )
 
 // Config is what the API serves.
 type Config struct {
-	Backend  backend.Backend
-	Registry *host.Registry
-	// Running reports the running jobs per queue (worker.Worker.Running).
-	Running func() map[string]int
-	// History answers GET /v1/jobs/{id} when the backend keeps no job records (it is
-	// not a backend.JobRecordReader); nil remembers nothing.
-	History *History
-	// Attempts gives the attempts (each with its calls) of GET /v1/jobs/{id} when the
-	// backend keeps no job records; nil lists none.
-	Attempts *Attempts
-	// Rates answers GET /v1/rates; nil reports zeros.
-	Rates *Rates
+	// Inspector answers and acts on everything the API is asked (required): the
+	// backend, the registry, the host's memory of its jobs, rates, schedules, and
+	// whether the host takes new jobs (inspect.Config.Accepting, which the enqueues,
+	// retries and replays answer 503 while it is false).
+	Inspector *inspect.Inspector
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
-	// AuthLimiter bounds the wrong bearer tokens tried (see AuthLimiter); the
+	// AuthLimiter bounds the wrong bearer tokens tried (see inspect.AuthLimiter); the
 	// dashboard's too (ui.Config.AuthLimiter) when both serve one host. Nil means one
 	// of the API's own.
-	AuthLimiter *AuthLimiter
+	AuthLimiter *inspect.AuthLimiter
 	// Token, when set, is required as "Authorization: Bearer TOKEN" on every request
 	// but /healthz and /readyz.
 	Token string
-	// Ready reports whether the host serves jobs (for /readyz). Nil means always.
+	// Ready reports whether the host serves jobs (for /readyz, and a backup is taken
+	// only while it is true). Nil means always.
 	Ready func() bool
 	// Healthy reports what broke the host (a failed store) for /healthz, which then
 	// answers 503 with it; nil means always healthy.
 	Healthy func() error
-	// Accepting reports whether the host takes new jobs: POST /v1/jobs, the batch and
-	// dead-letter replays answer 503 while it is false, so that no job is accepted
-	// that the drain would then drop. Nil means Ready: a host that drains stops being
-	// ready and stops taking jobs at the same moment. A durable backend, which keeps
-	// what is queued for the next start, may accept through the drain.
-	Accepting func() bool
 	// Loopback says the API listens on a loopback address only. It then refuses a
 	// request whose Host header is not a loopback name or address (localhost,
 	// 127.0.0.0/8, [::1]), so that a DNS name rebound to 127.0.0.1 by a web page
@@ -81,12 +69,6 @@ type Config struct {
 	// --backup-dir), absolute; empty turns backups off (501). A request names only
 	// the backup, never a path.
 	BackupDir string
-	// Schedules lists the modules' periodic schedules for GET /v1/schedules
-	// (schedules.go); nil lists none.
-	Schedules func() []schedule.Status
-	// RefusedPushes lists the module pushes this host refused (internal/fleet), for
-	// GET /v1/modules' refused_pushes; nil, or a nil answer, leaves the field out.
-	RefusedPushes func() any
 	// MaxBody bounds request bodies; zero means DefaultMaxBody.
 	MaxBody int64
 	Logger  *slog.Logger
@@ -95,8 +77,9 @@ type Config struct {
 // server serves the API.
 type server struct {
 	cfg       Config
+	in        *inspect.Inspector
 	log       *slog.Logger
-	limit     *AuthLimiter
+	limit     *inspect.AuthLimiter
 	backupSem chan struct{} // one backup at a time
 }
 
@@ -108,35 +91,36 @@ func New(cfg Config) http.Handler {
 	if cfg.Ready == nil {
 		cfg.Ready = func() bool { return true }
 	}
-	if cfg.Accepting == nil {
-		cfg.Accepting = cfg.Ready
-	}
-	s := &server{cfg: cfg, log: cfg.Logger, limit: cfg.AuthLimiter, backupSem: make(chan struct{}, 1)}
+	s := &server{cfg: cfg, in: cfg.Inspector, log: cfg.Logger, limit: cfg.AuthLimiter, backupSem: make(chan struct{}, 1)}
 	if s.limit == nil {
-		s.limit = NewAuthLimiter()
+		s.limit = inspect.NewAuthLimiter()
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/jobs", s.enqueue)
-	mux.HandleFunc("POST /v1/jobs/batch", s.enqueueBatch)
-	mux.HandleFunc("GET /v1/jobs/{id}", s.getJob)
-	mux.HandleFunc("GET /v1/queues", s.queues)
-	mux.HandleFunc("GET /v1/queues/{queue}/jobs", s.listJobs)
-	mux.HandleFunc("POST /v1/jobs/{id}/cancel", s.jobAction(ActionCancel))
-	mux.HandleFunc("POST /v1/jobs/{id}/retry", s.jobAction(ActionRetry))
-	mux.HandleFunc("DELETE /v1/jobs/{id}", s.jobAction(ActionDelete))
-	mux.HandleFunc("GET /v1/rates", s.rates)
+	mux.Handle("POST /v1/jobs", handler(s.enqueue))
+	mux.Handle("POST /v1/jobs/batch", handler(s.enqueueBatch))
+	mux.Handle("GET /v1/jobs/{id}", handler(s.getJob))
+	mux.HandleFunc("GET /v1/queues", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"queues": s.in.Queues(r.Context())})
+	})
+	mux.Handle("GET /v1/queues/{queue}/jobs", handler(s.listJobs))
+	mux.Handle("POST /v1/jobs/{id}/cancel", s.jobAction(inspect.ActionCancel))
+	mux.Handle("POST /v1/jobs/{id}/retry", s.jobAction(inspect.ActionRetry))
+	mux.Handle("DELETE /v1/jobs/{id}", s.jobAction(inspect.ActionDelete))
+	mux.HandleFunc("GET /v1/rates", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"rates": s.in.Rates()})
+	})
 	mux.HandleFunc("GET /v1/modules", s.modules)
-	mux.HandleFunc("GET /v1/modules/{name}/history", s.moduleHistory)
-	mux.HandleFunc("POST /v1/modules/{name}/rollback", s.moduleRollback)
-	mux.HandleFunc("POST /v1/modules/{name}/promote", s.modulePromote)
+	mux.Handle("GET /v1/modules/{name}/history", handler(s.moduleHistory))
+	mux.Handle("POST /v1/modules/{name}/rollback", handler(s.moduleRollback))
+	mux.Handle("POST /v1/modules/{name}/promote", handler(s.modulePromote))
 	mux.HandleFunc("GET /v1/schedules", s.schedules)
-	mux.HandleFunc("GET /v1/dead-letters", s.deadLetters)
-	mux.HandleFunc("DELETE /v1/dead-letters", s.purgeDeadLetters)
-	mux.HandleFunc("POST /v1/dead-letters/{id}/replay", s.replay)
-	mux.HandleFunc("POST /v1/backup", s.backup)
+	mux.Handle("GET /v1/dead-letters", handler(s.deadLetters))
+	mux.Handle("DELETE /v1/dead-letters", handler(s.purgeDeadLetters))
+	mux.Handle("POST /v1/dead-letters/{id}/replay", handler(s.replay))
+	mux.Handle("POST /v1/backup", handler(s.backup))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Healthy != nil {
 			if err := s.cfg.Healthy(); err != nil {
@@ -161,15 +145,9 @@ func New(cfg Config) http.Handler {
 	})
 	// Outermost first: a foreign Host, a cross-site state change and a body that is not
 	// JSON are refused before the token is even looked at.
-	cop := http.NewCrossOriginProtection()
-	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return inspect.Guard(requireJSON(s.auth(mux)), cfg.Loopback, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "cross-origin request refused: %s %s comes from another site (Origin %q)", r.Method, r.URL.Path, r.Header.Get("Origin"))
-	}))
-	h := cop.Handler(requireJSON(s.auth(mux)))
-	if cfg.Loopback {
-		h = loopbackOnly(h)
-	}
-	return h
+	})
 }
 
 // requireJSON refuses a request with a body that is not declared as JSON. A browser
@@ -188,54 +166,9 @@ func requireJSON(next http.Handler) http.Handler {
 	})
 }
 
-// loopbackOnly refuses a request whose Host is not a loopback name or address: on a
-// loopback listener any other Host means a DNS name was rebound to this machine. A
-// request without a Host (HTTP/1.0, such as a load balancer's health check) passes: a
-// browser always sends one, so its absence cannot be a rebinding.
-func loopbackOnly(next http.Handler) http.Handler { return LoopbackOnly(next) }
-
-// LoopbackOnly is the API's Host check, for the dashboard on the same listener.
-func LoopbackOnly(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Host != "" && !IsLoopbackHost(r.Host) {
-			writeError(w, http.StatusForbidden, "Host %q refused: this API listens on loopback and answers only to localhost, 127.0.0.0/8 or [::1]", r.Host)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// IsLoopbackHost reports whether host, a Host header with or without a port, names
-// this machine's loopback: localhost (also fully qualified, "localhost."), an address
-// of 127.0.0.0/8, or [::1].
-func IsLoopbackHost(host string) bool {
-	h, _, err := net.SplitHostPort(host)
-	if err != nil { // no port
-		h = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	}
-	if strings.EqualFold(strings.TrimSuffix(h, "."), "localhost") {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
-}
-
-// errDraining answers an enqueue while the host drains.
-var errDraining = &httpError{http.StatusServiceUnavailable,
-	"the host is draining (shutting down) and takes no new jobs: enqueue through another host, or after it restarts"}
-
-// accepting fails an enqueue while the host drains. A request that passed it is
-// checked again after its publish (see publish).
-func (s *server) accepting() error {
-	if !s.cfg.Accepting() {
-		return errDraining
-	}
-	return nil
-}
-
 // auth requires the bearer token where one is configured. A token sent is looked at
-// only within the limit of wrong ones (AuthLimiter); a request without one (or with
-// another scheme, such as a proxy's Basic) tries none and is not counted.
+// only within the limit of wrong ones (inspect.AuthLimiter); a request without one (or
+// with another scheme, such as a proxy's Basic) tries none and is not counted.
 func (s *server) auth(next http.Handler) http.Handler {
 	if s.cfg.Token == "" {
 		return next
@@ -246,10 +179,10 @@ func (s *server) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if got, ok := BearerToken(r); ok {
+		if got, ok := inspect.BearerToken(r); ok {
 			right := subtle.ConstantTimeCompare([]byte(got), want) == 1
 			if d := s.limit.Check(r, right); d > 0 {
-				after := RetryAfter(d)
+				after := inspect.RetryAfter(d)
 				w.Header().Set("Retry-After", after)
 				writeError(w, http.StatusTooManyRequests, "too many wrong tokens, from your address or from all of them together: no token is looked at before %s s from now", after)
 				return
@@ -264,16 +197,6 @@ func (s *server) auth(next http.Handler) http.Handler {
 	})
 }
 
-// BearerToken is the token of r's "Authorization: Bearer TOKEN" header (the scheme in
-// any case, RFC 9110 11.1); ok is false without one, or with another scheme.
-func BearerToken(r *http.Request) (token string, ok bool) {
-	scheme, token, found := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !found || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	return token, true
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -286,46 +209,28 @@ func writeError(w http.ResponseWriter, status int, format string, args ...any) {
 	writeJSON(w, status, map[string]string{"error": fmt.Sprintf(format, args...)})
 }
 
-// httpError is an error with the status it answers with.
-type httpError struct {
-	status int
-	msg    string
-}
-
-func (e *httpError) Error() string { return e.msg }
-
 func badRequest(format string, args ...any) error {
-	return &httpError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+	return inspect.Errorf(inspect.ErrInvalid, format, args...)
 }
 
+// handler is an endpoint that answers its error through fail.
+type handler func(w http.ResponseWriter, r *http.Request) error
+
+func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := h(w, r); err != nil {
+		fail(w, err)
+	}
+}
+
+// fail answers err with its status (inspect.HTTPError); a publish that failed part
+// way also gives the ids the client should know of.
 func fail(w http.ResponseWriter, err error) {
-	var he *httpError
-	if errors.As(err, &he) {
-		writeError(w, he.status, "%s", he.msg)
+	status, msg := inspect.HTTPError(err)
+	if pe := (*inspect.PartialError)(nil); errors.As(err, &pe) {
+		writeJSON(w, status, map[string]any{"error": msg, "ids": pe.IDs})
 		return
 	}
-	if errors.Is(err, backend.ErrUnknownQueue) || errors.Is(err, backend.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "%v", err)
-		return
-	}
-	if errors.Is(err, backend.ErrJobState) {
-		writeError(w, http.StatusConflict, "%v", err)
-		return
-	}
-	if errors.Is(err, ErrUnavailable) {
-		writeError(w, http.StatusNotImplemented, "%v", err)
-		return
-	}
-	if errors.Is(err, backend.ErrDelayTooLong) {
-		// The backend's own ceiling (RabbitMQ's delay chain is shorter than
-		// backend.MaxDelay, which the request checks already): the client's to fix.
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	// A full disk (pebble.ErrDiskFull) and a failed store (pebble.ErrStoreFailed) are
-	// the host's trouble, not the client's: 503, with the data directory named by the
-	// backend's message. Nothing else is written: the client may try again later.
-	writeError(w, http.StatusServiceUnavailable, "%v", err)
+	writeError(w, status, "%s", msg)
 }
 
 // decode reads a JSON body into v, strictly.
@@ -338,7 +243,7 @@ func (s *server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 		var typ *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &tooBig):
-			return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body passes the limit of %d bytes", s.cfg.MaxBody)}
+			return inspect.Errorf(inspect.ErrTooLarge, "request body passes the limit of %d bytes", s.cfg.MaxBody)
 		case errors.As(err, &syntax):
 			return badRequest("invalid JSON at byte %d: %v", syntax.Offset, err)
 		case errors.As(err, &typ):
@@ -366,48 +271,28 @@ type EnqueueRequest struct {
 	Priority      int               `json:"priority,omitempty"`
 	MaxAttempts   int               `json:"max_attempts,omitempty"`
 	// UniqueKey makes the job unique in its queue; UniqueFor ("1h") is how long the
-	// key stays held after the job finished (see unique.go).
+	// key stays held after the job finished.
 	UniqueKey string `json:"unique_key,omitempty"`
 	UniqueFor string `json:"unique_for,omitempty"`
 }
 
-// served returns the module serving queue, or an error naming the served queues.
-func (s *server) served(queue string) (host.ModuleStatus, error) {
-	var names []string
-	for _, m := range s.cfg.Registry.Modules() {
-		if m.Status != "serving" {
-			continue
-		}
-		if m.Queue == queue {
-			return m, nil
-		}
-		names = append(names, m.Queue)
-	}
-	slices.Sort(names)
-	return host.ModuleStatus{}, &httpError{http.StatusNotFound,
-		fmt.Sprintf("unknown queue %q: no module serves it (served: %s)", queue, strings.Join(names, ", "))}
-}
-
-// envelope validates a request and makes its job, with its delay and unique key.
-func (s *server) envelope(req EnqueueRequest) (backend.UniquePublication, error) {
+// spec reads a request's job; the Inspector's Enqueue checks it. An unknown queue is
+// refused first, before the fields, as it always was.
+func (s *server) spec(req EnqueueRequest) (jobspec.Spec, error) {
 	spec := jobspec.Spec{Queue: req.Queue, Headers: req.Headers, Priority: req.Priority, MaxAttempts: req.MaxAttempts, UniqueKey: req.UniqueKey}
-	none := backend.UniquePublication{}
-	limit := 0
 	if req.Queue != "" {
-		mod, err := s.served(req.Queue)
-		if err != nil {
-			return none, err
+		if _, err := s.in.Served(req.Queue); err != nil {
+			return spec, err
 		}
-		limit = s.payloadLimit(mod.Name)
 	}
 	var err error
 	switch {
 	case req.Payload != nil && req.PayloadBase64 != nil:
-		return none, badRequest("give payload or payload_base64, not both")
+		return spec, badRequest("give payload or payload_base64, not both")
 	case req.PayloadBase64 != nil:
 		spec.Payload, err = base64.StdEncoding.DecodeString(*req.PayloadBase64)
 		if err != nil {
-			return none, badRequest("payload_base64: %v", err)
+			return spec, badRequest("payload_base64: %v", err)
 		}
 	case req.Payload != nil:
 		spec.Payload = []byte(*req.Payload)
@@ -415,76 +300,52 @@ func (s *server) envelope(req EnqueueRequest) (backend.UniquePublication, error)
 	if req.Delay != "" {
 		spec.Delay, err = time.ParseDuration(req.Delay)
 		if err != nil {
-			return none, badRequest("delay: want a duration such as \"90s\" or \"1h30m\", got %q", req.Delay)
+			return spec, badRequest("delay: want a duration such as \"90s\" or \"1h30m\", got %q", req.Delay)
 		}
 	}
 	if req.UniqueFor != "" {
 		spec.UniqueFor, err = time.ParseDuration(req.UniqueFor)
 		if err != nil {
-			return none, badRequest("unique_for: want a duration such as \"10m\" or \"24h\", got %q", req.UniqueFor)
+			return spec, badRequest("unique_for: want a duration such as \"10m\" or \"24h\", got %q", req.UniqueFor)
 		}
 	}
-	if err := jobspec.Validate(spec, limit); err != nil {
-		if errors.Is(err, jobspec.ErrTooLarge) {
-			return none, &httpError{http.StatusRequestEntityTooLarge, err.Error()}
-		}
-		return none, badRequest("%v", err)
-	}
-	return spec.Publication(), nil
+	return spec, nil
 }
 
-func (s *server) payloadLimit(module string) int {
-	if h := s.cfg.Registry.Handler(module); h != nil {
-		return h.Module().Manifest().Limits.MaxPayload
+// enqueued answers an accepted enqueue: 202 when a job was queued, 200 when every one
+// was a duplicate of a job holding its unique key.
+func enqueued(w http.ResponseWriter, res inspect.Enqueued, batch bool) {
+	status := http.StatusAccepted
+	if res.Queued() == 0 {
+		status = http.StatusOK
 	}
-	return host.DefaultLimits().MaxPayload
+	switch {
+	case batch && res.Duplicates != nil:
+		writeJSON(w, status, map[string]any{"ids": res.IDs, "duplicates": res.Duplicates})
+	case batch:
+		writeJSON(w, status, map[string]any{"ids": res.IDs})
+	case res.Duplicates != nil && res.Duplicates[0]:
+		writeJSON(w, status, map[string]any{"id": res.IDs[0], "duplicate": true})
+	default:
+		writeJSON(w, status, map[string]any{"id": res.IDs[0]})
+	}
 }
 
-func (s *server) publish(ctx context.Context, env backend.Envelope, delay time.Duration) error {
-	// Recorded first: on a fast backend the job can run and settle before Publish
-	// returns, and its later states must not be overwritten by "pending".
-	s.cfg.History.Enqueued(env, delay > 0)
-	if err := s.cfg.Backend.Publish(ctx, env, delay); err != nil {
-		s.cfg.History.Forget(env.ID)
-		return fmt.Errorf("publishing to queue %s: %w", env.Queue, err)
-	}
-	// A 202 means the job was in before the drain began. One whose publish the first
-	// signal overtook may be dropped at exit: the client must not count on it.
-	if !s.cfg.Accepting() {
-		// The client is told the job was refused: GET must not show it as pending. If
-		// it runs all the same, its events record it again.
-		s.cfg.History.Forget(env.ID)
-		return &httpError{http.StatusServiceUnavailable, fmt.Sprintf(
-			"the host is draining (shutting down): it began while job %s was published, which may be dropped at exit; enqueue it again through another host, or after it restarts", env.ID)}
-	}
-	return nil
-}
-
-func (s *server) enqueue(w http.ResponseWriter, r *http.Request) {
-	if err := s.accepting(); err != nil {
-		fail(w, err)
-		return
-	}
+func (s *server) enqueue(w http.ResponseWriter, r *http.Request) error {
 	var req EnqueueRequest
-	if err := s.decode(w, r, &req); err != nil {
-		fail(w, err)
-		return
+	if err := s.read(w, r, &req); err != nil {
+		return err
 	}
-	pub, err := s.envelope(req)
+	spec, err := s.spec(req)
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
-	if pub.Key != "" {
-		s.enqueueUnique(w, r, []backend.UniquePublication{pub}, false)
-		return
+	res, err := s.in.Enqueue(r.Context(), spec)
+	if err != nil {
+		return err
 	}
-	env, delay := pub.Envelope, pub.Delay
-	if err := s.publish(r.Context(), env, delay); err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusAccepted, map[string]string{"id": env.ID})
+	enqueued(w, res, false)
+	return nil
 }
 
 // BatchRequest is the body of POST /v1/jobs/batch.
@@ -492,200 +353,90 @@ type BatchRequest struct {
 	Jobs []EnqueueRequest `json:"jobs"`
 }
 
-func (s *server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
-	if err := s.accepting(); err != nil {
-		fail(w, err)
-		return
-	}
+func (s *server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 	var req BatchRequest
-	if err := s.decode(w, r, &req); err != nil {
-		fail(w, err)
-		return
+	if err := s.read(w, r, &req); err != nil {
+		return err
 	}
 	if len(req.Jobs) == 0 || len(req.Jobs) > MaxBatch {
-		fail(w, badRequest("jobs: want 1 to %d jobs, got %d", MaxBatch, len(req.Jobs)))
-		return
+		return badRequest("jobs: want 1 to %d jobs, got %d", MaxBatch, len(req.Jobs))
 	}
-	envs := make([]backend.Envelope, len(req.Jobs))
-	delays := make([]time.Duration, len(req.Jobs))
-	pubs := make([]backend.UniquePublication, len(req.Jobs))
-	unique := false
+	specs := make([]jobspec.Spec, len(req.Jobs))
 	for i, j := range req.Jobs {
 		var err error
-		if pubs[i], err = s.envelope(j); err != nil {
-			var he *httpError
-			if errors.As(err, &he) {
-				he.msg = fmt.Sprintf("jobs[%d]: %s", i, he.msg)
-			}
-			fail(w, err)
-			return
+		if specs[i], err = s.spec(j); err != nil {
+			return fmt.Errorf("jobs[%d]: %w", i, err)
 		}
-		envs[i], delays[i] = pubs[i].Envelope, pubs[i].Delay
-		unique = unique || pubs[i].Key != ""
 	}
-	if unique {
-		s.enqueueUnique(w, r, pubs, true)
-		return
-	}
-	if bp, ok := s.cfg.Backend.(backend.BatchPublisher); ok {
-		s.publishBatch(w, r, bp, envs, delays)
-		return
-	}
-	ids := make([]string, 0, len(envs))
-	for i, env := range envs {
-		if err := s.publish(r.Context(), env, delays[i]); err != nil {
-			// ids holds the jobs accepted before the failure (or the drain).
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": err.Error(), "ids": ids})
-			return
-		}
-		ids = append(ids, env.ID)
-	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"ids": ids})
-}
-
-// publishBatch publishes a batch in one atomic write: every job is accepted, or none.
-func (s *server) publishBatch(w http.ResponseWriter, r *http.Request, bp backend.BatchPublisher, envs []backend.Envelope, delays []time.Duration) {
-	pubs := make([]backend.Publication, len(envs))
-	ids := make([]string, len(envs))
-	for i, env := range envs {
-		pubs[i] = backend.Publication{Envelope: env, Delay: delays[i]}
-		ids[i] = env.ID
-		s.cfg.History.Enqueued(env, delays[i] > 0) // first: see publish
-	}
-	if err := bp.PublishBatch(r.Context(), pubs); err != nil {
-		for _, id := range ids {
-			s.cfg.History.Forget(id)
-		}
-		if errors.Is(err, backend.ErrUnknownQueue) || errors.Is(err, backend.ErrDelayTooLong) {
-			fail(w, fmt.Errorf("publishing a batch of %d jobs: %w", len(envs), err))
-			return
-		}
-		// The batch is one write: whole or not at all. But a write that ended with the
-		// request's context, or with a store that failed while committing it, may have
-		// landed: the caller gets the ids to look up rather than a "none" that may lie.
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || s.storeFailed() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]any{
-				"error": fmt.Sprintf("publishing a batch of %d jobs: %v; the batch may have been accepted (all of it or none): check with GET /v1/jobs/{id} for the ids given", len(envs), err), "ids": ids})
-			return
-		}
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{
-			"error": fmt.Sprintf("publishing a batch of %d jobs: none was accepted: %v", len(envs), err), "ids": []string{}})
-		return
-	}
-	if !s.cfg.Accepting() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": fmt.Sprintf(
-			"the host is draining (shutting down): it began while a batch of %d jobs was published, which may be dropped at exit; enqueue them again through another host, or after it restarts", len(envs)), "ids": []string{}})
-		return
-	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"ids": ids})
-}
-
-// storeFailed reports whether the backend says its store broke (the pebble backend's
-// Err, non-nil once a commit failed: that commit may have reached the disk).
-func (s *server) storeFailed() bool {
-	hr, ok := s.cfg.Backend.(interface{ Err() error })
-	return ok && hr.Err() != nil
-}
-
-// jobState is a backend's job record as GET /v1/jobs/{id} shows it.
-func jobState(rec backend.JobRecord) JobState {
-	st := JobState{ID: rec.ID, Queue: rec.Queue, State: string(rec.State), Attempt: rec.Attempt, MaxAttempts: rec.MaxAttempts,
-		Reason: rec.Reason, Output: strings.ToValidUTF8(string(rec.Output), "\uFFFD"), OutputTruncated: rec.OutputTruncated,
-		Logs: rec.Logs, LogsTruncated: rec.LogsTruncated, Module: ModuleRef{Name: rec.Module, Version: rec.ModuleVersion, Role: rec.ModuleRole},
-		EnqueuedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt, Children: rec.Children,
-		Attempts: recordAttempts(rec)}
-	if !rec.StartedAt.IsZero() && rec.FinishedAt.After(rec.StartedAt) {
-		st.DurationMs = float64(rec.FinishedAt.Sub(rec.StartedAt).Microseconds()) / 1000
-	}
-	return st
-}
-
-func (s *server) getJob(w http.ResponseWriter, r *http.Request) {
-	st, err := s.jobs().Get(r.Context(), r.PathValue("id"))
+	res, err := s.in.EnqueueBatch(r.Context(), specs)
 	if err != nil {
-		fail(w, err)
-		return
+		return err
+	}
+	enqueued(w, res, true)
+	return nil
+}
+
+// read refuses an enqueue while the host takes no new jobs, before its body is read,
+// and decodes the body into v.
+func (s *server) read(w http.ResponseWriter, r *http.Request, v any) error {
+	if !s.in.Accepting() {
+		return inspect.ErrDraining
+	}
+	return s.decode(w, r, v)
+}
+
+func (s *server) getJob(w http.ResponseWriter, r *http.Request) error {
+	st, err := s.in.Job(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, st)
+	return nil
 }
 
-// QueueInfo describes a served queue in GET /v1/queues. A count of -1 is one the
-// backend cannot tell (RabbitMQ does not count unacked, delayed or deferred messages).
-// When reading the counts failed, they are absent (QueueStats is nil) and Error says
-// why: "unknown" and "failed" are never the same value.
-type QueueInfo struct {
-	Name    string `json:"name"`
-	Module  string `json:"module"`
-	Running int    `json:"running"`
-	*backend.QueueStats
-	// Error is why the counts could not be read, empty when they were.
-	Error string `json:"error,omitempty"`
-}
-
-// unknownStats are the counts of a backend that cannot count at all.
-var unknownStats = backend.QueueStats{Pending: -1, Unacked: -1, Delayed: -1, Deferred: -1, Dead: -1}
-
-func (s *server) queues(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"queues": Queues(r.Context(), s.cfg.Backend, s.cfg.Registry, s.cfg.Running, s.log)})
-}
-
-// Queues describes every served queue with its counts, as GET /v1/queues shows them
-// (and the dashboard's overview, so that the two never differ). running may be nil.
-func Queues(ctx context.Context, b backend.Backend, reg *host.Registry, running func() map[string]int, log *slog.Logger) []QueueInfo {
-	run := map[string]int{}
-	if running != nil {
-		run = running()
+func (s *server) listJobs(w http.ResponseWriter, r *http.Request) error {
+	q := r.PathValue("queue")
+	if _, err := s.in.Served(q); err != nil {
+		return err
 	}
-	sr, canCount := b.(backend.StatsReader)
-	out := []QueueInfo{}
-	for _, m := range reg.Modules() {
-		if m.Status != "serving" {
-			continue
-		}
-		qi := QueueInfo{Name: m.Queue, Module: m.Name, Running: run[m.Queue], QueueStats: &backend.QueueStats{}}
-		if !canCount {
-			*qi.QueueStats = unknownStats
-		} else if st, err := sr.QueueStats(ctx, m.Queue); err != nil {
-			if log != nil {
-				log.Error("counting a queue's messages failed", "queue", m.Queue, "error", err)
-			}
-			qi.QueueStats, qi.Error = nil, fmt.Sprintf("counting the messages of queue %s: %v", m.Queue, err)
-		} else {
-			*qi.QueueStats = st
-		}
-		out = append(out, qi)
+	f, err := inspect.ParseJobFilter(r.URL.Query())
+	if err != nil {
+		return err
 	}
-	return out
+	var jobs []inspect.JobState
+	next := ""
+	if id := r.URL.Query().Get("id"); id != "" { // a search by id
+		jobs, err = s.in.FindJob(r.Context(), q, id)
+	} else {
+		jobs, next, err = s.in.Jobs(r.Context(), q, f)
+	}
+	if err != nil {
+		return err
+	}
+	if jobs == nil {
+		jobs = []inspect.JobState{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next": next})
+	return nil
+}
+
+func (s *server) jobAction(a inspect.Action) handler {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		id := r.PathValue("id")
+		if err := s.in.Act(r.Context(), id, a); err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"id": id, "done": string(a)})
+		return nil
+	}
 }
 
 func (s *server) modules(w http.ResponseWriter, r *http.Request) {
-	out := map[string]any{"modules": s.cfg.Registry.Modules()}
-	if s.cfg.RefusedPushes != nil {
-		if r := s.cfg.RefusedPushes(); r != nil {
-			out["refused_pushes"] = r
-		}
+	out := map[string]any{"modules": s.in.Modules()}
+	if r := s.in.RefusedPushes(); r != nil {
+		out["refused_pushes"] = r
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// DeadLetterInfo is a dead letter in GET /v1/dead-letters.
-type DeadLetterInfo struct {
-	ID            string            `json:"id"`
-	Queue         string            `json:"queue"`
-	Reason        string            `json:"reason"`
-	At            time.Time         `json:"at"`
-	Attempt       int               `json:"attempt"`
-	Headers       map[string]string `json:"headers,omitempty"`
-	Payload       string            `json:"payload"`
-	PayloadBase64 string            `json:"payload_base64"`
-}
-
-func (s *server) store() (backend.DeadLetterStore, error) {
-	store, ok := s.cfg.Backend.(backend.DeadLetterStore)
-	if !ok {
-		return nil, &httpError{http.StatusNotImplemented, "this backend cannot list dead letters"}
-	}
-	return store, nil
 }
 
 // queueParam reads the required, served queue of a dead-letter request.
@@ -694,114 +445,58 @@ func (s *server) queueParam(r *http.Request) (string, error) {
 	if q == "" {
 		return "", badRequest("the query parameter queue is required")
 	}
-	if _, err := s.served(q); err != nil {
+	if _, err := s.in.Served(q); err != nil {
 		return "", err
 	}
 	return q, nil
 }
 
-func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
+func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) error {
 	q, err := s.queueParam(r)
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	limit := 100
 	if l := r.URL.Query().Get("limit"); l != "" {
 		if limit, err = strconv.Atoi(l); err != nil || limit < 1 {
-			fail(w, badRequest("limit %q: want a positive number", l))
-			return
+			return badRequest("limit %q: want a positive number", l)
 		}
 	}
-	store, err := s.store()
+	dead, err := s.in.DeadLetters(r.Context(), q, limit)
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
-	dead, err := store.DeadLetters(r.Context(), q, limit)
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": DeadLetterInfos(q, dead)})
+	writeJSON(w, http.StatusOK, map[string]any{"dead_letters": dead})
+	return nil
 }
 
-// DeadLetterInfos describes a queue's dead letters as the API shows them.
-func DeadLetterInfos(queue string, dead []backend.DeadLetter) []DeadLetterInfo {
-	out := make([]DeadLetterInfo, 0, len(dead))
-	for _, d := range dead {
-		out = append(out, DeadLetterInfo{ID: d.Envelope.ID, Queue: queue, Reason: d.Reason, At: d.At, Attempt: d.Envelope.Attempt,
-			Headers: d.Envelope.Headers, Payload: strings.ToValidUTF8(string(d.Envelope.Payload), "\uFFFD"),
-			PayloadBase64: base64.StdEncoding.EncodeToString(d.Envelope.Payload)})
-	}
-	return out
-}
-
-func (s *server) replay(w http.ResponseWriter, r *http.Request) {
-	if err := s.accepting(); err != nil {
-		fail(w, err)
-		return
-	}
+func (s *server) replay(w http.ResponseWriter, r *http.Request) error {
 	id := r.PathValue("id")
-	store, err := s.store()
+	q, err := s.in.ReplayDeadLetter(r.Context(), id, r.URL.Query().Get("queue"))
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
-	queues := []string{}
-	if q := r.URL.Query().Get("queue"); q != "" {
-		if _, err := s.served(q); err != nil {
-			fail(w, err)
-			return
-		}
-		queues = append(queues, q)
-	} else {
-		for _, m := range s.cfg.Registry.Modules() {
-			if m.Status == "serving" {
-				queues = append(queues, m.Queue)
-			}
-		}
-	}
-	for _, q := range queues {
-		s.cfg.History.Enqueued(backend.Envelope{ID: id, Queue: q, Attempt: 1}, false) // before: it may run at once
-		err := store.ReplayDeadLetter(r.Context(), q, id)
-		if err == nil {
-			writeJSON(w, http.StatusOK, map[string]string{"id": id, "queue": q})
-			return
-		}
-		s.cfg.History.Forget(id)
-		if !errors.Is(err, backend.ErrNotFound) {
-			fail(w, err)
-			return
-		}
-	}
-	writeError(w, http.StatusNotFound, "no dead letter %q in queues %s", id, strings.Join(queues, ", "))
+	writeJSON(w, http.StatusOK, map[string]string{"id": id, "queue": q})
+	return nil
 }
 
-func (s *server) purgeDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (s *server) purgeDeadLetters(w http.ResponseWriter, r *http.Request) error {
 	q, err := s.queueParam(r)
 	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
-	store, err := s.store()
+	n, err := s.in.PurgeDeadLetters(r.Context(), q)
 	if err != nil {
-		fail(w, err)
-		return
-	}
-	n, err := store.PurgeDeadLetters(r.Context(), q)
-	if err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+	return nil
 }
 
-// Checkpointer is implemented by backends that can copy their store, consistently,
-// while they run (the pebble backend): POST /v1/backup uses it.
-type Checkpointer interface {
-	// Checkpoint writes a consistent copy of the store into dir, which must not exist.
-	Checkpoint(ctx context.Context, dir string) error
+// schedules lists the schedules of the serving modules with their next tick and the
+// last fired one this host knows of.
+func (s *server) schedules(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, SchedulesResponse{Schedules: s.in.Schedules()})
 }
 
 // beforeBackupRename, when set (by a test), is called just before a backup is moved
@@ -834,56 +529,49 @@ func checkBackupName(name string) error {
 // the copy goes into a fresh temporary directory, made through an os.Root (so that a
 // symbolic link is not followed out of the root), which is renamed to the name only
 // when the copy is whole.
-func (s *server) backup(w http.ResponseWriter, r *http.Request) {
-	cp, ok := s.cfg.Backend.(Checkpointer)
-	if !ok {
-		writeError(w, http.StatusNotImplemented, "this backend keeps no data of its own to back up (only the pebble backend does; back RabbitMQ up with its own tools)")
-		return
+func (s *server) backup(w http.ResponseWriter, r *http.Request) error {
+	cp, err := s.in.Checkpointer()
+	if err != nil {
+		return err
 	}
 	if s.cfg.BackupDir == "" {
-		writeError(w, http.StatusNotImplemented, "backups are off: start run with --backup-dir DIR, the directory backups are written into")
-		return
+		return inspect.Errorf(inspect.ErrUnavailable, "backups are off: start run with --backup-dir DIR, the directory backups are written into")
 	}
 	var req BackupRequest
 	if err := s.decode(w, r, &req); err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	if err := checkBackupName(req.Name); err != nil {
-		fail(w, err)
-		return
+		return err
 	}
 	if !s.cfg.Ready() {
-		writeError(w, http.StatusServiceUnavailable, "the host is draining (shutting down) or not started: no backup is taken; take it from the next run")
-		return
+		return inspect.Errorf(inspect.ErrDraining, "the host is draining (shutting down) or not started: no backup is taken; take it from the next run")
 	}
 	// One backup at a time: two of the same name must not both pass the check below.
 	select {
 	case s.backupSem <- struct{}{}:
 		defer func() { <-s.backupSem }()
 	case <-r.Context().Done():
-		fail(w, r.Context().Err())
-		return
+		return r.Context().Err()
 	}
 	root, err := os.OpenRoot(s.cfg.BackupDir)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "backup directory: %v", err)
-		return
+		return nil
 	}
 	defer root.Close()
 	if _, err := root.Lstat(req.Name); err == nil {
-		fail(w, &httpError{http.StatusConflict, fmt.Sprintf("backup %q exists in %s: give a new name", req.Name, s.cfg.BackupDir)})
-		return
+		return inspect.Errorf(inspect.ErrConflict, "backup %q exists in %s: give a new name", req.Name, s.cfg.BackupDir)
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		writeError(w, http.StatusInternalServerError, "backup %q in %s: %v", req.Name, s.cfg.BackupDir, err)
-		return
+		return nil
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	tmp := fmt.Sprintf(".tmp-%s-%x", req.Name, rnd)
 	if err := root.Mkdir(tmp, 0o700); err != nil {
 		writeError(w, http.StatusInternalServerError, "backup %q: making its temporary directory in %s: %v", req.Name, s.cfg.BackupDir, err)
-		return
+		return nil
 	}
 	defer root.RemoveAll(tmp) // ours only: a fresh name, made above
 	// The store writes into a fresh directory inside tmp, which only this user can
@@ -892,11 +580,11 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	if err := cp.Checkpoint(r.Context(), filepath.Join(s.cfg.BackupDir, inner)); err != nil {
 		writeError(w, http.StatusInternalServerError, "backup %q: %v", req.Name, err)
-		return
+		return nil
 	}
 	if err := root.Chmod(inner, 0o700); err != nil {
 		writeError(w, http.StatusInternalServerError, "backup %q: %v", req.Name, err)
-		return
+		return nil
 	}
 	if h := beforeBackupRename.Load(); h != nil {
 		(*h)(s.cfg.BackupDir, req.Name)
@@ -904,13 +592,13 @@ func (s *server) backup(w http.ResponseWriter, r *http.Request) {
 	// The existence check above was before the copy: another process may have made the
 	// name since. The rename refuses to replace it (renameNoReplace).
 	if err := renameNoReplace(root, tmp, "data", req.Name); errors.Is(err, fs.ErrExist) {
-		fail(w, &httpError{http.StatusConflict, fmt.Sprintf("backup %q exists in %s: made by someone else while the backup was written, and left as it is; give a new name", req.Name, s.cfg.BackupDir)})
-		return
+		return inspect.Errorf(inspect.ErrConflict, "backup %q exists in %s: made by someone else while the backup was written, and left as it is; give a new name", req.Name, s.cfg.BackupDir)
 	} else if err != nil {
 		writeError(w, http.StatusInternalServerError, "backup %q: moving it into place in %s: %v", req.Name, s.cfg.BackupDir, err)
-		return
+		return nil
 	}
 	dir := filepath.Join(s.cfg.BackupDir, req.Name)
 	s.log.Info("backup written", "dir", dir, "took", time.Since(start))
 	writeJSON(w, http.StatusOK, map[string]any{"name": req.Name, "dir": dir, "took_ms": float64(time.Since(start).Microseconds()) / 1000})
+	return nil
 }

@@ -11,8 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,78 +19,55 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
-	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/internal/api"
-	"github.com/wasmjobs/wasmjobs/internal/metrics"
-	"github.com/wasmjobs/wasmjobs/worker"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
+	"github.com/wasmjobs/wasmjobs/internal/inspect/inspecttest"
+	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
 // apiRig is the API in front of a registry with the module "mail" (dead-letters every
-// job) and "echo", on a memory backend, with a started worker.
+// job) and "echo" (its payloads up to 16 bytes), with a started worker.
 type apiRig struct {
-	srv  *httptest.Server
-	b    *memory.Backend
-	hist *api.History
+	*inspecttest.Rig
+	srv *httptest.Server
 }
 
-func newAPIRig(t *testing.T, token string, opts ...func(*api.Config)) *apiRig {
-	t.Helper()
-	b := memory.New(memory.Config{})
-	srv := newRigOn(t, b, api.NewHistory(100), token, opts...)
-	return &apiRig{srv: srv.srv, b: b, hist: srv.hist}
+// rigConfig is what a test may change of its rig: the API's configuration, and the
+// Inspector's (Inspect).
+type rigConfig struct {
+	api.Config
+	Inspect inspect.Config
 }
 
-// newRigOn is newAPIRig on the backend b (closed with the test), with hist (nil for
-// a backend with job records).
-func newRigOn(t *testing.T, b backend.Backend, hist *api.History, token string, opts ...func(*api.Config)) *apiRig {
+// newAPIRig is newRigOn on a memory backend.
+func newAPIRig(t *testing.T, token string, opts ...func(*rigConfig)) *apiRig {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	for name, rel := range map[string]string{"mail": "abi/dead_letter", "echo": "abi/echo"} {
-		wasm, err := os.ReadFile(filepath.Join(abitest.Dir(), rel+".wasm"))
-		if err != nil {
-			t.Fatal(err)
+	return newRigOn(t, inspecttest.Options{}, token, opts...)
+}
+
+// newRigOn is the API on the rig of o (its modules, and a started worker, are the
+// API tests' own).
+func newRigOn(t *testing.T, o inspecttest.Options, token string, opts ...func(*rigConfig)) *apiRig {
+	t.Helper()
+	rc := rigConfig{Config: api.Config{Token: token, MaxBody: 1 << 12}}
+	o.Modules = []inspecttest.Module{{Name: "mail", Wasm: "abi/dead_letter"}, {Name: "echo", Wasm: "abi/echo", Manifest: "max_payload = 16"}}
+	o.Run = true
+	o.Inspect = func(c *inspect.Config) {
+		rc.Inspect = *c
+		for _, opt := range opts {
+			opt(&rc)
 		}
-		os.WriteFile(filepath.Join(dir, name+".wasm"), wasm, 0o644)
+		*c = rc.Inspect
 	}
-	os.WriteFile(filepath.Join(dir, "echo.toml"), []byte("max_payload = 16"), 0o644)
-	e, err := host.NewEngine(ctx, host.Config{NoCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	met := metrics.New()
-	obs := worker.Observers(met)
-	if hist != nil {
-		obs = worker.Observers(hist, met)
-	}
-	w := worker.New(b, worker.Config{Observer: obs})
-	reg, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: e, Queues: w, Rescan: time.Hour, OnEvent: met.ModuleEvent})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cfg := api.Config{Backend: b, Registry: reg, Running: w.Running, History: hist,
-		Metrics: met.Handler(), Token: token, MaxBody: 1 << 12}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	srv := httptest.NewServer(api.New(cfg))
-	t.Cleanup(func() {
-		srv.Close()
-		reg.Close()
-		w.Stop(ctx)
-		reg.Retire()
-		b.Close(ctx)
-		e.Close(ctx)
-	})
-	return &apiRig{srv: srv, hist: hist}
+	rig := inspecttest.New(t, o)
+	rc.Inspector, rc.Metrics = rig.Inspector, rig.Metrics.Handler()
+	srv := httptest.NewServer(api.New(rc.Config))
+	t.Cleanup(srv.Close)
+	return &apiRig{Rig: rig, srv: srv}
 }
+
+// on is the rig options of backend b.
+func on(b backend.Backend) inspecttest.Options { return inspecttest.Options{Backend: b} }
 
 // call sends a request and returns the status and decoded JSON body. A body is sent
 // as application/json unless header says otherwise; header "Host" sets the Host.
@@ -169,7 +144,7 @@ func TestBadInputGetsAClearError(t *testing.T) {
 			}
 		})
 	}
-	if st, _ := r.b.Stats("echo"); st.Pending+st.Acked != 0 {
+	if st, _ := r.Backend.(*memory.Backend).Stats("echo"); st.Pending+st.Acked != 0 {
 		t.Fatalf("a refused request published something: %+v", st)
 	}
 }
@@ -263,30 +238,6 @@ func TestTokenIsRequiredWhenSet(t *testing.T) {
 	}
 }
 
-func TestHistoryForgetsTheOldest(t *testing.T) {
-	t.Parallel()
-	h := api.NewHistory(3)
-	var ids []string
-	for range 5 {
-		env := backend.NewEnvelope("q", nil)
-		ids = append(ids, env.ID)
-		h.Enqueued(env, false)
-	}
-	if h.Len() != 3 {
-		t.Fatalf("len %d", h.Len())
-	}
-	if _, ok := h.Get(ids[1]); ok {
-		t.Fatal("the second oldest is still there")
-	}
-	if st, ok := h.Get(ids[4]); !ok || st.State != "pending" {
-		t.Fatalf("newest %+v %v", st, ok)
-	}
-	h.Forget(ids[4])
-	if _, ok := h.Get(ids[4]); ok || h.Len() != 2 {
-		t.Fatal("Forget kept the job")
-	}
-}
-
 // TestEnqueueIsRefusedWhileDraining: from the moment the host stops accepting (the
 // first signal), every way of enqueueing answers 503 and publishes nothing, while the
 // reads go on answering.
@@ -294,7 +245,7 @@ func TestEnqueueIsRefusedWhileDraining(t *testing.T) {
 	t.Parallel()
 	var ready atomic.Bool
 	ready.Store(true)
-	r := newAPIRig(t, "", func(c *api.Config) { c.Ready = ready.Load })
+	r := newAPIRig(t, "", func(c *rigConfig) { c.Ready, c.Inspect.Accepting = ready.Load, ready.Load })
 	status, body := r.call(t, "POST", "/v1/jobs", `{"queue": "echo", "delay": "1h"}`)
 	if status != 202 {
 		t.Fatalf("before the drain: %d %v", status, body)
@@ -311,7 +262,7 @@ func TestEnqueueIsRefusedWhileDraining(t *testing.T) {
 			t.Errorf("POST %s while draining: %d %v, want 503 saying the host is draining", tc.path, status, body)
 		}
 	}
-	st, _ := r.b.Stats("echo")
+	st, _ := r.Backend.(*memory.Backend).Stats("echo")
 	if st.Pending+st.Delayed+st.Acked != 1 {
 		t.Fatalf("a refused enqueue was published: %+v", st)
 	}
@@ -325,7 +276,7 @@ func TestEnqueueIsRefusedWhileDraining(t *testing.T) {
 // TestAcceptingIsItsOwnSwitch: a host may stay ready while it takes no jobs.
 func TestAcceptingIsItsOwnSwitch(t *testing.T) {
 	t.Parallel()
-	r := newAPIRig(t, "", func(c *api.Config) { c.Accepting = func() bool { return false } })
+	r := newAPIRig(t, "", func(c *rigConfig) { c.Inspect.Accepting = func() bool { return false } })
 	if status, _ := r.call(t, "POST", "/v1/jobs", `{"queue": "echo"}`); status != 503 {
 		t.Fatalf("not accepting: %d", status)
 	}
@@ -340,7 +291,7 @@ func TestAcceptingIsItsOwnSwitch(t *testing.T) {
 // sends (no Origin, a loopback Host, JSON) goes through.
 func TestCrossSiteRequestsAreRefused(t *testing.T) {
 	t.Parallel()
-	r := newAPIRig(t, "", func(c *api.Config) { c.Loopback = true })
+	r := newAPIRig(t, "", func(c *rigConfig) { c.Loopback = true })
 	job := `{"queue": "echo", "delay": "1h"}`
 	for _, tc := range []struct {
 		name, method, path, body string
@@ -371,7 +322,7 @@ func TestCrossSiteRequestsAreRefused(t *testing.T) {
 			}
 		})
 	}
-	if st, _ := r.b.Stats("echo"); st.Pending+st.Delayed+st.Acked != 0 {
+	if st, _ := r.Backend.(*memory.Backend).Stats("echo"); st.Pending+st.Delayed+st.Acked != 0 {
 		t.Fatalf("a refused request published something: %+v", st)
 	}
 	for _, tc := range []struct {
@@ -415,15 +366,15 @@ func TestQueueCountsTellUnknownFromFailed(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
 	var mu sync.Mutex
-	r := newAPIRig(t, "", func(c *api.Config) {
-		c.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	r := newAPIRig(t, "", func(c *rigConfig) {
+		c.Inspect.Logger = slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
 	})
 	_, body := r.call(t, "GET", "/v1/queues", "")
 	q := body["queues"].([]any)[0].(map[string]any)
 	if q["pending"] != 0.0 || q["error"] != nil {
 		t.Fatalf("counted: %v", q)
 	}
-	r.b.Close(context.Background()) // every count now fails with backend.ErrShutDown
+	r.Backend.Close(context.Background()) // every count now fails with backend.ErrShutDown
 	_, body = r.call(t, "GET", "/v1/queues", "")
 	for _, q := range body["queues"].([]any) {
 		q := q.(map[string]any)
@@ -439,7 +390,7 @@ func TestQueueCountsTellUnknownFromFailed(t *testing.T) {
 		t.Fatalf("log: %s", logged)
 	}
 
-	u := newAPIRig(t, "", func(c *api.Config) { c.Backend = noStats{c.Backend} })
+	u := newAPIRig(t, "", func(c *rigConfig) { c.Inspect.Backend = noStats{c.Inspect.Backend} })
 	_, body = u.call(t, "GET", "/v1/queues", "")
 	q = body["queues"].([]any)[0].(map[string]any)
 	if q["pending"] != -1.0 || q["dead"] != -1.0 || q["error"] != nil {
@@ -458,15 +409,27 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// drainsOnPublish is a memory backend whose first publish starts the drain (the host's
+// first signal comes while the job is published).
+type drainsOnPublish struct {
+	*memory.Backend
+	draining atomic.Bool
+}
+
+func (b *drainsOnPublish) Publish(ctx context.Context, env backend.Envelope, delay time.Duration) error {
+	defer b.draining.Store(true)
+	return b.Backend.Publish(ctx, env, delay)
+}
+
 // TestEnqueueOvertakenByTheDrainIsNot202: a job whose publish the first signal
 // overtook may be dropped at exit, so it is not answered 202.
 func TestEnqueueOvertakenByTheDrainIsNot202(t *testing.T) {
 	t.Parallel()
 	for _, path := range []string{"/v1/jobs", "/v1/jobs/batch"} {
 		t.Run(path, func(t *testing.T) {
-			var calls atomic.Int32
 			// Accepting when the request arrives, draining by the time its publish is done.
-			r := newAPIRig(t, "", func(c *api.Config) { c.Accepting = func() bool { return calls.Add(1) == 1 } })
+			b := &drainsOnPublish{Backend: memory.New(memory.Config{})}
+			r := newRigOn(t, on(b), "", func(c *rigConfig) { c.Inspect.Accepting = func() bool { return !b.draining.Load() } })
 			body := `{"queue": "echo", "delay": "1h"}`
 			if path == "/v1/jobs/batch" {
 				body = `{"jobs": [` + body + `]}`
@@ -478,7 +441,7 @@ func TestEnqueueOvertakenByTheDrainIsNot202(t *testing.T) {
 				t.Fatalf("%d %v, want 503 and no id", status, got)
 			}
 			// The client was told the job was refused: its history does not show it pending.
-			if n := r.hist.Len(); n != 0 {
+			if n := r.Records.Len(); n != 0 {
 				t.Fatalf("the history holds %d jobs after the 503, want none", n)
 			}
 		})
@@ -510,7 +473,7 @@ func TestIsLoopbackHost(t *testing.T) {
 		{"[::2]:8080", false},
 		{"rebind.evil.example", false},
 	} {
-		if got := api.IsLoopbackHost(tc.host); got != tc.want {
+		if got := inspect.IsLoopbackHost(tc.host); got != tc.want {
 			t.Errorf("IsLoopbackHost(%q) = %v, want %v", tc.host, got, tc.want)
 		}
 	}
@@ -522,7 +485,7 @@ func TestIsLoopbackHost(t *testing.T) {
 // refused over HTTP/1.0.
 func TestLoopbackAnswersRequestsWithoutHost(t *testing.T) {
 	t.Parallel()
-	r := newAPIRig(t, "", func(c *api.Config) { c.Loopback = true })
+	r := newAPIRig(t, "", func(c *rigConfig) { c.Loopback = true })
 	for _, tc := range []struct {
 		name, request string
 		status        int
@@ -567,12 +530,35 @@ func (b shortDelays) Publish(ctx context.Context, env backend.Envelope, delay ti
 
 func TestDelayPastTheBackendsLimitIsTheClientsToFix(t *testing.T) {
 	t.Parallel()
-	r := newRigOn(t, shortDelays{memory.New(memory.Config{})}, api.NewHistory(100), "")
+	r := newRigOn(t, on(shortDelays{memory.New(memory.Config{})}), "")
 	status, body := r.call(t, "POST", "/v1/jobs", `{"queue":"echo","payload":"x","delay":"2h"}`)
 	if status != http.StatusBadRequest || !strings.Contains(fmt.Sprint(body["error"]), "1h") {
 		t.Fatalf("enqueue with a delay past the backend's limit: %d %v, want 400 naming the limit", status, body)
 	}
 	if status, body := r.call(t, "POST", "/v1/jobs", `{"queue":"echo","payload":"x","delay":"2s"}`); status != http.StatusAccepted {
 		t.Fatalf("enqueue with a short delay: %d %v, want 202", status, body)
+	}
+}
+
+func TestSchedules(t *testing.T) {
+	t.Parallel()
+	next := time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)
+	list := []schedule.Status{{Name: "echo/hourly", Module: "echo", Queue: "echo", Cron: "@hourly", Timezone: "UTC",
+		Overlap: "skip", CatchUp: true, Next: next, Last: next.Add(-time.Hour), LastID: "ID", Firing: true}}
+	r := newAPIRig(t, "", func(c *rigConfig) { c.Inspect.Schedules = func() []schedule.Status { return list } })
+	status, body := r.call(t, "GET", "/v1/schedules", "")
+	got, _ := body["schedules"].([]any)
+	if status != http.StatusOK || len(got) != 1 {
+		t.Fatalf("GET /v1/schedules: %d %v", status, body)
+	}
+	s := got[0].(map[string]any)
+	if s["name"] != "echo/hourly" || s["next"] != "2026-11-30T15:00:00Z" || s["last"] != "2026-11-30T14:00:00Z" ||
+		s["last_id"] != "ID" || s["firing"] != true || s["cron"] != "@hourly" || s["catch_up"] != true {
+		t.Errorf("schedule %v", s)
+	}
+	// Without schedules: an empty list, not null.
+	status, body = newAPIRig(t, "").call(t, "GET", "/v1/schedules", "")
+	if got, ok := body["schedules"].([]any); status != http.StatusOK || !ok || len(got) != 0 {
+		t.Errorf("GET /v1/schedules with none: %d %v", status, body)
 	}
 }

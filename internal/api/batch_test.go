@@ -9,6 +9,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/internal/inspect/inspecttest"
 )
 
 // landsThenFails is a backend whose batch write reaches the store and then reports
@@ -51,7 +52,7 @@ func TestBatchThatMayHaveLandedGivesItsIDs(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			b := &landsThenFails{Backend: memory.New(memory.Config{}), err: c.err, failed: c.failed}
-			r := newRigOn(t, b, nil, "")
+			r := newRigOn(t, inspecttest.Options{Backend: b, NoRecords: true}, "")
 			status, body := r.call(t, "POST", "/v1/jobs/batch", `{"jobs": [{"queue": "echo", "payload": "a"}, {"queue": "echo", "payload": "b"}]}`)
 			msg, _ := body["error"].(string)
 			ids, _ := body["ids"].([]any)

@@ -1,67 +1,26 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/backend/memory"
-	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/internal/api"
-	"github.com/wasmjobs/wasmjobs/worker"
+	"github.com/wasmjobs/wasmjobs/internal/inspect/inspecttest"
 )
-
-// noQueues serves no queue: the test runs the module's handler itself.
-type noQueues struct{}
-
-func (noQueues) Register(context.Context, worker.Queue) error { return nil }
-func (noQueues) Unregister(context.Context, string) error     { return nil }
 
 // GET /v1/modules shows each destination's circuit breaker of a module that calls
 // out: its state, consecutive failures and when it lets calls through again.
 func TestModulesShowCircuitBreakers(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }))
-	t.Cleanup(down.Close)
-	dir := t.TempDir()
-	wasm, err := os.ReadFile(filepath.Join(abitest.Dir(), "abi/http_post_retry.wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(dir, "caller.wasm"), wasm, 0o644)
-	os.WriteFile(filepath.Join(dir, "caller.toml"), []byte("[http]\nallow = [\"http://127.0.0.1:1-65535\"]\nbreaker_failures = 2\nbreaker_cooldown = \"1h\"\n"), 0o644)
-	e, err := host.NewEngine(ctx, host.Config{NoCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: e, Queues: noQueues{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.Sync(ctx)
-	b := memory.New(memory.Config{})
-	srv := httptest.NewServer(api.New(api.Config{Backend: b, Registry: reg}))
-	t.Cleanup(func() {
-		srv.Close()
-		reg.Close()
-		reg.Retire()
-		b.Close(ctx)
-		e.Close(ctx)
-	})
-	h := reg.Handler("caller")
-	if h == nil {
-		t.Fatalf("caller not served: %+v", reg.Modules())
-	}
+	rig := inspecttest.New(t, inspecttest.Options{Modules: []inspecttest.Module{inspecttest.Caller("breaker_failures = 2\nbreaker_cooldown = \"1h\"\n")}})
+	srv := httptest.NewServer(api.New(api.Config{Inspector: rig.Inspector}))
+	t.Cleanup(srv.Close)
+	dest, call := rig.CallDown(t)
 	for range 2 {
-		h.Handle(ctx, &worker.Job{Envelope: backend.NewEnvelope("caller", []byte(down.URL+"/")), Attempt: 1, MaxAttempts: 3})
+		call()
 	}
 	resp, err := http.Get(srv.URL + "/v1/modules")
 	if err != nil {
@@ -86,7 +45,7 @@ func TestModulesShowCircuitBreakers(t *testing.T) {
 		t.Fatalf("modules %+v, want caller with one breaker", out.Modules)
 	}
 	br := out.Modules[0].Breakers[0]
-	if br.Destination != "http://"+down.Listener.Addr().String() || br.State != "open" || time.Until(br.Until) < 59*time.Minute {
-		t.Fatalf("breaker %+v, want %s open for an hour", br, down.Listener.Addr())
+	if br.Destination != dest || br.State != "open" || time.Until(br.Until) < 59*time.Minute {
+		t.Fatalf("breaker %+v, want %s open for an hour", br, dest)
 	}
 }

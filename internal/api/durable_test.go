@@ -32,7 +32,7 @@ func openPebble(t *testing.T, cfg pebble.Config) *pebble.Backend {
 func TestJobRecordsAnswerGetJob(t *testing.T) {
 	t.Parallel()
 	b := openPebble(t, pebble.Config{})
-	r := newRigOn(t, b, nil, "")
+	r := newRigOn(t, on(b), "")
 	status, body := r.call(t, "POST", "/v1/jobs", `{"queue": "echo", "payload": "hi"}`)
 	if status != 202 {
 		t.Fatalf("enqueue: %d %v", status, body)
@@ -71,7 +71,7 @@ func TestBatchIsAllOrNothingAndDiskFullIs503(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	b := openPebble(t, pebble.Config{Dir: dir, FreeSpaceReserve: 1 << 60, BallastSize: -1})
-	r := newRigOn(t, b, nil, "")
+	r := newRigOn(t, on(b), "")
 	status, body := r.call(t, "POST", "/v1/jobs/batch", `{"jobs": [{"queue": "echo", "payload": "a"}, {"queue": "echo", "payload": "b", "delay": "1h"}]}`)
 	msg, _ := body["error"].(string)
 	if status != 503 || !strings.Contains(msg, dir) || !strings.Contains(msg, "none was accepted") || len(body["ids"].([]any)) != 0 {
@@ -91,7 +91,7 @@ func TestBatchIsAllOrNothingAndDiskFullIs503(t *testing.T) {
 func TestBatchIsOneWrite(t *testing.T) {
 	t.Parallel()
 	b := openPebble(t, pebble.Config{})
-	r := newRigOn(t, b, nil, "")
+	r := newRigOn(t, on(b), "")
 	status, body := r.call(t, "POST", "/v1/jobs/batch", `{"jobs": [{"queue": "echo", "payload": "a", "delay": "1h"}, {"queue": "echo", "payload": "b", "delay": "1h"}]}`)
 	if status != 202 || len(body["ids"].([]any)) != 2 {
 		t.Fatalf("batch: %d %v", status, body)
@@ -112,7 +112,7 @@ func TestBackup(t *testing.T) {
 	t.Parallel()
 	b := openPebble(t, pebble.Config{})
 	root := t.TempDir()
-	r := newRigOn(t, b, nil, "", func(c *api.Config) { c.BackupDir = root })
+	r := newRigOn(t, on(b), "", func(c *rigConfig) { c.BackupDir = root })
 	if status, body := r.call(t, "POST", "/v1/jobs", `{"queue": "echo", "payload": "later", "delay": "1h"}`); status != 202 {
 		t.Fatalf("enqueue: %d %v", status, body)
 	}
@@ -183,15 +183,15 @@ func TestBackup(t *testing.T) {
 		t.Errorf("the backup root holds %v, want %v (no temporary directory left)", names, want)
 	}
 
-	off := newRigOn(t, openPebble(t, pebble.Config{}), nil, "")
+	off := newRigOn(t, on(openPebble(t, pebble.Config{})), "")
 	if status, body := off.call(t, "POST", "/v1/backup", `{"name": "x"}`); status != 501 || !strings.Contains(body["error"].(string), "--backup-dir") {
 		t.Errorf("backup with no backup root: %d %v, want 501 naming --backup-dir", status, body)
 	}
-	mem := newAPIRig(t, "", func(c *api.Config) { c.BackupDir = root })
+	mem := newAPIRig(t, "", func(c *rigConfig) { c.BackupDir = root })
 	if status, body := mem.call(t, "POST", "/v1/backup", `{"name": "x"}`); status != 501 {
 		t.Errorf("backup on the memory backend: %d %v, want 501", status, body)
 	}
-	draining := newRigOn(t, openPebble(t, pebble.Config{}), nil, "", func(c *api.Config) {
+	draining := newRigOn(t, on(openPebble(t, pebble.Config{})), "", func(c *rigConfig) {
 		c.BackupDir = root
 		c.Ready = func() bool { return false }
 	})
@@ -206,7 +206,7 @@ func TestBackup(t *testing.T) {
 func TestBackupDoesNotReplaceATargetMadeMeanwhile(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	r := newRigOn(t, openPebble(t, pebble.Config{}), nil, "", func(c *api.Config) { c.BackupDir = root })
+	r := newRigOn(t, on(openPebble(t, pebble.Config{})), "", func(c *rigConfig) { c.BackupDir = root })
 	var made os.FileInfo
 	api.SetBeforeBackupRename(func(dir, name string) {
 		if dir != root { // another test's backup
@@ -233,5 +233,19 @@ func TestBackupDoesNotReplaceATargetMadeMeanwhile(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(root); len(entries) != 1 {
 		t.Errorf("the backup root holds %v, want only the directory made meanwhile", entries)
+	}
+}
+
+// onBothBackends runs test in parallel on the API over each backend that keeps keys
+// and acts on one job: memory, and pebble with its job records.
+func onBothBackends(t *testing.T, test func(t *testing.T, r *apiRig)) {
+	for name, rig := range map[string]func(t *testing.T) *apiRig{
+		"memory": func(t *testing.T) *apiRig { return newAPIRig(t, "") },
+		"pebble": func(t *testing.T) *apiRig { return newRigOn(t, on(openPebble(t, pebble.Config{})), "") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, rig(t))
+		})
 	}
 }

@@ -8,8 +8,8 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
-	"github.com/wasmjobs/wasmjobs/backend/pebble"
-	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
+	"github.com/wasmjobs/wasmjobs/internal/inspect/inspecttest"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -17,79 +17,69 @@ import (
 // both backends that can, and lists a queue's jobs newest first with a cursor.
 func TestJobActionsThroughTheAPI(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		rig  func(t *testing.T) *apiRig
-	}{
-		{"memory", func(t *testing.T) *apiRig { return newAPIRig(t, "") }},
-		{"pebble", func(t *testing.T) *apiRig { return newRigOn(t, openPebble(t, pebble.Config{}), nil, "") }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			r := tc.rig(t)
-			enqueue := func(body string) string {
-				t.Helper()
-				code, out := r.call(t, "POST", "/v1/jobs", body)
-				if code != 202 {
-					t.Fatalf("enqueue %s: %d %v", body, code, out)
-				}
-				time.Sleep(2 * time.Millisecond) // ids order by the millisecond: the listing's order is known
-				return out["id"].(string)
+	onBothBackends(t, func(t *testing.T, r *apiRig) {
+		enqueue := func(body string) string {
+			t.Helper()
+			code, out := r.call(t, "POST", "/v1/jobs", body)
+			if code != 202 {
+				t.Fatalf("enqueue %s: %d %v", body, code, out)
 			}
-			state := func(id string) string {
-				_, out := r.call(t, "GET", "/v1/jobs/"+id, "")
-				s, _ := out["state"].(string)
-				return s
+			time.Sleep(2 * time.Millisecond) // ids order by the millisecond: the listing's order is known
+			return out["id"].(string)
+		}
+		state := func(id string) string {
+			_, out := r.call(t, "GET", "/v1/jobs/"+id, "")
+			s, _ := out["state"].(string)
+			return s
+		}
+		cancelMe := enqueue(`{"queue":"echo","payload":"a","delay":"1h"}`)
+		retryMe := enqueue(`{"queue":"echo","payload":"b","delay":"1h"}`)
+		deleteMe := enqueue(`{"queue":"echo","payload":"c","delay":"1h"}`)
+		if code, out := r.call(t, "POST", "/v1/jobs/"+cancelMe+"/cancel", ""); code != 200 {
+			t.Fatalf("cancel: %d %v", code, out)
+		}
+		if s := state(cancelMe); s != "cancelled" {
+			t.Errorf("after cancel the job is %q, want cancelled", s)
+		}
+		if code, _ := r.call(t, "POST", "/v1/jobs/"+cancelMe+"/cancel", ""); code != 409 {
+			t.Errorf("cancelling a cancelled job: %d, want 409", code)
+		}
+		if code, out := r.call(t, "POST", "/v1/jobs/"+retryMe+"/retry", ""); code != 200 {
+			t.Fatalf("retry: %d %v", code, out)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for state(retryMe) != "succeeded" {
+			if time.Now().After(deadline) {
+				t.Fatalf("the job retried now is %q, not succeeded", state(retryMe))
 			}
-			cancelMe := enqueue(`{"queue":"echo","payload":"a","delay":"1h"}`)
-			retryMe := enqueue(`{"queue":"echo","payload":"b","delay":"1h"}`)
-			deleteMe := enqueue(`{"queue":"echo","payload":"c","delay":"1h"}`)
-			if code, out := r.call(t, "POST", "/v1/jobs/"+cancelMe+"/cancel", ""); code != 200 {
-				t.Fatalf("cancel: %d %v", code, out)
-			}
-			if s := state(cancelMe); s != "cancelled" {
-				t.Errorf("after cancel the job is %q, want cancelled", s)
-			}
-			if code, _ := r.call(t, "POST", "/v1/jobs/"+cancelMe+"/cancel", ""); code != 409 {
-				t.Errorf("cancelling a cancelled job: %d, want 409", code)
-			}
-			if code, out := r.call(t, "POST", "/v1/jobs/"+retryMe+"/retry", ""); code != 200 {
-				t.Fatalf("retry: %d %v", code, out)
-			}
-			deadline := time.Now().Add(10 * time.Second)
-			for state(retryMe) != "succeeded" {
-				if time.Now().After(deadline) {
-					t.Fatalf("the job retried now is %q, not succeeded", state(retryMe))
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			if code, out := r.call(t, "DELETE", "/v1/jobs/"+deleteMe, ""); code != 200 {
-				t.Fatalf("delete: %d %v", code, out)
-			}
-			if code, _ := r.call(t, "GET", "/v1/jobs/"+deleteMe, ""); code != 404 {
-				t.Errorf("a deleted job answers %d, want 404", code)
-			}
-			if code, _ := r.call(t, "POST", "/v1/jobs/NOSUCHJOB/cancel", ""); code != 404 {
-				t.Errorf("cancelling an unknown job: %d, want 404", code)
-			}
-			code, out := r.call(t, "GET", "/v1/queues/echo/jobs?limit=1", "")
-			jobs, _ := out["jobs"].([]any)
-			if code != 200 || len(jobs) != 1 || jobs[0].(map[string]any)["id"] != retryMe || out["next"] == "" {
-				t.Fatalf("first page of 1 = %d %v; want the newest job left (%s) and a cursor", code, out, retryMe)
-			}
-			_, out = r.call(t, "GET", fmt.Sprintf("/v1/queues/echo/jobs?limit=1&cursor=%s", out["next"]), "")
-			if jobs, _ := out["jobs"].([]any); len(jobs) != 1 || jobs[0].(map[string]any)["id"] != cancelMe {
-				t.Errorf("second page = %v; want %s", out, cancelMe)
-			}
-			_, out = r.call(t, "GET", "/v1/queues/echo/jobs?state=succeeded", "")
-			if jobs, _ := out["jobs"].([]any); len(jobs) != 1 {
-				t.Errorf("succeeded jobs = %v; want the one retried", out)
-			}
-			if code, _ := r.call(t, "GET", "/v1/queues/echo/jobs?state=sleeping", ""); code != 400 {
-				t.Errorf("an unknown state: %d, want 400", code)
-			}
-		})
-	}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if code, out := r.call(t, "DELETE", "/v1/jobs/"+deleteMe, ""); code != 200 {
+			t.Fatalf("delete: %d %v", code, out)
+		}
+		if code, _ := r.call(t, "GET", "/v1/jobs/"+deleteMe, ""); code != 404 {
+			t.Errorf("a deleted job answers %d, want 404", code)
+		}
+		if code, _ := r.call(t, "POST", "/v1/jobs/NOSUCHJOB/cancel", ""); code != 404 {
+			t.Errorf("cancelling an unknown job: %d, want 404", code)
+		}
+		code, out := r.call(t, "GET", "/v1/queues/echo/jobs?limit=1", "")
+		jobs, _ := out["jobs"].([]any)
+		if code != 200 || len(jobs) != 1 || jobs[0].(map[string]any)["id"] != retryMe || out["next"] == "" {
+			t.Fatalf("first page of 1 = %d %v; want the newest job left (%s) and a cursor", code, out, retryMe)
+		}
+		_, out = r.call(t, "GET", fmt.Sprintf("/v1/queues/echo/jobs?limit=1&cursor=%s", out["next"]), "")
+		if jobs, _ := out["jobs"].([]any); len(jobs) != 1 || jobs[0].(map[string]any)["id"] != cancelMe {
+			t.Errorf("second page = %v; want %s", out, cancelMe)
+		}
+		_, out = r.call(t, "GET", "/v1/queues/echo/jobs?state=succeeded", "")
+		if jobs, _ := out["jobs"].([]any); len(jobs) != 1 {
+			t.Errorf("succeeded jobs = %v; want the one retried", out)
+		}
+		if code, _ := r.call(t, "GET", "/v1/queues/echo/jobs?state=sleeping", ""); code != 400 {
+			t.Errorf("an unknown state: %d, want 400", code)
+		}
+	})
 }
 
 // noControl is a backend without JobController or job records: RabbitMQ's position.
@@ -97,57 +87,10 @@ type noControl struct{ backend.Backend }
 
 func TestJobActionsUnavailableAnswer501(t *testing.T) {
 	t.Parallel()
-	r := newRigOn(t, noControl{memory.New(memory.Config{})}, api.NewHistory(10), "")
+	r := newRigOn(t, on(noControl{memory.New(memory.Config{})}), "")
 	code, out := r.call(t, "POST", "/v1/jobs/X/cancel", "")
 	if code != 501 || out["error"] == nil {
 		t.Errorf("cancel on a backend that cannot: %d %v, want 501 with the reason", code, out)
-	}
-}
-
-func TestRatesCountSettlesAndFailuresPerBucket(t *testing.T) {
-	t.Parallel()
-	now := time.Unix(1_000_000, 0)
-	r := api.NewRates(func() time.Time { return now })
-	ev := func(q string, s worker.Settle) worker.Event {
-		return worker.Event{Kind: worker.EventSettled, Settle: s, Job: &worker.Job{Envelope: backend.Envelope{Queue: q}}}
-	}
-	r.Observe(ev("a", worker.SettleAck))
-	r.Observe(ev("a", worker.SettleRetry))
-	now = now.Add(api.RateBucket)
-	r.Observe(ev("a", worker.SettleDeadLetter))
-	r.Observe(worker.Event{Kind: worker.EventStarted, Job: &worker.Job{Envelope: backend.Envelope{Queue: "a"}}})
-	s := r.Series("a")
-	last := len(s.Settled) - 1
-	if s.Settled[last-1] != 2 || s.Failed[last-1] != 1 || s.Settled[last] != 1 || s.Failed[last] != 1 {
-		t.Errorf("buckets settled %v failed %v; want 2 (1 failed) then 1 (1 failed)", s.Settled[last-1:], s.Failed[last-1:])
-	}
-	if s.FailureRate < 0.66 || s.FailureRate > 0.67 {
-		t.Errorf("failure rate %v, want 2/3", s.FailureRate)
-	}
-	now = now.Add(api.RateBuckets * api.RateBucket)
-	if s := r.Series("a"); s.PerMinute != 0 {
-		t.Errorf("after the window passed: %v per minute, want 0", s.PerMinute)
-	}
-}
-
-func TestAttemptsKeepEachRunWithItsVersion(t *testing.T) {
-	t.Parallel()
-	a := api.NewAttempts(2)
-	run := func(id string, attempt int, s worker.Settle, version string) {
-		a.Observe(worker.Event{Kind: worker.EventStarted, Job: &worker.Job{Envelope: backend.Envelope{ID: id}, Attempt: attempt}})
-		a.Observe(worker.Event{Kind: worker.EventSettled, Settle: s, Reason: "r" + version,
-			Job: &worker.Job{Envelope: backend.Envelope{ID: id}, Attempt: attempt}, Result: worker.Result{Handler: "m", Version: version}})
-	}
-	run("a", 1, worker.SettleRetry, "v1")
-	run("a", 2, worker.SettleAck, "v2")
-	got := a.Of("a")
-	if len(got) != 2 || got[0].Settle != "retry" || got[0].Version != "v1" || got[1].Settle != "ack" || got[1].Version != "v2" || got[1].Attempt != 2 {
-		t.Fatalf("attempts of a = %+v; want a retry on v1 then an ack on v2", got)
-	}
-	run("b", 1, worker.SettleAck, "v2")
-	run("c", 1, worker.SettleAck, "v2")
-	if a.Of("a") != nil || len(a.Of("c")) != 1 {
-		t.Errorf("past the bound of 2 jobs the oldest must go: a %v, c %v", a.Of("a"), a.Of("c"))
 	}
 }
 
@@ -156,7 +99,7 @@ func TestAttemptsKeepEachRunWithItsVersion(t *testing.T) {
 // (as it may on a busy machine) must stay succeeded, not go back to pending.
 type settledFirst struct {
 	*memory.Backend
-	hist *api.History
+	recs *inspect.Records
 }
 
 func (b settledFirst) RetryJobNow(ctx context.Context, id string) error {
@@ -164,7 +107,7 @@ func (b settledFirst) RetryJobNow(ctx context.Context, id string) error {
 		return err
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if st, _ := b.hist.Get(id); st.State == "succeeded" {
+		if rec, _ := b.recs.JobRecord(ctx, id); rec.State == backend.JobSucceeded {
 			return nil
 		}
 	}
@@ -176,13 +119,13 @@ func (b settledFirst) RetryJobNow(ctx context.Context, id string) error {
 // order them: the cancel is what the job is left with.
 type settledBeforeCancel struct {
 	*memory.Backend
-	hist *api.History
+	recs *inspect.Records
 }
 
 func (b settledBeforeCancel) CancelJob(ctx context.Context, id string) error {
-	st, _ := b.hist.Get(id)
-	b.hist.Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.SettleRetry, Reason: "failed",
-		Job: &worker.Job{Envelope: backend.Envelope{ID: id, Queue: st.Queue}, Attempt: 1, MaxAttempts: 3}})
+	rec, _ := b.recs.JobRecord(ctx, id)
+	b.recs.Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.SettleRetry, Reason: "failed",
+		Job: &worker.Job{Envelope: backend.Envelope{ID: id, Queue: rec.Queue}, Attempt: 1, MaxAttempts: 3}})
 	return b.Backend.CancelJob(ctx, id)
 }
 
@@ -194,17 +137,17 @@ func TestAnActionKeepsWhatTheWorkerRecorded(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name, action, want string
-		backend            func(*api.History) backend.Backend
+		backend            func(*inspect.Records) backend.Backend
 	}{
 		{"retry now of a job that ran before the answer", "retry", "succeeded",
-			func(h *api.History) backend.Backend { return settledFirst{memory.New(memory.Config{}), h} }},
+			func(h *inspect.Records) backend.Backend { return settledFirst{memory.New(memory.Config{}), h} }},
 		{"cancel just after the worker settled an attempt", "cancel", "cancelled",
-			func(h *api.History) backend.Backend { return settledBeforeCancel{memory.New(memory.Config{}), h} }},
+			func(h *inspect.Records) backend.Backend { return settledBeforeCancel{memory.New(memory.Config{}), h} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			hist := api.NewHistory(100)
-			r := newRigOn(t, tc.backend(hist), hist, "")
+			recs := inspect.NewRecords(100)
+			r := newRigOn(t, inspecttest.Options{Backend: tc.backend(recs), Records: recs}, "")
 			code, out := r.call(t, "POST", "/v1/jobs", `{"queue":"echo","payload":"b","delay":"1h"}`)
 			if code != 202 {
 				t.Fatalf("enqueue: %d %v", code, out)

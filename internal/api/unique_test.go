@@ -7,8 +7,6 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
-	"github.com/wasmjobs/wasmjobs/backend/pebble"
-	"github.com/wasmjobs/wasmjobs/internal/api"
 )
 
 // plainBackend hides every optional interface of its backend, as RabbitMQ has none of
@@ -20,49 +18,39 @@ type plainBackend struct{ backend.Backend }
 // In a batch each job is judged on its own. Both backends that keep keys answer alike.
 func TestUniqueEnqueue(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		rig  func(t *testing.T) *apiRig
-	}{
-		{"memory", func(t *testing.T) *apiRig { return newAPIRig(t, "") }},
-		{"pebble", func(t *testing.T) *apiRig { return newRigOn(t, openPebble(t, pebble.Config{}), nil, "") }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			r := tc.rig(t)
-			job := `{"queue": "echo", "payload": "a", "delay": "1h", "unique_key": "%s", "unique_for": "10m"}`
-			status, first := r.call(t, "POST", "/v1/jobs", fmt.Sprintf(job, "k"))
-			if status != 202 || first["id"] == nil || first["duplicate"] != nil {
-				t.Fatalf("first enqueue: %d %v, want 202 with an id", status, first)
+	onBothBackends(t, func(t *testing.T, r *apiRig) {
+		job := `{"queue": "echo", "payload": "a", "delay": "1h", "unique_key": "%s", "unique_for": "10m"}`
+		status, first := r.call(t, "POST", "/v1/jobs", fmt.Sprintf(job, "k"))
+		if status != 202 || first["id"] == nil || first["duplicate"] != nil {
+			t.Fatalf("first enqueue: %d %v, want 202 with an id", status, first)
+		}
+		status, dup := r.call(t, "POST", "/v1/jobs", fmt.Sprintf(job, "k"))
+		if status != 200 || dup["id"] != first["id"] || dup["duplicate"] != true {
+			t.Fatalf("second enqueue: %d %v, want 200, duplicate of %v", status, dup, first["id"])
+		}
+		batch := fmt.Sprintf(`{"jobs": [%s, %s, {"queue": "echo", "payload": "b", "delay": "1h"}, %s]}`,
+			fmt.Sprintf(job, "k"), fmt.Sprintf(job, "new"), fmt.Sprintf(job, "new"))
+		status, body := r.call(t, "POST", "/v1/jobs/batch", batch)
+		ids, _ := body["ids"].([]any)
+		dups, _ := body["duplicates"].([]any)
+		if status != 202 || len(ids) != 4 || len(dups) != 4 || ids[0] != first["id"] || ids[3] != ids[1] ||
+			fmt.Sprint(dups) != "[true false false true]" {
+			t.Fatalf("batch: %d %v, want 202, ids [first, new, plain, new] and duplicates [true false false true]", status, body)
+		}
+		status, body = r.call(t, "POST", "/v1/jobs/batch", fmt.Sprintf(`{"jobs": [%s]}`, fmt.Sprintf(job, "k")))
+		if status != 200 || fmt.Sprint(body["duplicates"]) != "[true]" {
+			t.Fatalf("batch of duplicates only: %d %v, want 200", status, body)
+		}
+		for _, bad := range []struct{ body, want string }{
+			{`{"queue": "echo", "unique_key": "k", "unique_for": "soon"}`, `unique_for: want a duration such as "10m" or "24h", got "soon"`},
+			{`{"queue": "echo", "unique_for": "1h"}`, "unique_for 1h0m0s without unique_key"},
+			{`{"queue": "echo", "unique_key": "k", "unique_for": "-1s"}`, "unique_for -1s is negative"},
+		} {
+			if status, body := r.call(t, "POST", "/v1/jobs", bad.body); status != 400 || !strings.Contains(fmt.Sprint(body["error"]), bad.want) {
+				t.Errorf("%s: %d %v, want 400 %q", bad.body, status, body, bad.want)
 			}
-			status, dup := r.call(t, "POST", "/v1/jobs", fmt.Sprintf(job, "k"))
-			if status != 200 || dup["id"] != first["id"] || dup["duplicate"] != true {
-				t.Fatalf("second enqueue: %d %v, want 200, duplicate of %v", status, dup, first["id"])
-			}
-			batch := fmt.Sprintf(`{"jobs": [%s, %s, {"queue": "echo", "payload": "b", "delay": "1h"}, %s]}`,
-				fmt.Sprintf(job, "k"), fmt.Sprintf(job, "new"), fmt.Sprintf(job, "new"))
-			status, body := r.call(t, "POST", "/v1/jobs/batch", batch)
-			ids, _ := body["ids"].([]any)
-			dups, _ := body["duplicates"].([]any)
-			if status != 202 || len(ids) != 4 || len(dups) != 4 || ids[0] != first["id"] || ids[3] != ids[1] ||
-				fmt.Sprint(dups) != "[true false false true]" {
-				t.Fatalf("batch: %d %v, want 202, ids [first, new, plain, new] and duplicates [true false false true]", status, body)
-			}
-			status, body = r.call(t, "POST", "/v1/jobs/batch", fmt.Sprintf(`{"jobs": [%s]}`, fmt.Sprintf(job, "k")))
-			if status != 200 || fmt.Sprint(body["duplicates"]) != "[true]" {
-				t.Fatalf("batch of duplicates only: %d %v, want 200", status, body)
-			}
-			for _, bad := range []struct{ body, want string }{
-				{`{"queue": "echo", "unique_key": "k", "unique_for": "soon"}`, `unique_for: want a duration such as "10m" or "24h", got "soon"`},
-				{`{"queue": "echo", "unique_for": "1h"}`, "unique_for 1h0m0s without unique_key"},
-				{`{"queue": "echo", "unique_key": "k", "unique_for": "-1s"}`, "unique_for -1s is negative"},
-			} {
-				if status, body := r.call(t, "POST", "/v1/jobs", bad.body); status != 400 || !strings.Contains(fmt.Sprint(body["error"]), bad.want) {
-					t.Errorf("%s: %d %v, want 400 %q", bad.body, status, body, bad.want)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // A backend that cannot keep keys (RabbitMQ) refuses a unique job with 501 saying why
@@ -70,7 +58,7 @@ func TestUniqueEnqueue(t *testing.T) {
 // without a key are not affected.
 func TestUniqueRefusedWhereItCannotHold(t *testing.T) {
 	t.Parallel()
-	r := newRigOn(t, plainBackend{memory.New(memory.Config{})}, api.NewHistory(10), "")
+	r := newRigOn(t, on(plainBackend{memory.New(memory.Config{})}), "")
 	for _, path := range []string{"/v1/jobs", "/v1/jobs/batch"} {
 		body := `{"queue": "echo", "payload": "a", "unique_key": "k"}`
 		if path == "/v1/jobs/batch" {

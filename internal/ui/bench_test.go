@@ -12,10 +12,9 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
-	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
+	"github.com/wasmjobs/wasmjobs/internal/inspect/inspecttest"
 	"github.com/wasmjobs/wasmjobs/internal/ui"
-	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // BenchmarkOverview renders /ui/ over 100 queues holding 1,000,000 jobs in a Pebble
@@ -34,17 +33,11 @@ func BenchmarkOverview(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	modules := b.TempDir()
-	wasm, err := os.ReadFile("../../testdata/abi/ack.wasm")
-	if err != nil {
-		b.Fatal(err)
-	}
 	names := make([]string, queues)
+	mods := make([]inspecttest.Module, queues)
 	for i := range queues {
 		names[i] = fmt.Sprintf("q%03d", i)
-		if err := os.WriteFile(filepath.Join(modules, names[i]+".wasm"), wasm, 0o644); err != nil {
-			b.Fatal(err)
-		}
+		mods[i] = inspecttest.Module{Name: names[i], Wasm: "abi/ack"}
 		if err := pb.Declare(ctx, backend.QueueConfig{Name: names[i]}); err != nil {
 			b.Fatal(err)
 		}
@@ -68,20 +61,9 @@ func BenchmarkOverview(b *testing.B) {
 	if pb, err = pebble.Open(ctx, pebble.Config{Dir: dir}); err != nil {
 		b.Fatal(err)
 	}
-	defer pb.Close(ctx)
 	b.Logf("opened the store of %d jobs in %v", total, time.Since(start))
-	e, err := host.NewEngine(ctx, host.Config{CacheDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close(ctx)
-	reg, err := host.NewRegistry(host.RegistryConfig{Dir: modules, Engine: e, Queues: noQueues{}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer reg.Close()
-	reg.Sync(ctx)
-	h := ui.New(ui.Config{Backend: pb, Registry: reg, Rates: api.NewRates(nil), Host: ui.HostInfo{Backend: "pebble", Started: time.Now()}})
+	rig := inspecttest.New(b, inspecttest.Options{Backend: pb, Modules: mods, Inspect: func(c *inspect.Config) { c.Rates = inspect.NewRates(nil) }})
+	h := ui.New(ui.Config{Inspector: rig.Inspector, Host: ui.HostInfo{Backend: "pebble", Started: time.Now()}})
 	check := httptest.NewRecorder()
 	h.ServeHTTP(check, httptest.NewRequest("GET", "http://localhost/ui/", nil))
 	if check.Code != http.StatusOK {
@@ -94,9 +76,3 @@ func BenchmarkOverview(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/overview")
 }
-
-// noQueues serves no queue: the benchmark reads counts, nothing consumes.
-type noQueues struct{}
-
-func (noQueues) Register(context.Context, worker.Queue) error { return nil }
-func (noQueues) Unregister(context.Context, string) error     { return nil }

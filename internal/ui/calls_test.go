@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/backend/memory"
-	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/inspect/inspecttest"
 	"github.com/wasmjobs/wasmjobs/internal/ui"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
@@ -17,10 +16,9 @@ import (
 // target, path, status or error, duration, bytes) and counts those not kept.
 func TestJobPageShowsEachAttemptsCalls(t *testing.T) {
 	t.Parallel()
-	attempts, hist := api.NewAttempts(10), api.NewHistory(10)
-	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Attempts: attempts, History: hist})
+	h, rg := rig(t, nil, ui.Config{})
 	job := &worker.Job{Envelope: backend.Envelope{ID: "01CALLS", Queue: "echo"}, Attempt: 1}
-	worker.Observers(hist, attempts).Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.SettleRetry, Job: job, Result: worker.Result{Handler: "echo",
+	rg.Records.Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.SettleRetry, Job: job, Result: worker.Result{Handler: "echo",
 		Calls: []worker.Call{
 			{Method: "POST", Target: "https://api.test:443", Path: "/v1/charges", Status: 503, Duration: 12 * time.Millisecond, Bytes: 42},
 			{Method: "GET", Target: "http://10.0.0.1:80", Path: "/meta", Error: "denied", Duration: time.Microsecond},
@@ -45,7 +43,7 @@ func TestJobPageShowsEachAttemptsCalls(t *testing.T) {
 // /v1/modules carries the same.
 func TestModulesPageShowsTheGrantWithoutHeaderValues(t *testing.T) {
 	t.Parallel()
-	h, reg := rigWith(t, memory.New(memory.Config{}), ui.Config{}, `[http]
+	h, rg := rigWith(t, inspecttest.Options{Modules: []inspecttest.Module{{Name: "echo", Wasm: "abi/echo", Manifest: `[http]
 allow = ["https://api.test", "http://127.0.0.1:9000"]
 timeout = "7s"
 breaker_failures = 7
@@ -57,7 +55,7 @@ Authorization = "Bearer sk-very-secret"
 rate = "5/s"
 burst = 2
 concurrency = 3
-`)
+`}}}, ui.Config{})
 	body := serve(h, httptest.NewRequest("GET", "http://localhost/ui/modules", nil)).Body.String()
 	_, grant, _ := strings.Cut(body, `id="grant-echo"`)
 	grant, _, _ = strings.Cut(grant, "</div>")
@@ -71,7 +69,7 @@ concurrency = 3
 	if strings.Contains(body, "secret") {
 		t.Errorf("the modules page shows a header's value")
 	}
-	mods := reg.Modules()
+	mods := rg.Registry.Modules()
 	if len(mods) != 1 || mods[0].HTTP == nil || len(mods[0].HTTP.Allow) != 2 || mods[0].HTTP.Allow[0].Headers[0] != "Authorization" {
 		t.Fatalf("Modules() = %+v, want echo's grant", mods)
 	}

@@ -25,8 +25,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/api"
-	"github.com/wasmjobs/wasmjobs/internal/schedule"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
 )
 
 //go:embed templates/*.html
@@ -53,18 +52,14 @@ type HostInfo struct {
 	Version     string
 }
 
-// Config is what the dashboard shows and acts on; the same objects the API uses.
+// Config is what the dashboard shows and acts on.
 type Config struct {
-	Backend  backend.Backend
-	Registry *host.Registry
-	Running  func() map[string]int
-	History  *api.History
-	Rates    *api.Rates
-	Attempts *api.Attempts
+	// Inspector reads and acts on the host (required): the one the API uses, so that
+	// the two never answer differently. Replays and retries are refused while it
+	// takes no new jobs (inspect.Config.Accepting).
+	Inspector *inspect.Inspector
+	// Versions is each module's recent version history; nil shows none.
 	Versions *Versions
-	// Schedules lists the modules' periodic schedules (api.Config.Schedules) for the
-	// schedules page; nil shows none.
-	Schedules func() []schedule.Status
 	// Validate loads a candidate module without serving it and returns its version
 	// (the modules page's upload); nil hides the upload.
 	Validate func(ctx context.Context, name string, wasm []byte) (version string, err error)
@@ -73,12 +68,10 @@ type Config struct {
 	// AuthLimiter bounds the wrong tokens tried, at the login form, as a cookie or as a
 	// bearer token; the API's (api.Config.AuthLimiter) when both serve one host, so
 	// that a guesser cannot add their limits up. Nil means one of the dashboard's own.
-	AuthLimiter *api.AuthLimiter
-	// Loopback applies the API's Host check (see api.Config.Loopback).
+	AuthLimiter *inspect.AuthLimiter
+	// Loopback applies the API's Host check (inspect.LoopbackOnly).
 	Loopback bool
-	// Accepting is api.Config.Accepting: replays and retries are refused while false.
-	Accepting func() bool
-	Host      HostInfo
+	Host     HostInfo
 	// MaxUpload bounds an uploaded module; zero means DefaultMaxUpload.
 	MaxUpload int64
 	// MaxDeadListed bounds the dead letters the dead-letters page lists; zero means
@@ -89,9 +82,9 @@ type Config struct {
 
 type server struct {
 	cfg   Config
-	limit *api.AuthLimiter
+	in    *inspect.Inspector
+	limit *inspect.AuthLimiter
 	tmpl  *template.Template
-	jobs  api.Jobs
 	log   *slog.Logger
 }
 
@@ -100,15 +93,12 @@ func New(cfg Config) http.Handler {
 	if cfg.MaxUpload <= 0 {
 		cfg.MaxUpload = DefaultMaxUpload
 	}
-	if cfg.Accepting == nil {
-		cfg.Accepting = func() bool { return true }
-	}
 	if cfg.MaxDeadListed <= 0 {
 		cfg.MaxDeadListed = DefaultMaxDeadListed
 	}
-	s := &server{cfg: cfg, limit: cfg.AuthLimiter, jobs: api.Jobs{Backend: cfg.Backend, History: cfg.History}, log: cfg.Logger}
+	s := &server{cfg: cfg, in: cfg.Inspector, limit: cfg.AuthLimiter, log: cfg.Logger}
 	if s.limit == nil {
-		s.limit = api.NewAuthLimiter()
+		s.limit = inspect.NewAuthLimiter()
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -139,14 +129,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no such page: %s %s", r.Method, r.URL.Path))
 	})
-	cop := http.NewCrossOriginProtection()
-	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := inspect.Guard(s.auth(mux), cfg.Loopback, func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cross-origin request refused: "+r.Method+" "+r.URL.Path+" comes from another site", http.StatusForbidden)
-	}))
-	h := cop.Handler(s.auth(mux))
-	if cfg.Loopback {
-		h = api.LoopbackOnly(h)
-	}
+	})
 	// Outermost: the login form and the refusals above are answers of the dashboard
 	// too, and a page framed or sniffed is as bad there as anywhere.
 	return headers(h)
@@ -175,7 +160,7 @@ func (s *server) authorized(r *http.Request) bool {
 	if c, err := r.Cookie(CookieName); err == nil {
 		right |= subtle.ConstantTimeCompare([]byte(c.Value), want)
 	}
-	if got, ok := api.BearerToken(r); ok {
+	if got, ok := inspect.BearerToken(r); ok {
 		right |= subtle.ConstantTimeCompare([]byte(got), want)
 	}
 	return right == 1
@@ -201,7 +186,7 @@ func (s *server) auth(next http.Handler) http.Handler {
 			back = "/ui/"
 		}
 		_, noCookie := r.Cookie(CookieName)
-		if _, bearer := api.BearerToken(r); noCookie == nil || bearer {
+		if _, bearer := inspect.BearerToken(r); noCookie == nil || bearer {
 			right := s.authorized(r)
 			if d := s.limit.Check(r, right); d > 0 {
 				s.tooMany(w, r, back, d)
@@ -222,7 +207,7 @@ func (s *server) auth(next http.Handler) http.Handler {
 // tooMany answers a client past the limit of wrong tokens with the login form, 429
 // and when to come back.
 func (s *server) tooMany(w http.ResponseWriter, r *http.Request, next string, d time.Duration) {
-	after := api.RetryAfter(d)
+	after := inspect.RetryAfter(d)
 	w.Header().Set("Retry-After", after)
 	s.render(w, http.StatusTooManyRequests, "login", loginData(r, next,
 		"Too many wrong tokens, from your address or from all of them together: no token is looked at before "+after+" s from now."))
@@ -325,33 +310,26 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, status int, err er
 	s.render(w, status, "error", page{Title: http.StatusText(status), Data: map[string]any{"Status": status, "Error": err.Error()}})
 }
 
-// statusOf maps an error to its HTTP status, as the API does.
-func statusOf(err error) int {
-	switch {
-	case errors.Is(err, backend.ErrNotFound), errors.Is(err, backend.ErrUnknownQueue):
-		return http.StatusNotFound
-	case errors.Is(err, backend.ErrJobState):
-		return http.StatusConflict
-	case errors.Is(err, api.ErrUnavailable):
-		return http.StatusNotImplemented
-	}
-	return http.StatusServiceUnavailable
+// failErr answers err with the status the API gives it (inspect.HTTPError).
+func (s *server) failErr(w http.ResponseWriter, r *http.Request, err error) {
+	status, _ := inspect.HTTPError(err)
+	s.fail(w, r, status, err)
 }
 
 type queueRow struct {
-	api.QueueInfo
-	Rates api.RateSeries
+	inspect.QueueInfo
+	Rates inspect.RateSeries
 }
 
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
-	qs := api.Queues(r.Context(), s.cfg.Backend, s.cfg.Registry, s.cfg.Running, s.log)
+	qs := s.in.Queues(r.Context())
 	rows := make([]queueRow, len(qs))
 	for i, q := range qs {
-		rows[i] = queueRow{QueueInfo: q, Rates: s.cfg.Rates.Series(q.Name)}
+		rows[i] = queueRow{QueueInfo: q, Rates: s.in.QueueRates(q.Name)}
 	}
 	// A backend may count some things and not others (RabbitMQ: no unacked, delayed or
 	// deferred counts): the note says why a cell is n/a wherever one is.
-	_, canCount := s.cfg.Backend.(backend.StatsReader)
+	canCount := s.in.Can().Count
 	for _, q := range qs {
 		if st := q.QueueStats; st != nil && (st.Pending < 0 || st.Unacked < 0 || st.Delayed < 0 || st.Deferred < 0 || st.Dead < 0) {
 			canCount = false
@@ -369,15 +347,11 @@ var States = []backend.JobState{"", backend.JobPending, backend.JobRunning, back
 
 func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 	q := r.PathValue("queue")
-	served := false
-	for _, m := range s.cfg.Registry.Modules() {
-		served = served || (m.Status == "serving" && m.Queue == q)
-	}
-	if !served {
+	if !s.served(q) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no module serves queue %q", q))
 		return
 	}
-	f, err := api.ParseJobFilter(r)
+	f, err := inspect.ParseJobFilter(r.URL.Query())
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
@@ -385,34 +359,31 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 	data := map[string]any{"Queue": q, "State": string(f.State), "States": States, "Cursor": f.Cursor}
 	if id := strings.TrimSpace(r.URL.Query().Get("id")); id != "" {
 		data["Search"] = id
-		st, err := s.jobs.Get(r.Context(), id)
-		if err == nil && st.Queue == q {
-			data["Jobs"] = []api.JobState{st}
-		} else if err != nil && !errors.Is(err, backend.ErrNotFound) {
+		if jobs, err := s.in.FindJob(r.Context(), q, id); err != nil {
 			data["Unavailable"] = err.Error()
+		} else if len(jobs) > 0 {
+			data["Jobs"] = jobs
 		}
 	} else {
-		jobs, next, err := s.jobs.List(r.Context(), q, f)
+		jobs, next, err := s.in.Jobs(r.Context(), q, f)
 		if err != nil {
 			data["Unavailable"] = err.Error()
 		}
 		data["Jobs"], data["Next"] = jobs, next
 	}
-	if _, ok := s.cfg.Backend.(backend.JobLister); !ok {
+	if !s.in.Can().List {
 		data["FromHistory"] = true
 	}
-	if st, err := s.stats(r.Context(), q); err == nil {
+	if st, err := s.in.Stats(r.Context(), q); err == nil {
 		data["Stats"] = st
 	}
 	s.render(w, http.StatusOK, "queue", page{Title: "Queue " + q, Nav: "overview", Data: data})
 }
 
-func (s *server) stats(ctx context.Context, q string) (backend.QueueStats, error) {
-	sr, ok := s.cfg.Backend.(backend.StatsReader)
-	if !ok {
-		return backend.QueueStats{}, api.ErrUnavailable
-	}
-	return sr.QueueStats(ctx, q)
+// served reports whether a module serves queue q.
+func (s *server) served(q string) bool {
+	_, err := s.in.Served(q)
+	return err == nil
 }
 
 // jobPath is the dashboard's path of job id's page, or of one of its actions: the id
@@ -447,65 +418,46 @@ func jobParams(r *http.Request) (id, action string) {
 
 func (s *server) job(w http.ResponseWriter, r *http.Request) {
 	id, _ := jobParams(r)
-	st, err := s.jobs.Get(r.Context(), id)
+	st, err := s.in.Job(r.Context(), id)
 	if err != nil {
-		s.fail(w, r, statusOf(err), err)
+		s.failErr(w, r, err)
 		return
 	}
-	// A backend's job records keep the attempts across restarts; the host's own log
-	// (since it started) stands in where the backend keeps none.
-	attempts, recorded := st.Attempts, true
-	if _, ok := s.cfg.Backend.(backend.JobRecordReader); !ok {
-		attempts, recorded = s.cfg.Attempts.Of(id), false
-	}
-	data := map[string]any{"Job": st, "Attempts": attempts, "AttemptsRecorded": recorded}
+	// A backend's job records keep the attempts across restarts; the host's own
+	// memory (since it started) stands in where the backend keeps none.
+	can := s.in.Can()
+	data := map[string]any{"Job": st, "Attempts": st.Attempts, "AttemptsRecorded": can.Records}
 	// Job records keep no payload: the backend gives it while it holds the job (waiting
-	// or dead); a broker's dead letters can be read.
-	if er, ok := s.cfg.Backend.(backend.JobEnvelopeReader); ok {
-		if env, err := er.JobEnvelope(r.Context(), id); err == nil {
-			data["Payload"] = payloadText(base64.StdEncoding.EncodeToString(env.Payload))
-			data["Headers"] = env.Headers
-		}
-	} else if store, ok := s.cfg.Backend.(backend.DeadLetterStore); ok && st.State == string(backend.JobDead) {
-		// Bounded as the dead-letters page is: a broker lists its dead letters by taking
-		// and putting them back, and this page is polled.
-		if dead, err := store.DeadLetters(r.Context(), st.Queue, s.cfg.MaxDeadListed); err == nil {
-			for _, d := range api.DeadLetterInfos(st.Queue, dead) {
-				if d.ID == id {
-					data["Payload"], data["Headers"] = payloadText(d.PayloadBase64), d.Headers
-				}
-			}
-		}
+	// or dead); a broker's dead letters can be read, bounded as the dead-letters page
+	// is, since this page is polled.
+	if payload, headers, ok := s.in.Payload(r.Context(), st, s.cfg.MaxDeadListed); ok {
+		data["Payload"] = payloadText(base64.StdEncoding.EncodeToString(payload))
+		data["Headers"] = headers
 	}
-	_, canAct := s.cfg.Backend.(backend.JobController)
-	_, data["Records"] = s.cfg.Backend.(backend.JobRecordReader)
-	data["CanAct"] = canAct
-	data["CanCancel"] = canAct && (st.State == "pending" || st.State == "delayed" || st.State == "deferred" || st.State == "retrying")
-	data["CanRetry"] = canAct && (st.State == "retrying" || st.State == "dead" || st.State == "delayed" || st.State == "deferred")
-	data["CanDelete"] = canAct && st.State != "running"
+	data["Records"] = can.Records
+	data["CanAct"] = can.Act
+	data["CanCancel"] = can.Act && (st.State == "pending" || st.State == "delayed" || st.State == "deferred" || st.State == "retrying")
+	data["CanRetry"] = can.Act && (st.State == "retrying" || st.State == "dead" || st.State == "delayed" || st.State == "deferred")
+	data["CanDelete"] = can.Act && st.State != "running"
 	s.render(w, http.StatusOK, "job", page{Title: "Job " + id, Nav: "overview", Done: r.URL.Query().Get("done"), Data: data})
 }
 
 func (s *server) jobAction(w http.ResponseWriter, r *http.Request) {
 	id, action := jobParams(r)
-	a := api.Action(action)
+	a := inspect.Action(action)
 	switch a {
-	case api.ActionCancel, api.ActionRetry, api.ActionDelete:
+	case inspect.ActionCancel, inspect.ActionRetry, inspect.ActionDelete:
 	default:
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("unknown action %q: want cancel, retry or delete", a))
 		return
 	}
-	if a == api.ActionRetry && !s.cfg.Accepting() {
-		s.fail(w, r, http.StatusServiceUnavailable, errors.New("the host is draining (shutting down) and takes no jobs back"))
+	// The queue is only where a delete goes back to; Act says what is wrong with the id.
+	st, getErr := s.in.Job(r.Context(), id)
+	if err := s.in.Act(r.Context(), id, a); err != nil {
+		s.failErr(w, r, err)
 		return
 	}
-	// The queue is only where a delete goes back to; Do says what is wrong with the id.
-	st, getErr := s.jobs.Get(r.Context(), id)
-	if err := s.jobs.Do(r.Context(), id, a); err != nil {
-		s.fail(w, r, statusOf(err), err)
-		return
-	}
-	if a == api.ActionDelete {
+	if a == inspect.ActionDelete {
 		back := "/ui/queues/" + url.PathEscape(st.Queue)
 		if getErr != nil || st.Queue == "" {
 			back = "/ui/"
@@ -522,28 +474,17 @@ func (s *server) jobAction(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, u+"done="+string(a), http.StatusSeeOther)
 }
 
-func (s *server) servedQueues() []string {
-	var qs []string
-	for _, m := range s.cfg.Registry.Modules() {
-		if m.Status == "serving" {
-			qs = append(qs, m.Queue)
-		}
-	}
-	return qs
-}
-
 func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query().Get("queue")
-	data := map[string]any{"Queue": q, "Queues": s.servedQueues(), "Confirm": r.URL.Query().Get("confirm")}
+	data := map[string]any{"Queue": q, "Queues": s.in.ServedQueues(), "Confirm": r.URL.Query().Get("confirm")}
 	if q != "" {
-		store, ok := s.cfg.Backend.(backend.DeadLetterStore)
-		if !ok {
-			data["Unavailable"] = "this backend cannot list dead letters"
-		} else if dead, err := store.DeadLetters(r.Context(), q, s.cfg.MaxDeadListed); err != nil {
-			s.fail(w, r, statusOf(err), err)
+		if dead, err := s.in.DeadLetters(r.Context(), q, s.cfg.MaxDeadListed); errors.Is(err, inspect.ErrUnavailable) {
+			data["Unavailable"] = err.Error()
+		} else if err != nil {
+			s.failErr(w, r, err)
 			return
 		} else {
-			data["Dead"] = api.DeadLetterInfos(q, dead)
+			data["Dead"] = dead
 			data["Total"] = s.deadTotal(r.Context(), q, len(dead))
 		}
 	}
@@ -554,7 +495,7 @@ func (s *server) deadLetters(w http.ResponseWriter, r *http.Request) {
 // or replay-all (which act on all of them): the backend's count where it keeps one,
 // else the listed number, "at least" when the listing reached its cap.
 func (s *server) deadTotal(ctx context.Context, q string, listed int) string {
-	if st, err := s.stats(ctx, q); err == nil && st.Dead >= 0 {
+	if st, err := s.in.Stats(ctx, q); err == nil && st.Dead >= 0 {
 		return fmt.Sprint(max(st.Dead, listed))
 	}
 	if listed >= s.cfg.MaxDeadListed {
@@ -563,24 +504,22 @@ func (s *server) deadTotal(ctx context.Context, q string, listed int) string {
 	return fmt.Sprint(listed)
 }
 
+// deadAction replays one dead letter, replays all of a queue's, or purges them, as
+// the API's replay and purge do (the Inspector's, with its bookkeeping), once the
+// operator confirmed an action on all of them.
 func (s *server) deadAction(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	q, action := r.FormValue("queue"), r.PathValue("action")
-	store, ok := s.cfg.Backend.(backend.DeadLetterStore)
-	if !ok {
+	if !s.in.Can().DeadLetters {
 		s.fail(w, r, http.StatusNotImplemented, errors.New("this backend cannot list dead letters"))
 		return
 	}
-	served := false
-	for _, sq := range s.servedQueues() {
-		served = served || sq == q
-	}
-	if !served {
+	if !s.served(q) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no module serves queue %q", q))
 		return
 	}
-	if (action == "replay" || action == "replay-all") && !s.cfg.Accepting() {
-		s.fail(w, r, http.StatusServiceUnavailable, errors.New("the host is draining (shutting down) and takes no jobs back"))
+	if (action == "replay" || action == "replay-all") && !s.in.Accepting() {
+		s.failErr(w, r, inspect.ErrDraining)
 		return
 	}
 	if (action == "replay-all" || action == "purge") && r.FormValue("confirm") != "yes" {
@@ -591,31 +530,22 @@ func (s *server) deadAction(w http.ResponseWriter, r *http.Request) {
 	switch action {
 	case "replay":
 		id := r.FormValue("id")
-		if err := store.ReplayDeadLetter(r.Context(), q, id); err != nil {
-			s.fail(w, r, statusOf(err), err)
+		if _, err := s.in.ReplayDeadLetter(r.Context(), id, q); err != nil {
+			s.failErr(w, r, err)
 			return
 		}
 		done = "replayed " + id
 	case "replay-all":
-		dead, err := store.DeadLetters(r.Context(), q, 0)
+		n, err := s.in.ReplayAll(r.Context(), q)
 		if err != nil {
-			s.fail(w, r, statusOf(err), err)
+			s.failErr(w, r, err)
 			return
-		}
-		n := 0
-		for _, d := range dead {
-			if err := store.ReplayDeadLetter(r.Context(), q, d.Envelope.ID); err == nil {
-				n++
-			} else if !errors.Is(err, backend.ErrNotFound) {
-				s.fail(w, r, statusOf(err), fmt.Errorf("replayed %d of %d, then: %w", n, len(dead), err))
-				return
-			}
 		}
 		done = fmt.Sprintf("replayed %d", n)
 	case "purge":
-		n, err := store.PurgeDeadLetters(r.Context(), q)
+		n, err := s.in.PurgeDeadLetters(r.Context(), q)
 		if err != nil {
-			s.fail(w, r, statusOf(err), err)
+			s.failErr(w, r, err)
 			return
 		}
 		done = fmt.Sprintf("purged %d", n)
@@ -629,11 +559,7 @@ func (s *server) deadAction(w http.ResponseWriter, r *http.Request) {
 // schedules lists each schedule with its next and last run and whether this host
 // fires it, as GET /v1/schedules does.
 func (s *server) schedules(w http.ResponseWriter, r *http.Request) {
-	var list []schedule.Status
-	if s.cfg.Schedules != nil {
-		list = s.cfg.Schedules()
-	}
-	s.render(w, http.StatusOK, "schedules", page{Title: "Schedules", Nav: "schedules", Data: map[string]any{"Schedules": list}})
+	s.render(w, http.StatusOK, "schedules", page{Title: "Schedules", Nav: "schedules", Data: map[string]any{"Schedules": s.in.Schedules()}})
 }
 
 // moduleRow is one module on the modules page: its status with the rollout state (a
@@ -648,8 +574,8 @@ type moduleRow struct {
 
 func (s *server) moduleRows() []moduleRow {
 	var rows []moduleRow
-	for _, m := range s.cfg.Registry.Modules() {
-		kept, _ := s.cfg.Registry.History(m.Name) // a module without a kept version has none
+	for _, m := range s.in.Modules() {
+		kept, _ := s.in.ModuleHistory(m.Name) // a module without a kept version has none
 		rows = append(rows, moduleRow{ModuleStatus: m, Kept: kept, History: s.cfg.Versions.Of(m.Name)})
 	}
 	return rows
@@ -670,12 +596,12 @@ func (s *server) moduleAction(w http.ResponseWriter, r *http.Request) {
 	switch r.PathValue("action") {
 	case "promote":
 		var v host.Verdict
-		if v, err = s.cfg.Registry.Promote(r.Context(), name); err == nil {
+		if v, err = s.in.Promote(r.Context(), name); err == nil {
 			done = fmt.Sprintf("promoted %s to %s", name, short(v.Version))
 		}
 	case "rollback":
 		var pin host.Pin
-		if pin, err = s.cfg.Registry.Rollback(r.Context(), name, r.FormValue("to")); err == nil {
+		if pin, err = s.in.Rollback(r.Context(), name, r.FormValue("to")); err == nil {
 			done = fmt.Sprintf("rolled %s back to %s (pinned)", name, short(pin.Version))
 		}
 	default:
@@ -683,11 +609,7 @@ func (s *server) moduleAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		status := http.StatusConflict
-		if errors.Is(err, host.ErrUnknownModule) || errors.Is(err, host.ErrUnknownVersion) {
-			status = http.StatusNotFound
-		}
-		s.fail(w, r, status, err)
+		s.failErr(w, r, err)
 		return
 	}
 	http.Redirect(w, r, "/ui/modules?done="+url.QueryEscape(done), http.StatusSeeOther)

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -21,52 +20,46 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
-	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
+	"github.com/wasmjobs/wasmjobs/internal/inspect/inspecttest"
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
 	"github.com/wasmjobs/wasmjobs/internal/ui"
 )
 
-// rig is the dashboard over a memory backend and a registry of testdata's echo module
-// (no worker: nothing runs, jobs stay where they are put).
-func rig(t *testing.T, b backend.Backend, cfg ui.Config) (http.Handler, *host.Registry) {
+// rig is the dashboard over b (nil: a memory backend) and a registry of testdata's
+// echo module (no worker: nothing runs, jobs stay where they are put).
+func rig(t *testing.T, b backend.Backend, cfg ui.Config) (http.Handler, *inspecttest.Rig) {
 	t.Helper()
-	return rigWith(t, b, cfg, "")
+	return rigWith(t, inspecttest.Options{Backend: b}, cfg)
 }
 
-// rigWith is rig with the echo module's manifest (none when empty).
-func rigWith(t *testing.T, b backend.Backend, cfg ui.Config, manifest string) (http.Handler, *host.Registry) {
+// rigWith is the dashboard of cfg over the rig of o.
+func rigWith(t *testing.T, o inspecttest.Options, cfg ui.Config) (http.Handler, *inspecttest.Rig) {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	wasm, err := os.ReadFile("../../testdata/abi/echo.wasm")
-	if err != nil {
-		t.Fatal(err)
+	r := inspecttest.New(t, o)
+	cfg.Inspector = r.Inspector
+	return ui.New(cfg), r
+}
+
+// bare is the dashboard of cfg over an Inspector of nothing: no backend, no module.
+func bare(cfg ui.Config) http.Handler {
+	cfg.Inspector = inspect.New(inspect.Config{})
+	return ui.New(cfg)
+}
+
+// formPost is a same-origin POST of form (no body when nil) to target, as the
+// dashboard's own forms send it.
+func formPost(target string, form url.Values) *http.Request {
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
 	}
-	os.WriteFile(filepath.Join(dir, "echo.wasm"), wasm, 0o644)
-	if manifest != "" {
-		os.WriteFile(filepath.Join(dir, "echo.toml"), []byte(manifest), 0o644)
+	r := httptest.NewRequest("POST", "http://localhost"+target, body)
+	if form != nil {
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
-	e, err := host.NewEngine(ctx, host.Config{NoCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: e, Queues: noQueues{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg.Sync(ctx)
-	if err := b.Declare(ctx, backend.QueueConfig{Name: "echo"}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		reg.Close()
-		reg.Retire()
-		b.Close(ctx)
-		e.Close(ctx)
-	})
-	cfg.Backend, cfg.Registry = b, reg
-	return ui.New(cfg), reg
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	return r
 }
 
 func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
@@ -77,16 +70,11 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 
 func TestLoginSetsAStrictCookieAndRedirectsOnlyInside(t *testing.T) {
 	t.Parallel()
-	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Token: "s3cret", History: api.NewHistory(10)})
+	h, _ := rig(t, nil, ui.Config{Token: "s3cret"})
 	if w := serve(h, httptest.NewRequest("GET", "http://localhost/ui/modules", nil)); w.Code != 401 || !strings.Contains(w.Body.String(), `id="login"`) {
 		t.Fatalf("a page without the token: %d, want 401 with the login form", w.Code)
 	}
-	post := func(form url.Values) *httptest.ResponseRecorder {
-		r := httptest.NewRequest("POST", "http://localhost/ui/login", strings.NewReader(form.Encode()))
-		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		r.Header.Set("Sec-Fetch-Site", "same-origin")
-		return serve(h, r)
-	}
+	post := func(form url.Values) *httptest.ResponseRecorder { return serve(h, formPost("/ui/login", form)) }
 	if w := post(url.Values{"token": {"wrong"}, "next": {"/ui/modules"}}); w.Code != 401 || len(w.Result().Cookies()) != 0 {
 		t.Errorf("a wrong token: %d with cookies %v, want 401 and none", w.Code, w.Result().Cookies())
 	}
@@ -109,7 +97,7 @@ func TestLoginSetsAStrictCookieAndRedirectsOnlyInside(t *testing.T) {
 
 func TestUploadOverTheCapIsRefused(t *testing.T) {
 	t.Parallel()
-	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{MaxUpload: 1 << 20,
+	h, _ := rig(t, nil, ui.Config{MaxUpload: 1 << 20,
 		Validate: func(context.Context, string, []byte) (string, error) {
 			t.Error("an upload over the cap was validated")
 			return "", nil
@@ -134,10 +122,9 @@ type noControl struct{ backend.Backend }
 
 func TestWhatTheBackendCannotDoIsShownUnavailable(t *testing.T) {
 	t.Parallel()
-	hist := api.NewHistory(10)
-	h, _ := rig(t, noControl{memory.New(memory.Config{})}, ui.Config{History: hist})
+	h, rg := rig(t, noControl{memory.New(memory.Config{})}, ui.Config{})
 	env := backend.NewEnvelope("echo", []byte("x"))
-	hist.Enqueued(env, false)
+	rg.Records.Enqueued(env, false)
 	body := serve(h, httptest.NewRequest("GET", "http://localhost/ui/jobs/"+env.ID, nil)).Body.String()
 	if !strings.Contains(body, "Unavailable: the broker cannot find a queued message by id") || strings.Contains(body, `id="cancel"`) {
 		t.Errorf("job page on a backend without job control: want the reason and no cancel button:\n%s", body)
@@ -146,16 +133,14 @@ func TestWhatTheBackendCannotDoIsShownUnavailable(t *testing.T) {
 	if !strings.Contains(body, `data-count="pending"><abbr title="the backend cannot count this`) || !strings.Contains(body, "n/a: the broker does not count") {
 		t.Errorf("overview on a backend that cannot count: want n/a with the reason, never a made-up 0:\n%s", body)
 	}
-	r := httptest.NewRequest("POST", "http://localhost/ui/jobs/"+env.ID+"/cancel", nil)
-	r.Header.Set("Sec-Fetch-Site", "same-origin")
-	if w := serve(h, r); w.Code != http.StatusNotImplemented {
+	if w := serve(h, formPost("/ui/jobs/"+env.ID+"/cancel", nil)); w.Code != http.StatusNotImplemented {
 		t.Errorf("cancel on a backend that cannot: %d, want 501", w.Code)
 	}
 }
 
 func TestPagesAnswerAndRefuseWhatTheyShould(t *testing.T) {
 	t.Parallel()
-	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Loopback: true, History: api.NewHistory(10)})
+	h, _ := rig(t, nil, ui.Config{Loopback: true})
 	for _, tc := range []struct {
 		method, url, site string
 		status            int
@@ -235,8 +220,8 @@ func TestJobPageListsRecordedAttemptsAfterARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ := rig(t, b, ui.Config{Attempts: api.NewAttempts(10)})
-	st, err := api.Jobs{Backend: b}.Get(ctx, env.ID)
+	h, rg := rig(t, b, ui.Config{})
+	st, err := rg.Inspector.Job(ctx, env.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,9 +252,11 @@ func TestJobPageListsRecordedAttemptsAfterARestart(t *testing.T) {
 func TestSchedulesPageListsEachSchedule(t *testing.T) {
 	t.Parallel()
 	next := time.Date(2030, 1, 2, 3, 0, 0, 0, time.UTC)
-	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Schedules: func() []schedule.Status {
-		return []schedule.Status{{Name: "echo/nightly", Module: "echo", Queue: "echo", Cron: "0 3 * * *", Timezone: "Europe/Paris", Next: next, Firing: true}}
-	}})
+	h, _ := rigWith(t, inspecttest.Options{Inspect: func(c *inspect.Config) {
+		c.Schedules = func() []schedule.Status {
+			return []schedule.Status{{Name: "echo/nightly", Module: "echo", Queue: "echo", Cron: "0 3 * * *", Timezone: "Europe/Paris", Next: next, Firing: true}}
+		}
+	}}, ui.Config{})
 	w := serve(h, httptest.NewRequest("GET", "http://localhost/ui/schedules", nil))
 	body := w.Body.String()
 	for _, want := range []string{`data-schedule="echo/nightly"`, "0 3 * * *", "Europe/Paris", `datetime="2030-01-02T03:00:00Z"`, `title="2030-01-02 03:00:00.000 UTC"`, `class="firing">yes`, `href="/ui/schedules" aria-current="page"`} {
@@ -283,7 +270,7 @@ func TestSchedulesPageListsEachSchedule(t *testing.T) {
 // protection as the other actions, and answer the registry's errors.
 func TestModuleActionsRefuseCrossSiteAndAnswerErrors(t *testing.T) {
 	t.Parallel()
-	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{})
+	h, _ := rig(t, nil, ui.Config{})
 	post := func(path, site string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("POST", "http://localhost"+path, nil)
 		r.Header.Set("Sec-Fetch-Site", site)
@@ -305,7 +292,7 @@ func TestModuleActionsRefuseCrossSiteAndAnswerErrors(t *testing.T) {
 
 func TestLoginCookieIsSecureWhereBrowsersKeepIt(t *testing.T) {
 	t.Parallel()
-	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Token: "s3cret", History: api.NewHistory(10)})
+	h, _ := rig(t, nil, ui.Config{Token: "s3cret"})
 	for _, tc := range []struct {
 		url      string
 		tls      bool
@@ -344,18 +331,14 @@ func TestLoginCookieIsSecureWhereBrowsersKeepIt(t *testing.T) {
 
 func TestUnknownJobActionIs404NamingTheValidOnes(t *testing.T) {
 	t.Parallel()
-	b, hist := memory.New(memory.Config{}), api.NewHistory(10)
-	h, _ := rig(t, b, ui.Config{History: hist})
+	b := memory.New(memory.Config{})
+	h, rg := rig(t, b, ui.Config{})
 	env := backend.NewEnvelope("echo", []byte("x"))
-	hist.Enqueued(env, false)
+	rg.Records.Enqueued(env, false)
 	if err := b.Publish(context.Background(), env, 0); err != nil {
 		t.Fatal(err)
 	}
-	post := func(path string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest("POST", "http://localhost"+path, nil)
-		r.Header.Set("Sec-Fetch-Site", "same-origin")
-		return serve(h, r)
-	}
+	post := func(path string) *httptest.ResponseRecorder { return serve(h, formPost(path, nil)) }
 	if w := post("/ui/jobs/" + env.ID + "/explode"); w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), "want cancel, retry or delete") {
 		t.Errorf("an unknown action: %d %s, want 404 naming cancel, retry and delete", w.Code, w.Body)
 	}
@@ -412,7 +395,7 @@ func TestDeadLetterConfirmationCountsAllNotTheListed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := tc.b()
-			h, _ := rig(t, b, ui.Config{History: api.NewHistory(10), MaxDeadListed: 3})
+			h, _ := rig(t, b, ui.Config{MaxDeadListed: 3})
 			deadLetters(t, b, 5)
 			for _, confirm := range []string{"purge", "replay-all"} {
 				body := serve(h, httptest.NewRequest("GET", "http://localhost/ui/dead-letters?queue=echo&confirm="+confirm, nil)).Body.String()
@@ -442,7 +425,7 @@ func (n noCounts) PurgeDeadLetters(ctx context.Context, q string) (int, error) {
 func TestUploadRejectionReasonIsBounded(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("é", 5000)
-	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{
+	h, _ := rig(t, nil, ui.Config{
 		Validate: func(context.Context, string, []byte) (string, error) { return "", errors.New(long) }})
 	var body strings.Builder
 	mw := multipart.NewWriter(&body)
@@ -480,7 +463,7 @@ func TestCountsABackendCannotTellSayWhy(t *testing.T) {
 	if err := b.Declare(context.Background(), backend.QueueConfig{Name: "echo"}); err != nil {
 		t.Fatal(err)
 	}
-	h, _ := rig(t, partialCounts{b}, ui.Config{History: api.NewHistory(10)})
+	h, _ := rig(t, partialCounts{b}, ui.Config{})
 	body := serve(h, httptest.NewRequest("GET", "http://localhost/ui/", nil)).Body.String()
 	if !strings.Contains(body, `data-count="pending">0`) || !strings.Contains(body, `<abbr title="the backend cannot count this`) ||
 		!strings.Contains(body, "n/a: the broker does not count") {
@@ -493,7 +476,7 @@ func TestCountsABackendCannotTellSayWhy(t *testing.T) {
 // which are written before (or around) the pages' own handlers.
 func TestEveryResponseCarriesTheSecurityHeaders(t *testing.T) {
 	t.Parallel()
-	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Token: "s3cret", Loopback: true, History: api.NewHistory(10)})
+	h, _ := rig(t, nil, ui.Config{Token: "s3cret", Loopback: true})
 	cookie := &http.Cookie{Name: ui.CookieName, Value: "s3cret"}
 	for _, tc := range []struct {
 		name, method, url, site, body string
@@ -513,11 +496,8 @@ func TestEveryResponseCarriesTheSecurityHeaders(t *testing.T) {
 		{name: "too many wrong tokens", method: "POST", url: "http://localhost/ui/login", site: "same-origin", body: "token=s3cret", status: 429},
 	} {
 		if tc.status == http.StatusTooManyRequests {
-			for range api.ClientAuthBurst {
-				r := httptest.NewRequest("POST", "http://localhost/ui/login", strings.NewReader("token=wrong"))
-				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-				r.Header.Set("Sec-Fetch-Site", "same-origin")
-				serve(h, r)
+			for range inspect.ClientAuthBurst {
+				serve(h, formPost("/ui/login", url.Values{"token": {"wrong"}}))
 			}
 		}
 		r := httptest.NewRequest(tc.method, tc.url, strings.NewReader(tc.body))
@@ -582,13 +562,13 @@ func follow(t *testing.T, h http.Handler, method, href string) *httptest.Respons
 // links to its page and the forms of its actions carry it escaped, and reach it.
 func TestJobIDsAnyPublisherChoseAreLinkedEscaped(t *testing.T) {
 	t.Parallel()
-	b, hist := memory.New(memory.Config{}), api.NewHistory(20)
-	h, _ := rig(t, b, ui.Config{History: hist})
+	b := memory.New(memory.Config{})
+	h, rg := rig(t, b, ui.Config{})
 	ids := []string{"a/b", "../../etc/passwd", "..", ".", "q?x=1", "frag#ment", "100%", "%2F", "sp ace", "a/../b", "dots..", "é/ü"}
 	for _, id := range ids {
 		env := backend.NewEnvelope("echo", []byte("x"))
 		env.ID = id
-		hist.Enqueued(env, false)
+		rg.Records.Enqueued(env, false)
 		if err := b.Publish(context.Background(), env, time.Hour); err != nil {
 			t.Fatal(err)
 		}
@@ -633,9 +613,7 @@ func TestJobIDsAnyPublisherChoseAreLinkedEscaped(t *testing.T) {
 func TestWrongTokensAreLimited(t *testing.T) {
 	t.Parallel()
 	login := func(h http.Handler, addr, token string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest("POST", "http://localhost/ui/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
-		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		r.Header.Set("Sec-Fetch-Site", "same-origin")
+		r := formPost("/ui/login", url.Values{"token": {token}})
 		r.RemoteAddr = addr
 		return serve(h, r)
 	}
@@ -654,7 +632,7 @@ func TestWrongTokensAreLimited(t *testing.T) {
 	t.Run("per client", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			h := ui.New(ui.Config{Token: "s3cret"})
+			h := bare(ui.Config{Token: "s3cret"})
 			for i := range 5 {
 				if w := login(h, "192.0.2.1:4000", fmt.Sprint("guess", i)); w.Code != 401 {
 					t.Fatalf("wrong token %d: %d, want 401", i+1, w.Code)
@@ -683,7 +661,7 @@ func TestWrongTokensAreLimited(t *testing.T) {
 	t.Run("over all clients", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			h := ui.New(ui.Config{Token: "s3cret"})
+			h := bare(ui.Config{Token: "s3cret"})
 			for i := range 20 {
 				if w := login(h, fmt.Sprintf("198.51.100.%d:4000", i+1), "wrong"); w.Code != 401 {
 					t.Fatalf("wrong token from client %d: %d, want 401", i+1, w.Code)
@@ -718,7 +696,7 @@ func TestARightTokenIsNotRefusedForOthersWrongOnes(t *testing.T) {
 	t.Run("signed in", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			h := ui.New(ui.Config{Token: "s3cret"})
+			h := bare(ui.Config{Token: "s3cret"})
 			const user = "192.0.2.7:4000"
 			if w := page(h, user, "s3cret", ""); w.Code != 200 {
 				t.Fatalf("a page with the cookie: %d, want 200", w.Code)
@@ -737,7 +715,7 @@ func TestARightTokenIsNotRefusedForOthersWrongOnes(t *testing.T) {
 	t.Run("basic", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			h := ui.New(ui.Config{Token: "s3cret"})
+			h := bare(ui.Config{Token: "s3cret"})
 			const proxy = "192.0.2.1:4000"
 			for i := range 20 {
 				if w := page(h, proxy, "", "Basic dXNlcjpwYXNz"); w.Code != 401 {
@@ -755,7 +733,7 @@ func TestARightTokenIsNotRefusedForOthersWrongOnes(t *testing.T) {
 // form, so that the browser does not send it, and count it, with every page and poll.
 func TestAWrongCookieIsCleared(t *testing.T) {
 	t.Parallel()
-	h := ui.New(ui.Config{Token: "s3cret"})
+	h := bare(ui.Config{Token: "s3cret"})
 	r := httptest.NewRequest("GET", "http://localhost/ui/", nil)
 	r.AddCookie(&http.Cookie{Name: ui.CookieName, Value: "old"})
 	w := serve(h, r)
@@ -769,7 +747,7 @@ func TestAWrongCookieIsCleared(t *testing.T) {
 // cross-origin protection of the other forms.
 func TestLogoutClearsTheCookie(t *testing.T) {
 	t.Parallel()
-	h, _ := rig(t, memory.New(memory.Config{}), ui.Config{Token: "s3cret", History: api.NewHistory(10)})
+	h, _ := rig(t, nil, ui.Config{Token: "s3cret"})
 	cookie := &http.Cookie{Name: ui.CookieName, Value: "s3cret"}
 	r := httptest.NewRequest("GET", "http://localhost/ui/modules", nil)
 	r.AddCookie(cookie)
@@ -791,7 +769,7 @@ func TestLogoutClearsTheCookie(t *testing.T) {
 		cs[0].Value != "" || cs[0].MaxAge >= 0 || cs[0].Path != "/ui/" || !cs[0].HttpOnly {
 		t.Errorf("logout: %d to %q, cookies %+v; want 303 to /ui/ clearing the HttpOnly cookie on /ui/", w.Code, w.Header().Get("Location"), cs)
 	}
-	open, _ := rig(t, memory.New(memory.Config{}), ui.Config{History: api.NewHistory(10)})
+	open, _ := rig(t, nil, ui.Config{})
 	if body := serve(open, httptest.NewRequest("GET", "http://localhost/ui/modules", nil)).Body.String(); strings.Contains(body, `id="logout"`) {
 		t.Errorf("a host without a token shows a sign-out button")
 	}

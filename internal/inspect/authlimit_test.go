@@ -1,4 +1,4 @@
-package api_test
+package inspect_test
 
 import (
 	"fmt"
@@ -11,7 +11,14 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/internal/api"
+	"github.com/wasmjobs/wasmjobs/internal/inspect"
 )
+
+// newAPI is the API with the token "s3cret" and the limiter l (nil: its own), over an
+// Inspector of cfg: the limiter is driven through the API's token check.
+func newAPI(cfg inspect.Config, l *inspect.AuthLimiter) http.Handler {
+	return api.New(api.Config{Token: "s3cret", AuthLimiter: l, Inspector: inspect.New(cfg)})
+}
 
 // authed sends GET /v1/schedules (a page that needs no backend) from addr with the
 // Authorization header auth (none when empty) to h.
@@ -33,9 +40,9 @@ func authed(h http.Handler, addr, auth string) *httptest.ResponseRecorder {
 func TestWrongBearerTokensAreLimited(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		h := api.New(api.Config{Token: "s3cret"})
+		h := newAPI(inspect.Config{}, nil)
 		const addr = "192.0.2.1:4000"
-		for range 2 * api.ClientAuthBurst {
+		for range 2 * inspect.ClientAuthBurst {
 			if w := authed(h, addr, ""); w.Code != 401 {
 				t.Fatalf("no token: %d, want 401", w.Code)
 			}
@@ -43,13 +50,13 @@ func TestWrongBearerTokensAreLimited(t *testing.T) {
 		if w := authed(h, addr, "Bearer s3cret"); w.Code != 200 {
 			t.Fatalf("the right token after requests without one: %d, want 200", w.Code)
 		}
-		for i := range api.ClientAuthBurst {
+		for i := range inspect.ClientAuthBurst {
 			if w := authed(h, addr, fmt.Sprint("Bearer guess", i)); w.Code != 401 {
 				t.Fatalf("wrong token %d: %d, want 401", i+1, w.Code)
 			}
 		}
 		if w := authed(h, addr, "Bearer s3cret"); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "12" {
-			t.Errorf("the right token after %d wrong ones: %d, Retry-After %q; want 429, 12", api.ClientAuthBurst, w.Code, w.Header().Get("Retry-After"))
+			t.Errorf("the right token after %d wrong ones: %d, Retry-After %q; want 429, 12", inspect.ClientAuthBurst, w.Code, w.Header().Get("Retry-After"))
 		}
 	})
 }
@@ -67,33 +74,33 @@ func TestWrongTokensInFlightTogetherRunUpNoDebt(t *testing.T) {
 		next   string
 	}{
 		{name: "one client", addr: func(i int) string { return fmt.Sprintf("192.0.2.1:%d", 4000+i) },
-			looked: api.ClientAuthBurst, retry: "12", next: "192.0.2.1:5000"},
+			looked: inspect.ClientAuthBurst, retry: "12", next: "192.0.2.1:5000"},
 		{name: "many clients", addr: func(i int) string { return fmt.Sprintf("198.51.100.%d:4000", i+1) },
-			looked: api.GlobalAuthBurst, retry: "1", next: "203.0.113.1:4000"},
+			looked: inspect.GlobalAuthBurst, retry: "1", next: "203.0.113.1:4000"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				const n = 2 * api.GlobalAuthBurst
-				l := api.NewAuthLimiter()
+				const n = 2 * inspect.GlobalAuthBurst
+				l := inspect.NewAuthLimiter()
 				// Every request waits at the hook until all n are there: all are in
 				// flight at once, as n parallel requests can be.
 				var arrived atomic.Int32
 				all := make(chan struct{})
-				api.SetBeforeCount(l, func() {
+				inspect.SetBeforeCount(l, func() {
 					if arrived.Add(1) == n {
 						close(all)
 					}
 					<-all
 				})
-				h := api.New(api.Config{Token: "s3cret", AuthLimiter: l})
+				h := newAPI(inspect.Config{}, l)
 				codes := make([]int, n)
 				var wg sync.WaitGroup
 				for i := range n {
 					wg.Go(func() { codes[i] = authed(h, c.addr(i), "Bearer wrong").Code })
 				}
 				wg.Wait()
-				api.SetBeforeCount(l, nil)
+				inspect.SetBeforeCount(l, nil)
 				looked, refused := 0, 0
 				for _, code := range codes {
 					switch code {
@@ -120,7 +127,7 @@ func TestWrongTokensInFlightTogetherRunUpNoDebt(t *testing.T) {
 func TestARightTokenIsNotRefusedForOthersWrongOnes(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		h := api.New(api.Config{Token: "s3cret"})
+		h := newAPI(inspect.Config{}, nil)
 		const known = "192.0.2.7:4000"
 		if w := authed(h, known, "Bearer s3cret"); w.Code != 200 {
 			t.Fatalf("the right token: %d, want 200", w.Code)
@@ -130,7 +137,7 @@ func TestARightTokenIsNotRefusedForOthersWrongOnes(t *testing.T) {
 		guess := func(i int) *httptest.ResponseRecorder {
 			return authed(h, fmt.Sprintf("198.51.100.%d:4000", i%60+1), "Bearer wrong")
 		}
-		for i := range api.GlobalAuthBurst {
+		for i := range inspect.GlobalAuthBurst {
 			guess(i)
 		}
 		for i := range 3600 {
@@ -157,15 +164,15 @@ func TestARightTokenIsNotRefusedForOthersWrongOnes(t *testing.T) {
 func TestOtherAuthorizationSchemesAreNotCounted(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		h := api.New(api.Config{Token: "s3cret"})
+		h := newAPI(inspect.Config{}, nil)
 		const addr = "192.0.2.1:4000"
-		for i := range 4 * api.ClientAuthBurst {
+		for i := range 4 * inspect.ClientAuthBurst {
 			if w := authed(h, addr, "Basic dXNlcjpwYXNz"); w.Code != 401 {
 				t.Fatalf("Basic %d: %d, want 401", i+1, w.Code)
 			}
 		}
 		if w := authed(h, addr, "Bearer s3cret"); w.Code != 200 {
-			t.Errorf("the right bearer token after %d Basic headers: %d, want 200", 4*api.ClientAuthBurst, w.Code)
+			t.Errorf("the right bearer token after %d Basic headers: %d, want 200", 4*inspect.ClientAuthBurst, w.Code)
 		}
 	})
 }
@@ -176,22 +183,22 @@ func TestOtherAuthorizationSchemesAreNotCounted(t *testing.T) {
 func TestKnownClientsAreBounded(t *testing.T) {
 	t.Parallel()
 	drain := func(h http.Handler) {
-		for i := range api.GlobalAuthBurst {
+		for i := range inspect.GlobalAuthBurst {
 			authed(h, fmt.Sprintf("198.51.100.%d:4000", i+1), "Bearer wrong")
 		}
 	}
 	t.Run("for a time", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			h := api.New(api.Config{Token: "s3cret"})
+			h := newAPI(inspect.Config{}, nil)
 			authed(h, "192.0.2.1:4000", "Bearer s3cret")
 			authed(h, "192.0.2.2:4000", "Bearer s3cret")
-			time.Sleep(api.KnownClientFor - time.Second)
+			time.Sleep(inspect.KnownClientFor - time.Second)
 			authed(h, "192.0.2.2:4000", "Bearer s3cret") // each right token renews
 			time.Sleep(2 * time.Second)
 			drain(h)
 			if w := authed(h, "192.0.2.1:4000", "Bearer s3cret"); w.Code != http.StatusTooManyRequests {
-				t.Errorf("a client last seen with the token %v ago, the limit over all clients empty: %d, want 429", api.KnownClientFor+time.Second, w.Code)
+				t.Errorf("a client last seen with the token %v ago, the limit over all clients empty: %d, want 429", inspect.KnownClientFor+time.Second, w.Code)
 			}
 			if w := authed(h, "192.0.2.2:4000", "Bearer s3cret"); w.Code != 200 {
 				t.Errorf("a client seen with the token 2 s ago, the limit over all clients empty: %d, want 200", w.Code)
@@ -201,9 +208,9 @@ func TestKnownClientsAreBounded(t *testing.T) {
 	t.Run("in number", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			h := api.New(api.Config{Token: "s3cret"})
+			h := newAPI(inspect.Config{}, nil)
 			addr := func(i int) string { return fmt.Sprintf("10.%d.%d.%d:4000", i>>16&255, i>>8&255, i&255) }
-			for i := range api.KnownClients + 1 {
+			for i := range inspect.KnownClients + 1 {
 				if w := authed(h, addr(i), "Bearer s3cret"); w.Code != 200 {
 					t.Fatalf("client %d's right token: %d, want 200", i, w.Code)
 				}
@@ -211,10 +218,10 @@ func TestKnownClientsAreBounded(t *testing.T) {
 			}
 			drain(h)
 			if w := authed(h, addr(0), "Bearer s3cret"); w.Code != http.StatusTooManyRequests {
-				t.Errorf("the client longest without a right token, %d newer ones since: %d, want 429", api.KnownClients, w.Code)
+				t.Errorf("the client longest without a right token, %d newer ones since: %d, want 429", inspect.KnownClients, w.Code)
 			}
 			if w := authed(h, addr(1), "Bearer s3cret"); w.Code != 200 {
-				t.Errorf("one of the latest %d clients with the right token: %d, want 200", api.KnownClients, w.Code)
+				t.Errorf("one of the latest %d clients with the right token: %d, want 200", inspect.KnownClients, w.Code)
 			}
 		})
 	})
