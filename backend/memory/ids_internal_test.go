@@ -16,8 +16,8 @@ func heldIDs(t *testing.T, b *Backend, queue string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.Lock()
+	defer q.Unlock()
 	return len(q.ids)
 }
 

@@ -36,13 +36,13 @@ func (b *Backend) find(id string, fn func(q *queue, w where) error) (bool, error
 	}
 	b.mu.RUnlock()
 	for _, q := range qs {
-		q.mu.Lock()
+		q.Lock()
 		w := q.where(id)
 		var err error
 		if w != nowhere {
 			err = fn(q, w)
 		}
-		q.mu.Unlock()
+		q.Unlock()
 		if w != nowhere {
 			return true, err
 		}
@@ -50,13 +50,11 @@ func (b *Backend) find(id string, fn func(q *queue, w where) error) (bool, error
 	return false, nil
 }
 
-// where says where the queue holds the job id. q.mu is held.
+// where says where the queue holds the job id. the queue's lock is held.
 func (q *queue) where(id string) where {
-	for level := range q.ready {
-		for i := range q.ready[level].Len() {
-			if q.ready[level].At(i).env.ID == id {
-				return ready
-			}
+	for m := range q.All() {
+		if m.env.ID == id {
+			return ready
 		}
 	}
 	for _, h := range q.held {
@@ -70,22 +68,14 @@ func (q *queue) where(id string) where {
 	return nowhere
 }
 
-// unready removes the ready job id. q.mu is held.
+// unready removes the ready job id. the queue's lock is held.
 func (q *queue) unready(id string) {
-	for level := range q.ready {
-		r := &q.ready[level]
-		for i := range r.Len() {
-			if m := r.At(i); m.env.ID == id {
-				r.Remove(i)
-				q.nready--
-				q.release(m)
-				return
-			}
-		}
+	if m, ok := q.Remove(func(m *message) bool { return m.env.ID == id }); ok {
+		q.release(m)
 	}
 }
 
-// unhold stops the timer of the held job id and returns its message. q.mu is held.
+// unhold stops the timer of the held job id and returns its message. the queue's lock is held.
 func (q *queue) unhold(id string) *message {
 	for t, h := range q.held {
 		if h.m.env.ID == id {
@@ -128,7 +118,7 @@ func (b *Backend) RetryJobNow(ctx context.Context, id string) error {
 	found, err := b.find(id, func(q *queue, w where) error {
 		switch w {
 		case held:
-			q.pushBack(q.unhold(id))
+			q.PushBack(q.unhold(id))
 		case dead:
 			replay = q.name
 		default:
@@ -174,11 +164,9 @@ func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope,
 	found, err := b.find(id, func(q *queue, w where) error {
 		switch w {
 		case ready:
-			for level := range q.ready {
-				for i := range q.ready[level].Len() {
-					if m := q.ready[level].At(i); m.env.ID == id {
-						env = m.env.Clone()
-					}
+			for m := range q.All() {
+				if m.env.ID == id {
+					env = m.env.Clone()
 				}
 			}
 		case held:

@@ -14,11 +14,10 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/internal/ring"
+	"github.com/wasmjobs/wasmjobs/backend/internal/stream"
 )
 
 // Config configures a memory backend. The zero value is ready to use.
@@ -35,11 +34,11 @@ type Backend struct {
 	log         *slog.Logger
 	granularity time.Duration
 
-	mu     sync.RWMutex
-	queues map[string]*queue
-	closed bool
-	done   chan struct{} // closed by Close
-	wg     sync.WaitGroup
+	mu      sync.RWMutex
+	queues  map[string]*queue
+	closed  bool
+	done    chan struct{} // closed by Close
+	streams stream.Group
 
 	ticks scheduleTicks // schedule.go
 }
@@ -78,25 +77,18 @@ type deadLetter struct {
 	at     time.Time
 }
 
-// queue is one declared queue. Its fields are guarded by mu.
+// queue is one declared queue: its ready messages and streams (the stream core's
+// Queue), and beside them what only this backend keeps, guarded by the Queue's lock.
 type queue struct {
-	name   string
-	levels int
+	*stream.Queue[*message]
+	name string
 
-	mu       sync.Mutex
-	ready    []ring.Ring[*message] // index = priority level
-	nready   int
-	streams  map[*stream]struct{}
-	held     map[*time.Timer]heldMessage // delayed or deferred messages
-	acked    int
-	dead     []deadLetter
-	unsettle int // deliveries taken off the queue and not settled, over all streams
+	held  map[*time.Timer]heldMessage // delayed or deferred messages
+	acked int
+	dead  []deadLetter
 	// ids counts the messages the queue holds per job id: ready, delayed, deferred or
 	// taken and not settled. A publish of an id it holds is a repeat, and is dropped.
 	ids map[string]int
-	// offering counts the deliveries taken off the queue that a stream is offering and
-	// no consumer has received yet: still pending, from the consumer's point of view.
-	offering atomic.Int32
 	// uniq maps the unique keys the queue holds to their entries; uniqByID maps the
 	// ids of unfinished jobs that hold a key to theirs; uniqKept is how many entries
 	// the last sweep kept (unique.go).
@@ -120,16 +112,14 @@ func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 		return backend.ErrShutDown
 	}
 	if have, ok := b.queues[q.Name]; ok {
-		if have.levels != q.PriorityLevels {
-			return fmt.Errorf("queue %q exists with %d priority levels, not the %d wanted: it keeps its first declaration", q.Name, have.levels, q.PriorityLevels)
+		if have.Levels() != q.PriorityLevels {
+			return fmt.Errorf("queue %q exists with %d priority levels, not the %d wanted: it keeps its first declaration", q.Name, have.Levels(), q.PriorityLevels)
 		}
 		return nil
 	}
 	b.queues[q.Name] = &queue{
+		Queue:    stream.NewQueue[*message](q.PriorityLevels),
 		name:     q.Name,
-		levels:   q.PriorityLevels,
-		ready:    make([]ring.Ring[*message], q.PriorityLevels+1),
-		streams:  make(map[*stream]struct{}),
 		held:     make(map[*time.Timer]heldMessage),
 		ids:      make(map[string]int),
 		uniq:     make(map[string]*uniqEntry),
@@ -204,8 +194,8 @@ func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admi
 		return fmt.Errorf("job %s for queue %q: %w", m.env.ID, m.env.Queue, err)
 	}
 	delay = backend.RoundUp(delay, b.granularity)
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.Lock()
+	defer q.Unlock()
 	if dropRepeat && m.env.ID != "" && q.ids[m.env.ID] > 0 {
 		b.log.Debug("repeat publish dropped: the queue holds the job", "queue", q.name, "job", m.env.ID)
 		return nil
@@ -215,18 +205,18 @@ func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admi
 	}
 	q.hold(m)
 	if delay == 0 {
-		q.pushBack(m)
+		q.PushBack(m)
 		return nil
 	}
 	var t *time.Timer
 	t = time.AfterFunc(delay, func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
+		q.Lock()
+		defer q.Unlock()
 		if _, ok := q.held[t]; !ok {
 			return // stopped and removed: by Close, or a cancel, retry or delete of the job
 		}
 		delete(q.held, t)
-		q.pushBack(m)
+		q.PushBack(m)
 	})
 	q.held[t] = heldMessage{m: m, deferred: deferred}
 	return nil
@@ -247,41 +237,6 @@ func (q *queue) release(m *message) {
 	}
 }
 
-// pushBack makes m ready behind its equals and wakes the streams.
-func (q *queue) pushBack(m *message) {
-	q.ready[min(int(m.env.Priority), q.levels)].PushBack(m)
-	q.nready++
-	q.wakeAll()
-}
-
-// pushFront makes m ready ahead of its equals, for a message that goes back.
-func (q *queue) pushFront(m *message) {
-	m.redelivered = true
-	q.ready[min(int(m.env.Priority), q.levels)].PushFront(m)
-	q.nready++
-	q.wakeAll()
-}
-
-// pop takes the first ready message of the highest level, or nil.
-func (q *queue) pop() *message {
-	if q.nready == 0 {
-		return nil
-	}
-	for level := q.levels; level >= 0; level-- {
-		if m := q.ready[level].PopFront(); m != nil {
-			q.nready--
-			return m
-		}
-	}
-	return nil
-}
-
-func (q *queue) wakeAll() {
-	for s := range q.streams {
-		s.wakeUp()
-	}
-}
-
 // Consume starts a stream of the declared queue q.Name with prefetch q.Prefetch.
 func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.Stream, error) {
 	qc = qc.Normalize(b.log)
@@ -289,29 +244,15 @@ func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.
 	if err != nil {
 		return nil, err
 	}
-	s := &stream{
-		b:        b,
-		q:        q,
-		ctx:      ctx,
-		prefetch: qc.Prefetch,
-		ch:       make(chan backend.Delivery),
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		finished: make(chan struct{}),
-		inflight: make(map[*delivery]struct{}),
+	s, err := q.Consume(ctx, stream.Options[*message]{
+		Prefetch: qc.Prefetch,
+		Deliver:  func(c *stream.Claim[*message]) (backend.Delivery, error) { return b.deliver(q, c) },
+		Group:    &b.streams,
+		Closed:   b.done,
+	})
+	if err != nil {
+		return nil, err
 	}
-	// Register under b.mu so that Close either sees the stream or Consume sees closed.
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil, backend.ErrShutDown
-	}
-	b.wg.Add(1)
-	b.mu.Unlock()
-	q.mu.Lock()
-	q.streams[s] = struct{}{}
-	q.mu.Unlock()
-	go s.run()
 	return s, nil
 }
 
@@ -322,27 +263,21 @@ func (b *Backend) Close(ctx context.Context) error {
 	if !b.closed {
 		b.closed = true
 		close(b.done)
+		b.streams.Close()
 		for _, q := range b.queues {
-			q.mu.Lock()
+			q.Lock()
 			for t := range q.held {
 				t.Stop()
 			}
 			clear(q.held)
-			q.mu.Unlock()
+			q.Unlock()
 		}
 	}
 	b.mu.Unlock()
-	finished := make(chan struct{})
-	go func() {
-		b.wg.Wait()
-		close(finished)
-	}()
-	select {
-	case <-finished:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("memory backend close: waiting for streams: %w", ctx.Err())
+	if err := b.streams.Wait(ctx); err != nil {
+		return fmt.Errorf("memory backend close: %w", err)
 	}
+	return nil
 }
 
 // QueueStats counts a queue's messages by state.
@@ -369,10 +304,10 @@ func (b *Backend) Stats(queue string) (QueueStats, error) {
 	if err != nil {
 		return QueueStats{}, err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	offering := int(q.offering.Load())
-	st := QueueStats{Pending: q.nready + offering, Unacked: q.unsettle - offering, Acked: q.acked, Dead: len(q.dead)}
+	q.Lock()
+	defer q.Unlock()
+	pending, unacked := q.Counts()
+	st := QueueStats{Pending: pending, Unacked: unacked, Acked: q.acked, Dead: len(q.dead)}
 	for _, h := range q.held {
 		if h.deferred {
 			st.Deferred++
@@ -399,14 +334,11 @@ func (b *Backend) Pending(queue string) ([]backend.Envelope, error) {
 	if err != nil {
 		return nil, err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	out := make([]backend.Envelope, 0, q.nready)
-	for level := q.levels; level >= 0; level-- {
-		r := &q.ready[level]
-		for i := range r.Len() {
-			out = append(out, r.At(i).env.Clone())
-		}
+	q.Lock()
+	defer q.Unlock()
+	out := make([]backend.Envelope, 0, q.Ready())
+	for m := range q.InOrder() {
+		out = append(out, m.env.Clone())
 	}
 	return out, nil
 }
@@ -418,8 +350,8 @@ func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]b
 	if err != nil {
 		return nil, err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.Lock()
+	defer q.Unlock()
 	n := len(q.dead)
 	if limit > 0 && limit < n {
 		n = limit
@@ -439,8 +371,8 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	if err != nil {
 		return err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.Lock()
+	defer q.Unlock()
 	i := slices.IndexFunc(q.dead, func(d deadLetter) bool { return d.m.env.ID == id })
 	if i < 0 {
 		return fmt.Errorf("dead letter %q of queue %q: %w", id, queue, backend.ErrNotFound)
@@ -449,7 +381,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	q.dead = slices.Delete(q.dead, i, i+1)
 	backend.Replayed(&m.env)
 	q.hold(m)
-	q.pushBack(m)
+	q.PushBack(m)
 	return nil
 }
 
@@ -459,8 +391,8 @@ func (b *Backend) PurgeDeadLetters(ctx context.Context, queue string) (int, erro
 	if err != nil {
 		return 0, err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.Lock()
+	defer q.Unlock()
 	n := len(q.dead)
 	q.dead = nil
 	return n, nil

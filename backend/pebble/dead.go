@@ -123,9 +123,9 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 		if owned {
 			b.ids.settle(env.ID, true)
 		}
-		q.mu.Lock()
+		q.Lock()
 		q.dead--
-		q.mu.Unlock()
+		q.Unlock()
 		apply()
 	}, func() {
 		if owned {
@@ -235,9 +235,9 @@ func (b *Backend) purgeDeadBatch(ctx context.Context, q *queue, from, upper []by
 		return 0, next, nil
 	}
 	err = b.commit(ctx, batch, pebbledb.Sync, "purge dead letters", q.name, func() {
-		q.mu.Lock()
+		q.Lock()
 		q.dead -= n
-		q.mu.Unlock()
+		q.Unlock()
 		release()
 	}, release)
 	if err != nil {
@@ -266,12 +266,12 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 	if err != nil {
 		return backend.QueueStats{}, err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	offering := int(q.offering.Load())
+	q.Lock()
+	defer q.Unlock()
+	pending, unacked := q.Counts()
 	return backend.QueueStats{
-		Pending:  q.nready + offering,
-		Unacked:  q.unsettle - offering,
+		Pending:  pending,
+		Unacked:  unacked,
 		Delayed:  q.delayed,
 		Deferred: q.deferred,
 		Dead:     q.dead,

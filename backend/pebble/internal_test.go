@@ -56,9 +56,7 @@ func TestUnreadableJobIsNotHandedOut(t *testing.T) {
 	must(t, err)
 	must(t, b.Publish(ctx, backend.Envelope{ID: "j1", Queue: "q", Payload: []byte("x")}, 0))
 	q, _ := b.lookup("q")
-	q.mu.Lock()
-	key := q.key(q.ready[0].At(0))
-	q.mu.Unlock()
+	key := q.keyOf("j1")
 	// The read fails: here the key is gone underneath the index.
 	must(t, b.db.Delete(key, pebbledb.Sync))
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
@@ -116,16 +114,16 @@ func TestConcurrentDeclaresCommitOnlyTheWinner(t *testing.T) {
 		}
 		q, err := b.lookup(name)
 		must(t, err)
-		if won < 0 || q.levels != won {
-			t.Fatalf("round %d: winner %d, queue has %d levels; errors %v", round, won, q.levels, errs)
+		if won < 0 || q.Levels() != won {
+			t.Fatalf("round %d: winner %d, queue has %d levels; errors %v", round, won, q.Levels(), errs)
 		}
 		must(t, b.Publish(ctx, backend.Envelope{ID: name, Queue: name, Priority: 9}, 0))
 		must(t, b.Close(ctx))
 		b = openMem(t, fs, Config{})
 		q, err = b.lookup(name)
 		must(t, err)
-		if q.levels != won {
-			t.Fatalf("round %d: reopened with %d levels, the winner declared %d", round, q.levels, won)
+		if q.Levels() != won {
+			t.Fatalf("round %d: reopened with %d levels, the winner declared %d", round, q.Levels(), won)
 		}
 		must(t, b.Close(ctx))
 	}

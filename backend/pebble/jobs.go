@@ -218,9 +218,9 @@ func (b *Backend) deleteDead(ctx context.Context, rec backend.JobRecord, release
 	}
 	batch.Delete(key, nil)
 	return b.commit(ctx, batch, pebbledb.Sync, "delete job", q.name, func() {
-		q.mu.Lock()
+		q.Lock()
 		q.dead--
-		q.mu.Unlock()
+		q.Unlock()
 		unclaim()
 	}, unclaim)
 }
@@ -272,7 +272,7 @@ func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del 
 	// A retry without a delay is ready at once: look in both indexes.
 	if it := q.take(rec.ID); it != nil {
 		batch.Delete(q.key(it), nil)
-		return b.commit(ctx, batch, pebbledb.Sync, "cancel job", q.name, done, func() { q.push(it) })
+		return b.commit(ctx, batch, pebbledb.Sync, "cancel job", q.name, done, func() { q.Push(it) })
 	}
 	dl := b.delays.take(rec.ID)
 	if dl == nil {
@@ -281,32 +281,23 @@ func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del 
 	}
 	batch.Delete(dl.key, nil)
 	return b.commit(ctx, batch, pebbledb.Sync, "cancel job", q.name, func() {
-		q.mu.Lock()
+		q.Lock()
 		if dl.deferred {
 			q.deferred--
 		} else {
 			q.delayed--
 		}
-		q.mu.Unlock()
+		q.Unlock()
 		done()
 	}, func() { b.delays.putBack(dl) })
 }
 
 // take removes the ready job id from the index, or returns nil.
 func (q *queue) take(id string) *item {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for level := range q.ready {
-		r := &q.ready[level]
-		for i := range r.Len() {
-			if it := r.At(i); it.id == id {
-				r.Remove(i)
-				q.nready--
-				return it
-			}
-		}
-	}
-	return nil
+	q.Lock()
+	defer q.Unlock()
+	it, _ := q.Remove(func(it *item) bool { return it.id == id })
+	return it
 }
 
 // take removes the delayed job id from the heap, or returns nil. Its queue's counts
@@ -393,14 +384,11 @@ func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope,
 
 // keyOf returns the key of the ready job id, or nil.
 func (q *queue) keyOf(id string) []byte {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for level := range q.ready {
-		r := &q.ready[level]
-		for i := range r.Len() {
-			if it := r.At(i); it.id == id {
-				return q.key(it)
-			}
+	q.Lock()
+	defer q.Unlock()
+	for it := range q.All() {
+		if it.id == id {
+			return q.key(it)
 		}
 	}
 	return nil

@@ -105,11 +105,10 @@ func (b *Backend) load(ctx context.Context) error {
 		if !ok {
 			return b.corrupt("", fmt.Errorf("ready job %s of queue %q, which was never declared", e.it.id, e.queue))
 		}
-		if int(e.it.priority) > q.levels {
-			return b.corrupt("", fmt.Errorf("ready job %s of queue %q at priority %d above its %d levels", e.it.id, e.queue, e.it.priority, q.levels))
+		if int(e.it.priority) > q.Levels() {
+			return b.corrupt("", fmt.Errorf("ready job %s of queue %q at priority %d above its %d levels", e.it.id, e.queue, e.it.priority, q.Levels()))
 		}
-		q.ready[e.it.priority].PushBack(e.it)
-		q.nready++
+		q.PushBack(e.it) // no stream yet: nothing to wake
 		b.ids.add(e.it.id)
 		recovered.Ready++
 	}
@@ -119,7 +118,7 @@ func (b *Backend) load(ctx context.Context) error {
 			return b.corrupt("", fmt.Errorf("delayed job %s of queue %q, which was never declared", e.dl.id, e.queue))
 		}
 		e.dl.q = q
-		e.dl.priority = min(e.dl.priority, uint8(q.levels))
+		e.dl.priority = min(e.dl.priority, uint8(q.Levels()))
 		if e.dl.deferred {
 			q.deferred++
 		} else {

@@ -41,7 +41,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/internal/ring"
+	"github.com/wasmjobs/wasmjobs/backend/internal/stream"
 )
 
 // Sentinel errors of this backend. Each is wrapped with the data directory's name.
@@ -151,7 +151,7 @@ type Backend struct {
 	// closing is cancelled by Close: background work (compactions) stops with it.
 	closing context.Context
 	cancel  context.CancelFunc
-	streams sync.WaitGroup
+	streams stream.Group
 	ops     sync.WaitGroup // operations that use the store
 
 	ids    idSet
@@ -303,28 +303,20 @@ func (b *Backend) Dir() string { return b.dir }
 // Recovered says what Open found in the directory: how many jobs were waiting.
 func (b *Backend) Recovered() Recovered { return b.recovered }
 
-// queue is one declared queue: its in-memory index and counts. Fields below mu are
-// guarded by it.
+// queue is one declared queue: its index of ready jobs and its streams (the stream
+// core's Queue), and beside them its counts, guarded by the Queue's lock.
 type queue struct {
-	name   string
-	levels int
+	*stream.Queue[*item]
+	name string
 
-	mu       sync.Mutex
-	ready    []ring.Ring[*item] // index = priority level
-	nready   int
-	streams  map[*stream]struct{}
-	unsettle int // deliveries taken and not settled, over all streams
 	delayed  int
 	deferred int
 	dead     int
 	deletes  int // settles since the queue's range was last compacted
-	// offering counts deliveries taken off the queue that a stream offers and no
-	// consumer has received yet: pending, from the consumer's point of view.
-	offering atomic.Int32
 }
 
 func newQueue(name string, levels int) *queue {
-	return &queue{name: name, levels: levels, ready: make([]ring.Ring[*item], levels+1), streams: make(map[*stream]struct{})}
+	return &queue{Queue: stream.NewQueue[*item](levels), name: name}
 }
 
 // item is a ready job in the index: where its value is, and its id.
@@ -336,46 +328,6 @@ type item struct {
 }
 
 func (q *queue) key(it *item) []byte { return readyKey(q.name, it.priority, it.seq) }
-
-// pushBack makes it ready behind its equals and wakes the streams. q.mu is held.
-func (q *queue) pushBack(it *item) {
-	q.ready[it.priority].PushBack(it)
-	q.nready++
-	q.wakeAll()
-}
-
-// pushFront puts back a job that was handed out, ahead of its equals. q.mu is held.
-func (q *queue) pushFront(it *item) {
-	it.redelivered = true
-	q.ready[it.priority].PushFront(it)
-	q.nready++
-	q.wakeAll()
-}
-
-func (q *queue) pop() *item {
-	if q.nready == 0 {
-		return nil
-	}
-	for level := q.levels; level >= 0; level-- {
-		if it := q.ready[level].PopFront(); it != nil {
-			q.nready--
-			return it
-		}
-	}
-	return nil
-}
-
-func (q *queue) wakeAll() {
-	for s := range q.streams {
-		s.wakeUp()
-	}
-}
-
-func (q *queue) push(it *item) {
-	q.mu.Lock()
-	q.pushBack(it)
-	q.mu.Unlock()
-}
 
 // enter starts an operation that uses the store, or says why none can start. The
 // caller calls b.ops.Done when it is finished.
@@ -431,8 +383,8 @@ func (b *Backend) Declare(ctx context.Context, qc backend.QueueConfig) error {
 	b.mu.Lock()
 	if q, ok := b.queues[qc.Name]; ok {
 		b.mu.Unlock()
-		if q.levels != qc.PriorityLevels {
-			return conflict(q.levels)
+		if q.Levels() != qc.PriorityLevels {
+			return conflict(q.Levels())
 		}
 		return nil
 	}
@@ -600,12 +552,12 @@ func (b *Backend) stagePublications(ctx context.Context, batch *pebbledb.Batch, 
 func (b *Backend) stage(batch *pebbledb.Batch, q *queue, env backend.Envelope, delay time.Duration, deferred bool) func() {
 	seq := b.seq.Add(1)
 	value := encodeEnvelope(make([]byte, 0, 64+len(env.Payload)), env)
-	priority := uint8(min(int(env.Priority), q.levels))
+	priority := uint8(min(int(env.Priority), q.Levels()))
 	delay = backend.RoundUp(delay, b.granularity)
 	if delay <= 0 {
 		batch.Set(readyKey(q.name, priority, seq), value, nil)
 		it := &item{seq: seq, priority: priority, id: env.ID}
-		return func() { q.push(it) }
+		return func() { q.Push(it) }
 	}
 	due := time.Now().Add(delay)
 	key := delayedKey(due, seq, deferred, priority, q.name)
@@ -707,28 +659,19 @@ func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.
 	if err := b.failure(); err != nil {
 		return nil, err
 	}
-	s := &stream{
-		b:        b,
-		q:        q,
-		ctx:      ctx,
-		prefetch: qc.Prefetch,
-		ch:       make(chan backend.Delivery),
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		finished: make(chan struct{}),
-		inflight: make(map[*delivery]struct{}),
+	s, err := q.Consume(ctx, stream.Options[*item]{
+		Prefetch: qc.Prefetch,
+		Deliver:  func(c *stream.Claim[*item]) (backend.Delivery, error) { return b.deliver(q, c) },
+		Group:    &b.streams,
+		Closed:   b.done,
+		Failed:   b.failCh,
+		Failure:  b.failure,
+		Order:    bySeq,
+		Released: func(it *item) { b.ids.unclaim(it.id) },
+	})
+	if err != nil {
+		return nil, err
 	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil, backend.ErrShutDown
-	}
-	b.streams.Add(1)
-	b.mu.Unlock()
-	q.mu.Lock()
-	q.streams[s] = struct{}{}
-	q.mu.Unlock()
-	go s.run()
 	return s, nil
 }
 
@@ -743,6 +686,7 @@ func (b *Backend) Close(ctx context.Context) error {
 	if first {
 		b.closed = true
 		close(b.done)
+		b.streams.Close()
 		b.cancel()
 	}
 	b.mu.Unlock()
@@ -752,7 +696,7 @@ func (b *Backend) Close(ctx context.Context) error {
 	}
 	if first {
 		go func() {
-			b.streams.Wait()
+			_ = b.streams.Wait(context.Background()) // no deadline: only its own end
 			b.ops.Wait()
 			b.closeErr = b.closeStore()
 			close(b.storeClosed)

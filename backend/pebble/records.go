@@ -314,7 +314,7 @@ func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state ba
 	if run != nil {
 		rec = *run
 	}
-	rec.ID, rec.Queue, rec.State = env.ID, d.s.q.name, state
+	rec.ID, rec.Queue, rec.State = env.ID, d.q.name, state
 	rec.Attempt, rec.MaxAttempts, rec.Reason = max(env.Attempt, 1), env.MaxAttempts, reason
 	rec.CreatedAt, rec.UpdatedAt, rec.Children = env.EnqueuedAt, now, children
 	if rec.FinishedAt.IsZero() && state.Finished() {
