@@ -12,7 +12,7 @@ import (
 // heldIDs counts the ids the queue keeps for dropping repeats.
 func heldIDs(t *testing.T, b *Backend, queue string) int {
 	t.Helper()
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,16 +25,10 @@ const (
 // where it is. It reports whether it found the job; a job taken by a consumer is not
 // found (the backend keeps nothing of it but the delivery).
 func (b *Backend) find(id string, fn func(q *queue, w where) error) (bool, error) {
-	b.mu.RLock()
-	if b.closed {
-		b.mu.RUnlock()
-		return false, backend.ErrShutDown
+	qs, err := b.queues.Snapshot()
+	if err != nil {
+		return false, err
 	}
-	qs := make([]*queue, 0, len(b.queues))
-	for _, q := range b.queues {
-		qs = append(qs, q)
-	}
-	b.mu.RUnlock()
 	for _, q := range qs {
 		q.Lock()
 		w := q.where(id)

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -34,9 +33,7 @@ type Backend struct {
 	log         *slog.Logger
 	granularity time.Duration
 
-	mu      sync.RWMutex
-	queues  map[string]*queue
-	closed  bool
+	queues  stream.Directory[*queue]
 	done    chan struct{} // closed by Close
 	streams stream.Group
 
@@ -52,7 +49,6 @@ func New(cfg Config) *Backend {
 	return &Backend{
 		log:         log,
 		granularity: backend.ClampGranularity(cfg.Granularity, log),
-		queues:      make(map[string]*queue),
 		done:        make(chan struct{}),
 	}
 }
@@ -106,46 +102,26 @@ func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 		return err
 	}
 	q = q.Normalize(b.log)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+	b.queues.Lock()
+	defer b.queues.Unlock()
+	if b.queues.ClosedLocked() {
 		return backend.ErrShutDown
 	}
-	if have, ok := b.queues[q.Name]; ok {
+	if have, ok := b.queues.GetLocked(q.Name); ok {
 		if have.Levels() != q.PriorityLevels {
 			return fmt.Errorf("queue %q exists with %d priority levels, not the %d wanted: it keeps its first declaration", q.Name, have.Levels(), q.PriorityLevels)
 		}
 		return nil
 	}
-	b.queues[q.Name] = &queue{
+	b.queues.PutLocked(q.Name, &queue{
 		Queue:    stream.NewQueue[*message](q.PriorityLevels),
 		name:     q.Name,
 		held:     make(map[*time.Timer]heldMessage),
 		ids:      make(map[string]int),
 		uniq:     make(map[string]*uniqEntry),
 		uniqByID: make(map[string]*uniqEntry),
-	}
+	})
 	return nil
-}
-
-// lookup returns the declared queue named name.
-func (b *Backend) lookup(name string) (*queue, error) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.closed {
-		return nil, backend.ErrShutDown
-	}
-	q, ok := b.queues[name]
-	if !ok {
-		return nil, backend.UnknownQueue(name)
-	}
-	return q, nil
-}
-
-func (b *Backend) isClosed() bool {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.closed
 }
 
 // Publish puts env on env.Queue, after delay rounded up to the granularity. A repeat,
@@ -185,7 +161,7 @@ func (b *Backend) enqueue(m *message, delay time.Duration, deferred, dropRepeat 
 // are dropped. A nil admit queues every message, repeats too.
 func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admit func(*queue) bool) error {
 	dropRepeat := admit != nil
-	q, err := b.lookup(m.env.Queue)
+	q, err := b.queues.Lookup(m.env.Queue)
 	if err != nil {
 		return err
 	}
@@ -240,7 +216,7 @@ func (q *queue) release(m *message) {
 // Consume starts a stream of the declared queue q.Name with prefetch q.Prefetch.
 func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.Stream, error) {
 	qc = qc.Normalize(b.log)
-	q, err := b.lookup(qc.Name)
+	q, err := b.queues.Lookup(qc.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -259,12 +235,11 @@ func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.
 // Close ends every stream and drops everything queued or held. It waits for the
 // streams to end, or for ctx.
 func (b *Backend) Close(ctx context.Context) error {
-	b.mu.Lock()
-	if !b.closed {
-		b.closed = true
+	b.queues.Lock()
+	if b.queues.CloseLocked() {
 		close(b.done)
 		b.streams.Close()
-		for _, q := range b.queues {
+		for q := range b.queues.AllLocked() {
 			q.Lock()
 			for t := range q.held {
 				t.Stop()
@@ -273,7 +248,7 @@ func (b *Backend) Close(ctx context.Context) error {
 			q.Unlock()
 		}
 	}
-	b.mu.Unlock()
+	b.queues.Unlock()
 	if err := b.streams.Wait(ctx); err != nil {
 		return fmt.Errorf("memory backend close: %w", err)
 	}
@@ -300,7 +275,7 @@ type QueueStats struct {
 
 // Stats counts the messages of the declared queue by state.
 func (b *Backend) Stats(queue string) (QueueStats, error) {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return QueueStats{}, err
 	}
@@ -330,7 +305,7 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 // Pending returns the ready messages of the declared queue in the order they would be
 // delivered. Malformed messages appear with what could be read.
 func (b *Backend) Pending(queue string) ([]backend.Envelope, error) {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return nil, err
 	}
@@ -346,7 +321,7 @@ func (b *Backend) Pending(queue string) ([]backend.Envelope, error) {
 // DeadLetters lists up to limit dead letters of the declared queue, oldest first;
 // limit <= 0 lists all.
 func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]backend.DeadLetter, error) {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +342,7 @@ func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]b
 // ReplayDeadLetter puts the dead letter with job id id back on its queue as a fresh
 // job: attempt 1, no reason, no defers, one replay more (backend.Replayed).
 func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return err
 	}
@@ -387,7 +362,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 
 // PurgeDeadLetters deletes the dead letters of the declared queue.
 func (b *Backend) PurgeDeadLetters(ctx context.Context, queue string) (int, error) {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return 0, err
 	}

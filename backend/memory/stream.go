@@ -36,7 +36,7 @@ func (d *delivery) Envelope() (backend.Envelope, error) {
 
 // begin moves the delivery into its settle, or says why it cannot be settled.
 func (d *delivery) begin() error {
-	if d.b.isClosed() {
+	if d.b.queues.IsClosed() {
 		return backend.ErrShutDown
 	}
 	return d.c.Begin()

@@ -31,7 +31,7 @@ const uniqSweepMin = 64
 // key is published as by Publish.
 func (b *Backend) PublishUnique(ctx context.Context, pubs []backend.UniquePublication) ([]backend.UniqueResult, error) {
 	for _, p := range pubs {
-		if _, err := b.lookup(p.Envelope.Queue); err != nil {
+		if _, err := b.queues.Lookup(p.Envelope.Queue); err != nil {
 			return nil, err
 		}
 		if err := backend.CheckDelay(p.Delay, backend.MaxDelay); err != nil {

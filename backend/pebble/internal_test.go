@@ -55,7 +55,7 @@ func TestUnreadableJobIsNotHandedOut(t *testing.T) {
 	idle, err := b.Consume(ctx, backend.QueueConfig{Name: "other"})
 	must(t, err)
 	must(t, b.Publish(ctx, backend.Envelope{ID: "j1", Queue: "q", Payload: []byte("x")}, 0))
-	q, _ := b.lookup("q")
+	q, _ := b.queues.Lookup("q")
 	key := q.keyOf("j1")
 	// The read fails: here the key is gone underneath the index.
 	must(t, b.db.Delete(key, pebbledb.Sync))
@@ -112,7 +112,7 @@ func TestConcurrentDeclaresCommitOnlyTheWinner(t *testing.T) {
 				won = i
 			}
 		}
-		q, err := b.lookup(name)
+		q, err := b.queues.Lookup(name)
 		must(t, err)
 		if won < 0 || q.Levels() != won {
 			t.Fatalf("round %d: winner %d, queue has %d levels; errors %v", round, won, q.Levels(), errs)
@@ -120,7 +120,7 @@ func TestConcurrentDeclaresCommitOnlyTheWinner(t *testing.T) {
 		must(t, b.Publish(ctx, backend.Envelope{ID: name, Queue: name, Priority: 9}, 0))
 		must(t, b.Close(ctx))
 		b = openMem(t, fs, Config{})
-		q, err = b.lookup(name)
+		q, err = b.queues.Lookup(name)
 		must(t, err)
 		if q.Levels() != won {
 			t.Fatalf("round %d: reopened with %d levels, the winner declared %d", round, q.Levels(), won)

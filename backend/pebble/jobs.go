@@ -25,7 +25,7 @@ var (
 // are keyed by id, and ids sort by creation time). A page reads at most maxListScan
 // records.
 func (b *Backend) ListJobs(ctx context.Context, queue string, f backend.JobFilter) (backend.JobPage, error) {
-	if _, err := b.lookup(queue); err != nil {
+	if _, err := b.queues.Lookup(queue); err != nil {
 		return backend.JobPage{}, err
 	}
 	if err := b.enter(); err != nil {
@@ -178,7 +178,7 @@ func (b *Backend) deleteFinished(ctx context.Context, id string) error {
 // deleteDead deletes a dead job's dead letter, if it is still there, and its record;
 // it calls release once the write has landed or failed, or when it writes nothing.
 func (b *Backend) deleteDead(ctx context.Context, rec backend.JobRecord, release func()) error {
-	q, err := b.lookup(rec.Queue)
+	q, err := b.queues.Lookup(rec.Queue)
 	if err != nil {
 		release()
 		return err
@@ -230,7 +230,7 @@ func (b *Backend) deleteDead(ctx context.Context, rec backend.JobRecord, release
 // entry is taken first, under the queue's (or the delay index's) lock, so that no
 // consumer or release can take the job meanwhile; a failed write puts it back.
 func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del bool) error {
-	q, err := b.lookup(rec.Queue)
+	q, err := b.queues.Lookup(rec.Queue)
 	if err != nil {
 		return err
 	}
@@ -332,7 +332,7 @@ func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope,
 	if err != nil {
 		return backend.Envelope{}, err
 	}
-	q, err := b.lookup(rec.Queue)
+	q, err := b.queues.Lookup(rec.Queue)
 	if err != nil {
 		return backend.Envelope{}, err
 	}

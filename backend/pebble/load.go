@@ -49,7 +49,7 @@ func (b *Backend) load(ctx context.Context) error {
 				return b.corrupt(fmt.Sprintf("key %q", k), err)
 			}
 			name := string(k[1:])
-			b.queues[name] = newQueue(name, levels)
+			b.queues.PutLocked(name, newQueue(name, levels))
 			recovered.Queues++
 		case kindReady:
 			queue, priority, seq, err := parseReadyKey(k)
@@ -101,7 +101,7 @@ func (b *Backend) load(ctx context.Context) error {
 	}
 	// Jobs are indexed after the scan: their queues' keys do not all sort first.
 	for _, e := range ready {
-		q, ok := b.queues[e.queue]
+		q, ok := b.queues.GetLocked(e.queue)
 		if !ok {
 			return b.corrupt("", fmt.Errorf("ready job %s of queue %q, which was never declared", e.it.id, e.queue))
 		}
@@ -113,7 +113,7 @@ func (b *Backend) load(ctx context.Context) error {
 		recovered.Ready++
 	}
 	for _, e := range delays {
-		q, ok := b.queues[e.queue]
+		q, ok := b.queues.GetLocked(e.queue)
 		if !ok {
 			return b.corrupt("", fmt.Errorf("delayed job %s of queue %q, which was never declared", e.dl.id, e.queue))
 		}
@@ -129,7 +129,7 @@ func (b *Backend) load(ctx context.Context) error {
 		recovered.Delayed++
 	}
 	for name, n := range deadByQueue {
-		q, ok := b.queues[name]
+		q, ok := b.queues.GetLocked(name)
 		if !ok {
 			return b.corrupt("", fmt.Errorf("%d dead letters of queue %q, which was never declared", n, name))
 		}

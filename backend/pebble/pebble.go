@@ -139,11 +139,10 @@ type Backend struct {
 	// corruption holds the last corruption Pebble reported.
 	corruption atomic.Pointer[pebbledb.DataCorruptionInfo]
 
-	mu     sync.RWMutex
-	queues map[string]*queue
-	// declaring holds the names whose declaration is being committed.
+	// queues is the declared queues and whether the backend is closed; its lock
+	// guards declaring, the names whose declaration is being committed.
+	queues    stream.Directory[*queue]
 	declaring map[string]*declaration
-	closed    bool
 	done      chan struct{} // closed by Close
 	// storeClosed is closed once the store is closed; closeErr, set before, says how.
 	storeClosed chan struct{}
@@ -204,7 +203,6 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		log:         log,
 		granularity: backend.ClampGranularity(cfg.Granularity, log),
 		records:     cfg.Records.normalize(),
-		queues:      make(map[string]*queue),
 		declaring:   make(map[string]*declaration),
 		done:        make(chan struct{}),
 		failCh:      make(chan struct{}),
@@ -332,9 +330,9 @@ func (q *queue) key(it *item) []byte { return readyKey(q.name, it.priority, it.s
 // enter starts an operation that uses the store, or says why none can start. The
 // caller calls b.ops.Done when it is finished.
 func (b *Backend) enter() error {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.closed {
+	b.queues.RLock()
+	defer b.queues.RUnlock()
+	if b.queues.ClosedLocked() {
 		return backend.ErrShutDown
 	}
 	if p := b.failed.Load(); p != nil {
@@ -342,25 +340,6 @@ func (b *Backend) enter() error {
 	}
 	b.ops.Add(1)
 	return nil
-}
-
-func (b *Backend) lookup(name string) (*queue, error) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.closed {
-		return nil, backend.ErrShutDown
-	}
-	q, ok := b.queues[name]
-	if !ok {
-		return nil, backend.UnknownQueue(name)
-	}
-	return q, nil
-}
-
-func (b *Backend) isClosed() bool {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.closed
 }
 
 // Declare creates the queue q.Name if it does not exist, durably. The first
@@ -380,16 +359,16 @@ func (b *Backend) Declare(ctx context.Context, qc backend.QueueConfig) error {
 	conflict := func(have int) error {
 		return fmt.Errorf("queue %q exists with %d priority levels, not the %d wanted: it keeps its first declaration", qc.Name, have, qc.PriorityLevels)
 	}
-	b.mu.Lock()
-	if q, ok := b.queues[qc.Name]; ok {
-		b.mu.Unlock()
+	b.queues.Lock()
+	if q, ok := b.queues.GetLocked(qc.Name); ok {
+		b.queues.Unlock()
 		if q.Levels() != qc.PriorityLevels {
 			return conflict(q.Levels())
 		}
 		return nil
 	}
 	if p, ok := b.declaring[qc.Name]; ok {
-		b.mu.Unlock()
+		b.queues.Unlock()
 		if p.levels != qc.PriorityLevels {
 			return conflict(p.levels)
 		}
@@ -402,19 +381,19 @@ func (b *Backend) Declare(ctx context.Context, qc backend.QueueConfig) error {
 	}
 	p := &declaration{levels: qc.PriorityLevels, done: make(chan struct{})}
 	b.declaring[qc.Name] = p
-	b.mu.Unlock()
+	b.queues.Unlock()
 	batch := b.db.NewBatch()
 	batch.Set(queueKey(qc.Name), encodeQueue(qc.PriorityLevels), nil)
 	return b.commit(ctx, batch, pebbledb.Sync, "declare", qc.Name, func() {
-		b.mu.Lock()
-		b.queues[qc.Name] = newQueue(qc.Name, qc.PriorityLevels)
+		b.queues.Lock()
+		b.queues.PutLocked(qc.Name, newQueue(qc.Name, qc.PriorityLevels))
 		delete(b.declaring, qc.Name)
-		b.mu.Unlock()
+		b.queues.Unlock()
 		close(p.done)
 	}, func() {
-		b.mu.Lock()
+		b.queues.Lock()
 		delete(b.declaring, qc.Name)
-		b.mu.Unlock()
+		b.queues.Unlock()
 		p.err = fmt.Errorf("declaring queue %q in %s: the concurrent declaration failed", qc.Name, b.dir)
 		close(p.done)
 	})
@@ -446,7 +425,7 @@ func (b *Backend) publish(ctx context.Context, env backend.Envelope, delay time.
 		return err
 	}
 	defer b.ops.Done()
-	q, err := b.lookup(env.Queue)
+	q, err := b.queues.Lookup(env.Queue)
 	if err != nil {
 		return err
 	}
@@ -498,7 +477,7 @@ func (b *Backend) PublishBatch(ctx context.Context, pubs []backend.Publication) 
 func (b *Backend) stagePublications(ctx context.Context, batch *pebbledb.Batch, pubs []backend.Publication) (apply, undo func(), ids []string, err error) {
 	queues := make([]*queue, len(pubs))
 	for i, p := range pubs {
-		if queues[i], err = b.lookup(p.Envelope.Queue); err != nil {
+		if queues[i], err = b.queues.Lookup(p.Envelope.Queue); err != nil {
 			return nil, nil, nil, err
 		}
 		if err := backend.CheckDelay(p.Delay, backend.MaxDelay); err != nil {
@@ -652,7 +631,7 @@ func (b *Backend) failure() error {
 // Consume starts a stream of the declared queue qc.Name with prefetch qc.Prefetch.
 func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.Stream, error) {
 	qc = qc.Normalize(b.log)
-	q, err := b.lookup(qc.Name)
+	q, err := b.queues.Lookup(qc.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -681,15 +660,14 @@ func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.
 // last write finishes. Close is idempotent: a later call waits, under its own ctx, for
 // the store to be closed and returns the same result.
 func (b *Backend) Close(ctx context.Context) error {
-	b.mu.Lock()
-	first := !b.closed
+	b.queues.Lock()
+	first := b.queues.CloseLocked()
 	if first {
-		b.closed = true
 		close(b.done)
 		b.streams.Close()
 		b.cancel()
 	}
-	b.mu.Unlock()
+	b.queues.Unlock()
 	if first {
 		b.delays.stop()
 		b.space.stop()

@@ -65,7 +65,7 @@ func (b *Backend) PublishTick(ctx context.Context, schedule string, tick time.Ti
 		return err
 	}
 	defer b.ops.Done()
-	q, err := b.lookup(env.Queue)
+	q, err := b.queues.Lookup(env.Queue)
 	if err != nil {
 		return err
 	}

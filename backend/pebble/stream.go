@@ -219,7 +219,7 @@ func (d *delivery) DeferWith(ctx context.Context, next backend.Envelope, delay t
 func (d *delivery) republish(ctx context.Context, op string, next backend.Envelope, delay time.Duration, deferred bool, run *backend.JobRecord) error {
 	b := d.b
 	return d.settle(ctx, op, false, func(batch *pebbledb.Batch) (func(), func(), error) {
-		q, err := b.lookup(next.Queue)
+		q, err := b.queues.Lookup(next.Queue)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -152,7 +152,7 @@ func (b *Backend) PublishUnique(ctx context.Context, pubs []backend.UniquePublic
 	defer b.ops.Done()
 	var keys []string
 	for _, p := range pubs {
-		if _, err := b.lookup(p.Envelope.Queue); err != nil {
+		if _, err := b.queues.Lookup(p.Envelope.Queue); err != nil {
 			return nil, err
 		}
 		if err := backend.CheckDelay(p.Delay, backend.MaxDelay); err != nil {
