@@ -13,6 +13,32 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend/internal/stream"
 )
 
+// Consume starts a stream of the declared queue qc.Name with prefetch qc.Prefetch.
+func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.Stream, error) {
+	qc = qc.Normalize(b.log)
+	q, err := b.queues.Lookup(qc.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.failure(); err != nil {
+		return nil, err
+	}
+	s, err := q.Consume(ctx, stream.Options[*item]{
+		Prefetch: qc.Prefetch,
+		Deliver:  func(c *stream.Claim[*item]) (backend.Delivery, error) { return b.deliver(q, c) },
+		Group:    &b.streams,
+		Closed:   b.done,
+		Failed:   b.failCh,
+		Failure:  b.failure,
+		Order:    bySeq,
+		Released: func(it *item) { b.ids.unclaim(it.id) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // Level and Requeue make an item a ready item of the stream core.
 func (it *item) Level() int { return int(it.priority) }
 
