@@ -35,7 +35,7 @@ type Backend struct {
 
 	queues  stream.Directory[*queue]
 	done    chan struct{} // closed by Close
-	streams stream.Group
+	streams stream.Streams[*message]
 
 	ticks scheduleTicks // schedule.go
 }
@@ -46,11 +46,13 @@ func New(cfg Config) *Backend {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{
+	b := &Backend{
 		log:         log,
 		granularity: backend.ClampGranularity(cfg.Granularity, log),
 		done:        make(chan struct{}),
 	}
+	b.streams.Closed = b.done
+	return b
 }
 
 var (
@@ -220,16 +222,7 @@ func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.
 	if err != nil {
 		return nil, err
 	}
-	s, err := q.Consume(ctx, stream.Options[*message]{
-		Prefetch: qc.Prefetch,
-		Deliver:  func(c *stream.Claim[*message]) (backend.Delivery, error) { return b.deliver(q, c) },
-		Group:    &b.streams,
-		Closed:   b.done,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return b.streams.Consume(ctx, q.Queue, qc.Prefetch, func(c *stream.Claim[*message]) (backend.Delivery, error) { return b.deliver(q, c) })
 }
 
 // Close ends every stream and drops everything queued or held. It waits for the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/backendtest"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 )
 
@@ -32,10 +33,10 @@ func TestInjectMalformedDecodesWithError(t *testing.T) {
 		b := memory.New(memory.Config{})
 		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs"}
-		mustDo(t, b.Declare(ctx, q))
-		mustDo(t, b.InjectMalformed(ctx, "jobs", []byte{0xde, 0xad}, "no message id"))
+		rig.Must(t, b.Declare(ctx, q))
+		rig.Must(t, b.InjectMalformed(ctx, "jobs", []byte{0xde, 0xad}, "no message id"))
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		d := <-s.Deliveries()
 		env, err := d.Envelope()
 		if !errors.Is(err, backend.ErrMalformed) || !strings.Contains(err.Error(), "no message id") {
@@ -45,9 +46,9 @@ func TestInjectMalformedDecodesWithError(t *testing.T) {
 			t.Fatalf("partial envelope = %+v", env)
 		}
 		reason := err.Error()
-		mustDo(t, d.DeadLetter(ctx, reason))
+		rig.Must(t, d.DeadLetter(ctx, reason))
 		dead, err := b.DeadLetters(ctx, "jobs", 0)
-		mustDo(t, err)
+		rig.Must(t, err)
 		if len(dead) != 1 || dead[0].Reason != reason {
 			t.Fatalf("dead letters = %+v", dead)
 		}
@@ -64,18 +65,18 @@ func TestStatsAndPending(t *testing.T) {
 		b := memory.New(memory.Config{})
 		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 2, PriorityLevels: 1}
-		mustDo(t, b.Declare(ctx, q))
+		rig.Must(t, b.Declare(ctx, q))
 		for i, p := range []uint8{0, 1, 0} {
 			env := backend.NewEnvelope("jobs", []byte{'a' + byte(i)})
 			env.Priority = p
-			mustDo(t, b.Publish(ctx, env, 0))
+			rig.Must(t, b.Publish(ctx, env, 0))
 		}
-		mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("later")), time.Minute))
-		mustDo(t, b.Defer(ctx, backend.NewEnvelope("jobs", []byte("held")), time.Minute))
-		mustDo(t, b.Defer(ctx, backend.NewEnvelope("jobs", []byte("now")), 0))
+		rig.Must(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("later")), time.Minute))
+		rig.Must(t, b.Defer(ctx, backend.NewEnvelope("jobs", []byte("held")), time.Minute))
+		rig.Must(t, b.Defer(ctx, backend.NewEnvelope("jobs", []byte("now")), 0))
 
 		pending, err := b.Pending("jobs")
-		mustDo(t, err)
+		rig.Must(t, err)
 		var order []string
 		for _, env := range pending {
 			order = append(order, string(env.Payload))
@@ -85,22 +86,22 @@ func TestStatsAndPending(t *testing.T) {
 		}
 
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		d := <-s.Deliveries()
-		mustDo(t, d.Ack(ctx))
+		rig.Must(t, d.Ack(ctx))
 		d = <-s.Deliveries()
-		mustDo(t, d.DeadLetter(ctx, ""))
+		rig.Must(t, d.DeadLetter(ctx, ""))
 		d = <-s.Deliveries() // unsettled
 		synctest.Wait()
 		got, err := b.Stats("jobs")
-		mustDo(t, err)
+		rig.Must(t, err)
 		// The last one is offered by the stream and not taken: it counts as pending.
 		want := memory.QueueStats{Pending: 1, Unacked: 1, Delayed: 1, Deferred: 1, Acked: 1, Dead: 1}
 		if got != want {
 			t.Fatalf("Stats = %+v, want %+v", got, want)
 		}
 		dead, err := b.DeadLetters(ctx, "jobs", 0)
-		mustDo(t, err)
+		rig.Must(t, err)
 		if dead[0].Reason == "" {
 			t.Fatal("a dead letter without a reason must get one")
 		}
@@ -120,11 +121,11 @@ func TestContextEndsStreamAndReleases(t *testing.T) {
 		b := memory.New(memory.Config{})
 		defer b.Close(context.Background())
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-		mustDo(t, b.Declare(t.Context(), q))
-		mustDo(t, b.Publish(t.Context(), backend.NewEnvelope("jobs", []byte("x")), 0))
+		rig.Must(t, b.Declare(t.Context(), q))
+		rig.Must(t, b.Publish(t.Context(), backend.NewEnvelope("jobs", []byte("x")), 0))
 		ctx, cancel := context.WithCancel(t.Context())
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		d := <-s.Deliveries()
 		cancel()
 		if _, ok := <-s.Deliveries(); ok {
@@ -137,7 +138,7 @@ func TestContextEndsStreamAndReleases(t *testing.T) {
 			t.Fatalf("Ack after the stream ended = %v, want ErrStreamClosed", err)
 		}
 		st, err := b.Stats("jobs")
-		mustDo(t, err)
+		rig.Must(t, err)
 		if st.Pending != 1 || st.Unacked != 0 {
 			t.Fatalf("Stats = %+v, want the job back in the queue", st)
 		}
@@ -151,10 +152,10 @@ func TestFailedSettleAfterStreamEndedReleases(t *testing.T) {
 		b := memory.New(memory.Config{})
 		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-		mustDo(t, b.Declare(ctx, q))
-		mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("x")), 0))
+		rig.Must(t, b.Declare(ctx, q))
+		rig.Must(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("x")), 0))
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		d := <-s.Deliveries()
 		env, _ := d.Envelope()
 		env.Queue = "nowhere"
@@ -167,7 +168,7 @@ func TestFailedSettleAfterStreamEndedReleases(t *testing.T) {
 			t.Fatalf("Retry = %v", err)
 		}
 		st, err := b.Stats("jobs")
-		mustDo(t, err)
+		rig.Must(t, err)
 		if st.Pending != 1 || st.Unacked != 0 {
 			t.Fatalf("Stats = %+v, want the job back in the queue", st)
 		}
@@ -186,19 +187,19 @@ func TestConfigIsClampedNeverPanics(t *testing.T) {
 			{Name: "neg", Prefetch: -3, PriorityLevels: -1},
 			{Name: "big", Prefetch: 1 << 20, PriorityLevels: 300},
 		} {
-			mustDo(t, b.Declare(ctx, q))
+			rig.Must(t, b.Declare(ctx, q))
 			env := backend.NewEnvelope(q.Name, nil)
 			env.Priority = 255
 			start := time.Now()
-			mustDo(t, b.Publish(ctx, env, 1500*time.Microsecond))
+			rig.Must(t, b.Publish(ctx, env, 1500*time.Microsecond))
 			s, err := b.Consume(ctx, q)
-			mustDo(t, err)
+			rig.Must(t, err)
 			d := <-s.Deliveries()
 			// 1.5 ms rounded up to the clamped 1 ms granularity: 2 ms, never earlier.
 			if waited := time.Since(start); waited != 2*time.Millisecond {
 				t.Errorf("%s: delivered after %v, want 2ms", q.Name, waited)
 			}
-			mustDo(t, d.Ack(ctx))
+			rig.Must(t, d.Ack(ctx))
 			s.Drop()
 		}
 	})
@@ -222,13 +223,13 @@ func TestManyMessagesGrowTheRing(t *testing.T) {
 		b := memory.New(memory.Config{})
 		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 100}
-		mustDo(t, b.Declare(ctx, q))
+		rig.Must(t, b.Declare(ctx, q))
 		const n = 1000
 		for i := range n {
-			mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte(strconv.Itoa(i))), 0))
+			rig.Must(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte(strconv.Itoa(i))), 0))
 		}
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		var held []backend.Delivery
 		for i := range n {
 			d := <-s.Deliveries()
@@ -242,32 +243,25 @@ func TestManyMessagesGrowTheRing(t *testing.T) {
 				if i == n/2 {
 					s.Drop()
 					s, err = b.Consume(ctx, q)
-					mustDo(t, err)
+					rig.Must(t, err)
 					for j := range 50 {
 						d := <-s.Deliveries()
 						env, _ := d.Envelope()
 						if want := strconv.Itoa(i - 49 + j); string(env.Payload) != want || !env.Redelivered {
 							t.Fatalf("after drop got %s (redelivered %v), want %s", env.Payload, env.Redelivered, want)
 						}
-						mustDo(t, d.Ack(ctx))
+						rig.Must(t, d.Ack(ctx))
 					}
 					held = nil
 					continue
 				}
 				for _, d := range held {
-					mustDo(t, d.Ack(ctx))
+					rig.Must(t, d.Ack(ctx))
 				}
 				held = held[:0]
 			}
 		}
 	})
-}
-
-func mustDo(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestRepeatPublishIsDropped: a publish of a job id the queue still holds (ready,
@@ -280,7 +274,7 @@ func TestRepeatPublishIsDropped(t *testing.T) {
 		b := memory.New(memory.Config{})
 		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-		mustDo(t, b.Declare(ctx, q))
+		rig.Must(t, b.Declare(ctx, q))
 		stats := func(want memory.QueueStats) {
 			t.Helper()
 			synctest.Wait()
@@ -291,41 +285,41 @@ func TestRepeatPublishIsDropped(t *testing.T) {
 		ready := backend.NewEnvelope("jobs", []byte("ready"))
 		delayed := backend.NewEnvelope("jobs", []byte("delayed"))
 		deferred := backend.NewEnvelope("jobs", []byte("deferred"))
-		mustDo(t, b.Publish(ctx, ready, 0))
-		mustDo(t, b.Publish(ctx, delayed, time.Minute))
-		mustDo(t, b.Defer(ctx, deferred, time.Minute))
+		rig.Must(t, b.Publish(ctx, ready, 0))
+		rig.Must(t, b.Publish(ctx, delayed, time.Minute))
+		rig.Must(t, b.Defer(ctx, deferred, time.Minute))
 		for _, env := range []backend.Envelope{ready, delayed, deferred} {
-			mustDo(t, b.Publish(ctx, env, 0))
-			mustDo(t, b.Publish(ctx, env, time.Second))
-			mustDo(t, b.Defer(ctx, env, time.Second))
+			rig.Must(t, b.Publish(ctx, env, 0))
+			rig.Must(t, b.Publish(ctx, env, time.Second))
+			rig.Must(t, b.Defer(ctx, env, time.Second))
 		}
 		stats(memory.QueueStats{Pending: 1, Delayed: 1, Deferred: 1})
 
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		d := <-s.Deliveries() // ready, in flight
-		mustDo(t, b.Publish(ctx, ready, 0))
+		rig.Must(t, b.Publish(ctx, ready, 0))
 		stats(memory.QueueStats{Unacked: 1, Delayed: 1, Deferred: 1})
 		// Retry republishes the job it settles: not a repeat.
-		mustDo(t, d.Retry(ctx, ready, 0))
+		rig.Must(t, d.Retry(ctx, ready, 0))
 		d = <-s.Deliveries()
 		stats(memory.QueueStats{Unacked: 1, Delayed: 1, Deferred: 1, Acked: 1})
-		mustDo(t, d.Ack(ctx))
+		rig.Must(t, d.Ack(ctx))
 		// Settled: the id is free again.
-		mustDo(t, b.Publish(ctx, ready, 0))
+		rig.Must(t, b.Publish(ctx, ready, 0))
 		stats(memory.QueueStats{Pending: 1, Delayed: 1, Deferred: 1, Acked: 2})
 		d = <-s.Deliveries()
-		mustDo(t, d.DeadLetter(ctx, "dead"))
-		mustDo(t, b.Publish(ctx, ready, 0)) // a dead letter is not held
+		rig.Must(t, d.DeadLetter(ctx, "dead"))
+		rig.Must(t, b.Publish(ctx, ready, 0)) // a dead letter is not held
 		stats(memory.QueueStats{Pending: 1, Delayed: 1, Deferred: 1, Acked: 2, Dead: 1})
 
 		// Released after their delays, the others are held until they are settled.
 		time.Sleep(2 * time.Minute)
 		synctest.Wait()
-		mustDo(t, b.Publish(ctx, delayed, 0))
-		mustDo(t, b.Publish(ctx, deferred, 0))
+		rig.Must(t, b.Publish(ctx, delayed, 0))
+		rig.Must(t, b.Publish(ctx, deferred, 0))
 		pending, err := b.Pending("jobs")
-		mustDo(t, err)
+		rig.Must(t, err)
 		if len(pending) != 2 {
 			t.Fatalf("pending %d jobs, want 2 (one offered to the stream)", len(pending))
 		}

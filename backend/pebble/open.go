@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/internal/stream"
 )
 
 // Open opens (or creates) the data directory cfg.Dir, takes its lock and rebuilds the
@@ -49,6 +50,13 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		storeClosed: make(chan struct{}),
 	}
 	b.closing, b.cancel = context.WithCancel(context.Background())
+	b.streams = stream.Streams[*item]{
+		Closed:   b.done,
+		Failed:   b.failCh,
+		Failure:  b.failure,
+		Order:    bySeq,
+		Released: func(it *item) { b.ids.unclaim(it.id) },
+	}
 	b.ids.m = make(map[string]chan struct{})
 	b.ids.claims = make(map[string]int)
 	b.uniq.init()

@@ -145,7 +145,7 @@ type Backend struct {
 	// closing is cancelled by Close: background work (compactions) stops with it.
 	closing context.Context
 	cancel  context.CancelFunc
-	streams stream.Group
+	streams stream.Streams[*item]
 	ops     sync.WaitGroup // operations that use the store
 
 	ids    idSet

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	pebblebackend "github.com/wasmjobs/wasmjobs/backend/pebble"
 )
 
@@ -25,31 +26,31 @@ func TestRecordRetentionAndCaps(t *testing.T) {
 		}}
 		b := open(t, cfg)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-		mustDo(t, b.Declare(ctx, q))
+		rig.Must(t, b.Declare(ctx, q))
 		held := backend.NewEnvelope("jobs", []byte("held"))
-		mustDo(t, b.Publish(ctx, held, 10*time.Hour))
+		rig.Must(t, b.Publish(ctx, held, 10*time.Hour))
 		var ids []string
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		for i := range 10 {
 			env := backend.NewEnvelope("jobs", []byte{byte('a' + i)})
-			mustDo(t, b.Publish(ctx, env, 0))
+			rig.Must(t, b.Publish(ctx, env, 0))
 			ids = append(ids, env.ID)
 			d := <-s.Deliveries()
-			mustDo(t, d.(backend.AtomicDelivery).AckWith(ctx, nil, &backend.JobRecord{
+			rig.Must(t, d.(backend.AtomicDelivery).AckWith(ctx, nil, &backend.JobRecord{
 				Output: []byte("abcdefgh"), Logs: []string{"one", "two", "three"},
 			}))
 			time.Sleep(time.Second) // distinct finish times
 		}
 		s.Drop()
 		rec, err := b.JobRecord(ctx, ids[9])
-		mustDo(t, err)
+		rig.Must(t, err)
 		if string(rec.Output) != "abcd" || !rec.OutputTruncated || len(rec.Logs) != 2 || rec.Logs[1] != "two" || !rec.LogsTruncated {
 			t.Fatalf("capped record = %+v, want output abcd and the first 2 log lines, both marked truncated", rec)
 		}
-		closeBackend(t, b)
+		rig.Close(t, b)
 		b = open(t, cfg) // the count of finished records is rebuilt at Open
-		defer closeBackend(t, b)
+		defer rig.Close(t, b)
 		time.Sleep(2 * time.Minute)
 		for i, id := range ids {
 			_, err := b.JobRecord(ctx, id)
@@ -78,18 +79,18 @@ func TestRecordKeepsEachAttempt(t *testing.T) {
 	cfg := pebblebackend.Config{Dir: "/data", FS: vfs.NewMem()}
 	b := open(t, cfg)
 	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-	mustDo(t, b.Declare(ctx, q))
+	rig.Must(t, b.Declare(ctx, q))
 	env := backend.NewEnvelope("jobs", []byte("flaky"))
 	env.MaxAttempts = 40
-	mustDo(t, b.Publish(ctx, env, 0))
+	rig.Must(t, b.Publish(ctx, env, 0))
 	s, err := b.Consume(ctx, q)
-	mustDo(t, err)
+	rig.Must(t, err)
 	const runs = backend.MaxRecordAttempts + 5
 	version := func(n int) string { return fmt.Sprintf("v%d", n) }
 	for n := 1; n <= runs; n++ {
 		d := (<-s.Deliveries()).(backend.AtomicDelivery)
 		got, err := d.Envelope()
-		mustDo(t, err)
+		rig.Must(t, err)
 		role := "current"
 		if n%2 == 0 {
 			role = "canary"
@@ -97,19 +98,19 @@ func TestRecordKeepsEachAttempt(t *testing.T) {
 		run := &backend.JobRecord{Module: "mod", ModuleVersion: version(n), ModuleRole: role,
 			StartedAt: time.Unix(int64(n), 0), FinishedAt: time.Unix(int64(n), 5)}
 		if n == runs {
-			mustDo(t, d.AckWith(ctx, nil, run))
+			rig.Must(t, d.AckWith(ctx, nil, run))
 			break
 		}
 		next := got
 		next.Attempt, next.Reason = got.Attempt+1, fmt.Sprintf("failure %d", n)
-		mustDo(t, d.RetryWith(ctx, next, 0, run))
+		rig.Must(t, d.RetryWith(ctx, next, 0, run))
 	}
 	s.Drop()
-	closeBackend(t, b)
+	rig.Close(t, b)
 	b = open(t, cfg)
-	defer closeBackend(t, b)
+	defer rig.Close(t, b)
 	rec, err := b.JobRecord(ctx, env.ID)
-	mustDo(t, err)
+	rig.Must(t, err)
 	if len(rec.Attempts) != backend.MaxRecordAttempts {
 		t.Fatalf("record keeps %d attempts after %d runs and a reopen, want the latest %d: %+v", len(rec.Attempts), runs, backend.MaxRecordAttempts, rec.Attempts)
 	}
@@ -139,23 +140,23 @@ func TestReplayKeepsTheEarlierAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := open(t, pebblebackend.Config{Dir: "/data", FS: vfs.NewMem()})
-	defer closeBackend(t, b)
+	defer rig.Close(t, b)
 	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-	mustDo(t, b.Declare(ctx, q))
+	rig.Must(t, b.Declare(ctx, q))
 	env := backend.NewEnvelope("jobs", []byte("bad"))
-	mustDo(t, b.Publish(ctx, env, 0))
+	rig.Must(t, b.Publish(ctx, env, 0))
 	s, err := b.Consume(ctx, q)
-	mustDo(t, err)
+	rig.Must(t, err)
 	defer s.Drop()
 	for run := 1; run <= 2; run++ {
 		d := (<-s.Deliveries()).(backend.AtomicDelivery)
-		mustDo(t, d.DeadLetterWith(ctx, fmt.Sprintf("bad input %d", run), &backend.JobRecord{Module: "mod", ModuleVersion: fmt.Sprintf("v%d", run)}))
+		rig.Must(t, d.DeadLetterWith(ctx, fmt.Sprintf("bad input %d", run), &backend.JobRecord{Module: "mod", ModuleVersion: fmt.Sprintf("v%d", run)}))
 		if run == 1 {
-			mustDo(t, b.ReplayDeadLetter(ctx, "jobs", env.ID))
+			rig.Must(t, b.ReplayDeadLetter(ctx, "jobs", env.ID))
 		}
 	}
 	rec, err := b.JobRecord(ctx, env.ID)
-	mustDo(t, err)
+	rig.Must(t, err)
 	if len(rec.Attempts) != 2 || rec.Attempts[0].Version != "v1" || rec.Attempts[1].Version != "v2" {
 		t.Fatalf("after a dead letter, its replay and a second dead letter the record keeps %+v, want the runs on v1 and v2", rec.Attempts)
 	}
@@ -169,11 +170,11 @@ func TestRecordKeepsEachAttemptsCalls(t *testing.T) {
 	cfg := pebblebackend.Config{Dir: "/data", FS: vfs.NewMem()}
 	b := open(t, cfg)
 	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-	mustDo(t, b.Declare(ctx, q))
+	rig.Must(t, b.Declare(ctx, q))
 	env := backend.NewEnvelope("jobs", []byte("calls"))
-	mustDo(t, b.Publish(ctx, env, 0))
+	rig.Must(t, b.Publish(ctx, env, 0))
 	s, err := b.Consume(ctx, q)
-	mustDo(t, err)
+	rig.Must(t, err)
 	many := make([]backend.CallRecord, backend.MaxRecordCalls+10)
 	for i := range many {
 		many[i] = backend.CallRecord{Method: "GET", Target: "https://api.test:443", Path: fmt.Sprintf("/%d", i), Status: 503, Duration: time.Millisecond}
@@ -183,18 +184,18 @@ func TestRecordKeepsEachAttemptsCalls(t *testing.T) {
 
 	d := (<-s.Deliveries()).(backend.AtomicDelivery)
 	got, err := d.Envelope()
-	mustDo(t, err)
+	rig.Must(t, err)
 	next := got
 	next.Attempt, next.Reason = got.Attempt+1, "503"
-	mustDo(t, d.RetryWith(ctx, next, 0, &backend.JobRecord{Module: "mod", Calls: many, CallsDropped: 2}))
+	rig.Must(t, d.RetryWith(ctx, next, 0, &backend.JobRecord{Module: "mod", Calls: many, CallsDropped: 2}))
 	d = (<-s.Deliveries()).(backend.AtomicDelivery)
-	mustDo(t, d.AckWith(ctx, nil, &backend.JobRecord{Module: "mod", Calls: []backend.CallRecord{ok, failed}}))
+	rig.Must(t, d.AckWith(ctx, nil, &backend.JobRecord{Module: "mod", Calls: []backend.CallRecord{ok, failed}}))
 	s.Drop()
-	closeBackend(t, b)
+	rig.Close(t, b)
 	b = open(t, cfg)
-	defer closeBackend(t, b)
+	defer rig.Close(t, b)
 	rec, err := b.JobRecord(ctx, env.ID)
-	mustDo(t, err)
+	rig.Must(t, err)
 	if len(rec.Attempts) != 2 || rec.Calls != nil {
 		t.Fatalf("record: %d attempts, calls %v; want 2 attempts and the calls with them only", len(rec.Attempts), rec.Calls)
 	}

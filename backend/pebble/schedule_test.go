@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	pebblebackend "github.com/wasmjobs/wasmjobs/backend/pebble"
 )
 
@@ -21,27 +22,27 @@ func TestScheduleTicksSurviveReopen(t *testing.T) {
 		ctx := context.Background()
 		cfg := pebblebackend.Config{Dir: "/data", FS: vfs.NewMem()}
 		b := open(t, cfg)
-		mustDo(t, b.Declare(ctx, backend.QueueConfig{Name: "reports"}))
+		rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "reports"}))
 		tick := time.Now().Add(time.Minute)
 		env := backend.Envelope{ID: backend.ScheduleID("reports/daily", tick), Queue: "reports", Payload: []byte("p"), Attempt: 1}
-		mustDo(t, b.PublishTick(ctx, "reports/daily", tick, env))
-		mustDo(t, b.PublishTick(ctx, "reports/daily", tick.Add(time.Hour), env)) // same id: held
-		closeBackend(t, b)
+		rig.Must(t, b.PublishTick(ctx, "reports/daily", tick, env))
+		rig.Must(t, b.PublishTick(ctx, "reports/daily", tick.Add(time.Hour), env)) // same id: held
+		rig.Close(t, b)
 
 		b = open(t, cfg)
-		defer closeBackend(t, b)
+		defer rig.Close(t, b)
 		ticks, err := b.ScheduleTicks(ctx)
-		mustDo(t, err)
+		rig.Must(t, err)
 		if got := ticks["reports/daily"]; len(ticks) != 1 || !got.Equal(tick.Add(time.Hour)) {
 			t.Errorf("ticks after reopen = %v, want reports/daily at %v", ticks, tick.Add(time.Hour))
 		}
 		st, err := b.QueueStats(ctx, "reports")
-		mustDo(t, err)
+		rig.Must(t, err)
 		if st.Pending != 1 {
 			t.Errorf("%d jobs pending, want the one tick's job", st.Pending)
 		}
 		rec, err := b.JobRecord(ctx, env.ID)
-		mustDo(t, err)
+		rig.Must(t, err)
 		if rec.State != backend.JobPending {
 			t.Errorf("record of the tick's job: %+v", rec)
 		}

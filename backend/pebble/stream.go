@@ -23,20 +23,7 @@ func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.
 	if err := b.failure(); err != nil {
 		return nil, err
 	}
-	s, err := q.Consume(ctx, stream.Options[*item]{
-		Prefetch: qc.Prefetch,
-		Deliver:  func(c *stream.Claim[*item]) (backend.Delivery, error) { return b.deliver(q, c) },
-		Group:    &b.streams,
-		Closed:   b.done,
-		Failed:   b.failCh,
-		Failure:  b.failure,
-		Order:    bySeq,
-		Released: func(it *item) { b.ids.unclaim(it.id) },
-	})
-	if err != nil {
-		return nil, err
-	}
-	return s, nil
+	return b.streams.Consume(ctx, q.Queue, qc.Prefetch, func(c *stream.Claim[*item]) (backend.Delivery, error) { return b.deliver(q, c) })
 }
 
 // Level and Requeue make an item a ready item of the stream core.

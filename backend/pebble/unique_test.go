@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	pebblebackend "github.com/wasmjobs/wasmjobs/backend/pebble"
 )
 
@@ -24,22 +25,22 @@ func TestUniqueKeysSurviveReopenAndArePruned(t *testing.T) {
 		cfg := pebblebackend.Config{Dir: "/data", FS: vfs.NewMem(), Records: pebblebackend.RecordConfig{PruneInterval: time.Minute}}
 		b := open(t, cfg)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 4}
-		mustDo(t, b.Declare(ctx, q))
+		rig.Must(t, b.Declare(ctx, q))
 		pub := func(b *pebblebackend.Backend, key string, holdFor time.Duration) backend.UniqueResult {
 			t.Helper()
 			res, err := b.PublishUnique(ctx, []backend.UniquePublication{{
 				Publication: backend.Publication{Envelope: backend.NewEnvelope("jobs", []byte(key))}, Key: key, For: holdFor}})
-			mustDo(t, err)
+			rig.Must(t, err)
 			return res[0]
 		}
 		done := pub(b, "done", time.Hour)
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		d := <-s.Deliveries()
-		mustDo(t, d.Ack(ctx))
+		rig.Must(t, d.Ack(ctx))
 		s.Drop()
 		waiting := pub(b, "waiting", 10*time.Minute)
-		closeBackend(t, b)
+		rig.Close(t, b)
 
 		b = open(t, cfg)
 		for _, c := range []struct {
@@ -66,9 +67,9 @@ func TestUniqueKeysSurviveReopenAndArePruned(t *testing.T) {
 		if r := pub(b, "done", time.Hour); r.Duplicate {
 			t.Fatalf("key of the job finished over an hour ago: %+v, want a new job", r)
 		}
-		closeBackend(t, b)
+		rig.Close(t, b)
 		b = open(t, cfg) // the pruned key stays pruned; the new one is there
-		defer closeBackend(t, b)
+		defer rig.Close(t, b)
 		if n := b.UniqueKeys(); n != 2 {
 			t.Fatalf("%d unique keys after the second reopen, want 2", n)
 		}

@@ -11,23 +11,16 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-// Options configure a stream. Prefetch, Deliver, Group and Closed are required.
-type Options[T Item] struct {
-	// Prefetch is how many deliveries the stream holds unsettled at the most.
-	Prefetch int
-	// Deliver makes the delivery a consumer receives for c, an item the stream has
-	// just taken for offering: the backend's part of a stream. It is called without
-	// the queue's lock. An error ends the stream with it, and c's item goes back to
-	// the front of its queue.
-	Deliver func(c *Claim[T]) (backend.Delivery, error)
-	// Group is the backend's running streams: the stream joins it, and leaves it once
-	// ended.
-	Group *Group
-	// Closed is closed when the backend closes: the stream ends with
+// Streams are a backend's streams: what they all share (the channels that end them,
+// the backend's hooks) and the Group of those running. Closed is required; set the
+// fields before the first Consume.
+type Streams[T Item] struct {
+	Group
+	// Closed is closed when the backend closes: every stream ends with
 	// backend.ErrShutDown.
 	Closed <-chan struct{}
 	// Failed, when not nil, is closed when the backend can no longer hand out jobs:
-	// the stream ends with what Failure returns.
+	// every stream ends with what Failure returns.
 	Failed <-chan struct{}
 	// Failure, when not nil, is asked before each item is taken: an error ends the
 	// stream with it before anything more is taken.
@@ -82,17 +75,23 @@ func (g *Group) Wait(ctx context.Context) error {
 	}
 }
 
-// Consume starts a stream of q under ctx: the stream ends when ctx does, on Drop, or
-// when the backend closes or fails. It fails with backend.ErrShutDown once the group
-// is closed.
-func (q *Queue[T]) Consume(ctx context.Context, o Options[T]) (*Stream[T], error) {
-	if err := o.Group.join(); err != nil {
+// Consume starts a stream of q under ctx, a *Stream holding at most prefetch
+// deliveries unsettled. deliver makes the delivery a consumer receives for c, an item
+// the stream has just taken for offering: the backend's part of a stream. It is called
+// without the queue's lock; an error ends the stream with it, and c's item goes back
+// to the front of its queue. The stream ends when ctx does, on Drop, or when the
+// backend closes or fails. Consume fails with backend.ErrShutDown once the group is
+// closed.
+func (ss *Streams[T]) Consume(ctx context.Context, q *Queue[T], prefetch int, deliver func(c *Claim[T]) (backend.Delivery, error)) (backend.Stream, error) {
+	if err := ss.join(); err != nil {
 		return nil, err
 	}
 	s := &Stream[T]{
 		q:        q,
 		ctx:      ctx,
-		o:        o,
+		ss:       ss,
+		prefetch: prefetch,
+		deliver:  deliver,
 		ch:       make(chan backend.Delivery),
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
@@ -112,7 +111,9 @@ func (q *Queue[T]) Consume(ctx context.Context, o Options[T]) (*Stream[T], error
 type Stream[T Item] struct {
 	q        *Queue[T]
 	ctx      context.Context
-	o        Options[T]
+	ss       *Streams[T]
+	prefetch int
+	deliver  func(c *Claim[T]) (backend.Delivery, error)
 	ch       chan backend.Delivery
 	wake     chan struct{} // buffered 1: something changed, look again
 	stop     chan struct{} // closed by Drop
@@ -156,7 +157,7 @@ func (s *Stream[T]) wakeUp() {
 }
 
 func (s *Stream[T]) run() {
-	defer s.o.Group.wg.Done()
+	defer s.ss.wg.Done()
 	defer close(s.finished)
 	defer close(s.ch)
 	// One select: while a delivery is on offer, out is s.ch and wake is not listened to;
@@ -187,10 +188,10 @@ func (s *Stream[T]) run() {
 		case <-wake:
 			continue
 		case <-s.stop:
-		case <-s.o.Closed:
+		case <-s.ss.Closed:
 			err = backend.ErrShutDown
-		case <-s.o.Failed:
-			err = s.o.Failure()
+		case <-s.ss.Failed:
+			err = s.ss.Failure()
 		case <-s.ctx.Done():
 			err = s.ctx.Err()
 		}
@@ -206,14 +207,14 @@ func (s *Stream[T]) run() {
 // the backend make its delivery. On the backend's error the item is no longer on offer
 // and, being in s.inflight and open, goes back when the stream ends.
 func (s *Stream[T]) take() (*Claim[T], backend.Delivery, error) {
-	if s.o.Failure != nil {
-		if err := s.o.Failure(); err != nil {
+	if s.ss.Failure != nil {
+		if err := s.ss.Failure(); err != nil {
 			return nil, nil, err
 		}
 	}
 	q := s.q
 	q.mu.Lock()
-	if len(s.inflight) >= s.o.Prefetch {
+	if len(s.inflight) >= s.prefetch {
 		q.mu.Unlock()
 		return nil, nil, nil
 	}
@@ -229,7 +230,7 @@ func (s *Stream[T]) take() (*Claim[T], backend.Delivery, error) {
 	q.unsettled++
 	q.offering.Add(1)
 	q.mu.Unlock()
-	d, err := s.o.Deliver(c)
+	d, err := s.deliver(c)
 	if err != nil {
 		c.Received()
 		return nil, nil, err
@@ -253,8 +254,8 @@ func (s *Stream[T]) end(err error) {
 		}
 	}
 	order := func(a, b *Claim[T]) int { return cmp.Compare(a.order, b.order) }
-	if s.o.Order != nil {
-		order = func(a, b *Claim[T]) int { return s.o.Order(a.item, b.item) }
+	if s.ss.Order != nil {
+		order = func(a, b *Claim[T]) int { return s.ss.Order(a.item, b.item) }
 	}
 	slices.SortFunc(released, order)
 	// Pushed newest first, so that the oldest ends up at the front.
@@ -265,9 +266,9 @@ func (s *Stream[T]) end(err error) {
 		q.PushFront(c.item)
 	}
 	q.mu.Unlock()
-	if s.o.Released != nil {
+	if s.ss.Released != nil {
 		for _, c := range released {
-			s.o.Released(c.item)
+			s.ss.Released(c.item)
 		}
 	}
 }

@@ -31,30 +31,32 @@ type delivery struct {
 	backend.Delivery
 }
 
-// rig is one queue with the channels a backend would close.
+// rig is one queue and the streams of a backend, with the channels it would close.
 type rig struct {
 	q      *Queue[*job]
-	group  Group
+	ss     Streams[*job]
 	closed chan struct{}
 	failed chan struct{}
 }
 
 func newRig(levels int) *rig {
-	return &rig{q: NewQueue[*job](levels), closed: make(chan struct{}), failed: make(chan struct{})}
+	r := &rig{q: NewQueue[*job](levels), closed: make(chan struct{}), failed: make(chan struct{})}
+	r.ss.Closed = r.closed
+	return r
 }
 
-func (r *rig) options(prefetch int) Options[*job] {
-	return Options[*job]{
-		Prefetch: prefetch,
-		Deliver:  func(c *Claim[*job]) (backend.Delivery, error) { return &delivery{c: c}, nil },
-		Group:    &r.group,
-		Closed:   r.closed,
-	}
-}
+// deliver is the tests' Deliver: the delivery is the claim.
+func deliver(c *Claim[*job]) (backend.Delivery, error) { return &delivery{c: c}, nil }
 
-func (r *rig) consume(t *testing.T, o Options[*job]) *Stream[*job] {
+// consume starts a stream of the rig's queue, dropped when the test ends.
+func (r *rig) consume(t *testing.T, prefetch int) backend.Stream {
 	t.Helper()
-	s, err := r.q.Consume(context.Background(), o)
+	return r.consumeWith(t, prefetch, deliver)
+}
+
+func (r *rig) consumeWith(t *testing.T, prefetch int, d func(*Claim[*job]) (backend.Delivery, error)) backend.Stream {
+	t.Helper()
+	s, err := r.ss.Consume(context.Background(), r.q, prefetch, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +71,7 @@ func (r *rig) publish(jobs ...*job) {
 }
 
 // receive takes the next delivery, or fails the test after a second.
-func receive(t *testing.T, s *Stream[*job]) *delivery {
+func receive(t *testing.T, s backend.Stream) *delivery {
 	t.Helper()
 	select {
 	case d, ok := <-s.Deliveries():
@@ -84,7 +86,7 @@ func receive(t *testing.T, s *Stream[*job]) *delivery {
 }
 
 // quiet says that no delivery arrives for a moment.
-func quiet(t *testing.T, s *Stream[*job]) {
+func quiet(t *testing.T, s backend.Stream) {
 	t.Helper()
 	select {
 	case d := <-s.Deliveries():
@@ -125,7 +127,7 @@ func TestHighestLevelFirstFIFOWithinALevel(t *testing.T) {
 	if got, want := names(r.q), []string{"b2", "d2", "e9", "c1", "a0"}; !slices.Equal(got, want) {
 		t.Fatalf("InOrder = %v, want %v", got, want)
 	}
-	s := r.consume(t, r.options(10))
+	s := r.consume(t, 10)
 	var got []string
 	for range 5 {
 		d := receive(t, s)
@@ -140,7 +142,7 @@ func TestHighestLevelFirstFIFOWithinALevel(t *testing.T) {
 func TestPrefetchBoundsTheUnsettled(t *testing.T) {
 	r := newRig(0)
 	r.publish(&job{name: "a"}, &job{name: "b"}, &job{name: "c"})
-	s := r.consume(t, r.options(2))
+	s := r.consume(t, 2)
 	a, b := receive(t, s), receive(t, s)
 	quiet(t, s)
 	if got := counts(r.q); got != [2]int{1, 2} {
@@ -156,7 +158,7 @@ func TestPrefetchBoundsTheUnsettled(t *testing.T) {
 func TestOfferedCountsAsPendingUntilReceived(t *testing.T) {
 	r := newRig(0)
 	r.publish(&job{name: "a"})
-	s := r.consume(t, r.options(1))
+	s := r.consume(t, 1)
 	// The stream takes a and offers it: still pending to anyone who asks.
 	deadline := time.Now().Add(time.Second)
 	for {
@@ -198,10 +200,9 @@ func TestDropPutsBackInOrderAtTheFront(t *testing.T) {
 			jobs := []*job{{name: "a"}, {name: "b"}, {name: "c"}, {name: "d"}, {name: "e"}}
 			r.publish(jobs...)
 			var released []string
-			o := r.options(3)
-			o.Order = tc.order
-			o.Released = func(j *job) { released = append(released, j.name) }
-			s, err := r.q.Consume(context.Background(), o)
+			r.ss.Order = tc.order
+			r.ss.Released = func(j *job) { released = append(released, j.name) }
+			s, err := r.ss.Consume(context.Background(), r.q, 3, deliver)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +234,7 @@ func TestDropPutsBackInOrderAtTheFront(t *testing.T) {
 func TestASettleInFlightOutlivesItsStream(t *testing.T) {
 	r := newRig(0)
 	r.publish(&job{name: "a"}, &job{name: "b"})
-	s, err := r.q.Consume(context.Background(), r.options(2))
+	s, err := r.ss.Consume(context.Background(), r.q, 2, deliver)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +267,7 @@ func TestASettleInFlightOutlivesItsStream(t *testing.T) {
 func TestReopenKeepsAClaimOfALiveStream(t *testing.T) {
 	r := newRig(0)
 	r.publish(&job{name: "a"})
-	s := r.consume(t, r.options(1))
+	s := r.consume(t, 1)
 	a := receive(t, s)
 	if err := a.c.Begin(); err != nil {
 		t.Fatal(err)
@@ -283,7 +284,7 @@ func TestReopenKeepsAClaimOfALiveStream(t *testing.T) {
 func TestOrphanPutsBackAFailedSettleAtOnce(t *testing.T) {
 	r := newRig(0)
 	r.publish(&job{name: "a"}, &job{name: "b"})
-	s := r.consume(t, r.options(1))
+	s := r.consume(t, 1)
 	a := receive(t, s)
 	// The settle is in flight when the consumer gives up on it: nothing goes back yet.
 	if err := a.c.Begin(); err != nil {
@@ -335,9 +336,8 @@ func TestAStreamEndsWithWhyAndPutsBackWhatItOffered(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(0)
 			r.publish(&job{name: "a"}, &job{name: "b"})
-			o := r.options(2)
-			o.Failed = r.failed
-			o.Failure = func() error {
+			r.ss.Failed = r.failed
+			r.ss.Failure = func() error {
 				select {
 				case <-r.failed:
 					return boom
@@ -347,7 +347,7 @@ func TestAStreamEndsWithWhyAndPutsBackWhatItOffered(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			s, err := r.q.Consume(ctx, o)
+			s, err := r.ss.Consume(ctx, r.q, 2, deliver)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -373,9 +373,8 @@ func TestAFailureStopsTakingAndADeliverErrorPutsBack(t *testing.T) {
 	boom := errors.New("unreadable")
 	r := newRig(0)
 	r.publish(&job{name: "a"})
-	o := r.options(1)
-	o.Failure = func() error { return boom }
-	s := r.consume(t, o)
+	r.ss.Failure = func() error { return boom }
+	s := r.consume(t, 1)
 	for range s.Deliveries() {
 	}
 	if err := s.Err(); !errors.Is(err, boom) {
@@ -385,11 +384,10 @@ func TestAFailureStopsTakingAndADeliverErrorPutsBack(t *testing.T) {
 		t.Fatalf("queue %v, want [a] untouched", got)
 	}
 
-	o = r.options(1)
+	r.ss.Failure = nil
 	var released []string
-	o.Released = func(j *job) { released = append(released, j.name) }
-	o.Deliver = func(*Claim[*job]) (backend.Delivery, error) { return nil, boom }
-	s = r.consume(t, o)
+	r.ss.Released = func(j *job) { released = append(released, j.name) }
+	s = r.consumeWith(t, 1, func(*Claim[*job]) (backend.Delivery, error) { return nil, boom })
 	for range s.Deliveries() {
 	}
 	if err := s.Err(); !errors.Is(err, boom) {
@@ -402,21 +400,21 @@ func TestAFailureStopsTakingAndADeliverErrorPutsBack(t *testing.T) {
 
 func TestAClosedGroupRefusesStreamsAndWaitsForItsOwn(t *testing.T) {
 	r := newRig(0)
-	s, err := r.q.Consume(context.Background(), r.options(1))
+	s, err := r.ss.Consume(context.Background(), r.q, 1, deliver)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.group.Close()
-	if _, err := r.q.Consume(context.Background(), r.options(1)); !errors.Is(err, backend.ErrShutDown) {
+	r.ss.Close()
+	if _, err := r.ss.Consume(context.Background(), r.q, 1, deliver); !errors.Is(err, backend.ErrShutDown) {
 		t.Fatalf("Consume after Close = %v, want ErrShutDown", err)
 	}
 	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := r.group.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+	if err := r.ss.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait with a stream running = %v, want DeadlineExceeded", err)
 	}
 	close(r.closed)
-	if err := r.group.Wait(context.Background()); err != nil {
+	if err := r.ss.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Err(); !errors.Is(err, backend.ErrShutDown) {
