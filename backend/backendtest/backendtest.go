@@ -38,7 +38,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"reflect"
-	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -77,8 +76,50 @@ var needs = map[string]backend.Capabilities{
 	"DeferredAheadOfBacklogDelayedBehind": backend.CapPriority,
 }
 
-// rules is the whole contract, area by area.
-var rules = slices.Concat(streamRules, delayRules, deadRules, durableRules, jobRules, uniqueRules, scheduleRules)
+// rules is the whole contract, area by area; each area's rules live together.
+var rules = []rule{
+	// The stream and its deliveries: declaring, the round trip, prefetch, priority,
+	// Drop, settles, Close and concurrency.
+	{"DeclareIsIdempotent", testDeclareIsIdempotent},
+	{"RoundTripIsExact", testRoundTripIsExact},
+	{"Prefetch1BoundsUnsettled", func(t *testing.T, h *harness) { testPrefetch(t, h, 1) }},
+	{"Prefetch8BoundsUnsettled", func(t *testing.T, h *harness) { testPrefetch(t, h, 8) }},
+	{"PriorityHighestFirstFIFOAmongEquals", testPriority},
+	{"DropLosesNothing", testDropLosesNothing},
+	{"SettleTwiceFailsAndChangesNothing", testSettleTwice},
+	{"SettlePublishesFirstThenAcks", testSettlePublishesFirst},
+	{"CloseEndsStreamsAndRefusesWork", testClose},
+	{"ConcurrentNoLossNoDuplicates", testConcurrent},
+	// Delays and defers.
+	{"DelaysNeverFireEarly", testDelaysNeverFireEarly},
+	{"ShortDelayNotHeldBehindLong", testShortDelayNotHeldBehindLong},
+	{"DeferredAheadOfBacklogDelayedBehind", testDeferredAheadDelayedBehind},
+	{"DelayedPublishToUnknownQueueFails", testUnknownQueue},
+	// Dead letters (backend.DeadLetterStore, which the suite requires).
+	{"DeadLettersInspectReplayPurge", testDeadLetters},
+	// Batches, atomic settles and repeat publishes (backend.BatchPublisher,
+	// backend.AtomicDelivery; skipped on a backend without them).
+	{"BatchPublishAllOrNothing", testBatchPublish},
+	{"AckWithChildrenIsAtomic", testAckWithChildren},
+	{"RepeatPublishOfAHeldIDIsDropped", testRepeatPublishDropped},
+	// Job records, control and listing (backend.JobRecordReader,
+	// backend.JobController, backend.JobLister; skipped on a backend without them).
+	{"SettlesWithRecordWriteTheRecord", testSettleRecords},
+	{"JobRecordsFollowPublishAndSettle", testJobRecords},
+	{"JobControlCancelRetryDelete", testJobControl},
+	{"ListJobsNewestFirstWithCursor", testListJobs},
+	// Unique keys (backend.UniquePublisher; skipped on a backend without it).
+	{"UniqueKeyHeldWhileAliveAndFor", testUniqueStates},
+	{"UniqueKeysPerJobOfABatch", testUniqueBatch},
+	{"UniqueUnderConcurrency", testUniqueConcurrent},
+	{"UniqueKeyEndsOnCancelOrDelete", testUniqueControl},
+	// The schedules' last fired ticks (backend.ScheduleStore; skipped on a backend
+	// without it).
+	{"ScheduleTickPublishesAndRecordsTheLast", testScheduleTicks},
+	{"ScheduleTickOfAHeldIDRecordsOnly", testScheduleTickRepeat},
+	{"ScheduleTickThatFailsRecordsNothing", testScheduleTickFails},
+	{"ScheduleStoreRefusesAfterClose", testScheduleClosed},
+}
 
 // Run runs every rule of the contract as a subtest of t.
 func Run(t *testing.T, o Options) {

@@ -9,11 +9,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-// deadRules are the rules of dead letters (backend.DeadLetterStore, which the suite requires).
-var deadRules = []rule{
-	{"DeadLettersInspectReplayPurge", testDeadLetters},
-}
-
 func testDeadLetters(t *testing.T, h *harness) {
 	q := h.declare(t, 8, 0)
 	store, ok := h.b.(backend.DeadLetterStore)

@@ -9,14 +9,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-// delayRules are the rules of delays and defers.
-var delayRules = []rule{
-	{"DelaysNeverFireEarly", testDelaysNeverFireEarly},
-	{"ShortDelayNotHeldBehindLong", testShortDelayNotHeldBehindLong},
-	{"DeferredAheadOfBacklogDelayedBehind", testDeferredAheadDelayedBehind},
-	{"DelayedPublishToUnknownQueueFails", testUnknownQueue},
-}
-
 func testDelaysNeverFireEarly(t *testing.T, h *harness) {
 	q := h.declare(t, 16, 0)
 	delays := []time.Duration{0, time.Millisecond, 37 * time.Millisecond, 100*time.Millisecond + 500*time.Microsecond, 333 * time.Millisecond, 1234 * time.Millisecond}

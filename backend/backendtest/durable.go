@@ -10,13 +10,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-// durableRules are the rules of batches, atomic settles and repeat publishes (backend.BatchPublisher, backend.AtomicDelivery; skipped on a backend without them).
-var durableRules = []rule{
-	{"BatchPublishAllOrNothing", testBatchPublish},
-	{"AckWithChildrenIsAtomic", testAckWithChildren},
-	{"RepeatPublishOfAHeldIDIsDropped", testRepeatPublishDropped},
-}
-
 func testBatchPublish(t *testing.T, h *harness) {
 	bp := implements[backend.BatchPublisher](t, h)
 	q := h.declare(t, 16, 0)

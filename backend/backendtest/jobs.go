@@ -9,14 +9,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-// jobRules are the rules of job records, control and listing (backend.JobRecordReader, backend.JobController, backend.JobLister; skipped on a backend without them).
-var jobRules = []rule{
-	{"SettlesWithRecordWriteTheRecord", testSettleRecords},
-	{"JobRecordsFollowPublishAndSettle", testJobRecords},
-	{"JobControlCancelRetryDelete", testJobControl},
-	{"ListJobsNewestFirstWithCursor", testListJobs},
-}
-
 func testSettleRecords(t *testing.T, h *harness) {
 	rr := implements[backend.JobRecordReader](t, h)
 	q := h.declare(t, 8, 1)

@@ -9,15 +9,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-// scheduleRules are the rules of the schedules' last fired ticks
-// (backend.ScheduleStore; skipped on a backend without it).
-var scheduleRules = []rule{
-	{"ScheduleTickPublishesAndRecordsTheLast", testScheduleTicks},
-	{"ScheduleTickOfAHeldIDRecordsOnly", testScheduleTickRepeat},
-	{"ScheduleTickThatFailsRecordsNothing", testScheduleTickFails},
-	{"ScheduleStoreRefusesAfterClose", testScheduleClosed},
-}
-
 // ticks reads the store's ticks.
 func (h *harness) ticks(t *testing.T, st backend.ScheduleStore) map[string]time.Time {
 	t.Helper()

@@ -12,20 +12,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-// streamRules are the rules of the stream and its deliveries: declaring, the round trip, prefetch, priority, Drop, settles, Close and concurrency.
-var streamRules = []rule{
-	{"DeclareIsIdempotent", testDeclareIsIdempotent},
-	{"RoundTripIsExact", testRoundTripIsExact},
-	{"Prefetch1BoundsUnsettled", func(t *testing.T, h *harness) { testPrefetch(t, h, 1) }},
-	{"Prefetch8BoundsUnsettled", func(t *testing.T, h *harness) { testPrefetch(t, h, 8) }},
-	{"PriorityHighestFirstFIFOAmongEquals", testPriority},
-	{"DropLosesNothing", testDropLosesNothing},
-	{"SettleTwiceFailsAndChangesNothing", testSettleTwice},
-	{"SettlePublishesFirstThenAcks", testSettlePublishesFirst},
-	{"CloseEndsStreamsAndRefusesWork", testClose},
-	{"ConcurrentNoLossNoDuplicates", testConcurrent},
-}
-
 func testDeclareIsIdempotent(t *testing.T, h *harness) {
 	q := h.declare(t, 4, 2)
 	h.publish(t, job(q, "kept"), 0)

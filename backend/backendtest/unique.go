@@ -9,14 +9,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-// uniqueRules are the rules of unique keys (backend.UniquePublisher; skipped on a backend without it).
-var uniqueRules = []rule{
-	{"UniqueKeyHeldWhileAliveAndFor", testUniqueStates},
-	{"UniqueKeysPerJobOfABatch", testUniqueBatch},
-	{"UniqueUnderConcurrency", testUniqueConcurrent},
-	{"UniqueKeyEndsOnCancelOrDelete", testUniqueControl},
-}
-
 // publishUnique publishes one unique job and returns what became of it.
 func (h *harness) publishUnique(t *testing.T, up backend.UniquePublisher, env backend.Envelope, delay time.Duration, key string, holdFor time.Duration) backend.UniqueResult {
 	t.Helper()

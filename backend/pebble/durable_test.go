@@ -4,16 +4,234 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	pebblebackend "github.com/wasmjobs/wasmjobs/backend/pebble"
 )
+
+// TestJobsSurviveReopen: jobs ready, delayed, deferred, handed out and dead-lettered
+// are all there after a reopen, in order, and the delays still hold.
+func TestJobsSurviveReopen(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		cfg := onMem(pebblebackend.Config{})
+		b := open(t, cfg)
+		q := backend.QueueConfig{Name: "jobs", Prefetch: 4, PriorityLevels: 2}
+		rig.Must(t, b.Declare(ctx, q))
+		var want []string
+		for i, p := range []uint8{0, 2, 1, 2, 0} {
+			env := backend.NewEnvelope("jobs", []byte{'a' + byte(i)})
+			env.Priority = p
+			rig.Must(t, b.Publish(ctx, env, 0))
+		}
+		want = []string{"b", "d", "c", "a", "e"}
+		start := time.Now()
+		rig.Must(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("late")), time.Hour))
+		deferred := backend.NewEnvelope("jobs", []byte("deferred"))
+		deferred.Priority = 2
+		rig.Must(t, b.Defer(ctx, deferred, 2*time.Hour))
+		// One handed out and not settled, one dead letter.
+		s, err := b.Consume(ctx, q)
+		rig.Must(t, err)
+		d := <-s.Deliveries()
+		env, _ := d.Envelope()
+		if string(env.Payload) != "b" {
+			t.Fatalf("first delivery %q, want b", env.Payload)
+		}
+		d = <-s.Deliveries()
+		rig.Must(t, d.DeadLetter(ctx, "poison"))
+		rig.Close(t, b)
+
+		b = open(t, cfg)
+		defer rig.Close(t, b)
+		rec := b.Recovered()
+		if rec.Ready != 4 || rec.Delayed != 2 || rec.Dead != 1 || rec.Queues != 1 {
+			t.Fatalf("Recovered = %+v, want 4 ready, 2 delayed, 1 dead, 1 queue", rec)
+		}
+		rig.Must(t, b.Declare(ctx, q))
+		want = []string{"b", "c", "a", "e"} // d was dead-lettered
+		s, err = b.Consume(ctx, backend.QueueConfig{Name: "jobs", Prefetch: 1})
+		rig.Must(t, err)
+		for _, w := range want {
+			d := <-s.Deliveries()
+			env, err := d.Envelope()
+			rig.Must(t, err)
+			if string(env.Payload) != w {
+				t.Fatalf("after reopen got %q, want %q", env.Payload, w)
+			}
+			rig.Must(t, d.Ack(ctx))
+		}
+		// The delays hold across the restart: never early.
+		for _, w := range []string{"late", "deferred"} {
+			d := <-s.Deliveries()
+			env, _ := d.Envelope()
+			waited := time.Since(start)
+			if string(env.Payload) != w {
+				t.Fatalf("got %q, want %q", env.Payload, w)
+			}
+			if (w == "late" && waited < time.Hour) || (w == "deferred" && waited < 2*time.Hour) {
+				t.Fatalf("%s came after %v: early", w, waited)
+			}
+			rig.Must(t, d.Ack(ctx))
+		}
+		dead, err := b.DeadLetters(ctx, "jobs", 0)
+		rig.Must(t, err)
+		if len(dead) != 1 || dead[0].Reason != "poison" || string(dead[0].Envelope.Payload) != "d" {
+			t.Fatalf("dead letters after reopen = %+v", dead)
+		}
+		s.Drop()
+	})
+}
+
+// TestScheduleTicksSurviveReopen: a tick's job and the tick are written together and
+// both are there after a reopen; a tick whose job the store still holds records the
+// tick without a second job.
+func TestScheduleTicksSurviveReopen(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		cfg := onMem(pebblebackend.Config{})
+		b := open(t, cfg)
+		rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "reports"}))
+		tick := time.Now().Add(time.Minute)
+		env := backend.Envelope{ID: backend.ScheduleID("reports/daily", tick), Queue: "reports", Payload: []byte("p"), Attempt: 1}
+		rig.Must(t, b.PublishTick(ctx, "reports/daily", tick, env))
+		rig.Must(t, b.PublishTick(ctx, "reports/daily", tick.Add(time.Hour), env)) // same id: held
+		rig.Close(t, b)
+
+		b = open(t, cfg)
+		defer rig.Close(t, b)
+		ticks, err := b.ScheduleTicks(ctx)
+		rig.Must(t, err)
+		if got := ticks["reports/daily"]; len(ticks) != 1 || !got.Equal(tick.Add(time.Hour)) {
+			t.Errorf("ticks after reopen = %v, want reports/daily at %v", ticks, tick.Add(time.Hour))
+		}
+		st, err := b.QueueStats(ctx, "reports")
+		rig.Must(t, err)
+		if st.Pending != 1 {
+			t.Errorf("%d jobs pending, want the one tick's job", st.Pending)
+		}
+		rec, err := b.JobRecord(ctx, env.ID)
+		rig.Must(t, err)
+		if rec.State != backend.JobPending {
+			t.Errorf("record of the tick's job: %+v", rec)
+		}
+		if err := b.PublishTick(ctx, "reports/daily", tick, backend.Envelope{ID: "x", Queue: "nope"}); err == nil {
+			t.Error("PublishTick to an undeclared queue succeeded")
+		}
+	})
+}
+
+// TestUniqueKeysSurviveReopenAndArePruned: a key held by a waiting job and one held
+// after its job finished both hold across a restart; once their hold has passed, the
+// pruner deletes them from the store.
+func TestUniqueKeysSurviveReopenAndArePruned(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		cfg := onMem(pebblebackend.Config{Records: pebblebackend.RecordConfig{PruneInterval: time.Minute}})
+		b := open(t, cfg)
+		q := backend.QueueConfig{Name: "jobs", Prefetch: 4}
+		rig.Must(t, b.Declare(ctx, q))
+		pub := func(b *pebblebackend.Backend, key string, holdFor time.Duration) backend.UniqueResult {
+			t.Helper()
+			res, err := b.PublishUnique(ctx, []backend.UniquePublication{{
+				Publication: backend.Publication{Envelope: backend.NewEnvelope("jobs", []byte(key))}, Key: key, For: holdFor}})
+			rig.Must(t, err)
+			return res[0]
+		}
+		done := pub(b, "done", time.Hour)
+		s, err := b.Consume(ctx, q)
+		rig.Must(t, err)
+		d := <-s.Deliveries()
+		rig.Must(t, d.Ack(ctx))
+		s.Drop()
+		waiting := pub(b, "waiting", 10*time.Minute)
+		rig.Close(t, b)
+
+		b = open(t, cfg)
+		for _, c := range []struct {
+			key string
+			id  string
+		}{{"done", done.ID}, {"waiting", waiting.ID}} {
+			if r := pub(b, c.key, time.Hour); !r.Duplicate || r.ID != c.id {
+				t.Fatalf("key %q after reopen: %+v, want a duplicate of %s", c.key, r, c.id)
+			}
+		}
+		if n := b.UniqueKeys(); n != 2 {
+			t.Fatalf("%d unique keys after reopen, want 2", n)
+		}
+		// Past the finished job's hour (and a prune round), its key is gone; the
+		// waiting job's key holds while the job waits, however long.
+		time.Sleep(time.Hour + 2*time.Minute)
+		synctest.Wait()
+		if n := b.UniqueKeys(); n != 1 {
+			t.Fatalf("%d unique keys after the hold passed, want 1 (the waiting job's)", n)
+		}
+		if r := pub(b, "waiting", time.Hour); !r.Duplicate {
+			t.Fatalf("key of the waiting job: %+v, want a duplicate", r)
+		}
+		if r := pub(b, "done", time.Hour); r.Duplicate {
+			t.Fatalf("key of the job finished over an hour ago: %+v, want a new job", r)
+		}
+		rig.Close(t, b)
+		b = open(t, cfg) // the pruned key stays pruned; the new one is there
+		defer rig.Close(t, b)
+		if n := b.UniqueKeys(); n != 2 {
+			t.Fatalf("%d unique keys after the second reopen, want 2", n)
+		}
+	})
+}
+
+// BenchmarkPebblePublishUnique measures synced publishes of jobs from 8 publishers a CPU, each
+// with a key of its own ("unique") or none ("plain"): what the key's lock and entry
+// cost. One op is one job.
+func BenchmarkPebblePublishUnique(b *testing.B) {
+	for _, unique := range []bool{false, true} {
+		name := "plain"
+		if unique {
+			name = "unique"
+		}
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			be, err := pebblebackend.Open(ctx, pebblebackend.Config{Dir: b.TempDir() + "/data"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer be.Close(ctx)
+			if err := be.Declare(ctx, backend.QueueConfig{Name: "bench"}); err != nil {
+				b.Fatal(err)
+			}
+			var next atomic.Int64
+			b.SetParallelism(8)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					env := backend.NewEnvelope("bench", []byte(`{"n":1}`))
+					var err error
+					if unique {
+						_, err = be.PublishUnique(ctx, []backend.UniquePublication{{
+							Publication: backend.Publication{Envelope: env}, Key: strconv.FormatInt(next.Add(1), 10), For: time.Hour}})
+					} else {
+						err = be.Publish(ctx, env, 0)
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+		})
+	}
+}
 
 // Finished records are pruned oldest first past the count, and past the age; records of
 // jobs still held are kept; output and log lines are capped. Records survive a reopen.
@@ -21,9 +239,9 @@ func TestRecordRetentionAndCaps(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		cfg := pebblebackend.Config{Dir: "/data", FS: vfs.NewMem(), Records: pebblebackend.RecordConfig{
+		cfg := onMem(pebblebackend.Config{Records: pebblebackend.RecordConfig{
 			MaxCount: 5, MaxAge: time.Hour, PruneInterval: time.Minute, MaxOutput: 4, MaxLogLines: 2, MaxLogLine: 3,
-		}}
+		}})
 		b := open(t, cfg)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
 		rig.Must(t, b.Declare(ctx, q))
@@ -76,7 +294,7 @@ func TestRecordRetentionAndCaps(t *testing.T) {
 func TestRecordKeepsEachAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg := pebblebackend.Config{Dir: "/data", FS: vfs.NewMem()}
+	cfg := onMem(pebblebackend.Config{})
 	b := open(t, cfg)
 	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
 	rig.Must(t, b.Declare(ctx, q))
@@ -139,7 +357,7 @@ func TestRecordKeepsEachAttempt(t *testing.T) {
 func TestReplayKeepsTheEarlierAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := open(t, pebblebackend.Config{Dir: "/data", FS: vfs.NewMem()})
+	b := open(t, onMem(pebblebackend.Config{}))
 	defer rig.Close(t, b)
 	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
 	rig.Must(t, b.Declare(ctx, q))
@@ -167,7 +385,7 @@ func TestReplayKeepsTheEarlierAttempts(t *testing.T) {
 func TestRecordKeepsEachAttemptsCalls(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg := pebblebackend.Config{Dir: "/data", FS: vfs.NewMem()}
+	cfg := onMem(pebblebackend.Config{})
 	b := open(t, cfg)
 	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
 	rig.Must(t, b.Declare(ctx, q))
