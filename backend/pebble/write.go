@@ -40,6 +40,15 @@ func (b *Backend) Defer(ctx context.Context, env backend.Envelope, delay time.Du
 }
 
 func (b *Backend) publish(ctx context.Context, env backend.Envelope, delay time.Duration, deferred bool) error {
+	return b.publishWith(ctx, "publish", env, delay, deferred, nil, "")
+}
+
+// publishWith publishes env in one synced batch, as op, with what extra adds to the
+// batch (nil adds nothing). A job whose id the backend holds is not published again:
+// without extra nothing is written (a repeat publish is dropped); with extra, the
+// batch still commits, as heldOp, with only what extra added.
+func (b *Backend) publishWith(ctx context.Context, op string, env backend.Envelope, delay time.Duration, deferred bool,
+	extra func(*pebbledb.Batch), heldOp string) error {
 	if err := b.enter(); err != nil {
 		return err
 	}
@@ -55,13 +64,19 @@ func (b *Backend) publish(ctx context.Context, env backend.Envelope, delay time.
 		return err
 	}
 	owned, err := b.ids.reserve(ctx, env.ID)
-	if err != nil || !owned {
+	if err != nil || (!owned && extra == nil) {
 		return err // nil when the id is held: a repeat publish is dropped
 	}
 	batch := b.db.NewBatch()
+	if extra != nil {
+		extra(batch)
+	}
+	if !owned {
+		return b.commit(ctx, batch, pebbledb.Sync, heldOp, env.Queue, nil, nil)
+	}
 	apply := b.stage(batch, q, env, delay, deferred)
 	b.stageRecord(batch, env, delay, deferred)
-	return b.commit(ctx, batch, pebbledb.Sync, "publish", env.Queue, func() {
+	return b.commit(ctx, batch, pebbledb.Sync, op, env.Queue, func() {
 		b.ids.settle(env.ID, true)
 		apply()
 	}, func() { b.ids.settle(env.ID, false) })

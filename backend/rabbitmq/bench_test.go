@@ -77,15 +77,7 @@ func BenchmarkPublishConsume(b *testing.B) {
 		// waiting for its own confirm; a nack, a return or any error fails the run; then
 		// one consumer with the same prefetch acking each delivery, every ack checked.
 		ctx := context.Background()
-		conn, err := amqp.Dial(url)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			b.Fatal(err)
-		}
+		conn, ch := amqpChannel(b, url)
 		name := "bench-bare-" + backend.NewID()[18:]
 		if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-max-priority": int32(2)}); err != nil {
 			b.Fatal(err)

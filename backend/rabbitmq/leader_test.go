@@ -168,16 +168,8 @@ func TestLeadershipQueueFollowsTheQueueType(t *testing.T) {
 		t.Fatalf("Lead: %v", err)
 	}
 	// Declaring it again as a quorum queue succeeds only if it is one.
-	conn, err := amqp.Dial(brokerURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch2, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ch2.QueueDeclare(prefix+".schedules.leader", true, false, false, false, amqp.Table{"x-single-active-consumer": true, "x-queue-type": "quorum"})
+	_, ch2 := amqpChannel(t, brokerURL(t))
+	_, err := ch2.QueueDeclare(prefix+".schedules.leader", true, false, false, false, amqp.Table{"x-single-active-consumer": true, "x-queue-type": "quorum"})
 	if err != nil {
 		t.Fatalf("the leadership queue is not a quorum queue: %v", err)
 	}

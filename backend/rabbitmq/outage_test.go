@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -359,15 +358,7 @@ func TestStaleReturnIsNotTakenForALaterPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Delete it behind b's back: b still knows it, so a publish to it is returned.
-	conn, err := amqp.Dial(brokerURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ch := amqpChannel(t, brokerURL(t))
 	if _, err := ch.QueueDelete(gone.Name, false, false, false); err != nil {
 		t.Fatal(err)
 	}
