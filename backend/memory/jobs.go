@@ -22,12 +22,12 @@ const (
 )
 
 // find looks for the job id in every queue, and calls fn with its queue locked and
-// where it is. It reports whether it found the job; a job taken by a consumer is not
-// found (the backend keeps nothing of it but the delivery).
-func (b *Backend) find(id string, fn func(q *queue, w where) error) (bool, error) {
+// where it is, returning fn's error. A job no queue holds (a job taken by a consumer
+// is not found: the backend keeps nothing of it but the delivery) is ErrNotFound.
+func (b *Backend) find(id string, fn func(q *queue, w where) error) error {
 	qs, err := b.queues.Snapshot()
 	if err != nil {
-		return false, err
+		return err
 	}
 	for _, q := range qs {
 		q.Lock()
@@ -38,10 +38,10 @@ func (b *Backend) find(id string, fn func(q *queue, w where) error) (bool, error
 		}
 		q.Unlock()
 		if w != nowhere {
-			return true, err
+			return err
 		}
 	}
-	return false, nil
+	return notHeld(id)
 }
 
 // where says where the queue holds the job id. the queue's lock is held.
@@ -69,6 +69,16 @@ func (q *queue) unready(id string) {
 	}
 }
 
+// unwait takes the waiting job id off the queue: w says where it waits, ready or held
+// for its delay. The queue's lock is held.
+func (q *queue) unwait(id string, w where) {
+	if w == ready {
+		q.unready(id)
+		return
+	}
+	q.release(q.unhold(id))
+}
+
 // unhold stops the timer of the held job id and returns its message. the queue's lock is held.
 func (q *queue) unhold(id string) *message {
 	for t, h := range q.held {
@@ -87,29 +97,21 @@ func notHeld(id string) error {
 
 // CancelJob removes a job that waits, ready or held for its delay.
 func (b *Backend) CancelJob(ctx context.Context, id string) error {
-	found, err := b.find(id, func(q *queue, w where) error {
-		switch w {
-		case ready:
-			q.unready(id)
-		case held:
-			q.release(q.unhold(id))
-		default:
+	return b.find(id, func(q *queue, w where) error {
+		if w == dead {
 			return fmt.Errorf("job %q of queue %q is a dead letter: delete it or retry it: %w", id, q.name, backend.ErrJobState)
 		}
+		q.unwait(id, w)
 		// A cancel ends the job: its unique key's hold runs from now, as after a finish.
 		q.uniqFinished(id, time.Now())
 		return nil
 	})
-	if !found && err == nil {
-		return notHeld(id)
-	}
-	return err
 }
 
 // RetryJobNow makes a held job ready now, or replays a dead letter.
 func (b *Backend) RetryJobNow(ctx context.Context, id string) error {
 	var replay string
-	found, err := b.find(id, func(q *queue, w where) error {
+	err := b.find(id, func(q *queue, w where) error {
 		switch w {
 		case held:
 			q.PushBack(q.unhold(id))
@@ -120,9 +122,6 @@ func (b *Backend) RetryJobNow(ctx context.Context, id string) error {
 		}
 		return nil
 	})
-	if !found && err == nil {
-		return notHeld(id)
-	}
 	if err == nil && replay != "" {
 		return b.ReplayDeadLetter(ctx, replay, id)
 	}
@@ -131,23 +130,16 @@ func (b *Backend) RetryJobNow(ctx context.Context, id string) error {
 
 // DeleteJob removes a waiting job or a dead letter.
 func (b *Backend) DeleteJob(ctx context.Context, id string) error {
-	found, err := b.find(id, func(q *queue, w where) error {
-		switch w {
-		case ready:
-			q.unready(id)
-		case held:
-			q.release(q.unhold(id))
-		case dead:
+	return b.find(id, func(q *queue, w where) error {
+		if w == dead {
 			q.dead = slices.DeleteFunc(q.dead, func(d deadLetter) bool { return d.m.env.ID == id })
+		} else {
+			q.unwait(id, w)
 		}
 		// A deleted job holds no unique key (a dead letter's hold runs already).
 		q.uniqFreed(id)
 		return nil
 	})
-	if !found && err == nil {
-		return notHeld(id)
-	}
-	return err
 }
 
 var _ backend.JobEnvelopeReader = (*Backend)(nil)
@@ -155,7 +147,7 @@ var _ backend.JobEnvelopeReader = (*Backend)(nil)
 // JobEnvelope returns the envelope of a job the backend holds waiting or dead.
 func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope, error) {
 	var env backend.Envelope
-	found, err := b.find(id, func(q *queue, w where) error {
+	err := b.find(id, func(q *queue, w where) error {
 		switch w {
 		case ready:
 			for m := range q.All() {
@@ -178,8 +170,5 @@ func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope,
 		}
 		return nil
 	})
-	if !found && err == nil {
-		return backend.Envelope{}, notHeld(id)
-	}
 	return env, err
 }

@@ -26,14 +26,26 @@ func TestContract(t *testing.T) {
 	})
 }
 
+// declared returns a memory backend, closed when the test ends, with q declared and a
+// job published to it for each payload, in order.
+func declared(t *testing.T, q backend.QueueConfig, payloads ...string) *memory.Backend {
+	t.Helper()
+	ctx := context.Background()
+	b := memory.New(memory.Config{})
+	t.Cleanup(func() { rig.Close(t, b) })
+	rig.Must(t, b.Declare(ctx, q))
+	for _, p := range payloads {
+		rig.Must(t, b.Publish(ctx, backend.NewEnvelope(q.Name, []byte(p)), 0))
+	}
+	return b
+}
+
 func TestInjectMalformedDecodesWithError(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := memory.New(memory.Config{})
-		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs"}
-		rig.Must(t, b.Declare(ctx, q))
+		b := declared(t, q)
 		rig.Must(t, b.InjectMalformed(ctx, "jobs", []byte{0xde, 0xad}, "no message id"))
 		s, err := b.Consume(ctx, q)
 		rig.Must(t, err)
@@ -62,10 +74,8 @@ func TestStatsAndPending(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := memory.New(memory.Config{})
-		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 2, PriorityLevels: 1}
-		rig.Must(t, b.Declare(ctx, q))
+		b := declared(t, q)
 		for i, p := range []uint8{0, 1, 0} {
 			env := backend.NewEnvelope("jobs", []byte{'a' + byte(i)})
 			env.Priority = p
@@ -118,11 +128,8 @@ func TestStatsAndPending(t *testing.T) {
 func TestContextEndsStreamAndReleases(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := memory.New(memory.Config{})
-		defer b.Close(context.Background())
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-		rig.Must(t, b.Declare(t.Context(), q))
-		rig.Must(t, b.Publish(t.Context(), backend.NewEnvelope("jobs", []byte("x")), 0))
+		b := declared(t, q, "x")
 		ctx, cancel := context.WithCancel(t.Context())
 		s, err := b.Consume(ctx, q)
 		rig.Must(t, err)
@@ -149,11 +156,8 @@ func TestFailedSettleAfterStreamEndedReleases(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := memory.New(memory.Config{})
-		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-		rig.Must(t, b.Declare(ctx, q))
-		rig.Must(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("x")), 0))
+		b := declared(t, q, "x")
 		s, err := b.Consume(ctx, q)
 		rig.Must(t, err)
 		d := <-s.Deliveries()
@@ -220,10 +224,8 @@ func TestManyMessagesGrowTheRing(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := memory.New(memory.Config{})
-		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 100}
-		rig.Must(t, b.Declare(ctx, q))
+		b := declared(t, q)
 		const n = 1000
 		for i := range n {
 			rig.Must(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte(strconv.Itoa(i))), 0))
@@ -271,10 +273,8 @@ func TestRepeatPublishIsDropped(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := memory.New(memory.Config{})
-		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-		rig.Must(t, b.Declare(ctx, q))
+		b := declared(t, q)
 		stats := func(want memory.QueueStats) {
 			t.Helper()
 			synctest.Wait()

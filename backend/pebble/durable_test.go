@@ -297,12 +297,10 @@ func TestRecordKeepsEachAttempt(t *testing.T) {
 	cfg := onMem(pebblebackend.Config{})
 	b := open(t, cfg)
 	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-	rig.Must(t, b.Declare(ctx, q))
+	s := rig.Consume(t, b, q)
 	env := backend.NewEnvelope("jobs", []byte("flaky"))
 	env.MaxAttempts = 40
 	rig.Must(t, b.Publish(ctx, env, 0))
-	s, err := b.Consume(ctx, q)
-	rig.Must(t, err)
 	const runs = backend.MaxRecordAttempts + 5
 	version := func(n int) string { return fmt.Sprintf("v%d", n) }
 	for n := 1; n <= runs; n++ {
@@ -360,11 +358,9 @@ func TestReplayKeepsTheEarlierAttempts(t *testing.T) {
 	b := open(t, onMem(pebblebackend.Config{}))
 	defer rig.Close(t, b)
 	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-	rig.Must(t, b.Declare(ctx, q))
+	s := rig.Consume(t, b, q)
 	env := backend.NewEnvelope("jobs", []byte("bad"))
 	rig.Must(t, b.Publish(ctx, env, 0))
-	s, err := b.Consume(ctx, q)
-	rig.Must(t, err)
 	defer s.Drop()
 	for run := 1; run <= 2; run++ {
 		d := (<-s.Deliveries()).(backend.AtomicDelivery)
@@ -388,11 +384,9 @@ func TestRecordKeepsEachAttemptsCalls(t *testing.T) {
 	cfg := onMem(pebblebackend.Config{})
 	b := open(t, cfg)
 	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-	rig.Must(t, b.Declare(ctx, q))
+	s := rig.Consume(t, b, q)
 	env := backend.NewEnvelope("jobs", []byte("calls"))
 	rig.Must(t, b.Publish(ctx, env, 0))
-	s, err := b.Consume(ctx, q)
-	rig.Must(t, err)
 	many := make([]backend.CallRecord, backend.MaxRecordCalls+10)
 	for i := range many {
 		many[i] = backend.CallRecord{Method: "GET", Target: "https://api.test:443", Path: fmt.Sprintf("/%d", i), Status: 503, Duration: time.Millisecond}

@@ -22,6 +22,8 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 )
 
+// openMem opens a backend with cfg on fs (nil: a fresh memory filesystem), in the
+// directory /data; the caller closes it.
 func openMem(t *testing.T, fs vfs.FS, cfg Config) *Backend {
 	t.Helper()
 	if fs == nil {
@@ -32,6 +34,16 @@ func openMem(t *testing.T, fs vfs.FS, cfg Config) *Backend {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
+	return b
+}
+
+// withJob is openMem with the queue "q" declared and the job "j" published to it after
+// delay.
+func withJob(t *testing.T, fs vfs.FS, cfg Config, delay time.Duration) *Backend {
+	t.Helper()
+	b := openMem(t, fs, cfg)
+	rig.Must(t, b.Declare(context.Background(), backend.QueueConfig{Name: "q"}))
+	rig.Must(t, b.Publish(context.Background(), backend.Envelope{ID: "j", Queue: "q"}, delay))
 	return b
 }
 
@@ -201,10 +213,8 @@ func TestCapRecordKeepsTheCallersLogsAndRunes(t *testing.T) {
 func TestSettleWhoseContextEndsIsUnknown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := openMem(t, nil, Config{})
+	b := withJob(t, nil, Config{}, 0)
 	defer b.Close(ctx)
-	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
 	gate := make(chan struct{})
 	var open sync.Once
 	defer open.Do(func() { close(gate) }) // before Close, which waits for the write
@@ -245,10 +255,8 @@ func TestSettleWhoseContextEndsIsUnknown(t *testing.T) {
 func TestConcurrentReplaysCountTheDeadLetterOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := openMem(t, nil, Config{})
+	b := withJob(t, nil, Config{}, 0)
 	defer b.Close(ctx)
-	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
 	rig.Must(t, err)
 	rig.Must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
@@ -277,9 +285,7 @@ func TestConcurrentReplaysCountTheDeadLetterOnce(t *testing.T) {
 func TestUnreadableDelayedJobFailsTheStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := openMem(t, nil, Config{})
-	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, time.Hour))
+	b := withJob(t, nil, Config{}, time.Hour)
 	b.delays.mu.Lock()
 	dl := b.delays.h[0]
 	dl.due = time.Now().Add(-time.Second) // due now
@@ -398,10 +404,8 @@ func TestDeleteJobRacingAPublishKeepsTheFreshRecord(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := openMem(t, nil, Config{})
+		b := withJob(t, nil, Config{}, 0)
 		defer b.Close(ctx)
-		rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-		rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
 		s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
 		rig.Must(t, err)
 		rig.Must(t, (<-s.Deliveries()).Ack(ctx))
@@ -543,10 +547,8 @@ func TestPurgeFailsOnAnUnreadableDeadLetter(t *testing.T) {
 		}
 		return nil
 	}))
-	b := openMem(t, fs, Config{CacheSize: 1})
+	b := withJob(t, fs, Config{CacheSize: 1}, 0)
 	defer b.Close(ctx)
-	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
 	rig.Must(t, err)
 	rig.Must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
@@ -572,9 +574,7 @@ func TestPurgeFailsOnAnUnreadableDeadLetter(t *testing.T) {
 func oneRecordedJob(t *testing.T) (*Backend, backend.Stream) {
 	t.Helper()
 	ctx := context.Background()
-	b := openMem(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}})
-	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
+	b := withJob(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}}, 0)
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
 	rig.Must(t, err)
 	return b, s

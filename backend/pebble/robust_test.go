@@ -283,16 +283,25 @@ func TestCheckpointOfARunningStore(t *testing.T) {
 	}
 }
 
+// underReserve opens a backend on a memory filesystem of 20 GiB with avail bytes free,
+// a reserve of 1 GiB and a ballast of 64 MiB, closed when the test ends: call it inside
+// the test's synctest bubble.
+func underReserve(t *testing.T, avail uint64) (*vfs.MemFS, *pebblebackend.Backend) {
+	t.Helper()
+	fs := vfs.NewMem()
+	fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: avail, TotalBytes: 20 << 30})
+	b := open(t, pebblebackend.Config{Dir: "/data", FS: fs, FreeSpaceReserve: 1 << 30, BallastSize: 64 << 20})
+	t.Cleanup(func() { rig.Close(t, b) })
+	return fs, b
+}
+
 // Under the reserve, settles write less: a record keeps no output or logs, and an ack
 // with children is refused.
 func TestUnderTheReserveSettlesWriteLess(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		fs := vfs.NewMem()
-		fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 10 << 30, TotalBytes: 20 << 30})
-		b := open(t, pebblebackend.Config{Dir: "/data", FS: fs, FreeSpaceReserve: 1 << 30, BallastSize: 64 << 20})
-		defer rig.Close(t, b)
+		fs, b := underReserve(t, 10<<30)
 		q := backend.QueueConfig{Name: "jobs"}
 		rig.Must(t, b.Declare(ctx, q))
 		rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "a", Queue: "jobs"}, 0))
@@ -323,10 +332,7 @@ func TestBallastIsMadeOnceTheSpaceAllows(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		fs := vfs.NewMem()
-		fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1<<30 + 1<<20, TotalBytes: 20 << 30})
-		b := open(t, pebblebackend.Config{Dir: "/data", FS: fs, FreeSpaceReserve: 1 << 30, BallastSize: 64 << 20})
-		defer rig.Close(t, b)
+		fs, b := underReserve(t, 1<<30+1<<20)
 		rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
 		if fileExists(fs, "/data/BALLAST") {
 			t.Fatal("ballast made without room for it")
