@@ -40,6 +40,17 @@ func declared(t *testing.T, q backend.QueueConfig, payloads ...string) *memory.B
 	return b
 }
 
+// expectBack checks that b's queue "jobs" holds its one job pending again, with no
+// delivery unacknowledged.
+func expectBack(t *testing.T, b *memory.Backend) {
+	t.Helper()
+	st, err := b.Stats("jobs")
+	rig.Must(t, err)
+	if st.Pending != 1 || st.Unacked != 0 {
+		t.Fatalf("Stats = %+v, want the job back in the queue", st)
+	}
+}
+
 func TestInjectMalformedDecodesWithError(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -144,11 +155,7 @@ func TestContextEndsStreamAndReleases(t *testing.T) {
 		if err := d.Ack(t.Context()); !errors.Is(err, backend.ErrStreamClosed) {
 			t.Fatalf("Ack after the stream ended = %v, want ErrStreamClosed", err)
 		}
-		st, err := b.Stats("jobs")
-		rig.Must(t, err)
-		if st.Pending != 1 || st.Unacked != 0 {
-			t.Fatalf("Stats = %+v, want the job back in the queue", st)
-		}
+		expectBack(t, b)
 	})
 }
 
@@ -171,11 +178,7 @@ func TestFailedSettleAfterStreamEndedReleases(t *testing.T) {
 		if err := <-errc; !errors.Is(err, backend.ErrUnknownQueue) && !errors.Is(err, backend.ErrStreamClosed) {
 			t.Fatalf("Retry = %v", err)
 		}
-		st, err := b.Stats("jobs")
-		rig.Must(t, err)
-		if st.Pending != 1 || st.Unacked != 0 {
-			t.Fatalf("Stats = %+v, want the job back in the queue", st)
-		}
+		expectBack(t, b)
 	})
 }
 

@@ -161,11 +161,14 @@ func (r *reader) byte() byte {
 	return c
 }
 
-func (r *reader) uvarint() uint64 {
+func (r *reader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
+
+// readVarint reads one number with decode (binary.Uvarint or binary.Varint).
+func readVarint[T uint64 | int64](r *reader, decode func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
+	v, n := decode(r.b)
 	if n <= 0 {
 		r.err = errShort
 		return 0

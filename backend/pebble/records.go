@@ -539,15 +539,4 @@ func (b *Backend) pruneBatch(now time.Time, excess int, maxAge time.Duration) (i
 }
 
 // varint reads a signed varint of 64 bits (a duration, a byte count).
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = errShort
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func (r *reader) varint() int64 { return readVarint(r, binary.Varint) }
