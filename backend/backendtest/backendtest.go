@@ -23,8 +23,8 @@
 // here: only RabbitMQ's leadership lease implements it, and its own tests check it.
 //
 // The rules are grouped by area, one file each, in the manner of River's
-// riverdrivertest: the stream and its deliveries, delays, dead letters, batches and
-// atomic settles, job records and control, unique keys, schedules' ticks.
+// riverdrivertest: the stream and its deliveries (delays too), dead letters, batches
+// and atomic settles, job records and control, unique keys, schedules' ticks.
 //
 // Nothing here proves with a sleep that something did not happen. In a synctest bubble
 // the suite waits out its quiet periods in virtual time. On a real broker it uses

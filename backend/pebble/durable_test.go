@@ -288,6 +288,29 @@ func TestRecordRetentionAndCaps(t *testing.T) {
 	})
 }
 
+// jobStream opens a backend on cfg, starts a stream of the queue "jobs" (prefetch 1,
+// dropped when the test ends) and publishes env to it; the caller closes the backend.
+func jobStream(t *testing.T, cfg pebblebackend.Config, env backend.Envelope) (*pebblebackend.Backend, backend.Stream) {
+	t.Helper()
+	b := open(t, cfg)
+	s := rig.Consume(t, b, backend.QueueConfig{Name: "jobs", Prefetch: 1})
+	rig.Must(t, b.Publish(context.Background(), env, 0))
+	return b, s
+}
+
+// recordAfterReopen drops s, closes b, opens its directory again (closed when the test
+// ends) and returns the record of the job id as the reopened store reads it.
+func recordAfterReopen(t *testing.T, cfg pebblebackend.Config, b *pebblebackend.Backend, s backend.Stream, id string) backend.JobRecord {
+	t.Helper()
+	s.Drop()
+	rig.Close(t, b)
+	b = open(t, cfg)
+	t.Cleanup(func() { rig.Close(t, b) })
+	rec, err := b.JobRecord(context.Background(), id)
+	rig.Must(t, err)
+	return rec
+}
+
 // Each settle appends its attempt (number, state, reason, module version and role,
 // times) to the job's record in the settle's own write; the attempts survive a reopen,
 // and a record keeps only the latest backend.MaxRecordAttempts.
@@ -295,12 +318,9 @@ func TestRecordKeepsEachAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cfg := onMem(pebblebackend.Config{})
-	b := open(t, cfg)
-	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-	s := rig.Consume(t, b, q)
 	env := backend.NewEnvelope("jobs", []byte("flaky"))
 	env.MaxAttempts = 40
-	rig.Must(t, b.Publish(ctx, env, 0))
+	b, s := jobStream(t, cfg, env)
 	const runs = backend.MaxRecordAttempts + 5
 	version := func(n int) string { return fmt.Sprintf("v%d", n) }
 	for n := 1; n <= runs; n++ {
@@ -321,12 +341,7 @@ func TestRecordKeepsEachAttempt(t *testing.T) {
 		next.Attempt, next.Reason = got.Attempt+1, fmt.Sprintf("failure %d", n)
 		rig.Must(t, d.RetryWith(ctx, next, 0, run))
 	}
-	s.Drop()
-	rig.Close(t, b)
-	b = open(t, cfg)
-	defer rig.Close(t, b)
-	rec, err := b.JobRecord(ctx, env.ID)
-	rig.Must(t, err)
+	rec := recordAfterReopen(t, cfg, b, s, env.ID)
 	if len(rec.Attempts) != backend.MaxRecordAttempts {
 		t.Fatalf("record keeps %d attempts after %d runs and a reopen, want the latest %d: %+v", len(rec.Attempts), runs, backend.MaxRecordAttempts, rec.Attempts)
 	}
@@ -355,13 +370,9 @@ func TestRecordKeepsEachAttempt(t *testing.T) {
 func TestReplayKeepsTheEarlierAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := open(t, onMem(pebblebackend.Config{}))
-	defer rig.Close(t, b)
-	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-	s := rig.Consume(t, b, q)
 	env := backend.NewEnvelope("jobs", []byte("bad"))
-	rig.Must(t, b.Publish(ctx, env, 0))
-	defer s.Drop()
+	b, s := jobStream(t, onMem(pebblebackend.Config{}), env)
+	defer rig.Close(t, b)
 	for run := 1; run <= 2; run++ {
 		d := (<-s.Deliveries()).(backend.AtomicDelivery)
 		rig.Must(t, d.DeadLetterWith(ctx, fmt.Sprintf("bad input %d", run), &backend.JobRecord{Module: "mod", ModuleVersion: fmt.Sprintf("v%d", run)}))
@@ -382,11 +393,8 @@ func TestRecordKeepsEachAttemptsCalls(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cfg := onMem(pebblebackend.Config{})
-	b := open(t, cfg)
-	q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-	s := rig.Consume(t, b, q)
 	env := backend.NewEnvelope("jobs", []byte("calls"))
-	rig.Must(t, b.Publish(ctx, env, 0))
+	b, s := jobStream(t, cfg, env)
 	many := make([]backend.CallRecord, backend.MaxRecordCalls+10)
 	for i := range many {
 		many[i] = backend.CallRecord{Method: "GET", Target: "https://api.test:443", Path: fmt.Sprintf("/%d", i), Status: 503, Duration: time.Millisecond}
@@ -402,12 +410,7 @@ func TestRecordKeepsEachAttemptsCalls(t *testing.T) {
 	rig.Must(t, d.RetryWith(ctx, next, 0, &backend.JobRecord{Module: "mod", Calls: many, CallsDropped: 2}))
 	d = (<-s.Deliveries()).(backend.AtomicDelivery)
 	rig.Must(t, d.AckWith(ctx, nil, &backend.JobRecord{Module: "mod", Calls: []backend.CallRecord{ok, failed}}))
-	s.Drop()
-	rig.Close(t, b)
-	b = open(t, cfg)
-	defer rig.Close(t, b)
-	rec, err := b.JobRecord(ctx, env.ID)
-	rig.Must(t, err)
+	rec := recordAfterReopen(t, cfg, b, s, env.ID)
 	if len(rec.Attempts) != 2 || rec.Calls != nil {
 		t.Fatalf("record: %d attempts, calls %v; want 2 attempts and the calls with them only", len(rec.Attempts), rec.Calls)
 	}

@@ -310,10 +310,9 @@ func TestPruneRacingAReplayKeepsTheFreshRecord(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b, s := oneRecordedJob(t)
-		defer b.Close(ctx)
-		rig.Must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
-		s.Drop()
+		b := oneRecordedJob(t, func(_ *Backend, next func() backend.Delivery) {
+			rig.Must(t, next().DeadLetter(ctx, "boom"))
+		})
 		replayed := make(chan error, 1)
 		b.beforeCommit = func(op string) {
 			if op == "prune records" {
@@ -456,15 +455,14 @@ func TestDeleteJobWaitsForABriefReservation(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
-				b, s := oneRecordedJob(t)
-				defer b.Close(ctx)
 				// Dead, replayed, and succeeded two minutes later: the record's time key
 				// of the dead letter stays behind it, due for the prune before the record.
-				rig.Must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
-				rig.Must(t, b.ReplayDeadLetter(ctx, "q", "j"))
-				time.Sleep(2 * time.Minute)
-				rig.Must(t, (<-s.Deliveries()).Ack(ctx))
-				s.Drop()
+				b := oneRecordedJob(t, func(b *Backend, next func() backend.Delivery) {
+					rig.Must(t, next().DeadLetter(ctx, "boom"))
+					rig.Must(t, b.ReplayDeadLetter(ctx, "q", "j"))
+					time.Sleep(2 * time.Minute)
+					rig.Must(t, next().Ack(ctx))
+				})
 				deleted := make(chan error, 1)
 				var once sync.Once
 				b.beforeCommit = func(op string) {
@@ -498,10 +496,9 @@ func TestPruneLeavesABrieflyReservedKeyForTheNextPass(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b, s := oneRecordedJob(t)
-		defer b.Close(ctx)
-		rig.Must(t, (<-s.Deliveries()).Ack(ctx))
-		s.Drop()
+		b := oneRecordedJob(t, func(_ *Backend, next func() backend.Delivery) {
+			rig.Must(t, next().Ack(ctx))
+		})
 		// The operation that reserves the id and ends without a write.
 		if ok, err := b.ids.reserve(ctx, "j"); !ok || err != nil {
 			t.Fatalf("the id of a succeeded job could not be reserved: %v", err)
@@ -570,12 +567,16 @@ func TestPurgeFailsOnAnUnreadableDeadLetter(t *testing.T) {
 }
 
 // oneRecordedJob opens a backend that keeps job records for a minute (pruned by hand),
-// publishes job "j" to queue "q" and consumes q: the rig of the record-pruning races.
-func oneRecordedJob(t *testing.T) (*Backend, backend.Stream) {
+// closed when the test ends, publishes job "j" to queue "q" and has settle settle it,
+// next receiving from a stream of q that is dropped after: the rig of the
+// record-pruning races.
+func oneRecordedJob(t *testing.T, settle func(b *Backend, next func() backend.Delivery)) *Backend {
 	t.Helper()
-	ctx := context.Background()
 	b := withJob(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}}, 0)
-	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
+	t.Cleanup(func() { rig.Close(t, b) })
+	s, err := b.Consume(context.Background(), backend.QueueConfig{Name: "q"})
 	rig.Must(t, err)
-	return b, s
+	settle(b, func() backend.Delivery { return <-s.Deliveries() })
+	s.Drop()
+	return b
 }
