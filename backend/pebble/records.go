@@ -210,52 +210,32 @@ func decodeRecord(b []byte) (backend.JobRecord, error) {
 	rec.Output = r.bytes()
 	flags := r.byte()
 	rec.OutputTruncated, rec.LogsTruncated = flags&1 != 0, flags&2 != 0
-	if n := r.uvarint(); r.err == nil {
-		if n > uint64(len(r.b)) {
-			r.err = errShort
-		} else {
-			for range n {
-				rec.Logs = append(rec.Logs, r.string())
-			}
-		}
+	for range r.count() {
+		rec.Logs = append(rec.Logs, r.string())
 	}
 	rec.Module = r.string()
 	rec.ModuleVersion = r.string()
 	rec.CreatedAt, rec.StartedAt, rec.FinishedAt, rec.UpdatedAt = r.time(), r.time(), r.time(), r.time()
-	if n := r.uvarint(); r.err == nil {
-		if n > uint64(len(r.b)) {
-			r.err = errShort
-		} else {
-			for range n {
-				rec.Children = append(rec.Children, r.string())
-			}
-		}
+	for range r.count() {
+		rec.Children = append(rec.Children, r.string())
 	}
 	if v >= recordV2 {
 		rec.ModuleRole = r.string()
-		if n := r.uvarint(); r.err == nil {
-			if n > uint64(len(r.b)) {
-				r.err = errShort
-			} else {
-				rec.Attempts = make([]backend.AttemptRecord, 0, n)
-				for range n {
-					a := backend.AttemptRecord{Attempt: r.int(), State: backend.JobState(r.string()), Reason: r.string()}
-					a.Module, a.Version, a.Role = r.string(), r.string(), r.string()
-					a.StartedAt, a.FinishedAt = r.time(), r.time()
-					rec.Attempts = append(rec.Attempts, a)
-				}
+		if n := r.count(); r.err == nil {
+			rec.Attempts = make([]backend.AttemptRecord, 0, n)
+			for range n {
+				a := backend.AttemptRecord{Attempt: r.int(), State: backend.JobState(r.string()), Reason: r.string()}
+				a.Module, a.Version, a.Role = r.string(), r.string(), r.string()
+				a.StartedAt, a.FinishedAt = r.time(), r.time()
+				rec.Attempts = append(rec.Attempts, a)
 			}
 		}
 	}
 	if v >= recordV3 {
 		for i := range rec.Attempts {
 			a := &rec.Attempts[i]
-			n := r.uvarint()
+			n := r.count()
 			if r.err != nil {
-				break
-			}
-			if n > uint64(len(r.b)) {
-				r.err = errShort
 				break
 			}
 			for range n {
@@ -266,13 +246,7 @@ func decodeRecord(b []byte) (backend.JobRecord, error) {
 			a.CallsDropped = r.int()
 		}
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.err = fmt.Errorf("%d bytes left over", len(r.b))
-	}
-	if r.err != nil {
-		return rec, fmt.Errorf("decoding job record: %w", r.err)
-	}
-	return rec, nil
+	return rec, r.finish("job record")
 }
 
 // stageRecord writes the record of a job being published (pending, delayed or

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 )
 
@@ -31,9 +32,7 @@ func BenchmarkPublishConsume(b *testing.B) {
 		defer bk.Close(ctx)
 		deleteQueues(b, bk)
 		q := backend.QueueConfig{Name: "bench-" + backend.NewID()[18:], Prefetch: 100, PriorityLevels: 2} // as the worker declares it
-		if err := bk.Declare(ctx, q); err != nil {
-			b.Fatal(err)
-		}
+		rig.Must(b, bk.Declare(ctx, q))
 		b.ResetTimer()
 		jobs := make(chan struct{}, b.N)
 		for range b.N {
@@ -88,9 +87,7 @@ func BenchmarkPublishConsume(b *testing.B) {
 				dch.Close()
 			}
 		}()
-		if err := ch.Confirm(false); err != nil {
-			b.Fatal(err)
-		}
+		rig.Must(b, ch.Confirm(false))
 		returns := ch.NotifyReturn(make(chan amqp.Return, window))
 		b.ResetTimer()
 		jobs := make(chan int, b.N)
@@ -130,9 +127,7 @@ func BenchmarkPublishConsume(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := cch.Qos(100, 0, false); err != nil {
-			b.Fatal(err)
-		}
+		rig.Must(b, cch.Qos(100, 0, false))
 		msgs, err := cch.Consume(name, "", false, false, false, false, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -147,9 +142,7 @@ func BenchmarkPublishConsume(b *testing.B) {
 			}
 		}
 		b.StopTimer()
-		if err := cch.Close(); err != nil {
-			b.Fatal(err)
-		}
+		rig.Must(b, cch.Close())
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 		b.ReportMetric(time.Since(published).Seconds(), "consume-s")
 	})
