@@ -282,43 +282,37 @@ func TestReopenKeepsAClaimOfALiveStream(t *testing.T) {
 }
 
 func TestOrphanPutsBackAFailedSettleAtOnce(t *testing.T) {
-	r := newRig(0)
-	r.publish(&job{name: "a"}, &job{name: "b"})
-	s := r.consume(t, 1)
-	a := receive(t, s)
-	// The settle is in flight when the consumer gives up on it: nothing goes back yet.
-	if err := a.c.Begin(); err != nil {
-		t.Fatal(err)
-	}
-	if a.c.Orphan() {
-		t.Fatal("Orphan of a settle in flight put it back")
-	}
-	// Then the write fails: Reopen puts a back although its stream lives, which frees
-	// the prefetch slot for it.
-	if !a.c.Reopen() {
-		t.Fatal("Reopen of an orphan kept it")
-	}
-	if d := receive(t, s); d.c.Item().name != "a" {
-		t.Fatalf("next delivery %s, want a again", d.c.Item().name)
-	} else {
-		settle(d.c)
-	}
-
-	// The other order: the write failed before the consumer gave up.
-	b := receive(t, s)
-	if err := b.c.Begin(); err != nil {
-		t.Fatal(err)
-	}
-	if b.c.Reopen() {
-		t.Fatal("Reopen of a live claim put it back")
-	}
-	if !b.c.Orphan() {
-		t.Fatal("Orphan of a reopened claim kept it")
-	}
-	if d := receive(t, s); d.c.Item().name != "b" {
-		t.Fatalf("next delivery %s, want b again", d.c.Item().name)
-	} else {
-		settle(d.c)
+	// Whichever comes first, the consumer giving up on a settle in flight (Orphan) or
+	// the settle's write failing (Reopen), the second of them puts the item back
+	// although its stream lives, which frees the prefetch slot for it.
+	for _, tc := range []struct {
+		name         string
+		first, then  func(c *Claim[*job]) bool
+		what1, what2 string
+	}{
+		{"orphaned, then failed", (*Claim[*job]).Orphan, (*Claim[*job]).Reopen, "Orphan of a settle in flight", "Reopen of an orphan"},
+		{"failed, then orphaned", (*Claim[*job]).Reopen, (*Claim[*job]).Orphan, "Reopen of a live claim", "Orphan of a reopened claim"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(0)
+			r.publish(&job{name: "a"})
+			s := r.consume(t, 1)
+			a := receive(t, s)
+			if err := a.c.Begin(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.first(a.c) {
+				t.Fatalf("%s put it back", tc.what1)
+			}
+			if !tc.then(a.c) {
+				t.Fatalf("%s kept it", tc.what2)
+			}
+			if d := receive(t, s); d.c.Item().name != "a" {
+				t.Fatalf("next delivery %s, want a again", d.c.Item().name)
+			} else {
+				settle(d.c)
+			}
+		})
 	}
 }
 
