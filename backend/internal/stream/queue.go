@@ -1,9 +1,11 @@
 // Package stream is the stream core of the embedded backends (memory and pebble): the
-// ready jobs of one queue by priority level, and the streams that offer them to
+// ready jobs of one queue by priority level (Queue), the streams that offer them to
 // consumers one at a time, count what is on offer and put back, in order, what a
-// stream held when it ended. A backend keeps what it knows of a job (a message in
-// memory, the key of a value on disk) in its Item, makes the delivery a consumer
-// receives (Source) and does its own settles; the core keeps the order and the counts.
+// stream held when it ended (Streams, Stream, Claim), and the directory of declared
+// queues every operation starts from (Directory). A backend keeps what it knows of a
+// job (a message in memory, the key of a value on disk) in its Item, makes the
+// delivery a consumer receives (the deliver function it gives Streams.Consume) and
+// does its own settles; the core keeps the order and the counts.
 package stream
 
 import (
@@ -13,7 +15,8 @@ import (
 )
 
 // Item is a ready job as a backend holds it, usually a pointer to the backend's own
-// type.
+// type. A queue calls its methods with its lock held: they only read or set a field of
+// the item, never block or take a lock.
 type Item interface {
 	// Level is the job's priority: a queue clamps it to its levels.
 	Level() int

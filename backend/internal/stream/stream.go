@@ -26,7 +26,8 @@ type Streams[T Item] struct {
 	// stream with it before anything more is taken.
 	Failure func() error
 	// Order, when not nil, orders the items an ending stream puts back (the least at
-	// the front of its level). Nil keeps the order they were taken in.
+	// the front of its level). Nil keeps the order they were taken in. It is called
+	// with the queue's lock held: a comparison of the items' fields, nothing more.
 	Order func(a, b T) int
 	// Released, when not nil, is called without the queue's lock with each item an
 	// ending stream put back.

@@ -264,7 +264,10 @@ func TestASettleInFlightOutlivesItsStream(t *testing.T) {
 	}
 }
 
-func TestReopenKeepsAClaimOfALiveStream(t *testing.T) {
+// settling publishes the job a, receives it from a stream of prefetch 1 and begins its
+// settle.
+func settling(t *testing.T) (backend.Stream, *delivery) {
+	t.Helper()
 	r := newRig(0)
 	r.publish(&job{name: "a"})
 	s := r.consume(t, 1)
@@ -272,6 +275,11 @@ func TestReopenKeepsAClaimOfALiveStream(t *testing.T) {
 	if err := a.c.Begin(); err != nil {
 		t.Fatal(err)
 	}
+	return s, a
+}
+
+func TestReopenKeepsAClaimOfALiveStream(t *testing.T) {
+	_, a := settling(t)
 	if a.c.Reopen() {
 		t.Fatal("Reopen on a live stream put the claim back")
 	}
@@ -294,13 +302,7 @@ func TestOrphanPutsBackAFailedSettleAtOnce(t *testing.T) {
 		{"failed, then orphaned", (*Claim[*job]).Reopen, (*Claim[*job]).Orphan, "Reopen of a live claim", "Orphan of a reopened claim"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(0)
-			r.publish(&job{name: "a"})
-			s := r.consume(t, 1)
-			a := receive(t, s)
-			if err := a.c.Begin(); err != nil {
-				t.Fatal(err)
-			}
+			s, a := settling(t)
 			if tc.first(a.c) {
 				t.Fatalf("%s put it back", tc.what1)
 			}
