@@ -261,3 +261,192 @@ func (b *Backend) failure() error {
 	}
 	return nil
 }
+
+// compactDrainedAfter is how many settles a queue sees before, once it is empty, its
+// range is compacted.
+const compactDrainedAfter = 100_000
+
+// reopen undoes the claim's Begin after a failed settle: the delivery stays
+// unacknowledged, or goes back to the queue if its stream ended meanwhile.
+func (d *delivery) reopen() {
+	if d.c.Reopen() {
+		d.b.ids.unclaim(d.it.id)
+	}
+}
+
+// finish completes a settle: the delivery leaves the stream, freeing a prefetch slot.
+func (d *delivery) finish(dead bool) {
+	q := d.q
+	q.Lock()
+	d.c.FinishLocked()
+	if dead {
+		q.dead++
+	}
+	q.deletes++
+	drained := q.deletes >= compactDrainedAfter && q.Ready() == 0 && q.Unsettled() == 0
+	if drained {
+		q.deletes = 0
+	}
+	q.Unlock()
+	d.c.Wake()
+	if drained {
+		// The queue is empty after many settles: compact its ready range so that
+		// the tombstones of the jobs that went through do not linger on disk.
+		prefix := readyPrefix(q.name)
+		d.b.compactLater(prefix, prefixEnd(prefix))
+	}
+}
+
+// settle runs one settle as one batch: the job's ready key is deleted and stage adds
+// the rest (the next attempt, the dead letter, children, the record). The batch is
+// committed without its own fsync (see the package comment). Once committed, stage's
+// apply runs; if the commit fails, its undo does and the delivery stays unsettled.
+func (d *delivery) settle(ctx context.Context, op string, dead bool,
+	stage func(batch *pebbledb.Batch) (apply, undo func(), err error)) error {
+	b := d.b
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.ops.Done()
+	if err := d.c.Begin(); err != nil {
+		return err
+	}
+	batch := b.db.NewBatch()
+	batch.Delete(d.key, nil)
+	apply, undo, err := stage(batch)
+	if err != nil {
+		batch.Close()
+		d.reopen()
+		return err
+	}
+	err = b.commit(ctx, batch, pebbledb.NoSync, op, d.q.name, func() {
+		if apply != nil {
+			apply()
+		}
+		b.ids.unclaim(d.it.id)
+		d.finish(dead)
+	}, func() {
+		if undo != nil {
+			undo()
+		}
+		d.reopen()
+	})
+	if errors.Is(err, errStillWriting) {
+		// The consumer will not settle this delivery again: should the write fail
+		// after all, the job must go back to its queue rather than hold a prefetch
+		// slot until the stream ends.
+		if d.c.Orphan() {
+			b.ids.unclaim(d.it.id)
+		}
+		return fmt.Errorf("%w: %w", backend.ErrSettleUnknown, err)
+	}
+	return err
+}
+
+func (d *delivery) Ack(ctx context.Context) error { return d.AckWith(ctx, nil, nil) }
+
+// AckWith acknowledges the delivery and publishes children in the same batch, with the
+// job's record (see backend.AtomicDelivery).
+func (d *delivery) AckWith(ctx context.Context, children []backend.Publication, run *backend.JobRecord) error {
+	b := d.b
+	return d.settle(ctx, "ack", false, func(batch *pebbledb.Batch) (func(), func(), error) {
+		if len(children) > 0 {
+			// Children are new work: under the free-space reserve they are refused
+			// like publishes, and the delivery stays unsettled.
+			if err := b.space.check(); err != nil {
+				return nil, nil, err
+			}
+		}
+		applyChildren, undo, ids, err := b.stagePublications(ctx, batch, children)
+		if err != nil {
+			return nil, nil, err
+		}
+		n := b.stageSettleRecord(batch, d, backend.JobSucceeded, "", ids, run)
+		applyUniq := b.stageUniqFinish(batch, d.it.id, time.Now())
+		return func() {
+			applyUniq()
+			applyChildren()
+			b.ids.remove(d.it.id)
+			b.recs.add(n, b.records.maxCount)
+		}, undo, nil
+	})
+}
+
+func (d *delivery) Retry(ctx context.Context, next backend.Envelope, delay time.Duration) error {
+	return d.republish(ctx, "retry", next, delay, false, nil)
+}
+
+func (d *delivery) Defer(ctx context.Context, next backend.Envelope, delay time.Duration) error {
+	return d.republish(ctx, "defer", next, delay, true, nil)
+}
+
+// RetryWith is Retry with the job's record in the same batch.
+func (d *delivery) RetryWith(ctx context.Context, next backend.Envelope, delay time.Duration, run *backend.JobRecord) error {
+	return d.republish(ctx, "retry", next, delay, false, run)
+}
+
+// DeferWith is Defer with the job's record in the same batch.
+func (d *delivery) DeferWith(ctx context.Context, next backend.Envelope, delay time.Duration, run *backend.JobRecord) error {
+	return d.republish(ctx, "defer", next, delay, true, run)
+}
+
+// republish settles the delivery by publishing next in its place, in one batch.
+func (d *delivery) republish(ctx context.Context, op string, next backend.Envelope, delay time.Duration, deferred bool, run *backend.JobRecord) error {
+	b := d.b
+	return d.settle(ctx, op, false, func(batch *pebbledb.Batch) (func(), func(), error) {
+		q, err := b.queues.Lookup(next.Queue)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := backend.CheckDelay(delay, backend.MaxDelay); err != nil {
+			return nil, nil, fmt.Errorf("%s of job %s: %w", op, next.ID, err)
+		}
+		apply := b.stage(batch, q, next, delay, deferred)
+		state := backend.JobRetrying
+		if deferred {
+			state = backend.JobDeferred
+		}
+		old := d.it.id
+		if next.ID != old {
+			b.stageRecord(batch, next, delay, deferred)
+		}
+		b.stageSettleRecord(batch, d, state, next.Reason, nil, run)
+		applyUniq := b.stageUniqRename(batch, old, next.ID)
+		return func() {
+			applyUniq()
+			if next.ID != old {
+				b.ids.remove(old)
+				b.ids.add(next.ID)
+			}
+			apply()
+		}, nil, nil
+	})
+}
+
+func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
+	return d.DeadLetterWith(ctx, reason, nil)
+}
+
+// DeadLetterWith is DeadLetter with the job's record in the same batch.
+func (d *delivery) DeadLetterWith(ctx context.Context, reason string, run *backend.JobRecord) error {
+	if reason == "" {
+		reason = "dead-lettered without a reason"
+	}
+	b := d.b
+	return d.settle(ctx, "dead-letter", true, func(batch *pebbledb.Batch) (func(), func(), error) {
+		raw := d.raw
+		if raw == nil {
+			// Never delete a key whose value was not read: the job would be lost.
+			return nil, nil, fmt.Errorf("dead-lettering job %s of queue %q: its value was never read from %s", d.it.id, d.q.name, b.dir)
+		}
+		now := time.Now()
+		batch.Set(deadKey(d.q.name, now, b.seq.Add(1)), encodeDead(nil, reason, now, raw), nil)
+		n := b.stageSettleRecord(batch, d, backend.JobDead, reason, nil, run)
+		applyUniq := b.stageUniqFinish(batch, d.it.id, now)
+		return func() {
+			applyUniq()
+			b.ids.remove(d.it.id)
+			b.recs.add(n, b.records.maxCount)
+		}, nil, nil
+	})
+}
