@@ -3,7 +3,7 @@
 // per-queue configuration and the errors every backend reports.
 //
 // The package knows nothing of workers or WebAssembly. Implementations live in
-// subpackages (memory, rabbitmq) and all pass the same contract suite in
+// subpackages (memory, pebble, rabbitmq) and all pass the same contract suite in
 // backend/backendtest.
 //
 // The contract, in short:

@@ -54,31 +54,21 @@ func ValidateQueueName(name string) error {
 // implausible value it changed on log (which may be nil). It never fails: a name is
 // checked by ValidateQueueName, which Declare calls.
 func (q QueueConfig) Normalize(log *slog.Logger) QueueConfig {
-	warn := func(field string, from, to int) {
-		if log != nil {
+	// clamp moves *v into [lo, hi], logging the change.
+	clamp := func(field string, v *int, lo, hi int) {
+		to := max(lo, min(*v, hi))
+		if to != *v && log != nil {
 			log.LogAttrs(context.Background(), slog.LevelWarn, "queue config value clamped",
 				slog.String("queue", q.Name), slog.String("field", field),
-				slog.Int("from", from), slog.Int("to", to))
+				slog.Int("from", *v), slog.Int("to", to))
 		}
+		*v = to
 	}
-	switch {
-	case q.Prefetch == 0:
+	if q.Prefetch == 0 {
 		q.Prefetch = DefaultPrefetch
-	case q.Prefetch < 0:
-		warn("Prefetch", q.Prefetch, 1)
-		q.Prefetch = 1
-	case q.Prefetch > MaxPrefetch:
-		warn("Prefetch", q.Prefetch, MaxPrefetch)
-		q.Prefetch = MaxPrefetch
 	}
-	switch {
-	case q.PriorityLevels < 0:
-		warn("PriorityLevels", q.PriorityLevels, 0)
-		q.PriorityLevels = 0
-	case q.PriorityLevels > MaxPriorityLevels:
-		warn("PriorityLevels", q.PriorityLevels, MaxPriorityLevels)
-		q.PriorityLevels = MaxPriorityLevels
-	}
+	clamp("Prefetch", &q.Prefetch, 1, MaxPrefetch)
+	clamp("PriorityLevels", &q.PriorityLevels, 0, MaxPriorityLevels)
 	return q
 }
 

@@ -9,15 +9,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-func uniquePublisher(t *testing.T, h *harness) backend.UniquePublisher {
-	t.Helper()
-	up, ok := h.b.(backend.UniquePublisher)
-	if !ok {
-		t.Skipf("%T does not implement backend.UniquePublisher", h.b)
-	}
-	return up
-}
-
 // publishUnique publishes one unique job and returns what became of it.
 func (h *harness) publishUnique(t *testing.T, up backend.UniquePublisher, env backend.Envelope, delay time.Duration, key string, holdFor time.Duration) backend.UniqueResult {
 	t.Helper()
@@ -32,7 +23,7 @@ func (h *harness) publishUnique(t *testing.T, up backend.UniquePublisher, env ba
 // another with the same key: a duplicate of the first while the job lives, and after
 // it finished until its hold ends; a new job after that.
 func testUniqueStates(t *testing.T, h *harness) {
-	up := uniquePublisher(t, h)
+	up := implements[backend.UniquePublisher](t, h)
 	const long, short = time.Hour, 30 * time.Millisecond
 	for _, tc := range []struct {
 		name    string
@@ -99,6 +90,7 @@ func testUniqueStates(t *testing.T, h *harness) {
 }
 
 func ack(d backend.Delivery, _ backend.Envelope) error { return d.Ack(context.Background()) }
+
 func dead(d backend.Delivery, _ backend.Envelope) error {
 	return d.DeadLetter(context.Background(), "test")
 }
@@ -106,7 +98,7 @@ func dead(d backend.Delivery, _ backend.Envelope) error {
 // testUniqueBatch: a key repeated within one call is a duplicate of its first use;
 // jobs without a key are published as they are.
 func testUniqueBatch(t *testing.T, h *harness) {
-	up := uniquePublisher(t, h)
+	up := implements[backend.UniquePublisher](t, h)
 	q := h.declare(t, 4, 0)
 	a, b, c, plain := job(q, "a"), job(q, "b"), job(q, "c"), job(q, "plain")
 	pub := func(env backend.Envelope, key string) backend.UniquePublication {
@@ -130,7 +122,7 @@ func testUniqueBatch(t *testing.T, h *harness) {
 // testUniqueConcurrent publishes one key from 1,000 goroutines at once: exactly one
 // job is queued, and the 999 others are duplicates naming it.
 func testUniqueConcurrent(t *testing.T, h *harness) {
-	up := uniquePublisher(t, h)
+	up := implements[backend.UniquePublisher](t, h)
 	q := h.declare(t, 4, 0)
 	const n = 1000
 	results := make([]backend.UniqueResult, n)
@@ -178,8 +170,8 @@ func testUniqueConcurrent(t *testing.T, h *harness) {
 // testUniqueControl: cancelling a unique job ends its key's hold as a finish does (the
 // hold runs unique_for from the cancel), and deleting a waiting unique job frees its key.
 func testUniqueControl(t *testing.T, h *harness) {
-	up := uniquePublisher(t, h)
-	c := jobController(t, h)
+	up := implements[backend.UniquePublisher](t, h)
+	c := implements[backend.JobController](t, h)
 	for _, tc := range []struct {
 		name    string
 		delay   time.Duration

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 )
 
@@ -18,15 +19,7 @@ func BenchmarkMemoryPublishConsumeAck(b *testing.B) {
 			ctx := context.Background()
 			mb := memory.New(memory.Config{})
 			defer mb.Close(ctx)
-			q := backend.QueueConfig{Name: "bench", Prefetch: prefetch}
-			if err := mb.Declare(ctx, q); err != nil {
-				b.Fatal(err)
-			}
-			s, err := mb.Consume(ctx, q)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Drop()
+			s := rig.Consume(b, mb, backend.QueueConfig{Name: "bench", Prefetch: prefetch})
 			env := backend.NewEnvelope("bench", []byte(`{"n":1}`))
 			ids := make([]string, b.N) // one job each: a repeated id would be dropped
 			for i := range ids {

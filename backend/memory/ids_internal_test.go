@@ -12,12 +12,12 @@ import (
 // heldIDs counts the ids the queue keeps for dropping repeats.
 func heldIDs(t *testing.T, b *Backend, queue string) int {
 	t.Helper()
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.Lock()
+	defer q.Unlock()
 	return len(q.ids)
 }
 

@@ -22,41 +22,33 @@ const (
 )
 
 // find looks for the job id in every queue, and calls fn with its queue locked and
-// where it is. It reports whether it found the job; a job taken by a consumer is not
-// found (the backend keeps nothing of it but the delivery).
-func (b *Backend) find(id string, fn func(q *queue, w where) error) (bool, error) {
-	b.mu.RLock()
-	if b.closed {
-		b.mu.RUnlock()
-		return false, backend.ErrShutDown
+// where it is, returning fn's error. A job no queue holds (a job taken by a consumer
+// is not found: the backend keeps nothing of it but the delivery) is ErrNotFound.
+func (b *Backend) find(id string, fn func(q *queue, w where) error) error {
+	qs, err := b.queues.Snapshot()
+	if err != nil {
+		return err
 	}
-	qs := make([]*queue, 0, len(b.queues))
-	for _, q := range b.queues {
-		qs = append(qs, q)
-	}
-	b.mu.RUnlock()
 	for _, q := range qs {
-		q.mu.Lock()
+		q.Lock()
 		w := q.where(id)
 		var err error
 		if w != nowhere {
 			err = fn(q, w)
 		}
-		q.mu.Unlock()
+		q.Unlock()
 		if w != nowhere {
-			return true, err
+			return err
 		}
 	}
-	return false, nil
+	return notHeld(id)
 }
 
-// where says where the queue holds the job id. q.mu is held.
+// where says where the queue holds the job id. the queue's lock is held.
 func (q *queue) where(id string) where {
-	for level := range q.ready {
-		for i := range q.ready[level].Len() {
-			if q.ready[level].At(i).env.ID == id {
-				return ready
-			}
+	for m := range q.All() {
+		if m.env.ID == id {
+			return ready
 		}
 	}
 	for _, h := range q.held {
@@ -70,22 +62,24 @@ func (q *queue) where(id string) where {
 	return nowhere
 }
 
-// unready removes the ready job id. q.mu is held.
+// unready removes the ready job id. the queue's lock is held.
 func (q *queue) unready(id string) {
-	for level := range q.ready {
-		r := &q.ready[level]
-		for i := range r.Len() {
-			if m := r.At(i); m.env.ID == id {
-				r.Remove(i)
-				q.nready--
-				q.release(m)
-				return
-			}
-		}
+	if m, ok := q.Remove(func(m *message) bool { return m.env.ID == id }); ok {
+		q.release(m)
 	}
 }
 
-// unhold stops the timer of the held job id and returns its message. q.mu is held.
+// unwait takes the waiting job id off the queue: w says where it waits, ready or held
+// for its delay. The queue's lock is held.
+func (q *queue) unwait(id string, w where) {
+	if w == ready {
+		q.unready(id)
+		return
+	}
+	q.release(q.unhold(id))
+}
+
+// unhold stops the timer of the held job id and returns its message. the queue's lock is held.
 func (q *queue) unhold(id string) *message {
 	for t, h := range q.held {
 		if h.m.env.ID == id {
@@ -103,32 +97,24 @@ func notHeld(id string) error {
 
 // CancelJob removes a job that waits, ready or held for its delay.
 func (b *Backend) CancelJob(ctx context.Context, id string) error {
-	found, err := b.find(id, func(q *queue, w where) error {
-		switch w {
-		case ready:
-			q.unready(id)
-		case held:
-			q.release(q.unhold(id))
-		default:
+	return b.find(id, func(q *queue, w where) error {
+		if w == dead {
 			return fmt.Errorf("job %q of queue %q is a dead letter: delete it or retry it: %w", id, q.name, backend.ErrJobState)
 		}
+		q.unwait(id, w)
 		// A cancel ends the job: its unique key's hold runs from now, as after a finish.
 		q.uniqFinished(id, time.Now())
 		return nil
 	})
-	if !found && err == nil {
-		return notHeld(id)
-	}
-	return err
 }
 
 // RetryJobNow makes a held job ready now, or replays a dead letter.
 func (b *Backend) RetryJobNow(ctx context.Context, id string) error {
 	var replay string
-	found, err := b.find(id, func(q *queue, w where) error {
+	err := b.find(id, func(q *queue, w where) error {
 		switch w {
 		case held:
-			q.pushBack(q.unhold(id))
+			q.PushBack(q.unhold(id))
 		case dead:
 			replay = q.name
 		default:
@@ -136,9 +122,6 @@ func (b *Backend) RetryJobNow(ctx context.Context, id string) error {
 		}
 		return nil
 	})
-	if !found && err == nil {
-		return notHeld(id)
-	}
 	if err == nil && replay != "" {
 		return b.ReplayDeadLetter(ctx, replay, id)
 	}
@@ -147,23 +130,16 @@ func (b *Backend) RetryJobNow(ctx context.Context, id string) error {
 
 // DeleteJob removes a waiting job or a dead letter.
 func (b *Backend) DeleteJob(ctx context.Context, id string) error {
-	found, err := b.find(id, func(q *queue, w where) error {
-		switch w {
-		case ready:
-			q.unready(id)
-		case held:
-			q.release(q.unhold(id))
-		case dead:
+	return b.find(id, func(q *queue, w where) error {
+		if w == dead {
 			q.dead = slices.DeleteFunc(q.dead, func(d deadLetter) bool { return d.m.env.ID == id })
+		} else {
+			q.unwait(id, w)
 		}
 		// A deleted job holds no unique key (a dead letter's hold runs already).
 		q.uniqFreed(id)
 		return nil
 	})
-	if !found && err == nil {
-		return notHeld(id)
-	}
-	return err
 }
 
 var _ backend.JobEnvelopeReader = (*Backend)(nil)
@@ -171,14 +147,12 @@ var _ backend.JobEnvelopeReader = (*Backend)(nil)
 // JobEnvelope returns the envelope of a job the backend holds waiting or dead.
 func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope, error) {
 	var env backend.Envelope
-	found, err := b.find(id, func(q *queue, w where) error {
+	err := b.find(id, func(q *queue, w where) error {
 		switch w {
 		case ready:
-			for level := range q.ready {
-				for i := range q.ready[level].Len() {
-					if m := q.ready[level].At(i); m.env.ID == id {
-						env = m.env.Clone()
-					}
+			for m := range q.All() {
+				if m.env.ID == id {
+					env = m.env.Clone()
 				}
 			}
 		case held:
@@ -196,8 +170,5 @@ func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope,
 		}
 		return nil
 	})
-	if !found && err == nil {
-		return backend.Envelope{}, notHeld(id)
-	}
 	return env, err
 }

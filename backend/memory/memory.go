@@ -13,12 +13,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/internal/ring"
+	"github.com/wasmjobs/wasmjobs/backend/internal/stream"
 )
 
 // Config configures a memory backend. The zero value is ready to use.
@@ -35,11 +33,9 @@ type Backend struct {
 	log         *slog.Logger
 	granularity time.Duration
 
-	mu     sync.RWMutex
-	queues map[string]*queue
-	closed bool
-	done   chan struct{} // closed by Close
-	wg     sync.WaitGroup
+	queues  stream.Directory[*queue]
+	done    chan struct{} // closed by Close
+	streams stream.Streams[*message]
 
 	ticks scheduleTicks // schedule.go
 }
@@ -50,12 +46,13 @@ func New(cfg Config) *Backend {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{
+	b := &Backend{
 		log:         log,
 		granularity: backend.ClampGranularity(cfg.Granularity, log),
-		queues:      make(map[string]*queue),
 		done:        make(chan struct{}),
 	}
+	b.streams.Closed = b.done
+	return b
 }
 
 var (
@@ -78,25 +75,18 @@ type deadLetter struct {
 	at     time.Time
 }
 
-// queue is one declared queue. Its fields are guarded by mu.
+// queue is one declared queue: its ready messages and streams (the stream core's
+// Queue), and beside them what only this backend keeps, guarded by the Queue's lock.
 type queue struct {
-	name   string
-	levels int
+	*stream.Queue[*message]
+	name string
 
-	mu       sync.Mutex
-	ready    []ring.Ring[*message] // index = priority level
-	nready   int
-	streams  map[*stream]struct{}
-	held     map[*time.Timer]heldMessage // delayed or deferred messages
-	acked    int
-	dead     []deadLetter
-	unsettle int // deliveries taken off the queue and not settled, over all streams
+	held  map[*time.Timer]heldMessage // delayed or deferred messages
+	acked int
+	dead  []deadLetter
 	// ids counts the messages the queue holds per job id: ready, delayed, deferred or
 	// taken and not settled. A publish of an id it holds is a repeat, and is dropped.
 	ids map[string]int
-	// offering counts the deliveries taken off the queue that a stream is offering and
-	// no consumer has received yet: still pending, from the consumer's point of view.
-	offering atomic.Int32
 	// uniq maps the unique keys the queue holds to their entries; uniqByID maps the
 	// ids of unfinished jobs that hold a key to theirs; uniqKept is how many entries
 	// the last sweep kept (unique.go).
@@ -114,48 +104,26 @@ func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 		return err
 	}
 	q = q.Normalize(b.log)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+	b.queues.Lock()
+	defer b.queues.Unlock()
+	if b.queues.ClosedLocked() {
 		return backend.ErrShutDown
 	}
-	if have, ok := b.queues[q.Name]; ok {
-		if have.levels != q.PriorityLevels {
-			return fmt.Errorf("queue %q exists with %d priority levels, not the %d wanted: it keeps its first declaration", q.Name, have.levels, q.PriorityLevels)
+	if have, ok := b.queues.GetLocked(q.Name); ok {
+		if have.Levels() != q.PriorityLevels {
+			return fmt.Errorf("queue %q exists with %d priority levels, not the %d wanted: it keeps its first declaration", q.Name, have.Levels(), q.PriorityLevels)
 		}
 		return nil
 	}
-	b.queues[q.Name] = &queue{
+	b.queues.PutLocked(q.Name, &queue{
+		Queue:    stream.NewQueue[*message](q.PriorityLevels),
 		name:     q.Name,
-		levels:   q.PriorityLevels,
-		ready:    make([]ring.Ring[*message], q.PriorityLevels+1),
-		streams:  make(map[*stream]struct{}),
 		held:     make(map[*time.Timer]heldMessage),
 		ids:      make(map[string]int),
 		uniq:     make(map[string]*uniqEntry),
 		uniqByID: make(map[string]*uniqEntry),
-	}
+	})
 	return nil
-}
-
-// lookup returns the declared queue named name.
-func (b *Backend) lookup(name string) (*queue, error) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	if b.closed {
-		return nil, backend.ErrShutDown
-	}
-	q, ok := b.queues[name]
-	if !ok {
-		return nil, backend.UnknownQueue(name)
-	}
-	return q, nil
-}
-
-func (b *Backend) isClosed() bool {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.closed
 }
 
 // Publish puts env on env.Queue, after delay rounded up to the granularity. A repeat,
@@ -195,7 +163,7 @@ func (b *Backend) enqueue(m *message, delay time.Duration, deferred, dropRepeat 
 // are dropped. A nil admit queues every message, repeats too.
 func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admit func(*queue) bool) error {
 	dropRepeat := admit != nil
-	q, err := b.lookup(m.env.Queue)
+	q, err := b.queues.Lookup(m.env.Queue)
 	if err != nil {
 		return err
 	}
@@ -204,8 +172,8 @@ func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admi
 		return fmt.Errorf("job %s for queue %q: %w", m.env.ID, m.env.Queue, err)
 	}
 	delay = backend.RoundUp(delay, b.granularity)
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.Lock()
+	defer q.Unlock()
 	if dropRepeat && m.env.ID != "" && q.ids[m.env.ID] > 0 {
 		b.log.Debug("repeat publish dropped: the queue holds the job", "queue", q.name, "job", m.env.ID)
 		return nil
@@ -215,18 +183,18 @@ func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admi
 	}
 	q.hold(m)
 	if delay == 0 {
-		q.pushBack(m)
+		q.PushBack(m)
 		return nil
 	}
 	var t *time.Timer
 	t = time.AfterFunc(delay, func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
+		q.Lock()
+		defer q.Unlock()
 		if _, ok := q.held[t]; !ok {
 			return // stopped and removed: by Close, or a cancel, retry or delete of the job
 		}
 		delete(q.held, t)
-		q.pushBack(m)
+		q.PushBack(m)
 	})
 	q.held[t] = heldMessage{m: m, deferred: deferred}
 	return nil
@@ -247,102 +215,37 @@ func (q *queue) release(m *message) {
 	}
 }
 
-// pushBack makes m ready behind its equals and wakes the streams.
-func (q *queue) pushBack(m *message) {
-	q.ready[min(int(m.env.Priority), q.levels)].PushBack(m)
-	q.nready++
-	q.wakeAll()
-}
-
-// pushFront makes m ready ahead of its equals, for a message that goes back.
-func (q *queue) pushFront(m *message) {
-	m.redelivered = true
-	q.ready[min(int(m.env.Priority), q.levels)].PushFront(m)
-	q.nready++
-	q.wakeAll()
-}
-
-// pop takes the first ready message of the highest level, or nil.
-func (q *queue) pop() *message {
-	if q.nready == 0 {
-		return nil
-	}
-	for level := q.levels; level >= 0; level-- {
-		if m := q.ready[level].PopFront(); m != nil {
-			q.nready--
-			return m
-		}
-	}
-	return nil
-}
-
-func (q *queue) wakeAll() {
-	for s := range q.streams {
-		s.wakeUp()
-	}
-}
-
 // Consume starts a stream of the declared queue q.Name with prefetch q.Prefetch.
 func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.Stream, error) {
 	qc = qc.Normalize(b.log)
-	q, err := b.lookup(qc.Name)
+	q, err := b.queues.Lookup(qc.Name)
 	if err != nil {
 		return nil, err
 	}
-	s := &stream{
-		b:        b,
-		q:        q,
-		ctx:      ctx,
-		prefetch: qc.Prefetch,
-		ch:       make(chan backend.Delivery),
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		finished: make(chan struct{}),
-		inflight: make(map[*delivery]struct{}),
-	}
-	// Register under b.mu so that Close either sees the stream or Consume sees closed.
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return nil, backend.ErrShutDown
-	}
-	b.wg.Add(1)
-	b.mu.Unlock()
-	q.mu.Lock()
-	q.streams[s] = struct{}{}
-	q.mu.Unlock()
-	go s.run()
-	return s, nil
+	return b.streams.Consume(ctx, q.Queue, qc.Prefetch, func(c *stream.Claim[*message]) (backend.Delivery, error) { return b.deliver(q, c) })
 }
 
 // Close ends every stream and drops everything queued or held. It waits for the
 // streams to end, or for ctx.
 func (b *Backend) Close(ctx context.Context) error {
-	b.mu.Lock()
-	if !b.closed {
-		b.closed = true
+	b.queues.Lock()
+	if b.queues.CloseLocked() {
 		close(b.done)
-		for _, q := range b.queues {
-			q.mu.Lock()
+		b.streams.Close()
+		for q := range b.queues.AllLocked() {
+			q.Lock()
 			for t := range q.held {
 				t.Stop()
 			}
 			clear(q.held)
-			q.mu.Unlock()
+			q.Unlock()
 		}
 	}
-	b.mu.Unlock()
-	finished := make(chan struct{})
-	go func() {
-		b.wg.Wait()
-		close(finished)
-	}()
-	select {
-	case <-finished:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("memory backend close: waiting for streams: %w", ctx.Err())
+	b.queues.Unlock()
+	if err := b.streams.Wait(ctx); err != nil {
+		return fmt.Errorf("memory backend close: %w", err)
 	}
+	return nil
 }
 
 // QueueStats counts a queue's messages by state.
@@ -365,14 +268,14 @@ type QueueStats struct {
 
 // Stats counts the messages of the declared queue by state.
 func (b *Backend) Stats(queue string) (QueueStats, error) {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return QueueStats{}, err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	offering := int(q.offering.Load())
-	st := QueueStats{Pending: q.nready + offering, Unacked: q.unsettle - offering, Acked: q.acked, Dead: len(q.dead)}
+	q.Lock()
+	defer q.Unlock()
+	pending, unacked := q.Counts()
+	st := QueueStats{Pending: pending, Unacked: unacked, Acked: q.acked, Dead: len(q.dead)}
 	for _, h := range q.held {
 		if h.deferred {
 			st.Deferred++
@@ -395,18 +298,15 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 // Pending returns the ready messages of the declared queue in the order they would be
 // delivered. Malformed messages appear with what could be read.
 func (b *Backend) Pending(queue string) ([]backend.Envelope, error) {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return nil, err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	out := make([]backend.Envelope, 0, q.nready)
-	for level := q.levels; level >= 0; level-- {
-		r := &q.ready[level]
-		for i := range r.Len() {
-			out = append(out, r.At(i).env.Clone())
-		}
+	q.Lock()
+	defer q.Unlock()
+	out := make([]backend.Envelope, 0, q.Ready())
+	for m := range q.InOrder() {
+		out = append(out, m.env.Clone())
 	}
 	return out, nil
 }
@@ -414,12 +314,12 @@ func (b *Backend) Pending(queue string) ([]backend.Envelope, error) {
 // DeadLetters lists up to limit dead letters of the declared queue, oldest first;
 // limit <= 0 lists all.
 func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]backend.DeadLetter, error) {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return nil, err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.Lock()
+	defer q.Unlock()
 	n := len(q.dead)
 	if limit > 0 && limit < n {
 		n = limit
@@ -435,12 +335,12 @@ func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]b
 // ReplayDeadLetter puts the dead letter with job id id back on its queue as a fresh
 // job: attempt 1, no reason, no defers, one replay more (backend.Replayed).
 func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.Lock()
+	defer q.Unlock()
 	i := slices.IndexFunc(q.dead, func(d deadLetter) bool { return d.m.env.ID == id })
 	if i < 0 {
 		return fmt.Errorf("dead letter %q of queue %q: %w", id, queue, backend.ErrNotFound)
@@ -449,18 +349,18 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	q.dead = slices.Delete(q.dead, i, i+1)
 	backend.Replayed(&m.env)
 	q.hold(m)
-	q.pushBack(m)
+	q.PushBack(m)
 	return nil
 }
 
 // PurgeDeadLetters deletes the dead letters of the declared queue.
 func (b *Backend) PurgeDeadLetters(ctx context.Context, queue string) (int, error) {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return 0, err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
+	q.Lock()
+	defer q.Unlock()
 	n := len(q.dead)
 	q.dead = nil
 	return n, nil

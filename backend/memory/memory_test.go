@@ -13,6 +13,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/backendtest"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 )
 
@@ -25,17 +26,40 @@ func TestContract(t *testing.T) {
 	})
 }
 
+// declared returns a memory backend, closed when the test ends, with q declared and a
+// job published to it for each payload, in order.
+func declared(t *testing.T, q backend.QueueConfig, payloads ...string) *memory.Backend {
+	t.Helper()
+	ctx := context.Background()
+	b := memory.New(memory.Config{})
+	t.Cleanup(func() { rig.Close(t, b) })
+	rig.Must(t, b.Declare(ctx, q))
+	for _, p := range payloads {
+		rig.Must(t, b.Publish(ctx, backend.NewEnvelope(q.Name, []byte(p)), 0))
+	}
+	return b
+}
+
+// expectBack checks that b's queue "jobs" holds its one job pending again, with no
+// delivery unacknowledged.
+func expectBack(t *testing.T, b *memory.Backend) {
+	t.Helper()
+	st, err := b.Stats("jobs")
+	rig.Must(t, err)
+	if st.Pending != 1 || st.Unacked != 0 {
+		t.Fatalf("Stats = %+v, want the job back in the queue", st)
+	}
+}
+
 func TestInjectMalformedDecodesWithError(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := memory.New(memory.Config{})
-		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs"}
-		mustDo(t, b.Declare(ctx, q))
-		mustDo(t, b.InjectMalformed(ctx, "jobs", []byte{0xde, 0xad}, "no message id"))
+		b := declared(t, q)
+		rig.Must(t, b.InjectMalformed(ctx, "jobs", []byte{0xde, 0xad}, "no message id"))
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		d := <-s.Deliveries()
 		env, err := d.Envelope()
 		if !errors.Is(err, backend.ErrMalformed) || !strings.Contains(err.Error(), "no message id") {
@@ -45,9 +69,9 @@ func TestInjectMalformedDecodesWithError(t *testing.T) {
 			t.Fatalf("partial envelope = %+v", env)
 		}
 		reason := err.Error()
-		mustDo(t, d.DeadLetter(ctx, reason))
+		rig.Must(t, d.DeadLetter(ctx, reason))
 		dead, err := b.DeadLetters(ctx, "jobs", 0)
-		mustDo(t, err)
+		rig.Must(t, err)
 		if len(dead) != 1 || dead[0].Reason != reason {
 			t.Fatalf("dead letters = %+v", dead)
 		}
@@ -61,21 +85,19 @@ func TestStatsAndPending(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := memory.New(memory.Config{})
-		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 2, PriorityLevels: 1}
-		mustDo(t, b.Declare(ctx, q))
+		b := declared(t, q)
 		for i, p := range []uint8{0, 1, 0} {
 			env := backend.NewEnvelope("jobs", []byte{'a' + byte(i)})
 			env.Priority = p
-			mustDo(t, b.Publish(ctx, env, 0))
+			rig.Must(t, b.Publish(ctx, env, 0))
 		}
-		mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("later")), time.Minute))
-		mustDo(t, b.Defer(ctx, backend.NewEnvelope("jobs", []byte("held")), time.Minute))
-		mustDo(t, b.Defer(ctx, backend.NewEnvelope("jobs", []byte("now")), 0))
+		rig.Must(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("later")), time.Minute))
+		rig.Must(t, b.Defer(ctx, backend.NewEnvelope("jobs", []byte("held")), time.Minute))
+		rig.Must(t, b.Defer(ctx, backend.NewEnvelope("jobs", []byte("now")), 0))
 
 		pending, err := b.Pending("jobs")
-		mustDo(t, err)
+		rig.Must(t, err)
 		var order []string
 		for _, env := range pending {
 			order = append(order, string(env.Payload))
@@ -85,22 +107,22 @@ func TestStatsAndPending(t *testing.T) {
 		}
 
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		d := <-s.Deliveries()
-		mustDo(t, d.Ack(ctx))
+		rig.Must(t, d.Ack(ctx))
 		d = <-s.Deliveries()
-		mustDo(t, d.DeadLetter(ctx, ""))
+		rig.Must(t, d.DeadLetter(ctx, ""))
 		d = <-s.Deliveries() // unsettled
 		synctest.Wait()
 		got, err := b.Stats("jobs")
-		mustDo(t, err)
+		rig.Must(t, err)
 		// The last one is offered by the stream and not taken: it counts as pending.
 		want := memory.QueueStats{Pending: 1, Unacked: 1, Delayed: 1, Deferred: 1, Acked: 1, Dead: 1}
 		if got != want {
 			t.Fatalf("Stats = %+v, want %+v", got, want)
 		}
 		dead, err := b.DeadLetters(ctx, "jobs", 0)
-		mustDo(t, err)
+		rig.Must(t, err)
 		if dead[0].Reason == "" {
 			t.Fatal("a dead letter without a reason must get one")
 		}
@@ -117,14 +139,11 @@ func TestStatsAndPending(t *testing.T) {
 func TestContextEndsStreamAndReleases(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		b := memory.New(memory.Config{})
-		defer b.Close(context.Background())
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-		mustDo(t, b.Declare(t.Context(), q))
-		mustDo(t, b.Publish(t.Context(), backend.NewEnvelope("jobs", []byte("x")), 0))
+		b := declared(t, q, "x")
 		ctx, cancel := context.WithCancel(t.Context())
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		d := <-s.Deliveries()
 		cancel()
 		if _, ok := <-s.Deliveries(); ok {
@@ -136,11 +155,7 @@ func TestContextEndsStreamAndReleases(t *testing.T) {
 		if err := d.Ack(t.Context()); !errors.Is(err, backend.ErrStreamClosed) {
 			t.Fatalf("Ack after the stream ended = %v, want ErrStreamClosed", err)
 		}
-		st, err := b.Stats("jobs")
-		mustDo(t, err)
-		if st.Pending != 1 || st.Unacked != 0 {
-			t.Fatalf("Stats = %+v, want the job back in the queue", st)
-		}
+		expectBack(t, b)
 	})
 }
 
@@ -148,13 +163,10 @@ func TestFailedSettleAfterStreamEndedReleases(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := memory.New(memory.Config{})
-		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-		mustDo(t, b.Declare(ctx, q))
-		mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("x")), 0))
+		b := declared(t, q, "x")
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		d := <-s.Deliveries()
 		env, _ := d.Envelope()
 		env.Queue = "nowhere"
@@ -166,12 +178,45 @@ func TestFailedSettleAfterStreamEndedReleases(t *testing.T) {
 		if err := <-errc; !errors.Is(err, backend.ErrUnknownQueue) && !errors.Is(err, backend.ErrStreamClosed) {
 			t.Fatalf("Retry = %v", err)
 		}
-		st, err := b.Stats("jobs")
-		mustDo(t, err)
-		if st.Pending != 1 || st.Unacked != 0 {
-			t.Fatalf("Stats = %+v, want the job back in the queue", st)
-		}
+		expectBack(t, b)
 	})
+}
+
+// TestConflictingDeclarationFailsLikeABroker: a queue declared again with other
+// priority levels is refused with an error naming both, and keeps its first
+// declaration and its messages, as RabbitMQ does; the same declaration, or one that
+// differs only in prefetch, is accepted.
+func TestConflictingDeclarationFailsLikeABroker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := declared(t, backend.QueueConfig{Name: "jobs", Prefetch: 2, PriorityLevels: 2})
+	env := backend.NewEnvelope("jobs", []byte("kept"))
+	env.Priority = 2
+	rig.Must(t, b.Publish(ctx, env, 0))
+	for _, tc := range []struct {
+		levels, prefetch int
+		want             string
+	}{
+		{2, 2, ""},
+		{2, 7, ""},
+		{5, 2, `queue "jobs" exists with 2 priority levels, not the 5 wanted: it keeps its first declaration`},
+		{0, 2, `queue "jobs" exists with 2 priority levels, not the 0 wanted: it keeps its first declaration`},
+	} {
+		err := b.Declare(ctx, backend.QueueConfig{Name: "jobs", Prefetch: tc.prefetch, PriorityLevels: tc.levels})
+		if got := errString(err); got != tc.want {
+			t.Errorf("Declare(levels %d, prefetch %d) = %q, want %q", tc.levels, tc.prefetch, got, tc.want)
+		}
+	}
+	if p, err := b.Pending("jobs"); err != nil || len(p) != 1 || string(p[0].Payload) != "kept" || p[0].Priority != 2 {
+		t.Fatalf("after the conflicts the queue holds %+v, %v: want the one job it had", p, err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 func TestConfigIsClampedNeverPanics(t *testing.T) {
@@ -186,19 +231,19 @@ func TestConfigIsClampedNeverPanics(t *testing.T) {
 			{Name: "neg", Prefetch: -3, PriorityLevels: -1},
 			{Name: "big", Prefetch: 1 << 20, PriorityLevels: 300},
 		} {
-			mustDo(t, b.Declare(ctx, q))
+			rig.Must(t, b.Declare(ctx, q))
 			env := backend.NewEnvelope(q.Name, nil)
 			env.Priority = 255
 			start := time.Now()
-			mustDo(t, b.Publish(ctx, env, 1500*time.Microsecond))
+			rig.Must(t, b.Publish(ctx, env, 1500*time.Microsecond))
 			s, err := b.Consume(ctx, q)
-			mustDo(t, err)
+			rig.Must(t, err)
 			d := <-s.Deliveries()
 			// 1.5 ms rounded up to the clamped 1 ms granularity: 2 ms, never earlier.
 			if waited := time.Since(start); waited != 2*time.Millisecond {
 				t.Errorf("%s: delivered after %v, want 2ms", q.Name, waited)
 			}
-			mustDo(t, d.Ack(ctx))
+			rig.Must(t, d.Ack(ctx))
 			s.Drop()
 		}
 	})
@@ -219,16 +264,14 @@ func TestManyMessagesGrowTheRing(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := memory.New(memory.Config{})
-		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 100}
-		mustDo(t, b.Declare(ctx, q))
+		b := declared(t, q)
 		const n = 1000
 		for i := range n {
-			mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte(strconv.Itoa(i))), 0))
+			rig.Must(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte(strconv.Itoa(i))), 0))
 		}
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		var held []backend.Delivery
 		for i := range n {
 			d := <-s.Deliveries()
@@ -242,32 +285,25 @@ func TestManyMessagesGrowTheRing(t *testing.T) {
 				if i == n/2 {
 					s.Drop()
 					s, err = b.Consume(ctx, q)
-					mustDo(t, err)
+					rig.Must(t, err)
 					for j := range 50 {
 						d := <-s.Deliveries()
 						env, _ := d.Envelope()
 						if want := strconv.Itoa(i - 49 + j); string(env.Payload) != want || !env.Redelivered {
 							t.Fatalf("after drop got %s (redelivered %v), want %s", env.Payload, env.Redelivered, want)
 						}
-						mustDo(t, d.Ack(ctx))
+						rig.Must(t, d.Ack(ctx))
 					}
 					held = nil
 					continue
 				}
 				for _, d := range held {
-					mustDo(t, d.Ack(ctx))
+					rig.Must(t, d.Ack(ctx))
 				}
 				held = held[:0]
 			}
 		}
 	})
-}
-
-func mustDo(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestRepeatPublishIsDropped: a publish of a job id the queue still holds (ready,
@@ -277,10 +313,8 @@ func TestRepeatPublishIsDropped(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := memory.New(memory.Config{})
-		defer b.Close(ctx)
 		q := backend.QueueConfig{Name: "jobs", Prefetch: 1}
-		mustDo(t, b.Declare(ctx, q))
+		b := declared(t, q)
 		stats := func(want memory.QueueStats) {
 			t.Helper()
 			synctest.Wait()
@@ -291,41 +325,41 @@ func TestRepeatPublishIsDropped(t *testing.T) {
 		ready := backend.NewEnvelope("jobs", []byte("ready"))
 		delayed := backend.NewEnvelope("jobs", []byte("delayed"))
 		deferred := backend.NewEnvelope("jobs", []byte("deferred"))
-		mustDo(t, b.Publish(ctx, ready, 0))
-		mustDo(t, b.Publish(ctx, delayed, time.Minute))
-		mustDo(t, b.Defer(ctx, deferred, time.Minute))
+		rig.Must(t, b.Publish(ctx, ready, 0))
+		rig.Must(t, b.Publish(ctx, delayed, time.Minute))
+		rig.Must(t, b.Defer(ctx, deferred, time.Minute))
 		for _, env := range []backend.Envelope{ready, delayed, deferred} {
-			mustDo(t, b.Publish(ctx, env, 0))
-			mustDo(t, b.Publish(ctx, env, time.Second))
-			mustDo(t, b.Defer(ctx, env, time.Second))
+			rig.Must(t, b.Publish(ctx, env, 0))
+			rig.Must(t, b.Publish(ctx, env, time.Second))
+			rig.Must(t, b.Defer(ctx, env, time.Second))
 		}
 		stats(memory.QueueStats{Pending: 1, Delayed: 1, Deferred: 1})
 
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		d := <-s.Deliveries() // ready, in flight
-		mustDo(t, b.Publish(ctx, ready, 0))
+		rig.Must(t, b.Publish(ctx, ready, 0))
 		stats(memory.QueueStats{Unacked: 1, Delayed: 1, Deferred: 1})
 		// Retry republishes the job it settles: not a repeat.
-		mustDo(t, d.Retry(ctx, ready, 0))
+		rig.Must(t, d.Retry(ctx, ready, 0))
 		d = <-s.Deliveries()
 		stats(memory.QueueStats{Unacked: 1, Delayed: 1, Deferred: 1, Acked: 1})
-		mustDo(t, d.Ack(ctx))
+		rig.Must(t, d.Ack(ctx))
 		// Settled: the id is free again.
-		mustDo(t, b.Publish(ctx, ready, 0))
+		rig.Must(t, b.Publish(ctx, ready, 0))
 		stats(memory.QueueStats{Pending: 1, Delayed: 1, Deferred: 1, Acked: 2})
 		d = <-s.Deliveries()
-		mustDo(t, d.DeadLetter(ctx, "dead"))
-		mustDo(t, b.Publish(ctx, ready, 0)) // a dead letter is not held
+		rig.Must(t, d.DeadLetter(ctx, "dead"))
+		rig.Must(t, b.Publish(ctx, ready, 0)) // a dead letter is not held
 		stats(memory.QueueStats{Pending: 1, Delayed: 1, Deferred: 1, Acked: 2, Dead: 1})
 
 		// Released after their delays, the others are held until they are settled.
 		time.Sleep(2 * time.Minute)
 		synctest.Wait()
-		mustDo(t, b.Publish(ctx, delayed, 0))
-		mustDo(t, b.Publish(ctx, deferred, 0))
+		rig.Must(t, b.Publish(ctx, delayed, 0))
+		rig.Must(t, b.Publish(ctx, deferred, 0))
 		pending, err := b.Pending("jobs")
-		mustDo(t, err)
+		rig.Must(t, err)
 		if len(pending) != 2 {
 			t.Fatalf("pending %d jobs, want 2 (one offered to the stream)", len(pending))
 		}

@@ -21,7 +21,7 @@ type scheduleTicks struct {
 // ScheduleTicks returns the last fired tick of each schedule fired through this
 // backend.
 func (b *Backend) ScheduleTicks(ctx context.Context) (map[string]time.Time, error) {
-	if b.isClosed() {
+	if b.queues.IsClosed() {
 		return nil, backend.ErrShutDown
 	}
 	b.ticks.mu.Lock()

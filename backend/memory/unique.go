@@ -31,7 +31,7 @@ const uniqSweepMin = 64
 // key is published as by Publish.
 func (b *Backend) PublishUnique(ctx context.Context, pubs []backend.UniquePublication) ([]backend.UniqueResult, error) {
 	for _, p := range pubs {
-		if _, err := b.lookup(p.Envelope.Queue); err != nil {
+		if _, err := b.queues.Lookup(p.Envelope.Queue); err != nil {
 			return nil, err
 		}
 		if err := backend.CheckDelay(p.Delay, backend.MaxDelay); err != nil {
@@ -75,7 +75,7 @@ func (b *Backend) publishUnique(p backend.UniquePublication) (backend.UniqueResu
 }
 
 // sweepUniq forgets the expired keys once the queue holds twice as many as after the
-// last sweep: the cost is spread over the publishes. q.mu is held.
+// last sweep: the cost is spread over the publishes. the queue's lock is held.
 func (q *queue) sweepUniq(now time.Time) {
 	if len(q.uniq) < max(uniqSweepMin, 2*q.uniqKept) {
 		return
@@ -89,7 +89,7 @@ func (q *queue) sweepUniq(now time.Time) {
 }
 
 // uniqFinished starts the expiry of the key held by job id, if it holds one: the job
-// was acknowledged or dead-lettered. q.mu is held.
+// was acknowledged or dead-lettered. the queue's lock is held.
 func (q *queue) uniqFinished(id string, now time.Time) {
 	e, ok := q.uniqByID[id]
 	if !ok {
@@ -103,7 +103,7 @@ func (q *queue) uniqFinished(id string, now time.Time) {
 }
 
 // uniqFreed frees the key held by job id, if it holds one: the waiting job was
-// deleted, and a deleted job holds nothing. q.mu is held.
+// deleted, and a deleted job holds nothing. the queue's lock is held.
 func (q *queue) uniqFreed(id string) {
 	if e, ok := q.uniqByID[id]; ok {
 		delete(q.uniqByID, id)
@@ -114,7 +114,7 @@ func (q *queue) uniqFreed(id string) {
 }
 
 // uniqRenamed moves the key of job old to job next, published in its place.
-// q.mu is held.
+// the queue's lock is held.
 func (q *queue) uniqRenamed(old, next string) {
 	if e, ok := q.uniqByID[old]; ok && old != next {
 		delete(q.uniqByID, old)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	pebblebackend "github.com/wasmjobs/wasmjobs/backend/pebble"
 )
 
@@ -23,20 +24,9 @@ func BenchmarkPebblePublishConsumeAck(b *testing.B) {
 	for _, publishers := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("publishers=%d", publishers), func(b *testing.B) {
 			ctx := context.Background()
-			be, err := pebblebackend.Open(ctx, pebblebackend.Config{Dir: filepath.Join(b.TempDir(), "data")})
-			if err != nil {
-				b.Fatal(err)
-			}
+			be := open(b, pebblebackend.Config{Dir: filepath.Join(b.TempDir(), "data")})
 			defer be.Close(ctx)
-			q := backend.QueueConfig{Name: "bench", Prefetch: 256}
-			if err := be.Declare(ctx, q); err != nil {
-				b.Fatal(err)
-			}
-			s, err := be.Consume(ctx, q)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Drop()
+			s := rig.Consume(b, be, backend.QueueConfig{Name: "bench", Prefetch: 256})
 			payload := []byte(`{"n":1}`)
 			var acked sync.WaitGroup
 			acked.Add(b.N)
@@ -131,18 +121,8 @@ func BenchmarkPebbleDiskAfterThroughput(b *testing.B) {
 	ctx := context.Background()
 	for range b.N {
 		dir := filepath.Join(b.TempDir(), "data")
-		be, err := pebblebackend.Open(ctx, pebblebackend.Config{Dir: dir, BallastSize: -1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		q := backend.QueueConfig{Name: "bench", Prefetch: 1024}
-		if err := be.Declare(ctx, q); err != nil {
-			b.Fatal(err)
-		}
-		s, err := be.Consume(ctx, q)
-		if err != nil {
-			b.Fatal(err)
-		}
+		be := open(b, pebblebackend.Config{Dir: dir, BallastSize: -1})
+		s := rig.Consume(b, be, backend.QueueConfig{Name: "bench", Prefetch: 1024})
 		n := *throughJobs
 		done := make(chan struct{})
 		go func() {

@@ -161,11 +161,38 @@ func (r *reader) byte() byte {
 	return c
 }
 
-func (r *reader) uvarint() uint64 {
+// count reads how many items follow, each at least a byte long: a count beyond the
+// bytes left (a bound on bad input) is errShort. It reads as 0 after an error.
+func (r *reader) count() uint64 {
+	n := r.uvarint()
+	if r.err == nil && n > uint64(len(r.b)) {
+		r.err = errShort
+	}
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
+	return n
+}
+
+// finish says whether the value was read whole: nil, or an error decoding what.
+func (r *reader) finish(what string) error {
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%d bytes left over", len(r.b))
+	}
+	if r.err != nil {
+		return fmt.Errorf("decoding %s: %w", what, r.err)
+	}
+	return nil
+}
+
+func (r *reader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
+
+// readVarint reads one number with decode (binary.Uvarint or binary.Varint).
+func readVarint[T uint64 | int64](r *reader, decode func([]byte) (T, int)) T {
+	if r.err != nil {
+		return 0
+	}
+	v, n := decode(r.b)
 	if n <= 0 {
 		r.err = errShort
 		return 0

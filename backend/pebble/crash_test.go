@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	pebblebackend "github.com/wasmjobs/wasmjobs/backend/pebble"
 )
 
@@ -171,7 +172,7 @@ func TestCrashLosesNoReturnedPublish(t *testing.T) {
 	later := backend.QueueConfig{Name: "later", Prefetch: 16}
 	uniq := backend.QueueConfig{Name: "uniq", Prefetch: 16}
 	for _, q := range []backend.QueueConfig{parents, kids, later, uniq, {Name: "ticks"}} {
-		mustDo(t, b.Declare(ctx, q))
+		rig.Must(t, b.Declare(ctx, q))
 	}
 
 	lg := &ledger{ticksBegun: map[string]int{}, ticksReturned: map[string]int{}}
@@ -203,7 +204,7 @@ func TestCrashLosesNoReturnedPublish(t *testing.T) {
 		})
 	}
 	ps, err := b.Consume(run, parents)
-	mustDo(t, err)
+	rig.Must(t, err)
 	wg.Go(func() {
 		for d := range ps.Deliveries() {
 			env, _ := d.Envelope()
@@ -233,7 +234,7 @@ func TestCrashLosesNoReturnedPublish(t *testing.T) {
 		}
 	})
 	ks, err := b.Consume(run, kids)
-	mustDo(t, err)
+	rig.Must(t, err)
 	wg.Go(func() {
 		for d := range ks.Deliveries() {
 			if err := d.Ack(ctx); err != nil && run.Err() == nil {
@@ -292,7 +293,7 @@ func TestCrashLosesNoReturnedPublish(t *testing.T) {
 	})
 	for _, q := range []backend.QueueConfig{later, uniq} {
 		s, err := b.Consume(run, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		wg.Go(func() {
 			for d := range s.Deliveries() {
 				env, _ := d.Envelope()
@@ -333,7 +334,7 @@ func TestCrashLosesNoReturnedPublish(t *testing.T) {
 	}
 	stop()
 	wg.Wait()
-	closeBackend(t, b)
+	rig.Close(t, b)
 	var tally crashTally
 	for i, p := range points {
 		t.Run(fmt.Sprintf("crash%02d-unsynced%d%%", i, p.unsynced), func(t *testing.T) { checkCrashPoint(t, p, lg, &tally) })
@@ -356,18 +357,18 @@ func TestCrashLosesNoReturnedPublish(t *testing.T) {
 func checkCrashPoint(t *testing.T, p crashPoint, all *ledger, tally *crashTally) {
 	ctx := context.Background()
 	b := open(t, pebblebackend.Config{Dir: "/data", FS: p.fs})
-	defer closeBackend(t, b)
+	defer rig.Close(t, b)
 	waiting := func(queue string) map[string]int {
 		st, err := b.QueueStats(ctx, queue)
-		mustDo(t, err)
+		rig.Must(t, err)
 		s, err := b.Consume(ctx, backend.QueueConfig{Name: queue, Prefetch: st.Pending + 1})
-		mustDo(t, err)
+		rig.Must(t, err)
 		defer s.Drop()
 		ids := make(map[string]int)
 		for range st.Pending {
 			d := <-s.Deliveries()
 			env, err := d.Envelope()
-			mustDo(t, err)
+			rig.Must(t, err)
 			ids[env.ID]++
 			if ids[env.ID] > 1 {
 				t.Errorf("job %s waits twice", env.ID)
@@ -395,7 +396,7 @@ func checkCrashPoint(t *testing.T, p crashPoint, all *ledger, tally *crashTally)
 		}
 	}
 	dls, err := b.DeadLetters(ctx, "parents", 0)
-	mustDo(t, err)
+	rig.Must(t, err)
 	dead := make(map[string]string, len(dls))
 	for _, dl := range dls {
 		id := dl.Envelope.ID
@@ -513,7 +514,7 @@ func checkCrashPoint(t *testing.T, p crashPoint, all *ledger, tally *crashTally)
 		return
 	}
 	res, err := b.PublishUnique(ctx, probe)
-	mustDo(t, err)
+	rig.Must(t, err)
 	for i, r := range res {
 		key, want := probe[i].Key, holder[i]
 		switch {
@@ -571,7 +572,7 @@ func checkCrashLater(t *testing.T, b *pebblebackend.Backend, p crashPoint, all *
 	}
 	tally.farHeld += farDelayed + farDeferred
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "later", Prefetch: len(all.later) + 1})
-	mustDo(t, err)
+	rig.Must(t, err)
 	defer s.Drop()
 	timeout := time.NewTimer(10 * time.Second)
 	defer timeout.Stop()
@@ -579,7 +580,7 @@ func checkCrashLater(t *testing.T, b *pebblebackend.Backend, p crashPoint, all *
 	// Receive every job that must come due, and then whatever else is ready: none.
 	ready := func() int {
 		st, err := b.QueueStats(ctx, "later")
-		mustDo(t, err)
+		rig.Must(t, err)
 		return st.Pending
 	}
 	for len(got) < len(due) || ready() > 0 {
@@ -590,7 +591,7 @@ func checkCrashLater(t *testing.T, b *pebblebackend.Backend, p crashPoint, all *
 			}
 			at := time.Now()
 			env, err := d.Envelope()
-			mustDo(t, err)
+			rig.Must(t, err)
 			j, known := byID[env.ID]
 			switch {
 			case known && j.far:
@@ -620,7 +621,7 @@ func checkCrashLater(t *testing.T, b *pebblebackend.Backend, p crashPoint, all *
 func checkCrashTicks(t *testing.T, b *pebblebackend.Backend, p crashPoint, all *ledger, tally *crashTally) {
 	ctx := context.Background()
 	ticks, err := b.ScheduleTicks(ctx)
-	mustDo(t, err)
+	rig.Must(t, err)
 	for _, s := range crashSchedules {
 		last := -1 // the index of the tick the clone remembers
 		if tick, ok := ticks[s]; ok {

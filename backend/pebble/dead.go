@@ -16,7 +16,7 @@ func heapInit(h *delayHeap) { heap.Init(h) }
 // DeadLetters lists up to limit dead letters of the declared queue, oldest first;
 // limit <= 0 lists all.
 func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]backend.DeadLetter, error) {
-	if _, err := b.lookup(queue); err != nil {
+	if _, err := b.queues.Lookup(queue); err != nil {
 		return nil, err
 	}
 	if err := b.enter(); err != nil {
@@ -67,7 +67,7 @@ func (b *Backend) scanDead(queue string, fn func(key, value []byte) (bool, error
 // job (attempt 1, no reason, no defers, one replay more: backend.Replayed), in one
 // synced batch.
 func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return err
 	}
@@ -123,9 +123,9 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 		if owned {
 			b.ids.settle(env.ID, true)
 		}
-		q.mu.Lock()
+		q.Lock()
 		q.dead--
-		q.mu.Unlock()
+		q.Unlock()
 		apply()
 	}, func() {
 		if owned {
@@ -144,7 +144,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 // count is of the batches written before it (a batch whose write was cut off by ctx may
 // still land, uncounted).
 func (b *Backend) PurgeDeadLetters(ctx context.Context, queue string) (int, error) {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return 0, err
 	}
@@ -235,9 +235,9 @@ func (b *Backend) purgeDeadBatch(ctx context.Context, q *queue, from, upper []by
 		return 0, next, nil
 	}
 	err = b.commit(ctx, batch, pebbledb.Sync, "purge dead letters", q.name, func() {
-		q.mu.Lock()
+		q.Lock()
 		q.dead -= n
-		q.mu.Unlock()
+		q.Unlock()
 		release()
 	}, release)
 	if err != nil {
@@ -262,16 +262,16 @@ func (b *Backend) compactLater(start, end []byte) {
 
 // QueueStats counts the declared queue's jobs by state.
 func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueStats, error) {
-	q, err := b.lookup(queue)
+	q, err := b.queues.Lookup(queue)
 	if err != nil {
 		return backend.QueueStats{}, err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	offering := int(q.offering.Load())
+	q.Lock()
+	defer q.Unlock()
+	pending, unacked := q.Counts()
 	return backend.QueueStats{
-		Pending:  q.nready + offering,
-		Unacked:  q.unsettle - offering,
+		Pending:  pending,
+		Unacked:  unacked,
 		Delayed:  q.delayed,
 		Deferred: q.deferred,
 		Dead:     q.dead,

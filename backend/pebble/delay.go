@@ -45,13 +45,13 @@ type delayIndex struct {
 
 // add indexes a delayed job (its key is committed) and counts it on its queue.
 func (x *delayIndex) add(dl *delayed) {
-	dl.q.mu.Lock()
+	dl.q.Lock()
 	if dl.deferred {
 		dl.q.deferred++
 	} else {
 		dl.q.delayed++
 	}
-	dl.q.mu.Unlock()
+	dl.q.Unlock()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	heap.Push(&x.h, dl)
@@ -140,16 +140,16 @@ func (x *delayIndex) fire() {
 	}
 	batch.Close()
 	for i, dl := range due {
-		dl.q.mu.Lock()
+		dl.q.Lock()
 		if dl.deferred {
 			dl.q.deferred--
 		} else {
 			dl.q.delayed--
 		}
 		if items[i] != nil {
-			dl.q.pushBack(items[i])
+			dl.q.PushBack(items[i])
 		}
-		dl.q.mu.Unlock()
+		dl.q.Unlock()
 	}
 	if len(due) == 1024 {
 		x.mu.Lock()

@@ -19,8 +19,11 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 )
 
+// openMem opens a backend with cfg on fs (nil: a fresh memory filesystem), in the
+// directory /data; the caller closes it.
 func openMem(t *testing.T, fs vfs.FS, cfg Config) *Backend {
 	t.Helper()
 	if fs == nil {
@@ -34,11 +37,14 @@ func openMem(t *testing.T, fs vfs.FS, cfg Config) *Backend {
 	return b
 }
 
-func must(t *testing.T, err error) {
+// withJob is openMem with the queue "q" declared and the job "j" published to it after
+// delay.
+func withJob(t *testing.T, fs vfs.FS, cfg Config, delay time.Duration) *Backend {
 	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openMem(t, fs, cfg)
+	rig.Must(t, b.Declare(context.Background(), backend.QueueConfig{Name: "q"}))
+	rig.Must(t, b.Publish(context.Background(), backend.Envelope{ID: "j", Queue: "q"}, delay))
+	return b
 }
 
 // A job whose value cannot be read is never handed out (before the fix it was handed out
@@ -49,20 +55,18 @@ func TestUnreadableJobIsNotHandedOut(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := openMem(t, nil, Config{})
-	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
 	// A second stream on another queue, idle: it must end too.
-	must(t, b.Declare(ctx, backend.QueueConfig{Name: "other"}))
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "other"}))
 	idle, err := b.Consume(ctx, backend.QueueConfig{Name: "other"})
-	must(t, err)
-	must(t, b.Publish(ctx, backend.Envelope{ID: "j1", Queue: "q", Payload: []byte("x")}, 0))
-	q, _ := b.lookup("q")
-	q.mu.Lock()
-	key := q.key(q.ready[0].At(0))
-	q.mu.Unlock()
+	rig.Must(t, err)
+	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "j1", Queue: "q", Payload: []byte("x")}, 0))
+	q, _ := b.queues.Lookup("q")
+	key := q.keyOf("j1")
 	// The read fails: here the key is gone underneath the index.
-	must(t, b.db.Delete(key, pebbledb.Sync))
+	rig.Must(t, b.db.Delete(key, pebbledb.Sync))
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
-	must(t, err)
+	rig.Must(t, err)
 	for d := range s.Deliveries() {
 		env, derr := d.Envelope()
 		t.Fatalf("a job whose value was not read was handed out: %+v, %v", env, derr)
@@ -114,20 +118,20 @@ func TestConcurrentDeclaresCommitOnlyTheWinner(t *testing.T) {
 				won = i
 			}
 		}
-		q, err := b.lookup(name)
-		must(t, err)
-		if won < 0 || q.levels != won {
-			t.Fatalf("round %d: winner %d, queue has %d levels; errors %v", round, won, q.levels, errs)
+		q, err := b.queues.Lookup(name)
+		rig.Must(t, err)
+		if won < 0 || q.Levels() != won {
+			t.Fatalf("round %d: winner %d, queue has %d levels; errors %v", round, won, q.Levels(), errs)
 		}
-		must(t, b.Publish(ctx, backend.Envelope{ID: name, Queue: name, Priority: 9}, 0))
-		must(t, b.Close(ctx))
+		rig.Must(t, b.Publish(ctx, backend.Envelope{ID: name, Queue: name, Priority: 9}, 0))
+		rig.Must(t, b.Close(ctx))
 		b = openMem(t, fs, Config{})
-		q, err = b.lookup(name)
-		must(t, err)
-		if q.levels != won {
-			t.Fatalf("round %d: reopened with %d levels, the winner declared %d", round, q.levels, won)
+		q, err = b.queues.Lookup(name)
+		rig.Must(t, err)
+		if q.Levels() != won {
+			t.Fatalf("round %d: reopened with %d levels, the winner declared %d", round, q.Levels(), won)
 		}
-		must(t, b.Close(ctx))
+		rig.Must(t, b.Close(ctx))
 	}
 }
 
@@ -138,7 +142,7 @@ func TestDelayPastMaxDelayIsRefused(t *testing.T) {
 	ctx := context.Background()
 	b := openMem(t, nil, Config{})
 	defer b.Close(ctx)
-	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
 	for _, d := range []time.Duration{math.MaxInt64 - 5, backend.MaxDelay + 1} {
 		err := b.Publish(ctx, backend.Envelope{ID: fmt.Sprint(d), Queue: "q"}, d)
 		if !errors.Is(err, backend.ErrDelayTooLong) {
@@ -149,7 +153,7 @@ func TestDelayPastMaxDelayIsRefused(t *testing.T) {
 			t.Errorf("PublishBatch with delay %v = %v, want ErrDelayTooLong", d, err)
 		}
 	}
-	must(t, b.Publish(ctx, backend.Envelope{ID: "max", Queue: "q"}, backend.MaxDelay))
+	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "max", Queue: "q"}, backend.MaxDelay))
 	if st, _ := b.QueueStats(ctx, "q"); st.Pending != 0 || st.Delayed != 1 {
 		t.Fatalf("stats %+v, want only the job delayed by MaxDelay, delayed", st)
 	}
@@ -159,7 +163,7 @@ func TestDelayPastMaxDelayIsRefused(t *testing.T) {
 func TestSecondCloseWaitsForTheStore(t *testing.T) {
 	t.Parallel()
 	b := openMem(t, nil, Config{})
-	must(t, b.enter()) // a write in progress
+	rig.Must(t, b.enter()) // a write in progress
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := b.Close(short); !errors.Is(err, context.DeadlineExceeded) {
@@ -209,10 +213,8 @@ func TestCapRecordKeepsTheCallersLogsAndRunes(t *testing.T) {
 func TestSettleWhoseContextEndsIsUnknown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := openMem(t, nil, Config{})
+	b := withJob(t, nil, Config{}, 0)
 	defer b.Close(ctx)
-	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
 	gate := make(chan struct{})
 	var open sync.Once
 	defer open.Do(func() { close(gate) }) // before Close, which waits for the write
@@ -222,7 +224,7 @@ func TestSettleWhoseContextEndsIsUnknown(t *testing.T) {
 		}
 	}
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
-	must(t, err)
+	rig.Must(t, err)
 	defer s.Drop()
 	d := (<-s.Deliveries()).(*delivery)
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
@@ -253,13 +255,11 @@ func TestSettleWhoseContextEndsIsUnknown(t *testing.T) {
 func TestConcurrentReplaysCountTheDeadLetterOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := openMem(t, nil, Config{})
+	b := withJob(t, nil, Config{}, 0)
 	defer b.Close(ctx)
-	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
-	must(t, err)
-	must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
+	rig.Must(t, err)
+	rig.Must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
 	s.Drop()
 	gate := make(chan struct{})
 	var first sync.Once
@@ -285,14 +285,12 @@ func TestConcurrentReplaysCountTheDeadLetterOnce(t *testing.T) {
 func TestUnreadableDelayedJobFailsTheStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := openMem(t, nil, Config{})
-	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, time.Hour))
+	b := withJob(t, nil, Config{}, time.Hour)
 	b.delays.mu.Lock()
 	dl := b.delays.h[0]
 	dl.due = time.Now().Add(-time.Second) // due now
 	b.delays.mu.Unlock()
-	must(t, b.db.Delete(dl.key, pebbledb.Sync))
+	rig.Must(t, b.db.Delete(dl.key, pebbledb.Sync))
 	b.delays.fire()
 	if err := b.failure(); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("store failed with %v, want ErrCorrupt", err)
@@ -312,10 +310,9 @@ func TestPruneRacingAReplayKeepsTheFreshRecord(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b, s := oneRecordedJob(t)
-		defer b.Close(ctx)
-		must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
-		s.Drop()
+		b := oneRecordedJob(t, func(_ *Backend, next func() backend.Delivery) {
+			rig.Must(t, next().DeadLetter(ctx, "boom"))
+		})
 		replayed := make(chan error, 1)
 		b.beforeCommit = func(op string) {
 			if op == "prune records" {
@@ -323,15 +320,15 @@ func TestPruneRacingAReplayKeepsTheFreshRecord(t *testing.T) {
 				synctest.Wait()
 			}
 		}
-		must(t, b.prune(time.Now().Add(time.Hour)))
-		must(t, <-replayed)
+		rig.Must(t, b.prune(time.Now().Add(time.Hour)))
+		rig.Must(t, <-replayed)
 		b.beforeCommit = nil
 		rec, err := b.JobRecord(ctx, "j")
 		if err != nil || rec.State != backend.JobPending {
 			t.Fatalf("record after the replay = %+v, %v; want the replay's fresh record, pending", rec, err)
 		}
 		// The prune's next pass leaves the live job's record alone too.
-		must(t, b.prune(time.Now().Add(time.Hour)))
+		rig.Must(t, b.prune(time.Now().Add(time.Hour)))
 		if rec, err := b.JobRecord(ctx, "j"); err != nil || rec.State != backend.JobPending {
 			t.Fatalf("record after a second prune = %+v, %v; want it pending", rec, err)
 		}
@@ -350,7 +347,7 @@ func TestPurgeCountsWhatItRemoved(t *testing.T) {
 		during func(t *testing.T, b *Backend, held backend.Delivery) (added, taken int)
 	}{
 		{"a job dead-lettered meanwhile", func(t *testing.T, b *Backend, held backend.Delivery) (int, int) {
-			must(t, held.DeadLetter(context.Background(), "boom"))
+			rig.Must(t, held.DeadLetter(context.Background(), "boom"))
 			return 1, 0
 		}},
 		{"a dead letter replayed meanwhile", func(t *testing.T, b *Backend, held backend.Delivery) (int, int) {
@@ -365,17 +362,17 @@ func TestPurgeCountsWhatItRemoved(t *testing.T) {
 			ctx := context.Background()
 			b := openMem(t, nil, Config{})
 			defer b.Close(ctx)
-			must(t, b.Declare(ctx, backend.QueueConfig{Name: "q", Prefetch: 2}))
-			must(t, b.Publish(ctx, backend.Envelope{ID: "a", Queue: "q"}, 0))
-			must(t, b.Publish(ctx, backend.Envelope{ID: "b", Queue: "q"}, 0))
+			rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q", Prefetch: 2}))
+			rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "a", Queue: "q"}, 0))
+			rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "b", Queue: "q"}, 0))
 			s, err := b.Consume(ctx, backend.QueueConfig{Name: "q", Prefetch: 2})
-			must(t, err)
+			rig.Must(t, err)
 			defer s.Drop()
 			da, db := <-s.Deliveries(), <-s.Deliveries()
 			if env, _ := da.Envelope(); env.ID != "a" {
 				da, db = db, da
 			}
-			must(t, da.DeadLetter(ctx, "boom"))
+			rig.Must(t, da.DeadLetter(ctx, "boom"))
 			var once sync.Once
 			added, taken := 0, 0
 			b.beforeCommit = func(op string) {
@@ -384,10 +381,10 @@ func TestPurgeCountsWhatItRemoved(t *testing.T) {
 				}
 			}
 			n, err := b.PurgeDeadLetters(ctx, "q")
-			must(t, err)
+			rig.Must(t, err)
 			b.beforeCommit = nil
 			left, err := b.DeadLetters(ctx, "q", 0)
-			must(t, err)
+			rig.Must(t, err)
 			if want := 1 + added - taken - len(left); n != want {
 				t.Errorf("purge reported %d removed; %d dead letters before, %d added and %d taken meanwhile, %d left: want %d",
 					n, 1, added, taken, len(left), want)
@@ -406,13 +403,11 @@ func TestDeleteJobRacingAPublishKeepsTheFreshRecord(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := openMem(t, nil, Config{})
+		b := withJob(t, nil, Config{}, 0)
 		defer b.Close(ctx)
-		must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-		must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
 		s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
-		must(t, err)
-		must(t, (<-s.Deliveries()).Ack(ctx))
+		rig.Must(t, err)
+		rig.Must(t, (<-s.Deliveries()).Ack(ctx))
 		s.Drop()
 		published := make(chan error, 1)
 		b.beforeCommit = func(op string) {
@@ -421,8 +416,8 @@ func TestDeleteJobRacingAPublishKeepsTheFreshRecord(t *testing.T) {
 				synctest.Wait()
 			}
 		}
-		must(t, b.DeleteJob(ctx, "j"))
-		must(t, <-published)
+		rig.Must(t, b.DeleteJob(ctx, "j"))
+		rig.Must(t, <-published)
 		b.beforeCommit = nil
 		if rec, err := b.JobRecord(ctx, "j"); err != nil || rec.State != backend.JobPending {
 			t.Fatalf("record after the publish = %v, %v; want the new job's record, pending", rec.State, err)
@@ -447,28 +442,27 @@ func TestDeleteJobWaitsForABriefReservation(t *testing.T) {
 		left backend.JobState
 	}{
 		{"a prune of the job's earlier time key", "prune records", func(t *testing.T, b *Backend) {
-			must(t, b.prune(time.Now().Add(30*time.Second)))
+			rig.Must(t, b.prune(time.Now().Add(30*time.Second)))
 		}, nil, ""},
 		{"a concurrent DeleteJob", "delete job", func(t *testing.T, b *Backend) {
-			must(t, b.DeleteJob(context.Background(), "j"))
+			rig.Must(t, b.DeleteJob(context.Background(), "j"))
 		}, backend.ErrNotFound, ""},
 		{"a publish of the id anew", "publish", func(t *testing.T, b *Backend) {
-			must(t, b.Publish(context.Background(), backend.Envelope{ID: "j", Queue: "q"}, 0))
+			rig.Must(t, b.Publish(context.Background(), backend.Envelope{ID: "j", Queue: "q"}, 0))
 		}, backend.ErrJobState, backend.JobPending},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
-				b, s := oneRecordedJob(t)
-				defer b.Close(ctx)
 				// Dead, replayed, and succeeded two minutes later: the record's time key
 				// of the dead letter stays behind it, due for the prune before the record.
-				must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
-				must(t, b.ReplayDeadLetter(ctx, "q", "j"))
-				time.Sleep(2 * time.Minute)
-				must(t, (<-s.Deliveries()).Ack(ctx))
-				s.Drop()
+				b := oneRecordedJob(t, func(b *Backend, next func() backend.Delivery) {
+					rig.Must(t, next().DeadLetter(ctx, "boom"))
+					rig.Must(t, b.ReplayDeadLetter(ctx, "q", "j"))
+					time.Sleep(2 * time.Minute)
+					rig.Must(t, next().Ack(ctx))
+				})
 				deleted := make(chan error, 1)
 				var once sync.Once
 				b.beforeCommit = func(op string) {
@@ -502,20 +496,19 @@ func TestPruneLeavesABrieflyReservedKeyForTheNextPass(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b, s := oneRecordedJob(t)
-		defer b.Close(ctx)
-		must(t, (<-s.Deliveries()).Ack(ctx))
-		s.Drop()
+		b := oneRecordedJob(t, func(_ *Backend, next func() backend.Delivery) {
+			rig.Must(t, next().Ack(ctx))
+		})
 		// The operation that reserves the id and ends without a write.
 		if ok, err := b.ids.reserve(ctx, "j"); !ok || err != nil {
 			t.Fatalf("the id of a succeeded job could not be reserved: %v", err)
 		}
-		must(t, b.prune(time.Now().Add(time.Hour)))
+		rig.Must(t, b.prune(time.Now().Add(time.Hour)))
 		b.ids.settle("j", false)
 		if _, err := b.JobRecord(ctx, "j"); err != nil {
 			t.Fatalf("record pruned while its id was reserved: %v", err)
 		}
-		must(t, b.prune(time.Now().Add(time.Hour)))
+		rig.Must(t, b.prune(time.Now().Add(time.Hour)))
 		if rec, err := b.JobRecord(ctx, "j"); !errors.Is(err, backend.ErrNotFound) {
 			t.Fatalf("record after the next prune = %v, %v; want it pruned", rec.State, err)
 		}
@@ -551,15 +544,13 @@ func TestPurgeFailsOnAnUnreadableDeadLetter(t *testing.T) {
 		}
 		return nil
 	}))
-	b := openMem(t, fs, Config{CacheSize: 1})
+	b := withJob(t, fs, Config{CacheSize: 1}, 0)
 	defer b.Close(ctx)
-	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
-	must(t, err)
-	must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
+	rig.Must(t, err)
+	rig.Must(t, (<-s.Deliveries()).DeadLetter(ctx, "boom"))
 	s.Drop()
-	must(t, b.db.Flush()) // the dead letter is read from a table, not the memtable
+	rig.Must(t, b.db.Flush()) // the dead letter is read from a table, not the memtable
 	armed.Store(true)
 	n, err := b.PurgeDeadLetters(ctx, "q")
 	armed.Store(false)
@@ -576,14 +567,16 @@ func TestPurgeFailsOnAnUnreadableDeadLetter(t *testing.T) {
 }
 
 // oneRecordedJob opens a backend that keeps job records for a minute (pruned by hand),
-// publishes job "j" to queue "q" and consumes q: the rig of the record-pruning races.
-func oneRecordedJob(t *testing.T) (*Backend, backend.Stream) {
+// closed when the test ends, publishes job "j" to queue "q" and has settle settle it,
+// next receiving from a stream of q that is dropped after: the rig of the
+// record-pruning races.
+func oneRecordedJob(t *testing.T, settle func(b *Backend, next func() backend.Delivery)) *Backend {
 	t.Helper()
-	ctx := context.Background()
-	b := openMem(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}})
-	must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-	must(t, b.Publish(ctx, backend.Envelope{ID: "j", Queue: "q"}, 0))
-	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
-	must(t, err)
-	return b, s
+	b := withJob(t, nil, Config{Records: RecordConfig{MaxAge: time.Minute, PruneInterval: time.Hour}}, 0)
+	t.Cleanup(func() { rig.Close(t, b) })
+	s, err := b.Consume(context.Background(), backend.QueueConfig{Name: "q"})
+	rig.Must(t, err)
+	settle(b, func() backend.Delivery { return <-s.Deliveries() })
+	s.Drop()
+	return b
 }

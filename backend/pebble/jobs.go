@@ -25,7 +25,7 @@ var (
 // are keyed by id, and ids sort by creation time). A page reads at most maxListScan
 // records.
 func (b *Backend) ListJobs(ctx context.Context, queue string, f backend.JobFilter) (backend.JobPage, error) {
-	if _, err := b.lookup(queue); err != nil {
+	if _, err := b.queues.Lookup(queue); err != nil {
 		return backend.JobPage{}, err
 	}
 	if err := b.enter(); err != nil {
@@ -178,7 +178,7 @@ func (b *Backend) deleteFinished(ctx context.Context, id string) error {
 // deleteDead deletes a dead job's dead letter, if it is still there, and its record;
 // it calls release once the write has landed or failed, or when it writes nothing.
 func (b *Backend) deleteDead(ctx context.Context, rec backend.JobRecord, release func()) error {
-	q, err := b.lookup(rec.Queue)
+	q, err := b.queues.Lookup(rec.Queue)
 	if err != nil {
 		release()
 		return err
@@ -218,9 +218,9 @@ func (b *Backend) deleteDead(ctx context.Context, rec backend.JobRecord, release
 	}
 	batch.Delete(key, nil)
 	return b.commit(ctx, batch, pebbledb.Sync, "delete job", q.name, func() {
-		q.mu.Lock()
+		q.Lock()
 		q.dead--
-		q.mu.Unlock()
+		q.Unlock()
 		unclaim()
 	}, unclaim)
 }
@@ -230,7 +230,7 @@ func (b *Backend) deleteDead(ctx context.Context, rec backend.JobRecord, release
 // entry is taken first, under the queue's (or the delay index's) lock, so that no
 // consumer or release can take the job meanwhile; a failed write puts it back.
 func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del bool) error {
-	q, err := b.lookup(rec.Queue)
+	q, err := b.queues.Lookup(rec.Queue)
 	if err != nil {
 		return err
 	}
@@ -272,7 +272,7 @@ func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del 
 	// A retry without a delay is ready at once: look in both indexes.
 	if it := q.take(rec.ID); it != nil {
 		batch.Delete(q.key(it), nil)
-		return b.commit(ctx, batch, pebbledb.Sync, "cancel job", q.name, done, func() { q.push(it) })
+		return b.commit(ctx, batch, pebbledb.Sync, "cancel job", q.name, done, func() { q.Push(it) })
 	}
 	dl := b.delays.take(rec.ID)
 	if dl == nil {
@@ -281,32 +281,23 @@ func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del 
 	}
 	batch.Delete(dl.key, nil)
 	return b.commit(ctx, batch, pebbledb.Sync, "cancel job", q.name, func() {
-		q.mu.Lock()
+		q.Lock()
 		if dl.deferred {
 			q.deferred--
 		} else {
 			q.delayed--
 		}
-		q.mu.Unlock()
+		q.Unlock()
 		done()
 	}, func() { b.delays.putBack(dl) })
 }
 
 // take removes the ready job id from the index, or returns nil.
 func (q *queue) take(id string) *item {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for level := range q.ready {
-		r := &q.ready[level]
-		for i := range r.Len() {
-			if it := r.At(i); it.id == id {
-				r.Remove(i)
-				q.nready--
-				return it
-			}
-		}
-	}
-	return nil
+	q.Lock()
+	defer q.Unlock()
+	it, _ := q.Remove(func(it *item) bool { return it.id == id })
+	return it
 }
 
 // take removes the delayed job id from the heap, or returns nil. Its queue's counts
@@ -341,7 +332,7 @@ func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope,
 	if err != nil {
 		return backend.Envelope{}, err
 	}
-	q, err := b.lookup(rec.Queue)
+	q, err := b.queues.Lookup(rec.Queue)
 	if err != nil {
 		return backend.Envelope{}, err
 	}
@@ -393,14 +384,11 @@ func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope,
 
 // keyOf returns the key of the ready job id, or nil.
 func (q *queue) keyOf(id string) []byte {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for level := range q.ready {
-		r := &q.ready[level]
-		for i := range r.Len() {
-			if it := r.At(i); it.id == id {
-				return q.key(it)
-			}
+	q.Lock()
+	defer q.Unlock()
+	for it := range q.All() {
+		if it.id == id {
+			return q.key(it)
 		}
 	}
 	return nil

@@ -49,7 +49,7 @@ func (b *Backend) load(ctx context.Context) error {
 				return b.corrupt(fmt.Sprintf("key %q", k), err)
 			}
 			name := string(k[1:])
-			b.queues[name] = newQueue(name, levels)
+			b.queues.PutLocked(name, newQueue(name, levels))
 			recovered.Queues++
 		case kindReady:
 			queue, priority, seq, err := parseReadyKey(k)
@@ -101,25 +101,24 @@ func (b *Backend) load(ctx context.Context) error {
 	}
 	// Jobs are indexed after the scan: their queues' keys do not all sort first.
 	for _, e := range ready {
-		q, ok := b.queues[e.queue]
+		q, ok := b.queues.GetLocked(e.queue)
 		if !ok {
 			return b.corrupt("", fmt.Errorf("ready job %s of queue %q, which was never declared", e.it.id, e.queue))
 		}
-		if int(e.it.priority) > q.levels {
-			return b.corrupt("", fmt.Errorf("ready job %s of queue %q at priority %d above its %d levels", e.it.id, e.queue, e.it.priority, q.levels))
+		if int(e.it.priority) > q.Levels() {
+			return b.corrupt("", fmt.Errorf("ready job %s of queue %q at priority %d above its %d levels", e.it.id, e.queue, e.it.priority, q.Levels()))
 		}
-		q.ready[e.it.priority].PushBack(e.it)
-		q.nready++
+		q.PushBack(e.it) // no stream yet: nothing to wake
 		b.ids.add(e.it.id)
 		recovered.Ready++
 	}
 	for _, e := range delays {
-		q, ok := b.queues[e.queue]
+		q, ok := b.queues.GetLocked(e.queue)
 		if !ok {
 			return b.corrupt("", fmt.Errorf("delayed job %s of queue %q, which was never declared", e.dl.id, e.queue))
 		}
 		e.dl.q = q
-		e.dl.priority = min(e.dl.priority, uint8(q.levels))
+		e.dl.priority = min(e.dl.priority, uint8(q.Levels()))
 		if e.dl.deferred {
 			q.deferred++
 		} else {
@@ -130,7 +129,7 @@ func (b *Backend) load(ctx context.Context) error {
 		recovered.Delayed++
 	}
 	for name, n := range deadByQueue {
-		q, ok := b.queues[name]
+		q, ok := b.queues.GetLocked(name)
 		if !ok {
 			return b.corrupt("", fmt.Errorf("%d dead letters of queue %q, which was never declared", n, name))
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	pebblebackend "github.com/wasmjobs/wasmjobs/backend/pebble"
 )
 
@@ -25,7 +26,7 @@ func TestSecondProcessOpenFails(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "data")
 	b := open(t, pebblebackend.Config{Dir: dir})
-	defer closeBackend(t, b)
+	defer rig.Close(t, b)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSecondProcessOpenFails$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "WASMJOBS_PEBBLE_LOCK_CHILD="+dir)
 	out, err := cmd.CombinedOutput()

@@ -210,52 +210,32 @@ func decodeRecord(b []byte) (backend.JobRecord, error) {
 	rec.Output = r.bytes()
 	flags := r.byte()
 	rec.OutputTruncated, rec.LogsTruncated = flags&1 != 0, flags&2 != 0
-	if n := r.uvarint(); r.err == nil {
-		if n > uint64(len(r.b)) {
-			r.err = errShort
-		} else {
-			for range n {
-				rec.Logs = append(rec.Logs, r.string())
-			}
-		}
+	for range r.count() {
+		rec.Logs = append(rec.Logs, r.string())
 	}
 	rec.Module = r.string()
 	rec.ModuleVersion = r.string()
 	rec.CreatedAt, rec.StartedAt, rec.FinishedAt, rec.UpdatedAt = r.time(), r.time(), r.time(), r.time()
-	if n := r.uvarint(); r.err == nil {
-		if n > uint64(len(r.b)) {
-			r.err = errShort
-		} else {
-			for range n {
-				rec.Children = append(rec.Children, r.string())
-			}
-		}
+	for range r.count() {
+		rec.Children = append(rec.Children, r.string())
 	}
 	if v >= recordV2 {
 		rec.ModuleRole = r.string()
-		if n := r.uvarint(); r.err == nil {
-			if n > uint64(len(r.b)) {
-				r.err = errShort
-			} else {
-				rec.Attempts = make([]backend.AttemptRecord, 0, n)
-				for range n {
-					a := backend.AttemptRecord{Attempt: r.int(), State: backend.JobState(r.string()), Reason: r.string()}
-					a.Module, a.Version, a.Role = r.string(), r.string(), r.string()
-					a.StartedAt, a.FinishedAt = r.time(), r.time()
-					rec.Attempts = append(rec.Attempts, a)
-				}
+		if n := r.count(); r.err == nil {
+			rec.Attempts = make([]backend.AttemptRecord, 0, n)
+			for range n {
+				a := backend.AttemptRecord{Attempt: r.int(), State: backend.JobState(r.string()), Reason: r.string()}
+				a.Module, a.Version, a.Role = r.string(), r.string(), r.string()
+				a.StartedAt, a.FinishedAt = r.time(), r.time()
+				rec.Attempts = append(rec.Attempts, a)
 			}
 		}
 	}
 	if v >= recordV3 {
 		for i := range rec.Attempts {
 			a := &rec.Attempts[i]
-			n := r.uvarint()
+			n := r.count()
 			if r.err != nil {
-				break
-			}
-			if n > uint64(len(r.b)) {
-				r.err = errShort
 				break
 			}
 			for range n {
@@ -266,13 +246,7 @@ func decodeRecord(b []byte) (backend.JobRecord, error) {
 			a.CallsDropped = r.int()
 		}
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.err = fmt.Errorf("%d bytes left over", len(r.b))
-	}
-	if r.err != nil {
-		return rec, fmt.Errorf("decoding job record: %w", r.err)
-	}
-	return rec, nil
+	return rec, r.finish("job record")
 }
 
 // stageRecord writes the record of a job being published (pending, delayed or
@@ -314,7 +288,7 @@ func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state ba
 	if run != nil {
 		rec = *run
 	}
-	rec.ID, rec.Queue, rec.State = env.ID, d.s.q.name, state
+	rec.ID, rec.Queue, rec.State = env.ID, d.q.name, state
 	rec.Attempt, rec.MaxAttempts, rec.Reason = max(env.Attempt, 1), env.MaxAttempts, reason
 	rec.CreatedAt, rec.UpdatedAt, rec.Children = env.EnqueuedAt, now, children
 	if rec.FinishedAt.IsZero() && state.Finished() {
@@ -539,15 +513,4 @@ func (b *Backend) pruneBatch(now time.Time, excess int, maxAge time.Duration) (i
 }
 
 // varint reads a signed varint of 64 bits (a duration, a byte count).
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.err = errShort
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func (r *reader) varint() int64 { return readVarint(r, binary.Varint) }

@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	pebblebackend "github.com/wasmjobs/wasmjobs/backend/pebble"
 )
 
@@ -35,14 +36,14 @@ func TestDiskFullRefusesPublishesAndRecovers(t *testing.T) {
 		plenty := vfs.DiskUsage{AvailBytes: 10 << 30, TotalBytes: 20 << 30}
 		fs.TestingSetDiskUsage(plenty)
 		b := open(t, pebblebackend.Config{Dir: "/data", FS: fs, FreeSpaceReserve: 1 << 30})
-		defer closeBackend(t, b)
+		defer rig.Close(t, b)
 		if !fileExists(fs, "/data/BALLAST") {
 			t.Fatal("no ballast file made")
 		}
 		q := backend.QueueConfig{Name: "jobs"}
-		mustDo(t, b.Declare(ctx, q))
+		rig.Must(t, b.Declare(ctx, q))
 		kept := backend.NewEnvelope("jobs", []byte("kept"))
-		mustDo(t, b.Publish(ctx, kept, 0))
+		rig.Must(t, b.Publish(ctx, kept, 0))
 
 		fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 100 << 20, TotalBytes: 20 << 30})
 		time.Sleep(time.Second)
@@ -55,19 +56,19 @@ func TestDiskFullRefusesPublishesAndRecovers(t *testing.T) {
 			t.Fatalf("PublishBatch under the reserve = %v, want ErrDiskFull", err)
 		}
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		d := <-s.Deliveries()
 		env, _ := d.Envelope()
 		if env.ID != kept.ID {
 			t.Fatalf("delivered %s, want the job accepted before the disk filled", env.ID)
 		}
-		mustDo(t, d.Ack(ctx)) // settles go on
+		rig.Must(t, d.Ack(ctx)) // settles go on
 
 		fs.TestingSetDiskUsage(plenty)
 		time.Sleep(time.Second)
-		mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("again")), 0))
+		rig.Must(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("again")), 0))
 		d = <-s.Deliveries()
-		mustDo(t, d.Ack(ctx))
+		rig.Must(t, d.Ack(ctx))
 		s.Drop()
 	})
 }
@@ -86,7 +87,7 @@ func TestENOSPCInTheLogKeepsEveryReturnedPublish(t *testing.T) {
 		return nil
 	})}
 	b := open(t, pebblebackend.Config{Dir: "/data", FS: errorfs.Wrap(base, full)})
-	mustDo(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
 	var mu sync.Mutex
 	var returned []string
 	var wg sync.WaitGroup
@@ -124,14 +125,14 @@ func TestENOSPCInTheLogKeepsEveryReturnedPublish(t *testing.T) {
 	// The process would stop here: take the disk as it is, synced data only.
 	crashed := base.CrashClone(vfs.CrashCloneCfg{})
 	b2 := open(t, pebblebackend.Config{Dir: "/data", FS: crashed})
-	defer closeBackend(t, b2)
+	defer rig.Close(t, b2)
 	for _, id := range returned {
 		if _, err := b2.JobRecord(ctx, id); err != nil {
 			t.Errorf("job %s: publish returned, gone after reopening: %v", id, err)
 		}
 	}
 	st, err := b2.QueueStats(ctx, "jobs")
-	mustDo(t, err)
+	rig.Must(t, err)
 	if st.Pending < len(returned) {
 		t.Errorf("%d jobs waiting after reopening, want at least the %d whose publish returned", st.Pending, len(returned))
 	}
@@ -162,7 +163,7 @@ func TestENOSPCReleasesTheBallast(t *testing.T) {
 				return nil
 			})}
 			b := open(t, pebblebackend.Config{Dir: "/data", FS: errorfs.Wrap(base, full)})
-			mustDo(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
+			rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
 			if !fileExists(base, "/data/BALLAST") {
 				t.Fatal("no ballast file made")
 			}
@@ -186,18 +187,18 @@ func fillStore(t *testing.T, dir string, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	b := open(t, pebblebackend.Config{Dir: dir})
-	mustDo(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
 	var ids []string
 	for i := range n {
 		env := backend.NewEnvelope("jobs", []byte(strings.Repeat("payload ", 20)+string(rune('a'+i%26))))
-		mustDo(t, b.Publish(ctx, env, 0))
+		rig.Must(t, b.Publish(ctx, env, 0))
 		ids = append(ids, env.ID)
 	}
-	closeBackend(t, b)
+	rig.Close(t, b)
 	db, err := pebbledb.Open(dir, &pebbledb.Options{})
-	mustDo(t, err)
-	mustDo(t, db.Flush())
-	mustDo(t, db.Close())
+	rig.Must(t, err)
+	rig.Must(t, db.Flush())
+	rig.Must(t, db.Close())
 	return ids
 }
 
@@ -212,11 +213,11 @@ func TestDamagedTableRefusesToOpen(t *testing.T) {
 		t.Fatal("no sstable to damage")
 	}
 	data, err := os.ReadFile(tables[0])
-	mustDo(t, err)
+	rig.Must(t, err)
 	for i := 100; i < 110; i++ { // inside the first data block
 		data[i] ^= 0xff
 	}
-	mustDo(t, os.WriteFile(tables[0], data, 0o644))
+	rig.Must(t, os.WriteFile(tables[0], data, 0o644))
 	_, err = pebblebackend.Open(context.Background(), pebblebackend.Config{Dir: dir})
 	if !errors.Is(err, pebblebackend.ErrCorrupt) || !strings.Contains(err.Error(), filepath.Base(tables[0])) {
 		t.Fatalf("Open of a damaged store = %v, want ErrCorrupt naming %s", err, filepath.Base(tables[0]))
@@ -231,12 +232,12 @@ func TestTornLogTailOpens(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "data")
 	b := open(t, pebblebackend.Config{Dir: dir})
-	mustDo(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
 	const n = 50
 	for range n {
-		mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("x")), 0))
+		rig.Must(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("x")), 0))
 	}
-	closeBackend(t, b)
+	rig.Close(t, b)
 	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 	var last string
 	var size int64
@@ -248,11 +249,11 @@ func TestTornLogTailOpens(t *testing.T) {
 	if last == "" {
 		t.Fatal("no write-ahead log with data")
 	}
-	mustDo(t, os.Truncate(last, size-7)) // cut the last record short
+	rig.Must(t, os.Truncate(last, size-7)) // cut the last record short
 	b = open(t, pebblebackend.Config{Dir: dir})
-	defer closeBackend(t, b)
+	defer rig.Close(t, b)
 	st, err := b.QueueStats(ctx, "jobs")
-	mustDo(t, err)
+	rig.Must(t, err)
 	if st.Pending < n-1 {
 		t.Fatalf("%d jobs after a torn log tail, want at least %d", st.Pending, n-1)
 	}
@@ -264,22 +265,34 @@ func TestCheckpointOfARunningStore(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	b := open(t, pebblebackend.Config{Dir: filepath.Join(root, "data")})
-	defer closeBackend(t, b)
-	mustDo(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
+	defer rig.Close(t, b)
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
 	for range 20 {
-		mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("x")), 0))
+		rig.Must(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("x")), 0))
 	}
-	mustDo(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("later")), time.Hour))
+	rig.Must(t, b.Publish(ctx, backend.NewEnvelope("jobs", []byte("later")), time.Hour))
 	backup := filepath.Join(root, "backup")
-	mustDo(t, b.Checkpoint(ctx, backup))
+	rig.Must(t, b.Checkpoint(ctx, backup))
 	if err := b.Checkpoint(ctx, backup); err == nil {
 		t.Fatal("a checkpoint into an existing directory succeeded")
 	}
 	c := open(t, pebblebackend.Config{Dir: backup})
-	defer closeBackend(t, c)
+	defer rig.Close(t, c)
 	if rec := c.Recovered(); rec.Ready != 20 || rec.Delayed != 1 {
 		t.Fatalf("the copy holds %+v, want 20 ready and 1 delayed", rec)
 	}
+}
+
+// underReserve opens a backend on a memory filesystem of 20 GiB with avail bytes free,
+// a reserve of 1 GiB and a ballast of 64 MiB, closed when the test ends: call it inside
+// the test's synctest bubble.
+func underReserve(t *testing.T, avail uint64) (*vfs.MemFS, *pebblebackend.Backend) {
+	t.Helper()
+	fs := vfs.NewMem()
+	fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: avail, TotalBytes: 20 << 30})
+	b := open(t, pebblebackend.Config{Dir: "/data", FS: fs, FreeSpaceReserve: 1 << 30, BallastSize: 64 << 20})
+	t.Cleanup(func() { rig.Close(t, b) })
+	return fs, b
 }
 
 // Under the reserve, settles write less: a record keeps no output or logs, and an ack
@@ -288,18 +301,15 @@ func TestUnderTheReserveSettlesWriteLess(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		fs := vfs.NewMem()
-		fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 10 << 30, TotalBytes: 20 << 30})
-		b := open(t, pebblebackend.Config{Dir: "/data", FS: fs, FreeSpaceReserve: 1 << 30, BallastSize: 64 << 20})
-		defer closeBackend(t, b)
+		fs, b := underReserve(t, 10<<30)
 		q := backend.QueueConfig{Name: "jobs"}
-		mustDo(t, b.Declare(ctx, q))
-		mustDo(t, b.Publish(ctx, backend.Envelope{ID: "a", Queue: "jobs"}, 0))
-		mustDo(t, b.Publish(ctx, backend.Envelope{ID: "b", Queue: "jobs"}, 0))
+		rig.Must(t, b.Declare(ctx, q))
+		rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "a", Queue: "jobs"}, 0))
+		rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "b", Queue: "jobs"}, 0))
 		fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 100 << 20, TotalBytes: 20 << 30})
 		time.Sleep(time.Second)
 		s, err := b.Consume(ctx, q)
-		mustDo(t, err)
+		rig.Must(t, err)
 		defer s.Drop()
 		d := (<-s.Deliveries()).(backend.AtomicDelivery)
 		err = d.AckWith(ctx, []backend.Publication{{Envelope: backend.Envelope{ID: "child", Queue: "jobs"}}}, nil)
@@ -307,9 +317,9 @@ func TestUnderTheReserveSettlesWriteLess(t *testing.T) {
 			t.Fatalf("AckWith children under the reserve = %v, want ErrDiskFull", err)
 		}
 		run := &backend.JobRecord{Output: []byte("big output"), Logs: []string{"a line"}}
-		mustDo(t, d.RetryWith(ctx, backend.Envelope{ID: "a", Queue: "jobs", Attempt: 2}, 0, run))
+		rig.Must(t, d.RetryWith(ctx, backend.Envelope{ID: "a", Queue: "jobs", Attempt: 2}, 0, run))
 		rec, err := b.JobRecord(ctx, "a")
-		mustDo(t, err)
+		rig.Must(t, err)
 		if len(rec.Output) != 0 || len(rec.Logs) != 0 || !rec.OutputTruncated || !rec.LogsTruncated {
 			t.Fatalf("record written under the reserve: %+v, want no output or logs, marked truncated", rec)
 		}
@@ -322,17 +332,14 @@ func TestBallastIsMadeOnceTheSpaceAllows(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		fs := vfs.NewMem()
-		fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1<<30 + 1<<20, TotalBytes: 20 << 30})
-		b := open(t, pebblebackend.Config{Dir: "/data", FS: fs, FreeSpaceReserve: 1 << 30, BallastSize: 64 << 20})
-		defer closeBackend(t, b)
-		mustDo(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
+		fs, b := underReserve(t, 1<<30+1<<20)
+		rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "jobs"}))
 		if fileExists(fs, "/data/BALLAST") {
 			t.Fatal("ballast made without room for it")
 		}
 		fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 10 << 30, TotalBytes: 20 << 30})
 		time.Sleep(time.Second)
-		mustDo(t, b.Publish(ctx, backend.Envelope{ID: "c", Queue: "jobs"}, 0))
+		rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "c", Queue: "jobs"}, 0))
 		synctest.Wait()
 		if !fileExists(fs, "/data/BALLAST") {
 			t.Fatal("the ballast was not made once the space allowed it")

@@ -61,30 +61,7 @@ func (b *Backend) ScheduleTicks(ctx context.Context) (map[string]time.Time, erro
 // holds env.ID (the tick fired before and its job is not settled), only the tick is
 // written.
 func (b *Backend) PublishTick(ctx context.Context, schedule string, tick time.Time, env backend.Envelope) error {
-	if err := b.enter(); err != nil {
-		return err
-	}
-	defer b.ops.Done()
-	q, err := b.lookup(env.Queue)
-	if err != nil {
-		return err
-	}
-	if err := b.space.check(); err != nil {
-		return err
-	}
-	owned, err := b.ids.reserve(ctx, env.ID)
-	if err != nil {
-		return err
-	}
-	batch := b.db.NewBatch()
-	batch.Set(tickKey(schedule), tickValue(tick), nil)
-	if !owned {
-		return b.commit(ctx, batch, pebbledb.Sync, "schedule tick", env.Queue, nil, nil)
-	}
-	apply := b.stage(batch, q, env, 0, false)
-	b.stageRecord(batch, env, 0, false)
-	return b.commit(ctx, batch, pebbledb.Sync, "publish tick", env.Queue, func() {
-		b.ids.settle(env.ID, true)
-		apply()
-	}, func() { b.ids.settle(env.ID, false) })
+	return b.publishWith(ctx, "publish tick", env, 0, false, func(batch *pebbledb.Batch) {
+		batch.Set(tickKey(schedule), tickValue(tick), nil)
+	}, "schedule tick")
 }

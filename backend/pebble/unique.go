@@ -58,11 +58,8 @@ func decodeUnique(skey string, b []byte) (*uniqEntry, error) {
 		}
 	}
 	e.until = r.time()
-	if r.err == nil && len(r.b) != 0 {
-		r.err = fmt.Errorf("%d bytes left over", len(r.b))
-	}
-	if r.err != nil {
-		return nil, fmt.Errorf("decoding unique key: %w", r.err)
+	if err := r.finish("unique key"); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -152,7 +149,7 @@ func (b *Backend) PublishUnique(ctx context.Context, pubs []backend.UniquePublic
 	defer b.ops.Done()
 	var keys []string
 	for _, p := range pubs {
-		if _, err := b.lookup(p.Envelope.Queue); err != nil {
+		if _, err := b.queues.Lookup(p.Envelope.Queue); err != nil {
 			return nil, err
 		}
 		if err := backend.CheckDelay(p.Delay, backend.MaxDelay); err != nil {

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 )
 
@@ -31,9 +32,7 @@ func BenchmarkPublishConsume(b *testing.B) {
 		defer bk.Close(ctx)
 		deleteQueues(b, bk)
 		q := backend.QueueConfig{Name: "bench-" + backend.NewID()[18:], Prefetch: 100, PriorityLevels: 2} // as the worker declares it
-		if err := bk.Declare(ctx, q); err != nil {
-			b.Fatal(err)
-		}
+		rig.Must(b, bk.Declare(ctx, q))
 		b.ResetTimer()
 		jobs := make(chan struct{}, b.N)
 		for range b.N {
@@ -77,15 +76,7 @@ func BenchmarkPublishConsume(b *testing.B) {
 		// waiting for its own confirm; a nack, a return or any error fails the run; then
 		// one consumer with the same prefetch acking each delivery, every ack checked.
 		ctx := context.Background()
-		conn, err := amqp.Dial(url)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			b.Fatal(err)
-		}
+		conn, ch := amqpChannel(b, url)
 		name := "bench-bare-" + backend.NewID()[18:]
 		if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-max-priority": int32(2)}); err != nil {
 			b.Fatal(err)
@@ -96,9 +87,7 @@ func BenchmarkPublishConsume(b *testing.B) {
 				dch.Close()
 			}
 		}()
-		if err := ch.Confirm(false); err != nil {
-			b.Fatal(err)
-		}
+		rig.Must(b, ch.Confirm(false))
 		returns := ch.NotifyReturn(make(chan amqp.Return, window))
 		b.ResetTimer()
 		jobs := make(chan int, b.N)
@@ -138,9 +127,7 @@ func BenchmarkPublishConsume(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := cch.Qos(100, 0, false); err != nil {
-			b.Fatal(err)
-		}
+		rig.Must(b, cch.Qos(100, 0, false))
 		msgs, err := cch.Consume(name, "", false, false, false, false, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -155,9 +142,7 @@ func BenchmarkPublishConsume(b *testing.B) {
 			}
 		}
 		b.StopTimer()
-		if err := cch.Close(); err != nil {
-			b.Fatal(err)
-		}
+		rig.Must(b, cch.Close())
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 		b.ReportMetric(time.Since(published).Seconds(), "consume-s")
 	})

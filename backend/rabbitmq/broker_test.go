@@ -157,12 +157,7 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b, q := declared(t)
-	conn, err := amqp.Dial(brokerURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, _ := conn.Channel()
+	_, ch := amqpChannel(t, brokerURL(t))
 	bad := []struct {
 		msg    amqp.Publishing
 		reason string
@@ -196,6 +191,7 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dead []backend.DeadLetter
+	var err error
 	deadline := time.Now().Add(20 * time.Second)
 	for len(dead) < len(bad) && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)

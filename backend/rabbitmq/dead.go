@@ -70,7 +70,7 @@ func (b *Backend) scanDead(ctx context.Context, queue string, limit int, visit f
 			}
 			m, ok, err := ch.Get(DeadQueue(queue), false)
 			if err != nil {
-				return struct{}{}, unknownOr(DeadQueue(queue), err)
+				return struct{}{}, unknownOr("inspect", DeadQueue(queue), err)
 			}
 			if !ok {
 				return struct{}{}, nil

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"sync"
 	"time"
 
@@ -102,19 +101,8 @@ func (b *Backend) Lead(ctx context.Context) (*Lease, error) {
 	if b.cfg.QueueType == Quorum {
 		args["x-queue-type"] = string(Quorum)
 	}
-	q, err := ch.QueueDeclare(b.leaderQueue(), true, false, false, false, args)
-	if err != nil {
-		return fail("declare the leadership queue", err)
-	}
-	// No token ready: either none exists (the first host ever, or the token was lost),
-	// or the leader holds it. Publish one without ticks: the leader merges each extra
-	// copy's ticks (the newest of each) and drops it, and a host that takes the
-	// leadership merges every ready copy before it fires (mergeReady), so an extra
-	// copy costs a message and never a tick.
-	if q.Messages == 0 {
-		if err := publishToken(ctx, ch, b.leaderQueue(), token{Nonce: nonce()}); err != nil {
-			return fail("publish the first leadership token", err)
-		}
+	if op, err := b.ensureToken(ctx, ch, ch.QueueDeclare, args, "declare the leadership queue", "publish the first leadership token"); err != nil {
+		return fail(op, err)
 	}
 	// One in flight: the held token. Other copies stay ready in the queue, where
 	// mergeReady finds them all, and reach the leader one by one after each cycle.
@@ -142,14 +130,8 @@ wait:
 			first = d
 			break wait
 		case <-cycle.C:
-			q, err := ch.QueueDeclarePassive(b.leaderQueue(), true, false, false, false, args)
-			if err != nil {
-				return fail("count the leadership tokens", err)
-			}
-			if q.Messages == 0 {
-				if err := publishToken(ctx, ch, b.leaderQueue(), token{Nonce: nonce()}); err != nil {
-					return fail("publish a leadership token", err)
-				}
+			if op, err := b.ensureToken(ctx, ch, ch.QueueDeclarePassive, args, "count the leadership tokens", "publish a leadership token"); err != nil {
+				return fail(op, err)
 			}
 		case <-ctx.Done():
 			return fail("wait for the leadership token", ctx.Err())
@@ -174,22 +156,34 @@ wait:
 	return l, nil
 }
 
+// ensureToken declares the leadership queue with declare (the first declaration, or a
+// passive one that counts its messages) and, when no token is ready, publishes one
+// without ticks. No token ready means either that none exists (the first host ever,
+// or the token was lost) or that the leader holds it: the leader merges each extra
+// copy's ticks (the newest of each) and drops it, and a host that takes the leadership
+// merges every ready copy before it fires (mergeReady), so an extra copy costs a
+// message and never a tick. On an error it returns the failed step's name: declareOp
+// or publishOp.
+func (b *Backend) ensureToken(ctx context.Context, ch *amqp.Channel,
+	declare func(name string, durable, autoDelete, exclusive, noWait bool, args amqp.Table) (amqp.Queue, error),
+	args amqp.Table, declareOp, publishOp string) (string, error) {
+	q, err := declare(b.leaderQueue(), true, false, false, false, args)
+	if err != nil {
+		return declareOp, err
+	}
+	if q.Messages == 0 {
+		if err := publishToken(ctx, ch, b.leaderQueue(), token{Nonce: nonce()}); err != nil {
+			return publishOp, err
+		}
+	}
+	return "", nil
+}
+
 // dialLeader opens the leadership's own connection (its heartbeat is shorter than the
 // backend's) to the first node that answers, from the node the backend's connection
 // uses, as the backend's connect does.
 func (b *Backend) dialLeader(ctx context.Context) (*amqp.Connection, error) {
-	var dialer net.Dialer
-	dial := func(network, addr string) (net.Conn, error) {
-		c, err := dialer.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
-			c.Close()
-			return nil, err
-		}
-		return c, nil
-	}
+	dial := dialHandshake(ctx)
 	b.mu.Lock()
 	first := b.node
 	b.mu.Unlock()

@@ -50,6 +50,20 @@ func leaderChannel(t *testing.T, prefix string) *amqp.Channel {
 	return ch
 }
 
+// declaredLeaderQueue declares a fresh prefix's leadership queue, as a host would,
+// before any host of the test leads, and returns the prefix, the queue's name and the
+// raw channel it was declared on (leaderChannel's).
+func declaredLeaderQueue(t *testing.T) (prefix, queue string, ch *amqp.Channel) {
+	t.Helper()
+	prefix = testPrefix()
+	queue = prefix + ".schedules.leader"
+	ch = leaderChannel(t, prefix)
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-single-active-consumer": true}); err != nil {
+		t.Fatal(err)
+	}
+	return prefix, queue, ch
+}
+
 func testPrefix() string { return "lt-" + strings.ToLower(backend.NewID()[18:]) }
 
 func publishRawToken(t *testing.T, ch *amqp.Channel, queue, nonce string, ticks map[string]time.Time) {
@@ -68,12 +82,7 @@ func publishRawToken(t *testing.T, ch *amqp.Channel, queue, nonce string, ticks 
 // other lacks or has older: the new leader starts from the newest of each.
 func TestLeadMergesEveryTokenCopy(t *testing.T) {
 	t.Parallel()
-	prefix := testPrefix()
-	queue := prefix + ".schedules.leader"
-	ch := leaderChannel(t, prefix)
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-single-active-consumer": true}); err != nil {
-		t.Fatal(err)
-	}
+	prefix, queue, ch := declaredLeaderQueue(t)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	publishRawToken(t, ch, queue, "old", map[string]time.Time{"m/a": t0, "m/b": t0})
 	publishRawToken(t, ch, queue, "new", map[string]time.Time{"m/a": t0.Add(time.Minute), "m/c": t0})
@@ -106,12 +115,7 @@ func TestLeadMergesEveryTokenCopy(t *testing.T) {
 // within a token cycle, and leads.
 func TestLeadRecoversALostToken(t *testing.T) {
 	t.Parallel()
-	prefix := testPrefix()
-	queue := prefix + ".schedules.leader"
-	ch := leaderChannel(t, prefix)
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, amqp.Table{"x-single-active-consumer": true}); err != nil {
-		t.Fatal(err)
-	}
+	prefix, queue, ch := declaredLeaderQueue(t)
 	publishRawToken(t, ch, queue, "only", nil)
 	deliveries, err := ch.Consume(queue, "thief", false, false, false, false, nil)
 	if err != nil {
@@ -168,16 +172,8 @@ func TestLeadershipQueueFollowsTheQueueType(t *testing.T) {
 		t.Fatalf("Lead: %v", err)
 	}
 	// Declaring it again as a quorum queue succeeds only if it is one.
-	conn, err := amqp.Dial(brokerURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch2, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ch2.QueueDeclare(prefix+".schedules.leader", true, false, false, false, amqp.Table{"x-single-active-consumer": true, "x-queue-type": "quorum"})
+	_, ch2 := amqpChannel(t, brokerURL(t))
+	_, err := ch2.QueueDeclare(prefix+".schedules.leader", true, false, false, false, amqp.Table{"x-single-active-consumer": true, "x-queue-type": "quorum"})
 	if err != nil {
 		t.Fatalf("the leadership queue is not a quorum queue: %v", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -117,12 +116,7 @@ func TestStreamEndsDuringAnOutage(t *testing.T) {
 			if err := b.Declare(ctx, q); err != nil {
 				t.Fatal(err)
 			}
-			sctx, scancel := context.WithCancel(context.Background())
-			defer scancel()
-			s, err := b.Consume(sctx, q)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, scancel := consumeCancelable(t, context.Background(), b, q)
 			px.Cut()
 			// Wait until the backend knows the connection is lost (a publish then waits
 			// for a connection until its context ends), twice over, so that the stream,
@@ -197,12 +191,7 @@ func TestCallsEndWithTheirContextOnAFrozenBroker(t *testing.T) {
 	if err := b.Publish(context.Background(), backend.NewEnvelope(q.Name, []byte("x")), 0); err != nil {
 		t.Fatal(err)
 	}
-	sctx, scancel := context.WithCancel(context.Background())
-	defer scancel()
-	s, err := b.Consume(sctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, scancel := consumeCancelable(t, context.Background(), b, q)
 	d := <-s.Deliveries()
 	px.Freeze()
 
@@ -294,12 +283,7 @@ func TestSlowBrokerKeepsItsConnection(t *testing.T) {
 	}
 	defer held.Drop()
 	d := <-held.Deliveries()
-	sctx, scancel := context.WithCancel(ctx)
-	defer scancel()
-	ended, err := b.Consume(sctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ended, scancel := consumeCancelable(t, ctx, b, q)
 
 	px.Lag(lag)
 	abandoned := time.Now()
@@ -359,15 +343,7 @@ func TestStaleReturnIsNotTakenForALaterPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Delete it behind b's back: b still knows it, so a publish to it is returned.
-	conn, err := amqp.Dial(brokerURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ch := amqpChannel(t, brokerURL(t))
 	if _, err := ch.QueueDelete(gone.Name, false, false, false); err != nil {
 		t.Fatal(err)
 	}
@@ -389,4 +365,18 @@ func TestStaleReturnIsNotTakenForALaterPublish(t *testing.T) {
 	if err := b.Publish(context.Background(), again, 0); err != nil {
 		t.Fatalf("publish of a reused id to a queue that exists: %v", err)
 	}
+}
+
+// consumeCancelable starts a stream of q under a context of its own, derived from
+// parent, and returns it with the context's cancel, which the test calls to end the
+// stream (and which runs at the end regardless).
+func consumeCancelable(t *testing.T, parent context.Context, b backend.Backend, q backend.QueueConfig) (backend.Stream, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(parent)
+	t.Cleanup(cancel)
+	s, err := b.Consume(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, cancel
 }

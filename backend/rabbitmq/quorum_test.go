@@ -16,6 +16,22 @@ import (
 	"github.com/wasmjobs/wasmjobs/internal/testbroker"
 )
 
+// amqpChannel dials url and opens a channel, for a test that works the broker behind
+// the backend's back; the connection is closed when tb ends.
+func amqpChannel(tb testing.TB, url string) (*amqp.Connection, *amqp.Channel) {
+	tb.Helper()
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return conn, ch
+}
+
 // deleteQueues deletes the queues b declared and their dead letters, once the test is
 // over: quorum queues cost the shared broker more than classic ones while they live.
 func deleteQueues(t testing.TB, b *rabbitmq.Backend) {

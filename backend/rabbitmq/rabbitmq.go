@@ -270,22 +270,16 @@ func isRefusal(err error) bool {
 // handshake and any declaration waiting on a broker that does not answer.
 func (b *Backend) connectTo(ctx context.Context, n int) error {
 	url := b.urls[n]
-	var dialer net.Dialer
 	var sock *watchedConn // kept: closing it ends any call on the connection
 	unwatch := func() bool { return true }
+	handshake := dialHandshake(ctx)
 	dial := func(network, addr string) (net.Conn, error) {
-		c, err := dialer.DialContext(ctx, network, addr)
+		c, err := handshake(network, addr)
 		if err != nil {
 			return nil, err
 		}
-		// Heartbeats start after the handshake: until then a deadline guards it, as
-		// amqp091-go's own dialer does; amqp091-go clears it once the connection opens.
-		// ctx's own end closes the socket (below), so that the error is ctx's, not a
-		// socket timeout that races it.
-		if err := c.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
-			c.Close()
-			return nil, err
-		}
+		// ctx's own end closes the socket, so that the error is ctx's, not a socket
+		// timeout that races it.
 		unwatch = context.AfterFunc(ctx, func() { c.Close() })
 		sock = newWatchedConn(c)
 		return sock, nil
@@ -600,15 +594,7 @@ func (b *Backend) exists(ctx context.Context, queue string) error {
 	if _, err := onChannel(ctx, b, "check "+queue, func(_ context.Context, ch *amqp.Channel) (amqp.Queue, error) {
 		return ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 	}); err != nil {
-		var te *backend.TransportError
-		if errors.As(err, &te) {
-			return err
-		}
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-			return backend.UnknownQueue(queue)
-		}
-		return &backend.TransportError{Op: "check", Queue: queue, Err: err}
+		return unknownOr("check", queue, err)
 	}
 	b.mu.Lock()
 	b.known[queue] = true
@@ -704,19 +690,20 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 	}
 	q, err := passive(queue)
 	if err != nil {
-		return st, unknownOr(queue, err)
+		return st, unknownOr("inspect", queue, err)
 	}
 	st.Pending = q.Messages
 	dq, err := passive(DeadQueue(queue))
 	if err != nil {
-		return st, unknownOr(queue, err)
+		return st, unknownOr("inspect", queue, err)
 	}
 	st.Dead = dq.Messages
 	return st, nil
 }
 
-// unknownOr maps a broker's 404 to the unknown-queue error.
-func unknownOr(queue string, err error) error {
+// unknownOr maps a broker's 404 to the unknown-queue error, and any other error but a
+// TransportError to a TransportError of op.
+func unknownOr(op, queue string, err error) error {
 	var te *backend.TransportError
 	if errors.As(err, &te) {
 		return err
@@ -725,5 +712,24 @@ func unknownOr(queue string, err error) error {
 	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
 		return backend.UnknownQueue(queue)
 	}
-	return &backend.TransportError{Op: "inspect", Queue: queue, Err: err}
+	return &backend.TransportError{Op: op, Queue: queue, Err: err}
+}
+
+// dialHandshake returns a dial function for amqp.Config that dials within ctx and
+// gives the connection handshakeTimeout for its handshake: heartbeats start after it,
+// so until then a deadline guards it, as amqp091-go's own dialer does (amqp091-go
+// clears the deadline once the connection opens).
+func dialHandshake(ctx context.Context) func(network, addr string) (net.Conn, error) {
+	var dialer net.Dialer
+	return func(network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
 }

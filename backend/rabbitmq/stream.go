@@ -100,7 +100,7 @@ func (s *stream) subscribe(ctx context.Context) (subscription, error) {
 		msgs, err := ch.Consume(s.q.Name, "", false, false, false, false, nil)
 		if err != nil {
 			ch.Close()
-			return subscription{}, unknownOr(s.q.Name, err)
+			return subscription{}, unknownOr("inspect", s.q.Name, err)
 		}
 		return subscription{l: l, ch: ch, msgs: msgs}, nil
 	}, func(sub subscription) { sub.ch.Close() })

@@ -1,9 +1,8 @@
-// Package ring is a double-ended FIFO on a growable circular buffer, the ready queue of
-// the memory and Pebble backends: push at either end and pop from the front in O(1),
-// with no allocation once the buffer has grown to the backlog.
-package ring
+package stream
 
-// Ring is a double-ended FIFO of values of type T. The zero value is an empty ring.
+// Ring is a double-ended FIFO on a growable circular buffer, one priority level of a
+// Queue: push at either end and pop from the front in O(1), with no allocation once the
+// buffer has grown to the backlog. The zero value is an empty ring.
 type Ring[T any] struct {
 	buf  []T
 	head int
