@@ -109,7 +109,7 @@ func TestIdleCanarySavesItsRunTime(t *testing.T) {
 		defer r.Close()
 		write("svc.wasm", variant(t, "abi/ack", "v2"))
 		r.Sync(ctx)
-		if r.Handler("svc").Canary() == nil {
+		if host.CanaryOf(r.Handler("svc")) == nil {
 			t.Fatal("no canary of the new version")
 		}
 		time.Sleep(35 * time.Second)

@@ -42,7 +42,7 @@ func TestCanaryTimePromotes(t *testing.T) {
 				}
 				h := host.NewHandler(cur, nil)
 				ended := make(chan host.Verdict, 1)
-				h.StartCanary(next, host.Rollout{CanaryPercent: 100, CanaryMinJobs: 5}, func(v host.Verdict) { ended <- v })
+				host.StartCanary(h, next, host.Rollout{CanaryPercent: 100, CanaryMinJobs: 5}, func(v host.Verdict) { ended <- v })
 				run := func(i int) worker.Result {
 					env := backend.NewEnvelope("svc", nil)
 					env.ID = fmt.Sprintf("job-%d", i)
@@ -55,14 +55,14 @@ func TestCanaryTimePromotes(t *testing.T) {
 				}
 				time.Sleep(host.DefaultCanaryTime - time.Second)
 				synctest.Wait()
-				if h.Canary() == nil {
+				if host.CanaryOf(h) == nil {
 					t.Fatalf("the canary ended before canary_time")
 				}
 				time.Sleep(time.Second)
 				synctest.Wait()
 				if c.want == host.VerdictRolledBack {
 					// Worse, with 3 jobs of the 5 it needs: still on trial.
-					if h.Canary() == nil || len(ended) != 0 {
+					if host.CanaryOf(h) == nil || len(ended) != 0 {
 						t.Fatalf("a failing canary with too few jobs ended at canary_time")
 					}
 					run(3)
@@ -74,9 +74,9 @@ func TestCanaryTimePromotes(t *testing.T) {
 						t.Fatalf("verdict %+v, want %s", v, c.want)
 					}
 				default:
-					t.Fatalf("no verdict; canary %+v", h.Canary())
+					t.Fatalf("no verdict; canary %+v", host.CanaryOf(h))
 				}
-				if h.Canary() != nil {
+				if host.CanaryOf(h) != nil {
 					t.Fatal("the canary still runs after its verdict")
 				}
 				wantV := cur.Version()
@@ -124,7 +124,7 @@ func TestCanaryFailureDelta(t *testing.T) {
 			h := host.NewHandler(cur, nil)
 			defer func() { h.Module().Retire() }()
 			ended := make(chan host.Verdict, 1)
-			h.StartCanary(next, host.Rollout{CanaryPercent: 50, CanaryMinJobs: 10, CanaryJobs: 10, CanaryTime: time.Hour,
+			host.StartCanary(h, next, host.Rollout{CanaryPercent: 50, CanaryMinJobs: 10, CanaryJobs: 10, CanaryTime: time.Hour,
 				CanaryMaxFailureDelta: 0.2}, func(v host.Verdict) { ended <- v })
 			canaryJobs := 0
 			for i := 0; canaryJobs < 10; i++ {
@@ -153,7 +153,7 @@ func TestCanaryFailureDelta(t *testing.T) {
 					t.Fatalf("reason %q", v.Reason)
 				}
 			default:
-				t.Fatalf("no verdict after 10 canary jobs; canary %+v", h.Canary())
+				t.Fatalf("no verdict after 10 canary jobs; canary %+v", host.CanaryOf(h))
 			}
 		})
 	}
@@ -184,12 +184,12 @@ func TestResumedCanaryTimeIsWhatItHadLeft(t *testing.T) {
 		// Started an hour ago, it ran 50 s of its 60 before the host went down.
 		startedAt := time.Now().Add(-time.Hour)
 		host.ResumeCanary(h, next, host.Rollout{CanaryPercent: 100}, startedAt, 50*time.Second, 3, func(v host.Verdict) { ended <- v })
-		if st := h.Canary(); st == nil || st.Jobs != 3 || !st.StartedAt.Equal(startedAt) {
+		if st := host.CanaryOf(h); st == nil || st.Jobs != 3 || !st.StartedAt.Equal(startedAt) {
 			t.Fatalf("resumed canary %+v, want its 3 jobs and its start", st)
 		}
 		time.Sleep(9 * time.Second)
 		synctest.Wait()
-		if h.Canary() == nil {
+		if host.CanaryOf(h) == nil {
 			t.Fatal("the resumed canary ended before the 10 s it had left")
 		}
 		if ran := host.CanaryRan(h); ran != 59*time.Second {
@@ -203,7 +203,7 @@ func TestResumedCanaryTimeIsWhatItHadLeft(t *testing.T) {
 				t.Fatalf("verdict %+v, want promoted with the 3 jobs counted before the restart", v)
 			}
 		default:
-			t.Fatalf("no verdict at canary_time; canary %+v", h.Canary())
+			t.Fatalf("no verdict at canary_time; canary %+v", host.CanaryOf(h))
 		}
 	})
 }
@@ -240,9 +240,9 @@ func TestResumedCanaryPastItsTimeEndsAtOnce(t *testing.T) {
 				t.Fatalf("round %d: verdict %+v, want promoted", i, v)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("round %d of %d: no verdict for a resumed canary past its canary_time; canary %+v", i, rounds, h.Canary())
+			t.Fatalf("round %d of %d: no verdict for a resumed canary past its canary_time; canary %+v", i, rounds, host.CanaryOf(h))
 		}
-		if st := h.Canary(); st != nil || h.Module() != next {
+		if st := host.CanaryOf(h); st != nil || h.Module() != next {
 			t.Fatalf("round %d: after the promotion the canary is %+v and %s serves, want none and the canary's module", i, st, h.Module().Version())
 		}
 		cur = next

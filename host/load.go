@@ -73,7 +73,7 @@ func (r *Registry) load(ctx context.Context, e *entry, name, file string, fp fin
 	}
 	var trial *Module // loaded once: the canary may end between two loads
 	if h != nil {
-		trial = h.CanaryModule()
+		trial = h.canaryModule()
 	}
 	if h != nil && (h.Module().Version() == v || (pin != nil && pin.FileVersion == v) ||
 		(trial != nil && trial.Version() == v)) {

@@ -37,7 +37,7 @@ func (r *Registry) Rollback(ctx context.Context, name, to string) (Pin, error) {
 	}
 	const reason = "rolled back by an operator"
 	if to == "" {
-		if v, ok := h.RollBackCanary(reason); ok {
+		if v, ok := h.rollBackCanary(reason); ok {
 			r.applyVerdict(ctx, name, v)
 			p := &Pin{Version: v.Current, FileVersion: v.Version, Reason: v.Reason, At: v.At}
 			r.setPin(e, name, p)

@@ -104,7 +104,7 @@ func (r *Registry) startCanary(e *entry, name string, h *Handler, m *Module, fp 
 			r.log.Warn("keeping a module version in the history", "module", name, "version", m.Version(), "error", err)
 		}
 	}
-	if old := h.CanaryModule(); old != nil {
+	if old := h.canaryModule(); old != nil {
 		if v, ok := h.endNow(VerdictSuperseded, "replaced by "+m.Version()); ok {
 			r.applyVerdict(r.ctx, name, v)
 		}
@@ -314,7 +314,7 @@ func (r *Registry) Promote(ctx context.Context, name string) (Verdict, error) {
 	if h == nil {
 		return Verdict{}, fmt.Errorf("%w: %q", ErrUnknownModule, name)
 	}
-	v, ok := h.PromoteCanary("promoted by an operator")
+	v, ok := h.promoteCanary("promoted by an operator")
 	if !ok {
 		return Verdict{}, fmt.Errorf("%w: module %s", ErrNoCanary, name)
 	}

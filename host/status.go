@@ -60,7 +60,7 @@ func (r *Registry) modules() []ModuleStatus {
 		if e.handler != nil {
 			m := e.handler.Module()
 			st.Status, st.Queue, st.Version, st.LoadedAt, st.InFlight = "serving", m.Queue(), m.Version(), m.LoadedAt(), m.InUse()
-			st.Canary = e.handler.Canary()
+			st.Canary = e.handler.canaryStatus()
 			st.HTTP = grantView(m.Manifest().HTTP)
 		}
 		st.LastRollout, st.Pinned = e.last, e.pin
