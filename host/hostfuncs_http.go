@@ -110,35 +110,28 @@ func (m *Module) calls(recs []outbound.CallRecord) []worker.Call {
 
 // httpStatusOf is the ABI status of a failure's kind.
 func httpStatusOf(k outbound.Kind) int32 {
-	switch k {
-	case outbound.KindBadRequest:
-		return abi.StatusBadArgument
-	case outbound.KindDenied:
-		return abi.StatusHTTPDenied
-	case outbound.KindBlocked:
-		return abi.StatusHTTPBlocked
-	case outbound.KindDNS:
-		return abi.StatusHTTPDNS
-	case outbound.KindRefused:
-		return abi.StatusHTTPRefused
-	case outbound.KindTLS:
-		return abi.StatusHTTPTLS
-	case outbound.KindTimeout:
-		return abi.StatusHTTPTimeout
-	case outbound.KindTooLarge:
-		return abi.StatusHTTPTooLarge
-	case outbound.KindTooManyRequests:
-		return abi.StatusHTTPTooManyRequests
-	case outbound.KindRateLimited:
-		return abi.StatusHTTPRateLimited
-	case outbound.KindCircuitOpen:
-		return abi.StatusHTTPCircuitOpen
-	case outbound.KindTooManyRedirects:
-		return abi.StatusHTTPTooManyRedirects
-	case outbound.KindRequestTooLarge:
-		return abi.StatusLimitExceeded
+	if s, ok := httpStatuses[k]; ok {
+		return s
 	}
 	return abi.StatusHTTPConnection
+}
+
+// httpStatuses are the ABI's statuses of the outbound failures, by kind; a kind not
+// listed (a failed connection) is StatusHTTPConnection.
+var httpStatuses = map[outbound.Kind]int32{
+	outbound.KindBadRequest:       abi.StatusBadArgument,
+	outbound.KindDenied:           abi.StatusHTTPDenied,
+	outbound.KindBlocked:          abi.StatusHTTPBlocked,
+	outbound.KindDNS:              abi.StatusHTTPDNS,
+	outbound.KindRefused:          abi.StatusHTTPRefused,
+	outbound.KindTLS:              abi.StatusHTTPTLS,
+	outbound.KindTimeout:          abi.StatusHTTPTimeout,
+	outbound.KindTooLarge:         abi.StatusHTTPTooLarge,
+	outbound.KindTooManyRequests:  abi.StatusHTTPTooManyRequests,
+	outbound.KindRateLimited:      abi.StatusHTTPRateLimited,
+	outbound.KindCircuitOpen:      abi.StatusHTTPCircuitOpen,
+	outbound.KindTooManyRedirects: abi.StatusHTTPTooManyRedirects,
+	outbound.KindRequestTooLarge:  abi.StatusLimitExceeded,
 }
 
 // fail records a request's failure (once, logged at the job with its reason) and

@@ -133,29 +133,7 @@ func (r *Registry) startCanary(e *entry, name string, h *Handler, m *Module, fp 
 // rollout returns m's rollout: its manifest's settings over the registry's, defaults
 // filled in.
 func (r *Registry) rollout(m *Module) Rollout {
-	ro, d := m.Manifest().Rollout, r.cfg.Rollout
-	if ro.Strategy == "" {
-		ro.Strategy = d.Strategy
-	}
-	if ro.CanaryPercent == 0 {
-		ro.CanaryPercent = d.CanaryPercent
-	}
-	if ro.CanaryJobs == 0 {
-		ro.CanaryJobs = d.CanaryJobs
-	}
-	if ro.CanaryTime == 0 {
-		ro.CanaryTime = d.CanaryTime
-	}
-	if ro.CanaryMaxFailureDelta == 0 {
-		ro.CanaryMaxFailureDelta = d.CanaryMaxFailureDelta
-	}
-	if ro.CanaryMinJobs == 0 {
-		ro.CanaryMinJobs = d.CanaryMinJobs
-	}
-	if ro.History == 0 {
-		ro.History = d.History
-	}
-	return ro.withDefaults()
+	return m.Manifest().Rollout.over(r.cfg.Rollout).withDefaults()
 }
 
 // canaryEnded returns the callback of a canary of the module name: it hands the

@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/backoff"
@@ -17,28 +13,6 @@ import (
 
 // resubscribeBackoff paces the subscriptions again of a stream that ended.
 var resubscribeBackoff = backoff.Policy{Base: 100 * time.Millisecond, Cap: 30 * time.Second}
-
-// queueState is a registered queue.
-type queueState struct {
-	qc      backend.QueueConfig
-	policy  atomic.Pointer[policy] // replaced when the queue is registered again
-	running atomic.Int32
-	stream  backend.Stream     // guarded by Worker.mu; nil while (re)subscribing
-	cancel  context.CancelFunc // ends stream's context; guarded by Worker.mu
-	removed bool               // guarded by Worker.mu
-	// life ends when the queue is unregistered (or its registration fails) or the
-	// worker stops: a subscription under way, or waiting to try again, gives up with it.
-	// It is not the stream's context: Unregister keeps the stream while jobs settle.
-	life      context.Context
-	endLife   context.CancelFunc
-	sub       *subscription // guarded by Worker.mu: the outcome of the first subscription
-	drained   chan struct{} // closed when a removed queue's last job ends
-	drainOnce sync.Once
-	// limiter paces the queue's takes when its policy has a Rate. It is the
-	// dispatcher's alone (made and used under Worker.mu in collect, and in take), and
-	// outlives a new registration, which only sets its rate and burst.
-	limiter *rate.Limiter
-}
 
 // subscription is the outcome of a queue's first subscription, which a Register of the
 // same queue made meanwhile waits for, so that it does not report a queue served that
@@ -64,13 +38,6 @@ func (s *subscription) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// policy is what a job of a queue runs with; a job keeps the policy it started with.
-type policy struct {
-	spec    Queue
-	handler Handler // spec.Handler wrapped in its middleware
-	limit   int32   // 0: none
 }
 
 // Register declares q on the backend and, once the worker is started, consumes it.
@@ -151,47 +118,6 @@ func (w *Worker) forget(qs *queueState) {
 	w.mu.Unlock()
 	qs.endLife()
 	endStream(s, cancel)
-}
-
-func (w *Worker) newQueueState(q Queue) *queueState {
-	switch {
-	case q.PriorityLevels == 0:
-		q.PriorityLevels = DefaultPriorityLevels
-	case q.PriorityLevels < 0:
-		q.PriorityLevels = 0
-	}
-	q.MaxAttempts = positiveOr(q.MaxAttempts, w.cfg.MaxAttempts)
-	q.MaxDefers = positiveOr(q.MaxDefers, w.cfg.MaxDefers)
-	q.Backoff.Base = positiveOr(q.Backoff.Base, w.cfg.Backoff.Base)
-	q.Backoff.Cap = positiveOr(q.Backoff.Cap, w.cfg.Backoff.Cap)
-	if q.Rate < 0 {
-		w.log.Warn("negative queue rate ignored: the queue is not rate limited", slog.String("queue", q.Name), slog.Float64("rate", float64(q.Rate)))
-	}
-	if q.Rate < 0 || q.Rate == rate.Inf {
-		q.Rate = 0
-	}
-	q.Burst = positiveOr(q.Burst, 1)
-	limit := min(max(q.Concurrency, 0), w.cfg.Concurrency)
-	prefetch := q.Prefetch
-	if prefetch == 0 {
-		prefetch = w.cfg.Concurrency
-		if limit > 0 {
-			prefetch = limit
-		}
-	}
-	// A rate-limited queue starts at most Burst jobs at once: a broker that pushes
-	// more ahead (RabbitMQ) would have them wait here claimed, unseen by other hosts.
-	if q.Rate > 0 {
-		prefetch = min(prefetch, q.Burst)
-	}
-	mw := append([]Middleware{Recover}, q.Middleware...)
-	mw = append(mw, Deadline(q.Timeout))
-	qs := &queueState{
-		qc:      backend.QueueConfig{Name: q.Name, Prefetch: prefetch, PriorityLevels: q.PriorityLevels},
-		drained: make(chan struct{}),
-	}
-	qs.policy.Store(&policy{spec: q, handler: Chain(q.Handler, mw...), limit: int32(limit)})
-	return qs
 }
 
 // unwanted reports whether qs is no longer to be consumed, and what subscribe then

@@ -153,6 +153,76 @@ type Worker struct {
 	resubs   sync.WaitGroup
 }
 
+// queueState is a registered queue.
+type queueState struct {
+	qc      backend.QueueConfig
+	policy  atomic.Pointer[policy] // replaced when the queue is registered again
+	running atomic.Int32
+	stream  backend.Stream     // guarded by Worker.mu; nil while (re)subscribing
+	cancel  context.CancelFunc // ends stream's context; guarded by Worker.mu
+	removed bool               // guarded by Worker.mu
+	// life ends when the queue is unregistered (or its registration fails) or the
+	// worker stops: a subscription under way, or waiting to try again, gives up with it.
+	// It is not the stream's context: Unregister keeps the stream while jobs settle.
+	life      context.Context
+	endLife   context.CancelFunc
+	sub       *subscription // guarded by Worker.mu: the outcome of the first subscription
+	drained   chan struct{} // closed when a removed queue's last job ends
+	drainOnce sync.Once
+	// limiter paces the queue's takes when its policy has a Rate. It is the
+	// dispatcher's alone (made and used under Worker.mu in collect, and in take), and
+	// outlives a new registration, which only sets its rate and burst.
+	limiter *rate.Limiter
+}
+
+// policy is what a job of a queue runs with; a job keeps the policy it started with.
+type policy struct {
+	spec    Queue
+	handler Handler // spec.Handler wrapped in its middleware
+	limit   int32   // 0: none
+}
+
+func (w *Worker) newQueueState(q Queue) *queueState {
+	switch {
+	case q.PriorityLevels == 0:
+		q.PriorityLevels = DefaultPriorityLevels
+	case q.PriorityLevels < 0:
+		q.PriorityLevels = 0
+	}
+	q.MaxAttempts = positiveOr(q.MaxAttempts, w.cfg.MaxAttempts)
+	q.MaxDefers = positiveOr(q.MaxDefers, w.cfg.MaxDefers)
+	q.Backoff.Base = positiveOr(q.Backoff.Base, w.cfg.Backoff.Base)
+	q.Backoff.Cap = positiveOr(q.Backoff.Cap, w.cfg.Backoff.Cap)
+	if q.Rate < 0 {
+		w.log.Warn("negative queue rate ignored: the queue is not rate limited", slog.String("queue", q.Name), slog.Float64("rate", float64(q.Rate)))
+	}
+	if q.Rate < 0 || q.Rate == rate.Inf {
+		q.Rate = 0
+	}
+	q.Burst = positiveOr(q.Burst, 1)
+	limit := min(max(q.Concurrency, 0), w.cfg.Concurrency)
+	prefetch := q.Prefetch
+	if prefetch == 0 {
+		prefetch = w.cfg.Concurrency
+		if limit > 0 {
+			prefetch = limit
+		}
+	}
+	// A rate-limited queue starts at most Burst jobs at once: a broker that pushes
+	// more ahead (RabbitMQ) would have them wait here claimed, unseen by other hosts.
+	if q.Rate > 0 {
+		prefetch = min(prefetch, q.Burst)
+	}
+	mw := append([]Middleware{Recover}, q.Middleware...)
+	mw = append(mw, Deadline(q.Timeout))
+	qs := &queueState{
+		qc:      backend.QueueConfig{Name: q.Name, Prefetch: prefetch, PriorityLevels: q.PriorityLevels},
+		drained: make(chan struct{}),
+	}
+	qs.policy.Store(&policy{spec: q, handler: Chain(q.Handler, mw...), limit: int32(limit)})
+	return qs
+}
+
 // New returns a worker for b. Register queues, then Start it.
 func New(b backend.Backend, cfg Config) *Worker {
 	log := cfg.Logger
