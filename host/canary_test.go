@@ -36,6 +36,17 @@ func testdataModule(t *testing.T, rel string) []byte {
 	return wasm
 }
 
+// canary writes man and cur as the module svc's files, starts the rig, and puts next
+// on trial: it returns once the canary is under way.
+func (rig *regRig) canary(man string, cur, next []byte) {
+	rig.t.Helper()
+	rig.write("svc.toml", []byte(man))
+	rig.write("svc.wasm", cur)
+	rig.start()
+	rig.write("svc.wasm", next)
+	rig.waitFor("the canary", func() bool { return len(rig.eventsOf("canary")) == 1 })
+}
+
 // publishIDs publishes jobs with the given ids and payload.
 func (rig *regRig) publishIDs(queue string, payload string, ids ...string) {
 	rig.t.Helper()
@@ -78,15 +89,9 @@ func TestCanaryTrapRolledBack(t *testing.T) {
 	t.Parallel()
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	man := fmt.Sprintf(canaryManifest, "canary_percent = 10\ncanary_min_jobs = 20\ncanary_jobs = 1000\ncanary_time = \"1h\"")
-	rig.write("svc.toml", []byte(man))
-	good := variant(t, "abi/ack", "v1")
-	rig.write("svc.wasm", good)
-	rig.start()
-	goodV := host.VersionOf(good, []byte(man))
-	trap := testdataModule(t, "hostile/trap")
-	trapV := host.VersionOf(trap, []byte(man))
-	rig.write("svc.wasm", trap)
-	rig.waitFor("the canary", func() bool { return len(rig.eventsOf("canary")) == 1 })
+	good, trap := variant(t, "abi/ack", "v1"), testdataModule(t, "hostile/trap")
+	goodV, trapV := host.VersionOf(good, []byte(man)), host.VersionOf(trap, []byte(man))
+	rig.canary(man, good, trap)
 	if st := rig.status("svc"); st.Version != goodV || st.Canary == nil || st.Canary.Version != trapV || st.Canary.Percent != 10 {
 		t.Fatalf("status %+v, want %s serving and %s on trial", st, goodV, trapV)
 	}
@@ -192,12 +197,8 @@ func TestCanarySlowPromoted(t *testing.T) {
 func testCanaryPromoted(t *testing.T, next []byte, payload string) {
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	man := fmt.Sprintf(canaryManifest, "canary_percent = 50\ncanary_min_jobs = 10\ncanary_jobs = 30\ncanary_time = \"1h\"")
-	rig.write("svc.toml", []byte(man))
-	rig.write("svc.wasm", variant(t, "abi/ack", "v1"))
-	rig.start()
 	nextV := host.VersionOf(next, []byte(man))
-	rig.write("svc.wasm", next)
-	rig.waitFor("the canary", func() bool { return len(rig.eventsOf("canary")) == 1 })
+	rig.canary(man, variant(t, "abi/ack", "v1"), next)
 	// Jobs flow until the promotion.
 	sent := 0
 	for len(rig.eventsOf(host.VerdictPromoted)) == 0 {

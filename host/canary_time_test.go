@@ -27,19 +27,9 @@ func TestCanaryTimePromotes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
-				e, err := host.NewEngine(ctx, host.Config{NoCache: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer e.Close(ctx)
-				cur, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v1"), host.Manifest{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				next, err := e.Load(ctx, "svc", testdataModule(t, c.next), host.Manifest{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				e := newEngine(t)
+				cur := loadSvc(t, e, variant(t, "abi/ack", "v1"), host.Manifest{})
+				next := loadSvc(t, e, testdataModule(t, c.next), host.Manifest{})
 				h := host.NewHandler(cur, nil)
 				ended := make(chan host.Verdict, 1)
 				host.StartCanary(h, next, host.Rollout{CanaryPercent: 100, CanaryMinJobs: 5}, func(v host.Verdict) { ended <- v })
@@ -111,16 +101,10 @@ func TestCanaryFailureDelta(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			e := newEngine(t)
-			cur, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v1"), host.Manifest{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			cur := loadSvc(t, e, variant(t, "abi/ack", "v1"), host.Manifest{})
 			man := host.Manifest{Limits: host.DefaultLimits()}
 			man.Limits.Timeout = 20 * time.Millisecond
-			next, err := e.Load(ctx, "svc", testdataModule(t, "abi/sleep_ms"), man)
-			if err != nil {
-				t.Fatal(err)
-			}
+			next := loadSvc(t, e, testdataModule(t, "abi/sleep_ms"), man)
 			h := host.NewHandler(cur, nil)
 			defer func() { h.Module().Retire() }()
 			ended := make(chan host.Verdict, 1)
@@ -164,20 +148,9 @@ func TestCanaryFailureDelta(t *testing.T) {
 // the time the host was down. Virtual time.
 func TestResumedCanaryTimeIsWhatItHadLeft(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		e, err := host.NewEngine(ctx, host.Config{NoCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close(ctx)
-		cur, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v1"), host.Manifest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		next, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v2"), host.Manifest{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := newEngine(t)
+		cur := loadSvc(t, e, variant(t, "abi/ack", "v1"), host.Manifest{})
+		next := loadSvc(t, e, variant(t, "abi/ack", "v2"), host.Manifest{})
 		h := host.NewHandler(cur, nil)
 		defer func() { h.Module().Retire() }()
 		ended := make(chan host.Verdict, 1)
@@ -215,16 +188,9 @@ func TestResumedCanaryTimeIsWhatItHadLeft(t *testing.T) {
 func TestResumedCanaryPastItsTimeEndsAtOnce(t *testing.T) {
 	t.Parallel()
 	const rounds = 300
-	ctx := context.Background()
 	e := newEngine(t)
 	wasm := variant(t, "abi/ack", "v1")
-	load := func() *host.Module {
-		m, err := e.Load(ctx, "svc", wasm, host.Manifest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
+	load := func() *host.Module { return loadSvc(t, e, wasm, host.Manifest{}) }
 	cur := load()
 	defer func() { cur.Retire() }()
 	startedAt := time.Now().Add(-time.Hour)

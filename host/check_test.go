@@ -12,11 +12,7 @@ import (
 func TestCheckValidatesWithoutRunningGuestCode(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e, err := host.NewEngine(ctx, host.Config{NoCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close(ctx)
+	e := newEngine(t)
 	for _, tc := range []struct {
 		file string
 		ok   bool

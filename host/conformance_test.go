@@ -16,12 +16,28 @@ import (
 // newEngine returns an engine without the disk cache, closed with the test.
 func newEngine(t testing.TB) *host.Engine {
 	t.Helper()
-	e, err := host.NewEngine(context.Background(), host.Config{NoCache: true})
+	return newEngineWith(t, host.Config{NoCache: true})
+}
+
+// newEngineWith returns an engine of cfg, closed with the test.
+func newEngineWith(t testing.TB, cfg host.Config) *host.Engine {
+	t.Helper()
+	e, err := host.NewEngine(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close(context.Background()) })
 	return e
+}
+
+// loadSvc loads wasm as the module svc with man, failing the test if it cannot.
+func loadSvc(t testing.TB, e *host.Engine, wasm []byte, man host.Manifest) *host.Module {
+	t.Helper()
+	m, err := e.Load(context.Background(), "svc", wasm, man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // load loads a case's module with its manifest.

@@ -39,12 +39,7 @@ func (testResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr
 
 func httpEngine(t *testing.T, roots *x509.CertPool) *host.Engine {
 	t.Helper()
-	e, err := host.NewEngine(context.Background(), host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}, RootCAs: roots}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close(context.Background()) })
-	return e
+	return newEngineWith(t, host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}, RootCAs: roots}})
 }
 
 // countingServer is a loopback server counting the requests it received, the

@@ -15,24 +15,39 @@ import (
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
+// callLog records the calls an engine reports to Config.OnHTTPCall.
+type callLog struct {
+	mu    sync.Mutex
+	calls []host.HTTPCall
+}
+
+func (l *callLog) add(c host.HTTPCall) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, c)
+}
+
+// all returns the calls reported since the last reset.
+func (l *callLog) all() []host.HTTPCall {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls)
+}
+
+func (l *callLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = nil
+}
+
 // TestHTTPCallsReachTheResultAndOnHTTPCall: a job's requests travel into its result
 // (worker.Result.Calls, the first MaxResultCalls, the rest counted) without their
 // query string or headers (nor do the log lines of their failures hold it), and each is reported to Config.OnHTTPCall with its module,
 // matching entry and outcome.
 func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var seen []host.HTTPCall
-	e, err := host.NewEngine(context.Background(), host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}},
-		OnHTTPCall: func(c host.HTTPCall) {
-			mu.Lock()
-			seen = append(seen, c)
-			mu.Unlock()
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close(context.Background()) })
+	var calls callLog
+	e := newEngineWith(t, host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}}, OnHTTPCall: calls.add})
 	srv := newCountingServer(t, false, echoHandler)
 	quick := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
 	entry := "http://localhost:" + srv.port
@@ -58,9 +73,7 @@ func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 		{"past MaxResultCalls", flood, "o" + quick.URL + "/", nil, host.MaxResultCalls, 60 - host.MaxResultCalls, "http://127.0.0.1:1-65535", "2xx cancelled", 60},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mu.Lock()
-			seen = nil
-			mu.Unlock()
+			calls.reset()
 			job := &worker.Job{Envelope: backend.NewEnvelope(tc.mod.Queue(), []byte(tc.payload)), Attempt: 1, MaxAttempts: 3}
 			res := host.NewHandler(tc.mod, nil).Handle(context.Background(), job)
 			if res.Outcome != worker.Ack || len(res.Calls) != tc.ncalls || res.CallsDropped != tc.dropped {
@@ -90,8 +103,7 @@ func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 					t.Errorf("a log line, kept in the job's record, holds the query: %s", l)
 				}
 			}
-			mu.Lock()
-			defer mu.Unlock()
+			seen := calls.all()
 			if len(seen) != tc.seen {
 				t.Fatalf("OnHTTPCall saw %d calls, want %d", len(seen), tc.seen)
 			}
@@ -109,25 +121,14 @@ func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 // module, entry and outcome like a job's, not dropped with the setup's state.
 func TestJSSetupRequestsReachOnHTTPCall(t *testing.T) {
 	t.Parallel()
-	var mu sync.Mutex
-	var seen []host.HTTPCall
-	e, err := host.NewEngine(context.Background(), host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}},
-		OnHTTPCall: func(c host.HTTPCall) {
-			mu.Lock()
-			seen = append(seen, c)
-			mu.Unlock()
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close(context.Background()) })
+	var calls callLog
+	e := newEngineWith(t, host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}}, OnHTTPCall: calls.add})
 	srv := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
 	entry := "http://127.0.0.1:" + srv.port
 	src := `fetch("` + srv.URL + `/warm"); fetch("http://127.0.0.2:1/denied").catch(() => {});
 var __wasmjobs_handler = { default: async function (job) {} };`
 	loadJS(t, e, src, fmt.Sprintf("[http]\nallow = [%q]\n", entry))
-	mu.Lock()
-	defer mu.Unlock()
+	seen := calls.all()
 	if len(seen) != 2 {
 		t.Fatalf("OnHTTPCall saw %d calls of the setup (%+v), want 2", len(seen), seen)
 	}

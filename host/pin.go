@@ -25,13 +25,7 @@ func (r *Registry) Rollback(ctx context.Context, name, to string) (Pin, error) {
 		return Pin{}, err
 	}
 	defer r.unlockSync()
-	r.mu.Lock()
-	e := r.entries[name]
-	var h *Handler
-	if e != nil {
-		h = e.handler
-	}
-	r.mu.Unlock()
+	e, h := r.lookup(name)
 	if h == nil {
 		return Pin{}, fmt.Errorf("%w: %q (or it serves no version)", ErrUnknownModule, name)
 	}

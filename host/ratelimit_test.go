@@ -79,18 +79,12 @@ func TestManifestRateReachesTheWorker(t *testing.T) {
 	q := &recordingQueues{Worker: rig.w}
 	// Immediate: a new manifest is a new version, which a canary would register only
 	// once promoted.
-	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true,
-		Rollout: host.Rollout{Strategy: host.StrategyImmediate}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := rig.registryWith(q)
 	rig.write("svc.toml", []byte("rate = \"5/s\"\nburst = 2\n"))
 	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer r.Retire()
 	check := func(want rate.Limit, burst int) {
 		t.Helper()
 		q.mu.Lock()

@@ -365,6 +365,15 @@ func (rig *regRig) quiesce() {
 	rig.r.Sync(context.Background())
 }
 
+// drain stops the host as a drain does: the registry stops following the directory,
+// the worker stops, the modules retire.
+func (rig *regRig) drain() {
+	rig.t.Helper()
+	rig.r.Close()
+	rig.stopWorker()
+	rig.r.Retire()
+}
+
 // stopWorker drains the worker: no job settles after it returns.
 func (rig *regRig) stopWorker() {
 	rig.t.Helper()
@@ -455,13 +464,39 @@ func (rig *regRig) eventsFor(name string) []regEvent {
 	return out
 }
 
+// newLeaseRig is a rig whose debounce is an hour, on a system that tells a file
+// finished (read leases): what it reads before then, it reads as finished.
+func newLeaseRig(t *testing.T) *regRig {
+	t.Helper()
+	needsLeases(t)
+	return newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+}
+
+// unreadUntil checks that the module a, whose file is not finished (state says how),
+// is not read while b is loaded, and that once finish finishes it, it is loaded once,
+// as final.
+func (rig *regRig) unreadUntil(state string, final []byte, finish func()) {
+	rig.t.Helper()
+	// b sorts after a: the read that loads b has looked at a first.
+	rig.write("b.wasm", variant(rig.t, "abi/ack", "b"))
+	rig.waitFor("b", func() bool { return rig.status("b").Status == "serving" })
+	if ev := rig.eventsFor("a"); len(ev) != 0 {
+		rig.t.Fatalf("a, %s, was read: %+v", state, ev)
+	}
+	finish()
+	rig.waitFor("a", func() bool { return len(rig.eventsFor("a")) > 0 })
+	rig.quiesce()
+	if ev := rig.eventsFor("a"); len(ev) != 1 || ev[0].Kind != "loaded" || ev[0].Version != host.Version(final) {
+		rig.t.Fatalf("events of a %+v, want one load of the final bytes", ev)
+	}
+}
+
 // TestFinishedChangesDoNotWaitForTheDebounce: with a debounce of an hour, a change
 // whose files are finished (renamed into place, or written and closed) is still read,
 // so it is read at once, not after the debounce.
 func TestFinishedChangesDoNotWaitForTheDebounce(t *testing.T) {
 	t.Parallel()
-	needsLeases(t)
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+	rig := newLeaseRig(t)
 	rig.write("svc.wasm", variant(t, "abi/echo", "0"))
 	rig.start()
 	for i, step := range []struct {
@@ -508,8 +543,7 @@ func TestFinishedChangesDoNotWaitForTheDebounce(t *testing.T) {
 // it, it is loaded once, whole, without waiting for the hour's debounce.
 func TestAFileOpenForWritingIsNotReadBeforeItsWriterClosesIt(t *testing.T) {
 	t.Parallel()
-	needsLeases(t)
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+	rig := newLeaseRig(t)
 	rig.start()
 	prefix, err := os.ReadFile(filepath.Join(abitest.Dir(), "abi", "echo.wasm"))
 	if err != nil {
@@ -527,23 +561,14 @@ func TestAFileOpenForWritingIsNotReadBeforeItsWriterClosesIt(t *testing.T) {
 	if _, err := f.Write(prefix); err != nil {
 		t.Fatal(err)
 	}
-	// b sorts after a: the read that loads b has looked at a first.
-	rig.write("b.wasm", variant(t, "abi/ack", "b"))
-	rig.waitFor("b", func() bool { return rig.status("b").Status == "serving" })
-	if ev := rig.eventsFor("a"); len(ev) != 0 {
-		t.Fatalf("a, still open for writing, was read: %+v", ev)
-	}
-	if _, err := f.Write(final[len(prefix):]); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	rig.waitFor("a", func() bool { return len(rig.eventsFor("a")) > 0 })
-	rig.quiesce()
-	if ev := rig.eventsFor("a"); len(ev) != 1 || ev[0].Kind != "loaded" || ev[0].Version != host.Version(final) {
-		t.Fatalf("events of a %+v, want one load of the final bytes", ev)
-	}
+	rig.unreadUntil("still open for writing", final, func() {
+		if _, err := f.Write(final[len(prefix):]); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestAnIncompleteModuleWaitsForTheDebounce: a module file cut short and closed (as by
@@ -552,26 +577,17 @@ func TestAFileOpenForWritingIsNotReadBeforeItsWriterClosesIt(t *testing.T) {
 // written next, is loaded once.
 func TestAnIncompleteModuleWaitsForTheDebounce(t *testing.T) {
 	t.Parallel()
-	needsLeases(t)
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+	rig := newLeaseRig(t)
 	rig.start()
 	final := variant(t, "abi/echo", "final")
 	if err := os.WriteFile(filepath.Join(rig.dir, "a.wasm"), final[:len(final)/2], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rig.write("b.wasm", variant(t, "abi/ack", "b")) // b sorts after a
-	rig.waitFor("b", func() bool { return rig.status("b").Status == "serving" })
-	if ev := rig.eventsFor("a"); len(ev) != 0 {
-		t.Fatalf("a, half written, was read: %+v", ev)
-	}
-	if err := os.WriteFile(filepath.Join(rig.dir, "a.wasm"), final, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rig.waitFor("a", func() bool { return len(rig.eventsFor("a")) > 0 })
-	rig.quiesce()
-	if ev := rig.eventsFor("a"); len(ev) != 1 || ev[0].Kind != "loaded" || ev[0].Version != host.Version(final) {
-		t.Fatalf("events of a %+v, want one load of the final bytes", ev)
-	}
+	rig.unreadUntil("half written", final, func() {
+		if err := os.WriteFile(filepath.Join(rig.dir, "a.wasm"), final, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
 	// A debounce that runs out reads what is there, whole or not, as before: it is
 	// rejected, and the serving version stays.
 	short := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: 20 * time.Millisecond}, 4)
@@ -591,8 +607,7 @@ func TestAnIncompleteModuleWaitsForTheDebounce(t *testing.T) {
 // debounce (while another module is loaded meanwhile), and the new file swaps in.
 func TestARemovalWaitsForTheDebounce(t *testing.T) {
 	t.Parallel()
-	needsLeases(t)
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+	rig := newLeaseRig(t)
 	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
 	rig.start()
 	if err := os.Rename(filepath.Join(rig.dir, "svc.wasm"), filepath.Join(rig.dir, "svc.wasm~")); err != nil {
@@ -825,6 +840,23 @@ func TestCloseOfARegistryNeverStarted(t *testing.T) {
 	}
 }
 
+// registryWith returns a second registry of rig's directory, registering its modules'
+// queues with q (a wrapper of rig's worker): it reads the directory at Start and Sync
+// only, puts a new version in service at once, and closes and retires with the test.
+func (rig *regRig) registryWith(q host.Queues) *host.Registry {
+	rig.t.Helper()
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(rig.t), Queues: q, Rescan: time.Hour, NoWatch: true,
+		Rollout: host.Rollout{Strategy: host.StrategyImmediate}})
+	if err != nil {
+		rig.t.Fatal(err)
+	}
+	rig.t.Cleanup(func() {
+		r.Close()
+		r.Retire()
+	})
+	return r
+}
+
 // failingQueues registers queues with a worker, except while fail is set.
 type failingQueues struct {
 	*worker.Worker
@@ -846,12 +878,7 @@ func TestFailedRegisterIsARejectionTriedAgain(t *testing.T) {
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	q := &failingQueues{Worker: rig.w}
 	q.fail.Store(true)
-	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true,
-		Rollout: host.Rollout{Strategy: host.StrategyImmediate}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := rig.registryWith(q)
 	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -872,7 +899,6 @@ func TestFailedRegisterIsARejectionTriedAgain(t *testing.T) {
 	if st := r.Modules()[0]; st.Status != "serving" || st.Error != "" || st.Queue != "svc" {
 		t.Fatalf("status %+v after the registration works, want serving with no error", st)
 	}
-	defer r.Retire()
 	if err := rig.w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -924,18 +950,12 @@ func TestFailedRegisterOfASwapKeepsTheOldVersion(t *testing.T) {
 	t.Parallel()
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	q := &failingQueues{Worker: rig.w}
-	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true,
-		Rollout: host.Rollout{Strategy: host.StrategyImmediate}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := rig.registryWith(q)
 	v1, v2 := variant(t, "abi/echo", "1"), variant(t, "abi/echo", "2")
 	rig.write("svc.wasm", v1)
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer r.Retire()
 	if err := rig.w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -219,13 +219,7 @@ func (r *Registry) applyEnded(ctx context.Context) {
 // module on the current version until its files change), the queue's policy (a
 // promotion brings the new manifest's), the log and an event. Called with the slot held.
 func (r *Registry) applyVerdict(ctx context.Context, name string, v Verdict) {
-	r.mu.Lock()
-	e := r.entries[name]
-	var h *Handler
-	if e != nil {
-		h = e.handler
-	}
-	r.mu.Unlock()
+	e, h := r.lookup(name)
 	if e == nil {
 		return
 	}

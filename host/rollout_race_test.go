@@ -124,15 +124,9 @@ func TestCanaryNeverRetriesAJob(t *testing.T) {
 	t.Parallel()
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 1000\ncanary_jobs = 1000\ncanary_time = \"1h\"")
-	rig.write("svc.toml", []byte(man))
-	good := variant(t, "abi/ack", "v1")
-	rig.write("svc.wasm", good)
-	rig.start()
-	goodV := host.VersionOf(good, []byte(man))
-	trap := testdataModule(t, "hostile/trap")
-	trapV := host.VersionOf(trap, []byte(man))
-	rig.write("svc.wasm", trap)
-	rig.waitFor("the canary", func() bool { return len(rig.eventsOf("canary")) == 1 })
+	good, trap := variant(t, "abi/ack", "v1"), testdataModule(t, "hostile/trap")
+	goodV, trapV := host.VersionOf(good, []byte(man)), host.VersionOf(trap, []byte(man))
+	rig.canary(man, good, trap)
 
 	const n = 30
 	rig.publishIDs("svc", "x", jobIDs("job", n)...)

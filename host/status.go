@@ -75,12 +75,19 @@ func (r *Registry) modules() []ModuleStatus {
 
 // Handler returns the handler serving the module name, or nil.
 func (r *Registry) Handler(name string) *Handler {
+	_, h := r.lookup(name)
+	return h
+}
+
+// lookup returns the entry of the module name and the handler serving it, each nil
+// when there is none.
+func (r *Registry) lookup(name string) (*entry, *Handler) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if e := r.entries[name]; e != nil {
-		return e.handler
+		return e, e.handler
 	}
-	return nil
+	return nil, nil
 }
 
 // History returns the versions of the module name kept for a rollback, newest first.
