@@ -1,7 +1,6 @@
 package host_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,32 +9,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/worker"
 )
-
-// logBuffer is an io.Writer for a slog handler that tests read while the registry logs.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // savedCanaryJobs returns the canary jobs the module's history.json in histDir keeps
 // (-1 while it keeps no canary).
@@ -70,12 +49,6 @@ func savedCanaryRan(t *testing.T, histDir, name string) time.Duration {
 	}
 	return h.Canary.Ran
 }
-
-// quietQueues serves no queue: for a registry whose modules run no job.
-type quietQueues struct{}
-
-func (quietQueues) Register(context.Context, worker.Queue) error { return nil }
-func (quietQueues) Unregister(context.Context, string) error     { return nil }
 
 // newMidCanaryRig returns a rig whose module svc (manifest man) serves v1 with v2 on
 // trial, the canary having counted jobs jobs, with a history directory; and the
@@ -243,10 +216,7 @@ func TestCanaryResumeWaitsOutATransientLoadError(t *testing.T) {
 	// The kept bytes of v1 cannot be read (a directory where the file was): an I/O
 	// error, not a version missing from the history.
 	blob := filepath.Join(histDir, "svc", v1V+".wasm")
-	kept, err := os.ReadFile(blob)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kept := mustRead(t, blob)
 	if err := os.Remove(blob); err != nil {
 		t.Fatal(err)
 	}
@@ -300,10 +270,7 @@ func TestCanaryOfAModuleRemovedWhileDownIsOver(t *testing.T) {
 	if n := savedCanaryJobs(t, histDir, "svc"); n != -1 {
 		t.Fatalf("history.json of a module removed while the host was down keeps its canary (%d jobs)", n)
 	}
-	data, err := os.ReadFile(filepath.Join(histDir, "svc", "history.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := mustRead(t, filepath.Join(histDir, "svc", "history.json"))
 	var hist struct{ Versions []host.HistoryEntry }
 	if err := json.Unmarshal(data, &hist); err != nil {
 		t.Fatal(err)

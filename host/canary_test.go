@@ -13,7 +13,6 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/abitest"
 )
 
 // canaryManifest keeps retries quick, so that a job a canary failed runs again at once.
@@ -26,15 +25,6 @@ backoff_cap = "1ms"
 strategy = "canary"
 %s
 `
-
-func testdataModule(t *testing.T, rel string) []byte {
-	t.Helper()
-	wasm, err := os.ReadFile(filepath.Join(abitest.Dir(), rel+".wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return wasm
-}
 
 // canary writes man and cur as the module svc's files, starts the rig, and puts next
 // on trial: it returns once the canary is under way.

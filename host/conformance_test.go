@@ -3,7 +3,6 @@ package host_test
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/wasmjobs/wasmjobs/abi"
@@ -43,10 +42,7 @@ func loadSvc(t testing.TB, e *host.Engine, wasm []byte, man host.Manifest) *host
 // load loads a case's module with its manifest.
 func load(t testing.TB, e *host.Engine, c abitest.Case) (*host.Module, error) {
 	t.Helper()
-	wasm, err := os.ReadFile(c.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := mustRead(t, c.Path())
 	man, err := host.ParseManifest(c.ModuleName()+".toml", []byte(c.Manifest))
 	if err != nil {
 		t.Fatalf("manifest: %v", err)

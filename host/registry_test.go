@@ -15,26 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
-
-// variant returns testdata's module rel with a custom section naming tag appended:
-// the same code, different bytes, so a different version.
-func variant(t testing.TB, rel, tag string) []byte {
-	t.Helper()
-	wasm, err := os.ReadFile(filepath.Join(abitest.Dir(), rel+".wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "wasmjobs-test"
-	body := append([]byte{byte(len(name))}, name...)
-	body = append(body, tag...)
-	return append(append(wasm, 0, byte(len(body))), body...) // section id 0, size < 128
-}
 
 // regRig is a registry on a temp directory, serving a worker on a memory backend.
 type regRig struct {
@@ -545,10 +533,7 @@ func TestAFileOpenForWritingIsNotReadBeforeItsWriterClosesIt(t *testing.T) {
 	t.Parallel()
 	rig := newLeaseRig(t)
 	rig.start()
-	prefix, err := os.ReadFile(filepath.Join(abitest.Dir(), "abi", "echo.wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	prefix := mustRead(t, filepath.Join(abitest.Dir(), "abi", "echo.wasm"))
 	final := variant(t, "abi/echo", "final") // prefix and a custom section
 	if !bytes.HasPrefix(final, prefix) {
 		t.Fatal("the final bytes do not start with the prefix")
@@ -998,4 +983,46 @@ func TestFailedRegisterOfASwapKeepsTheOldVersion(t *testing.T) {
 	if got := r.Handler("svc").Module().Manifest().MaxAttempts; got != 7 {
 		t.Fatalf("max_attempts %d after the swap, want 7", got)
 	}
+}
+
+// recordingQueues registers queues with a worker and keeps the last registration.
+type recordingQueues struct {
+	*worker.Worker
+	mu   sync.Mutex
+	last worker.Queue
+}
+
+func (r *recordingQueues) Register(ctx context.Context, q worker.Queue) error {
+	r.mu.Lock()
+	r.last = q
+	r.mu.Unlock()
+	return r.Worker.Register(ctx, q)
+}
+
+// TestManifestRateReachesTheWorker: the manifest's rate and burst are the queue's
+// registration with the worker, and a new manifest registers the new ones.
+func TestManifestRateReachesTheWorker(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	q := &recordingQueues{Worker: rig.w}
+	// Immediate: a new manifest is a new version, which a canary would register only
+	// once promoted.
+	r := rig.registryWith(q)
+	rig.write("svc.toml", []byte("rate = \"5/s\"\nburst = 2\n"))
+	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	check := func(want rate.Limit, burst int) {
+		t.Helper()
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.last.Name != "svc" || q.last.Rate != want || q.last.Burst != burst {
+			t.Fatalf("registered %s with rate %v, burst %d; want rate %v, burst %d", q.last.Name, q.last.Rate, q.last.Burst, want, burst)
+		}
+	}
+	check(5, 2)
+	rig.write("svc.toml", []byte(`rate = "120/m"`))
+	r.Sync(context.Background())
+	check(2, 0)
 }

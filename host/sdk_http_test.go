@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -148,10 +147,7 @@ func TestDeliverWebhookEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer signer.Retire()
-	toml, err := os.ReadFile(filepath.Join(dir, "deliver-webhook", "deliver-webhook.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	toml := mustRead(t, filepath.Join(dir, "deliver-webhook", "deliver-webhook.toml"))
 	wasm := guestModule(t, "deliver-webhook")
 	load := func(toml string) *host.Module {
 		man, err := host.ParseManifest("deliver-webhook.toml", []byte(toml))

@@ -40,11 +40,7 @@ func guestModule(t *testing.T, name string) []byte {
 		}
 		t.Skipf("%s.wasm is not built: run make guests (it needs clang, rustc and npm)", name)
 	}
-	wasm, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return wasm
+	return mustRead(t, path)
 }
 
 // goGuests are the Go guests built by this test process, by name: a build takes tens
@@ -71,10 +67,7 @@ func buildGoGuest(t *testing.T, name, dir string) []byte {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building %s: %v\n%s", name, err, out)
 	}
-	wasm, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := mustRead(t, path)
 	if goGuests.wasm == nil {
 		goGuests.wasm = map[string][]byte{}
 	}
@@ -172,7 +165,7 @@ func TestExamples(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Retire()
-			x := m.Run(context.Background(), &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), []byte(ex.payload)), Attempt: 1, MaxAttempts: 3}, nil)
+			x := run(m, ex.payload)
 			if string(x.Kind) != ex.wantKind || (ex.wantKind == "ack" && string(x.Output) != ex.wantOutput) {
 				t.Fatalf("kind %s reason %q output %q", x.Kind, x.Reason, x.Output)
 			}
@@ -218,10 +211,7 @@ func testSyncContact(t *testing.T, e *host.Engine) {
 	}))
 	t.Cleanup(srv.Close)
 	dir := filepath.Join(abitest.Dir(), "..", "examples", "sync-contact-ts")
-	toml, err := os.ReadFile(filepath.Join(dir, "sync-contact-ts.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	toml := mustRead(t, filepath.Join(dir, "sync-contact-ts.toml"))
 	if !strings.Contains(string(toml), `"http://127.0.0.1:9000"`) {
 		t.Fatal("the example's manifest no longer grants its local CRM on port 9000")
 	}
@@ -244,7 +234,7 @@ func testSyncContact(t *testing.T, e *host.Engine) {
 		{srv.URL, "not an address", "Ada", "dead_letter", "", "contact: want {email, name}"},
 	} {
 		payload, _ := json.Marshal(map[string]any{"crm": c.crm, "contact": map[string]string{"email": c.email, "name": c.name}})
-		x := m.Run(context.Background(), &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), payload), Attempt: 1, MaxAttempts: 3}, nil)
+		x := run(m, string(payload))
 		if string(x.Kind) != c.kind || string(x.Output) != c.output || !strings.HasPrefix(x.Reason, c.reason) || (c.reason == "" && x.Reason != "") {
 			t.Errorf("%s: %s %q %q, want %s %q %q", payload, x.Kind, x.Reason, x.Output, c.kind, c.reason, c.output)
 		}
