@@ -37,6 +37,28 @@ func (rig *regRig) canary(man string, cur, next []byte) {
 	rig.waitFor("the canary", func() bool { return len(rig.eventsOf("canary")) == 1 })
 }
 
+// newTrapCanaryRig returns a started rig whose module svc serves a version that acks,
+// with one that traps on trial under the rollout settings ro; and their versions.
+func newTrapCanaryRig(t *testing.T, ro string) (rig *regRig, goodV, trapV string) {
+	t.Helper()
+	rig = newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	man := fmt.Sprintf(canaryManifest, ro)
+	good, trap := variant(t, "abi/ack", "v1"), testdataModule(t, "hostile/trap")
+	rig.canary(man, good, trap)
+	return rig, host.VersionOf(good, []byte(man)), host.VersionOf(trap, []byte(man))
+}
+
+// promoteFiles writes wasm as svc's module, waits for its canary (what names it) and
+// promotes it by hand.
+func (rig *regRig) promoteFiles(wasm []byte, what string) {
+	rig.t.Helper()
+	rig.write("svc.wasm", wasm)
+	rig.waitFor(what, func() bool { return rig.status("svc").Canary != nil })
+	if _, err := rig.r.Promote(context.Background(), "svc"); err != nil {
+		rig.t.Fatal(err)
+	}
+}
+
 // publishIDs publishes jobs with the given ids and payload.
 func (rig *regRig) publishIDs(queue string, payload string, ids ...string) {
 	rig.t.Helper()
@@ -77,11 +99,7 @@ func (rig *regRig) acks() int {
 // three attempts, still succeeds on the current version; and it takes no job after.
 func TestCanaryTrapRolledBack(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
-	man := fmt.Sprintf(canaryManifest, "canary_percent = 10\ncanary_min_jobs = 20\ncanary_jobs = 1000\ncanary_time = \"1h\"")
-	good, trap := variant(t, "abi/ack", "v1"), testdataModule(t, "hostile/trap")
-	goodV, trapV := host.VersionOf(good, []byte(man)), host.VersionOf(trap, []byte(man))
-	rig.canary(man, good, trap)
+	rig, goodV, trapV := newTrapCanaryRig(t, "canary_percent = 10\ncanary_min_jobs = 20\ncanary_jobs = 1000\ncanary_time = \"1h\"")
 	if st := rig.status("svc"); st.Version != goodV || st.Canary == nil || st.Canary.Version != trapV || st.Canary.Percent != 10 {
 		t.Fatalf("status %+v, want %s serving and %s on trial", st, goodV, trapV)
 	}

@@ -95,3 +95,15 @@ type quietQueues struct{}
 
 func (quietQueues) Register(context.Context, worker.Queue) error { return nil }
 func (quietQueues) Unregister(context.Context, string) error     { return nil }
+
+// loadModule loads wasm as the module name with man, failing the test if it cannot;
+// the module retires with the test.
+func loadModule(t testing.TB, e *host.Engine, name string, wasm []byte, man host.Manifest) *host.Module {
+	t.Helper()
+	m, err := e.Load(context.Background(), name, wasm, man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Retire)
+	return m
+}

@@ -290,24 +290,20 @@ func init() {
 		}
 		stack[0] = copyOut(buf, []byte(c.err.Error()))
 	})
-	hostFuncs[abi.FuncHTTPHeadersRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
-		buf := guestBytes(mod, abi.FuncHTTPHeadersRead, stack[1], stack[2])
-		_, resp, s := stateOf(ctx).httpHead(ctx, int32(stack[0]))
-		if resp == nil {
-			stack[0] = status(s)
-			return
-		}
-		stack[0] = copyOut(buf, headerLines(resp.Header))
-	})
-	hostFuncs[abi.FuncHTTPURLRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
-		buf := guestBytes(mod, abi.FuncHTTPURLRead, stack[1], stack[2])
-		_, resp, s := stateOf(ctx).httpHead(ctx, int32(stack[0]))
-		if resp == nil {
-			stack[0] = status(s)
-			return
-		}
-		stack[0] = copyOut(buf, []byte(resp.Request.URL.String()))
-	})
+	// headRead is a function that copies out a part of a response's head.
+	headRead := func(name string, part func(*http.Response) []byte) hostFunc {
+		return fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+			buf := guestBytes(mod, name, stack[1], stack[2])
+			_, resp, s := stateOf(ctx).httpHead(ctx, int32(stack[0]))
+			if resp == nil {
+				stack[0] = status(s)
+				return
+			}
+			stack[0] = copyOut(buf, part(resp))
+		})
+	}
+	hostFuncs[abi.FuncHTTPHeadersRead] = headRead(abi.FuncHTTPHeadersRead, func(r *http.Response) []byte { return headerLines(r.Header) })
+	hostFuncs[abi.FuncHTTPURLRead] = headRead(abi.FuncHTTPURLRead, func(r *http.Response) []byte { return []byte(r.Request.URL.String()) })
 	hostFuncs[abi.FuncHTTPBodyRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		buf := guestBytes(mod, abi.FuncHTTPBodyRead, stack[1], stack[2])
 		st := stateOf(ctx)

@@ -124,12 +124,22 @@ func (rig *regRig) write(name string, data []byte) time.Time {
 	return at
 }
 
+// eventsOf returns the events of the kind.
 func (rig *regRig) eventsOf(kind string) []regEvent {
+	return rig.eventsWhere(func(e regEvent) bool { return e.Kind == kind })
+}
+
+// eventsFor returns the events of the module name.
+func (rig *regRig) eventsFor(name string) []regEvent {
+	return rig.eventsWhere(func(e regEvent) bool { return e.Module == name })
+}
+
+func (rig *regRig) eventsWhere(keep func(regEvent) bool) []regEvent {
 	rig.mu.Lock()
 	defer rig.mu.Unlock()
 	var out []regEvent
 	for _, e := range rig.events {
-		if e.Kind == kind {
+		if keep(e) {
 			out = append(out, e)
 		}
 	}
@@ -437,19 +447,6 @@ func needsLeases(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("only Linux's read leases tell a finished file before the debounce")
 	}
-}
-
-// eventsFor returns the events of the module name.
-func (rig *regRig) eventsFor(name string) []regEvent {
-	rig.mu.Lock()
-	defer rig.mu.Unlock()
-	var out []regEvent
-	for _, e := range rig.events {
-		if e.Module == name {
-			out = append(out, e)
-		}
-	}
-	return out
 }
 
 // newLeaseRig is a rig whose debounce is an hour, on a system that tells a file
@@ -800,13 +797,10 @@ func TestRegistryConfigErrors(t *testing.T) {
 
 // TestCloseOfARegistryNeverStarted: Close returns on a registry that was never
 // started, and Start after Close fails.
-func TestCloseOfARegistryNeverStarted(t *testing.T) {
-	t.Parallel()
-	w := worker.New(memory.New(memory.Config{}), worker.Config{})
-	r, err := host.NewRegistry(host.RegistryConfig{Dir: t.TempDir(), Engine: newEngine(t), Queues: w})
-	if err != nil {
-		t.Fatal(err)
-	}
+// closesSoon checks that r.Close (what names the case) returns, without an error, within
+// 10 s.
+func closesSoon(t *testing.T, r *host.Registry, what string) {
+	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- r.Close() }()
 	select {
@@ -815,8 +809,18 @@ func TestCloseOfARegistryNeverStarted(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("Close of a registry never started did not return")
+		t.Fatal(what + " did not return")
 	}
+}
+
+func TestCloseOfARegistryNeverStarted(t *testing.T) {
+	t.Parallel()
+	w := worker.New(memory.New(memory.Config{}), worker.Config{})
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: t.TempDir(), Engine: newEngine(t), Queues: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closesSoon(t, r, "Close of a registry never started")
 	if err := r.Close(); err != nil {
 		t.Fatalf("a second Close: %v", err)
 	}
@@ -911,16 +915,7 @@ func TestCloseAfterAFailedStart(t *testing.T) {
 	if err := r.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "watching "+dir) {
 		t.Fatalf("Start on a removed directory: %v, want an error watching it", err)
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- r.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close after a failed Start did not return")
-	}
+	closesSoon(t, r, "Close after a failed Start")
 	if err := r.Start(context.Background()); err == nil {
 		t.Fatal("Start after a failed Start and Close succeeded")
 	}

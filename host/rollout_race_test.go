@@ -26,11 +26,7 @@ func TestRollbackAfterAnUnrecordedAutomaticRollback(t *testing.T) {
 	v0, v1 := variant(t, "abi/ack", "v0"), variant(t, "abi/ack", "v1")
 	rig.write("svc.wasm", v0)
 	rig.start()
-	rig.write("svc.wasm", v1)
-	rig.waitFor("the canary of v1", func() bool { return rig.status("svc").Canary != nil })
-	if _, err := rig.r.Promote(ctx, "svc"); err != nil {
-		t.Fatal(err)
-	}
+	rig.promoteFiles(v1, "the canary of v1")
 	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = 1000\ncanary_time = \"1h\"")
 	rig.write("svc.toml", []byte(man))
 	v1m := host.VersionOf(v1, []byte(man))
@@ -122,11 +118,7 @@ func TestPromoteAndRollbackKeepTheirDeadline(t *testing.T) {
 // acks on the current version at its retry.
 func TestCanaryNeverRetriesAJob(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
-	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 1000\ncanary_jobs = 1000\ncanary_time = \"1h\"")
-	good, trap := variant(t, "abi/ack", "v1"), testdataModule(t, "hostile/trap")
-	goodV, trapV := host.VersionOf(good, []byte(man)), host.VersionOf(trap, []byte(man))
-	rig.canary(man, good, trap)
+	rig, goodV, trapV := newTrapCanaryRig(t, "canary_percent = 100\ncanary_min_jobs = 1000\ncanary_jobs = 1000\ncanary_time = \"1h\"")
 
 	const n = 30
 	rig.publishIDs("svc", "x", jobIDs("job", n)...)
@@ -226,11 +218,7 @@ func TestFailedRollbackChangesNothing(t *testing.T) {
 	v1, v2, v3 := variant(t, "abi/ack", "v1"), variant(t, "abi/ack", "v2"), variant(t, "abi/ack", "v3")
 	rig.write("svc.wasm", v1)
 	rig.start()
-	rig.write("svc.wasm", v2)
-	rig.waitFor("the canary of v2", func() bool { return rig.status("svc").Canary != nil })
-	if _, err := rig.r.Promote(ctx, "svc"); err != nil {
-		t.Fatal(err)
-	}
+	rig.promoteFiles(v2, "the canary of v2")
 	rig.write("svc.wasm", v3)
 	rig.waitFor("the canary of v3", func() bool { return rig.status("svc").Canary != nil })
 	if err := os.Remove(filepath.Join(histDir, "svc", host.Version(v1)+".wasm")); err != nil {

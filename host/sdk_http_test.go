@@ -21,6 +21,17 @@ import (
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
+// loadHTTPConformance loads the language's conformance handler with the HTTP tables'
+// manifest (their grant), retired with the test.
+func loadHTTPConformance(t *testing.T, e *host.Engine, lang string) *host.Module {
+	t.Helper()
+	man, err := host.ParseManifest("conformance.toml", []byte(abitest.HTTPManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loadModule(t, e, "conformance", guestModule(t, lang+"-conformance"), man)
+}
+
 // TestSDKHTTPConformance runs the HTTP cases of the cross-language table through every
 // SDK that makes requests, against one loopback server: a granted GET and POST return
 // status, repeated headers and body; an ungranted URL is the ABI's denial as the SDK's
@@ -30,31 +41,12 @@ func TestSDKHTTPConformance(t *testing.T) {
 	srv := httptest.NewServer(abitest.HTTPServer())
 	t.Cleanup(srv.Close)
 	e := newEngine(t)
-	man, err := host.ParseManifest("conformance.toml", []byte(abitest.HTTPManifest))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, lang := range abitest.HTTPLanguages {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
-			m, err := e.Load(context.Background(), "conformance", guestModule(t, lang+"-conformance"), man)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Retire()
+			m := loadHTTPConformance(t, e, lang)
 			for _, c := range abitest.HTTPCases(srv.URL) {
-				env := backend.NewEnvelope("conformance", []byte(c.Payload))
-				env.ID = abitest.SDKJobID
-				x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 5}, nil)
-				if string(x.Kind) != c.Kind || x.Reason != c.Reason || string(x.Output) != c.Output {
-					t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Kind, x.Reason, x.Output, c.Kind, c.Reason, c.Output)
-				}
-				if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
-					t.Errorf("%q: code %v, want %v", c.Payload, deref(x.Code), deref(c.Code))
-				}
-				if (x.Delay == nil) != (c.DelayMs == nil) || (x.Delay != nil && x.Delay.Milliseconds() != *c.DelayMs) {
-					t.Errorf("%q: delay %v, want %v", c.Payload, deref(x.Delay), deref(c.DelayMs))
-				}
+				runSDKCase(t, m, c)
 			}
 		})
 	}
@@ -76,16 +68,7 @@ func TestGoSDKHTTPDeadlines(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	e := newEngine(t)
-	man, err := host.ParseManifest("conformance.toml", []byte(abitest.HTTPManifest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := e.Load(context.Background(), "conformance", guestModule(t, "go-conformance"), man)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Retire()
+	m := loadHTTPConformance(t, newEngine(t), "go")
 	const d = 300 * time.Millisecond
 	for _, kind := range []string{"http-context-deadline", "http-client-timeout"} {
 		env := backend.NewEnvelope("conformance", []byte(kind+":"+srv.URL+"/"))
@@ -142,11 +125,7 @@ func TestDeliverWebhookEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := e.Load(context.Background(), "webhook-rust", guestModule(t, "webhook-rust"), signMan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer signer.Retire()
+	signer := loadModule(t, e, "webhook-rust", guestModule(t, "webhook-rust"), signMan)
 	toml := mustRead(t, filepath.Join(dir, "deliver-webhook", "deliver-webhook.toml"))
 	wasm := guestModule(t, "deliver-webhook")
 	load := func(toml string) *host.Module {
@@ -227,16 +206,7 @@ func TestRetryAfterDefersOnPebble(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(srv.Close)
-	e := newEngine(t)
-	man, err := host.ParseManifest("conformance.toml", []byte(abitest.HTTPManifest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := e.Load(ctx, "conformance", guestModule(t, "go-conformance"), man)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Retire()
+	m := loadHTTPConformance(t, newEngine(t), "go")
 	b, err := pebble.Open(ctx, pebble.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

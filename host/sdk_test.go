@@ -75,6 +75,26 @@ func buildGoGuest(t *testing.T, name, dir string) []byte {
 	return wasm
 }
 
+// runSDKCase runs the conformance case c on m (a job of c's payload, headers and
+// attempt, with the tables' job id) and checks its kind, reason, output, code and
+// delay against c's.
+func runSDKCase(t *testing.T, m *host.Module, c abitest.SDKCase) host.Execution {
+	t.Helper()
+	env := backend.NewEnvelope("conformance", []byte(c.Payload))
+	env.ID, env.Headers = abitest.SDKJobID, c.Headers
+	x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: 5}, nil)
+	if string(x.Kind) != c.Kind || x.Reason != c.Reason || string(x.Output) != c.Output {
+		t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Kind, x.Reason, x.Output, c.Kind, c.Reason, c.Output)
+	}
+	if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
+		t.Errorf("%q: code %v, want %v", c.Payload, deref(x.Code), deref(c.Code))
+	}
+	if (x.Delay == nil) != (c.DelayMs == nil) || (x.Delay != nil && x.Delay.Milliseconds() != *c.DelayMs) {
+		t.Errorf("%q: delay %v, want %v", c.Payload, deref(x.Delay), deref(c.DelayMs))
+	}
+	return x
+}
+
 // TestSDKConformance runs every language's conformance handler through the host on the
 // same table: the results must be the table's, hence identical across languages.
 func TestSDKConformance(t *testing.T) {
@@ -83,24 +103,9 @@ func TestSDKConformance(t *testing.T) {
 	for _, lang := range abitest.Languages {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
-			m, err := e.Load(context.Background(), "conformance", guestModule(t, lang+"-conformance"), host.Manifest{MaxAttempts: 5})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Retire()
+			m := loadModule(t, e, "conformance", guestModule(t, lang+"-conformance"), host.Manifest{MaxAttempts: 5})
 			for _, c := range abitest.SDKCases() {
-				env := backend.NewEnvelope("conformance", []byte(c.Payload))
-				env.ID, env.Headers = abitest.SDKJobID, c.Headers
-				x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: 5}, nil)
-				if string(x.Kind) != c.Kind || x.Reason != c.Reason || string(x.Output) != c.Output {
-					t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Kind, x.Reason, x.Output, c.Kind, c.Reason, c.Output)
-				}
-				if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
-					t.Errorf("%q: code %v, want %v", c.Payload, deref(x.Code), deref(c.Code))
-				}
-				if (x.Delay == nil) != (c.DelayMs == nil) || (x.Delay != nil && x.Delay.Milliseconds() != *c.DelayMs) {
-					t.Errorf("%q: delay %v, want %v", c.Payload, deref(x.Delay), deref(c.DelayMs))
-				}
+				x := runSDKCase(t, m, c)
 				var logs []abitest.Log
 				for _, l := range x.Logs {
 					logs = append(logs, abitest.Log{Level: levelNames[l.Level.String()], Msg: l.Msg})
@@ -160,11 +165,7 @@ func TestExamples(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := e.Load(context.Background(), ex.name, guestModule(t, ex.name), man)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Retire()
+			m := loadModule(t, e, ex.name, guestModule(t, ex.name), man)
 			x := run(m, ex.payload)
 			if string(x.Kind) != ex.wantKind || (ex.wantKind == "ack" && string(x.Output) != ex.wantOutput) {
 				t.Fatalf("kind %s reason %q output %q", x.Kind, x.Reason, x.Output)

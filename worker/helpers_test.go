@@ -187,11 +187,18 @@ func (l *runLog) all() []run {
 	return append([]run(nil), l.runs...)
 }
 
+// handler returns a handler that records each run in l, then runs f.
+func (l *runLog) handler(f func(ctx context.Context, j *worker.Job) worker.Result) worker.Handler {
+	return worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
+		l.add(j)
+		return f(ctx, j)
+	})
+}
+
 // script returns a handler that records each run in l and gives the n-th run (of
 // every job) results[n-1]; an ack once they run out.
 func (l *runLog) script(results ...worker.Result) worker.Handler {
-	return worker.HandlerFunc(func(_ context.Context, j *worker.Job) worker.Result {
-		l.add(j)
+	return l.handler(func(context.Context, *worker.Job) worker.Result {
 		if n := len(l.all()); n <= len(results) {
 			return results[n-1]
 		}

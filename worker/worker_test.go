@@ -103,8 +103,7 @@ func TestOutcomeSettles(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				var log runLog
-				h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-					log.add(j)
+				h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result {
 					if len(log.all()) == 1 {
 						return tc.result(j)
 					}
@@ -139,8 +138,7 @@ func TestRetryBackoffSequenceAndMaxAttempts(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				var log runLog
-				h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-					log.add(j)
+				h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result {
 					return worker.Result{Outcome: worker.Failed, Reason: "boom"}
 				})
 				r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h, MaxAttempts: tc.queueMax,
@@ -170,8 +168,7 @@ func TestDeferReturnsAheadOfBacklog(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var log runLog
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			log.add(j)
+		h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result {
 			if string(j.Envelope.Payload) == "X" && j.Envelope.Defers == 0 {
 				return worker.Result{Outcome: worker.Defer, Delay: time.Second}
 			}
@@ -197,8 +194,7 @@ func TestDeferCapAndLastAttempt(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var log runLog
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			log.add(j)
+		h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result {
 			return worker.Result{Outcome: worker.Defer, Delay: time.Second, Reason: "wait"}
 		})
 		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h, MaxDefers: 3, MaxAttempts: 1})
@@ -295,8 +291,7 @@ func TestFailedChildPublishRetries(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var log runLog
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			log.add(j)
+		h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result {
 			if j.Attempt == 1 {
 				return worker.Result{Children: []worker.Child{{Queue: "nowhere"}}}
 			}
@@ -342,8 +337,7 @@ func TestDeadlineFailsSlowJob(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var log runLog
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			log.add(j)
+		h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result {
 			if j.Attempt == 1 {
 				<-ctx.Done()
 				return worker.Result{Outcome: worker.Failed, Reason: ctx.Err().Error()}
