@@ -13,6 +13,18 @@ import (
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
+// readyGate is a handler that takes jobs only while open.
+type readyGate struct {
+	open atomic.Bool
+	ran  atomic.Int32
+}
+
+func (g *readyGate) Ready() bool { return g.open.Load() }
+func (g *readyGate) Handle(ctx context.Context, j *worker.Job) worker.Result {
+	g.ran.Add(1)
+	return worker.Result{}
+}
+
 func TestCapacityBoundsRunningAndClaims(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -85,18 +97,6 @@ func TestPerQueueLimitAndFairness(t *testing.T) {
 			t.Fatalf("peak a %d, a %+v, b %+v", peakA.Load(), r.stats("a"), r.stats("b"))
 		}
 	})
-}
-
-// readyGate is a handler that takes jobs only while open.
-type readyGate struct {
-	open atomic.Bool
-	ran  atomic.Int32
-}
-
-func (g *readyGate) Ready() bool { return g.open.Load() }
-func (g *readyGate) Handle(ctx context.Context, j *worker.Job) worker.Result {
-	g.ran.Add(1)
-	return worker.Result{}
 }
 
 func TestNotReadyHandlerClaimsNothing(t *testing.T) {
@@ -194,10 +194,7 @@ func TestRateLimitFollowsRegistration(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var n atomic.Int32
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			n.Add(1)
-			return worker.Result{Outcome: worker.Ack}
-		})
+		h := counting(&n)
 		r := newRig(t, worker.Config{Concurrency: 4}, worker.Queue{Name: "q", Handler: h, Rate: 10})
 		for range 100 {
 			r.publish("q", "")

@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -206,202 +205,12 @@ func (l *runLog) script(results ...worker.Result) worker.Handler {
 	})
 }
 
-// stuckConsume wraps a backend: while armed, Consume waits until its context ends, as
-// a RabbitMQ Consume does while the broker is unreachable; the first stream it hands
-// out ends (a lost connection) when lose is closed.
-type stuckConsume struct {
-	backend.Backend
-	armed    atomic.Bool
-	consumes chan string // each Consume that got stuck, by queue
-	lose     chan struct{}
-	first    atomic.Bool
-}
-
-func (s *stuckConsume) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
-	if s.armed.Load() {
-		s.consumes <- q.Name
-		<-ctx.Done()
-		return nil, &backend.TransportError{Op: "wait for the connection", Err: ctx.Err()}
-	}
-	st, err := s.Backend.Consume(ctx, q)
-	if err != nil || s.first.Swap(true) {
-		return st, err
-	}
-	es := &endingStream{Stream: st, ch: make(chan backend.Delivery), err: &backend.TransportError{Op: "consume", Err: errors.New("connection reset")}}
-	go func() {
-		defer close(es.ch)
-		for {
-			select {
-			case d, ok := <-st.Deliveries():
-				if !ok {
-					return
-				}
-				es.ch <- d
-			case <-s.lose:
-				return // the delivered jobs stay settleable, as on a memory backend
-			}
-		}
-	}()
-	return es, nil
-}
-
-// mapDeliveries wraps a backend: each delivery of its streams reaches the worker as
-// wrap makes it, to inject a fault into its settles.
-type mapDeliveries struct {
-	backend.Backend
-	wrap func(backend.Delivery) backend.Delivery
-}
-
-func (m *mapDeliveries) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
-	st, err := m.Backend.Consume(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	out := make(chan backend.Delivery)
-	go func() {
-		defer close(out)
-		for d := range st.Deliveries() {
-			out <- m.wrap(d)
-		}
-	}()
-	return &wrappedStream{Stream: st, ch: out}, nil
-}
-
-// hangingSettles wraps a backend so that publishing settles (retry, defer, dead
-// letter) wait until their context ends, as they do on a broker that went away.
-func hangingSettles(b backend.Backend) backend.Backend {
-	return &mapDeliveries{Backend: b, wrap: func(d backend.Delivery) backend.Delivery { return hangingDelivery{d} }}
-}
-
-type hangingDelivery struct{ backend.Delivery }
-
-func (hangingDelivery) Retry(ctx context.Context, _ backend.Envelope, _ time.Duration) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-// dropWaits wraps a backend so that a stream's Drop waits until the stream's context
-// ends, as a RabbitMQ stream does while it waits for a lost connection.
-func dropWaits(b backend.Backend) backend.Backend { return &dropWaiting{b} }
-
-type dropWaiting struct{ backend.Backend }
-
-func (d *dropWaiting) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
-	st, err := d.Backend.Consume(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return &waitingDrop{Stream: st, ctx: ctx}, nil
-}
-
-type waitingDrop struct {
-	backend.Stream
-	ctx context.Context
-}
-
-func (s *waitingDrop) Drop() {
-	<-s.ctx.Done()
-	s.Stream.Drop()
-}
-
-// deafSettles wraps a backend so that publishing settles ignore their context and wait
-// until release is closed: a backend that breaks its promise.
-func deafSettles(b backend.Backend, release chan struct{}) backend.Backend {
-	return &mapDeliveries{Backend: b, wrap: func(d backend.Delivery) backend.Delivery { return deafDelivery{d, release} }}
-}
-
-type deafDelivery struct {
-	backend.Delivery
-	release chan struct{}
-}
-
-func (d deafDelivery) Retry(context.Context, backend.Envelope, time.Duration) error {
-	<-d.release
-	return errors.New("released")
-}
-
-// slowAcks makes every Ack of the backend it wraps take ackTime, and counts them.
-type slowAcks struct {
-	ackTime time.Duration
-	acked   atomic.Int32
-}
-
-func (s *slowAcks) wrap(b backend.Backend) backend.Backend {
-	return &mapDeliveries{Backend: b, wrap: func(d backend.Delivery) backend.Delivery { return &slowAck{Delivery: d, s: s} }}
-}
-
-type slowAck struct {
-	backend.Delivery
-	s *slowAcks
-}
-
-func (d *slowAck) Ack(ctx context.Context) error {
-	time.Sleep(d.s.ackTime)
-	err := d.Delivery.Ack(ctx)
-	if err == nil {
-		d.s.acked.Add(1)
-	}
-	return err
-}
-
-type wrappedStream struct {
-	backend.Stream
-	ch chan backend.Delivery
-}
-
-func (w *wrappedStream) Deliveries() <-chan backend.Delivery { return w.ch }
-
-// flaky wraps a backend so that its first stream ends with a transport error after
-// one delivery.
-type flaky struct {
-	backend.Backend
-	consumed atomic.Int32
-}
-
-type endingStream struct {
-	backend.Stream
-	ch  chan backend.Delivery
-	err error
-}
-
-func (s *endingStream) Deliveries() <-chan backend.Delivery { return s.ch }
-func (s *endingStream) Err() error                          { return s.err }
-
-func (f *flaky) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
-	st, err := f.Backend.Consume(ctx, q)
-	if err != nil || f.consumed.Add(1) > 1 {
-		return st, err
-	}
-	es := &endingStream{Stream: st, ch: make(chan backend.Delivery), err: &backend.TransportError{Op: "consume", Err: errors.New("connection reset")}}
-	go func() {
-		defer close(es.ch)
-		es.ch <- <-st.Deliveries()
-		st.Drop()
-	}()
-	return es, nil
-}
-
-// gatedConsume wraps a backend: a Consume of a gated queue announces itself on entered
-// and waits for its gate, which hands it the error to fail with (nil: consume).
-type gatedConsume struct {
-	backend.Backend
-	gates   map[string]chan error // set before use, read only after
-	entered chan string
-}
-
-func (g *gatedConsume) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
-	if gate, ok := g.gates[q.Name]; ok {
-		g.entered <- q.Name
-		select {
-		case err := <-gate:
-			if err != nil {
-				return nil, err
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return g.Backend.Consume(ctx, q)
+// counting returns a handler that acks every job and counts it in n.
+func counting(n *atomic.Int32) worker.Handler {
+	return worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result {
+		n.Add(1)
+		return worker.Result{}
+	})
 }
 
 // nop acks every job; retryAll retries every job.
@@ -409,17 +218,3 @@ var (
 	nop      = worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{} })
 	retryAll = worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{Outcome: worker.Retry} })
 )
-
-// countedConsume wraps a backend: it counts Consume calls and the calls under way, and
-// while armed every Consume waits for its context, as during a broker outage.
-type countedConsume struct {
-	stuckConsume
-	calls, inCall atomic.Int32
-}
-
-func (c *countedConsume) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
-	c.calls.Add(1)
-	c.inCall.Add(1)
-	defer c.inCall.Add(-1)
-	return c.stuckConsume.Consume(ctx, q)
-}

@@ -13,6 +13,112 @@ import (
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
+// mapDeliveries wraps a backend: each delivery of its streams reaches the worker as
+// wrap makes it, to inject a fault into its settles.
+type mapDeliveries struct {
+	backend.Backend
+	wrap func(backend.Delivery) backend.Delivery
+}
+
+func (m *mapDeliveries) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	st, err := m.Backend.Consume(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan backend.Delivery)
+	go func() {
+		defer close(out)
+		for d := range st.Deliveries() {
+			out <- m.wrap(d)
+		}
+	}()
+	return &wrappedStream{Stream: st, ch: out}, nil
+}
+
+// hangingSettles wraps a backend so that publishing settles (retry, defer, dead
+// letter) wait until their context ends, as they do on a broker that went away.
+func hangingSettles(b backend.Backend) backend.Backend {
+	return &mapDeliveries{Backend: b, wrap: func(d backend.Delivery) backend.Delivery { return hangingDelivery{d} }}
+}
+
+type hangingDelivery struct{ backend.Delivery }
+
+func (hangingDelivery) Retry(ctx context.Context, _ backend.Envelope, _ time.Duration) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// dropWaits wraps a backend so that a stream's Drop waits until the stream's context
+// ends, as a RabbitMQ stream does while it waits for a lost connection.
+func dropWaits(b backend.Backend) backend.Backend { return &dropWaiting{b} }
+
+type dropWaiting struct{ backend.Backend }
+
+func (d *dropWaiting) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	st, err := d.Backend.Consume(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return &waitingDrop{Stream: st, ctx: ctx}, nil
+}
+
+type waitingDrop struct {
+	backend.Stream
+	ctx context.Context
+}
+
+func (s *waitingDrop) Drop() {
+	<-s.ctx.Done()
+	s.Stream.Drop()
+}
+
+// deafSettles wraps a backend so that publishing settles ignore their context and wait
+// until release is closed: a backend that breaks its promise.
+func deafSettles(b backend.Backend, release chan struct{}) backend.Backend {
+	return &mapDeliveries{Backend: b, wrap: func(d backend.Delivery) backend.Delivery { return deafDelivery{d, release} }}
+}
+
+type deafDelivery struct {
+	backend.Delivery
+	release chan struct{}
+}
+
+func (d deafDelivery) Retry(context.Context, backend.Envelope, time.Duration) error {
+	<-d.release
+	return errors.New("released")
+}
+
+// slowAcks makes every Ack of the backend it wraps take ackTime, and counts them.
+type slowAcks struct {
+	ackTime time.Duration
+	acked   atomic.Int32
+}
+
+func (s *slowAcks) wrap(b backend.Backend) backend.Backend {
+	return &mapDeliveries{Backend: b, wrap: func(d backend.Delivery) backend.Delivery { return &slowAck{Delivery: d, s: s} }}
+}
+
+type slowAck struct {
+	backend.Delivery
+	s *slowAcks
+}
+
+func (d *slowAck) Ack(ctx context.Context) error {
+	time.Sleep(d.s.ackTime)
+	err := d.Delivery.Ack(ctx)
+	if err == nil {
+		d.s.acked.Add(1)
+	}
+	return err
+}
+
+type wrappedStream struct {
+	backend.Stream
+	ch chan backend.Delivery
+}
+
+func (w *wrappedStream) Deliveries() <-chan backend.Delivery { return w.ch }
+
 func TestStopWaitsForSlowJobAndItsAck(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

@@ -9,8 +9,115 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
+
+// stuckConsume wraps a backend: while armed, Consume waits until its context ends, as
+// a RabbitMQ Consume does while the broker is unreachable; the first stream it hands
+// out ends (a lost connection) when lose is closed.
+type stuckConsume struct {
+	backend.Backend
+	armed    atomic.Bool
+	consumes chan string // each Consume that got stuck, by queue
+	lose     chan struct{}
+	first    atomic.Bool
+}
+
+func (s *stuckConsume) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	if s.armed.Load() {
+		s.consumes <- q.Name
+		<-ctx.Done()
+		return nil, &backend.TransportError{Op: "wait for the connection", Err: ctx.Err()}
+	}
+	st, err := s.Backend.Consume(ctx, q)
+	if err != nil || s.first.Swap(true) {
+		return st, err
+	}
+	es := &endingStream{Stream: st, ch: make(chan backend.Delivery), err: &backend.TransportError{Op: "consume", Err: errors.New("connection reset")}}
+	go func() {
+		defer close(es.ch)
+		for {
+			select {
+			case d, ok := <-st.Deliveries():
+				if !ok {
+					return
+				}
+				es.ch <- d
+			case <-s.lose:
+				return // the delivered jobs stay settleable, as on a memory backend
+			}
+		}
+	}()
+	return es, nil
+}
+
+// flaky wraps a backend so that its first stream ends with a transport error after
+// one delivery.
+type flaky struct {
+	backend.Backend
+	consumed atomic.Int32
+}
+
+type endingStream struct {
+	backend.Stream
+	ch  chan backend.Delivery
+	err error
+}
+
+func (s *endingStream) Deliveries() <-chan backend.Delivery { return s.ch }
+func (s *endingStream) Err() error                          { return s.err }
+
+func (f *flaky) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	st, err := f.Backend.Consume(ctx, q)
+	if err != nil || f.consumed.Add(1) > 1 {
+		return st, err
+	}
+	es := &endingStream{Stream: st, ch: make(chan backend.Delivery), err: &backend.TransportError{Op: "consume", Err: errors.New("connection reset")}}
+	go func() {
+		defer close(es.ch)
+		es.ch <- <-st.Deliveries()
+		st.Drop()
+	}()
+	return es, nil
+}
+
+// gatedConsume wraps a backend: a Consume of a gated queue announces itself on entered
+// and waits for its gate, which hands it the error to fail with (nil: consume).
+type gatedConsume struct {
+	backend.Backend
+	gates   map[string]chan error // set before use, read only after
+	entered chan string
+}
+
+func (g *gatedConsume) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	if gate, ok := g.gates[q.Name]; ok {
+		g.entered <- q.Name
+		select {
+		case err := <-gate:
+			if err != nil {
+				return nil, err
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return g.Backend.Consume(ctx, q)
+}
+
+// countedConsume wraps a backend: it counts Consume calls and the calls under way, and
+// while armed every Consume waits for its context, as during a broker outage.
+type countedConsume struct {
+	stuckConsume
+	calls, inCall atomic.Int32
+}
+
+func (c *countedConsume) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	c.calls.Add(1)
+	c.inCall.Add(1)
+	defer c.inCall.Add(-1)
+	return c.stuckConsume.Consume(ctx, q)
+}
 
 // TestSettleGoesOnWhileConsumeWaits: a Consume that waits on the network (a hot
 // reload registering a queue, or a resubscription during an outage) must not stall the
@@ -170,10 +277,7 @@ func TestStreamLostIsResubscribed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &flaky{}
 		var ran atomic.Int32
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			ran.Add(1)
-			return worker.Result{}
-		})
+		h := counting(&ran)
 		r := newRigOn(t, wrapping(f, &f.Backend), worker.Config{}, worker.Queue{Name: "q", Handler: h})
 		for range 5 {
 			r.publish("q", "")
