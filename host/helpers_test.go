@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/worker"
@@ -106,4 +108,46 @@ func loadModule(t testing.TB, e *host.Engine, name string, wasm []byte, man host
 	}
 	t.Cleanup(m.Retire)
 	return m
+}
+
+// idleWorker returns a worker, never started, on a memory backend closed with the
+// test: the Queues of a registry whose modules run no job.
+func idleWorker(t testing.TB) *worker.Worker {
+	return worker.New(backendWithQueues(t), worker.Config{})
+}
+
+// openPebble opens a Pebble store in a temporary directory, closed with the test.
+func openPebble(t testing.TB) *pebble.Backend {
+	t.Helper()
+	b, err := pebble.Open(context.Background(), pebble.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(context.Background()) })
+	return b
+}
+
+// serve runs m's queue on a new worker of cfg over b, and returns its stop: the
+// drain, within a minute, done once. The test stops it at its end if it has not
+// already, failing if the drain fails.
+func serve(t testing.TB, b backend.Backend, m *host.Module, cfg worker.Config) (stop func() error) {
+	t.Helper()
+	w := worker.New(b, cfg)
+	if err := w.Register(context.Background(), host.NewHandler(m, nil).Queue()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stop = sync.OnceValue(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return w.Stop(ctx)
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("worker stop: %v", err)
+		}
+	})
+	return stop
 }

@@ -172,7 +172,7 @@ func TestGoExampleOnAWorker(t *testing.T) {
 	var settled []worker.Event
 	all := make(chan struct{})
 	const jobs = 60
-	w := worker.New(b, worker.Config{Concurrency: 4, Observer: worker.ObserverFunc(func(ev worker.Event) {
+	stop := serve(t, b, m, worker.Config{Concurrency: 4, Observer: worker.ObserverFunc(func(ev worker.Event) {
 		if ev.Kind != worker.EventSettled {
 			return
 		}
@@ -183,13 +183,6 @@ func TestGoExampleOnAWorker(t *testing.T) {
 			close(all)
 		}
 	})})
-	h := host.NewHandler(m, nil)
-	if err := w.Register(ctx, h.Queue()); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	payloads := []string{`{"name":"Ada","lang":"fr","notify":true}`, `{"name":"Grace"}`, `not json`}
 	for i := range jobs {
 		if err := b.Publish(ctx, backend.NewEnvelope("greet", []byte(payloads[i%3])), 0); err != nil {
@@ -201,7 +194,7 @@ func TestGoExampleOnAWorker(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("jobs did not settle")
 	}
-	if err := w.Stop(ctx); err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	counts := map[string]int{}

@@ -611,11 +611,19 @@ func TestARemovalWaitsForTheDebounce(t *testing.T) {
 	}
 }
 
-func TestEditorWriteThenRename(t *testing.T) {
-	t.Parallel()
+// newServingRig returns a started rig (an hour's rescan) whose module svc serves
+// version 1 of the echo module.
+func newServingRig(t *testing.T) *regRig {
+	t.Helper()
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
 	rig.start()
+	return rig
+}
+
+func TestEditorWriteThenRename(t *testing.T) {
+	t.Parallel()
+	rig := newServingRig(t)
 	// vim: write a swap file and a backup, then rename the new file over the old.
 	next := variant(t, "abi/echo", "2")
 	os.WriteFile(filepath.Join(rig.dir, ".svc.wasm.swp"), []byte("swap"), 0o644)
@@ -634,9 +642,7 @@ func TestEditorWriteThenRename(t *testing.T) {
 
 func TestRenameOver(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
-	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
-	rig.start()
+	rig := newServingRig(t)
 	next := variant(t, "abi/echo", "2")
 	rig.write("svc.wasm", next) // write elsewhere, rename over
 	rig.waitFor("the swap", func() bool { return len(rig.eventsOf("swapped")) > 0 })
@@ -742,9 +748,7 @@ func TestRemovedModuleStopsConsumingAndKeepsItsJobs(t *testing.T) {
 
 func TestManifestChangeReloads(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
-	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
-	rig.start()
+	rig := newServingRig(t)
 	rig.write("svc.toml", []byte("max_payload = 4"))
 	rig.waitFor("reload", func() bool { return len(rig.eventsOf("swapped")) == 1 })
 	if got := rig.r.Handler("svc").Module().Manifest().Limits.MaxPayload; got != 4 {
@@ -780,8 +784,7 @@ func TestRejectedNewModuleIsVisible(t *testing.T) {
 func TestRegistryConfigErrors(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t)
-	b := memory.New(memory.Config{})
-	w := worker.New(b, worker.Config{})
+	w := idleWorker(t)
 	if _, err := host.NewRegistry(host.RegistryConfig{Dir: "/nope", Engine: e, Queues: w}); err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("missing dir: %v", err)
 	}
@@ -815,7 +818,7 @@ func closesSoon(t *testing.T, r *host.Registry, what string) {
 
 func TestCloseOfARegistryNeverStarted(t *testing.T) {
 	t.Parallel()
-	w := worker.New(memory.New(memory.Config{}), worker.Config{})
+	w := idleWorker(t)
 	r, err := host.NewRegistry(host.RegistryConfig{Dir: t.TempDir(), Engine: newEngine(t), Queues: w})
 	if err != nil {
 		t.Fatal(err)
@@ -904,7 +907,7 @@ func TestCloseAfterAFailedStart(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	w := worker.New(memory.New(memory.Config{}), worker.Config{})
+	w := idleWorker(t)
 	r, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: newEngine(t), Queues: w})
 	if err != nil {
 		t.Fatal(err)

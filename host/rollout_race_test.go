@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // TestRollbackAfterAnUnrecordedAutomaticRollback: a canary that rolled back by itself
@@ -68,7 +66,7 @@ func TestPromoteAndRollbackKeepTheirDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
-	w := worker.New(memory.New(memory.Config{}), worker.Config{})
+	w := idleWorker(t)
 	r, err := host.NewRegistry(host.RegistryConfig{
 		Dir: dir, Engine: newEngine(t), Queues: w, Rescan: time.Hour, NoWatch: true,
 		OnEvent: func(ev host.RegistryEvent) {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/worker"
@@ -207,11 +206,7 @@ func TestRetryAfterDefersOnPebble(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	m := loadHTTPConformance(t, newEngine(t), "go")
-	b, err := pebble.Open(ctx, pebble.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close(ctx) })
+	b := openPebble(t)
 	type run struct {
 		at      time.Time
 		attempt int
@@ -219,7 +214,7 @@ func TestRetryAfterDefersOnPebble(t *testing.T) {
 	var mu sync.Mutex
 	var runs []run
 	settled := make(chan worker.Event, 4)
-	w := worker.New(b, worker.Config{Concurrency: 1, Observer: worker.ObserverFunc(func(ev worker.Event) {
+	serve(t, b, m, worker.Config{Concurrency: 1, Observer: worker.ObserverFunc(func(ev worker.Event) {
 		switch ev.Kind {
 		case worker.EventStarted:
 			mu.Lock()
@@ -229,15 +224,7 @@ func TestRetryAfterDefersOnPebble(t *testing.T) {
 			settled <- ev
 		}
 	})})
-	h := host.NewHandler(m, nil)
-	if err := w.Register(ctx, h.Queue()); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop(ctx)
-	if err := b.Publish(ctx, backend.NewEnvelope(h.Queue().Name, []byte("http-retry-after:"+srv.URL+"/")), 0); err != nil {
+	if err := b.Publish(ctx, backend.NewEnvelope(m.Queue(), []byte("http-retry-after:"+srv.URL+"/")), 0); err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []worker.Settle{worker.SettleDefer, worker.SettleAck} {

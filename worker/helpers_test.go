@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -203,6 +204,18 @@ func (l *runLog) script(results ...worker.Result) worker.Handler {
 		}
 		return worker.Result{}
 	})
+}
+
+// notYet checks, once every goroutine of the bubble is blocked, that nothing came on
+// c: what a call returned too early fails the test with msg (a format for it).
+func notYet(t *testing.T, c <-chan error, msg string) {
+	t.Helper()
+	synctest.Wait()
+	select {
+	case err := <-c:
+		t.Fatalf(msg, err)
+	default:
+	}
 }
 
 // counting returns a handler that acks every job and counts it in n.

@@ -324,12 +324,7 @@ func TestRegisterDuringAFailedStartFails(t *testing.T) {
 		<-g.entered // Start is subscribing a
 		registered := make(chan error, 1)
 		go func() { registered <- w.Register(ctx, worker.Queue{Name: "b", Handler: nop}) }()
-		synctest.Wait()
-		select {
-		case err := <-registered:
-			t.Fatalf("Register during Start returned %v before Start's outcome", err)
-		default:
-		}
+		notYet(t, registered, "Register during Start returned %v before Start's outcome")
 		g.gates["a"] <- errors.New("broker unreachable")
 		if err := <-started; err == nil {
 			t.Fatal("Start succeeded")
@@ -362,12 +357,7 @@ func TestOverlappingRegistersOfANewQueue(t *testing.T) {
 				go func() { first <- w.Register(ctx, worker.Queue{Name: "c", Handler: nop}) }()
 				<-g.entered
 				go func() { second <- w.Register(ctx, worker.Queue{Name: "c", Handler: nop}) }()
-				synctest.Wait()
-				select {
-				case err := <-second:
-					t.Fatalf("the second Register returned %v before the first knew", err)
-				default:
-				}
+				notYet(t, second, "the second Register returned %v before the first knew")
 				g.gates["c"] <- c.err
 				err1, err2 := <-first, <-second
 				if (err1 == nil) != (c.err == nil) || (err2 == nil) != (c.err == nil) {
