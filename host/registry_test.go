@@ -294,10 +294,8 @@ func TestSwapsUnderLoad(t *testing.T) {
 // old version serves, and the rejection is visible.
 func TestBadVersionKeepsTheOldServing(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 8)
 	good := variant(t, "abi/ack", "good")
-	rig.write("svc.wasm", good)
-	rig.start()
+	rig := newServingRigOf(t, good, 8)
 	trunc := good[:len(good)/2]
 	for i, bad := range []struct {
 		name     string
@@ -615,8 +613,14 @@ func TestARemovalWaitsForTheDebounce(t *testing.T) {
 // version 1 of the echo module.
 func newServingRig(t *testing.T) *regRig {
 	t.Helper()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
-	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
+	return newServingRigOf(t, variant(t, "abi/echo", "1"), 4)
+}
+
+// newServingRigOf is newServingRig serving wasm, with concurrency jobs at once.
+func newServingRigOf(t *testing.T, wasm []byte, concurrency int) *regRig {
+	t.Helper()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, concurrency)
+	rig.write("svc.wasm", wasm)
 	rig.start()
 	return rig
 }
@@ -689,10 +693,8 @@ func TestSymlinkSwap(t *testing.T) {
 
 func TestIdenticalBytesAreANoOp(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	data := variant(t, "abi/echo", "1")
-	rig.write("svc.wasm", data)
-	rig.start()
+	rig := newServingRigOf(t, data, 4)
 	for range 3 {
 		rig.write("svc.wasm", bytes.Clone(data))
 		os.Chtimes(filepath.Join(rig.dir, "svc.wasm"), time.Now(), time.Now())
