@@ -169,16 +169,18 @@ func (c *canary) judge(current *Module) (Verdict, bool) {
 	return Verdict{}, false
 }
 
-// StartCanary puts m on trial beside the current module under r: it takes
+// startCanary puts m on trial beside the current module under r: it takes
 // r.CanaryPercent of the jobs from now on, until it is promoted or rolled back by
-// itself, by PromoteCanary or RollBackCanary, or replaced by another StartCanary (its
+// itself, by promoteCanary or rollBackCanary, or replaced by another startCanary (its
 // module then retires). onEnd, if not nil, is called when the canary ends by itself,
-// on the goroutine that ended it (a job's or a timer's): it must not block.
-func (h *Handler) StartCanary(m *Module, r Rollout, onEnd func(Verdict)) {
+// on the goroutine that ended it (a job's or a timer's): it must not block. The
+// canary controls are the registry's: unexported, so that the handler's contract is
+// serving jobs and swapping modules.
+func (h *Handler) startCanary(m *Module, r Rollout, onEnd func(Verdict)) {
 	h.startTrial(m, r, trial{onEnd: onEnd})
 }
 
-// startTrial is StartCanary, resuming t.from if it is set: the canary_time left is what
+// startTrial is startCanary, resuming t.from if it is set: the canary_time left is what
 // the trial had not run yet.
 func (h *Handler) startTrial(m *Module, r Rollout, t trial) {
 	now := time.Now()
@@ -239,8 +241,8 @@ func (c *canary) stopTimers() {
 	}
 }
 
-// Canary describes the canary under way, or returns nil.
-func (h *Handler) Canary() *CanaryStatus {
+// canaryStatus describes the canary under way, or returns nil.
+func (h *Handler) canaryStatus() *CanaryStatus {
 	c := h.can.Load()
 	if c == nil {
 		return nil
@@ -273,23 +275,23 @@ func (h *Handler) trialState(changedOnly bool) *canaryState {
 	}
 }
 
-// CanaryModule returns the module of the canary under way, or nil.
-func (h *Handler) CanaryModule() *Module {
+// canaryModule returns the module of the canary under way, or nil.
+func (h *Handler) canaryModule() *Module {
 	if c := h.can.Load(); c != nil {
 		return c.m
 	}
 	return nil
 }
 
-// PromoteCanary ends the canary under way now, making its module the current one. It
+// promoteCanary ends the canary under way now, making its module the current one. It
 // reports false when no canary runs.
-func (h *Handler) PromoteCanary(reason string) (Verdict, bool) {
+func (h *Handler) promoteCanary(reason string) (Verdict, bool) {
 	return h.endNow(VerdictPromoted, reason)
 }
 
-// RollBackCanary ends the canary under way now; its module takes no more jobs and
+// rollBackCanary ends the canary under way now; its module takes no more jobs and
 // retires. It reports false when no canary runs.
-func (h *Handler) RollBackCanary(reason string) (Verdict, bool) {
+func (h *Handler) rollBackCanary(reason string) (Verdict, bool) {
 	return h.endNow(VerdictRolledBack, reason)
 }
 

@@ -1,7 +1,6 @@
 package host_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,32 +9,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/worker"
 )
-
-// logBuffer is an io.Writer for a slog handler that tests read while the registry logs.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // savedCanaryJobs returns the canary jobs the module's history.json in histDir keeps
 // (-1 while it keeps no canary).
@@ -71,11 +50,21 @@ func savedCanaryRan(t *testing.T, histDir, name string) time.Duration {
 	return h.Canary.Ran
 }
 
-// quietQueues serves no queue: for a registry whose modules run no job.
-type quietQueues struct{}
-
-func (quietQueues) Register(context.Context, worker.Queue) error { return nil }
-func (quietQueues) Unregister(context.Context, string) error     { return nil }
+// newMidCanaryRig returns a rig whose module svc (manifest man) serves v1 with v2 on
+// trial, the canary having counted jobs jobs, with a history directory; and the
+// config that a restart on the same directories takes.
+func newMidCanaryRig(t *testing.T, man string, v1, v2 []byte, jobs int) (*regRig, host.RegistryConfig) {
+	t.Helper()
+	cfg := host.RegistryConfig{Rescan: time.Hour, HistoryDir: t.TempDir(), Rollout: host.Rollout{Strategy: host.StrategyCanary}}
+	rig := newRegRig(t, cfg, 4)
+	rig.canary(man, v1, v2)
+	rig.publishIDs("svc", "x", jobIDs("before", jobs)...)
+	rig.waitFor("the jobs before the restart", func() bool {
+		cs := rig.status("svc").Canary
+		return cs != nil && cs.Jobs == jobs
+	})
+	return rig, cfg
+}
 
 // TestIdleCanarySavesItsRunTime: a canary that counts no job still has the time it ran
 // saved while it runs (every canary_time/20, at most 10 s apart), so that a kill of
@@ -83,11 +72,7 @@ func (quietQueues) Unregister(context.Context, string) error     { return nil }
 func TestIdleCanarySavesItsRunTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		e, err := host.NewEngine(ctx, host.Config{NoCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close(ctx)
+		e := newEngine(t)
 		dir, histDir := t.TempDir(), t.TempDir()
 		write := func(name string, data []byte) {
 			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
@@ -109,7 +94,7 @@ func TestIdleCanarySavesItsRunTime(t *testing.T) {
 		defer r.Close()
 		write("svc.wasm", variant(t, "abi/ack", "v2"))
 		r.Sync(ctx)
-		if r.Handler("svc").Canary() == nil {
+		if host.CanaryOf(r.Handler("svc")) == nil {
 			t.Fatal("no canary of the new version")
 		}
 		time.Sleep(35 * time.Second)
@@ -144,9 +129,7 @@ func TestCanaryResumesAfterARestart(t *testing.T) {
 		wantLog          string
 	}{
 		{name: "drain", resumes: true, stop: func(t *testing.T, rig *regRig, _ string) {
-			rig.r.Close()
-			rig.stopWorker()
-			rig.r.Retire()
+			rig.drain()
 		}},
 		{name: "crash", resumes: true, stop: func(t *testing.T, rig *regRig, histDir string) {
 			// What a SIGKILL leaves: the state saved while the canary ran, no more.
@@ -155,15 +138,11 @@ func TestCanaryResumesAfterARestart(t *testing.T) {
 			rig.stopWorker()
 		}},
 		{name: "files changed while down", changed: true, stop: func(t *testing.T, rig *regRig, _ string) {
-			rig.r.Close()
-			rig.stopWorker()
-			rig.r.Retire()
+			rig.drain()
 			rig.write("svc.wasm", v3)
 		}},
 		{name: "version before gone", wantLog: "a canary under way when the host stopped cannot resume", stop: func(t *testing.T, rig *regRig, histDir string) {
-			rig.r.Close()
-			rig.stopWorker()
-			rig.r.Retire()
+			rig.drain()
 			if err := os.Remove(filepath.Join(histDir, "svc", v1V+".wasm")); err != nil {
 				t.Fatal(err)
 			}
@@ -171,19 +150,8 @@ func TestCanaryResumesAfterARestart(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			histDir := t.TempDir()
-			cfg := host.RegistryConfig{Rescan: time.Hour, HistoryDir: histDir, Rollout: host.Rollout{Strategy: host.StrategyCanary}}
-			rig := newRegRig(t, cfg, 4)
-			rig.write("svc.toml", []byte(man))
-			rig.write("svc.wasm", v1)
-			rig.start()
-			rig.write("svc.wasm", v2)
-			rig.waitFor("the canary", func() bool { return rig.status("svc").Canary != nil })
-			rig.publishIDs("svc", "x", jobIDs("before", before)...)
-			rig.waitFor("the jobs before the restart", func() bool {
-				cs := rig.status("svc").Canary
-				return cs != nil && cs.Jobs == before
-			})
+			rig, cfg := newMidCanaryRig(t, man, v1, v2, before)
+			histDir := cfg.HistoryDir
 			started := rig.status("svc").Canary.StartedAt
 			c.stop(t, rig, histDir)
 
@@ -241,30 +209,14 @@ func TestCanaryResumeWaitsOutATransientLoadError(t *testing.T) {
 	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = 1000\ncanary_time = \"1h\"")
 	v1, v2 := variant(t, "abi/ack", "v1"), variant(t, "abi/ack", "v2")
 	v1V, v2V := host.VersionOf(v1, []byte(man)), host.VersionOf(v2, []byte(man))
-	histDir := t.TempDir()
-	cfg := host.RegistryConfig{Rescan: time.Hour, HistoryDir: histDir, Rollout: host.Rollout{Strategy: host.StrategyCanary}}
-	rig := newRegRig(t, cfg, 4)
-	rig.write("svc.toml", []byte(man))
-	rig.write("svc.wasm", v1)
-	rig.start()
-	rig.write("svc.wasm", v2)
-	rig.waitFor("the canary", func() bool { return rig.status("svc").Canary != nil })
-	rig.publishIDs("svc", "x", jobIDs("before", before)...)
-	rig.waitFor("the jobs before the restart", func() bool {
-		cs := rig.status("svc").Canary
-		return cs != nil && cs.Jobs == before
-	})
-	rig.r.Close()
-	rig.stopWorker()
-	rig.r.Retire()
+	rig, cfg := newMidCanaryRig(t, man, v1, v2, before)
+	histDir := cfg.HistoryDir
+	rig.drain()
 
 	// The kept bytes of v1 cannot be read (a directory where the file was): an I/O
 	// error, not a version missing from the history.
 	blob := filepath.Join(histDir, "svc", v1V+".wasm")
-	kept, err := os.ReadFile(blob)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kept := mustRead(t, blob)
 	if err := os.Remove(blob); err != nil {
 		t.Fatal(err)
 	}
@@ -304,22 +256,9 @@ func TestCanaryOfAModuleRemovedWhileDownIsOver(t *testing.T) {
 	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = 1000\ncanary_time = \"1h\"")
 	v1, v2 := variant(t, "abi/ack", "v1"), variant(t, "abi/ack", "v2")
 	v2V := host.VersionOf(v2, []byte(man))
-	histDir := t.TempDir()
-	cfg := host.RegistryConfig{Rescan: time.Hour, HistoryDir: histDir, Rollout: host.Rollout{Strategy: host.StrategyCanary}}
-	rig := newRegRig(t, cfg, 4)
-	rig.write("svc.toml", []byte(man))
-	rig.write("svc.wasm", v1)
-	rig.start()
-	rig.write("svc.wasm", v2)
-	rig.waitFor("the canary", func() bool { return rig.status("svc").Canary != nil })
-	rig.publishIDs("svc", "x", jobIDs("before", before)...)
-	rig.waitFor("the jobs before the restart", func() bool {
-		cs := rig.status("svc").Canary
-		return cs != nil && cs.Jobs == before
-	})
-	rig.r.Close()
-	rig.stopWorker()
-	rig.r.Retire()
+	rig, cfg := newMidCanaryRig(t, man, v1, v2, before)
+	histDir := cfg.HistoryDir
+	rig.drain()
 	for _, f := range []string{"svc.wasm", "svc.toml"} {
 		if err := os.Remove(filepath.Join(rig.dir, f)); err != nil {
 			t.Fatal(err)
@@ -331,10 +270,7 @@ func TestCanaryOfAModuleRemovedWhileDownIsOver(t *testing.T) {
 	if n := savedCanaryJobs(t, histDir, "svc"); n != -1 {
 		t.Fatalf("history.json of a module removed while the host was down keeps its canary (%d jobs)", n)
 	}
-	data, err := os.ReadFile(filepath.Join(histDir, "svc", "history.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := mustRead(t, filepath.Join(histDir, "svc", "history.json"))
 	var hist struct{ Versions []host.HistoryEntry }
 	if err := json.Unmarshal(data, &hist); err != nil {
 		t.Fatal(err)

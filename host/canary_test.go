@@ -13,7 +13,6 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/abitest"
 )
 
 // canaryManifest keeps retries quick, so that a job a canary failed runs again at once.
@@ -27,13 +26,37 @@ strategy = "canary"
 %s
 `
 
-func testdataModule(t *testing.T, rel string) []byte {
+// canary writes man and cur as the module svc's files, starts the rig, and puts next
+// on trial: it returns once the canary is under way.
+func (rig *regRig) canary(man string, cur, next []byte) {
+	rig.t.Helper()
+	rig.write("svc.toml", []byte(man))
+	rig.write("svc.wasm", cur)
+	rig.start()
+	rig.write("svc.wasm", next)
+	rig.waitFor("the canary", func() bool { return len(rig.eventsOf("canary")) == 1 })
+}
+
+// newTrapCanaryRig returns a started rig whose module svc serves a version that acks,
+// with one that traps on trial under the rollout settings ro; and their versions.
+func newTrapCanaryRig(t *testing.T, ro string) (rig *regRig, goodV, trapV string) {
 	t.Helper()
-	wasm, err := os.ReadFile(filepath.Join(abitest.Dir(), rel+".wasm"))
-	if err != nil {
-		t.Fatal(err)
+	rig = newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	man := fmt.Sprintf(canaryManifest, ro)
+	good, trap := variant(t, "abi/ack", "v1"), testdataModule(t, "hostile/trap")
+	rig.canary(man, good, trap)
+	return rig, host.VersionOf(good, []byte(man)), host.VersionOf(trap, []byte(man))
+}
+
+// promoteFiles writes wasm as svc's module, waits for its canary (what names it) and
+// promotes it by hand.
+func (rig *regRig) promoteFiles(wasm []byte, what string) {
+	rig.t.Helper()
+	rig.write("svc.wasm", wasm)
+	rig.waitFor(what, func() bool { return rig.status("svc").Canary != nil })
+	if _, err := rig.r.Promote(context.Background(), "svc"); err != nil {
+		rig.t.Fatal(err)
 	}
-	return wasm
 }
 
 // publishIDs publishes jobs with the given ids and payload.
@@ -76,17 +99,7 @@ func (rig *regRig) acks() int {
 // three attempts, still succeeds on the current version; and it takes no job after.
 func TestCanaryTrapRolledBack(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
-	man := fmt.Sprintf(canaryManifest, "canary_percent = 10\ncanary_min_jobs = 20\ncanary_jobs = 1000\ncanary_time = \"1h\"")
-	rig.write("svc.toml", []byte(man))
-	good := variant(t, "abi/ack", "v1")
-	rig.write("svc.wasm", good)
-	rig.start()
-	goodV := host.VersionOf(good, []byte(man))
-	trap := testdataModule(t, "hostile/trap")
-	trapV := host.VersionOf(trap, []byte(man))
-	rig.write("svc.wasm", trap)
-	rig.waitFor("the canary", func() bool { return len(rig.eventsOf("canary")) == 1 })
+	rig, goodV, trapV := newTrapCanaryRig(t, "canary_percent = 10\ncanary_min_jobs = 20\ncanary_jobs = 1000\ncanary_time = \"1h\"")
 	if st := rig.status("svc"); st.Version != goodV || st.Canary == nil || st.Canary.Version != trapV || st.Canary.Percent != 10 {
 		t.Fatalf("status %+v, want %s serving and %s on trial", st, goodV, trapV)
 	}
@@ -192,12 +205,8 @@ func TestCanarySlowPromoted(t *testing.T) {
 func testCanaryPromoted(t *testing.T, next []byte, payload string) {
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	man := fmt.Sprintf(canaryManifest, "canary_percent = 50\ncanary_min_jobs = 10\ncanary_jobs = 30\ncanary_time = \"1h\"")
-	rig.write("svc.toml", []byte(man))
-	rig.write("svc.wasm", variant(t, "abi/ack", "v1"))
-	rig.start()
 	nextV := host.VersionOf(next, []byte(man))
-	rig.write("svc.wasm", next)
-	rig.waitFor("the canary", func() bool { return len(rig.eventsOf("canary")) == 1 })
+	rig.canary(man, variant(t, "abi/ack", "v1"), next)
 	// Jobs flow until the promotion.
 	sent := 0
 	for len(rig.eventsOf(host.VerdictPromoted)) == 0 {

@@ -27,22 +27,12 @@ func TestCanaryTimePromotes(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				ctx := context.Background()
-				e, err := host.NewEngine(ctx, host.Config{NoCache: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer e.Close(ctx)
-				cur, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v1"), host.Manifest{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				next, err := e.Load(ctx, "svc", testdataModule(t, c.next), host.Manifest{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				e := newEngine(t)
+				cur := loadSvc(t, e, variant(t, "abi/ack", "v1"), host.Manifest{})
+				next := loadSvc(t, e, testdataModule(t, c.next), host.Manifest{})
 				h := host.NewHandler(cur, nil)
 				ended := make(chan host.Verdict, 1)
-				h.StartCanary(next, host.Rollout{CanaryPercent: 100, CanaryMinJobs: 5}, func(v host.Verdict) { ended <- v })
+				host.StartCanary(h, next, host.Rollout{CanaryPercent: 100, CanaryMinJobs: 5}, func(v host.Verdict) { ended <- v })
 				run := func(i int) worker.Result {
 					env := backend.NewEnvelope("svc", nil)
 					env.ID = fmt.Sprintf("job-%d", i)
@@ -55,14 +45,14 @@ func TestCanaryTimePromotes(t *testing.T) {
 				}
 				time.Sleep(host.DefaultCanaryTime - time.Second)
 				synctest.Wait()
-				if h.Canary() == nil {
+				if host.CanaryOf(h) == nil {
 					t.Fatalf("the canary ended before canary_time")
 				}
 				time.Sleep(time.Second)
 				synctest.Wait()
 				if c.want == host.VerdictRolledBack {
 					// Worse, with 3 jobs of the 5 it needs: still on trial.
-					if h.Canary() == nil || len(ended) != 0 {
+					if host.CanaryOf(h) == nil || len(ended) != 0 {
 						t.Fatalf("a failing canary with too few jobs ended at canary_time")
 					}
 					run(3)
@@ -74,9 +64,9 @@ func TestCanaryTimePromotes(t *testing.T) {
 						t.Fatalf("verdict %+v, want %s", v, c.want)
 					}
 				default:
-					t.Fatalf("no verdict; canary %+v", h.Canary())
+					t.Fatalf("no verdict; canary %+v", host.CanaryOf(h))
 				}
-				if h.Canary() != nil {
+				if host.CanaryOf(h) != nil {
 					t.Fatal("the canary still runs after its verdict")
 				}
 				wantV := cur.Version()
@@ -111,20 +101,14 @@ func TestCanaryFailureDelta(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			e := newEngine(t)
-			cur, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v1"), host.Manifest{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			cur := loadSvc(t, e, variant(t, "abi/ack", "v1"), host.Manifest{})
 			man := host.Manifest{Limits: host.DefaultLimits()}
 			man.Limits.Timeout = 20 * time.Millisecond
-			next, err := e.Load(ctx, "svc", testdataModule(t, "abi/sleep_ms"), man)
-			if err != nil {
-				t.Fatal(err)
-			}
+			next := loadSvc(t, e, testdataModule(t, "abi/sleep_ms"), man)
 			h := host.NewHandler(cur, nil)
 			defer func() { h.Module().Retire() }()
 			ended := make(chan host.Verdict, 1)
-			h.StartCanary(next, host.Rollout{CanaryPercent: 50, CanaryMinJobs: 10, CanaryJobs: 10, CanaryTime: time.Hour,
+			host.StartCanary(h, next, host.Rollout{CanaryPercent: 50, CanaryMinJobs: 10, CanaryJobs: 10, CanaryTime: time.Hour,
 				CanaryMaxFailureDelta: 0.2}, func(v host.Verdict) { ended <- v })
 			canaryJobs := 0
 			for i := 0; canaryJobs < 10; i++ {
@@ -153,7 +137,7 @@ func TestCanaryFailureDelta(t *testing.T) {
 					t.Fatalf("reason %q", v.Reason)
 				}
 			default:
-				t.Fatalf("no verdict after 10 canary jobs; canary %+v", h.Canary())
+				t.Fatalf("no verdict after 10 canary jobs; canary %+v", host.CanaryOf(h))
 			}
 		})
 	}
@@ -164,32 +148,21 @@ func TestCanaryFailureDelta(t *testing.T) {
 // the time the host was down. Virtual time.
 func TestResumedCanaryTimeIsWhatItHadLeft(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		e, err := host.NewEngine(ctx, host.Config{NoCache: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close(ctx)
-		cur, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v1"), host.Manifest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		next, err := e.Load(ctx, "svc", variant(t, "abi/ack", "v2"), host.Manifest{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := newEngine(t)
+		cur := loadSvc(t, e, variant(t, "abi/ack", "v1"), host.Manifest{})
+		next := loadSvc(t, e, variant(t, "abi/ack", "v2"), host.Manifest{})
 		h := host.NewHandler(cur, nil)
 		defer func() { h.Module().Retire() }()
 		ended := make(chan host.Verdict, 1)
 		// Started an hour ago, it ran 50 s of its 60 before the host went down.
 		startedAt := time.Now().Add(-time.Hour)
 		host.ResumeCanary(h, next, host.Rollout{CanaryPercent: 100}, startedAt, 50*time.Second, 3, func(v host.Verdict) { ended <- v })
-		if st := h.Canary(); st == nil || st.Jobs != 3 || !st.StartedAt.Equal(startedAt) {
+		if st := host.CanaryOf(h); st == nil || st.Jobs != 3 || !st.StartedAt.Equal(startedAt) {
 			t.Fatalf("resumed canary %+v, want its 3 jobs and its start", st)
 		}
 		time.Sleep(9 * time.Second)
 		synctest.Wait()
-		if h.Canary() == nil {
+		if host.CanaryOf(h) == nil {
 			t.Fatal("the resumed canary ended before the 10 s it had left")
 		}
 		if ran := host.CanaryRan(h); ran != 59*time.Second {
@@ -203,7 +176,7 @@ func TestResumedCanaryTimeIsWhatItHadLeft(t *testing.T) {
 				t.Fatalf("verdict %+v, want promoted with the 3 jobs counted before the restart", v)
 			}
 		default:
-			t.Fatalf("no verdict at canary_time; canary %+v", h.Canary())
+			t.Fatalf("no verdict at canary_time; canary %+v", host.CanaryOf(h))
 		}
 	})
 }
@@ -215,16 +188,9 @@ func TestResumedCanaryTimeIsWhatItHadLeft(t *testing.T) {
 func TestResumedCanaryPastItsTimeEndsAtOnce(t *testing.T) {
 	t.Parallel()
 	const rounds = 300
-	ctx := context.Background()
 	e := newEngine(t)
 	wasm := variant(t, "abi/ack", "v1")
-	load := func() *host.Module {
-		m, err := e.Load(ctx, "svc", wasm, host.Manifest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
+	load := func() *host.Module { return loadSvc(t, e, wasm, host.Manifest{}) }
 	cur := load()
 	defer func() { cur.Retire() }()
 	startedAt := time.Now().Add(-time.Hour)
@@ -240,9 +206,9 @@ func TestResumedCanaryPastItsTimeEndsAtOnce(t *testing.T) {
 				t.Fatalf("round %d: verdict %+v, want promoted", i, v)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("round %d of %d: no verdict for a resumed canary past its canary_time; canary %+v", i, rounds, h.Canary())
+			t.Fatalf("round %d of %d: no verdict for a resumed canary past its canary_time; canary %+v", i, rounds, host.CanaryOf(h))
 		}
-		if st := h.Canary(); st != nil || h.Module() != next {
+		if st := host.CanaryOf(h); st != nil || h.Module() != next {
 			t.Fatalf("round %d: after the promotion the canary is %+v and %s serves, want none and the canary's module", i, st, h.Module().Version())
 		}
 		cur = next

@@ -3,7 +3,6 @@ package host_test
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/wasmjobs/wasmjobs/abi"
@@ -16,7 +15,13 @@ import (
 // newEngine returns an engine without the disk cache, closed with the test.
 func newEngine(t testing.TB) *host.Engine {
 	t.Helper()
-	e, err := host.NewEngine(context.Background(), host.Config{NoCache: true})
+	return newEngineWith(t, host.Config{NoCache: true})
+}
+
+// newEngineWith returns an engine of cfg, closed with the test.
+func newEngineWith(t testing.TB, cfg host.Config) *host.Engine {
+	t.Helper()
+	e, err := host.NewEngine(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,13 +29,20 @@ func newEngine(t testing.TB) *host.Engine {
 	return e
 }
 
-// load loads a case's module with its manifest.
-func load(t testing.TB, e *host.Engine, c abitest.Case) (*host.Module, error) {
+// loadSvc loads wasm as the module svc with man, failing the test if it cannot.
+func loadSvc(t testing.TB, e *host.Engine, wasm []byte, man host.Manifest) *host.Module {
 	t.Helper()
-	wasm, err := os.ReadFile(c.Path())
+	m, err := e.Load(context.Background(), "svc", wasm, man)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m
+}
+
+// load loads a case's module with its manifest.
+func load(t testing.TB, e *host.Engine, c abitest.Case) (*host.Module, error) {
+	t.Helper()
+	wasm := mustRead(t, c.Path())
 	man, err := host.ParseManifest(c.ModuleName()+".toml", []byte(c.Manifest))
 	if err != nil {
 		t.Fatalf("manifest: %v", err)

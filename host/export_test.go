@@ -13,6 +13,13 @@ func ResumeCanary(h *Handler, m *Module, r Rollout, startedAt time.Time, ran tim
 	}})
 }
 
+// StartCanary is h.startCanary: the canary controls are the registry's, and these
+// tests drive a handler's canary without one.
+func StartCanary(h *Handler, m *Module, r Rollout, onEnd func(Verdict)) { h.startCanary(m, r, onEnd) }
+
+// CanaryOf is h.canaryStatus.
+func CanaryOf(h *Handler) *CanaryStatus { return h.canaryStatus() }
+
 // CanaryRan is how long h's canary under way has run, across restarts.
 func CanaryRan(h *Handler) time.Duration { return h.trialState(false).Ran }
 

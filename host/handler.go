@@ -15,8 +15,8 @@ import (
 // while jobs run: a job runs to its end on the version it started on, and the old
 // version is closed when its last job ends.
 //
-// While a canary runs (StartCanary), the first attempts of the jobs whose id falls in
-// its share run on the canary instead; retries run on the current version.
+// While a canary runs (a Registry starts one), the first attempts of the jobs whose id
+// falls in its share run on the canary instead; retries run on the current version.
 type Handler struct {
 	cur atomic.Pointer[Module]
 	can atomic.Pointer[canary] // nil when no canary runs

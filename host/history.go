@@ -271,8 +271,7 @@ func (s *historyStore) saveCanary(name string, c *canaryState) error {
 	if !slices.ContainsFunc(h.Versions, func(e HistoryEntry) bool { return e.Version == c.Version && e.State == HistoryCanary }) {
 		return nil
 	}
-	cp := *c
-	h.Canary = &cp
+	h.Canary = copyOf(c)
 	return s.save(name, h)
 }
 
@@ -280,11 +279,7 @@ func (s *historyStore) saveCanary(name string, c *canaryState) error {
 func (s *historyStore) canary(name string) *canaryState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c := s.get(name).Canary; c != nil {
-		cp := *c
-		return &cp
-	}
-	return nil
+	return copyOf(s.get(name).Canary)
 }
 
 // modules returns the names of the modules whose history the directory keeps (none in
@@ -325,11 +320,17 @@ func (s *historyStore) setPin(name string, p *Pin) error {
 func (s *historyStore) pin(name string) *Pin {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p := s.get(name).Pin; p != nil {
-		cp := *p
-		return &cp
+	return copyOf(s.get(name).Pin)
+}
+
+// copyOf returns a copy of *p, or nil: what the store hands out or takes in is never
+// shared with the caller, who may change it.
+func copyOf[T any](p *T) *T {
+	if p == nil {
+		return nil
 	}
-	return nil
+	cp := *p
+	return &cp
 }
 
 // list returns the module's versions, newest first.

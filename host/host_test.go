@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,11 +27,6 @@ func loadFile(t testing.TB, e *host.Engine, rel, manifest string) *host.Module {
 	}
 	t.Cleanup(m.Retire)
 	return m
-}
-
-func run(m *host.Module, payload string) host.Execution {
-	job := &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), []byte(payload)), Attempt: 1, MaxAttempts: 3}
-	return m.Run(context.Background(), job, nil)
 }
 
 func TestPooledInstancesKeepStateFreshOnesDoNot(t *testing.T) {
@@ -154,11 +150,7 @@ func buildGoExample(t testing.TB) []byte {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the Go example: %v\n%s", err, b)
 	}
-	wasm, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return wasm
+	return mustRead(t, out)
 }
 
 // TestGoExampleOnAWorker runs the Go example under a real worker on the memory backend.
@@ -180,7 +172,7 @@ func TestGoExampleOnAWorker(t *testing.T) {
 	var settled []worker.Event
 	all := make(chan struct{})
 	const jobs = 60
-	w := worker.New(b, worker.Config{Concurrency: 4, Observer: worker.ObserverFunc(func(ev worker.Event) {
+	stop := serve(t, b, m, worker.Config{Concurrency: 4, Observer: worker.ObserverFunc(func(ev worker.Event) {
 		if ev.Kind != worker.EventSettled {
 			return
 		}
@@ -191,13 +183,6 @@ func TestGoExampleOnAWorker(t *testing.T) {
 			close(all)
 		}
 	})})
-	h := host.NewHandler(m, nil)
-	if err := w.Register(ctx, h.Queue()); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	payloads := []string{`{"name":"Ada","lang":"fr","notify":true}`, `{"name":"Grace"}`, `not json`}
 	for i := range jobs {
 		if err := b.Publish(ctx, backend.NewEnvelope("greet", []byte(payloads[i%3])), 0); err != nil {
@@ -209,7 +194,7 @@ func TestGoExampleOnAWorker(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("jobs did not settle")
 	}
-	if err := w.Stop(ctx); err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	counts := map[string]int{}
@@ -255,5 +240,37 @@ func TestHandlerReturnsTheGuestsLogLines(t *testing.T) {
 		if res.Outcome != worker.Ack || !slices.Equal(res.Logs, c.want) {
 			t.Errorf("manifest %q: %v logs %q, want an ack with %q", c.manifest, res.Outcome, res.Logs, c.want)
 		}
+	}
+}
+
+func TestCheckValidatesWithoutRunningGuestCode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEngine(t)
+	for _, tc := range []struct {
+		file string
+		ok   bool
+	}{
+		{"../testdata/abi/echo.wasm", true},
+		// They trap or loop in _initialize: Load refuses them, Check never runs them.
+		{"../testdata/hostile/init_trap.wasm", true},
+		{"../testdata/hostile/init_loop.wasm", true},
+		{"../testdata/hostile/no_marker.wasm", false},
+		{"../testdata/hostile/bad_import.wasm", false},
+	} {
+		wasm, err := os.ReadFile(tc.file)
+		if err != nil {
+			t.Skipf("%s: %v (make guests)", tc.file, err)
+		}
+		v, err := e.Check(ctx, "upload", wasm)
+		switch {
+		case tc.ok && (err != nil || v != host.Version(wasm)):
+			t.Errorf("Check(%s) = %q, %v; want its version", tc.file, v, err)
+		case !tc.ok && !errors.Is(err, host.ErrInvalidModule):
+			t.Errorf("Check(%s): %v, want ErrInvalidModule", tc.file, err)
+		}
+	}
+	if _, err := e.Check(ctx, "upload", []byte("not wasm")); !errors.Is(err, host.ErrInvalidModule) {
+		t.Errorf("Check of bytes without the header: %v, want ErrInvalidModule", err)
 	}
 }

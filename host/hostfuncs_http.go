@@ -110,35 +110,28 @@ func (m *Module) calls(recs []outbound.CallRecord) []worker.Call {
 
 // httpStatusOf is the ABI status of a failure's kind.
 func httpStatusOf(k outbound.Kind) int32 {
-	switch k {
-	case outbound.KindBadRequest:
-		return abi.StatusBadArgument
-	case outbound.KindDenied:
-		return abi.StatusHTTPDenied
-	case outbound.KindBlocked:
-		return abi.StatusHTTPBlocked
-	case outbound.KindDNS:
-		return abi.StatusHTTPDNS
-	case outbound.KindRefused:
-		return abi.StatusHTTPRefused
-	case outbound.KindTLS:
-		return abi.StatusHTTPTLS
-	case outbound.KindTimeout:
-		return abi.StatusHTTPTimeout
-	case outbound.KindTooLarge:
-		return abi.StatusHTTPTooLarge
-	case outbound.KindTooManyRequests:
-		return abi.StatusHTTPTooManyRequests
-	case outbound.KindRateLimited:
-		return abi.StatusHTTPRateLimited
-	case outbound.KindCircuitOpen:
-		return abi.StatusHTTPCircuitOpen
-	case outbound.KindTooManyRedirects:
-		return abi.StatusHTTPTooManyRedirects
-	case outbound.KindRequestTooLarge:
-		return abi.StatusLimitExceeded
+	if s, ok := httpStatuses[k]; ok {
+		return s
 	}
 	return abi.StatusHTTPConnection
+}
+
+// httpStatuses are the ABI's statuses of the outbound failures, by kind; a kind not
+// listed (a failed connection) is StatusHTTPConnection.
+var httpStatuses = map[outbound.Kind]int32{
+	outbound.KindBadRequest:       abi.StatusBadArgument,
+	outbound.KindDenied:           abi.StatusHTTPDenied,
+	outbound.KindBlocked:          abi.StatusHTTPBlocked,
+	outbound.KindDNS:              abi.StatusHTTPDNS,
+	outbound.KindRefused:          abi.StatusHTTPRefused,
+	outbound.KindTLS:              abi.StatusHTTPTLS,
+	outbound.KindTimeout:          abi.StatusHTTPTimeout,
+	outbound.KindTooLarge:         abi.StatusHTTPTooLarge,
+	outbound.KindTooManyRequests:  abi.StatusHTTPTooManyRequests,
+	outbound.KindRateLimited:      abi.StatusHTTPRateLimited,
+	outbound.KindCircuitOpen:      abi.StatusHTTPCircuitOpen,
+	outbound.KindTooManyRedirects: abi.StatusHTTPTooManyRedirects,
+	outbound.KindRequestTooLarge:  abi.StatusLimitExceeded,
 }
 
 // fail records a request's failure (once, logged at the job with its reason) and
@@ -297,24 +290,20 @@ func init() {
 		}
 		stack[0] = copyOut(buf, []byte(c.err.Error()))
 	})
-	hostFuncs[abi.FuncHTTPHeadersRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
-		buf := guestBytes(mod, abi.FuncHTTPHeadersRead, stack[1], stack[2])
-		_, resp, s := stateOf(ctx).httpHead(ctx, int32(stack[0]))
-		if resp == nil {
-			stack[0] = status(s)
-			return
-		}
-		stack[0] = copyOut(buf, headerLines(resp.Header))
-	})
-	hostFuncs[abi.FuncHTTPURLRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
-		buf := guestBytes(mod, abi.FuncHTTPURLRead, stack[1], stack[2])
-		_, resp, s := stateOf(ctx).httpHead(ctx, int32(stack[0]))
-		if resp == nil {
-			stack[0] = status(s)
-			return
-		}
-		stack[0] = copyOut(buf, []byte(resp.Request.URL.String()))
-	})
+	// headRead is a function that copies out a part of a response's head.
+	headRead := func(name string, part func(*http.Response) []byte) hostFunc {
+		return fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+			buf := guestBytes(mod, name, stack[1], stack[2])
+			_, resp, s := stateOf(ctx).httpHead(ctx, int32(stack[0]))
+			if resp == nil {
+				stack[0] = status(s)
+				return
+			}
+			stack[0] = copyOut(buf, part(resp))
+		})
+	}
+	hostFuncs[abi.FuncHTTPHeadersRead] = headRead(abi.FuncHTTPHeadersRead, func(r *http.Response) []byte { return headerLines(r.Header) })
+	hostFuncs[abi.FuncHTTPURLRead] = headRead(abi.FuncHTTPURLRead, func(r *http.Response) []byte { return []byte(r.Request.URL.String()) })
 	hostFuncs[abi.FuncHTTPBodyRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		buf := guestBytes(mod, abi.FuncHTTPBodyRead, stack[1], stack[2])
 		st := stateOf(ctx)

@@ -9,16 +9,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/internal/jsbuild"
@@ -39,12 +39,7 @@ func (testResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr
 
 func httpEngine(t *testing.T, roots *x509.CertPool) *host.Engine {
 	t.Helper()
-	e, err := host.NewEngine(context.Background(), host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}, RootCAs: roots}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close(context.Background()) })
-	return e
+	return newEngineWith(t, host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}, RootCAs: roots}})
 }
 
 // countingServer is a loopback server counting the requests it received, the
@@ -95,11 +90,6 @@ func echoHandler(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, bigBody)
 }
 
-func runPayload(m *host.Module, payload string) host.Execution {
-	job := &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), []byte(payload)), Attempt: 1, MaxAttempts: 3}
-	return m.Run(context.Background(), job, nil)
-}
-
 // TestHTTPGetThroughTheABI: a granted GET returns its status, headers (repeated names
 // kept), final URL and body, read in pieces; refusals are statuses with a message,
 // never traps, and the refused target receives nothing.
@@ -142,7 +132,7 @@ allow = ["http://localhost:%s", "http://localhost:%s", "http://api.test:%s", "ht
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.target.hits.Load()
-			x := runPayload(tc.mod, tc.url)
+			x := run(tc.mod, tc.url)
 			if x.Kind != host.KindAck || !strings.HasPrefix(string(x.Output), tc.output) {
 				t.Fatalf("kind %s %s, output\n%q\nwant prefix\n%q", x.Kind, x.Reason, x.Output, tc.output)
 			}
@@ -345,7 +335,7 @@ func (c hostileHTTPCase) run() error {
 	if c.sent != nil {
 		sent0 = c.sent.Load()
 	}
-	x := runPayload(c.m, c.payload)
+	x := run(c.m, c.payload)
 	if x.Kind != host.KindAck || !c.output.MatchString(string(x.Output)) {
 		return fmt.Errorf("%s: %s %s, output %q, want %v; logs %+v", c.name, x.Kind, x.Reason, x.Output, c.output, x.Logs)
 	}
@@ -411,13 +401,13 @@ timeout = "2s"
 	hang := loadFile(t, e, "hostile/http_flood", "timeout = \"300ms\"\n[http]\nallow = [\"http://127.0.0.1:1-65535\"]\n")
 
 	t.Run("never answers, through http_get", func(t *testing.T) {
-		x := runPayload(get, never.URL+"/")
+		x := run(get, never.URL+"/")
 		if x.Kind != host.KindAck || !strings.HasPrefix(string(x.Output), "-15\ntimeout: ") {
 			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
 		}
 	})
 	t.Run("huge body, through http_get", func(t *testing.T) {
-		x := runPayload(get, h.huge.URL+"/")
+		x := run(get, h.huge.URL+"/")
 		out := string(x.Output)
 		body, _ := strings.CutPrefix(out[strings.Index(out, "url "):], "url "+h.huge.URL+"/\n")
 		if x.Kind != host.KindAck || !strings.HasPrefix(out, "200\n") || body != strings.Repeat("\x00", 4096)+"\nbody -16" {
@@ -426,7 +416,7 @@ timeout = "2s"
 	})
 	t.Run("too many requests, never closed", func(t *testing.T) {
 		before, hits := never.ended.Load(), never.hits.Load()
-		x := runPayload(flood, "o"+never.URL+"/")
+		x := run(flood, "o"+never.URL+"/")
 		if x.Kind != host.KindAck || string(x.Output) != "3 -17" {
 			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
 		}
@@ -446,29 +436,29 @@ timeout = "2s"
 		}
 	})
 	t.Run("two at once", func(t *testing.T) {
-		x := runPayload(flood, "w"+quick.URL+"/")
+		x := run(flood, "w"+quick.URL+"/")
 		if x.Kind != host.KindAck || (string(x.Output) != "0 200 200" && string(x.Output) != "1 200 200") {
 			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
 		}
 	})
 	t.Run("poll", func(t *testing.T) {
-		if x := runPayload(flood, "p"+never.URL+"/"); x.Kind != host.KindAck || string(x.Output) != "-1" {
+		if x := run(flood, "p"+never.URL+"/"); x.Kind != host.KindAck || string(x.Output) != "-1" {
 			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
 		}
 	})
 	t.Run("a denial the guest never reads is logged", func(t *testing.T) {
-		x := runPayload(flood, "phttps://127.0.0.1:1/")
+		x := run(flood, "phttps://127.0.0.1:1/")
 		if x.Kind != host.KindAck || len(x.Logs) == 0 || !strings.Contains(x.Logs[0].Msg, "denied: https://127.0.0.1:1 is not granted") {
 			t.Fatalf("%s %s %q, logs %+v: want the denial logged", x.Kind, x.Reason, x.Output, x.Logs)
 		}
 	})
 	t.Run("a wait list longer than max_requests", func(t *testing.T) {
-		if x := runPayload(flood, "l"+never.URL+"/"); x.Kind != host.KindAck || string(x.Output) != "-2" {
+		if x := run(flood, "l"+never.URL+"/"); x.Kind != host.KindAck || string(x.Output) != "-2" {
 			t.Fatalf("%s %s %q, want -2", x.Kind, x.Reason, x.Output)
 		}
 	})
 	t.Run("a hanging request ends at the job's deadline", func(t *testing.T) {
-		x := runPayload(hang, "h"+never.URL+"/")
+		x := run(hang, "h"+never.URL+"/")
 		if x.Kind != host.KindTimeout || x.Duration > 3*time.Second {
 			t.Fatalf("%s %s after %v", x.Kind, x.Reason, x.Duration)
 		}
@@ -492,10 +482,7 @@ func TestJSHandlerRequestsEndWithTheirCall(t *testing.T) {
 	})
 	t.Cleanup(func() { close(release) }) // before the server's Close, if the requests leaked
 	e := httpEngine(t, nil)
-	wasm, err := os.ReadFile(filepath.Join(abitest.Dir(), "hostile", "js_http_leak.wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := mustRead(t, filepath.Join(abitest.Dir(), "hostile", "js_http_leak.wasm"))
 	man, err := host.ParseManifest("js.toml", []byte(fmt.Sprintf("timeout = \"2s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\ntimeout = \"1h\"\n", never.port)))
 	if err != nil {
 		t.Fatal(err)
@@ -505,7 +492,7 @@ func TestJSHandlerRequestsEndWithTheirCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Retire)
-	x := runPayload(m, "")
+	x := run(m, "")
 	if x.Kind != host.KindTrap {
 		t.Fatalf("%s %s, want the stand-in's trap (it never settles)", x.Kind, x.Reason)
 	}
@@ -532,14 +519,137 @@ func TestHTTPLimitsOutliveAReload(t *testing.T) {
 	e := httpEngine(t, nil)
 	grant := fmt.Sprintf("[http]\nallow = [\"http://localhost:%s\"]\ntimeout = \"300ms\"\n[http.limits.\"http://localhost:%s\"]\nrate = \"1/h\"\n", srv.port, srv.port)
 	first := loadFile(t, e, "abi/http_get", grant)
-	if x := runPayload(first, "http://localhost:"+srv.port+"/"); !strings.HasPrefix(string(x.Output), "203\n") {
+	if x := run(first, "http://localhost:"+srv.port+"/"); !strings.HasPrefix(string(x.Output), "203\n") {
 		t.Fatalf("the first request: %s %s %q", x.Kind, x.Reason, x.Output)
 	}
 	reloaded := loadFile(t, e, "abi/http_get", grant)
-	if x := runPayload(reloaded, "http://localhost:"+srv.port+"/"); !strings.HasPrefix(string(x.Output), "-18\n") {
+	if x := run(reloaded, "http://localhost:"+srv.port+"/"); !strings.HasPrefix(string(x.Output), "-18\n") {
 		t.Fatalf("after a reload: %s %s %q, want -18 (the bucket is empty)", x.Kind, x.Reason, x.Output)
 	}
 	if n := srv.hits.Load(); n != 1 {
 		t.Fatalf("the server received %d requests, want 1", n)
+	}
+}
+
+// callLog records the calls an engine reports to Config.OnHTTPCall.
+type callLog struct {
+	mu    sync.Mutex
+	calls []host.HTTPCall
+}
+
+func (l *callLog) add(c host.HTTPCall) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, c)
+}
+
+// all returns the calls reported since the last reset.
+func (l *callLog) all() []host.HTTPCall {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls)
+}
+
+func (l *callLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = nil
+}
+
+// TestHTTPCallsReachTheResultAndOnHTTPCall: a job's requests travel into its result
+// (worker.Result.Calls, the first MaxResultCalls, the rest counted) without their
+// query string or headers (nor do the log lines of their failures hold it), and each is reported to Config.OnHTTPCall with its module,
+// matching entry and outcome.
+func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
+	t.Parallel()
+	var calls callLog
+	e := newEngineWith(t, host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}}, OnHTTPCall: calls.add})
+	srv := newCountingServer(t, false, echoHandler)
+	quick := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
+	entry := "http://localhost:" + srv.port
+	get := loadFile(t, e, "abi/http_get", fmt.Sprintf("[http]\nallow = [%q]\n[http.headers.%q]\nAuthorization = \"Bearer host-secret\"\n", entry, entry))
+	flood := loadFile(t, e, "hostile/http_flood", "[http]\nallow = [\"http://127.0.0.1:1-65535\"]\nmax_requests = 60\n")
+
+	for _, tc := range []struct {
+		name    string
+		mod     *host.Module
+		payload string
+		calls   []worker.Call // durations not compared
+		ncalls  int           // for calls nil: how many, each a GET of quick's / that ended in 204 or cancelled
+		dropped int
+		grant   string
+		outcome string // the outcomes allowed, space-separated
+		seen    int
+	}{
+		{"granted", get, entry + "/a/b?token=query-secret", []worker.Call{{Method: "GET", Target: entry, Path: "/a/b", Status: 203, Bytes: int64(len(bigBody))}},
+			1, 0, entry, "2xx", 1},
+		{"denied", get, "http://127.0.0.1:" + srv.port + "/x?key=query-secret", []worker.Call{{Method: "GET", Target: "http://127.0.0.1:" + srv.port, Path: "/x", Error: "denied"}},
+			1, 0, "", "denied", 1},
+		// The guest waits for the first head only: the job's end cancels the rest.
+		{"past MaxResultCalls", flood, "o" + quick.URL + "/", nil, host.MaxResultCalls, 60 - host.MaxResultCalls, "http://127.0.0.1:1-65535", "2xx cancelled", 60},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls.reset()
+			res := host.NewHandler(tc.mod, nil).Handle(context.Background(), jobOf(tc.mod, tc.payload))
+			if res.Outcome != worker.Ack || len(res.Calls) != tc.ncalls || res.CallsDropped != tc.dropped {
+				t.Fatalf("%s %s: %d calls, %d dropped; want %d and %d: %+v", res.Outcome, res.Reason, len(res.Calls), res.CallsDropped, tc.ncalls, tc.dropped, res.Calls)
+			}
+			for i, c := range res.Calls {
+				if c.Duration <= 0 {
+					t.Errorf("call %d has no duration", i)
+				}
+				c.Duration = 0
+				want := worker.Call{Method: "GET", Target: "http://127.0.0.1:" + quick.port, Path: "/", Status: 204}
+				if c.Error == "cancelled" {
+					want.Status, want.Error = 0, "cancelled"
+				}
+				if tc.calls != nil {
+					want = tc.calls[i]
+				}
+				if c != want {
+					t.Errorf("call %d: %+v, want %+v", i, c, want)
+				}
+				if strings.Contains(fmt.Sprintf("%+v", c), "secret") {
+					t.Errorf("call %d holds a secret: %+v", i, c)
+				}
+			}
+			for _, l := range res.Logs {
+				if strings.Contains(l, "secret") {
+					t.Errorf("a log line, kept in the job's record, holds the query: %s", l)
+				}
+			}
+			seen := calls.all()
+			if len(seen) != tc.seen {
+				t.Fatalf("OnHTTPCall saw %d calls, want %d", len(seen), tc.seen)
+			}
+			for _, c := range seen {
+				if c.Module != tc.mod.Name() || c.Grant != tc.grant || !slices.Contains(strings.Fields(tc.outcome), c.Outcome) || c.Duration <= 0 {
+					t.Fatalf("OnHTTPCall got %+v, want module %s, grant %q, outcome %s", c, tc.mod.Name(), tc.grant, tc.outcome)
+				}
+			}
+		})
+	}
+}
+
+// TestJSSetupRequestsReachOnHTTPCall: a request a JS handler's bundle starts at its top
+// level, while the VM is set up at load, is reported to Config.OnHTTPCall with its
+// module, entry and outcome like a job's, not dropped with the setup's state.
+func TestJSSetupRequestsReachOnHTTPCall(t *testing.T) {
+	t.Parallel()
+	var calls callLog
+	e := newEngineWith(t, host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}}, OnHTTPCall: calls.add})
+	srv := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
+	entry := "http://127.0.0.1:" + srv.port
+	src := `fetch("` + srv.URL + `/warm"); fetch("http://127.0.0.2:1/denied").catch(() => {});
+var __wasmjobs_handler = { default: async function (job) {} };`
+	loadJS(t, e, src, fmt.Sprintf("[http]\nallow = [%q]\n", entry))
+	seen := calls.all()
+	if len(seen) != 2 {
+		t.Fatalf("OnHTTPCall saw %d calls of the setup (%+v), want 2", len(seen), seen)
+	}
+	for i, want := range []struct{ grant, outcomes string }{{entry, "2xx cancelled"}, {"", "denied"}} {
+		if c := seen[i]; c.Module != "js" || c.Grant != want.grant || !slices.Contains(strings.Fields(want.outcomes), c.Outcome) {
+			t.Errorf("call %d: %+v, want module js, grant %q, outcome in %q", i, c, want.grant, want.outcomes)
+		}
 	}
 }

@@ -472,15 +472,6 @@ func (vm *jsVM) settlePending(ctx context.Context, p jsPending, value float64) e
 	if !vm.mem.WriteUint32Le(vm.argv, arg) {
 		return fmt.Errorf("resolving a promise: the argument at %#x is outside the guest's memory", vm.argv)
 	}
-	res, err := vm.call(ctx, "qjs_call", uint64(p.resolve), uint64(vm.undef), 1, uint64(vm.argv))
-	if err != nil {
-		return err
-	}
-	if exc, err := vm.isException(ctx, res); err != nil || exc {
-		if err == nil {
-			err = vm.uncatchable(ctx)
-		}
-		return err
-	}
-	return nil
+	_, err = vm.callJS(ctx, "qjs_call", uint64(p.resolve), uint64(vm.undef), 1, uint64(vm.argv))
+	return err
 }

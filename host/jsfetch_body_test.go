@@ -54,7 +54,7 @@ func TestJSFetchAbortsABodyRead(t *testing.T) {
 			t.Parallel()
 			s := newBodyServer(t)
 			m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"10s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\n", s.port))
-			x := runPayload(m, c.abort+`const r = await fetch("`+s.URL+c.path+`", { signal });
+			x := run(m, c.abort+`const r = await fetch("`+s.URL+c.path+`", { signal });
 				try { return "read " + (await r.text()).length; } catch (e) { return e.name; }`)
 			if x.Kind != host.KindAck || string(x.Output) != c.want || x.Duration > 1500*time.Millisecond {
 				t.Fatalf("%s %s %q after %v, want %q near 300ms", x.Kind, x.Reason, x.Output, x.Duration, c.want)
@@ -120,13 +120,13 @@ func TestJSFetchRefusesBeforeCopying(t *testing.T) {
 		"-3 request too large: the body of 1048576 bytes passes max_request_body (1024 bytes)," +
 		"-3 request too large: the headers take 71688 bytes, past 65536"
 	// The first job grows the guest's memory, once, and shows the refusals.
-	if x := runPayload(m, src(1, 1, 1)); x.Kind != host.KindAck || string(x.Output) != want {
+	if x := run(m, src(1, 1, 1)); x.Kind != host.KindAck || string(x.Output) != want {
 		t.Fatalf("%s %s %q, want %q", x.Kind, x.Reason, x.Output, want)
 	}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	x := runPayload(m, src(40, 8, 0))
+	x := run(m, src(40, 8, 0))
 	runtime.ReadMemStats(&after)
 	if x.Kind != host.KindAck || !strings.HasPrefix(string(x.Output), "-3 ") || s.hits.Load() != 0 {
 		t.Fatalf("%s %s %q, %d requests at the server, want -3 and none", x.Kind, x.Reason, x.Output, s.hits.Load())
@@ -151,7 +151,7 @@ func TestJSFetchRedirectOption(t *testing.T) {
 	} {
 		t.Run(c.redirect, func(t *testing.T) {
 			before := s.hits.Load()
-			x := runPayload(m, `try { const r = await fetch("`+s.URL+`/redirect", { redirect: `+c.redirect+` }); return r.status + " " + r.redirected; }
+			x := run(m, `try { const r = await fetch("`+s.URL+`/redirect", { redirect: `+c.redirect+` }); return r.status + " " + r.redirected; }
 				catch (e) { return [e.name, e.code, e.message].join(" "); }`)
 			if x.Kind != host.KindAck || string(x.Output) != c.want {
 				t.Fatalf("%s %s %q, want %q", x.Kind, x.Reason, x.Output, c.want)
@@ -186,7 +186,7 @@ func TestJSFetchAbortListenersDoNotPileUp(t *testing.T) {
 		{"a body left unread", `await fetch("` + s.URL + `/json", { signal }); return jobs + " " + live`, "3 1"},
 		{"the next job", `return jobs + " " + live`, "4 0"},
 	} {
-		x := runPayload(m, setup+c.src)
+		x := run(m, setup+c.src)
 		if x.Kind != host.KindAck || string(x.Output) != c.want {
 			t.Fatalf("%s: %s %s %q, want %q (jobs, listeners left)", c.name, x.Kind, x.Reason, x.Output, c.want)
 		}

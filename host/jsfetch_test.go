@@ -66,7 +66,7 @@ func TestJSWebAPIs(t *testing.T) {
 		{"an HTTP date", `return Date.parse("Wed, 21 Oct 2015 07:28:00 GMT")`, "1445412480000"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			x := runPayload(m, c.src)
+			x := run(m, c.src)
 			if x.Kind != host.KindAck || string(x.Output) != c.want {
 				t.Fatalf("%s %s %q, want %q", x.Kind, x.Reason, x.Output, c.want)
 			}
@@ -90,7 +90,7 @@ func TestJSTimers(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()
-			x := runPayload(m, c.src)
+			x := run(m, c.src)
 			if x.Kind != c.kind || x.Reason != c.reason {
 				t.Fatalf("%s %q, want %s %q", x.Kind, x.Reason, c.kind, c.reason)
 			}
@@ -201,7 +201,7 @@ func TestJSFetch(t *testing.T) {
 		{"a GET with a body", `try { await fetch("` + base + `/echo", { body: "x" }); } catch (e) { return e.name; }`, "TypeError"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			x := runPayload(m, c.src)
+			x := run(m, c.src)
 			if x.Kind != host.KindAck || string(x.Output) != c.want {
 				t.Fatalf("%s %s %q, want %q", x.Kind, x.Reason, x.Output, c.want)
 			}
@@ -209,7 +209,7 @@ func TestJSFetch(t *testing.T) {
 	}
 	t.Run("no grant", func(t *testing.T) {
 		m := loadJS(t, httpEngine(t, nil), jsEval, "timeout = \"5s\"\n")
-		x := runPayload(m, `try { await fetch("`+base+`/echo"); } catch (e) { return e.code + " " + e.kind; }`)
+		x := run(m, `try { await fetch("`+base+`/echo"); } catch (e) { return e.code + " " + e.kind; }`)
 		if string(x.Output) != "-4 not_permitted" {
 			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
 		}
@@ -223,7 +223,7 @@ func TestJSFetchRunsRequestsAtOnce(t *testing.T) {
 	t.Parallel()
 	s := newFetchServer(t)
 	m := loadJS(t, httpEngine(t, nil), jsEval, fetchManifest(s, "5s"))
-	x := runPayload(m, `const rs = await Promise.all([fetch("`+s.URL+`/slow"), fetch("`+s.URL+`/slow?b")]);
+	x := run(m, `const rs = await Promise.all([fetch("`+s.URL+`/slow"), fetch("`+s.URL+`/slow?b")]);
 		return (await Promise.all(rs.map(r => r.text()))).join(",")`)
 	if x.Kind != host.KindAck || string(x.Output) != "slow,slow" {
 		t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
@@ -247,7 +247,7 @@ func TestJSFetchAbort(t *testing.T) {
 			t.Parallel()
 			s := newFetchServer(t)
 			m := loadJS(t, httpEngine(t, nil), jsEval, fetchManifest(s, "10s"))
-			x := runPayload(m, jsWaitEnded+c.abort+`const t0 = Date.now();
+			x := run(m, jsWaitEnded+c.abort+`const t0 = Date.now();
 				try { await fetch("`+s.URL+`/never", { signal }); return "answered"; }
 				catch (e) { return [e.name, e.code, await waitEnded("`+s.URL+`", 1), Date.now() - t0].join(" "); }`)
 			// The output ends with the milliseconds from the fetch to the end's report.
@@ -264,7 +264,7 @@ func TestJSFetchAbort(t *testing.T) {
 		t.Parallel()
 		s := newFetchServer(t)
 		m := loadJS(t, httpEngine(t, nil), jsEval, fetchManifest(s, "10s"))
-		x := runPayload(m, `try { await fetch("`+s.URL+`/never", { signal: AbortSignal.timeout(200) }); } catch (e) { return e.name; }`)
+		x := run(m, `try { await fetch("`+s.URL+`/never", { signal: AbortSignal.timeout(200) }); } catch (e) { return e.name; }`)
 		if x.Kind != host.KindAck || string(x.Output) != "TimeoutError" || x.Duration < 190*time.Millisecond || x.Duration > 700*time.Millisecond {
 			t.Fatalf("%s %s %q after %v, want TimeoutError near 200ms", x.Kind, x.Reason, x.Output, x.Duration)
 		}
@@ -273,7 +273,7 @@ func TestJSFetchAbort(t *testing.T) {
 		t.Parallel()
 		s := newFetchServer(t)
 		m := loadJS(t, httpEngine(t, nil), jsEval, fetchManifest(s, "10s"))
-		x := runPayload(m, `try { await fetch("`+s.URL+`/never", { signal: AbortSignal.abort() }); } catch (e) { return e.name; }`)
+		x := run(m, `try { await fetch("`+s.URL+`/never", { signal: AbortSignal.abort() }); } catch (e) { return e.name; }`)
 		if string(x.Output) != "AbortError" || s.hits.Load() != 0 {
 			t.Fatalf("%s %s %q; the server had %d requests, want AbortError and none", x.Kind, x.Reason, x.Output, s.hits.Load())
 		}
@@ -293,7 +293,7 @@ func TestJSFetchNotAwaitedStaysInItsJob(t *testing.T) {
 	// not await has reached the server. Its other timer is due 400 ms after it began:
 	// inside the next job, which runs for 800 ms.
 	const count = `globalThis.jobs = (globalThis.jobs || 0) + 1;`
-	x := runPayload(m, count+`globalThis.late = "no"; fetch("`+s.URL+`/never").then(() => { globalThis.late = "fetch"; });
+	x := run(m, count+`globalThis.late = "no"; fetch("`+s.URL+`/never").then(() => { globalThis.late = "fetch"; });
 		setTimeout(() => { globalThis.late = "timer"; }, 400); await new Promise(r => setTimeout(r, 100)); return "fired"`)
 	if x.Kind != host.KindAck || string(x.Output) != "fired" || s.hits.Load() != 1 {
 		t.Fatalf("%s %s %q, %d requests at the server", x.Kind, x.Reason, x.Output, s.hits.Load())
@@ -305,13 +305,13 @@ func TestJSFetchNotAwaitedStaysInItsJob(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	x = runPayload(m, count+`await new Promise(r => setTimeout(r, 800)); return [globalThis.jobs, globalThis.late, (await fetch("`+s.URL+`/ended")).status].join(" ")`)
+	x = run(m, count+`await new Promise(r => setTimeout(r, 800)); return [globalThis.jobs, globalThis.late, (await fetch("`+s.URL+`/ended")).status].join(" ")`)
 	if x.Kind != host.KindAck || string(x.Output) != "2 no 200" {
 		t.Fatalf("the next job: %s %s %q, want \"2 no 200\" (the same VM, the timer not fired)", x.Kind, x.Reason, x.Output)
 	}
 	// The host dropped the first job's timer: a promise that never settles is a trap
 	// at once.
-	x = runPayload(m, count+`return new Promise(() => {})`)
+	x = run(m, count+`return new Promise(() => {})`)
 	if x.Kind != host.KindTrap || x.Reason != "trap: the handler's promise never settled" || x.Duration > 500*time.Millisecond {
 		t.Fatalf("a job that never settles: %s %s after %v, want its trap at once", x.Kind, x.Reason, x.Duration)
 	}
@@ -376,7 +376,7 @@ func TestJSRetryAfter(t *testing.T) {
 		{"/none", "retry", "http 503", -1, 0},
 		{"/garbled", "retry", "http 503", -1, 0},
 	} {
-		x := runPayload(m, srv.URL+c.path)
+		x := run(m, srv.URL+c.path)
 		if at := sent.Load(); at != nil {
 			c.reason = strings.Replace(c.reason, "DATE", *at, 1)
 		}
@@ -421,7 +421,7 @@ func TestJSFetchBounds(t *testing.T) {
 		{"the job's deadline", hang, `await fetch("` + s.URL + `/never"); return "answered"`, host.KindTimeout, "", "timeout after 1s"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			x := runPayload(c.m, c.src)
+			x := run(c.m, c.src)
 			if x.Kind != c.kind || string(x.Output) != c.output || x.Reason != c.reason || x.Duration > 2*time.Second {
 				t.Fatalf("%s %q %q after %v, want %s %q %q", x.Kind, x.Reason, x.Output, x.Duration, c.kind, c.reason, c.output)
 			}
@@ -457,7 +457,7 @@ func TestJSFetchBodyBoundedByMemory(t *testing.T) {
 	})
 	m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"20s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\nmax_response = \"100MiB\"\ntimeout = \"20s\"\n", s.port))
 	read := func(path, op string) host.Execution {
-		return runPayload(m, `const r = await fetch("`+s.URL+path+`");
+		return run(m, `const r = await fetch("`+s.URL+path+`");
 			try { const b = await r.`+op+`(); return "read " + (b.length ?? b.byteLength); } catch (e) { return e.code + " " + e.kind + " " + e.message; }`)
 	}
 	// The cap, from the refusal of a 40 MiB body.
@@ -489,7 +489,7 @@ func TestJSFetchBodyBoundedByMemory(t *testing.T) {
 			}
 		})
 	}
-	if x := runPayload(m, `return "ok"`); x.Kind != host.KindAck || string(x.Output) != "ok" {
+	if x := run(m, `return "ok"`); x.Kind != host.KindAck || string(x.Output) != "ok" {
 		t.Fatalf("the next job: %s %q %q", x.Kind, x.Reason, x.Output)
 	}
 }

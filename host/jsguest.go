@@ -527,14 +527,7 @@ func (vm *jsVM) runJob(ctx context.Context, deadline time.Time, timeout time.Dur
 }
 
 func (vm *jsVM) drive(ctx context.Context) error {
-	res, err := vm.call(ctx, "qjs_call", uint64(vm.run), uint64(vm.undef), 0, 0)
-	if err != nil {
-		return err
-	}
-	if exc, err := vm.isException(ctx, res); err != nil || exc {
-		if err == nil {
-			err = vm.uncatchable(ctx)
-		}
+	if threw, err := vm.callJS(ctx, "qjs_call", uint64(vm.run), uint64(vm.undef), 0, 0); threw || err != nil {
 		return err
 	}
 	for {
@@ -570,6 +563,23 @@ func (vm *jsVM) drive(ctx context.Context) error {
 
 // isException frees a result and reports whether it was an exception, leaving the
 // exception pending.
+// callJS calls the export name, which runs JS and returns a value, and frees that
+// value. threw reports that an exception escaped the prelude: err is then the
+// uncatchable's failure (nil when the run was interrupted, which ends it anyway).
+func (vm *jsVM) callJS(ctx context.Context, name string, params ...uint64) (threw bool, err error) {
+	res, err := vm.call(ctx, name, params...)
+	if err != nil {
+		return false, err
+	}
+	if exc, err := vm.isException(ctx, res); err != nil || exc {
+		if err == nil {
+			err = vm.uncatchable(ctx)
+		}
+		return exc, err
+	}
+	return false, nil
+}
+
 func (vm *jsVM) isException(ctx context.Context, res uint32) (bool, error) {
 	exc, err := vm.call(ctx, "qjs_is_exception", uint64(res))
 	if err != nil {

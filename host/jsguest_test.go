@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/internal/jsbuild"
@@ -213,15 +212,6 @@ func TestJSInvalidHandlersAreRefusedAtLoad(t *testing.T) {
 	}
 }
 
-func mustRead(t testing.TB, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // TestJSShutdownInterruptsAHandler: cancelling the job's context (the host shutting
 // down) stops a looping JS handler at once, not at its timeout.
 func TestJSShutdownInterruptsAHandler(t *testing.T) {
@@ -234,10 +224,6 @@ func TestJSShutdownInterruptsAHandler(t *testing.T) {
 	if x.Kind != host.KindTimeout || x.Reason != "cancelled: the host is shutting down" || host.JSInterrupts(m) != 1 {
 		t.Fatalf("%s %q, %d interrupts", x.Kind, x.Reason, host.JSInterrupts(m))
 	}
-}
-
-func jobOf(m *host.Module, payload string) *worker.Job {
-	return &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), []byte(payload)), Attempt: 1, MaxAttempts: 3}
 }
 
 // TestJSHandlerSwapsLive serves a queue with a JS handler from the modules directory,

@@ -120,10 +120,16 @@ type Manifest struct {
 	// Default: no bound.
 	RateLimit RateLimit
 
-	// Schedules are the module's periodic jobs ([[schedule]] tables,
-	// manifest_schedule.go), each firing into the module's queue. Default: none.
-	Schedules []schedule.Spec
+	// schedules are the module's periodic jobs ([[schedule]] tables); Schedules
+	// returns them. Unexported, since their type is internal: a manifest sets them
+	// in its text, never in Go.
+	schedules []schedule.Spec
 }
+
+// Schedules returns the module's periodic jobs ([[schedule]] tables), each firing
+// into the module's queue, in the manifest's order. Default: none. The slice is
+// the caller's: a new one each call.
+func (m Manifest) Schedules() []schedule.Spec { return slices.Clone(m.schedules) }
 
 // ManifestError is a manifest's problem, with where it is.
 type ManifestError struct {

@@ -37,7 +37,7 @@ func parseSchedules(m *Manifest, v value) error {
 	if !ok {
 		return fmt.Errorf("want [[schedule]] tables, each with a cron line, got %s", v.raw)
 	}
-	m.Schedules = nil
+	m.schedules = nil
 	names := map[string]int{}
 	for i, e := range list {
 		table, ok := e.(map[string]any)
@@ -56,7 +56,7 @@ func parseSchedules(m *Manifest, v value) error {
 			return &entryError{key: strconv.Itoa(i), err: fmt.Errorf("schedule %d has the name %q too: give each a distinct name = \"...\"", j, spec.Name)}
 		}
 		names[spec.Name] = i
-		m.Schedules = append(m.Schedules, spec)
+		m.schedules = append(m.schedules, spec)
 	}
 	return nil
 }
@@ -150,7 +150,7 @@ func parseSchedule(t map[string]any) (spec schedule.Spec, key string, err error)
 // checkSchedules checks what depends on other fields: each payload fits the module's
 // max_payload. It returns the field at fault.
 func checkSchedules(m Manifest) (string, error) {
-	for i, s := range m.Schedules {
+	for i, s := range m.schedules {
 		if len(s.Payload) > m.Limits.MaxPayload {
 			return fmt.Sprintf("schedule.%d.payload", i), fmt.Errorf("payload of %d bytes passes max_payload %d", len(s.Payload), m.Limits.MaxPayload)
 		}

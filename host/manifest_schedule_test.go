@@ -29,10 +29,10 @@ cron = "@every 10m"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Schedules) != 2 {
-		t.Fatalf("schedules %+v, want 2", m.Schedules)
+	if len(m.Schedules()) != 2 {
+		t.Fatalf("schedules %+v, want 2", m.Schedules())
 	}
-	a, b := m.Schedules[0], m.Schedules[1]
+	a, b := m.Schedules()[0], m.Schedules()[1]
 	if a.Name != "nightly" || a.Cron.String() != "30 2 * * *" || a.Cron.Location().String() != "Europe/Berlin" ||
 		string(a.Payload) != `{"kind": "daily"}` || a.Headers["source"] != "cron" || a.Overlap != schedule.OverlapAllow || a.CatchUp {
 		t.Errorf("first schedule %+v", a)

@@ -161,10 +161,7 @@ func TestRepositoryManifestsParse(t *testing.T) {
 		if filepath.Base(f) == "Cargo.toml" {
 			continue
 		}
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		data := mustRead(t, f)
 		data = bytes.ReplaceAll(data, []byte("{{.Name}}"), []byte("hello"))
 		if _, err := host.ParseManifest(f, data); err != nil {
 			t.Errorf("%v", err)
@@ -189,5 +186,48 @@ func TestReadManifestBesideTheModule(t *testing.T) {
 	}
 	if host.ManifestPath("/m/a.b.wasm") != "/m/a.b.toml" {
 		t.Fatal(host.ManifestPath("/m/a.b.wasm"))
+	}
+}
+
+func TestManifestRateLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		text    string
+		want    host.RateLimit
+		problem string // empty: parses
+	}{
+		{`rate = "50/s"`, host.RateLimit{PerSecond: 50}, ""},
+		{"rate = \"50/s\"\nburst = 10", host.RateLimit{PerSecond: 50, Burst: 10}, ""},
+		{`rate = "600/m"`, host.RateLimit{PerSecond: 10}, ""},
+		{`rate = "0.5/s"`, host.RateLimit{PerSecond: 0.5}, ""},
+		{`rate = " 30 / m "`, host.RateLimit{PerSecond: 0.5}, ""},
+		{`rate = "50"`, host.RateLimit{}, `field rate: want a rate such as "50/s"`},
+		{`rate = "36/h"`, host.RateLimit{PerSecond: 0.01}, ""},
+		{`rate = "1/h"`, host.RateLimit{PerSecond: 1.0 / 3600}, ""},
+		{`rate = "50/d"`, host.RateLimit{}, `field rate: want a rate such as "50/s"`},
+		{`rate = 50`, host.RateLimit{}, `field rate: want a rate such as "50/s" (jobs a second), "600/m" (jobs a minute) or "10/h" (jobs an hour), got 50`},
+		{`rate = "1e-9/m"`, host.RateLimit{}, `field rate: rate "1e-9/m" is below the least, one job an hour ("1/h")`},
+		{`rate = "0.5/h"`, host.RateLimit{}, "below the least"},
+		{`rate = "0/s"`, host.RateLimit{}, "field rate: want a positive number"},
+		{`rate = "-3/s"`, host.RateLimit{}, "field rate: want a positive number"},
+		{`rate = "NaN/s"`, host.RateLimit{}, "field rate: want a positive number"},
+		{`rate = "Inf/s"`, host.RateLimit{}, "field rate: want a positive number"},
+		{`rate = "2000000/s"`, host.RateLimit{}, "up to 1000000 a second"},
+		{`rate = "many/s"`, host.RateLimit{}, "field rate: want a positive number"},
+		{"rate = \"5/s\"\nburst = 0", host.RateLimit{}, "field burst: want 1 to 1000000, got 0"},
+		{"rate = \"5/s\"\nburst = \"3\"", host.RateLimit{}, "field burst: want a whole number"},
+		{"burst = 3", host.RateLimit{}, "x.toml:1:1: field burst: burst is set without rate"},
+	} {
+		m, err := host.ParseManifest("x.toml", []byte(tc.text))
+		if tc.problem == "" {
+			if err != nil || m.RateLimit != tc.want {
+				t.Errorf("%q: got %+v, %v; want %+v", tc.text, m.RateLimit, err, tc.want)
+			}
+			continue
+		}
+		var me *host.ManifestError
+		if !errors.As(err, &me) || !strings.Contains(err.Error(), tc.problem) {
+			t.Errorf("%q: error %v, want a ManifestError containing %q", tc.text, err, tc.problem)
+		}
 	}
 }

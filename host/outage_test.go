@@ -12,6 +12,32 @@ import (
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
+// waitingSince returns a job's envelope that has waited out an outage since since
+// before now; none when since is 0.
+func waitingSince(now time.Time, since time.Duration) backend.Envelope {
+	env := backend.NewEnvelope("q", nil)
+	if since > 0 {
+		env.Headers = map[string]string{worker.OutageHeader: strconv.FormatInt(now.Add(-since).UnixMilli(), 10)}
+	}
+	return env
+}
+
+// checkDeferred checks got, the result of in after an outage's accounting: a defer
+// flagged Outage of delay keeping the reason when deferred (what says which), else
+// in untouched.
+func checkDeferred(t *testing.T, in, got worker.Result, deferred bool, delay time.Duration, what string) {
+	t.Helper()
+	if !deferred {
+		if got.Outcome != in.Outcome || got.Outage || got.Delay != in.Delay || got.Reason != in.Reason {
+			t.Fatalf("result %+v, want it untouched", got)
+		}
+		return
+	}
+	if got.Outcome != worker.Defer || !got.Outage || got.Delay != delay || !strings.HasSuffix(got.Reason, ": boom") {
+		t.Fatalf("result %+v, want %s of %v keeping the reason", got, what, delay)
+	}
+}
+
 // A failed run that met an outage is deferred until the breakers let calls through
 // again, plus jitter, flagged as an outage (no attempt, no max_defers); within
 // outage_wait in all, counted from the outage's start the job carries. Its own
@@ -49,22 +75,10 @@ func TestOutageDefer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			env := backend.NewEnvelope("q", nil)
-			if tc.since > 0 {
-				env.Headers = map[string]string{worker.OutageHeader: strconv.FormatInt(now.Add(-tc.since).UnixMilli(), 10)}
-			}
-			job := &worker.Job{Envelope: env, Attempt: 1}
+			job := &worker.Job{Envelope: waitingSince(now, tc.since), Attempt: 1}
 			in := worker.Result{Outcome: tc.outcome, Reason: "boom", Delay: time.Minute}
 			got := host.OutageDefer(in, &host.Execution{Outage: tc.outage}, job, g, now, jitter)
-			if !tc.wantDefer {
-				if got.Outcome != in.Outcome || got.Outage || got.Delay != in.Delay || got.Reason != in.Reason {
-					t.Fatalf("result %+v, want it untouched", got)
-				}
-				return
-			}
-			if got.Outcome != worker.Defer || !got.Outage || got.Delay != tc.wantDelay || !strings.HasSuffix(got.Reason, ": boom") {
-				t.Fatalf("result %+v, want an outage defer of %v keeping the reason", got, tc.wantDelay)
-			}
+			checkDeferred(t, in, got, tc.wantDefer, tc.wantDelay, "an outage defer")
 		})
 	}
 }
@@ -99,23 +113,11 @@ func TestRateLimitDefer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			env := backend.NewEnvelope("q", nil)
-			if tc.since > 0 {
-				env.Headers = map[string]string{worker.OutageHeader: strconv.FormatInt(now.Add(-tc.since).UnixMilli(), 10)}
-			}
-			job := &worker.Job{Envelope: env, Attempt: 1}
+			job := &worker.Job{Envelope: waitingSince(now, tc.since), Attempt: 1}
 			jitter := func(max time.Duration) time.Duration { return max } // the most
 			in := worker.Result{Outcome: tc.outcome, Reason: "boom", Delay: time.Minute}
 			got := host.RateLimitDefer(in, &host.Execution{RateLimited: tc.limited}, job, g, now, jitter)
-			if tc.wantDelay == 0 {
-				if got.Outcome != in.Outcome || got.Outage || got.Delay != in.Delay || got.Reason != in.Reason {
-					t.Fatalf("result %+v, want it untouched", got)
-				}
-				return
-			}
-			if got.Outcome != worker.Defer || !got.Outage || got.Delay != tc.wantDelay || !strings.HasSuffix(got.Reason, ": boom") {
-				t.Fatalf("result %+v, want a defer of %v flagged Outage (not counted toward max_defers) keeping the reason", got, tc.wantDelay)
-			}
+			checkDeferred(t, in, got, tc.wantDelay != 0, tc.wantDelay, "a defer flagged Outage (not counted toward max_defers)")
 		})
 	}
 }
@@ -140,10 +142,11 @@ func TestOutageOutlivesItsBreaker(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			env := backend.NewEnvelope("q", nil)
+			var since time.Duration
 			if tc.waiting {
-				env.Headers = map[string]string{worker.OutageHeader: strconv.FormatInt(now.Add(-10*time.Minute).UnixMilli(), 10)}
+				since = 10 * time.Minute
 			}
+			env := waitingSince(now, since)
 			in := worker.Result{Outcome: worker.Retry, Reason: "boom"}
 			got := host.OutageDefer(in, &host.Execution{DestinationFailed: tc.failed}, &worker.Job{Envelope: env, Attempt: 3, MaxAttempts: 3}, g, now, jitter)
 			if tc.wantDefer != (got.Outcome == worker.Defer) || (tc.wantDefer && (!got.Outage || got.Delay != 3*time.Second)) {

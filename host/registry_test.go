@@ -15,26 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
-
-// variant returns testdata's module rel with a custom section naming tag appended:
-// the same code, different bytes, so a different version.
-func variant(t testing.TB, rel, tag string) []byte {
-	t.Helper()
-	wasm, err := os.ReadFile(filepath.Join(abitest.Dir(), rel+".wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := "wasmjobs-test"
-	body := append([]byte{byte(len(name))}, name...)
-	body = append(body, tag...)
-	return append(append(wasm, 0, byte(len(body))), body...) // section id 0, size < 128
-}
 
 // regRig is a registry on a temp directory, serving a worker on a memory backend.
 type regRig struct {
@@ -136,12 +124,22 @@ func (rig *regRig) write(name string, data []byte) time.Time {
 	return at
 }
 
+// eventsOf returns the events of the kind.
 func (rig *regRig) eventsOf(kind string) []regEvent {
+	return rig.eventsWhere(func(e regEvent) bool { return e.Kind == kind })
+}
+
+// eventsFor returns the events of the module name.
+func (rig *regRig) eventsFor(name string) []regEvent {
+	return rig.eventsWhere(func(e regEvent) bool { return e.Module == name })
+}
+
+func (rig *regRig) eventsWhere(keep func(regEvent) bool) []regEvent {
 	rig.mu.Lock()
 	defer rig.mu.Unlock()
 	var out []regEvent
 	for _, e := range rig.events {
-		if e.Kind == kind {
+		if keep(e) {
 			out = append(out, e)
 		}
 	}
@@ -296,10 +294,8 @@ func TestSwapsUnderLoad(t *testing.T) {
 // old version serves, and the rejection is visible.
 func TestBadVersionKeepsTheOldServing(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 8)
 	good := variant(t, "abi/ack", "good")
-	rig.write("svc.wasm", good)
-	rig.start()
+	rig := newServingRigOf(t, good, 8)
 	trunc := good[:len(good)/2]
 	for i, bad := range []struct {
 		name     string
@@ -363,6 +359,15 @@ func (rig *regRig) quiesce() {
 		rig.t.Fatal(err)
 	}
 	rig.r.Sync(context.Background())
+}
+
+// drain stops the host as a drain does: the registry stops following the directory,
+// the worker stops, the modules retire.
+func (rig *regRig) drain() {
+	rig.t.Helper()
+	rig.r.Close()
+	rig.stopWorker()
+	rig.r.Retire()
 }
 
 // stopWorker drains the worker: no job settles after it returns.
@@ -442,17 +447,31 @@ func needsLeases(t *testing.T) {
 	}
 }
 
-// eventsFor returns the events of the module name.
-func (rig *regRig) eventsFor(name string) []regEvent {
-	rig.mu.Lock()
-	defer rig.mu.Unlock()
-	var out []regEvent
-	for _, e := range rig.events {
-		if e.Module == name {
-			out = append(out, e)
-		}
+// newLeaseRig is a rig whose debounce is an hour, on a system that tells a file
+// finished (read leases): what it reads before then, it reads as finished.
+func newLeaseRig(t *testing.T) *regRig {
+	t.Helper()
+	needsLeases(t)
+	return newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+}
+
+// unreadUntil checks that the module a, whose file is not finished (state says how),
+// is not read while b is loaded, and that once finish finishes it, it is loaded once,
+// as final.
+func (rig *regRig) unreadUntil(state string, final []byte, finish func()) {
+	rig.t.Helper()
+	// b sorts after a: the read that loads b has looked at a first.
+	rig.write("b.wasm", variant(rig.t, "abi/ack", "b"))
+	rig.waitFor("b", func() bool { return rig.status("b").Status == "serving" })
+	if ev := rig.eventsFor("a"); len(ev) != 0 {
+		rig.t.Fatalf("a, %s, was read: %+v", state, ev)
 	}
-	return out
+	finish()
+	rig.waitFor("a", func() bool { return len(rig.eventsFor("a")) > 0 })
+	rig.quiesce()
+	if ev := rig.eventsFor("a"); len(ev) != 1 || ev[0].Kind != "loaded" || ev[0].Version != host.Version(final) {
+		rig.t.Fatalf("events of a %+v, want one load of the final bytes", ev)
+	}
 }
 
 // TestFinishedChangesDoNotWaitForTheDebounce: with a debounce of an hour, a change
@@ -460,8 +479,7 @@ func (rig *regRig) eventsFor(name string) []regEvent {
 // so it is read at once, not after the debounce.
 func TestFinishedChangesDoNotWaitForTheDebounce(t *testing.T) {
 	t.Parallel()
-	needsLeases(t)
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+	rig := newLeaseRig(t)
 	rig.write("svc.wasm", variant(t, "abi/echo", "0"))
 	rig.start()
 	for i, step := range []struct {
@@ -508,13 +526,9 @@ func TestFinishedChangesDoNotWaitForTheDebounce(t *testing.T) {
 // it, it is loaded once, whole, without waiting for the hour's debounce.
 func TestAFileOpenForWritingIsNotReadBeforeItsWriterClosesIt(t *testing.T) {
 	t.Parallel()
-	needsLeases(t)
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+	rig := newLeaseRig(t)
 	rig.start()
-	prefix, err := os.ReadFile(filepath.Join(abitest.Dir(), "abi", "echo.wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	prefix := mustRead(t, filepath.Join(abitest.Dir(), "abi", "echo.wasm"))
 	final := variant(t, "abi/echo", "final") // prefix and a custom section
 	if !bytes.HasPrefix(final, prefix) {
 		t.Fatal("the final bytes do not start with the prefix")
@@ -527,23 +541,14 @@ func TestAFileOpenForWritingIsNotReadBeforeItsWriterClosesIt(t *testing.T) {
 	if _, err := f.Write(prefix); err != nil {
 		t.Fatal(err)
 	}
-	// b sorts after a: the read that loads b has looked at a first.
-	rig.write("b.wasm", variant(t, "abi/ack", "b"))
-	rig.waitFor("b", func() bool { return rig.status("b").Status == "serving" })
-	if ev := rig.eventsFor("a"); len(ev) != 0 {
-		t.Fatalf("a, still open for writing, was read: %+v", ev)
-	}
-	if _, err := f.Write(final[len(prefix):]); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	rig.waitFor("a", func() bool { return len(rig.eventsFor("a")) > 0 })
-	rig.quiesce()
-	if ev := rig.eventsFor("a"); len(ev) != 1 || ev[0].Kind != "loaded" || ev[0].Version != host.Version(final) {
-		t.Fatalf("events of a %+v, want one load of the final bytes", ev)
-	}
+	rig.unreadUntil("still open for writing", final, func() {
+		if _, err := f.Write(final[len(prefix):]); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestAnIncompleteModuleWaitsForTheDebounce: a module file cut short and closed (as by
@@ -552,26 +557,17 @@ func TestAFileOpenForWritingIsNotReadBeforeItsWriterClosesIt(t *testing.T) {
 // written next, is loaded once.
 func TestAnIncompleteModuleWaitsForTheDebounce(t *testing.T) {
 	t.Parallel()
-	needsLeases(t)
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+	rig := newLeaseRig(t)
 	rig.start()
 	final := variant(t, "abi/echo", "final")
 	if err := os.WriteFile(filepath.Join(rig.dir, "a.wasm"), final[:len(final)/2], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rig.write("b.wasm", variant(t, "abi/ack", "b")) // b sorts after a
-	rig.waitFor("b", func() bool { return rig.status("b").Status == "serving" })
-	if ev := rig.eventsFor("a"); len(ev) != 0 {
-		t.Fatalf("a, half written, was read: %+v", ev)
-	}
-	if err := os.WriteFile(filepath.Join(rig.dir, "a.wasm"), final, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rig.waitFor("a", func() bool { return len(rig.eventsFor("a")) > 0 })
-	rig.quiesce()
-	if ev := rig.eventsFor("a"); len(ev) != 1 || ev[0].Kind != "loaded" || ev[0].Version != host.Version(final) {
-		t.Fatalf("events of a %+v, want one load of the final bytes", ev)
-	}
+	rig.unreadUntil("half written", final, func() {
+		if err := os.WriteFile(filepath.Join(rig.dir, "a.wasm"), final, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
 	// A debounce that runs out reads what is there, whole or not, as before: it is
 	// rejected, and the serving version stays.
 	short := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: 20 * time.Millisecond}, 4)
@@ -591,8 +587,7 @@ func TestAnIncompleteModuleWaitsForTheDebounce(t *testing.T) {
 // debounce (while another module is loaded meanwhile), and the new file swaps in.
 func TestARemovalWaitsForTheDebounce(t *testing.T) {
 	t.Parallel()
-	needsLeases(t)
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour, Debounce: time.Hour}, 4)
+	rig := newLeaseRig(t)
 	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
 	rig.start()
 	if err := os.Rename(filepath.Join(rig.dir, "svc.wasm"), filepath.Join(rig.dir, "svc.wasm~")); err != nil {
@@ -614,11 +609,25 @@ func TestARemovalWaitsForTheDebounce(t *testing.T) {
 	}
 }
 
+// newServingRig returns a started rig (an hour's rescan) whose module svc serves
+// version 1 of the echo module.
+func newServingRig(t *testing.T) *regRig {
+	t.Helper()
+	return newServingRigOf(t, variant(t, "abi/echo", "1"), 4)
+}
+
+// newServingRigOf is newServingRig serving wasm, with concurrency jobs at once.
+func newServingRigOf(t *testing.T, wasm []byte, concurrency int) *regRig {
+	t.Helper()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, concurrency)
+	rig.write("svc.wasm", wasm)
+	rig.start()
+	return rig
+}
+
 func TestEditorWriteThenRename(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
-	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
-	rig.start()
+	rig := newServingRig(t)
 	// vim: write a swap file and a backup, then rename the new file over the old.
 	next := variant(t, "abi/echo", "2")
 	os.WriteFile(filepath.Join(rig.dir, ".svc.wasm.swp"), []byte("swap"), 0o644)
@@ -637,9 +646,7 @@ func TestEditorWriteThenRename(t *testing.T) {
 
 func TestRenameOver(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
-	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
-	rig.start()
+	rig := newServingRig(t)
 	next := variant(t, "abi/echo", "2")
 	rig.write("svc.wasm", next) // write elsewhere, rename over
 	rig.waitFor("the swap", func() bool { return len(rig.eventsOf("swapped")) > 0 })
@@ -686,10 +693,8 @@ func TestSymlinkSwap(t *testing.T) {
 
 func TestIdenticalBytesAreANoOp(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	data := variant(t, "abi/echo", "1")
-	rig.write("svc.wasm", data)
-	rig.start()
+	rig := newServingRigOf(t, data, 4)
 	for range 3 {
 		rig.write("svc.wasm", bytes.Clone(data))
 		os.Chtimes(filepath.Join(rig.dir, "svc.wasm"), time.Now(), time.Now())
@@ -745,9 +750,7 @@ func TestRemovedModuleStopsConsumingAndKeepsItsJobs(t *testing.T) {
 
 func TestManifestChangeReloads(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
-	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
-	rig.start()
+	rig := newServingRig(t)
 	rig.write("svc.toml", []byte("max_payload = 4"))
 	rig.waitFor("reload", func() bool { return len(rig.eventsOf("swapped")) == 1 })
 	if got := rig.r.Handler("svc").Module().Manifest().Limits.MaxPayload; got != 4 {
@@ -783,8 +786,7 @@ func TestRejectedNewModuleIsVisible(t *testing.T) {
 func TestRegistryConfigErrors(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t)
-	b := memory.New(memory.Config{})
-	w := worker.New(b, worker.Config{})
+	w := idleWorker(t)
 	if _, err := host.NewRegistry(host.RegistryConfig{Dir: "/nope", Engine: e, Queues: w}); err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("missing dir: %v", err)
 	}
@@ -800,13 +802,10 @@ func TestRegistryConfigErrors(t *testing.T) {
 
 // TestCloseOfARegistryNeverStarted: Close returns on a registry that was never
 // started, and Start after Close fails.
-func TestCloseOfARegistryNeverStarted(t *testing.T) {
-	t.Parallel()
-	w := worker.New(memory.New(memory.Config{}), worker.Config{})
-	r, err := host.NewRegistry(host.RegistryConfig{Dir: t.TempDir(), Engine: newEngine(t), Queues: w})
-	if err != nil {
-		t.Fatal(err)
-	}
+// closesSoon checks that r.Close (what names the case) returns, without an error, within
+// 10 s.
+func closesSoon(t *testing.T, r *host.Registry, what string) {
+	t.Helper()
 	closed := make(chan error, 1)
 	go func() { closed <- r.Close() }()
 	select {
@@ -815,14 +814,41 @@ func TestCloseOfARegistryNeverStarted(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("Close of a registry never started did not return")
+		t.Fatal(what + " did not return")
 	}
+}
+
+func TestCloseOfARegistryNeverStarted(t *testing.T) {
+	t.Parallel()
+	w := idleWorker(t)
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: t.TempDir(), Engine: newEngine(t), Queues: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closesSoon(t, r, "Close of a registry never started")
 	if err := r.Close(); err != nil {
 		t.Fatalf("a second Close: %v", err)
 	}
 	if err := r.Start(context.Background()); err == nil {
 		t.Fatal("Start after Close succeeded")
 	}
+}
+
+// registryWith returns a second registry of rig's directory, registering its modules'
+// queues with q (a wrapper of rig's worker): it reads the directory at Start and Sync
+// only, puts a new version in service at once, and closes and retires with the test.
+func (rig *regRig) registryWith(q host.Queues) *host.Registry {
+	rig.t.Helper()
+	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(rig.t), Queues: q, Rescan: time.Hour, NoWatch: true,
+		Rollout: host.Rollout{Strategy: host.StrategyImmediate}})
+	if err != nil {
+		rig.t.Fatal(err)
+	}
+	rig.t.Cleanup(func() {
+		r.Close()
+		r.Retire()
+	})
+	return r
 }
 
 // failingQueues registers queues with a worker, except while fail is set.
@@ -846,12 +872,7 @@ func TestFailedRegisterIsARejectionTriedAgain(t *testing.T) {
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	q := &failingQueues{Worker: rig.w}
 	q.fail.Store(true)
-	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true,
-		Rollout: host.Rollout{Strategy: host.StrategyImmediate}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := rig.registryWith(q)
 	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -872,7 +893,6 @@ func TestFailedRegisterIsARejectionTriedAgain(t *testing.T) {
 	if st := r.Modules()[0]; st.Status != "serving" || st.Error != "" || st.Queue != "svc" {
 		t.Fatalf("status %+v after the registration works, want serving with no error", st)
 	}
-	defer r.Retire()
 	if err := rig.w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -889,7 +909,7 @@ func TestCloseAfterAFailedStart(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	w := worker.New(memory.New(memory.Config{}), worker.Config{})
+	w := idleWorker(t)
 	r, err := host.NewRegistry(host.RegistryConfig{Dir: dir, Engine: newEngine(t), Queues: w})
 	if err != nil {
 		t.Fatal(err)
@@ -900,16 +920,7 @@ func TestCloseAfterAFailedStart(t *testing.T) {
 	if err := r.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "watching "+dir) {
 		t.Fatalf("Start on a removed directory: %v, want an error watching it", err)
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- r.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close after a failed Start did not return")
-	}
+	closesSoon(t, r, "Close after a failed Start")
 	if err := r.Start(context.Background()); err == nil {
 		t.Fatal("Start after a failed Start and Close succeeded")
 	}
@@ -924,18 +935,12 @@ func TestFailedRegisterOfASwapKeepsTheOldVersion(t *testing.T) {
 	t.Parallel()
 	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
 	q := &failingQueues{Worker: rig.w}
-	r, err := host.NewRegistry(host.RegistryConfig{Dir: rig.dir, Engine: newEngine(t), Queues: q, Rescan: time.Hour, NoWatch: true,
-		Rollout: host.Rollout{Strategy: host.StrategyImmediate}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := rig.registryWith(q)
 	v1, v2 := variant(t, "abi/echo", "1"), variant(t, "abi/echo", "2")
 	rig.write("svc.wasm", v1)
 	if err := r.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer r.Retire()
 	if err := rig.w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -978,4 +983,46 @@ func TestFailedRegisterOfASwapKeepsTheOldVersion(t *testing.T) {
 	if got := r.Handler("svc").Module().Manifest().MaxAttempts; got != 7 {
 		t.Fatalf("max_attempts %d after the swap, want 7", got)
 	}
+}
+
+// recordingQueues registers queues with a worker and keeps the last registration.
+type recordingQueues struct {
+	*worker.Worker
+	mu   sync.Mutex
+	last worker.Queue
+}
+
+func (r *recordingQueues) Register(ctx context.Context, q worker.Queue) error {
+	r.mu.Lock()
+	r.last = q
+	r.mu.Unlock()
+	return r.Worker.Register(ctx, q)
+}
+
+// TestManifestRateReachesTheWorker: the manifest's rate and burst are the queue's
+// registration with the worker, and a new manifest registers the new ones.
+func TestManifestRateReachesTheWorker(t *testing.T) {
+	t.Parallel()
+	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
+	q := &recordingQueues{Worker: rig.w}
+	// Immediate: a new manifest is a new version, which a canary would register only
+	// once promoted.
+	r := rig.registryWith(q)
+	rig.write("svc.toml", []byte("rate = \"5/s\"\nburst = 2\n"))
+	rig.write("svc.wasm", variant(t, "abi/echo", "1"))
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	check := func(want rate.Limit, burst int) {
+		t.Helper()
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.last.Name != "svc" || q.last.Rate != want || q.last.Burst != burst {
+			t.Fatalf("registered %s with rate %v, burst %d; want rate %v, burst %d", q.last.Name, q.last.Rate, q.last.Burst, want, burst)
+		}
+	}
+	check(5, 2)
+	rig.write("svc.toml", []byte(`rate = "120/m"`))
+	r.Sync(context.Background())
+	check(2, 0)
 }

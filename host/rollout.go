@@ -1,6 +1,7 @@
 package host
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -57,27 +58,26 @@ type Rollout struct {
 
 // withDefaults returns r with every zero field set to its default.
 func (r Rollout) withDefaults() Rollout {
-	if r.Strategy == "" {
-		r.Strategy = StrategyCanary
-	}
-	if r.CanaryPercent == 0 {
-		r.CanaryPercent = DefaultCanaryPercent
-	}
-	if r.CanaryJobs == 0 {
-		r.CanaryJobs = DefaultCanaryJobs
-	}
-	if r.CanaryTime == 0 {
-		r.CanaryTime = DefaultCanaryTime
-	}
-	if r.CanaryMaxFailureDelta == 0 {
-		r.CanaryMaxFailureDelta = DefaultCanaryMaxFailureDelta
-	}
-	if r.CanaryMinJobs == 0 {
-		r.CanaryMinJobs = DefaultCanaryMinJobs
-	}
-	if r.History == 0 {
-		r.History = DefaultHistory
-	}
+	return r.over(Rollout{
+		Strategy:              StrategyCanary,
+		CanaryPercent:         DefaultCanaryPercent,
+		CanaryJobs:            DefaultCanaryJobs,
+		CanaryTime:            DefaultCanaryTime,
+		CanaryMaxFailureDelta: DefaultCanaryMaxFailureDelta,
+		CanaryMinJobs:         DefaultCanaryMinJobs,
+		History:               DefaultHistory,
+	})
+}
+
+// over returns r with every zero field set to d's.
+func (r Rollout) over(d Rollout) Rollout {
+	r.Strategy = cmp.Or(r.Strategy, d.Strategy)
+	r.CanaryPercent = cmp.Or(r.CanaryPercent, d.CanaryPercent)
+	r.CanaryJobs = cmp.Or(r.CanaryJobs, d.CanaryJobs)
+	r.CanaryTime = cmp.Or(r.CanaryTime, d.CanaryTime)
+	r.CanaryMaxFailureDelta = cmp.Or(r.CanaryMaxFailureDelta, d.CanaryMaxFailureDelta)
+	r.CanaryMinJobs = cmp.Or(r.CanaryMinJobs, d.CanaryMinJobs)
+	r.History = cmp.Or(r.History, d.History)
 	return r
 }
 

@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // TestRollbackAfterAnUnrecordedAutomaticRollback: a canary that rolled back by itself
@@ -26,11 +24,7 @@ func TestRollbackAfterAnUnrecordedAutomaticRollback(t *testing.T) {
 	v0, v1 := variant(t, "abi/ack", "v0"), variant(t, "abi/ack", "v1")
 	rig.write("svc.wasm", v0)
 	rig.start()
-	rig.write("svc.wasm", v1)
-	rig.waitFor("the canary of v1", func() bool { return rig.status("svc").Canary != nil })
-	if _, err := rig.r.Promote(ctx, "svc"); err != nil {
-		t.Fatal(err)
-	}
+	rig.promoteFiles(v1, "the canary of v1")
 	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = 1000\ncanary_time = \"1h\"")
 	rig.write("svc.toml", []byte(man))
 	v1m := host.VersionOf(v1, []byte(man))
@@ -72,7 +66,7 @@ func TestPromoteAndRollbackKeepTheirDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
-	w := worker.New(memory.New(memory.Config{}), worker.Config{})
+	w := idleWorker(t)
 	r, err := host.NewRegistry(host.RegistryConfig{
 		Dir: dir, Engine: newEngine(t), Queues: w, Rescan: time.Hour, NoWatch: true,
 		OnEvent: func(ev host.RegistryEvent) {
@@ -122,17 +116,7 @@ func TestPromoteAndRollbackKeepTheirDeadline(t *testing.T) {
 // acks on the current version at its retry.
 func TestCanaryNeverRetriesAJob(t *testing.T) {
 	t.Parallel()
-	rig := newRegRig(t, host.RegistryConfig{Rescan: time.Hour}, 4)
-	man := fmt.Sprintf(canaryManifest, "canary_percent = 100\ncanary_min_jobs = 1000\ncanary_jobs = 1000\ncanary_time = \"1h\"")
-	rig.write("svc.toml", []byte(man))
-	good := variant(t, "abi/ack", "v1")
-	rig.write("svc.wasm", good)
-	rig.start()
-	goodV := host.VersionOf(good, []byte(man))
-	trap := testdataModule(t, "hostile/trap")
-	trapV := host.VersionOf(trap, []byte(man))
-	rig.write("svc.wasm", trap)
-	rig.waitFor("the canary", func() bool { return len(rig.eventsOf("canary")) == 1 })
+	rig, goodV, trapV := newTrapCanaryRig(t, "canary_percent = 100\ncanary_min_jobs = 1000\ncanary_jobs = 1000\ncanary_time = \"1h\"")
 
 	const n = 30
 	rig.publishIDs("svc", "x", jobIDs("job", n)...)
@@ -232,11 +216,7 @@ func TestFailedRollbackChangesNothing(t *testing.T) {
 	v1, v2, v3 := variant(t, "abi/ack", "v1"), variant(t, "abi/ack", "v2"), variant(t, "abi/ack", "v3")
 	rig.write("svc.wasm", v1)
 	rig.start()
-	rig.write("svc.wasm", v2)
-	rig.waitFor("the canary of v2", func() bool { return rig.status("svc").Canary != nil })
-	if _, err := rig.r.Promote(ctx, "svc"); err != nil {
-		t.Fatal(err)
-	}
+	rig.promoteFiles(v2, "the canary of v2")
 	rig.write("svc.wasm", v3)
 	rig.waitFor("the canary of v3", func() bool { return rig.status("svc").Canary != nil })
 	if err := os.Remove(filepath.Join(histDir, "svc", host.Version(v1)+".wasm")); err != nil {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,11 +15,21 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
+
+// loadHTTPConformance loads the language's conformance handler with the HTTP tables'
+// manifest (their grant), retired with the test.
+func loadHTTPConformance(t *testing.T, e *host.Engine, lang string) *host.Module {
+	t.Helper()
+	man, err := host.ParseManifest("conformance.toml", []byte(abitest.HTTPManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loadModule(t, e, "conformance", guestModule(t, lang+"-conformance"), man)
+}
 
 // TestSDKHTTPConformance runs the HTTP cases of the cross-language table through every
 // SDK that makes requests, against one loopback server: a granted GET and POST return
@@ -31,31 +40,12 @@ func TestSDKHTTPConformance(t *testing.T) {
 	srv := httptest.NewServer(abitest.HTTPServer())
 	t.Cleanup(srv.Close)
 	e := newEngine(t)
-	man, err := host.ParseManifest("conformance.toml", []byte(abitest.HTTPManifest))
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, lang := range abitest.HTTPLanguages {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
-			m, err := e.Load(context.Background(), "conformance", guestModule(t, lang+"-conformance"), man)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Retire()
+			m := loadHTTPConformance(t, e, lang)
 			for _, c := range abitest.HTTPCases(srv.URL) {
-				env := backend.NewEnvelope("conformance", []byte(c.Payload))
-				env.ID = abitest.SDKJobID
-				x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 5}, nil)
-				if string(x.Kind) != c.Kind || x.Reason != c.Reason || string(x.Output) != c.Output {
-					t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Kind, x.Reason, x.Output, c.Kind, c.Reason, c.Output)
-				}
-				if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
-					t.Errorf("%q: code %v, want %v", c.Payload, deref(x.Code), deref(c.Code))
-				}
-				if (x.Delay == nil) != (c.DelayMs == nil) || (x.Delay != nil && x.Delay.Milliseconds() != *c.DelayMs) {
-					t.Errorf("%q: delay %v, want %v", c.Payload, deref(x.Delay), deref(c.DelayMs))
-				}
+				runSDKCase(t, m, c)
 			}
 		})
 	}
@@ -77,16 +67,7 @@ func TestGoSDKHTTPDeadlines(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	e := newEngine(t)
-	man, err := host.ParseManifest("conformance.toml", []byte(abitest.HTTPManifest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := e.Load(context.Background(), "conformance", guestModule(t, "go-conformance"), man)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Retire()
+	m := loadHTTPConformance(t, newEngine(t), "go")
 	const d = 300 * time.Millisecond
 	for _, kind := range []string{"http-context-deadline", "http-client-timeout"} {
 		env := backend.NewEnvelope("conformance", []byte(kind+":"+srv.URL+"/"))
@@ -143,15 +124,8 @@ func TestDeliverWebhookEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := e.Load(context.Background(), "webhook-rust", guestModule(t, "webhook-rust"), signMan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer signer.Retire()
-	toml, err := os.ReadFile(filepath.Join(dir, "deliver-webhook", "deliver-webhook.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	signer := loadModule(t, e, "webhook-rust", guestModule(t, "webhook-rust"), signMan)
+	toml := mustRead(t, filepath.Join(dir, "deliver-webhook", "deliver-webhook.toml"))
 	wasm := guestModule(t, "deliver-webhook")
 	load := func(toml string) *host.Module {
 		man, err := host.ParseManifest("deliver-webhook.toml", []byte(toml))
@@ -231,21 +205,8 @@ func TestRetryAfterDefersOnPebble(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(srv.Close)
-	e := newEngine(t)
-	man, err := host.ParseManifest("conformance.toml", []byte(abitest.HTTPManifest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := e.Load(ctx, "conformance", guestModule(t, "go-conformance"), man)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Retire()
-	b, err := pebble.Open(ctx, pebble.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close(ctx) })
+	m := loadHTTPConformance(t, newEngine(t), "go")
+	b := openPebble(t)
 	type run struct {
 		at      time.Time
 		attempt int
@@ -253,7 +214,7 @@ func TestRetryAfterDefersOnPebble(t *testing.T) {
 	var mu sync.Mutex
 	var runs []run
 	settled := make(chan worker.Event, 4)
-	w := worker.New(b, worker.Config{Concurrency: 1, Observer: worker.ObserverFunc(func(ev worker.Event) {
+	serve(t, b, m, worker.Config{Concurrency: 1, Observer: worker.ObserverFunc(func(ev worker.Event) {
 		switch ev.Kind {
 		case worker.EventStarted:
 			mu.Lock()
@@ -263,15 +224,7 @@ func TestRetryAfterDefersOnPebble(t *testing.T) {
 			settled <- ev
 		}
 	})})
-	h := host.NewHandler(m, nil)
-	if err := w.Register(ctx, h.Queue()); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop(ctx)
-	if err := b.Publish(ctx, backend.NewEnvelope(h.Queue().Name, []byte("http-retry-after:"+srv.URL+"/")), 0); err != nil {
+	if err := b.Publish(ctx, backend.NewEnvelope(m.Queue(), []byte("http-retry-after:"+srv.URL+"/")), 0); err != nil {
 		t.Fatal(err)
 	}
 	for i, want := range []worker.Settle{worker.SettleDefer, worker.SettleAck} {

@@ -40,11 +40,7 @@ func guestModule(t *testing.T, name string) []byte {
 		}
 		t.Skipf("%s.wasm is not built: run make guests (it needs clang, rustc and npm)", name)
 	}
-	wasm, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return wasm
+	return mustRead(t, path)
 }
 
 // goGuests are the Go guests built by this test process, by name: a build takes tens
@@ -71,15 +67,32 @@ func buildGoGuest(t *testing.T, name, dir string) []byte {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building %s: %v\n%s", name, err, out)
 	}
-	wasm, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	wasm := mustRead(t, path)
 	if goGuests.wasm == nil {
 		goGuests.wasm = map[string][]byte{}
 	}
 	goGuests.wasm[name] = wasm
 	return wasm
+}
+
+// runSDKCase runs the conformance case c on m (a job of c's payload, headers and
+// attempt, with the tables' job id) and checks its kind, reason, output, code and
+// delay against c's.
+func runSDKCase(t *testing.T, m *host.Module, c abitest.SDKCase) host.Execution {
+	t.Helper()
+	env := backend.NewEnvelope("conformance", []byte(c.Payload))
+	env.ID, env.Headers = abitest.SDKJobID, c.Headers
+	x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: 5}, nil)
+	if string(x.Kind) != c.Kind || x.Reason != c.Reason || string(x.Output) != c.Output {
+		t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Kind, x.Reason, x.Output, c.Kind, c.Reason, c.Output)
+	}
+	if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
+		t.Errorf("%q: code %v, want %v", c.Payload, deref(x.Code), deref(c.Code))
+	}
+	if (x.Delay == nil) != (c.DelayMs == nil) || (x.Delay != nil && x.Delay.Milliseconds() != *c.DelayMs) {
+		t.Errorf("%q: delay %v, want %v", c.Payload, deref(x.Delay), deref(c.DelayMs))
+	}
+	return x
 }
 
 // TestSDKConformance runs every language's conformance handler through the host on the
@@ -90,24 +103,9 @@ func TestSDKConformance(t *testing.T) {
 	for _, lang := range abitest.Languages {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
-			m, err := e.Load(context.Background(), "conformance", guestModule(t, lang+"-conformance"), host.Manifest{MaxAttempts: 5})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Retire()
+			m := loadModule(t, e, "conformance", guestModule(t, lang+"-conformance"), host.Manifest{MaxAttempts: 5})
 			for _, c := range abitest.SDKCases() {
-				env := backend.NewEnvelope("conformance", []byte(c.Payload))
-				env.ID, env.Headers = abitest.SDKJobID, c.Headers
-				x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: 5}, nil)
-				if string(x.Kind) != c.Kind || x.Reason != c.Reason || string(x.Output) != c.Output {
-					t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Kind, x.Reason, x.Output, c.Kind, c.Reason, c.Output)
-				}
-				if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
-					t.Errorf("%q: code %v, want %v", c.Payload, deref(x.Code), deref(c.Code))
-				}
-				if (x.Delay == nil) != (c.DelayMs == nil) || (x.Delay != nil && x.Delay.Milliseconds() != *c.DelayMs) {
-					t.Errorf("%q: delay %v, want %v", c.Payload, deref(x.Delay), deref(c.DelayMs))
-				}
+				x := runSDKCase(t, m, c)
 				var logs []abitest.Log
 				for _, l := range x.Logs {
 					logs = append(logs, abitest.Log{Level: levelNames[l.Level.String()], Msg: l.Msg})
@@ -167,12 +165,8 @@ func TestExamples(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := e.Load(context.Background(), ex.name, guestModule(t, ex.name), man)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Retire()
-			x := m.Run(context.Background(), &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), []byte(ex.payload)), Attempt: 1, MaxAttempts: 3}, nil)
+			m := loadModule(t, e, ex.name, guestModule(t, ex.name), man)
+			x := run(m, ex.payload)
 			if string(x.Kind) != ex.wantKind || (ex.wantKind == "ack" && string(x.Output) != ex.wantOutput) {
 				t.Fatalf("kind %s reason %q output %q", x.Kind, x.Reason, x.Output)
 			}
@@ -218,10 +212,7 @@ func testSyncContact(t *testing.T, e *host.Engine) {
 	}))
 	t.Cleanup(srv.Close)
 	dir := filepath.Join(abitest.Dir(), "..", "examples", "sync-contact-ts")
-	toml, err := os.ReadFile(filepath.Join(dir, "sync-contact-ts.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	toml := mustRead(t, filepath.Join(dir, "sync-contact-ts.toml"))
 	if !strings.Contains(string(toml), `"http://127.0.0.1:9000"`) {
 		t.Fatal("the example's manifest no longer grants its local CRM on port 9000")
 	}
@@ -244,7 +235,7 @@ func testSyncContact(t *testing.T, e *host.Engine) {
 		{srv.URL, "not an address", "Ada", "dead_letter", "", "contact: want {email, name}"},
 	} {
 		payload, _ := json.Marshal(map[string]any{"crm": c.crm, "contact": map[string]string{"email": c.email, "name": c.name}})
-		x := m.Run(context.Background(), &worker.Job{Envelope: backend.NewEnvelope(m.Queue(), payload), Attempt: 1, MaxAttempts: 3}, nil)
+		x := run(m, string(payload))
 		if string(x.Kind) != c.kind || string(x.Output) != c.output || !strings.HasPrefix(x.Reason, c.reason) || (c.reason == "" && x.Reason != "") {
 			t.Errorf("%s: %s %q %q, want %s %q %q", payload, x.Kind, x.Reason, x.Output, c.kind, c.reason, c.output)
 		}

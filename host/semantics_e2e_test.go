@@ -13,7 +13,6 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
-	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -43,14 +42,10 @@ func newSemanticsRig(t *testing.T, manifest string, concurrency int) *semanticsR
 // newSemanticsRigOf is newSemanticsRig serving the testdata module rel.
 func newSemanticsRigOf(t *testing.T, rel, manifest string, concurrency int) *semanticsRig {
 	t.Helper()
-	ctx := context.Background()
 	m := loadFile(t, httpEngine(t, nil), rel, manifest)
-	b, err := pebble.Open(ctx, pebble.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openPebble(t)
 	r := &semanticsRig{t: t, b: b, queue: m.Queue(), settles: map[string][]worker.Event{}, anyAck: make(chan struct{}, 1)}
-	w := worker.New(b, worker.Config{Concurrency: concurrency, Observer: worker.ObserverFunc(func(ev worker.Event) {
+	serve(t, b, m, worker.Config{Concurrency: concurrency, Observer: worker.ObserverFunc(func(ev worker.Event) {
 		if ev.Kind != worker.EventSettled {
 			return
 		}
@@ -67,20 +62,6 @@ func newSemanticsRigOf(t *testing.T, rel, manifest string, concurrency int) *sem
 			}
 		}
 	})})
-	if err := w.Register(ctx, host.NewHandler(m, nil).Queue()); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := w.Stop(ctx); err != nil {
-			t.Errorf("worker stop: %v", err)
-		}
-		b.Close(context.Background())
-	})
 	return r
 }
 

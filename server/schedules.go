@@ -126,7 +126,7 @@ func startSchedules(ctx context.Context, s *schedule.Scheduler, reg *host.Regist
 				continue
 			}
 			mod := h.Module()
-			for _, spec := range mod.Manifest().Schedules {
+			for _, spec := range mod.Manifest().Schedules() {
 				entries = append(entries, schedule.Entry{Module: m.Name, Queue: mod.Queue(), Spec: spec})
 			}
 		}

@@ -3,7 +3,9 @@ package worker_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -30,7 +32,29 @@ type rig struct {
 // noJitter makes backoff deterministic: the wait is the ceiling.
 func noJitter(ceiling time.Duration) time.Duration { return ceiling }
 
+// newRig returns a started worker on a memory backend, with queues registered. Its
+// events are recorded (cfg.Observer sees them too), its backoff has no jitter unless
+// cfg says otherwise, and it stops, then its backend closes, with the test.
 func newRig(t *testing.T, cfg worker.Config, queues ...worker.Queue) *rig {
+	return newRigOn(t, nil, cfg, queues...)
+}
+
+// newRigOn is newRig with the worker on wrap(the memory backend): a backend that
+// injects a fault. Nil wrap is the memory backend itself.
+func newRigOn(t *testing.T, wrap func(backend.Backend) backend.Backend, cfg worker.Config, queues ...worker.Queue) *rig {
+	t.Helper()
+	r := newIdleRig(t, wrap, cfg)
+	for _, q := range queues {
+		r.register(q)
+	}
+	if err := r.w.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return r
+}
+
+// newIdleRig is newRigOn before any Register or Start: for the tests of what those do.
+func newIdleRig(t *testing.T, wrap func(backend.Backend) backend.Backend, cfg worker.Config) *rig {
 	t.Helper()
 	r := &rig{t: t, b: memory.New(memory.Config{})}
 	if cfg.Jitter == nil {
@@ -45,20 +69,33 @@ func newRig(t *testing.T, cfg worker.Config, queues ...worker.Queue) *rig {
 			obs.Observe(e)
 		}
 	})
-	r.w = worker.New(r.b, cfg)
-	for _, q := range queues {
-		if err := r.w.Register(context.Background(), q); err != nil {
-			t.Fatalf("Register(%s): %v", q.Name, err)
-		}
+	var b backend.Backend = r.b
+	if wrap != nil {
+		b = wrap(r.b)
 	}
-	if err := r.w.Start(context.Background()); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
+	r.w = worker.New(b, cfg)
 	t.Cleanup(func() {
 		r.stop(time.Minute)
 		r.b.Close(context.Background())
 	})
 	return r
+}
+
+// wrapping returns the wrap (of newRigOn) that puts the fault-injecting backend w
+// over the rig's: w embeds it, as *inner.
+func wrapping(w backend.Backend, inner *backend.Backend) func(backend.Backend) backend.Backend {
+	return func(b backend.Backend) backend.Backend {
+		*inner = b
+		return w
+	}
+}
+
+// register registers q, failing the test if it cannot.
+func (r *rig) register(q worker.Queue) {
+	r.t.Helper()
+	if err := r.w.Register(context.Background(), q); err != nil {
+		r.t.Fatalf("Register(%s): %v", q.Name, err)
+	}
 }
 
 // stop stops the worker once, with a drain timeout.
@@ -149,3 +186,48 @@ func (l *runLog) all() []run {
 	defer l.mu.Unlock()
 	return append([]run(nil), l.runs...)
 }
+
+// handler returns a handler that records each run in l, then runs f.
+func (l *runLog) handler(f func(ctx context.Context, j *worker.Job) worker.Result) worker.Handler {
+	return worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
+		l.add(j)
+		return f(ctx, j)
+	})
+}
+
+// script returns a handler that records each run in l and gives the n-th run (of
+// every job) results[n-1]; an ack once they run out.
+func (l *runLog) script(results ...worker.Result) worker.Handler {
+	return l.handler(func(context.Context, *worker.Job) worker.Result {
+		if n := len(l.all()); n <= len(results) {
+			return results[n-1]
+		}
+		return worker.Result{}
+	})
+}
+
+// notYet checks, once every goroutine of the bubble is blocked, that nothing came on
+// c: what a call returned too early fails the test with msg (a format for it).
+func notYet(t *testing.T, c <-chan error, msg string) {
+	t.Helper()
+	synctest.Wait()
+	select {
+	case err := <-c:
+		t.Fatalf(msg, err)
+	default:
+	}
+}
+
+// counting returns a handler that acks every job and counts it in n.
+func counting(n *atomic.Int32) worker.Handler {
+	return worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result {
+		n.Add(1)
+		return worker.Result{}
+	})
+}
+
+// nop acks every job; retryAll retries every job.
+var (
+	nop      = worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{} })
+	retryAll = worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{Outcome: worker.Retry} })
+)

@@ -10,19 +10,18 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
-// slowAcks wraps a backend so that every Ack takes ackTime.
-type slowAcks struct {
+// mapDeliveries wraps a backend: each delivery of its streams reaches the worker as
+// wrap makes it, to inject a fault into its settles.
+type mapDeliveries struct {
 	backend.Backend
-	ackTime time.Duration
-	acked   atomic.Int32
+	wrap func(backend.Delivery) backend.Delivery
 }
 
-func (s *slowAcks) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
-	st, err := s.Backend.Consume(ctx, q)
+func (m *mapDeliveries) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	st, err := m.Backend.Consume(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -30,22 +29,85 @@ func (s *slowAcks) Consume(ctx context.Context, q backend.QueueConfig) (backend.
 	go func() {
 		defer close(out)
 		for d := range st.Deliveries() {
-			out <- &slowAck{Delivery: d, b: s}
+			out <- m.wrap(d)
 		}
 	}()
 	return &wrappedStream{Stream: st, ch: out}, nil
 }
 
+// hangingSettles wraps a backend so that publishing settles (retry, defer, dead
+// letter) wait until their context ends, as they do on a broker that went away.
+func hangingSettles(b backend.Backend) backend.Backend {
+	return &mapDeliveries{Backend: b, wrap: func(d backend.Delivery) backend.Delivery { return hangingDelivery{d} }}
+}
+
+type hangingDelivery struct{ backend.Delivery }
+
+func (hangingDelivery) Retry(ctx context.Context, _ backend.Envelope, _ time.Duration) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// dropWaits wraps a backend so that a stream's Drop waits until the stream's context
+// ends, as a RabbitMQ stream does while it waits for a lost connection.
+func dropWaits(b backend.Backend) backend.Backend { return &dropWaiting{b} }
+
+type dropWaiting struct{ backend.Backend }
+
+func (d *dropWaiting) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	st, err := d.Backend.Consume(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return &waitingDrop{Stream: st, ctx: ctx}, nil
+}
+
+type waitingDrop struct {
+	backend.Stream
+	ctx context.Context
+}
+
+func (s *waitingDrop) Drop() {
+	<-s.ctx.Done()
+	s.Stream.Drop()
+}
+
+// deafSettles wraps a backend so that publishing settles ignore their context and wait
+// until release is closed: a backend that breaks its promise.
+func deafSettles(b backend.Backend, release chan struct{}) backend.Backend {
+	return &mapDeliveries{Backend: b, wrap: func(d backend.Delivery) backend.Delivery { return deafDelivery{d, release} }}
+}
+
+type deafDelivery struct {
+	backend.Delivery
+	release chan struct{}
+}
+
+func (d deafDelivery) Retry(context.Context, backend.Envelope, time.Duration) error {
+	<-d.release
+	return errors.New("released")
+}
+
+// slowAcks makes every Ack of the backend it wraps take ackTime, and counts them.
+type slowAcks struct {
+	ackTime time.Duration
+	acked   atomic.Int32
+}
+
+func (s *slowAcks) wrap(b backend.Backend) backend.Backend {
+	return &mapDeliveries{Backend: b, wrap: func(d backend.Delivery) backend.Delivery { return &slowAck{Delivery: d, s: s} }}
+}
+
 type slowAck struct {
 	backend.Delivery
-	b *slowAcks
+	s *slowAcks
 }
 
 func (d *slowAck) Ack(ctx context.Context) error {
-	time.Sleep(d.b.ackTime)
+	time.Sleep(d.s.ackTime)
 	err := d.Delivery.Ack(ctx)
 	if err == nil {
-		d.b.acked.Add(1)
+		d.s.acked.Add(1)
 	}
 	return err
 }
@@ -60,36 +122,23 @@ func (w *wrappedStream) Deliveries() <-chan backend.Delivery { return w.ch }
 func TestStopWaitsForSlowJobAndItsAck(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		mb := memory.New(memory.Config{})
-		defer mb.Close(ctx)
-		b := &slowAcks{Backend: mb, ackTime: 2 * time.Second}
-		w := worker.New(b, worker.Config{})
+		b := &slowAcks{ackTime: 2 * time.Second}
 		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
 			time.Sleep(5 * time.Second)
 			return worker.Result{}
 		})
-		if err := w.Register(ctx, worker.Queue{Name: "q", Handler: h}); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := mb.Publish(ctx, backend.NewEnvelope("q", nil), 0); err != nil {
-			t.Fatal(err)
-		}
+		r := newRigOn(t, b.wrap, worker.Config{}, worker.Queue{Name: "q", Handler: h})
+		r.publish("q", "")
 		time.Sleep(time.Second)
 		start := time.Now()
-		stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		if err := w.Stop(stopCtx); err != nil {
+		if err := r.stop(time.Minute); err != nil {
 			t.Fatalf("Stop: %v", err)
 		}
 		// The job had 4 s to run and its ack 2 s: Stop returns only after both.
 		if took := time.Since(start); took != 6*time.Second || b.acked.Load() != 1 {
 			t.Fatalf("Stop returned after %v with %d acks, want 6s and 1", took, b.acked.Load())
 		}
-		if st, _ := mb.Stats("q"); st.Acked != 1 || st.Pending+st.Unacked != 0 {
+		if st := r.stats("q"); st.Acked != 1 || st.Pending+st.Unacked != 0 {
 			t.Fatalf("stats after Stop: %+v", st)
 		}
 	})
@@ -141,173 +190,67 @@ func TestDrainTimeoutLeavesUnfinishedUnacked(t *testing.T) {
 	})
 }
 
-func TestUnregisterWaitsAndKeepsQueuedJobs(t *testing.T) {
+// TestStopEndsSettlesAtTheDrainDeadline: the drain timeout is a promise. A settle
+// under way when it passes ends with it, not at its own, longer, SettleTimeout.
+func TestStopEndsSettlesAtTheDrainDeadline(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		var ran atomic.Int32
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			time.Sleep(2 * time.Second)
-			ran.Add(1)
-			return worker.Result{}
-		})
-		r := newRig(t, worker.Config{Concurrency: 2}, worker.Queue{Name: "q", Handler: h})
-		for range 6 {
-			r.publish("q", "x")
-		}
-		time.Sleep(time.Second)
+		r := newRigOn(t, hangingSettles, worker.Config{SettleTimeout: time.Hour}, worker.Queue{Name: "q", Handler: retryAll})
+		r.publish("q", "")
+		synctest.Wait() // the job runs and its settle waits
 		start := time.Now()
-		if err := r.w.Unregister(context.Background(), "q"); err != nil {
-			t.Fatal(err)
+		err := r.stop(5 * time.Second)
+		if took := time.Since(start); took != 5*time.Second {
+			t.Fatalf("Stop returned after %v, want the 5s drain timeout", took)
 		}
-		if took := time.Since(start); took != time.Second || ran.Load() != 2 {
-			t.Fatalf("Unregister returned after %v with %d jobs done, want 1s and 2", took, ran.Load())
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("stop: %v, want the drain timeout", err)
 		}
-		time.Sleep(time.Minute)
-		if st := r.stats("q"); st.Pending != 4 || st.Acked != 2 || ran.Load() != 2 {
-			t.Fatalf("after Unregister: stats %+v, ran %d", st, ran.Load())
-		}
-		// Registering again resumes the queue.
-		if err := r.w.Register(context.Background(), worker.Queue{Name: "q", Handler: h}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Minute)
-		if st := r.stats("q"); st.Acked != 6 {
-			t.Fatalf("after registering again: %+v", st)
+		if st := r.stats("q"); st.Acked != 0 || st.Pending+st.Unacked != 1 {
+			t.Fatalf("stats %+v: the job must stay for the backend to deliver again", st)
 		}
 	})
 }
 
-func TestUnregisterTimeoutReturnsJobs(t *testing.T) {
+// TestStopEndsStreamsBeforeDroppingThem: Stop cancels a stream's context before it
+// drops the stream, so that a stream stuck on a lost connection cannot hold Stop.
+func TestStopEndsStreamsBeforeDroppingThem(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r := newRigOn(t, dropWaits, worker.Config{}, worker.Queue{Name: "q", Handler: nop})
+		stopped := make(chan error, 1)
+		go func() { stopped <- r.w.Stop(context.Background()) }()
+		synctest.Wait()
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("Stop waits on a stream it dropped before ending its context")
+			// (the bubble then reports the stuck goroutines)
+		}
+	})
+}
+
+// TestStopIsBoundedWhenASettleIgnoresItsContext: even a backend whose settle ignores
+// its context cannot hold Stop past the drain deadline plus its grace; Stop says so.
+func TestStopIsBoundedWhenASettleIgnoresItsContext(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			<-release
-			return worker.Result{}
-		})
-		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h})
-		r.publish("q", "x")
-		synctest.Wait()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := r.w.Unregister(ctx, "q"); err == nil || !strings.Contains(err.Error(), "1 jobs still running") {
-			t.Fatalf("Unregister = %v", err)
+		defer close(release) // before the bubble ends, the stuck settle returns
+		wrap := func(b backend.Backend) backend.Backend { return deafSettles(b, release) }
+		r := newRigOn(t, wrap, worker.Config{SettleTimeout: time.Hour}, worker.Queue{Name: "q", Handler: retryAll})
+		r.publish("q", "")
+		synctest.Wait() // the job runs and its settle hangs
+		start := time.Now()
+		err := r.stop(5 * time.Second)
+		if took := time.Since(start); took > 5*time.Second+time.Second {
+			t.Fatalf("Stop returned after %v, want the 5s drain timeout plus its 1s grace at most", took)
 		}
-		close(release)
-		synctest.Wait()
-		// The job's ack failed (its stream was dropped): it is back in the queue, not lost.
-		if st := r.stats("q"); st.Pending != 1 || st.Acked != 0 {
-			t.Fatalf("stats %+v", st)
-		}
-		if r.eventsOf(worker.EventSettleFailed) != 1 {
-			t.Fatal("the failed ack was not reported")
-		}
-	})
-}
-
-func TestRegisterAgainSwapsHandler(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		mk := func(v string) worker.Handler {
-			return worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-				time.Sleep(time.Second)
-				return worker.Result{Version: v}
-			})
-		}
-		r := newRig(t, worker.Config{Concurrency: 1}, worker.Queue{Name: "q", Handler: mk("v1")})
-		for range 4 {
-			r.publish("q", "x")
-		}
-		time.Sleep(1500 * time.Millisecond)
-		if err := r.w.Register(context.Background(), worker.Queue{Name: "q", Handler: mk("v2")}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Minute)
-		var versions []string
-		for _, e := range r.settled() {
-			versions = append(versions, e.Result.Version)
-		}
-		if got := strings.Join(versions, ","); got != "v1,v1,v2,v2" {
-			t.Fatalf("versions %s: a running job keeps its handler, new ones get the new one", got)
-		}
-	})
-}
-
-// flaky wraps a backend so that its first stream ends with a transport error after
-// one delivery.
-type flaky struct {
-	backend.Backend
-	consumed atomic.Int32
-}
-
-type endingStream struct {
-	backend.Stream
-	ch  chan backend.Delivery
-	err error
-}
-
-func (s *endingStream) Deliveries() <-chan backend.Delivery { return s.ch }
-func (s *endingStream) Err() error                          { return s.err }
-
-func (f *flaky) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
-	st, err := f.Backend.Consume(ctx, q)
-	if err != nil || f.consumed.Add(1) > 1 {
-		return st, err
-	}
-	es := &endingStream{Stream: st, ch: make(chan backend.Delivery), err: &backend.TransportError{Op: "consume", Err: errors.New("connection reset")}}
-	go func() {
-		defer close(es.ch)
-		es.ch <- <-st.Deliveries()
-		st.Drop()
-	}()
-	return es, nil
-}
-
-func TestStreamLostIsResubscribed(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		ctx := context.Background()
-		mb := memory.New(memory.Config{})
-		defer mb.Close(ctx)
-		f := &flaky{Backend: mb}
-		w := worker.New(f, worker.Config{})
-		var ran atomic.Int32
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			ran.Add(1)
-			return worker.Result{}
-		})
-		if err := w.Register(ctx, worker.Queue{Name: "q", Handler: h}); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		for range 5 {
-			if err := mb.Publish(ctx, backend.NewEnvelope("q", nil), 0); err != nil {
-				t.Fatal(err)
-			}
-		}
-		time.Sleep(time.Minute)
-		st, _ := mb.Stats("q")
-		if f.consumed.Load() != 2 || st.Acked+st.Pending != 5 || ran.Load() < 5 {
-			t.Fatalf("consumed %d times, ran %d, stats %+v", f.consumed.Load(), ran.Load(), st)
-		}
-		if err := w.Stop(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
-}
-
-func TestBackendClosedStopsConsuming(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			return worker.Result{}
-		})})
-		r.b.Close(context.Background())
-		synctest.Wait()
-		if err := r.stop(time.Second); err != nil {
-			t.Fatal(err)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "1 settles still under way") {
+			t.Fatalf("stop: %v, want the drain timeout and the stuck settle named", err)
 		}
 	})
 }

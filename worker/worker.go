@@ -20,8 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,9 +41,6 @@ const (
 	DefaultSettleTimeout  = 30 * time.Second
 	DefaultReadyPoll      = 50 * time.Millisecond
 )
-
-// resubscribeBackoff paces the subscriptions again of a stream that ended.
-var resubscribeBackoff = backoff.Policy{Base: 100 * time.Millisecond, Cap: 30 * time.Second}
 
 // Backoff is exponential backoff with full jitter: before attempt n+1 the job waits a
 // random time between 0 and min(Cap, Base * 2^(n-1)).
@@ -180,37 +175,52 @@ type queueState struct {
 	limiter *rate.Limiter
 }
 
-// subscription is the outcome of a queue's first subscription, which a Register of the
-// same queue made meanwhile waits for, so that it does not report a queue served that
-// is not.
-type subscription struct {
-	done chan struct{} // closed once err is set
-	err  error
-}
-
-func newSubscription() *subscription { return &subscription{done: make(chan struct{})} }
-
-// settle records the outcome and wakes the waiters. Call it with Worker.mu held, once.
-func (s *subscription) settle(err error) {
-	s.err = err
-	close(s.done)
-}
-
-// wait returns the outcome, or ctx's error when ctx ends first.
-func (s *subscription) wait(ctx context.Context) error {
-	select {
-	case <-s.done:
-		return s.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // policy is what a job of a queue runs with; a job keeps the policy it started with.
 type policy struct {
 	spec    Queue
 	handler Handler // spec.Handler wrapped in its middleware
 	limit   int32   // 0: none
+}
+
+func (w *Worker) newQueueState(q Queue) *queueState {
+	switch {
+	case q.PriorityLevels == 0:
+		q.PriorityLevels = DefaultPriorityLevels
+	case q.PriorityLevels < 0:
+		q.PriorityLevels = 0
+	}
+	q.MaxAttempts = positiveOr(q.MaxAttempts, w.cfg.MaxAttempts)
+	q.MaxDefers = positiveOr(q.MaxDefers, w.cfg.MaxDefers)
+	q.Backoff.Base = positiveOr(q.Backoff.Base, w.cfg.Backoff.Base)
+	q.Backoff.Cap = positiveOr(q.Backoff.Cap, w.cfg.Backoff.Cap)
+	if q.Rate < 0 {
+		w.log.Warn("negative queue rate ignored: the queue is not rate limited", slog.String("queue", q.Name), slog.Float64("rate", float64(q.Rate)))
+	}
+	if q.Rate < 0 || q.Rate == rate.Inf {
+		q.Rate = 0
+	}
+	q.Burst = positiveOr(q.Burst, 1)
+	limit := min(max(q.Concurrency, 0), w.cfg.Concurrency)
+	prefetch := q.Prefetch
+	if prefetch == 0 {
+		prefetch = w.cfg.Concurrency
+		if limit > 0 {
+			prefetch = limit
+		}
+	}
+	// A rate-limited queue starts at most Burst jobs at once: a broker that pushes
+	// more ahead (RabbitMQ) would have them wait here claimed, unseen by other hosts.
+	if q.Rate > 0 {
+		prefetch = min(prefetch, q.Burst)
+	}
+	mw := append([]Middleware{Recover}, q.Middleware...)
+	mw = append(mw, Deadline(q.Timeout))
+	qs := &queueState{
+		qc:      backend.QueueConfig{Name: q.Name, Prefetch: prefetch, PriorityLevels: q.PriorityLevels},
+		drained: make(chan struct{}),
+	}
+	qs.policy.Store(&policy{spec: q, handler: Chain(q.Handler, mw...), limit: int32(limit)})
+	return qs
 }
 
 // New returns a worker for b. Register queues, then Start it.
@@ -274,231 +284,6 @@ func positiveOr[T int | time.Duration](v, def T) T {
 
 // ErrStopped is returned by Register and Start on a worker that is stopping.
 var ErrStopped = errors.New("worker stopped")
-
-// Register declares q on the backend and, once the worker is started, consumes it.
-// Registering a queue that is already registered replaces its handler and policies
-// for the jobs that start from then on; its stream, prefetch and priority levels stay.
-// If the queue cannot be consumed, Register fails and the queue is not registered, so
-// that registering it again tries again. Register returns only once it knows: a
-// Register made while Start is subscribing, or while another Register of the same new
-// queue is, waits for that outcome and fails with it. ctx bounds the calls to the
-// backend and that wait.
-func (w *Worker) Register(ctx context.Context, q Queue) error {
-	if q.Handler == nil {
-		return fmt.Errorf("register queue %q: nil handler", q.Name)
-	}
-	qs := w.newQueueState(q)
-	if err := w.b.Declare(ctx, qs.qc); err != nil {
-		return fmt.Errorf("register queue %q: %w", q.Name, err)
-	}
-	w.mu.Lock()
-	if w.stopping {
-		w.mu.Unlock()
-		return ErrStopped
-	}
-	if old, ok := w.queues[q.Name]; ok && !old.removed {
-		// Keep the stream and the running count; swap the policy.
-		old.policy.Store(qs.policy.Load())
-		w.signal()
-		sub := old.sub
-		if !w.started && !w.starting {
-			sub = nil // Start consumes it, and says how that went
-		}
-		w.mu.Unlock()
-		if sub == nil {
-			return nil
-		}
-		if err := sub.wait(ctx); err != nil {
-			return fmt.Errorf("register queue %q: %w", q.Name, err)
-		}
-		return nil
-	}
-	qs.life, qs.endLife = context.WithCancel(w.stopCtx)
-	qs.sub = newSubscription()
-	w.queues[q.Name] = qs
-	started, starting := w.started, w.starting
-	w.mu.Unlock()
-	var err error
-	switch {
-	case !started && !starting:
-		return nil // Start consumes it
-	case started:
-		// No lock across the backend: settles and the dispatcher go on meanwhile.
-		err = w.subscribe(ctx, qs)
-		w.mu.Lock()
-		qs.sub.settle(err)
-		w.mu.Unlock()
-	default:
-		// Start subscribes it, in its loop: its outcome is Start's.
-		err = qs.sub.wait(ctx)
-	}
-	if err != nil {
-		w.forget(qs)
-		return fmt.Errorf("register queue %q: %w", q.Name, err)
-	}
-	return nil
-}
-
-// forget removes a queue whose registration failed: nothing consumes it, and a
-// subscription still under way for it gives up.
-func (w *Worker) forget(qs *queueState) {
-	w.mu.Lock()
-	if w.queues[qs.qc.Name] == qs {
-		delete(w.queues, qs.qc.Name)
-	}
-	qs.removed = true
-	s, cancel := qs.stream, qs.cancel
-	qs.stream, qs.cancel = nil, nil
-	w.signal()
-	w.mu.Unlock()
-	qs.endLife()
-	endStream(s, cancel)
-}
-
-func (w *Worker) newQueueState(q Queue) *queueState {
-	switch {
-	case q.PriorityLevels == 0:
-		q.PriorityLevels = DefaultPriorityLevels
-	case q.PriorityLevels < 0:
-		q.PriorityLevels = 0
-	}
-	q.MaxAttempts = positiveOr(q.MaxAttempts, w.cfg.MaxAttempts)
-	q.MaxDefers = positiveOr(q.MaxDefers, w.cfg.MaxDefers)
-	q.Backoff.Base = positiveOr(q.Backoff.Base, w.cfg.Backoff.Base)
-	q.Backoff.Cap = positiveOr(q.Backoff.Cap, w.cfg.Backoff.Cap)
-	if q.Rate < 0 {
-		w.log.Warn("negative queue rate ignored: the queue is not rate limited", slog.String("queue", q.Name), slog.Float64("rate", float64(q.Rate)))
-	}
-	if q.Rate < 0 || q.Rate == rate.Inf {
-		q.Rate = 0
-	}
-	q.Burst = positiveOr(q.Burst, 1)
-	limit := min(max(q.Concurrency, 0), w.cfg.Concurrency)
-	prefetch := q.Prefetch
-	if prefetch == 0 {
-		prefetch = w.cfg.Concurrency
-		if limit > 0 {
-			prefetch = limit
-		}
-	}
-	// A rate-limited queue starts at most Burst jobs at once: a broker that pushes
-	// more ahead (RabbitMQ) would have them wait here claimed, unseen by other hosts.
-	if q.Rate > 0 {
-		prefetch = min(prefetch, q.Burst)
-	}
-	mw := append([]Middleware{Recover}, q.Middleware...)
-	mw = append(mw, Deadline(q.Timeout))
-	qs := &queueState{
-		qc:      backend.QueueConfig{Name: q.Name, Prefetch: prefetch, PriorityLevels: q.PriorityLevels},
-		drained: make(chan struct{}),
-	}
-	qs.policy.Store(&policy{spec: q, handler: Chain(q.Handler, mw...), limit: int32(limit)})
-	return qs
-}
-
-// unwanted reports whether qs is no longer to be consumed, and what subscribe then
-// returns: ErrStopped while the worker stops, nil for a queue that was removed.
-func (w *Worker) unwanted(qs *queueState) (bool, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch {
-	case w.stopping:
-		return true, ErrStopped
-	case qs.removed:
-		return true, nil
-	}
-	return false, nil
-}
-
-// subscribe starts consuming qs, without w.mu held: Consume can wait on the network.
-// ctx and the queue's life bound the call; the stream itself lives until Stop ends the
-// streams or the queue is unregistered. A queue removed before or during the call is
-// not consumed; a worker stopping meanwhile fails with ErrStopped.
-func (w *Worker) subscribe(ctx context.Context, qs *queueState) error {
-	if done, err := w.unwanted(qs); done {
-		return err
-	}
-	ctx, endCall := context.WithCancel(ctx)
-	defer endCall()
-	defer context.AfterFunc(qs.life, endCall)()
-	sctx, cancel := context.WithCancel(w.streamCtx)
-	stop := context.AfterFunc(ctx, cancel)
-	s, err := w.b.Consume(sctx, qs.qc)
-	if !stop() && err == nil {
-		// ctx or the queue's life ended during the call, and with it the new stream's
-		// context.
-		err = ctx.Err()
-		s.Drop()
-	}
-	if err != nil {
-		cancel()
-		if done, err := w.unwanted(qs); done {
-			return err // stopping, or the queue went while the call waited
-		}
-		return fmt.Errorf("consume queue %q: %w", qs.qc.Name, err)
-	}
-	w.mu.Lock()
-	if w.stopping || qs.removed {
-		stopping := w.stopping
-		w.mu.Unlock()
-		cancel()
-		s.Drop()
-		if stopping {
-			return ErrStopped
-		}
-		return nil
-	}
-	qs.stream, qs.cancel = s, cancel
-	w.signal()
-	w.mu.Unlock()
-	return nil
-}
-
-// endStream ends a stream taken from its queue: its context first, so that a stream
-// waiting for a lost connection gives up, then Drop, which returns what it holds.
-func endStream(s backend.Stream, cancel context.CancelFunc) {
-	if cancel != nil {
-		cancel()
-	}
-	if s != nil {
-		s.Drop()
-	}
-}
-
-// Unregister stops taking jobs from the queue, waits for its running jobs to finish
-// and settle (or for ctx), then ends its stream: whatever the stream held goes back to
-// the backend. Queued jobs stay in the backend.
-func (w *Worker) Unregister(ctx context.Context, name string) error {
-	w.mu.Lock()
-	qs, ok := w.queues[name]
-	if !ok || qs.removed {
-		w.mu.Unlock()
-		return fmt.Errorf("unregister queue %q: not registered", name)
-	}
-	qs.removed = true
-	if qs.running.Load() == 0 {
-		qs.drainOnce.Do(func() { close(qs.drained) })
-	}
-	w.signal()
-	w.mu.Unlock()
-	qs.endLife() // a subscription under way or waiting to try again gives up
-
-	var err error
-	select {
-	case <-qs.drained:
-	case <-ctx.Done():
-		err = fmt.Errorf("unregister queue %q: %d jobs still running, left unacknowledged: %w", name, qs.running.Load(), ctx.Err())
-	}
-	w.mu.Lock()
-	s, cancel := qs.stream, qs.cancel
-	qs.stream, qs.cancel = nil, nil
-	if w.queues[name] == qs {
-		delete(w.queues, name)
-	}
-	w.mu.Unlock()
-	endStream(s, cancel)
-	return err
-}
 
 // Start consumes every registered queue and starts taking jobs; ctx bounds the calls
 // to the backend. It returns once every queue is consumed; Stop ends the work. If a
@@ -586,20 +371,6 @@ func isDone(c <-chan struct{}) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// task is a delivery on its way to a runner.
-type task struct {
-	qs *queueState
-	d  backend.Delivery
-}
-
-// runner runs the tasks the dispatcher hands it until the dispatcher ends. Long-lived
-// runners, one per slot, keep their grown stacks: a goroutine per job costs more.
-func (w *Worker) runner() {
-	for t := range w.tasks {
-		w.process(t.qs, t.d)
 	}
 }
 
@@ -699,278 +470,4 @@ func (w *Worker) Running() map[string]int {
 		out[name] = int(qs.running.Load())
 	}
 	return out
-}
-
-// signal wakes the dispatcher to look at the queues again.
-func (w *Worker) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
-
-// dispatch is the capacity loop: a slot first, then a delivery.
-func (w *Worker) dispatch() {
-	defer close(w.dispatchDone)
-	defer close(w.tasks)
-	var d dispatcher
-	for {
-		select {
-		case w.slots <- struct{}{}:
-		case <-w.stop:
-			return
-		}
-		qs, del, ok := d.next(w)
-		if !ok {
-			<-w.slots
-			return
-		}
-		w.mu.Lock()
-		if qs.removed {
-			// Unregister counts on no job of the queue starting once it is removed: leave
-			// the delivery unsettled; dropping the stream gives it back to the backend.
-			w.mu.Unlock()
-			<-w.slots
-			continue
-		}
-		qs.running.Add(1)
-		w.jobs.add()
-		w.mu.Unlock()
-		w.tasks <- task{qs, del}
-	}
-}
-
-// dispatcher picks the next delivery among the eligible queues: round robin over those
-// with a delivery waiting, blocking on all of them when none has.
-type dispatcher struct {
-	eligible []*queueState
-	streams  []backend.Stream
-	cases    []reflect.SelectCase
-	rr       int
-}
-
-// next returns the next delivery and its queue, or false when the worker stops.
-func (d *dispatcher) next(w *Worker) (*queueState, backend.Delivery, bool) {
-	for {
-		notReady, rateWait := d.collect(w)
-		n := len(d.eligible)
-		for i := range n {
-			k := (d.rr + i) % n
-			select {
-			case del, ok := <-d.streams[k].Deliveries():
-				if !ok {
-					w.streamEnded(d.eligible[k], d.streams[k])
-					continue
-				}
-				d.rr = k + 1
-				return d.take(d.eligible[k], del)
-			default:
-			}
-		}
-		// Nothing waiting: block on every eligible stream, the stop signal, a change of
-		// queues or capacity, a poll for handlers that are not ready, and the moment a
-		// rate-limited queue may take its next job.
-		d.cases = append(d.cases[:0],
-			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.stop)},
-			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.wake)})
-		if notReady {
-			rateWait = min(rateWait, w.cfg.ReadyPoll)
-		}
-		if rateWait < noWait {
-			d.cases = append(d.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(time.After(rateWait))})
-		}
-		base := len(d.cases)
-		for _, s := range d.streams {
-			d.cases = append(d.cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.Deliveries())})
-		}
-		chosen, v, ok := reflect.Select(d.cases)
-		switch {
-		case chosen == 0:
-			return nil, nil, false
-		case chosen < base:
-			continue
-		case !ok:
-			w.streamEnded(d.eligible[chosen-base], d.streams[chosen-base])
-			continue
-		default:
-			d.rr = chosen - base + 1
-			return d.take(d.eligible[chosen-base], v.Interface().(backend.Delivery))
-		}
-	}
-}
-
-// noWait is collect's answer when no queue waits for its rate limit.
-const noWait = time.Duration(1<<63 - 1)
-
-// take spends the rate-limited queue's token for the delivery it just took. collect
-// offered the queue's stream only once a token was there, and only the dispatcher
-// spends them, so the token is still there.
-func (d *dispatcher) take(qs *queueState, del backend.Delivery) (*queueState, backend.Delivery, bool) {
-	// The limiter is read without Worker.mu: only the dispatcher's goroutine uses it.
-	if lim := qs.limiter; lim != nil && qs.policy.Load().spec.Rate > 0 {
-		lim.ReserveN(time.Now(), 1)
-	}
-	return qs, del, true
-}
-
-// collect gathers the queues that may take a job now; it reports whether any was
-// skipped only because its handler was not ready, and how long until the first queue
-// skipped for its rate limit may take one (noWait when none was).
-func (d *dispatcher) collect(w *Worker) (notReady bool, rateWait time.Duration) {
-	d.eligible, d.streams = d.eligible[:0], d.streams[:0]
-	rateWait = noWait
-	now := time.Now()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, qs := range w.queues {
-		pol := qs.policy.Load()
-		if qs.removed || qs.stream == nil || (pol.limit > 0 && qs.running.Load() >= pol.limit) {
-			continue
-		}
-		if r, ok := pol.spec.Handler.(Readier); ok && !r.Ready() {
-			notReady = true
-			continue
-		}
-		// Capacity first (the slot is held, the queue has room), then the rate: a
-		// queue is offered only when it may take a job now, so that no job is claimed
-		// to wait for its turn.
-		if wait := qs.untilToken(pol, now); wait > 0 {
-			rateWait = min(rateWait, wait)
-			continue
-		}
-		d.eligible = append(d.eligible, qs)
-		d.streams = append(d.streams, qs.stream)
-	}
-	return notReady, rateWait
-}
-
-// untilToken returns how long until the queue's limiter has a token to spend, 0 when
-// it has one now or the queue has no rate. It makes the limiter, or brings its rate
-// and burst up to a new registration's.
-func (qs *queueState) untilToken(pol *policy, now time.Time) time.Duration {
-	r, burst := pol.spec.Rate, pol.spec.Burst
-	if r <= 0 {
-		return 0
-	}
-	switch {
-	case qs.limiter == nil:
-		qs.limiter = rate.NewLimiter(r, burst)
-	case qs.limiter.Limit() != r || qs.limiter.Burst() != burst:
-		qs.limiter.SetLimitAt(now, r)
-		qs.limiter.SetBurstAt(now, burst)
-	}
-	missing := 1 - qs.limiter.TokensAt(now)
-	if missing <= 0 {
-		return 0
-	}
-	// Rounded up, and at least 1ns: a wait that ends a hair early would only find
-	// the token still missing and wait again. Computed in float and capped: a tiny
-	// rate's wait overflows a Duration, whose conversion would then be anything (1ns
-	// on amd64, a spinning dispatcher). A capped wait that ends early waits again.
-	ns := math.Ceil(missing / float64(r) * float64(time.Second))
-	if ns >= float64(maxRateWait) {
-		return maxRateWait
-	}
-	return max(time.Duration(ns), 1)
-}
-
-// maxRateWait caps the dispatcher's wait for a rate-limited queue's next token.
-const maxRateWait = time.Hour
-
-// streamEnded handles a stream that ended by itself: unless the worker or the queue is
-// going away, it subscribes again after a pause.
-func (w *Worker) streamEnded(qs *queueState, s backend.Stream) {
-	err := s.Err()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if qs.stream != s {
-		return
-	}
-	qs.cancel() // frees the ended stream's context
-	qs.stream, qs.cancel = nil, nil
-	if w.stopping || qs.removed {
-		return
-	}
-	if errors.Is(err, backend.ErrShutDown) {
-		w.log.Error("backend shut down: queue no longer consumed", slog.String("queue", qs.qc.Name))
-		return
-	}
-	w.log.Warn("stream ended; subscribing again", slog.String("queue", qs.qc.Name), slog.Any("error", err))
-	w.resubs.Add(1)
-	go w.resubscribe(qs)
-}
-
-// resubscribe consumes qs again, with backoff, until it succeeds, the backend is shut
-// down, the queue is removed (Unregister ends its life, and with it a wait or a call
-// under way) or the worker stops. It holds no lock while it waits or
-// calls the backend.
-func (w *Worker) resubscribe(qs *queueState) {
-	defer w.resubs.Done()
-	p := resubscribeBackoff
-	p.Jitter = w.cfg.Jitter
-	// A pause before the first attempt too: a stream that ends at once must not spin.
-	if backoff.Sleep(qs.life, p.Delay(1)) != nil {
-		return
-	}
-	backoff.Retry(qs.life, p, func(ctx context.Context, _ int) error {
-		err := w.subscribe(ctx, qs)
-		switch {
-		case err == nil, errors.Is(err, ErrStopped), ctx.Err() != nil:
-			return backoff.Permanent(err)
-		case errors.Is(err, backend.ErrShutDown):
-			w.log.Error("backend shut down: queue no longer consumed", slog.String("queue", qs.qc.Name))
-			return backoff.Permanent(err)
-		}
-		w.log.Warn("subscribing again failed", slog.String("queue", qs.qc.Name), slog.Any("error", err))
-		return err
-	})
-}
-
-// tracker counts work under way and lets a caller wait for it to reach zero.
-type tracker struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{} // closed when n reaches zero; nil when nobody waits
-}
-
-func (t *tracker) add() {
-	t.mu.Lock()
-	t.n++
-	t.mu.Unlock()
-}
-
-func (t *tracker) done() {
-	t.mu.Lock()
-	t.n--
-	if t.n == 0 && t.idle != nil {
-		close(t.idle)
-		t.idle = nil
-	}
-	t.mu.Unlock()
-}
-
-func (t *tracker) count() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.n
-}
-
-// wait returns when the count is zero, or ctx's error when ctx is done first.
-func (t *tracker) wait(ctx context.Context) error {
-	t.mu.Lock()
-	if t.n == 0 {
-		t.mu.Unlock()
-		return nil
-	}
-	if t.idle == nil {
-		t.idle = make(chan struct{})
-	}
-	idle := t.idle
-	t.mu.Unlock()
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -3,8 +3,8 @@ package worker_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -102,8 +103,7 @@ func TestOutcomeSettles(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				var log runLog
-				h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-					log.add(j)
+				h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result {
 					if len(log.all()) == 1 {
 						return tc.result(j)
 					}
@@ -138,8 +138,7 @@ func TestRetryBackoffSequenceAndMaxAttempts(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				var log runLog
-				h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-					log.add(j)
+				h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result {
 					return worker.Result{Outcome: worker.Failed, Reason: "boom"}
 				})
 				r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h, MaxAttempts: tc.queueMax,
@@ -169,8 +168,7 @@ func TestDeferReturnsAheadOfBacklog(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var log runLog
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			log.add(j)
+		h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result {
 			if string(j.Envelope.Payload) == "X" && j.Envelope.Defers == 0 {
 				return worker.Result{Outcome: worker.Defer, Delay: time.Second}
 			}
@@ -196,8 +194,7 @@ func TestDeferCapAndLastAttempt(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var log runLog
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			log.add(j)
+		h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result {
 			return worker.Result{Outcome: worker.Defer, Delay: time.Second, Reason: "wait"}
 		})
 		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h, MaxDefers: 3, MaxAttempts: 1})
@@ -222,16 +219,7 @@ func TestRetryAfterDeferRestoresPriority(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var log runLog
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			log.add(j)
-			switch len(log.all()) {
-			case 1:
-				return worker.Result{Outcome: worker.Defer, Delay: time.Second}
-			case 2:
-				return worker.Result{Outcome: worker.Failed, Reason: "x"}
-			}
-			return worker.Result{}
-		})
+		h := log.script(worker.Result{Outcome: worker.Defer, Delay: time.Second}, worker.Result{Outcome: worker.Failed, Reason: "x"})
 		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h, PriorityLevels: 3})
 		r.publish("q", "x", func(e *backend.Envelope) { e.Priority = 1 })
 		time.Sleep(time.Minute)
@@ -303,8 +291,7 @@ func TestFailedChildPublishRetries(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var log runLog
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			log.add(j)
+		h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result {
 			if j.Attempt == 1 {
 				return worker.Result{Children: []worker.Child{{Queue: "nowhere"}}}
 			}
@@ -329,10 +316,7 @@ func TestUndecodableMessageIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var calls atomic.Int32
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			calls.Add(1)
-			return worker.Result{}
-		})
+		h := counting(&calls)
 		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h})
 		if err := r.b.InjectMalformed(context.Background(), "q", []byte("garbage"), "attempt header is not a number"); err != nil {
 			t.Fatal(err)
@@ -346,120 +330,11 @@ func TestUndecodableMessageIsDeadLettered(t *testing.T) {
 	})
 }
 
-func TestCapacityBoundsRunningAndClaims(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		var running, peak atomic.Int32
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			n := running.Add(1)
-			for {
-				p := peak.Load()
-				if n <= p || peak.CompareAndSwap(p, n) {
-					break
-				}
-			}
-			time.Sleep(10 * time.Second)
-			running.Add(-1)
-			return worker.Result{}
-		})
-		// A prefetch above the concurrency: the worker's own gate must hold.
-		r := newRig(t, worker.Config{Concurrency: 2}, worker.Queue{Name: "q", Handler: h, Prefetch: 10})
-		for range 10 {
-			r.publish("q", "slow")
-		}
-		time.Sleep(time.Second)
-		if st := r.stats("q"); st.Pending != 8 || st.Unacked != 2 || running.Load() != 2 {
-			t.Fatalf("with 2 running: stats %+v, running %d; want 8 still pending in the backend", st, running.Load())
-		}
-		if got := r.w.Running()["q"]; got != 2 {
-			t.Fatalf("Running = %d", got)
-		}
-		time.Sleep(time.Minute)
-		if st := r.stats("q"); st.Acked != 10 || peak.Load() != 2 {
-			t.Fatalf("stats %+v, peak %d", st, peak.Load())
-		}
-	})
-}
-
-func TestPerQueueLimitAndFairness(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		var runningA, peakA atomic.Int32
-		var doneB atomic.Int32
-		slowA := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			if n := runningA.Add(1); n > peakA.Load() {
-				peakA.Store(n)
-			}
-			time.Sleep(time.Second)
-			runningA.Add(-1)
-			return worker.Result{}
-		})
-		fastB := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			time.Sleep(100 * time.Millisecond)
-			doneB.Add(1)
-			return worker.Result{}
-		})
-		r := newRig(t, worker.Config{Concurrency: 4},
-			worker.Queue{Name: "a", Handler: slowA, Concurrency: 1, Prefetch: 5},
-			worker.Queue{Name: "b", Handler: fastB})
-		for range 5 {
-			r.publish("a", "x")
-		}
-		for range 30 {
-			r.publish("b", "x")
-		}
-		time.Sleep(time.Second + time.Millisecond)
-		// A holds one slot; B has the other three.
-		if doneB.Load() < 27 {
-			t.Fatalf("b finished %d jobs in the first second, want the three free slots busy", doneB.Load())
-		}
-		time.Sleep(time.Minute)
-		if peakA.Load() != 1 || r.stats("a").Acked != 5 || r.stats("b").Acked != 30 {
-			t.Fatalf("peak a %d, a %+v, b %+v", peakA.Load(), r.stats("a"), r.stats("b"))
-		}
-	})
-}
-
-// readyGate is a handler that takes jobs only while open.
-type readyGate struct {
-	open atomic.Bool
-	ran  atomic.Int32
-}
-
-func (g *readyGate) Ready() bool { return g.open.Load() }
-func (g *readyGate) Handle(ctx context.Context, j *worker.Job) worker.Result {
-	g.ran.Add(1)
-	return worker.Result{}
-}
-
-func TestNotReadyHandlerClaimsNothing(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		g := &readyGate{}
-		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: g})
-		for range 3 {
-			r.publish("q", "x")
-		}
-		time.Sleep(time.Second)
-		// The memory stream offers at most one message to a consumer that is not
-		// reading: it waits there, unclaimed, and nothing runs.
-		if st := r.stats("q"); st.Pending < 2 || st.Pending+st.Unacked != 3 || g.ran.Load() != 0 {
-			t.Fatalf("not ready: stats %+v, ran %d", st, g.ran.Load())
-		}
-		g.open.Store(true)
-		time.Sleep(time.Second)
-		if g.ran.Load() != 3 {
-			t.Fatalf("ran %d after ready, want 3", g.ran.Load())
-		}
-	})
-}
-
 func TestDeadlineFailsSlowJob(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var log runLog
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			log.add(j)
+		h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result {
 			if j.Attempt == 1 {
 				<-ctx.Done()
 				return worker.Result{Outcome: worker.Failed, Reason: ctx.Err().Error()}
@@ -506,6 +381,51 @@ func TestObserverAndLogObserver(t *testing.T) {
 	}
 }
 
+// TestEveryDeliveryStartsBeforeItEnds: each delivery, one that cannot be decoded too,
+// reports EventStarted and then exactly one ending event, so observers can count what
+// is in flight.
+func TestEveryDeliveryStartsBeforeItEnds(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
+			return worker.Result{Outcome: worker.Ack}
+		})
+		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h})
+		r.publish("q", "fine")
+		if err := r.b.InjectMalformed(context.Background(), "q", []byte("garbage"), "attempt header is not a number"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		r.stop(0)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		started := map[string]bool{}
+		ended := map[string]int{}
+		for _, e := range r.events {
+			id := e.Job.Envelope.ID
+			if e.Kind == worker.EventStarted {
+				if started[id] {
+					t.Errorf("job %s started twice", id)
+				}
+				started[id] = true
+				continue
+			}
+			if !started[id] {
+				t.Errorf("job %s: %s without started before it", id, e.Kind)
+			}
+			ended[id]++
+		}
+		if len(started) != 2 || len(ended) != 2 {
+			t.Fatalf("started %v, ended %v: want both jobs to start and end", started, ended)
+		}
+		for id, n := range ended {
+			if n != 1 {
+				t.Errorf("job %s ended %d times", id, n)
+			}
+		}
+	})
+}
+
 func TestNamesOfEnums(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ got, want string }{
@@ -519,31 +439,192 @@ func TestNamesOfEnums(t *testing.T) {
 	}
 }
 
-func TestRegisterErrors(t *testing.T) {
+// An outage's defers do not count toward MaxDefers; the outage's start is kept from
+// the first of them across those that follow, and any other settle drops it.
+func TestOutageDefersAreNotCountedAndKeepTheirStart(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, worker.Config{})
-		ctx := context.Background()
-		if err := r.w.Register(ctx, worker.Queue{Name: "q"}); err == nil || !strings.Contains(err.Error(), "nil handler") {
-			t.Errorf("nil handler: %v", err)
+		var log runLog
+		outage := worker.Result{Outcome: worker.Defer, Outage: true, Delay: time.Second, Reason: "circuit open"}
+		h := log.script(outage, outage, outage, outage, outage, // five outage defers: more than MaxDefers
+			worker.Result{Outcome: worker.Defer, Delay: time.Second}) // an ordinary defer ends the outage
+		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h, MaxDefers: 2})
+		start := time.Now()
+		r.publish("q", "x")
+		time.Sleep(time.Minute)
+		runs := log.all()
+		if len(runs) != 7 {
+			t.Fatalf("%d runs, want 7 (5 outage defers, 1 defer, the ack); dead letters %+v", len(runs), r.dead("q"))
 		}
-		if err := r.w.Register(ctx, worker.Queue{Name: "bad name", Handler: worker.HandlerFunc(nil)}); err == nil {
-			t.Error("bad queue name accepted")
+		for i, run := range runs {
+			j := worker.Job{Envelope: run.env}
+			since, ok := j.OutageSince()
+			switch {
+			case i == 0 || i == 6:
+				if ok {
+					t.Errorf("run %d: outage since %v, want none", i, since)
+				}
+			case !ok || !since.Equal(start.Truncate(time.Millisecond)):
+				t.Errorf("run %d: outage since %v (%v), want the first defer's %v", i, since, ok, start)
+			}
+			wantDefers := 0
+			if i == 6 {
+				wantDefers = 1
+			}
+			if run.attempt != 1 || run.env.Defers != wantDefers {
+				t.Errorf("run %d: attempt %d defers %d, want 1 and %d", i, run.attempt, run.env.Defers, wantDefers)
+			}
 		}
-		if err := r.w.Unregister(ctx, "nope"); err == nil {
-			t.Error("unregistering an unknown queue succeeded")
+		if len(r.dead("q")) != 0 {
+			t.Fatalf("dead letters: %+v", r.dead("q"))
 		}
-		if err := r.w.Start(ctx); err == nil {
-			t.Error("second Start succeeded")
+	})
+}
+
+// A retry ends the outage too: the next run waits out no outage.
+func TestRetryDropsOutage(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var log runLog
+		h := log.script(worker.Result{Outcome: worker.Defer, Outage: true, Delay: time.Second}, worker.Result{Outcome: worker.Retry, Delay: time.Second})
+		newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h}).publish("q", "x")
+		time.Sleep(time.Minute)
+		runs := log.all()
+		if len(runs) != 3 {
+			t.Fatalf("%d runs, want 3", len(runs))
 		}
-		if err := r.stop(time.Second); err != nil {
+		if _, ok := (&worker.Job{Envelope: runs[1].env}).OutageSince(); !ok {
+			t.Errorf("run 2 waits out no outage, want the one of run 1")
+		}
+		if since, ok := (&worker.Job{Envelope: runs[2].env}).OutageSince(); ok {
+			t.Errorf("run 3 after a retry: outage since %v, want none", since)
+		}
+	})
+}
+
+// A staged delay, a defer's or a retry's, is capped at the queue's Backoff.Cap: a
+// Retry-After of two days does not park a job past the queue's longest wait.
+func TestDeferDelayCappedAtBackoffCap(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		outcome   worker.Outcome
+		delay     time.Duration
+		outage    bool
+		wantAfter time.Duration
+	}{
+		{"two days", worker.Defer, 48 * time.Hour, false, time.Hour},
+		{"an outage's two days", worker.Defer, 48 * time.Hour, true, time.Hour},
+		{"under the cap", worker.Defer, 10 * time.Minute, false, 10 * time.Minute},
+		{"a retry's two days", worker.Retry, 48 * time.Hour, false, time.Hour},
+		{"a retry under the cap", worker.Retry, 10 * time.Minute, false, 10 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				var log runLog
+				h := log.script(worker.Result{Outcome: tc.outcome, Outage: tc.outage, Delay: tc.delay})
+				r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h, Backoff: worker.Backoff{Cap: time.Hour}})
+				r.publish("q", "x")
+				time.Sleep(3 * time.Hour)
+				runs := log.all()
+				if len(runs) != 2 {
+					t.Fatalf("%d runs in 3h, want 2: the %v of %v is capped at the queue's 1h", len(runs), tc.outcome, tc.delay)
+				}
+				if got := runs[1].at.Sub(runs[0].at); got != tc.wantAfter {
+					t.Fatalf("ran again after %v, want %v", got, tc.wantAfter)
+				}
+			})
+		})
+	}
+}
+
+// TestPartialChildPublishIsNotRepeated: child 2 of 3 fails to publish (its queue is
+// not declared yet), so the parent is retried and publishes all three again. The
+// children keep the ids derived from the parent and their index, so child 1, still
+// queued, is not published a second time under a new id.
+func TestPartialChildPublishIsNotRepeated(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var b *memory.Backend
+		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
+			if j.Attempt == 2 {
+				if err := b.Declare(ctx, backend.QueueConfig{Name: "later"}); err != nil {
+					return worker.Result{Outcome: worker.DeadLetter, Reason: err.Error()}
+				}
+			}
+			return worker.Result{Children: []worker.Child{
+				{Queue: "child", Payload: []byte("1")},
+				{Queue: "later", Payload: []byte("2")},
+				{Queue: "child", Payload: []byte("3")},
+			}}
+		})
+		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h})
+		b = r.b
+		if err := r.b.Declare(context.Background(), backend.QueueConfig{Name: "child"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.w.Register(ctx, worker.Queue{Name: "q", Handler: worker.HandlerFunc(nil)}); !errors.Is(err, worker.ErrStopped) {
-			t.Errorf("Register after Stop: %v", err)
+		parent := r.publish("q", "parent")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if s := r.settled(); len(s) != 2 || s[0].Settle != worker.SettleRetry || s[1].Settle != worker.SettleAck {
+			t.Fatalf("settles %+v, want a retry then an ack", s)
 		}
-		if err := r.w.Stop(ctx); err == nil {
-			t.Error("second Stop succeeded")
+		var got []string
+		for _, q := range []string{"child", "later"} {
+			pending, err := r.b.Pending(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, env := range pending {
+				got = append(got, string(env.Payload)+"="+env.ID)
+			}
+		}
+		slices.Sort(got)
+		want := []string{"1=" + backend.ChildID(parent.ID, 0, "child", []byte("1")), "2=" + backend.ChildID(parent.ID, 1, "later", []byte("2")),
+			"3=" + backend.ChildID(parent.ID, 2, "child", []byte("3"))}
+		if !slices.Equal(got, want) {
+			t.Fatalf("children queued %v, want each once with its derived id %v", got, want)
+		}
+	})
+}
+
+// TestRetriedParentWithADifferentChild: a retried parent that stages another child at
+// an index than its first attempt did (here another payload) publishes a new job: the
+// backend does not drop it as a repeat of the first attempt's child, still queued.
+func TestRetriedParentWithADifferentChild(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
+			if j.Attempt == 1 {
+				return worker.Result{Children: []worker.Child{
+					{Queue: "child", Payload: []byte("first attempt")},
+					{Queue: "undeclared", Payload: []byte("fails")},
+				}}
+			}
+			return worker.Result{Children: []worker.Child{{Queue: "child", Payload: []byte("second attempt")}}}
+		})
+		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h})
+		if err := r.b.Declare(context.Background(), backend.QueueConfig{Name: "child"}); err != nil {
+			t.Fatal(err)
+		}
+		r.publish("q", "parent")
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if s := r.settled(); len(s) != 2 || s[0].Settle != worker.SettleRetry || s[1].Settle != worker.SettleAck {
+			t.Fatalf("settles %+v, want a retry then an ack", s)
+		}
+		pending, err := r.b.Pending("child")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, env := range pending {
+			got = append(got, string(env.Payload))
+		}
+		slices.Sort(got)
+		if want := []string{"first attempt", "second attempt"}; !slices.Equal(got, want) {
+			t.Fatalf("children queued %q, want %q: a different child is a new job", got, want)
 		}
 	})
 }
