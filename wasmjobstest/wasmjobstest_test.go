@@ -153,15 +153,21 @@ func TestStartServesWhatWasAdded(t *testing.T) {
 }
 
 // TestAddModuleSaysWhyItWasRejected: a module the host refuses fails the test at the
-// end of the wait with the host's reason.
+// end of the wait with the host's reason, whether AddModule waited (a started host)
+// or Start did.
 func TestAddModuleSaysWhyItWasRejected(t *testing.T) {
 	t.Parallel()
-	c := capture(t, func(tb testing.TB) {
-		h := NewHost(tb, HostConfig{Wait: time.Second})
-		h.AddModule("bad", testdata(t, "hostile/no_marker.wasm"), "")
-		tb.Error("AddModule returned for a module that cannot serve")
-	})
-	c.failure(t, "module bad version", "did not serve within 1s", "the host last said: rejected", "wasmjobs_abi_v1")
+	for _, noStart := range []bool{false, true} {
+		c := capture(t, func(tb testing.TB) {
+			h := NewHost(tb, HostConfig{Wait: time.Second, NoStart: noStart})
+			h.AddModule("bad", testdata(t, "hostile/no_marker.wasm"), "")
+			if noStart {
+				h.Start()
+			}
+			tb.Error("the host started with a module that cannot serve")
+		})
+		c.failure(t, "module bad version", "did not serve within 1s", "the host last said: rejected", "wasmjobs_abi_v1")
+	}
 }
 
 // TestWaitStateSaysWhatItLastSaw: a job that never ends fails the wait with the
