@@ -1,8 +1,6 @@
 package schedule_test
 
 import (
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"context"
 	"fmt"
 	"log/slog"
@@ -11,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
@@ -129,6 +129,14 @@ func fired(t *testing.T, b *recorder) []int {
 	return out
 }
 
+// advance moves the bubble's clock d on and waits until every goroutine in it is
+// blocked: what was due by then (a tick, its publish) has happened.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
+// minutes lists the minutes from to to, but for skip.
 func minutes(from, to int, skip ...int) []int {
 	var out []int
 	for m := from; m <= to; m++ {
@@ -146,8 +154,7 @@ func TestTenMinutesTenJobs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBackend(t)
 		h := startHost(b, nil, minutely(t, true))
-		time.Sleep(10*time.Minute + 30*time.Second)
-		synctest.Wait()
+		advance(10*time.Minute + 30*time.Second)
 		h.stop()
 		if got, want := fired(t, b), minutes(1, 10); !slices.Equal(got, want) {
 			t.Errorf("fired minutes %v, want %v", got, want)
@@ -162,16 +169,14 @@ func TestRestartNeitherRepeatsNorLoses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBackend(t)
 		h := startHost(b, nil, minutely(t, true))
-		time.Sleep(5 * time.Minute) // the tick at minute 5 fires at this instant
-		synctest.Wait()
+		advance(5 * time.Minute) // the tick at minute 5 fires at this instant
 		h.stop()
 		h = startHost(b, nil, minutely(t, true)) // at minute 5, after its tick fired
 		time.Sleep(2*time.Minute + 50*time.Second)
 		h.stop()
 		time.Sleep(20 * time.Second) // down from 7:50 to 8:10: the tick at 8 fires at start
 		h = startHost(b, nil, minutely(t, true))
-		time.Sleep(2*time.Minute + 20*time.Second)
-		synctest.Wait()
+		advance(2*time.Minute + 20*time.Second)
 		h.stop()
 		if got, want := fired(t, b), minutes(1, 10); !slices.Equal(got, want) {
 			t.Errorf("fired minutes %v, want %v", got, want)
@@ -210,13 +215,11 @@ func TestRestartOnPebble(t *testing.T) {
 		}
 		openStore()
 		h := startHost(rec, nil, minutely(t, true))
-		time.Sleep(5 * time.Minute)
-		synctest.Wait()
+		advance(5 * time.Minute)
 		h = restart(h, 0)
 		time.Sleep(2*time.Minute + 50*time.Second)
 		h = restart(h, 20*time.Second) // 7:50 to 8:10
-		time.Sleep(2*time.Minute + 20*time.Second)
-		synctest.Wait()
+		advance(2*time.Minute + 20*time.Second)
 		h.stop()
 		defer b.Close(ctx)
 		if len(rec.ids) != 10 {
@@ -258,8 +261,7 @@ func TestMissedTicks(t *testing.T) {
 					t.Errorf("catch_up: fired %v at the start at 7:30, want [1 2 7]", got)
 				}
 			}
-			time.Sleep(3 * time.Minute)
-			synctest.Wait()
+			advance(3 * time.Minute)
 			h.stop()
 			if got := fired(t, b); !slices.Equal(got, c.want) {
 				t.Errorf("catch_up = %v: fired minutes %v, want %v", c.catchUp, got, c.want)
@@ -292,14 +294,12 @@ func TestOverlapSkip(t *testing.T) {
 			e := minutely(t, true)
 			e.Overlap = c.overlap
 			h := startHost(b, busy, e)
-			time.Sleep(2*time.Minute + 30*time.Second)
-			synctest.Wait()
+			advance(2*time.Minute + 30*time.Second)
 			// The job of minute 1 finishes now: minute 3 fires, 4 finds 3 pending.
 			mu.Lock()
 			taken[backend.ScheduleID("reports/minutely", start.Add(time.Minute))] = true
 			mu.Unlock()
-			time.Sleep(2 * time.Minute)
-			synctest.Wait()
+			advance(2 * time.Minute)
 			h.stop()
 			if got := fired(t, b); !slices.Equal(got, c.want) {
 				t.Errorf("overlap %v: fired minutes %v, want %v", c.overlap, got, c.want)
@@ -314,8 +314,7 @@ func TestList(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBackend(t)
 		h := startHost(b, nil, minutely(t, true))
-		time.Sleep(90 * time.Second)
-		synctest.Wait()
+		advance(90 * time.Second)
 		list := h.s.List()
 		h.stop()
 		if len(list) != 1 {
@@ -360,8 +359,7 @@ func TestSchedulerTellsAPruningStoreTheSet(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); s.Run(ctx) }()
-		time.Sleep(90 * time.Second) // a tick fires in between: the set did not change
-		synctest.Wait()
+		advance(90 * time.Second) // a tick fires in between: the set did not change
 		s.Set([]schedule.Entry{a})
 		synctest.Wait()
 		cancel()
@@ -425,8 +423,7 @@ func TestPruneComesBeforeTheNextFire(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); s.Run(ctx) }()
-		time.Sleep(61 * time.Second) // 00:01 fired a; b's publish waits for the gate
-		synctest.Wait()
+		advance(61 * time.Second) // 00:01 fired a; b's publish waits for the gate
 		s.Set([]schedule.Entry{a})
 		time.Sleep(time.Minute) // 00:02 is due when b's publish returns
 		close(p.gate)
