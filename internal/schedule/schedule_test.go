@@ -147,41 +147,44 @@ func minutes(from, to int, skip ...int) []int {
 	return out
 }
 
-// TestTenMinutesTenJobs: "*/1 * * * *" over ten minutes enqueues ten jobs, one per
-// tick, each with its tick's id.
-func TestTenMinutesTenJobs(t *testing.T) {
+// TestEveryTickOnce: "*/1 * * * *" over ten minutes enqueues ten jobs, one per tick,
+// each with its tick's id: run by one host, and by a host stopped just after a tick
+// and started again at once, or stopped before a tick and started after it.
+func TestEveryTickOnce(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := newBackend(t)
-		h := startHost(b, nil, minutely(t, true))
-		advance(10*time.Minute + 30*time.Second)
-		h.stop()
-		if got, want := fired(t, b), minutes(1, 10); !slices.Equal(got, want) {
-			t.Errorf("fired minutes %v, want %v", got, want)
-		}
-	})
-}
-
-// TestRestartNeitherRepeatsNorLoses: a host stopped just after a tick and started again
-// at once, or stopped before a tick and started after it, fires every tick once.
-func TestRestartNeitherRepeatsNorLoses(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := newBackend(t)
-		h := startHost(b, nil, minutely(t, true))
-		advance(5 * time.Minute) // the tick at minute 5 fires at this instant
-		h.stop()
-		h = startHost(b, nil, minutely(t, true)) // at minute 5, after its tick fired
-		time.Sleep(2*time.Minute + 50*time.Second)
-		h.stop()
-		time.Sleep(20 * time.Second) // down from 7:50 to 8:10: the tick at 8 fires at start
-		h = startHost(b, nil, minutely(t, true))
-		advance(2*time.Minute + 20*time.Second)
-		h.stop()
-		if got, want := fired(t, b), minutes(1, 10); !slices.Equal(got, want) {
-			t.Errorf("fired minutes %v, want %v", got, want)
-		}
-	})
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, b *recorder) *host // returns the host running at the end
+	}{
+		{"ten minutes ten jobs", func(t *testing.T, b *recorder) *host {
+			h := startHost(b, nil, minutely(t, true))
+			advance(10*time.Minute + 30*time.Second)
+			return h
+		}},
+		{"restart neither repeats nor loses", func(t *testing.T, b *recorder) *host {
+			h := startHost(b, nil, minutely(t, true))
+			advance(5 * time.Minute) // the tick at minute 5 fires at this instant
+			h.stop()
+			h = startHost(b, nil, minutely(t, true)) // at minute 5, after its tick fired
+			time.Sleep(2*time.Minute + 50*time.Second)
+			h.stop()
+			time.Sleep(20 * time.Second) // down from 7:50 to 8:10: the tick at 8 fires at start
+			h = startHost(b, nil, minutely(t, true))
+			advance(2*time.Minute + 20*time.Second)
+			return h
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := newBackend(t)
+				tc.run(t, b).stop()
+				if got, want := fired(t, b), minutes(1, 10); !slices.Equal(got, want) {
+					t.Errorf("fired minutes %v, want %v", got, want)
+				}
+			})
+		})
+	}
 }
 
 // TestRestartOnPebble: the embedded backend keeps the last fired tick on disk: a host
