@@ -92,6 +92,20 @@ func limitedSession(t *testing.T, srv *server, timeout string, limits ...string)
 	return session(t, text, outbound.Options{}, "P", srv.port)
 }
 
+// startCalls starts n GET requests of url on s.
+func startCalls(t *testing.T, s *outbound.Session, url string, n int) []*outbound.Call {
+	t.Helper()
+	var calls []*outbound.Call
+	for range n {
+		c, err := s.Start(context.Background(), outbound.Request{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, c)
+	}
+	return calls
+}
+
 // do runs one request to its head and reads the whole body.
 func do(t *testing.T, s *outbound.Session, method, url string, h http.Header) (*http.Response, string, error) {
 	t.Helper()
@@ -373,14 +387,7 @@ func TestSessionLimitsAndClose(t *testing.T) {
 	})
 	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\nmax_requests = 3\n", outbound.Options{}, "P", srv.port)
 	ctx := context.Background()
-	var calls []*outbound.Call
-	for range 3 {
-		c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		calls = append(calls, c)
-	}
+	calls := startCalls(t, s, srv.URL, 3)
 	if _, err := s.Start(ctx, outbound.Request{URL: srv.URL}); !isKind(err, outbound.KindTooManyRequests) {
 		t.Fatalf("the 4th request: %v, want too many requests", err)
 	}
@@ -462,14 +469,7 @@ func TestEntryLimits(t *testing.T) {
 		// third would wait 2 s, past its 1.5 s timeout: half a second of slack on
 		// either side for a loaded machine.
 		s := limitedSession(t, srv, "1500ms", `rate = "1/s"`)
-		var calls []*outbound.Call
-		for range 3 {
-			c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls = append(calls, c)
-		}
+		calls := startCalls(t, s, srv.URL, 3)
 		kinds := map[outbound.Kind]int{}
 		var limited *outbound.Error
 		for _, c := range calls {
