@@ -250,6 +250,7 @@ func (h *Host) waitServing(name, version string) {
 		}
 		return false
 	}, func() {
+		h.t.Helper()
 		h.t.Fatalf("wasmjobstest: module %s version %.12s did not serve within %v; the host last said: %s", name, version, h.wait, last)
 	})
 }
@@ -258,7 +259,8 @@ func (h *Host) waitServing(name, version string) {
 type Job struct {
 	ID    string `json:"id"`
 	Queue string `json:"queue"`
-	// State is pending, running, succeeded, retrying, deferred, dead or cancelled.
+	// State is pending, delayed (on a backend with job records), running, succeeded,
+	// retrying, deferred, dead or cancelled.
 	State   string `json:"state"`
 	Attempt int    `json:"attempt"`
 	// Reason is why the last attempt did not succeed, when it did not.
@@ -317,6 +319,7 @@ func (h *Host) WaitState(id, state string) Job {
 	var last Job
 	seen := "no answer yet"
 	h.poll(func() bool {
+		h.t.Helper()
 		job, ok, got := h.job(id)
 		if !ok {
 			seen = got
@@ -331,6 +334,7 @@ func (h *Host) WaitState(id, state string) Job {
 		}
 		return job.State == state
 	}, func() {
+		h.t.Helper()
 		h.t.Fatalf("wasmjobstest: job %s not %s within %v; last seen: %s", id, state, h.wait, seen)
 	})
 	return last

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -134,6 +135,23 @@ func TestHostRunsAJob(t *testing.T) {
 	}
 	if !strings.Contains(h.Log(), `msg="job settled"`) {
 		t.Errorf("the host's log does not say the job settled:\n%s", h.Log())
+	}
+}
+
+// TestTokenIsSent: on a host with a token, the rig's requests carry it, and a request
+// without it is refused.
+func TestTokenIsSent(t *testing.T) {
+	t.Parallel()
+	h := NewHost(t, HostConfig{Server: server.Config{Token: "s3cret"}})
+	h.AddModule("echo", testdata(t, "abi/echo.wasm"), "")
+	h.WaitState(h.Enqueue("echo", []byte("x")), "succeeded")
+	resp, err := http.Get(h.URL() + "/v1/queues")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a request without the token: %d, want 401", resp.StatusCode)
 	}
 }
 
