@@ -129,6 +129,15 @@ func fired(t *testing.T, b *recorder) []int {
 	return out
 }
 
+// wantFired checks that the ticks of the minutes want fired, and no others; what says
+// which run it was.
+func wantFired(t *testing.T, b *recorder, want []int, what string) {
+	t.Helper()
+	if got := fired(t, b); !slices.Equal(got, want) {
+		t.Errorf("%s: fired minutes %v, want %v", what, got, want)
+	}
+}
+
 // advance moves the bubble's clock d on and waits until every goroutine in it is
 // blocked: what was due by then (a tick, its publish) has happened.
 func advance(d time.Duration) {
@@ -179,9 +188,7 @@ func TestEveryTickOnce(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newBackend(t)
 				tc.run(t, b).stop()
-				if got, want := fired(t, b), minutes(1, 10); !slices.Equal(got, want) {
-					t.Errorf("fired minutes %v, want %v", got, want)
-				}
+				wantFired(t, b, minutes(1, 10), tc.name)
 			})
 		})
 	}
@@ -260,15 +267,11 @@ func TestMissedTicks(t *testing.T) {
 			h = startHost(b, nil, minutely(t, c.catchUp))
 			synctest.Wait()
 			if c.catchUp {
-				if got := fired(t, b); !slices.Equal(got, []int{1, 2, 7}) {
-					t.Errorf("catch_up: fired %v at the start at 7:30, want [1 2 7]", got)
-				}
+				wantFired(t, b, []int{1, 2, 7}, "catch_up, at the start at 7:30")
 			}
 			advance(3 * time.Minute)
 			h.stop()
-			if got := fired(t, b); !slices.Equal(got, c.want) {
-				t.Errorf("catch_up = %v: fired minutes %v, want %v", c.catchUp, got, c.want)
-			}
+			wantFired(t, b, c.want, fmt.Sprintf("catch_up = %v", c.catchUp))
 		})
 	}
 }
@@ -304,9 +307,7 @@ func TestOverlapSkip(t *testing.T) {
 			mu.Unlock()
 			advance(2 * time.Minute)
 			h.stop()
-			if got := fired(t, b); !slices.Equal(got, c.want) {
-				t.Errorf("overlap %v: fired minutes %v, want %v", c.overlap, got, c.want)
-			}
+			wantFired(t, b, c.want, fmt.Sprintf("overlap %v", c.overlap))
 		})
 	}
 }
