@@ -87,7 +87,7 @@ func NewHost(t testing.TB, cfg HostConfig) *Host {
 		sc.CacheDir = t.TempDir()
 	}
 	h := &Host{t: t, modules: sc.Modules, token: sc.Token, wait: cmp.Or(cfg.Wait, DefaultWait),
-		client: &http.Client{Timeout: requestTimeout}, added: map[string]string{}}
+		client: &http.Client{Timeout: requestTimeout, Transport: &http.Transport{}}, added: map[string]string{}}
 	if sc.Logger == nil {
 		h.log = &syncBuffer{}
 		sc.Logger = slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -126,6 +126,7 @@ func (h *Host) cleanup() {
 	if err := h.srv.Stop(context.Background()); err != nil && !errors.Is(err, server.ErrStopped) {
 		h.t.Errorf("wasmjobstest: stopping the host: %v", err)
 	}
+	h.client.CloseIdleConnections() // the rig's own transport: no connection outlives the test
 	if h.t.Failed() && h.log != nil {
 		h.t.Logf("the host's log:\n%s", h.log)
 	}
