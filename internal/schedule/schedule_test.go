@@ -55,9 +55,10 @@ func (r *recorder) target() backend.ScheduleStore {
 	return r.Backend
 }
 
-func startHost(b *recorder, busy func(context.Context, string, time.Time, time.Duration) (bool, error), entries ...schedule.Entry) *host {
+// startHost runs a scheduler of entries that fires through store.
+func startHost(store backend.ScheduleStore, busy func(context.Context, string, time.Time, time.Duration) (bool, error), entries ...schedule.Entry) *host {
 	s := schedule.New(schedule.Config{
-		Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return b, nil, nil },
+		Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return store, nil, nil },
 		Logger:  slog.New(slog.DiscardHandler),
 		Busy:    busy,
 	})
@@ -355,19 +356,11 @@ func TestSchedulerTellsAPruningStoreTheSet(t *testing.T) {
 		a := minutely(t, true)
 		b := a
 		b.Name = "other"
-		s := schedule.New(schedule.Config{
-			Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return p, nil, nil },
-			Logger:  slog.New(slog.DiscardHandler),
-		})
-		s.Set([]schedule.Entry{a, b})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); s.Run(ctx) }()
+		h := startHost(p, nil, a, b)
 		advance(90 * time.Second) // a tick fires in between: the set did not change
-		s.Set([]schedule.Entry{a})
+		h.s.Set([]schedule.Entry{a})
 		synctest.Wait()
-		cancel()
-		<-done
+		h.stop()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		want := [][]string{{a.Key(), b.Key()}, {a.Key()}}
@@ -419,21 +412,13 @@ func TestPruneComesBeforeTheNextFire(t *testing.T) {
 		b := a
 		b.Name = "other" // sorted after a: fired second of each tick
 		p := &orderedPruner{recorder: newBackend(t), hold: b.Key(), gate: make(chan struct{})}
-		s := schedule.New(schedule.Config{
-			Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return p, nil, nil },
-			Logger:  slog.New(slog.DiscardHandler),
-		})
-		s.Set([]schedule.Entry{a, b})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); s.Run(ctx) }()
+		h := startHost(p, nil, a, b)
 		advance(61 * time.Second) // 00:01 fired a; b's publish waits for the gate
-		s.Set([]schedule.Entry{a})
+		h.s.Set([]schedule.Entry{a})
 		time.Sleep(time.Minute) // 00:02 is due when b's publish returns
 		close(p.gate)
 		synctest.Wait()
-		cancel()
-		<-done
+		h.stop()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		want := []string{
