@@ -65,7 +65,7 @@ type Host struct {
 	url     string
 	token   string
 	wait    time.Duration
-	log     *syncBuffer // nil when the test gave a Logger of its own
+	logPath string // the rig's log file; empty when the test gave a Logger of its own
 	client  *http.Client
 
 	mu      sync.Mutex
@@ -88,15 +88,21 @@ func NewHost(t testing.TB, cfg HostConfig) *Host {
 	}
 	h := &Host{t: t, modules: sc.Modules, token: sc.Token, wait: cmp.Or(cfg.Wait, DefaultWait),
 		client: &http.Client{Timeout: requestTimeout, Transport: &http.Transport{}}, added: map[string]string{}}
-	if sc.Logger == nil {
-		h.log = &syncBuffer{}
-		sc.Logger = slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
 	b := cfg.Backend
 	if b == nil {
 		b = memory.New(memory.Config{})
 	}
 	h.b = b
+	if sc.Logger == nil { // a file: the host's goroutines write it while the test reads it
+		h.logPath = filepath.Join(t.TempDir(), "host.log")
+		logFile, err := os.Create(h.logPath)
+		if err != nil {
+			b.Close(context.Background())
+			t.Fatalf("wasmjobstest: the host's log: %v", err)
+		}
+		t.Cleanup(func() { logFile.Close() }) // after the host's stop, registered later
+		sc.Logger = slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	if sc.Listener == nil {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -127,8 +133,8 @@ func (h *Host) cleanup() {
 		h.t.Errorf("wasmjobstest: stopping the host: %v", err)
 	}
 	h.client.CloseIdleConnections() // the rig's own transport: no connection outlives the test
-	if h.t.Failed() && h.log != nil {
-		h.t.Logf("the host's log:\n%s", h.log)
+	if h.t.Failed() && h.logPath != "" {
+		h.t.Logf("the host's log:\n%s", h.Log())
 	}
 }
 
@@ -166,10 +172,14 @@ func (h *Host) URL() string { return h.url }
 // Log is what the host logged so far (the rig's log: empty when HostConfig.Server
 // gave a Logger).
 func (h *Host) Log() string {
-	if h.log == nil {
+	if h.logPath == "" {
 		return ""
 	}
-	return h.log.String()
+	b, err := os.ReadFile(h.logPath)
+	if err != nil {
+		return fmt.Sprintf("(the host's log: %v)", err)
+	}
+	return string(b)
 }
 
 // AddModule writes the module name (NAME.wasm, and its manifest NAME.toml when
@@ -408,22 +418,4 @@ func (h *Host) poll(done func() bool, fail func()) {
 		case <-tick.C:
 		}
 	}
-}
-
-// syncBuffer is a log that the host's goroutines write while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
