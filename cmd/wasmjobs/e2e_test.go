@@ -195,6 +195,14 @@ func installModule(t *testing.T, dir, rel, name, tag string) {
 	}
 }
 
+// writeManifest writes text as the manifest of the module name in dir.
+func writeManifest(t *testing.T, dir, name, text string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name+".toml"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 type jobState struct {
 	ID, Queue, State, Reason, Output string
 	Attempt                          int
@@ -207,7 +215,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	installModule(t, dir, "abi/sleep_ms", "work", "v1")
-	os.WriteFile(filepath.Join(dir, "work.toml"), []byte("# e2e\nmax_attempts = 3\n"), 0o644)
+	writeManifest(t, dir, "work", "# e2e\nmax_attempts = 3\n")
 	h := startHost(t, dir, "--concurrency", "4", "--drain-timeout", "20s")
 	if code := h.get("/readyz", nil); code != 200 {
 		t.Fatalf("readyz %d", code)
