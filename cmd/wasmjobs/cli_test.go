@@ -20,7 +20,7 @@ func TestInvokeBadUsage(t *testing.T) {
 	badManifest := filepath.Join(dir, "echo.wasm")
 	wasm, _ := os.ReadFile(echo)
 	os.WriteFile(badManifest, wasm, 0o644)
-	os.WriteFile(filepath.Join(dir, "echo.toml"), []byte("# ok\nqueue = \"mail\"\ntimeout = \"soon\"\n"), 0o644)
+	writeManifest(t, dir, "echo", "# ok\nqueue = \"mail\"\ntimeout = \"soon\"\n")
 	for _, tc := range []struct {
 		name string
 		args []string

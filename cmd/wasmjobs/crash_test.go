@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
+	"github.com/wasmjobs/wasmjobs/internal/testbroker"
 )
 
 // TestCrashLosesNothing runs the real binary on RabbitMQ, enqueues 10,000 jobs whose
@@ -50,17 +49,7 @@ func TestCrashLosesNothing(t *testing.T) {
 	final := recorded()
 
 	// Count the recorded ids.
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, _ := conn.Channel()
-	ch.Qos(1000, 0, false)
-	msgs, err := ch.Consume(results, "", true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch, msgs := testbroker.Consume(t, url, results)
 	seen := make(map[string]int)
 	total := 0
 	for total < final {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 )
@@ -13,24 +11,6 @@ import (
 func TestCrossSiteRequestsReachNothing(t *testing.T) {
 	t.Parallel()
 	h := startEchoHost(t)
-	send := func(method, path, body string, header ...string) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest(method, h.url+path, strings.NewReader(body))
-		for i := 0; i+1 < len(header); i += 2 {
-			if header[i] == "Host" {
-				req.Host = header[i+1]
-			} else {
-				req.Header.Set(header[i], header[i+1])
-			}
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
 	job := `{"queue": "echo", "payload": "x"}`
 	for _, tc := range []struct {
 		name   string
@@ -45,7 +25,7 @@ func TestCrossSiteRequestsReachNothing(t *testing.T) {
 		{"a rebound DNS name", 403, "GET", "/v1/queues", "", []string{"Host", "evil.example"}},
 		{"a rebound DNS name posting JSON", 403, "POST", "/v1/jobs", job, []string{"Host", "evil.example:8080", "Content-Type", "application/json"}},
 	} {
-		if status, body := send(tc.method, tc.path, tc.body, tc.header...); status != tc.status {
+		if status, body := h.send(tc.method, tc.path, tc.body, tc.header...); status != tc.status {
 			t.Errorf("%s: %d %s, want %d", tc.name, status, body, tc.status)
 		}
 	}

@@ -371,9 +371,7 @@ func TestDashboardShowsRolloutsSchedulesAndRecordedAttempts(t *testing.T) {
 	dir, data := t.TempDir(), filepath.Join(t.TempDir(), "data")
 	man := "max_attempts = 3\nbackoff_base = \"1ms\"\nbackoff_cap = \"1ms\"\n\n[rollout]\ncanary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = 1000\ncanary_time = \"1h\"\n\n" +
 		"[[schedule]]\nname = \"hourly\"\ncron = \"0 * * * *\"\ntimezone = \"Europe/Paris\"\npayload = \"\"\n"
-	if err := os.WriteFile(filepath.Join(dir, "work.toml"), []byte(man), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeManifest(t, dir, "work", man)
 	installModule(t, dir, "abi/sleep_ms", "work", "v1")
 	h := startHost(t, dir, "--data-dir", data)
 	ctx := browser(t, false)

@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,13 +15,7 @@ import (
 // post sends a JSON body to the host and returns the status and the answer.
 func (h *hostProc) post(path, body string) (int, string) {
 	h.t.Helper()
-	resp, err := http.Post(h.url+path, "application/json", strings.NewReader(body))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return h.send("POST", path, body, "Content-Type", "application/json")
 }
 
 // TestEnqueueDuringTheDrainIsRefused runs the real binary on the memory backend:

@@ -91,13 +91,32 @@ func startEchoHost(t *testing.T, flags ...string) *hostProc {
 // metrics returns the host's /metrics page.
 func (h *hostProc) metrics() string {
 	h.t.Helper()
-	resp, err := http.Get(h.url + "/metrics")
+	_, page := h.send("GET", "/metrics", "")
+	return page
+}
+
+// send sends a request to the host, with the header's name and value pairs ("Host"
+// sets the request's Host), and returns the status and the answer.
+func (h *hostProc) send(method, path, body string, header ...string) (int, string) {
+	h.t.Helper()
+	req, err := http.NewRequest(method, h.url+path, strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+		} else {
+			req.Header.Set(header[i], header[i+1])
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return resp.StatusCode, string(b)
 }
 
 func (h *hostProc) log() string {
@@ -135,18 +154,13 @@ func (h *hostProc) stop() { h.t.Helper(); h.stopWithin(30 * time.Second) }
 // get decodes GET path's JSON answer into out and returns the status.
 func (h *hostProc) get(path string, out any) int {
 	h.t.Helper()
-	resp, err := http.Get(h.url + path)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	status, b := h.send("GET", path, "")
 	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
+		if err := json.Unmarshal([]byte(b), out); err != nil {
 			h.t.Fatalf("GET %s: %v: %s", path, err, b)
 		}
 	}
-	return resp.StatusCode
+	return status
 }
 
 // waitFor polls cond for up to 30 s.
@@ -181,6 +195,14 @@ func installModule(t *testing.T, dir, rel, name, tag string) {
 	}
 }
 
+// writeManifest writes text as the manifest of the module name in dir.
+func writeManifest(t *testing.T, dir, name, text string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name+".toml"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 type jobState struct {
 	ID, Queue, State, Reason, Output string
 	Attempt                          int
@@ -193,7 +215,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	installModule(t, dir, "abi/sleep_ms", "work", "v1")
-	os.WriteFile(filepath.Join(dir, "work.toml"), []byte("# e2e\nmax_attempts = 3\n"), 0o644)
+	writeManifest(t, dir, "work", "# e2e\nmax_attempts = 3\n")
 	h := startHost(t, dir, "--concurrency", "4", "--drain-timeout", "20s")
 	if code := h.get("/readyz", nil); code != 200 {
 		t.Fatalf("readyz %d", code)

@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/fleet"
+	"github.com/wasmjobs/wasmjobs/internal/testbroker"
 )
 
 // fleetStream returns a stream name of the test's own, deleted when the test ends.
@@ -287,20 +286,7 @@ func TestFleetPush(t *testing.T) {
 // how many distinct jobs they name.
 func distinctRecords(t *testing.T, url, queue string, want int) int {
 	t.Helper()
-	conn, err := amqp.Dial(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch.Qos(1000, 0, false)
-	msgs, err := ch.Consume(queue, "", true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, msgs := testbroker.Consume(t, url, queue)
 	seen := map[string]bool{}
 	for len(seen) < want {
 		select {

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,11 +45,11 @@ func TestHostileGuestsInALiveHost(t *testing.T) {
 	}
 	for _, h := range hostile {
 		installModule(t, dir, "hostile/"+h.module, h.module, "1")
-		os.WriteFile(filepath.Join(dir, h.module+".toml"), []byte(h.manifest+"\nmax_attempts = 2\nbackoff_base = \"10ms\"\nbackoff_cap = \"20ms\"\n"), 0o644)
+		writeManifest(t, dir, h.module, h.manifest+"\nmax_attempts = 2\nbackoff_base = \"10ms\"\nbackoff_cap = \"20ms\"\n")
 	}
 	installModule(t, dir, "hostile/logflood", "logflood", "1")
 	installModule(t, dir, "hostile/outflood", "outflood", "1")
-	os.WriteFile(filepath.Join(dir, "outflood.toml"), []byte(`max_output = "256KiB"`), 0o644)
+	writeManifest(t, dir, "outflood", `max_output = "256KiB"`)
 	installModule(t, dir, "abi/echo", "echo", "1")
 	host := startHost(t, dir, "--log-level", "info", "--concurrency", "8")
 	rss0 := rssMB(t, host.cmd.Process.Pid)

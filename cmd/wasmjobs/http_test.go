@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -32,9 +30,7 @@ func TestRunTrustsHTTPCA(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			if err := os.WriteFile(filepath.Join(dir, "fetch.toml"), []byte("[http]\nallow = [\"https://127.0.0.1:"+port+"\"]\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			writeManifest(t, dir, "fetch", "[http]\nallow = [\"https://127.0.0.1:"+port+"\"]\n")
 			installModule(t, dir, "abi/http_get", "fetch", "v1")
 			h := startHost(t, dir, append([]string{"--backend", "memory"}, tc.flags...)...)
 			id := h.enqueueJSON(`{"queue":"fetch","payload":"` + url + `"}`)

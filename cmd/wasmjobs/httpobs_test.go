@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -55,9 +54,7 @@ func TestInvokeMakesRealRequestsUnderTheGrant(t *testing.T) {
 	path := filepath.Join(dir, "fetch.wasm")
 	installModule(t, dir, "abi/http_get", "fetch", "v1")
 	manifest := fmt.Sprintf("[http]\nallow = [\"http://127.0.0.1:%s\", \"https://127.0.0.1:%s\"]\n", portOf(plain), portOf(secure))
-	if err := os.WriteFile(filepath.Join(dir, "fetch.toml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeManifest(t, dir, "fetch", manifest)
 	for _, tc := range []struct {
 		name, url string
 		flags     []string
@@ -118,9 +115,7 @@ func TestInvokeShowsTheHostsDefer(t *testing.T) {
 	path := filepath.Join(dir, "post.wasm")
 	installModule(t, dir, "abi/http_post_retry", "post", "v1")
 	manifest := fmt.Sprintf("[http]\nallow = [\"http://127.0.0.1:%s\"]\nbreaker_failures = 1\nbreaker_cooldown = \"40s\"\n", portOf(srv))
-	if err := os.WriteFile(filepath.Join(dir, "post.toml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeManifest(t, dir, "post", manifest)
 	r := wasmjobs(t, "", "invoke", path, "--json", "--payload", srv.URL+"/hook")
 	var rep invokeReport
 	if err := json.Unmarshal([]byte(r.stdout), &rep); r.code != 0 || err != nil {
@@ -189,9 +184,7 @@ func TestRunRecordsAndMeasuresCalls(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			man := fmt.Sprintf("[http]\nallow = [%q]\n[http.headers.%q]\nAuthorization = \"Bearer header-secret\"\n", entry, entry)
-			if err := os.WriteFile(filepath.Join(dir, "fetch.toml"), []byte(man), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			writeManifest(t, dir, "fetch", man)
 			installModule(t, dir, "abi/http_get", "fetch", "v1")
 			h := startHost(t, dir, tc.flags...)
 			ok := h.enqueueJSON(`{"queue":"fetch","payload":"` + entry + `/hook?token=query-secret"}`)

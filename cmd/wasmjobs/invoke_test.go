@@ -26,9 +26,7 @@ func installCase(t *testing.T, c abitest.Case) string {
 		t.Fatal(err)
 	}
 	if c.Manifest != "" {
-		if err := os.WriteFile(filepath.Join(dir, c.ModuleName()+".toml"), []byte(c.Manifest), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeManifest(t, dir, c.ModuleName(), c.Manifest)
 	}
 	return path
 }

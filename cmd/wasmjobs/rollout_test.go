@@ -34,9 +34,7 @@ func TestRolloutThroughTheBinary(t *testing.T) {
 	t.Parallel()
 	dir, data := t.TempDir(), filepath.Join(t.TempDir(), "data")
 	man := "max_attempts = 3\nbackoff_base = \"1ms\"\nbackoff_cap = \"1ms\"\n\n[rollout]\ncanary_percent = 100\ncanary_min_jobs = 5\ncanary_jobs = 1000\ncanary_time = \"1h\"\n"
-	if err := os.WriteFile(filepath.Join(dir, "work.toml"), []byte(man), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeManifest(t, dir, "work", man)
 	installModule(t, dir, "abi/sleep_ms", "work", "v1")
 	h := startHost(t, dir, "--data-dir", data)
 	var st moduleState
@@ -145,9 +143,7 @@ func TestCanaryResumesAcrossARestart(t *testing.T) {
 			const before, after = 8, 4
 			dir, data := t.TempDir(), filepath.Join(t.TempDir(), "data")
 			man := "[rollout]\ncanary_percent = 100\ncanary_jobs = 1000\ncanary_time = \"1h\"\n"
-			if err := os.WriteFile(filepath.Join(dir, "work.toml"), []byte(man), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			writeManifest(t, dir, "work", man)
 			installModule(t, dir, "abi/sleep_ms", "work", "v1")
 			h := startHost(t, dir, "--data-dir", data)
 			type canaryState struct {

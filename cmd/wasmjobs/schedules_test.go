@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -42,9 +40,7 @@ func TestSchedulesLeaderOnRabbitMQ(t *testing.T) {
 	name := "tick-" + strings.ToLower(backend.NewID()[20:])
 	installModule(t, dir, "abi/echo", name, "1")
 	manifest := "[[schedule]]\nname = \"every-second\"\ncron = \"@every 1s\"\npayload = \"tick\"\noverlap = \"allow\"\n"
-	if err := os.WriteFile(filepath.Join(dir, name+".toml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeManifest(t, dir, name, manifest)
 	key := name + "/every-second"
 	a := startHost(t, dir, "--backend", url)
 	waitFor(t, "the first host to fire", func() bool { return len(fires(a, key)) > 0 })
@@ -119,9 +115,7 @@ func TestSchedulesSurviveRestartOnPebble(t *testing.T) {
 	dir, data := t.TempDir(), t.TempDir()
 	installModule(t, dir, "abi/echo", "tick", "1")
 	manifest := "[[schedule]]\ncron = \"@every 1s\"\npayload = \"tick\"\n"
-	if err := os.WriteFile(filepath.Join(dir, "tick.toml"), []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeManifest(t, dir, "tick", manifest)
 	key := "tick/@every 1s"
 	a := startHost(t, dir, "--data-dir", data)
 	waitFor(t, "three ticks", func() bool { return len(fires(a, key)) >= 3 })

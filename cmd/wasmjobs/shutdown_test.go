@@ -45,9 +45,7 @@ func drainDuringOutage(t *testing.T, outage func(t *testing.T, h *hostProc, px *
 	name := "outage-" + strings.ToLower(t.Name()[len(t.Name())-6:]) + "-" + time.Now().Format("150405.000000")
 	name = strings.ReplaceAll(name, ".", "")
 	installModule(t, dir, "hostile/loop", name, "1")
-	if err := os.WriteFile(filepath.Join(dir, name+".toml"), []byte("timeout = \"60s\"\nmax_attempts = 1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeManifest(t, dir, name, "timeout = \"60s\"\nmax_attempts = 1\n")
 	h := startHost(t, dir, "--backend", px.URL(url), "--drain-timeout", "5s")
 	r := wasmjobs(t, "", "enqueue", name, "spin", "--server", h.url)
 	if r.code != 0 {

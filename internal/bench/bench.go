@@ -9,10 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -25,6 +23,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/bench/measure"
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
@@ -240,7 +239,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 	payload := cfg.payload()
 	if cfg.HTTPDelay > 0 {
-		url, stop, err := slowServer(cfg.HTTPDelay)
+		url, stop, err := measure.SlowServer(cfg.HTTPDelay)
 		if err != nil {
 			return Result{}, err
 		}
@@ -280,7 +279,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 	}
-	own := resetPeakRSS()
+	own := measure.ResetPeakRSS()
 	rss0 := rssMB()
 	cpu0 := cpuSeconds()
 	start := time.Now()
@@ -361,38 +360,13 @@ func cpuSeconds() float64 {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
-// resetPeakRSS returns what it can of the heap to the OS and resets the process's
-// resident high-water mark to its current resident set, so that the mark read at the
-// end is this run's peak. It reports whether the mark could be reset (Linux only).
-func resetPeakRSS() bool {
-	debug.FreeOSMemory()
-	// "5" resets the peak RSS (proc(5), since Linux 4.0).
-	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
-}
-
 // rssMB reads the resident set (VmRSS); 0 where there is none.
-func rssMB() float64 { return procStatusMB("VmRSS:") }
-
-// procStatusMB reads a figure in kB of /proc/self/status, in MB; 0 where there is none.
-func procStatusMB(field string) float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field); ok {
-			if kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))); err == nil {
-				return float64(kb) / 1024
-			}
-		}
-	}
-	return 0
-}
+func rssMB() float64 { return measure.StatusMB("VmRSS:") }
 
 // peakRSSMB reads the resident high-water mark (VmHWM), or, where there is none, the
 // process's peak from getrusage.
 func peakRSSMB() float64 {
-	if mb := procStatusMB("VmHWM:"); mb > 0 {
+	if mb := measure.StatusMB("VmHWM:"); mb > 0 {
 		return mb
 	}
 	var ru syscall.Rusage

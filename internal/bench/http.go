@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -13,33 +12,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
-
-// slowServer starts a loopback HTTP server that answers every request 200 "ok" after
-// delay, and returns its URL and a function that stops it.
-func slowServer(delay time.Duration) (url string, stop func(), err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, fmt.Errorf("the benchmark's HTTP server: %w", err)
-	}
-	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			t := time.NewTimer(delay)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				w.Write([]byte("ok"))
-			case <-r.Context().Done():
-			}
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
-	}
-	go srv.Serve(ln)
-	return "http://" + ln.Addr().String() + "/", func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	}, nil
-}
 
 // loopbackGrant is the grant a module gets in a run with HTTPDelay: loopback on every
 // port (the server's port is known only once it listens), one request a job.

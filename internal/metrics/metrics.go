@@ -45,59 +45,40 @@ func New() *Metrics {
 		reg:     prometheus.NewRegistry(),
 		serving: make(map[string]string),
 		trial:   make(map[string]string),
-		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmjobs_jobs_total",
-			Help: "Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter).",
-		}, []string{"queue", "module", "settle"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "wasmjobs_job_duration_seconds",
-			Help:    "How long handlers ran, by queue and module.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"queue", "module"}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "wasmjobs_jobs_in_flight",
-			Help: "Jobs running now, by queue.",
-		}, []string{"queue"}),
-		settleFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmjobs_settle_failures_total",
-			Help: "Settles that failed (the backend delivers those jobs again), by queue.",
-		}, []string{"queue"}),
-		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmjobs_jobs_abandoned_total",
-			Help: "Jobs left unacknowledged when the drain timeout ran out, by queue.",
-		}, []string{"queue"}),
-		modules: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmjobs_module_events_total",
-			Help: "Module loads, swaps, removals and rejections, by module and kind.",
-		}, []string{"module", "kind"}),
-		moduleInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "wasmjobs_module_info",
-			Help: "1 for the version each module serves now (role current) and the one on trial (role canary); a module that serves nothing has no series.",
-		}, []string{"module", "version", "role"}),
-		canaryJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmjobs_canary_jobs_total",
-			Help: "Jobs settled while a module's canary ran, by queue, module, role (current, canary) and settle.",
-		}, []string{"queue", "module", "role", "settle"}),
-		rollouts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmjobs_rollout_events_total",
-			Help: "Rollout events, by module and kind (canary, promoted, rolled_back, superseded, pinned).",
-		}, []string{"module", "kind"}),
+		jobs:    counter("wasmjobs_jobs_total", "Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter).", "queue", "module", "settle"),
+		duration: histogram("wasmjobs_job_duration_seconds", "How long handlers ran, by queue and module.",
+			[]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "queue", "module"),
+		inFlight:     gauge("wasmjobs_jobs_in_flight", "Jobs running now, by queue.", "queue"),
+		settleFailed: counter("wasmjobs_settle_failures_total", "Settles that failed (the backend delivers those jobs again), by queue.", "queue"),
+		abandoned:    counter("wasmjobs_jobs_abandoned_total", "Jobs left unacknowledged when the drain timeout ran out, by queue.", "queue"),
+		modules:      counter("wasmjobs_module_events_total", "Module loads, swaps, removals and rejections, by module and kind.", "module", "kind"),
+		moduleInfo:   gauge("wasmjobs_module_info", "1 for the version each module serves now (role current) and the one on trial (role canary); a module that serves nothing has no series.", "module", "version", "role"),
+		canaryJobs:   counter("wasmjobs_canary_jobs_total", "Jobs settled while a module's canary ran, by queue, module, role (current, canary) and settle.", "queue", "module", "role", "settle"),
+		rollouts:     counter("wasmjobs_rollout_events_total", "Rollout events, by module and kind (canary, promoted, rolled_back, superseded, pinned).", "module", "kind"),
 		// grant is the matching [http] allow entry, not the URL, so that a module's
 		// series are bounded by its manifest; a denied URL's grant is "".
-		httpCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "wasmjobs_http_requests_total",
-			Help: "Modules' outbound HTTP requests, by module, grant (the matching allow entry; \"\" when denied) and outcome (2xx, 3xx, 4xx, 5xx, or the failure: denied, blocked, dns, refused, tls, timeout, too_large, rate_limited, circuit_open, connection, too_many_redirects, cancelled).",
-		}, []string{"module", "grant", "outcome"}),
-		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "wasmjobs_http_request_duration_seconds",
-			Help:    "How long modules' outbound HTTP requests took, start to the end of the body read (or the failure, or the close), by module and grant.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		}, []string{"module", "grant"}),
+		httpCalls: counter("wasmjobs_http_requests_total", "Modules' outbound HTTP requests, by module, grant (the matching allow entry; \"\" when denied) and outcome (2xx, 3xx, 4xx, 5xx, or the failure: denied, blocked, dns, refused, tls, timeout, too_large, rate_limited, circuit_open, connection, too_many_redirects, cancelled).", "module", "grant", "outcome"),
+		httpDuration: histogram("wasmjobs_http_request_duration_seconds", "How long modules' outbound HTTP requests took, start to the end of the body read (or the failure, or the close), by module and grant.",
+			[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}, "module", "grant"),
 	}
 	m.reg.MustRegister(m.jobs, m.duration, m.inFlight, m.settleFailed, m.abandoned, m.modules, m.moduleInfo, m.canaryJobs, m.rollouts,
 		m.httpCalls, m.httpDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// counter, gauge and histogram make the metric vectors of New: a name, its help, its
+// labels (and a histogram's buckets), the one table of what /metrics serves.
+func counter(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func gauge(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+func histogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 }
 
 // Observe implements worker.Observer. It counts a job in flight from its EventStarted

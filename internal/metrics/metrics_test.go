@@ -29,9 +29,22 @@ func compare(t *testing.T, m *Metrics, want string, names ...string) {
 	}
 }
 
+// infoHeader starts what compare expects of wasmjobs_module_info.
+const infoHeader = `
+# HELP wasmjobs_module_info 1 for the version each module serves now (role current) and the one on trial (role canary); a module that serves nothing has no series.
+# TYPE wasmjobs_module_info gauge
+`
+
+// jobsHeader starts what compare expects of wasmjobs_jobs_in_flight.
 const jobsHeader = `
 # HELP wasmjobs_jobs_in_flight Jobs running now, by queue.
 # TYPE wasmjobs_jobs_in_flight gauge
+`
+
+// totalHeader is what compare expects before the series of wasmjobs_jobs_total.
+const totalHeader = `
+# HELP wasmjobs_jobs_total Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter).
+# TYPE wasmjobs_jobs_total counter
 `
 
 // TestInFlightNeverNegativeOnARealWorker runs a worker on the memory backend with jobs
@@ -87,10 +100,7 @@ func TestInFlightNeverNegativeOnARealWorker(t *testing.T) {
 		if len(negative) > 0 {
 			t.Errorf("the in-flight gauge went negative:\n%s", strings.Join(negative, "\n"))
 		}
-		compare(t, m, jobsHeader+`wasmjobs_jobs_in_flight{queue="q"} 0
-# HELP wasmjobs_jobs_total Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter).
-# TYPE wasmjobs_jobs_total counter
-wasmjobs_jobs_total{module="",queue="q",settle="dead_letter"} 1
+		compare(t, m, jobsHeader+`wasmjobs_jobs_in_flight{queue="q"} 0`+totalHeader+`wasmjobs_jobs_total{module="",queue="q",settle="dead_letter"} 1
 wasmjobs_jobs_total{module="work",queue="q",settle="ack"} 2
 wasmjobs_jobs_total{module="work",queue="q",settle="dead_letter"} 1
 `, "wasmjobs_jobs_in_flight", "wasmjobs_jobs_total")
@@ -122,10 +132,7 @@ func TestEveryEndingEventCounts(t *testing.T) {
 		end.Job, end.Result, end.Duration = job, res, time.Millisecond
 		m.Observe(end)
 	}
-	compare(t, m, jobsHeader+`wasmjobs_jobs_in_flight{queue="q"} 0
-# HELP wasmjobs_jobs_total Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter).
-# TYPE wasmjobs_jobs_total counter
-wasmjobs_jobs_total{module="work",queue="q",settle="ack"} 1
+	compare(t, m, jobsHeader+`wasmjobs_jobs_in_flight{queue="q"} 0`+totalHeader+`wasmjobs_jobs_total{module="work",queue="q",settle="ack"} 1
 wasmjobs_jobs_total{module="work",queue="q",settle="dead_letter"} 1
 wasmjobs_jobs_total{module="work",queue="q",settle="defer"} 1
 wasmjobs_jobs_total{module="work",queue="q",settle="retry"} 1
@@ -147,10 +154,6 @@ wasmjobs_jobs_abandoned_total{queue="q"} 1
 func TestVersionsLiveOnTheInfoMetric(t *testing.T) {
 	t.Parallel()
 	m := New()
-	const infoHeader = `
-# HELP wasmjobs_module_info 1 for the version each module serves now (role current) and the one on trial (role canary); a module that serves nothing has no series.
-# TYPE wasmjobs_module_info gauge
-`
 	event := func(kind, module, version string) {
 		m.ModuleEvent(host.RegistryEvent{Kind: kind, Module: module, Version: version, At: time.Now()})
 	}
@@ -168,10 +171,7 @@ func TestVersionsLiveOnTheInfoMetric(t *testing.T) {
 	compare(t, m, infoHeader+`wasmjobs_module_info{module="mail",role="current",version="m0"} 1
 wasmjobs_module_info{module="work",role="current",version="v49"} 1
 `, "wasmjobs_module_info")
-	compare(t, m, `
-# HELP wasmjobs_jobs_total Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter).
-# TYPE wasmjobs_jobs_total counter
-wasmjobs_jobs_total{module="work",queue="q",settle="ack"} 50
+	compare(t, m, totalHeader+`wasmjobs_jobs_total{module="work",queue="q",settle="ack"} 50
 `, "wasmjobs_jobs_total")
 
 	event("removed", "work", "")
@@ -211,11 +211,7 @@ func TestCanaryMetrics(t *testing.T) {
 		m.Observe(worker.Event{Kind: worker.EventStarted, Job: job})
 		m.Observe(worker.Event{Kind: worker.EventSettled, Job: job, Result: worker.Result{Handler: "work", Role: role}, Settle: settle})
 	}
-	const info = `
-# HELP wasmjobs_module_info 1 for the version each module serves now (role current) and the one on trial (role canary); a module that serves nothing has no series.
-# TYPE wasmjobs_module_info gauge
-`
-	compare(t, m, info+`wasmjobs_module_info{module="work",role="canary",version="v2"} 1
+	compare(t, m, infoHeader+`wasmjobs_module_info{module="work",role="canary",version="v2"} 1
 wasmjobs_module_info{module="work",role="current",version="v1"} 1
 `, "wasmjobs_module_info")
 	compare(t, m, `
@@ -226,11 +222,11 @@ wasmjobs_canary_jobs_total{module="work",queue="q",role="canary",settle="retry"}
 wasmjobs_canary_jobs_total{module="work",queue="q",role="current",settle="ack"} 1
 `, "wasmjobs_canary_jobs_total")
 	m.ModuleEvent(host.RegistryEvent{Kind: "rolled_back", Module: "work", Version: "v1", Canary: "v2"})
-	compare(t, m, info+`wasmjobs_module_info{module="work",role="current",version="v1"} 1
+	compare(t, m, infoHeader+`wasmjobs_module_info{module="work",role="current",version="v1"} 1
 `, "wasmjobs_module_info")
 	m.ModuleEvent(host.RegistryEvent{Kind: "canary", Module: "work", Version: "v1", Canary: "v3"})
 	m.ModuleEvent(host.RegistryEvent{Kind: "promoted", Module: "work", Version: "v3", Canary: "v3"})
-	compare(t, m, info+`wasmjobs_module_info{module="work",role="current",version="v3"} 1
+	compare(t, m, infoHeader+`wasmjobs_module_info{module="work",role="current",version="v3"} 1
 `, "wasmjobs_module_info")
 	compare(t, m, `
 # HELP wasmjobs_rollout_events_total Rollout events, by module and kind (canary, promoted, rolled_back, superseded, pinned).
@@ -252,10 +248,7 @@ func TestLateVerdictKeepsTheNewerCanary(t *testing.T) {
 	m.ModuleEvent(host.RegistryEvent{Kind: "canary", Module: "work", Version: "v1", Canary: "v3"})
 	m.ModuleEvent(host.RegistryEvent{Kind: "rolled_back", Module: "work", Version: "v1", Canary: "v2"})
 	m.ModuleEvent(host.RegistryEvent{Kind: "pinned", Module: "work", Version: "v1"})
-	compare(t, m, `
-# HELP wasmjobs_module_info 1 for the version each module serves now (role current) and the one on trial (role canary); a module that serves nothing has no series.
-# TYPE wasmjobs_module_info gauge
-wasmjobs_module_info{module="work",role="canary",version="v3"} 1
+	compare(t, m, infoHeader+`wasmjobs_module_info{module="work",role="canary",version="v3"} 1
 wasmjobs_module_info{module="work",role="current",version="v1"} 1
 `, "wasmjobs_module_info")
 }

@@ -70,16 +70,25 @@ func TestBreakerStates(t *testing.T) {
 	})
 }
 
+// dest names the destination i of the breaker tests.
+func dest(i int) string { return fmt.Sprintf("https://h%d.example:443", i) }
+
+// openBreaker returns a grant whose breakers open at the first failure and cool down
+// for cooldown, a set of breakers, and the breaker of scope m for dest(0), opened.
+func openBreaker(cooldown time.Duration) (*Grant, *Breakers, *breaker) {
+	g := &Grant{BreakerFailures: 1, BreakerCooldown: cooldown}
+	r := NewBreakers()
+	b := r.get("m", dest(0), g)
+	done, _ := b.allow()
+	done(errServerError)
+	return g, r, b
+}
+
 // A scope keeps at most MaxBreakers breakers, the least recently used dropped; each
 // scope has its own.
 func TestBreakersBoundedLeastRecentlyUsed(t *testing.T) {
 	t.Parallel()
-	g := &Grant{BreakerFailures: 1, BreakerCooldown: time.Minute}
-	r := NewBreakers()
-	dest := func(i int) string { return fmt.Sprintf("https://h%d.example:443", i) }
-	first := r.get("m", dest(0), g)
-	done, _ := first.allow()
-	done(errServerError) // open: a fresh breaker would be closed
+	g, r, first := openBreaker(time.Minute) // open: a fresh breaker would be closed
 	for i := 1; i < MaxBreakers; i++ {
 		r.get("m", dest(i), g)
 	}
@@ -124,12 +133,7 @@ func TestDestinationOfSpellingsOfOneHost(t *testing.T) {
 // clear an outage it met.
 func TestBreakersKeepOpenOnesOverClosed(t *testing.T) {
 	t.Parallel()
-	g := &Grant{BreakerFailures: 1, BreakerCooldown: time.Hour}
-	r := NewBreakers()
-	dest := func(i int) string { return fmt.Sprintf("https://h%d.example:443", i) }
-	open := r.get("m", dest(0), g)
-	done, _ := open.allow()
-	done(errServerError)
+	g, r, open := openBreaker(time.Hour)
 	for i := 1; i <= 2*MaxBreakers; i++ {
 		r.get("m", dest(i), g)
 	}

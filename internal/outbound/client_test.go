@@ -80,6 +80,32 @@ func session(t *testing.T, text string, opts outbound.Options, repl ...string) *
 	return s
 }
 
+// limitedSession is a session allowed srv alone, its [http.limits] entry holding the
+// TOML lines limits, and a request timeout unless timeout is empty.
+func limitedSession(t *testing.T, srv *server, timeout string, limits ...string) *outbound.Session {
+	t.Helper()
+	text := "[http]\nallow = [\"http://127.0.0.1:P\"]\n"
+	if timeout != "" {
+		text += fmt.Sprintf("timeout = %q\n", timeout)
+	}
+	text += "[http.limits.\"http://127.0.0.1:P\"]\n" + strings.Join(limits, "\n") + "\n"
+	return session(t, text, outbound.Options{}, "P", srv.port)
+}
+
+// startCalls starts n GET requests of url on s.
+func startCalls(t *testing.T, s *outbound.Session, url string, n int) []*outbound.Call {
+	t.Helper()
+	var calls []*outbound.Call
+	for range n {
+		c, err := s.Start(context.Background(), outbound.Request{URL: url})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, c)
+	}
+	return calls
+}
+
 // do runs one request to its head and reads the whole body.
 func do(t *testing.T, s *outbound.Session, method, url string, h http.Header) (*http.Response, string, error) {
 	t.Helper()
@@ -361,14 +387,7 @@ func TestSessionLimitsAndClose(t *testing.T) {
 	})
 	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\nmax_requests = 3\n", outbound.Options{}, "P", srv.port)
 	ctx := context.Background()
-	var calls []*outbound.Call
-	for range 3 {
-		c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
-		if err != nil {
-			t.Fatal(err)
-		}
-		calls = append(calls, c)
-	}
+	calls := startCalls(t, s, srv.URL, 3)
 	if _, err := s.Start(ctx, outbound.Request{URL: srv.URL}); !isKind(err, outbound.KindTooManyRequests) {
 		t.Fatalf("the 4th request: %v, want too many requests", err)
 	}
@@ -449,20 +468,8 @@ func TestEntryLimits(t *testing.T) {
 		// 1 a second, burst 1: the first goes at once, the second after 1 s, the
 		// third would wait 2 s, past its 1.5 s timeout: half a second of slack on
 		// either side for a loaded machine.
-		s := session(t, `[http]
-allow = ["http://127.0.0.1:P"]
-timeout = "1500ms"
-[http.limits."http://127.0.0.1:P"]
-rate = "1/s"
-`, outbound.Options{}, "P", srv.port)
-		var calls []*outbound.Call
-		for range 3 {
-			c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			calls = append(calls, c)
-		}
+		s := limitedSession(t, srv, "1500ms", `rate = "1/s"`)
+		calls := startCalls(t, s, srv.URL, 3)
 		kinds := map[outbound.Kind]int{}
 		var limited *outbound.Error
 		for _, c := range calls {
@@ -493,12 +500,7 @@ rate = "1/s"
 		// 1 a minute: the first goes, the next five would wait past their timeout.
 		// Each is told its own slot, a minute after the one before, so that the jobs
 		// deferred to them do not all wake at once for the one token.
-		s := session(t, `[http]
-allow = ["http://127.0.0.1:P"]
-timeout = "100ms"
-[http.limits."http://127.0.0.1:P"]
-rate = "1/m"
-`, outbound.Options{}, "P", srv.port)
+		s := limitedSession(t, srv, "100ms", `rate = "1/m"`)
 		if _, _, err := do(t, s, "GET", srv.URL, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -526,12 +528,7 @@ rate = "1/m"
 	t.Run("an aborted wait is no limit", func(t *testing.T) {
 		t.Parallel()
 		srv := newServer(t, ok)
-		s := session(t, `[http]
-allow = ["http://127.0.0.1:P"]
-[http.limits."http://127.0.0.1:P"]
-rate = "1/s"
-concurrency = 1
-`, outbound.Options{}, "P", srv.port)
+		s := limitedSession(t, srv, "", `rate = "1/s"`, `concurrency = 1`)
 		if _, _, err := do(t, s, "GET", srv.URL, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -561,11 +558,7 @@ concurrency = 1
 			}
 			ok(w, r)
 		})
-		s := session(t, `[http]
-allow = ["http://127.0.0.1:P"]
-[http.limits."http://127.0.0.1:P"]
-concurrency = 1
-`, outbound.Options{}, "P", srv.port)
+		s := limitedSession(t, srv, "", `concurrency = 1`)
 		first, err := s.Start(ctx, outbound.Request{URL: srv.URL})
 		if err != nil {
 			t.Fatal(err)

@@ -213,54 +213,19 @@ func ParseGrant(table map[string]any, env LookupEnv) (*Grant, error) {
 		}
 		g.Allow = append(g.Allow, e)
 	}
-	if v, ok := table["timeout"]; ok {
-		d, err := duration(v)
+	between := func(lo, hi int) func(any) (int, error) { return func(v any) (int, error) { return whole(v, lo, hi) } }
+	for _, err := range []error{ // each field's first error, in this order
+		setField(table, "timeout", &g.Timeout, duration),
+		setField(table, "outage_wait", &g.OutageWait, duration),
+		setField(table, "breaker_cooldown", &g.BreakerCooldown, duration),
+		setField(table, "breaker_failures", &g.BreakerFailures, between(1, 1000)),
+		setField(table, "max_response", &g.MaxResponse, size),
+		setField(table, "max_request_body", &g.MaxRequestBody, size),
+		setField(table, "max_requests", &g.MaxRequests, between(1, MaxRequestsLimit)),
+	} {
 		if err != nil {
-			return nil, fieldErr(err, "timeout")
+			return nil, err
 		}
-		g.Timeout = d
-	}
-	if v, ok := table["outage_wait"]; ok {
-		d, err := duration(v)
-		if err != nil {
-			return nil, fieldErr(err, "outage_wait")
-		}
-		g.OutageWait = d
-	}
-	if v, ok := table["breaker_cooldown"]; ok {
-		d, err := duration(v)
-		if err != nil {
-			return nil, fieldErr(err, "breaker_cooldown")
-		}
-		g.BreakerCooldown = d
-	}
-	if v, ok := table["breaker_failures"]; ok {
-		n, err := whole(v, 1, 1000)
-		if err != nil {
-			return nil, fieldErr(err, "breaker_failures")
-		}
-		g.BreakerFailures = n
-	}
-	if v, ok := table["max_response"]; ok {
-		n, err := size(v)
-		if err != nil {
-			return nil, fieldErr(err, "max_response")
-		}
-		g.MaxResponse = n
-	}
-	if v, ok := table["max_request_body"]; ok {
-		n, err := size(v)
-		if err != nil {
-			return nil, fieldErr(err, "max_request_body")
-		}
-		g.MaxRequestBody = n
-	}
-	if v, ok := table["max_requests"]; ok {
-		n, err := whole(v, 1, MaxRequestsLimit)
-		if err != nil {
-			return nil, fieldErr(err, "max_requests")
-		}
-		g.MaxRequests = n
 	}
 	if v, ok := table["idempotency_header"]; ok {
 		s, ok := v.(string)
@@ -280,6 +245,21 @@ func ParseGrant(table map[string]any, env LookupEnv) (*Grant, error) {
 		}
 	}
 	return g, nil
+}
+
+// setField decodes table[key] with parse into *dst when the table has the key; the error
+// names the key.
+func setField[T any](table map[string]any, key string, dst *T, parse func(any) (T, error)) error {
+	v, ok := table[key]
+	if !ok {
+		return nil
+	}
+	x, err := parse(v)
+	if err != nil {
+		return fieldErr(err, key)
+	}
+	*dst = x
+	return nil
 }
 
 // parseTables parses [http.NAME."ENTRY"] tables, each keyed by an allow entry.

@@ -1,8 +1,6 @@
 package schedule_test
 
 import (
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"context"
 	"fmt"
 	"log/slog"
@@ -11,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
@@ -55,9 +55,10 @@ func (r *recorder) target() backend.ScheduleStore {
 	return r.Backend
 }
 
-func startHost(b *recorder, busy func(context.Context, string, time.Time, time.Duration) (bool, error), entries ...schedule.Entry) *host {
+// startHost runs a scheduler of entries that fires through store.
+func startHost(store backend.ScheduleStore, busy func(context.Context, string, time.Time, time.Duration) (bool, error), entries ...schedule.Entry) *host {
 	s := schedule.New(schedule.Config{
-		Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return b, nil, nil },
+		Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return store, nil, nil },
 		Logger:  slog.New(slog.DiscardHandler),
 		Busy:    busy,
 	})
@@ -129,6 +130,23 @@ func fired(t *testing.T, b *recorder) []int {
 	return out
 }
 
+// wantFired checks that the ticks of the minutes want fired, and no others; what says
+// which run it was.
+func wantFired(t *testing.T, b *recorder, want []int, what string) {
+	t.Helper()
+	if got := fired(t, b); !slices.Equal(got, want) {
+		t.Errorf("%s: fired minutes %v, want %v", what, got, want)
+	}
+}
+
+// advance moves the bubble's clock d on and waits until every goroutine in it is
+// blocked: what was due by then (a tick, its publish) has happened.
+func advance(d time.Duration) {
+	time.Sleep(d)
+	synctest.Wait()
+}
+
+// minutes lists the minutes from to to, but for skip.
 func minutes(from, to int, skip ...int) []int {
 	var out []int
 	for m := from; m <= to; m++ {
@@ -139,44 +157,42 @@ func minutes(from, to int, skip ...int) []int {
 	return out
 }
 
-// TestTenMinutesTenJobs: "*/1 * * * *" over ten minutes enqueues ten jobs, one per
-// tick, each with its tick's id.
-func TestTenMinutesTenJobs(t *testing.T) {
+// TestEveryTickOnce: "*/1 * * * *" over ten minutes enqueues ten jobs, one per tick,
+// each with its tick's id: run by one host, and by a host stopped just after a tick
+// and started again at once, or stopped before a tick and started after it.
+func TestEveryTickOnce(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := newBackend(t)
-		h := startHost(b, nil, minutely(t, true))
-		time.Sleep(10*time.Minute + 30*time.Second)
-		synctest.Wait()
-		h.stop()
-		if got, want := fired(t, b), minutes(1, 10); !slices.Equal(got, want) {
-			t.Errorf("fired minutes %v, want %v", got, want)
-		}
-	})
-}
-
-// TestRestartNeitherRepeatsNorLoses: a host stopped just after a tick and started again
-// at once, or stopped before a tick and started after it, fires every tick once.
-func TestRestartNeitherRepeatsNorLoses(t *testing.T) {
-	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		b := newBackend(t)
-		h := startHost(b, nil, minutely(t, true))
-		time.Sleep(5 * time.Minute) // the tick at minute 5 fires at this instant
-		synctest.Wait()
-		h.stop()
-		h = startHost(b, nil, minutely(t, true)) // at minute 5, after its tick fired
-		time.Sleep(2*time.Minute + 50*time.Second)
-		h.stop()
-		time.Sleep(20 * time.Second) // down from 7:50 to 8:10: the tick at 8 fires at start
-		h = startHost(b, nil, minutely(t, true))
-		time.Sleep(2*time.Minute + 20*time.Second)
-		synctest.Wait()
-		h.stop()
-		if got, want := fired(t, b), minutes(1, 10); !slices.Equal(got, want) {
-			t.Errorf("fired minutes %v, want %v", got, want)
-		}
-	})
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, b *recorder) *host // returns the host running at the end
+	}{
+		{"ten minutes ten jobs", func(t *testing.T, b *recorder) *host {
+			h := startHost(b, nil, minutely(t, true))
+			advance(10*time.Minute + 30*time.Second)
+			return h
+		}},
+		{"restart neither repeats nor loses", func(t *testing.T, b *recorder) *host {
+			h := startHost(b, nil, minutely(t, true))
+			advance(5 * time.Minute) // the tick at minute 5 fires at this instant
+			h.stop()
+			h = startHost(b, nil, minutely(t, true)) // at minute 5, after its tick fired
+			time.Sleep(2*time.Minute + 50*time.Second)
+			h.stop()
+			time.Sleep(20 * time.Second) // down from 7:50 to 8:10: the tick at 8 fires at start
+			h = startHost(b, nil, minutely(t, true))
+			advance(2*time.Minute + 20*time.Second)
+			return h
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				b := newBackend(t)
+				tc.run(t, b).stop()
+				wantFired(t, b, minutes(1, 10), tc.name)
+			})
+		})
+	}
 }
 
 // TestRestartOnPebble: the embedded backend keeps the last fired tick on disk: a host
@@ -210,13 +226,11 @@ func TestRestartOnPebble(t *testing.T) {
 		}
 		openStore()
 		h := startHost(rec, nil, minutely(t, true))
-		time.Sleep(5 * time.Minute)
-		synctest.Wait()
+		advance(5 * time.Minute)
 		h = restart(h, 0)
 		time.Sleep(2*time.Minute + 50*time.Second)
 		h = restart(h, 20*time.Second) // 7:50 to 8:10
-		time.Sleep(2*time.Minute + 20*time.Second)
-		synctest.Wait()
+		advance(2*time.Minute + 20*time.Second)
 		h.stop()
 		defer b.Close(ctx)
 		if len(rec.ids) != 10 {
@@ -254,16 +268,11 @@ func TestMissedTicks(t *testing.T) {
 			h = startHost(b, nil, minutely(t, c.catchUp))
 			synctest.Wait()
 			if c.catchUp {
-				if got := fired(t, b); !slices.Equal(got, []int{1, 2, 7}) {
-					t.Errorf("catch_up: fired %v at the start at 7:30, want [1 2 7]", got)
-				}
+				wantFired(t, b, []int{1, 2, 7}, "catch_up, at the start at 7:30")
 			}
-			time.Sleep(3 * time.Minute)
-			synctest.Wait()
+			advance(3 * time.Minute)
 			h.stop()
-			if got := fired(t, b); !slices.Equal(got, c.want) {
-				t.Errorf("catch_up = %v: fired minutes %v, want %v", c.catchUp, got, c.want)
-			}
+			wantFired(t, b, c.want, fmt.Sprintf("catch_up = %v", c.catchUp))
 		})
 	}
 }
@@ -292,18 +301,14 @@ func TestOverlapSkip(t *testing.T) {
 			e := minutely(t, true)
 			e.Overlap = c.overlap
 			h := startHost(b, busy, e)
-			time.Sleep(2*time.Minute + 30*time.Second)
-			synctest.Wait()
+			advance(2*time.Minute + 30*time.Second)
 			// The job of minute 1 finishes now: minute 3 fires, 4 finds 3 pending.
 			mu.Lock()
 			taken[backend.ScheduleID("reports/minutely", start.Add(time.Minute))] = true
 			mu.Unlock()
-			time.Sleep(2 * time.Minute)
-			synctest.Wait()
+			advance(2 * time.Minute)
 			h.stop()
-			if got := fired(t, b); !slices.Equal(got, c.want) {
-				t.Errorf("overlap %v: fired minutes %v, want %v", c.overlap, got, c.want)
-			}
+			wantFired(t, b, c.want, fmt.Sprintf("overlap %v", c.overlap))
 		})
 	}
 }
@@ -314,8 +319,7 @@ func TestList(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBackend(t)
 		h := startHost(b, nil, minutely(t, true))
-		time.Sleep(90 * time.Second)
-		synctest.Wait()
+		advance(90 * time.Second)
 		list := h.s.List()
 		h.stop()
 		if len(list) != 1 {
@@ -352,20 +356,11 @@ func TestSchedulerTellsAPruningStoreTheSet(t *testing.T) {
 		a := minutely(t, true)
 		b := a
 		b.Name = "other"
-		s := schedule.New(schedule.Config{
-			Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return p, nil, nil },
-			Logger:  slog.New(slog.DiscardHandler),
-		})
-		s.Set([]schedule.Entry{a, b})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); s.Run(ctx) }()
-		time.Sleep(90 * time.Second) // a tick fires in between: the set did not change
+		h := startHost(p, nil, a, b)
+		advance(90 * time.Second) // a tick fires in between: the set did not change
+		h.s.Set([]schedule.Entry{a})
 		synctest.Wait()
-		s.Set([]schedule.Entry{a})
-		synctest.Wait()
-		cancel()
-		<-done
+		h.stop()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		want := [][]string{{a.Key(), b.Key()}, {a.Key()}}
@@ -417,22 +412,13 @@ func TestPruneComesBeforeTheNextFire(t *testing.T) {
 		b := a
 		b.Name = "other" // sorted after a: fired second of each tick
 		p := &orderedPruner{recorder: newBackend(t), hold: b.Key(), gate: make(chan struct{})}
-		s := schedule.New(schedule.Config{
-			Acquire: func(context.Context) (backend.ScheduleStore, <-chan struct{}, error) { return p, nil, nil },
-			Logger:  slog.New(slog.DiscardHandler),
-		})
-		s.Set([]schedule.Entry{a, b})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); s.Run(ctx) }()
-		time.Sleep(61 * time.Second) // 00:01 fired a; b's publish waits for the gate
-		synctest.Wait()
-		s.Set([]schedule.Entry{a})
+		h := startHost(p, nil, a, b)
+		advance(61 * time.Second) // 00:01 fired a; b's publish waits for the gate
+		h.s.Set([]schedule.Entry{a})
 		time.Sleep(time.Minute) // 00:02 is due when b's publish returns
 		close(p.gate)
 		synctest.Wait()
-		cancel()
-		<-done
+		h.stop()
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		want := []string{

@@ -12,14 +12,8 @@ import (
 // (CI=true), where a missing broker fails it.
 func URL(t testing.TB) string {
 	t.Helper()
-	url := os.Getenv("WASMJOBS_AMQP_URL")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("WASMJOBS_AMQP_URL is not set: CI must start a broker with scripts/rabbitmq.sh start")
-		}
-		t.Skip("no broker: start one with scripts/rabbitmq.sh start and export WASMJOBS_AMQP_URL=$(scripts/rabbitmq.sh url)")
-	}
-	return url
+	return fromEnv(t, "WASMJOBS_AMQP_URL", "CI must start a broker with scripts/rabbitmq.sh start",
+		"no broker: start one with scripts/rabbitmq.sh start and export WASMJOBS_AMQP_URL=$(scripts/rabbitmq.sh url)")
 }
 
 // ClusterURLs returns the comma-separated AMQP URLs of the three-node test cluster,
@@ -27,14 +21,8 @@ func URL(t testing.TB) string {
 // the test is skipped, except under CI (CI=true), where they fail it.
 func ClusterURLs(t testing.TB) string {
 	t.Helper()
-	urls := os.Getenv("WASMJOBS_AMQP_CLUSTER")
-	if urls == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("WASMJOBS_AMQP_CLUSTER is not set: CI must start the cluster with scripts/rabbitmq-cluster.sh start")
-		}
-		t.Skip("no cluster: start one with scripts/rabbitmq-cluster.sh start and export WASMJOBS_AMQP_CLUSTER=$(scripts/rabbitmq-cluster.sh url)")
-	}
-	return urls
+	return fromEnv(t, "WASMJOBS_AMQP_CLUSTER", "CI must start the cluster with scripts/rabbitmq-cluster.sh start",
+		"no cluster: start one with scripts/rabbitmq-cluster.sh start and export WASMJOBS_AMQP_CLUSTER=$(scripts/rabbitmq-cluster.sh url)")
 }
 
 // RestartOptIn is the variable that lets a test restart the broker: it must be 1.
@@ -50,10 +38,8 @@ const RestartOptIn = "WASMJOBS_RABBIT_RESTART"
 func RestartableURL(t testing.TB) string {
 	t.Helper()
 	if os.Getenv(RestartOptIn) != "1" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(RestartOptIn + "=1 is not set: CI runs the broker-restart tests (make test sets it for their step)")
-		}
-		t.Skip("restarts the broker: runs only with " + RestartOptIn + "=1, on a broker of your own (see scripts/rabbitmq.sh)")
+		skipUnlessCI(t, RestartOptIn+"=1 is not set: CI runs the broker-restart tests (make test sets it for their step)",
+			"restarts the broker: runs only with "+RestartOptIn+"=1, on a broker of your own (see scripts/rabbitmq.sh)")
 	}
 	url := URL(t)
 	// The script restarts the broker on WASMJOBS_RABBIT_PORT (default 5682): a URL on
@@ -66,4 +52,25 @@ func RestartableURL(t testing.TB) string {
 		t.Fatalf("WASMJOBS_AMQP_URL %q is not the broker scripts/rabbitmq.sh restarts (port %s, from WASMJOBS_RABBIT_PORT)", url, port)
 	}
 	return url
+}
+
+// fromEnv returns the variable name; when it is empty the test is skipped with skip,
+// except under CI, where it fails, saying ciMust.
+func fromEnv(t testing.TB, name, ciMust, skip string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		skipUnlessCI(t, name+" is not set: "+ciMust, skip)
+	}
+	return v
+}
+
+// skipUnlessCI skips the test with skip, except under CI (CI=true), where nothing may
+// be skipped: there it fails the test with fatal.
+func skipUnlessCI(t testing.TB, fatal, skip string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(fatal)
+	}
+	t.Skip(skip)
 }

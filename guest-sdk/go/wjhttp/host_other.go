@@ -125,6 +125,20 @@ func head(h int32) *fakeRequest {
 	return r
 }
 
+// answered waits for request h's head and returns the request when it has a response;
+// otherwise nil and what a read of the response returns instead: -1 for no such
+// request, the request's failure status for one that failed.
+func answered(h int32) (*fakeRequest, int32) {
+	r := head(h)
+	if r == nil {
+		return nil, -1
+	}
+	if r.resp == nil {
+		return nil, r.status
+	}
+	return r, 0
+}
+
 func httpStatus(h int32) int32 {
 	r := head(h)
 	if r == nil {
@@ -147,12 +161,9 @@ func httpErrorRead(h int32, buf *byte, n int32) int32 {
 }
 
 func httpHeadersRead(h int32, buf *byte, n int32) int32 {
-	r := head(h)
+	r, failed := answered(h)
 	if r == nil {
-		return -1
-	}
-	if r.resp == nil {
-		return r.status
+		return failed
 	}
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range r.resp.Header {
@@ -171,23 +182,17 @@ func httpHeadersRead(h int32, buf *byte, n int32) int32 {
 }
 
 func httpURLRead(h int32, buf *byte, n int32) int32 {
-	r := head(h)
+	r, failed := answered(h)
 	if r == nil {
-		return -1
-	}
-	if r.resp == nil {
-		return r.status
+		return failed
 	}
 	return copyOut(r.resp.Request.URL.String(), buf, n)
 }
 
 func httpBodyRead(h int32, buf *byte, n int32) int32 {
-	r := head(h)
+	r, failed := answered(h)
 	if r == nil {
-		return -1
-	}
-	if r.resp == nil {
-		return r.status
+		return failed
 	}
 	if n == 0 {
 		return -2

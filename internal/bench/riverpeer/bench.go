@@ -20,6 +20,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/wasmjobs/wasmjobs/internal/bench/measure"
 )
 
 // The settings of `river bench` (cmd/river/riverbench in River v0.43.0 and later). They are
@@ -153,7 +155,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 	workers := river.NewWorkers()
 	if cfg.HTTPDelay > 0 {
-		url, stop, err := slowServer(cfg.HTTPDelay)
+		url, stop, err := measure.SlowServer(cfg.HTTPDelay)
 		if err != nil {
 			return res, err
 		}
@@ -253,8 +255,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 
-	resetPeakRSS()
-	rss0 := statusMB("VmRSS:")
+	measure.ResetPeakRSS()
+	rss0 := measure.StatusMB("VmRSS:")
 	if err := client.Start(runCtx); err != nil {
 		return res, fmt.Errorf("riverpeer: starting the River client: %w", err)
 	}
@@ -312,7 +314,7 @@ wait:
 		return res, runErr
 	}
 
-	res.PeakRSSMB = statusMB("VmHWM:")
+	res.PeakRSSMB = measure.StatusMB("VmHWM:")
 	res.RSSPerJobKB = max(0, res.PeakRSSMB-rss0) * 1024 / float64(workerCount)
 	<-counted // runCtx is cancelled: the counter returns, and latencies is no longer written
 	slices.Sort(latencies)

@@ -23,3 +23,7 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
+
+require github.com/wasmjobs/wasmjobs v0.0.0
+
+replace github.com/wasmjobs/wasmjobs => ../../..

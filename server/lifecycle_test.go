@@ -1,0 +1,251 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/server"
+	"github.com/wasmjobs/wasmjobs/wasmjobstest"
+)
+
+// TestStopDrainsARunningJob: from Stop's start the host is not ready and refuses new
+// jobs (the memory backend would drop them), still answers reads over its listener
+// while a job runs, and returns once that job finished and settled.
+func TestStopDrainsARunningJob(t *testing.T) {
+	t.Parallel()
+	h := newTestHost(t, nil, server.Config{DrainTimeout: time.Hour})
+	h.Start()
+	if status := h.Call("GET", "/readyz", "", nil); status != 200 {
+		t.Fatalf("/readyz once started: %d", status)
+	}
+	id := h.enqueue("go")
+	h.WaitState(id, "running")
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- h.srv.Stop(context.Background()) }()
+	waitFor(t, "/readyz to say 503", func() bool { return h.Call("GET", "/readyz", "", nil) == 503 })
+	if status := h.Call("POST", "/v1/jobs", `{"queue": "work", "payload": "other"}`, nil); status != 503 {
+		t.Errorf("enqueue during the drain: %d, want 503", status)
+	}
+	if got := h.state(id); got != "running" {
+		t.Errorf("the running job during the drain: %q, want running (reads answer until the end)", got)
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned with a job running and an hour of drain left: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	h.release("go")
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop did not return after the job finished")
+	}
+	if log := h.Log(); !strings.Contains(log, `msg="job settled"`) || !strings.Contains(log, "drained: every running job finished and settled") ||
+		!strings.Contains(log, "wasmjobs stopped") {
+		t.Fatalf("the job did not settle in the drain:\n%s", log)
+	}
+	if status := h.Call("GET", "/readyz", "", nil); status != 0 {
+		t.Errorf("the listener still answers after Stop: %d", status)
+	}
+}
+
+// TestStopAtTheDrainDeadline: a job still running at the drain deadline is left
+// unacknowledged, and Stop returns within the deadline plus server.CloseGrace.
+func TestStopAtTheDrainDeadline(t *testing.T) {
+	t.Parallel()
+	const drain = 300 * time.Millisecond
+	h := newTestHost(t, nil, server.Config{DrainTimeout: drain})
+	h.Start()
+	id := h.enqueue("never")
+	h.WaitState(id, "running")
+	start := time.Now()
+	if err := h.srv.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop at the drain deadline: %v, want nil", err)
+	}
+	if took := time.Since(start); took > drain+server.CloseGrace {
+		t.Errorf("Stop took %v, past the drain timeout %v plus server.CloseGrace", took, drain)
+	}
+	log := h.Log()
+	if !strings.Contains(log, "drain timeout: unfinished jobs left unacknowledged") || strings.Contains(log, `msg="job settled"`) {
+		t.Fatalf("want the job left unacknowledged, not settled:\n%s", log)
+	}
+}
+
+// TestStartThenStop: a host with nothing running stops at once; the lifecycle's
+// misuses answer with its sentinel errors.
+func TestStartThenStop(t *testing.T) {
+	t.Parallel()
+	h := newTestHost(t, nil, server.Config{})
+	h.Start()
+	if err := h.srv.Start(context.Background()); !errors.Is(err, server.ErrStarted) {
+		t.Errorf("a second Start: %v, want server.ErrStarted", err)
+	}
+	start := time.Now()
+	if err := h.srv.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if took := time.Since(start); took > server.CloseGrace {
+		t.Errorf("Stop with nothing running took %v", took)
+	}
+	if err := h.srv.Stop(context.Background()); !errors.Is(err, server.ErrStopped) {
+		t.Errorf("a second Stop: %v, want server.ErrStopped", err)
+	}
+	if err := h.srv.Start(context.Background()); !errors.Is(err, server.ErrStopped) {
+		t.Errorf("Start after Stop: %v, want server.ErrStopped", err)
+	}
+}
+
+// TestStopBeforeStart: a host never started is not ready, and Stop releases what New
+// built, the backend and the listener included.
+func TestStopBeforeStart(t *testing.T) {
+	t.Parallel()
+	b := memory.New(memory.Config{})
+	h := newTestHost(t, b, server.Config{})
+	if rec := serveRecorded(h.srv, "GET", "/readyz"); rec != 503 {
+		t.Errorf("/readyz before Start: %d, want 503", rec)
+	}
+	if err := h.srv.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop before Start: %v", err)
+	}
+	if err := b.Publish(context.Background(), backend.NewEnvelope("work", nil), 0); !errors.Is(err, backend.ErrShutDown) {
+		t.Errorf("Publish after Stop: %v, want the backend closed (ErrShutDown)", err)
+	}
+	if status := h.Call("GET", "/readyz", "", nil); status != 0 {
+		t.Errorf("the listener answers after Stop: %d", status)
+	}
+	if err := h.srv.Start(context.Background()); !errors.Is(err, server.ErrStopped) {
+		t.Errorf("Start after Stop: %v, want server.ErrStopped", err)
+	}
+}
+
+// TestStartGivesUpWithItsContext: a Start whose context ended fails with its error
+// (what `run` takes for a signal during the start), and Stop still releases the host.
+func TestStartGivesUpWithItsContext(t *testing.T) {
+	t.Parallel()
+	h := newTestHost(t, nil, server.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.srv.Start(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start on an ended context: %v, want context.Canceled", err)
+	}
+	if status := serveRecorded(h.srv, "GET", "/readyz"); status != 503 {
+		t.Errorf("/readyz after a Start that gave up: %d, want 503", status)
+	}
+	if err := h.srv.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop after a Start that gave up: %v", err)
+	}
+}
+
+// failingStore is a memory backend whose store breaks when the test says so.
+type failingStore struct {
+	*memory.Backend
+	broken atomic.Bool
+}
+
+var errBroken = errors.New("the disk is full")
+
+func (f *failingStore) Err() error {
+	if f.broken.Load() {
+		return errBroken
+	}
+	return nil
+}
+
+// TestFailedStoreStops: once the backend reports its store broken, the host is
+// neither healthy nor ready, closes Done, and Stop drains and returns the failure.
+func TestFailedStoreStops(t *testing.T) {
+	t.Parallel()
+	b := &failingStore{Backend: memory.New(memory.Config{})}
+	h := newTestHost(t, b, server.Config{})
+	h.Start()
+	if status := h.Call("GET", "/healthz", "", nil); status != 200 {
+		t.Fatalf("/healthz before the failure: %d", status)
+	}
+	b.broken.Store(true)
+	select {
+	case <-h.srv.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed after the store failed")
+	}
+	if hz, rz := h.Call("GET", "/healthz", "", nil), h.Call("GET", "/readyz", "", nil); hz != 503 || rz != 503 {
+		t.Errorf("/healthz %d, /readyz %d after the store failed, want 503", hz, rz)
+	}
+	if err := h.srv.Stop(context.Background()); !errors.Is(err, errBroken) {
+		t.Fatalf("Stop: %v, want the store's failure", err)
+	}
+	if !strings.Contains(h.Log(), `level=ERROR msg="the backend's store failed`) {
+		t.Errorf("no error logged for the failed store:\n%s", h.Log())
+	}
+}
+
+// testHost is a host of the rig (wasmjobstest.Host) serving the module "work", the
+// testdata module wait_file: a job runs until the test creates the file its payload
+// names in gate (release), or until the drain deadline ends it.
+type testHost struct {
+	*wasmjobstest.Host
+	t    *testing.T
+	srv  *server.Server
+	gate string
+}
+
+// newTestHost builds a host, not started, on b (nil means a memory backend) with cfg;
+// the rig sets cfg's Modules, Logger and Listener (a loopback one, which the server
+// serves from Start on).
+func newTestHost(t *testing.T, b backend.Backend, cfg server.Config) *testHost {
+	t.Helper()
+	h := &testHost{Host: wasmjobstest.NewHost(t, wasmjobstest.HostConfig{Backend: b, Server: cfg, NoStart: true}), t: t, gate: t.TempDir()}
+	h.srv = h.Server()
+	wasm, err := os.ReadFile("../testdata/abi/wait_file.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.AddModule("work", wasm, fmt.Sprintf("max_attempts = 1\ntimeout = \"1h\"\ndirs = [%q]\n", h.gate+":/gate"))
+	return h
+}
+
+// enqueue enqueues a job of "work" that waits for the file name, and returns its id.
+func (h *testHost) enqueue(name string) string { return h.Enqueue("work", []byte(name)) }
+
+// state is the job's state as the API reports it.
+func (h *testHost) state(id string) string { return h.Job(id).State }
+
+// release lets the jobs waiting for the file name finish.
+func (h *testHost) release(name string) {
+	h.t.Helper()
+	if err := os.WriteFile(filepath.Join(h.gate, name), nil, 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// waitFor polls cond every 10 ms for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// serveRecorded sends a request straight to s's Handler and returns the status.
+func serveRecorded(s *server.Server, method, path string) int {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(method, path, nil)
+	req.Host = "127.0.0.1" // the listener is on loopback: the API checks the Host
+	s.Handler().ServeHTTP(rec, req)
+	return rec.Code
+}
