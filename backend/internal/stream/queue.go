@@ -11,7 +11,6 @@ package stream
 import (
 	"iter"
 	"sync"
-	"sync/atomic"
 )
 
 // Item is a ready job as a backend holds it, usually a pointer to the backend's own
@@ -39,7 +38,7 @@ type Queue[T Item] struct {
 	// streams; offering, those of them a stream offers and no consumer has received
 	// yet: still pending, from the consumer's point of view.
 	unsettled int
-	offering  atomic.Int32
+	offering  int
 }
 
 // NewQueue returns an empty queue with priority levels 0 to levels.
@@ -106,8 +105,7 @@ func (q *Queue[T]) Unsettled() int { return q.unsettled }
 // Counts returns the pending items (ready, or offered and not received yet) and the
 // unacknowledged ones (received by a consumer and not settled). The lock is held.
 func (q *Queue[T]) Counts() (pending, unacked int) {
-	offering := int(q.offering.Load())
-	return q.nready + offering, q.unsettled - offering
+	return q.nready + q.offering, q.unsettled - q.offering
 }
 
 // All yields the ready items, lowest level first and each level front to back: for

@@ -229,7 +229,7 @@ func (s *Stream[T]) take() (*Claim[T], backend.Delivery, error) {
 	c.offered.Store(true)
 	s.inflight[c] = struct{}{}
 	q.unsettled++
-	q.offering.Add(1)
+	q.offering++
 	q.mu.Unlock()
 	d, err := s.deliver(c)
 	if err != nil {
@@ -289,7 +289,7 @@ type Claim[T Item] struct {
 	item     T
 	order    uint64 // the stream's count of items taken, at this one
 	state    atomic.Int32
-	offered  atomic.Bool // counted in q.offering
+	offered  atomic.Bool // counted in q.offering; set and cleared under q.mu, read without
 	orphaned bool        // guarded by q.mu: see Orphan
 }
 
@@ -302,10 +302,21 @@ func (c *Claim[T]) Queue() *Queue[T] { return c.s.q }
 // Received ends the delivery's time on offer, once: the stream calls it after the
 // consumer took the delivery, and a backend may call it as well when the delivery is
 // read, so that stats read by a consumer that has just received it never count it as
-// pending.
+// pending. Whichever call comes second, the count is gone when it returns: the flag is
+// cleared after the count, both under the queue's lock, so that a caller that finds it
+// cleared reads stats without it (a flag cleared first let the second caller return
+// while the first had yet to take the count: its consumer read the delivery it held
+// as pending).
 func (c *Claim[T]) Received() {
-	if c.offered.CompareAndSwap(true, false) {
-		c.s.q.offering.Add(-1)
+	if !c.offered.Load() {
+		return
+	}
+	q := c.s.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if c.offered.Load() {
+		q.offering--
+		c.offered.Store(false)
 	}
 }
 

@@ -185,6 +185,25 @@ func TestOfferedCountsAsPendingUntilReceived(t *testing.T) {
 	}
 }
 
+// TestAReceivedDeliveryIsNoLongerPending races the two ends of an offer: the stream's,
+// after its send, and the consumer's, in the backend's Envelope. Whichever comes second
+// must find the count gone once its Received returns; else a consumer that has every
+// job it waits for reads one more as pending, and waits for a delivery that never
+// comes. The race is lost now and then: many rounds.
+func TestAReceivedDeliveryIsNoLongerPending(t *testing.T) {
+	const rounds = 50000
+	r := newRig(0)
+	s := r.consume(t, rounds)
+	for i := range rounds {
+		r.publish(&job{name: "a"})
+		d := receive(t, s)
+		d.c.Received()
+		if got, want := counts(r.q), [2]int{0, i + 1}; got != want {
+			t.Fatalf("delivery %d received: pending, unacked = %v, want %v", i+1, got, want)
+		}
+	}
+}
+
 func TestDropPutsBackInOrderAtTheFront(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
