@@ -513,15 +513,15 @@ func (vm *jsVM) runJob(ctx context.Context, deadline time.Time, timeout time.Dur
 	case err != nil:
 		return 0, classify(err, timeout)
 	case vm.interrupted && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return 0, &failure{KindTimeout, "cancelled: the host is shutting down"}
+		return 0, &failure{CauseTimeout, "cancelled: the host is shutting down"}
 	case vm.interrupted:
-		return 0, &failure{KindTimeout, fmt.Sprintf("timeout after %v", timeout)}
+		return 0, &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
 	case vm.hostFail != "":
-		return 0, &failure{KindTrap, "trap: " + vm.hostFail}
+		return 0, &failure{CauseTrap, "trap: " + vm.hostFail}
 	case !vm.settled:
-		return 0, &failure{KindTrap, "trap: the handler's promise never settled"}
+		return 0, &failure{CauseTrap, "trap: the handler's promise never settled"}
 	case vm.code < 0:
-		return 0, &failure{KindTrap, "trap: " + vm.failMsg}
+		return 0, &failure{CauseTrap, "trap: " + vm.failMsg}
 	}
 	return vm.code, nil
 }

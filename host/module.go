@@ -317,7 +317,7 @@ func (m *Module) defaultSink() LogFunc {
 
 // failure is a call that did not return normally.
 type failure struct {
-	kind   Kind
+	cause  Cause
 	reason string
 }
 
@@ -354,26 +354,26 @@ func classify(err error, timeout time.Duration) *failure {
 	case errors.As(err, &exit):
 		switch exit.ExitCode() {
 		case sys.ExitCodeDeadlineExceeded:
-			return &failure{KindTimeout, fmt.Sprintf("timeout after %v", timeout)}
+			return &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
 		case sys.ExitCodeContextCanceled:
-			return &failure{KindTimeout, "cancelled: the host is shutting down"}
+			return &failure{CauseTimeout, "cancelled: the host is shutting down"}
 		}
-		return &failure{KindExit, fmt.Sprintf("exit code %d", exit.ExitCode())}
+		return &failure{CauseExit, fmt.Sprintf("exit code %d", exit.ExitCode())}
 	case errors.As(err, &mem):
-		return &failure{KindTrap, "trap: " + mem.Error()}
+		return &failure{CauseTrap, "trap: " + mem.Error()}
 	case errors.As(err, &abort):
-		return &failure{KindTrap, "trap: " + abort.msg}
+		return &failure{CauseTrap, "trap: " + abort.msg}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &failure{KindTimeout, fmt.Sprintf("timeout after %v", timeout)}
+		return &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
 	case errors.Is(err, context.Canceled):
-		return &failure{KindTimeout, "cancelled: the host is shutting down"}
+		return &failure{CauseTimeout, "cancelled: the host is shutting down"}
 	}
 	msg := err.Error()
 	if line, _, _ := strings.Cut(msg, "\n"); line != "" {
 		msg = line
 	}
 	msg = strings.TrimPrefix(msg, "wasm error: ")
-	return &failure{KindTrap, "trap: " + msg}
+	return &failure{CauseTrap, "trap: " + msg}
 }
 
 // close ends the instance.

@@ -211,9 +211,9 @@ type reportModule struct {
 
 // newInvokeReport reports x, which the host made res and the worker would settle
 // as settle with reason.
-func newInvokeReport(x host.Execution, res worker.Result, settle worker.Settle, reason string) invokeReport {
+func newInvokeReport(x host.Execution, res worker.Result, settle worker.Outcome, reason string) invokeReport {
 	r := invokeReport{
-		Result:       string(x.Kind),
+		Result:       x.Ending(),
 		Code:         x.Code,
 		Settle:       settle.String(),
 		Reason:       reason,
@@ -240,7 +240,7 @@ func newInvokeReport(x host.Execution, res worker.Result, settle worker.Settle, 
 		r.Calls = append(r.Calls, reportCall{Method: c.Method, Target: c.Target, Path: c.Path, Status: c.Status, Error: c.Error,
 			DurationMs: float64(c.Duration.Microseconds()) / 1000, Bytes: c.Bytes})
 	}
-	if settle == worker.SettleAck {
+	if settle == worker.Ack {
 		for _, c := range x.Children {
 			r.Enqueued = append(r.Enqueued, reportJob{Queue: c.Queue, Payload: strings.ToValidUTF8(string(c.Payload), "\uFFFD"), DelayMs: c.Delay.Milliseconds()})
 		}

@@ -257,7 +257,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if e.Kind != worker.EventSettled {
 			return
 		}
-		if e.Settle != worker.SettleAck {
+		if e.Settle != worker.Ack {
 			failed.Add(1)
 		}
 		n := settled.Add(1)
