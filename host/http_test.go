@@ -39,7 +39,7 @@ func (testResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr
 
 func httpEngine(t *testing.T, roots *x509.CertPool) *host.Engine {
 	t.Helper()
-	return newEngineWith(t, host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}, RootCAs: roots}})
+	return newEngineWith(t, host.Config{NoCache: true, HTTP: host.HTTPOptions{Resolver: testResolver{}, RootCAs: roots}})
 }
 
 // countingServer is a loopback server counting the requests it received, the
@@ -563,7 +563,7 @@ func (l *callLog) reset() {
 func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 	t.Parallel()
 	var calls callLog
-	e := newEngineWith(t, host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}}, OnHTTPCall: calls.add})
+	e := newEngineWith(t, host.Config{NoCache: true, HTTP: host.HTTPOptions{Resolver: testResolver{}}, OnHTTPCall: calls.add})
 	srv := newCountingServer(t, false, echoHandler)
 	quick := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
 	entry := "http://localhost:" + srv.port
@@ -637,7 +637,7 @@ func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 func TestJSSetupRequestsReachOnHTTPCall(t *testing.T) {
 	t.Parallel()
 	var calls callLog
-	e := newEngineWith(t, host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}}, OnHTTPCall: calls.add})
+	e := newEngineWith(t, host.Config{NoCache: true, HTTP: host.HTTPOptions{Resolver: testResolver{}}, OnHTTPCall: calls.add})
 	srv := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
 	entry := "http://127.0.0.1:" + srv.port
 	src := `fetch("` + srv.URL + `/warm"); fetch("http://127.0.0.2:1/denied").catch(() => {});

@@ -112,9 +112,10 @@ type Manifest struct {
 	Dirs []Mount
 	// Rollout is how a new version of the module is put in service ([rollout]).
 	Rollout Rollout
-	// HTTP is the module's outbound HTTP grant ([http]); nil: no request leaves the
-	// sandbox.
-	HTTP *outbound.Grant
+	// http is the module's outbound HTTP grant ([http]); nil: no request leaves the
+	// sandbox. Unexported, since its type is internal: a manifest sets it in its text,
+	// and HTTP shows it.
+	http *outbound.Grant
 
 	// RateLimit bounds how fast one host starts the module's jobs (rate, burst).
 	// Default: no bound.
@@ -130,6 +131,11 @@ type Manifest struct {
 // into the module's queue, in the manifest's order. Default: none. The slice is
 // the caller's: a new one each call.
 func (m Manifest) Schedules() []schedule.Spec { return slices.Clone(m.schedules) }
+
+// HTTP returns the module's outbound HTTP grant ([http]) as /v1/modules shows it: the
+// headers the host adds are named, never their values. Nil without a grant: no request
+// leaves the sandbox.
+func (m Manifest) HTTP() *HTTPGrant { return grantView(m.http) }
 
 // ManifestError is a manifest's problem, with where it is.
 type ManifestError struct {

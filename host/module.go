@@ -68,11 +68,16 @@ func (m *Module) Queue() string { return m.manifest.Queue }
 
 // Breakers returns the circuit breakers of the module's outbound HTTP on this host
 // (shared by its versions), destinations in order; nil without an [http] grant.
-func (m *Module) Breakers() []outbound.BreakerState {
+func (m *Module) Breakers() []BreakerState {
 	if m.http == nil {
 		return nil
 	}
-	return m.e.httpOpts.Breakers.States(m.name)
+	states := m.e.httpOpts.Breakers.States(m.name)
+	out := make([]BreakerState, len(states))
+	for i, st := range states {
+		out[i] = BreakerState(st)
+	}
+	return out
 }
 
 // LoadedAt returns when the module was loaded.
@@ -131,10 +136,10 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 		compiled.Close(ctx)
 		return nil, invalid("%v", err)
 	}
-	if man.HTTP != nil {
+	if man.http != nil {
 		opts := e.httpOpts
 		opts.Scope = name
-		m.http = outbound.NewClient(man.HTTP, opts)
+		m.http = outbound.NewClient(man.http, opts)
 	}
 	inst, err := m.instantiate(ctx, time.Time{})
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -72,7 +71,7 @@ command is misused or the module cannot be loaded.`,
 				return err
 			}
 			ctx := cmd.Context()
-			e, err := host.NewEngine(ctx, host.Config{CacheDir: g.cacheDir, HTTP: outbound.Options{RootCAs: roots}})
+			e, err := host.NewEngine(ctx, host.Config{CacheDir: g.cacheDir, HTTP: host.HTTPOptions{RootCAs: roots}})
 			if err != nil {
 				return err
 			}
