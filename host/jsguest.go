@@ -52,7 +52,7 @@ const (
 	jsOpSettle      = 10 // (code, reason, delayMs); code -1: a failure with reason
 	jsOpLoadError   = 11 // (msg): the bundle did not load
 
-	// Outbound HTTP and timers (jsfetch.go).
+	// Outbound HTTP and timers: fetch, AbortSignal and setTimeout.
 	jsOpFetch       = 12 // (method, url, header lines, body) -> handle | status
 	jsOpFetchHead   = 13 // (handle) -> a promise of the head's status
 	jsOpFetchError  = 14 // (handle; -1: the last refused start) -> string | undefined
@@ -207,7 +207,7 @@ type jsVM struct {
 	loadErr     string
 	leftover    bool // promise jobs were still queued when the handler settled
 
-	// Outbound HTTP and timers (jsfetch.go), per call.
+	// Outbound HTTP and timers (fetch, AbortSignal, setTimeout), per call.
 	outer    context.Context   // the job's: it ends when the host shuts down
 	reqCtx   context.Context   // the requests': it ends at the job's deadline
 	pending  []jsPending       // promises the host resolves: request heads and timers
