@@ -128,9 +128,36 @@ type Manifest struct {
 }
 
 // Schedules returns the module's periodic jobs ([[schedule]] tables), each firing
-// into the module's queue, in the manifest's order. Default: none. The slice is
-// the caller's: a new one each call.
-func (m Manifest) Schedules() []schedule.Spec { return slices.Clone(m.schedules) }
+// into the module's queue, in the manifest's order, defaults filled in. Default: none.
+// The slice is the caller's: a new one each call.
+func (m Manifest) Schedules() []Schedule {
+	out := make([]Schedule, len(m.schedules))
+	for i, s := range m.schedules {
+		out[i] = Schedule{Name: s.Name, Cron: s.Cron.String(), Timezone: s.Cron.Location().String(),
+			Payload: slices.Clone(s.Payload), Headers: maps.Clone(s.Headers), Overlap: s.Overlap.String(), CatchUp: s.CatchUp}
+	}
+	return out
+}
+
+// Schedule is one of a module's periodic jobs, a [[schedule]] table of its manifest,
+// as the manifest checked it.
+type Schedule struct {
+	// Name tells the module's schedules apart; with the module's name it names the
+	// schedule, its state and its jobs' ids. Default: the cron line.
+	Name string
+	// Cron is the cron line that says when it fires, read in Timezone (an IANA zone
+	// name; default UTC).
+	Cron, Timezone string
+	// Payload and Headers are every job's.
+	Payload []byte
+	Headers map[string]string
+	// Overlap is "skip" (default: no tick fires while the last tick's job is not
+	// finished) or "allow".
+	Overlap string
+	// CatchUp fires once at start, for the newest tick missed while no host fired;
+	// default true.
+	CatchUp bool
+}
 
 // HTTP returns the module's outbound HTTP grant ([http]) as /v1/modules shows it: the
 // headers the host adds are named, never their values. Nil without a grant: no request

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
 func TestManifestSchedules(t *testing.T) {
@@ -33,11 +32,11 @@ cron = "@every 10m"
 		t.Fatalf("schedules %+v, want 2", m.Schedules())
 	}
 	a, b := m.Schedules()[0], m.Schedules()[1]
-	if a.Name != "nightly" || a.Cron.String() != "30 2 * * *" || a.Cron.Location().String() != "Europe/Berlin" ||
-		string(a.Payload) != `{"kind": "daily"}` || a.Headers["source"] != "cron" || a.Overlap != schedule.OverlapAllow || a.CatchUp {
+	if a.Name != "nightly" || a.Cron != "30 2 * * *" || a.Timezone != "Europe/Berlin" ||
+		string(a.Payload) != `{"kind": "daily"}` || a.Headers["source"] != "cron" || a.Overlap != "allow" || a.CatchUp {
 		t.Errorf("first schedule %+v", a)
 	}
-	if b.Name != "@every 10m" || b.Cron.Location().String() != "UTC" || b.Overlap != schedule.OverlapSkip || !b.CatchUp || b.Payload != nil {
+	if b.Name != "@every 10m" || b.Timezone != "UTC" || b.Overlap != "skip" || !b.CatchUp || b.Payload != nil {
 		t.Errorf("second schedule (defaults) %+v", b)
 	}
 }
