@@ -88,7 +88,8 @@ type HTTPCall struct {
 	// denied, blocked, dns, refused, tls, timeout, too_large, rate_limited,
 	// circuit_open, connection, too_many_redirects, cancelled, ...
 	Outcome string
-	// Duration is how long the request took (see outbound.CallRecord).
+	// Duration is how long the request took: from its start to the first of its
+	// failure, its body's end (read to EOF or failed) and its close.
 	Duration time.Duration
 }
 
