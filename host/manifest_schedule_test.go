@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -10,21 +11,11 @@ import (
 
 func TestManifestSchedules(t *testing.T) {
 	t.Parallel()
-	text := `queue = "reports"
-
-[[schedule]]
-name = "nightly"
-cron = "30 2 * * *"
-timezone = "Europe/Berlin"
-payload = '{"kind": "daily"}'
-headers = { source = "cron" }
-overlap = "allow"
-catch_up = false
-
-[[schedule]]
-cron = "@every 10m"
-`
-	m, err := host.ParseManifest("reports.toml", []byte(text))
+	text, err := os.ReadFile("../testdata/manifests/reports.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := host.ParseManifest("reports.toml", text)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -9,24 +10,15 @@ import (
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
-// TestSpecOfAManifestsSchedule: the scheduler's spec of a manifest's schedule, made
-// from host.Schedule, fires when the manifest says: the same line in the same zone,
+// TestSpecOfAManifestsSchedule: the scheduler's spec of a manifest's schedule (host's
+// own test reads the same manifest), made from host.Schedule, fires when it says: the same line in the same zone,
 // with the same payload, headers, overlap and catch-up, defaults included.
 func TestSpecOfAManifestsSchedule(t *testing.T) {
-	m, err := host.ParseManifest("reports.toml", []byte(`queue = "reports"
-
-[[schedule]]
-name = "nightly"
-cron = "30 2 * * *"
-timezone = "Europe/Berlin"
-payload = '{"kind": "daily"}'
-headers = { source = "cron" }
-overlap = "allow"
-catch_up = false
-
-[[schedule]]
-cron = "@every 10m"
-`))
+	text, err := os.ReadFile("../testdata/manifests/reports.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := host.ParseManifest("reports.toml", text)
 	if err != nil {
 		t.Fatal(err)
 	}
