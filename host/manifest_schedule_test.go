@@ -2,7 +2,6 @@ package host_test
 
 import (
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
@@ -11,11 +10,7 @@ import (
 
 func TestManifestSchedules(t *testing.T) {
 	t.Parallel()
-	text, err := os.ReadFile("../testdata/manifests/reports.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := host.ParseManifest("reports.toml", text)
+	m, err := host.ReadManifest("../testdata/manifests/reports.wasm") // its manifest, reports.toml
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -14,11 +13,7 @@ import (
 // own test reads the same manifest), made from host.Schedule, fires when it says: the same line in the same zone,
 // with the same payload, headers, overlap and catch-up, defaults included.
 func TestSpecOfAManifestsSchedule(t *testing.T) {
-	text, err := os.ReadFile("../testdata/manifests/reports.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := host.ParseManifest("reports.toml", text)
+	m, err := host.ReadManifest("../testdata/manifests/reports.wasm") // its manifest, reports.toml
 	if err != nil {
 		t.Fatal(err)
 	}
