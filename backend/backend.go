@@ -31,12 +31,17 @@
 //     first copy was settled is a new job on every backend: this makes a retried
 //     publish safe, not a job exactly-once.
 //
-// Backends with a store of their own may implement optional interfaces (durable.go):
-// BatchPublisher (an all-or-nothing batch), AtomicDelivery (an ack committed with its
-// children, settles that carry the job's record) and JobRecordReader (records by id;
-// such a backend drops a repeat publish of an id it still holds), and UniquePublisher
-// (jobs unique by key within their queue, exactly). Callers type-assert and fall back
-// to the plain contract (the API refuses a unique job where there is none to fall to).
+// Backends with a store of their own may implement optional interfaces: BatchPublisher
+// (an all-or-nothing batch), AtomicDelivery (an ack committed with its children,
+// settles that carry the job's record) and JobRecordReader (records by id; such a
+// backend drops a repeat publish of an id it still holds), UniquePublisher (jobs unique
+// by key within their queue, exactly), JobLister, JobController and JobEnvelopeReader
+// (an operator's view of the held jobs), ScheduleStore and SchedulePruner (the ticks of
+// periodic jobs), DeadLetterStore and StatsReader; an embedded backend also tells its
+// host what it is (DirReporter, QueueKeeper, HealthReporter, RecoveryReporter), and
+// CapabilityReporter says which parts of the contract a backend lacks. Callers
+// type-assert and fall back to the plain contract (the API refuses a unique job where
+// there is none to fall to).
 package backend
 
 import (

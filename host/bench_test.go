@@ -22,7 +22,7 @@ func BenchmarkRunNoop(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				if x := m.Run(ctx, job, nil); x.Kind != host.KindAck {
+				if x := m.Run(ctx, job, nil); x.Outcome != worker.Ack {
 					b.Fatal(x.Reason)
 				}
 			}
@@ -73,7 +73,7 @@ func BenchmarkGoGuest(b *testing.B) {
 			job := &worker.Job{Envelope: backend.NewEnvelope("greet", []byte(`{"name":"Ada"}`)), Attempt: 1, MaxAttempts: 3}
 			b.ReportAllocs()
 			for b.Loop() {
-				if x := m.Run(ctx, job, nil); x.Kind != host.KindAck {
+				if x := m.Run(ctx, job, nil); x.Outcome != worker.Ack {
 					b.Fatal(x.Reason)
 				}
 			}
@@ -117,7 +117,7 @@ func BenchmarkGuests(b *testing.B) {
 			}
 			job := &worker.Job{Envelope: backend.NewEnvelope("conformance", []byte("ack")), Attempt: 1, MaxAttempts: 3}
 			for b.Loop() {
-				if x := m.Run(ctx, job, nil); x.Kind != host.KindAck {
+				if x := m.Run(ctx, job, nil); x.Outcome != worker.Ack {
 					b.Fatal(x.Reason)
 				}
 			}

@@ -88,8 +88,8 @@ func TestConformance(t *testing.T) {
 			job := jobFor(c, m)
 			x := m.Run(context.Background(), job, nil)
 			settle, reason := worker.Decide(job, x.Result(), m.Manifest().MaxDefers)
-			if string(x.Kind) != c.Kind || settle.String() != c.Settle || reason != c.Reason {
-				t.Errorf("kind %s, settle %s, reason %q; want %s, %s, %q", x.Kind, settle, reason, c.Kind, c.Settle, c.Reason)
+			if x.Ending() != c.Kind || settle.String() != c.Settle || reason != c.Reason {
+				t.Errorf("kind %s, settle %s, reason %q; want %s, %s, %q", x.Ending(), settle, reason, c.Kind, c.Settle, c.Reason)
 			}
 			if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
 				t.Errorf("code %v, want %v", deref(x.Code), deref(c.Code))
@@ -114,7 +114,7 @@ func TestConformance(t *testing.T) {
 				}
 			}
 			var children []abitest.Child
-			if settle == worker.SettleAck {
+			if settle == worker.Ack {
 				for _, ch := range x.Result().Children {
 					children = append(children, abitest.Child{Queue: ch.Queue, Payload: string(ch.Payload), DelayMs: ch.Delay.Milliseconds()})
 				}

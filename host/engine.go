@@ -13,11 +13,13 @@ package host
 import (
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -45,11 +47,30 @@ type Config struct {
 	Logger *slog.Logger
 	// HTTP holds the host's settings for modules' outbound HTTP: trusted roots
 	// (--http-ca) and, for tests, a resolver.
-	HTTP outbound.Options
+	HTTP HTTPOptions
 	// OnHTTPCall, if set, is called for each outbound HTTP request of a job once the
 	// job's run ends, from the job's goroutine: it must be quick and must not block.
 	// `wasmjobs run` counts them in its metrics.
 	OnHTTPCall func(HTTPCall)
+}
+
+// HTTPOptions are the host's settings for every module's outbound HTTP client. The zero
+// value is usable.
+type HTTPOptions struct {
+	// RootCAs are the trusted roots for https; nil means the system's.
+	RootCAs *x509.CertPool
+	// Resolver resolves host names; nil means net.DefaultResolver.
+	Resolver Resolver
+	// IdleConnsPerHost is how many idle connections to one destination a module's
+	// client keeps for reuse; a request beyond them opens a new connection, closed
+	// after use. Size it to the jobs that can call one destination at once (the
+	// worker's concurrency). Zero means 64.
+	IdleConnsPerHost int
+}
+
+// Resolver resolves host names for modules' outbound HTTP, as *net.Resolver does.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
 // Engine compiles, validates and instantiates modules. It is safe for concurrent use.
@@ -61,7 +82,7 @@ type Engine struct {
 	wasiNames map[string]bool
 	// reclaiming is set while a reclaim is scheduled.
 	reclaiming atomic.Bool
-	// httpOpts are Config.HTTP.
+	// httpOpts are Config.HTTP, with the engine's limiters and breakers.
 	httpOpts outbound.Options
 	// onHTTPCall is Config.OnHTTPCall.
 	onHTTPCall func(HTTPCall)
@@ -91,16 +112,15 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &Engine{log: log, httpOpts: cfg.HTTP, onHTTPCall: cfg.OnHTTPCall}
-	if e.httpOpts.Limiters == nil {
-		// One registry for the engine: a module's [http.limits] hold across its
-		// versions (reloads, canaries), keyed by its name.
-		e.httpOpts.Limiters = outbound.NewLimiters()
+	// One registry of limiters for the engine: a module's [http.limits] hold across its
+	// versions (reloads, canaries), keyed by its name. Likewise the circuit breakers: a
+	// reload does not close an open one.
+	opts := outbound.Options{RootCAs: cfg.HTTP.RootCAs, IdleConnsPerHost: cfg.HTTP.IdleConnsPerHost,
+		Limiters: outbound.NewLimiters(), Breakers: outbound.NewBreakers()}
+	if cfg.HTTP.Resolver != nil {
+		opts.Resolver = cfg.HTTP.Resolver // left nil otherwise: the default resolver
 	}
-	if e.httpOpts.Breakers == nil {
-		// Likewise the circuit breakers: a reload does not close an open one.
-		e.httpOpts.Breakers = outbound.NewBreakers()
-	}
+	e := &Engine{log: log, httpOpts: opts, onHTTPCall: cfg.OnHTTPCall}
 	rc := wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(true)
 	if !cfg.NoCache {
 		dir := cfg.CacheDir

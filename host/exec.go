@@ -11,19 +11,16 @@ import (
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
-// Kind is how a job's execution ended.
-type Kind string
+// Cause is why a run of a module failed, the detail of a worker.Failed outcome that
+// only the host knows. The zero Cause is none: the handler returned an outcome code.
+type Cause string
 
-// The kinds of ending: the four outcome codes, and the four ways a call fails.
+// The causes of a failed run.
 const (
-	KindAck         Kind = "ack"
-	KindRetry       Kind = "retry"
-	KindDefer       Kind = "defer"
-	KindDeadLetter  Kind = "dead_letter"
-	KindTrap        Kind = "trap"         // a trap, an out-of-memory abort, env.abort, a bad pointer
-	KindTimeout     Kind = "timeout"      // the wall-clock limit passed
-	KindInvalidCode Kind = "invalid_code" // wasmjobs_handle returned an unknown code
-	KindExit        Kind = "exit"         // proc_exit, with any code
+	CauseTrap        Cause = "trap"         // a trap, an out-of-memory abort, env.abort, a bad pointer
+	CauseTimeout     Cause = "timeout"      // the wall-clock limit passed
+	CauseInvalidCode Cause = "invalid_code" // wasmjobs_handle returned an unknown code
+	CauseExit        Cause = "exit"         // proc_exit, with any code
 )
 
 // Log is one log line of a job.
@@ -34,8 +31,11 @@ type Log struct {
 
 // Execution is what happened when a module ran a job.
 type Execution struct {
-	// Kind is how it ended.
-	Kind Kind
+	// Outcome is how the run ended: the outcome code the handler returned (Ack, Retry,
+	// Defer, DeadLetter), or worker.Failed.
+	Outcome worker.Outcome
+	// Cause says why a Failed run failed; empty for any other outcome.
+	Cause Cause
 	// Code is what wasmjobs_handle returned; nil when it returned nothing.
 	Code *int32
 	// Reason is the staged reason, or for a failure what went wrong.
@@ -73,13 +73,19 @@ type Execution struct {
 	Module, Version string
 }
 
-// Failed reports whether the execution is a failure rather than an outcome.
-func (x *Execution) Failed() bool {
-	switch x.Kind {
-	case KindAck, KindRetry, KindDefer, KindDeadLetter:
-		return false
+// Ending names how the run ended in one word: its Cause when it failed (trap, timeout,
+// invalid_code, exit), else its Outcome (ack, retry, defer, dead_letter). It is the
+// result that wasmjobs invoke reports.
+func (x *Execution) Ending() string {
+	if x.Outcome == worker.Failed {
+		return string(x.Cause)
 	}
-	return true
+	return x.Outcome.String()
+}
+
+// fail ends the run as a failure with cause and reason.
+func (x *Execution) fail(cause Cause, reason string) {
+	x.Outcome, x.Cause, x.Reason = worker.Failed, cause, reason
 }
 
 // Result turns the execution into the worker's result. Staged children count only on
@@ -90,20 +96,16 @@ func (x *Execution) Result() worker.Result {
 	if n := len(x.Calls); n > MaxResultCalls {
 		res.Calls, res.CallsDropped = x.Calls[:MaxResultCalls], n-MaxResultCalls
 	}
-	switch x.Kind {
-	case KindAck:
-		res.Outcome, res.Reason, res.Children = worker.Ack, "", x.Children
-	case KindRetry:
-		res.Outcome = worker.Retry
-	case KindDefer:
-		res.Outcome = worker.Defer
-	case KindDeadLetter:
-		res.Outcome = worker.DeadLetter
+	res.Outcome = x.Outcome
+	switch x.Outcome {
+	case worker.Ack:
+		res.Reason, res.Children = "", x.Children
+	case worker.Retry, worker.Defer, worker.DeadLetter:
 	default:
 		res.Outcome = worker.Failed
 		return res
 	}
-	if x.Delay != nil && x.Kind != KindDeadLetter {
+	if x.Delay != nil && x.Outcome != worker.DeadLetter {
 		res.Delay = *x.Delay
 	}
 	return res
@@ -114,7 +116,9 @@ func (x *Execution) Result() worker.Result {
 // payload passes the module's limit is dead-lettered without running.
 func (m *Module) Run(ctx context.Context, job *worker.Job, sink LogFunc) Execution {
 	if err := m.begin(); err != nil {
-		return Execution{Kind: KindTrap, Reason: err.Error(), Module: m.name, Version: m.version}
+		x := Execution{Module: m.name, Version: m.version}
+		x.fail(CauseTrap, err.Error())
+		return x
 	}
 	return m.run(ctx, job, sink)
 }
@@ -125,18 +129,19 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 	x := Execution{Module: m.name, Version: m.version}
 	if n, max := len(job.Envelope.Payload), m.manifest.Limits.MaxPayload; n > max {
 		m.release(nil, false)
-		x.Kind, x.Reason = KindDeadLetter, fmt.Sprintf("payload of %d bytes passes the module's limit of %d bytes", n, max)
+		x.Outcome, x.Reason = worker.DeadLetter, fmt.Sprintf("payload of %d bytes passes the module's limit of %d bytes", n, max)
 		return x
 	}
 	// A JS job's one deadline covers a new VM's setup and the run.
 	deadline := start.Add(m.manifest.Limits.Timeout)
 	inst, err := m.instanceFor(ctx, deadline)
 	if err != nil {
-		x.Kind, x.Reason, x.Duration = KindTrap, err.Error(), time.Since(start)
+		x.fail(CauseTrap, err.Error())
+		x.Duration = time.Since(start)
 		if errors.Is(err, errJSSetupTimeout) {
 			// The job's timeout passed while its new JS VM started: the same failure,
 			// with the same reason, as a timeout in the run.
-			x.Kind, x.Reason = KindTimeout, fmt.Sprintf("timeout after %v", m.manifest.Limits.Timeout)
+			x.fail(CauseTimeout, fmt.Sprintf("timeout after %v", m.manifest.Limits.Timeout))
 		}
 		return x
 	}
@@ -163,16 +168,16 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 	healthy := false
 	switch {
 	case fail != nil:
-		x.Kind, x.Reason = fail.kind, fail.reason
+		x.fail(fail.cause, fail.reason)
 		if fail.reason == "trap: stack overflow" {
 			m.e.reclaim()
 		}
 	case code < abi.OutcomeAck || code > abi.OutcomeDeadLetter:
 		x.Code = &code
-		x.Kind, x.Reason = KindInvalidCode, fmt.Sprintf("invalid outcome code %d", code)
+		x.fail(CauseInvalidCode, fmt.Sprintf("invalid outcome code %d", code))
 	default:
 		x.Code = &code
-		x.Kind = [...]Kind{KindAck, KindRetry, KindDefer, KindDeadLetter}[code]
+		x.Outcome = [...]worker.Outcome{worker.Ack, worker.Retry, worker.Defer, worker.DeadLetter}[code]
 		x.Reason = st.reason
 		healthy = !inst.mod.IsClosed() && (inst.js == nil || inst.js.healthy(context.Background()))
 	}

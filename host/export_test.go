@@ -1,6 +1,10 @@
 package host
 
-import "time"
+import (
+	"time"
+
+	"github.com/wasmjobs/wasmjobs/internal/outbound"
+)
 
 // JSInterrupts reports how many JS runs of m QuickJS's interrupt handler stopped.
 func JSInterrupts(m *Module) int64 { return m.jsInterrupts.Load() }
@@ -28,3 +32,6 @@ var OutageDefer = outageDefer
 
 // RateLimitDefer is rateLimitDefer.
 var RateLimitDefer = rateLimitDefer
+
+// GrantOf is m's [http] grant as the module's client takes it, header values included.
+func GrantOf(m Manifest) *outbound.Grant { return m.http }

@@ -60,8 +60,8 @@ func FuzzHostFunctionPointers(f *testing.F) {
 			return // the module read zeros past the payload
 		}
 		want := "trap: invalid memory access in " + names[payload[0]%9]
-		if x.Kind != host.KindAck && x.Reason != want {
-			t.Fatalf("payload %x: %s %q, want ack or %q", payload, x.Kind, x.Reason, want)
+		if x.Outcome != worker.Ack && x.Reason != want {
+			t.Fatalf("payload %x: %s %q, want ack or %q", payload, x.Ending(), x.Reason, want)
 		}
 	})
 }

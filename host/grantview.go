@@ -2,6 +2,7 @@ package host
 
 import (
 	"slices"
+	"time"
 
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
 )
@@ -39,6 +40,20 @@ type HTTPEntry struct {
 	Rate        float64 `json:"rate,omitempty"`
 	Burst       int     `json:"burst,omitempty"`
 	Concurrency int     `json:"concurrency,omitempty"`
+}
+
+// BreakerState is one circuit breaker of a module's outbound HTTP, as /v1/modules and
+// the modules page show it.
+type BreakerState struct {
+	// Destination is scheme://host:port.
+	Destination string `json:"destination"`
+	// State is "closed", "open" or "half-open".
+	State string `json:"state"`
+	// ConsecutiveFailures counts the failures in a row since the last success (in
+	// the closed state).
+	ConsecutiveFailures uint32 `json:"consecutive_failures"`
+	// Until is when an open breaker lets a call through again; zero unless open.
+	Until time.Time `json:"until,omitzero"`
 }
 
 // grantView returns g as it is shown; nil for no grant.

@@ -45,8 +45,8 @@ func TestPooledInstancesKeepStateFreshOnesDoNot(t *testing.T) {
 			var got strings.Builder
 			for range 4 {
 				x := run(m, "")
-				if x.Kind != host.KindAck {
-					t.Fatalf("kind %s: %s", x.Kind, x.Reason)
+				if x.Outcome != worker.Ack {
+					t.Fatalf("kind %s: %s", x.Ending(), x.Reason)
 				}
 				got.Write(x.Output)
 			}
@@ -63,16 +63,16 @@ func TestFailedInstanceIsDiscarded(t *testing.T) {
 	// exit.wasm exits on every job: each job needs a new instance, and must get one.
 	m := loadFile(t, e, "hostile/exit", "")
 	for range 5 {
-		if x := run(m, "3"); x.Kind != host.KindExit || x.Reason != "exit code 3" {
-			t.Fatalf("kind %s reason %q", x.Kind, x.Reason)
+		if x := run(m, "3"); x.Cause != host.CauseExit || x.Reason != "exit code 3" {
+			t.Fatalf("kind %s reason %q", x.Ending(), x.Reason)
 		}
 	}
 	// A trapped pooled instance is not reused: init_ok counts jobs per instance, and
 	// after a timeout the count starts again.
 	loop := loadFile(t, e, "hostile/loop", `timeout = "20ms"`)
 	for range 3 {
-		if x := run(loop, ""); x.Kind != host.KindTimeout {
-			t.Fatalf("kind %s", x.Kind)
+		if x := run(loop, ""); x.Cause != host.CauseTimeout {
+			t.Fatalf("kind %s", x.Ending())
 		}
 	}
 }
@@ -82,11 +82,11 @@ func TestPayloadOverLimitIsDeadLettered(t *testing.T) {
 	e := newEngine(t)
 	m := loadFile(t, e, "abi/echo", "max_payload = 8")
 	x := run(m, "123456789")
-	if x.Kind != host.KindDeadLetter || x.Reason != "payload of 9 bytes passes the module's limit of 8 bytes" {
-		t.Fatalf("kind %s reason %q", x.Kind, x.Reason)
+	if x.Outcome != worker.DeadLetter || x.Reason != "payload of 9 bytes passes the module's limit of 8 bytes" {
+		t.Fatalf("kind %s reason %q", x.Ending(), x.Reason)
 	}
-	if x := run(m, "12345678"); x.Kind != host.KindAck || string(x.Output) != "12345678" {
-		t.Fatalf("kind %s output %q", x.Kind, x.Output)
+	if x := run(m, "12345678"); x.Outcome != worker.Ack || string(x.Output) != "12345678" {
+		t.Fatalf("kind %s output %q", x.Ending(), x.Output)
 	}
 }
 
@@ -124,7 +124,7 @@ func TestSwapDrainsTheOldVersion(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the old version was not closed after its last job")
 	}
-	if x := slow.Run(context.Background(), job(), nil); x.Kind != host.KindTrap || !strings.Contains(x.Reason, "retired") {
+	if x := slow.Run(context.Background(), job(), nil); x.Cause != host.CauseTrap || !strings.Contains(x.Reason, "retired") {
 		t.Fatalf("a retired module ran a job: %+v", x)
 	}
 }
@@ -203,7 +203,7 @@ func TestGoExampleOnAWorker(t *testing.T) {
 		if ev.Result.Version != m.Version() {
 			t.Errorf("job ran on version %q", ev.Result.Version)
 		}
-		if ev.Settle == worker.SettleAck {
+		if ev.Settle == worker.Ack {
 			if out := string(ev.Result.Output); out != "Bonjour, Ada!" && out != "Hello, Grace!" {
 				t.Errorf("output %q", out)
 			}

@@ -132,8 +132,8 @@ type hostFunc struct {
 	fn api.GoModuleFunc
 }
 
-// hostFuncs are ABI v1's host functions, by name.
-var hostFuncs = map[string]hostFunc{
+// hostFuncs are ABI v1's host functions, by name: these, and those of outbound HTTP.
+var hostFuncs = withHTTPHostFuncs(map[string]hostFunc{
 	abi.FuncPayloadLen: {funcType{nil, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		stack[0] = uint64(uint32(len(stateOf(ctx).payload())))
 	}},
@@ -232,7 +232,7 @@ var hostFuncs = map[string]hostFunc{
 			stack[0] = 0
 		}
 	}},
-}
+})
 
 func (st *callState) payload() []byte {
 	if st.job == nil {

@@ -88,7 +88,8 @@ type HTTPCall struct {
 	// denied, blocked, dns, refused, tls, timeout, too_large, rate_limited,
 	// circuit_open, connection, too_many_redirects, cancelled, ...
 	Outcome string
-	// Duration is how long the request took (see outbound.CallRecord).
+	// Duration is how long the request took: from its start to the first of its
+	// failure, its body's end (read to EOF or failed) and its close.
 	Duration time.Duration
 }
 
@@ -262,11 +263,12 @@ func (st *callState) httpStart(ctx context.Context, method, url, headers, body [
 	return handle, ""
 }
 
-func init() {
+// withHTTPHostFuncs returns funcs with the host functions of outbound HTTP added.
+func withHTTPHostFuncs(funcs map[string]hostFunc) map[string]hostFunc {
 	fn := func(params []api.ValueType, f api.GoModuleFunc) hostFunc {
 		return hostFunc{funcType{params, []api.ValueType{i32}}, f}
 	}
-	hostFuncs[abi.FuncHTTPStart] = fn([]api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+	funcs[abi.FuncHTTPStart] = fn([]api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		method := guestBytes(mod, abi.FuncHTTPStart, stack[0], stack[1])
 		url := guestBytes(mod, abi.FuncHTTPStart, stack[2], stack[3])
 		headers := guestBytes(mod, abi.FuncHTTPStart, stack[4], stack[5])
@@ -274,14 +276,14 @@ func init() {
 		handle, _ := stateOf(ctx).httpStart(ctx, method, url, headers, body)
 		stack[0] = status(handle)
 	})
-	hostFuncs[abi.FuncHTTPStatus] = fn([]api.ValueType{i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+	funcs[abi.FuncHTTPStatus] = fn([]api.ValueType{i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		_, resp, s := stateOf(ctx).httpHead(ctx, int32(stack[0]))
 		if resp != nil {
 			s = int32(resp.StatusCode)
 		}
 		stack[0] = status(s)
 	})
-	hostFuncs[abi.FuncHTTPErrorRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+	funcs[abi.FuncHTTPErrorRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		buf := guestBytes(mod, abi.FuncHTTPErrorRead, stack[1], stack[2])
 		c, _, _ := stateOf(ctx).httpHead(ctx, int32(stack[0]))
 		if c == nil || c.err == nil {
@@ -302,9 +304,9 @@ func init() {
 			stack[0] = copyOut(buf, part(resp))
 		})
 	}
-	hostFuncs[abi.FuncHTTPHeadersRead] = headRead(abi.FuncHTTPHeadersRead, func(r *http.Response) []byte { return headerLines(r.Header) })
-	hostFuncs[abi.FuncHTTPURLRead] = headRead(abi.FuncHTTPURLRead, func(r *http.Response) []byte { return []byte(r.Request.URL.String()) })
-	hostFuncs[abi.FuncHTTPBodyRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+	funcs[abi.FuncHTTPHeadersRead] = headRead(abi.FuncHTTPHeadersRead, func(r *http.Response) []byte { return headerLines(r.Header) })
+	funcs[abi.FuncHTTPURLRead] = headRead(abi.FuncHTTPURLRead, func(r *http.Response) []byte { return []byte(r.Request.URL.String()) })
+	funcs[abi.FuncHTTPBodyRead] = fn([]api.ValueType{i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		buf := guestBytes(mod, abi.FuncHTTPBodyRead, stack[1], stack[2])
 		st := stateOf(ctx)
 		c, resp, s := st.httpHead(ctx, int32(stack[0]))
@@ -328,7 +330,7 @@ func init() {
 			stack[0] = status(st.httpFail(c, err))
 		}
 	})
-	hostFuncs[abi.FuncHTTPClose] = fn([]api.ValueType{i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
+	funcs[abi.FuncHTTPClose] = fn([]api.ValueType{i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		st := stateOf(ctx)
 		c := st.http.calls[int32(stack[0])]
 		if c == nil {
@@ -339,7 +341,7 @@ func init() {
 		delete(st.http.calls, int32(stack[0]))
 		stack[0] = 0
 	})
-	hostFuncs[abi.FuncHTTPWait] = fn([]api.ValueType{i32, i32, i64}, func(ctx context.Context, mod api.Module, stack []uint64) {
+	funcs[abi.FuncHTTPWait] = fn([]api.ValueType{i32, i32, i64}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		n := uint64(uint32(stack[1]))
 		if 4*n > math.MaxUint32 {
 			panic(&memoryAccessError{fn: abi.FuncHTTPWait})
@@ -374,4 +376,5 @@ func init() {
 		}
 		stack[0] = status(int32(outbound.Wait(ctx, calls, timeout)))
 	})
+	return funcs
 }

@@ -157,13 +157,13 @@ func TestHostileModulesNeverTakeTheHostDown(t *testing.T) {
 			job := jobFor(h.c, h.m)
 			x := h.m.Run(context.Background(), job, nil)
 			settle, reason := worker.Decide(job, x.Result(), 0)
-			if string(x.Kind) != h.c.Kind || settle.String() != h.c.Settle || reason != h.c.Reason {
-				return fmt.Errorf("run %d of %s: %s %s %q", i, h.c.Name, x.Kind, settle, reason)
+			if x.Ending() != h.c.Kind || settle.String() != h.c.Settle || reason != h.c.Reason {
+				return fmt.Errorf("run %d of %s: %s %s %q", i, h.c.Name, x.Ending(), settle, reason)
 			}
 			payload := fmt.Sprintf("normal job %d after %s", i, h.c.Name)
 			normal := &worker.Job{Envelope: backend.NewEnvelope("echo", []byte(payload)), Attempt: 1, MaxAttempts: 1}
-			if x := echo.Run(context.Background(), normal, nil); x.Kind != host.KindAck || string(x.Output) != payload {
-				return fmt.Errorf("normal job after %s: %s %q %q", h.c.Name, x.Kind, x.Reason, x.Output)
+			if x := echo.Run(context.Background(), normal, nil); x.Outcome != worker.Ack || string(x.Output) != payload {
+				return fmt.Errorf("normal job after %s: %s %q %q", h.c.Name, x.Ending(), x.Reason, x.Output)
 			}
 		}
 		// A worker's rounds all have the same parity: each uses its own servers, whose
@@ -186,8 +186,8 @@ func TestHostileModulesNeverTakeTheHostDown(t *testing.T) {
 			if c.payload == "loop" {
 				m = jsLoop
 			}
-			if x := run(m, c.payload); string(x.Kind) != c.kind || x.Reason != c.reason {
-				return fmt.Errorf("run %d of JS %s: %s %q", i, c.payload, x.Kind, x.Reason)
+			if x := run(m, c.payload); x.Ending() != c.kind || x.Reason != c.reason {
+				return fmt.Errorf("run %d of JS %s: %s %q", i, c.payload, x.Ending(), x.Reason)
 			}
 		}
 		return nil

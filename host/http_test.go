@@ -39,7 +39,7 @@ func (testResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr
 
 func httpEngine(t *testing.T, roots *x509.CertPool) *host.Engine {
 	t.Helper()
-	return newEngineWith(t, host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}, RootCAs: roots}})
+	return newEngineWith(t, host.Config{NoCache: true, HTTP: host.HTTPOptions{Resolver: testResolver{}, RootCAs: roots}})
 }
 
 // countingServer is a loopback server counting the requests it received, the
@@ -133,8 +133,8 @@ allow = ["http://localhost:%s", "http://localhost:%s", "http://api.test:%s", "ht
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.target.hits.Load()
 			x := run(tc.mod, tc.url)
-			if x.Kind != host.KindAck || !strings.HasPrefix(string(x.Output), tc.output) {
-				t.Fatalf("kind %s %s, output\n%q\nwant prefix\n%q", x.Kind, x.Reason, x.Output, tc.output)
+			if x.Outcome != worker.Ack || !strings.HasPrefix(string(x.Output), tc.output) {
+				t.Fatalf("kind %s %s, output\n%q\nwant prefix\n%q", x.Ending(), x.Reason, x.Output, tc.output)
 			}
 			if strings.HasPrefix(tc.output, "203") && len(x.Output) != len(tc.output) {
 				t.Fatalf("output %q has more than %q", x.Output, tc.output)
@@ -336,8 +336,8 @@ func (c hostileHTTPCase) run() error {
 		sent0 = c.sent.Load()
 	}
 	x := run(c.m, c.payload)
-	if x.Kind != host.KindAck || !c.output.MatchString(string(x.Output)) {
-		return fmt.Errorf("%s: %s %s, output %q, want %v; logs %+v", c.name, x.Kind, x.Reason, x.Output, c.output, x.Logs)
+	if x.Outcome != worker.Ack || !c.output.MatchString(string(x.Output)) {
+		return fmt.Errorf("%s: %s %s, output %q, want %v; logs %+v", c.name, x.Ending(), x.Reason, x.Output, c.output, x.Logs)
 	}
 	if x.Duration < c.minDur || c.maxDur > 0 && x.Duration > c.maxDur {
 		return fmt.Errorf("%s: took %v, want %v to %v", c.name, x.Duration, c.minDur, c.maxDur)
@@ -402,23 +402,23 @@ timeout = "2s"
 
 	t.Run("never answers, through http_get", func(t *testing.T) {
 		x := run(get, never.URL+"/")
-		if x.Kind != host.KindAck || !strings.HasPrefix(string(x.Output), "-15\ntimeout: ") {
-			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
+		if x.Outcome != worker.Ack || !strings.HasPrefix(string(x.Output), "-15\ntimeout: ") {
+			t.Fatalf("%s %s %q", x.Ending(), x.Reason, x.Output)
 		}
 	})
 	t.Run("huge body, through http_get", func(t *testing.T) {
 		x := run(get, h.huge.URL+"/")
 		out := string(x.Output)
 		body, _ := strings.CutPrefix(out[strings.Index(out, "url "):], "url "+h.huge.URL+"/\n")
-		if x.Kind != host.KindAck || !strings.HasPrefix(out, "200\n") || body != strings.Repeat("\x00", 4096)+"\nbody -16" {
-			t.Fatalf("%s %s: output %d bytes ending %q", x.Kind, x.Reason, len(out), out[max(0, len(out)-20):])
+		if x.Outcome != worker.Ack || !strings.HasPrefix(out, "200\n") || body != strings.Repeat("\x00", 4096)+"\nbody -16" {
+			t.Fatalf("%s %s: output %d bytes ending %q", x.Ending(), x.Reason, len(out), out[max(0, len(out)-20):])
 		}
 	})
 	t.Run("too many requests, never closed", func(t *testing.T) {
 		before, hits := never.ended.Load(), never.hits.Load()
 		x := run(flood, "o"+never.URL+"/")
-		if x.Kind != host.KindAck || string(x.Output) != "3 -17" {
-			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
+		if x.Outcome != worker.Ack || string(x.Output) != "3 -17" {
+			t.Fatalf("%s %s %q", x.Ending(), x.Reason, x.Output)
 		}
 		// The guest waits 1 s for a head, so its requests mostly reach the server
 		// first; on a loaded machine one may still be connecting when the job ends.
@@ -437,30 +437,30 @@ timeout = "2s"
 	})
 	t.Run("two at once", func(t *testing.T) {
 		x := run(flood, "w"+quick.URL+"/")
-		if x.Kind != host.KindAck || (string(x.Output) != "0 200 200" && string(x.Output) != "1 200 200") {
-			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
+		if x.Outcome != worker.Ack || (string(x.Output) != "0 200 200" && string(x.Output) != "1 200 200") {
+			t.Fatalf("%s %s %q", x.Ending(), x.Reason, x.Output)
 		}
 	})
 	t.Run("poll", func(t *testing.T) {
-		if x := run(flood, "p"+never.URL+"/"); x.Kind != host.KindAck || string(x.Output) != "-1" {
-			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
+		if x := run(flood, "p"+never.URL+"/"); x.Outcome != worker.Ack || string(x.Output) != "-1" {
+			t.Fatalf("%s %s %q", x.Ending(), x.Reason, x.Output)
 		}
 	})
 	t.Run("a denial the guest never reads is logged", func(t *testing.T) {
 		x := run(flood, "phttps://127.0.0.1:1/")
-		if x.Kind != host.KindAck || len(x.Logs) == 0 || !strings.Contains(x.Logs[0].Msg, "denied: https://127.0.0.1:1 is not granted") {
-			t.Fatalf("%s %s %q, logs %+v: want the denial logged", x.Kind, x.Reason, x.Output, x.Logs)
+		if x.Outcome != worker.Ack || len(x.Logs) == 0 || !strings.Contains(x.Logs[0].Msg, "denied: https://127.0.0.1:1 is not granted") {
+			t.Fatalf("%s %s %q, logs %+v: want the denial logged", x.Ending(), x.Reason, x.Output, x.Logs)
 		}
 	})
 	t.Run("a wait list longer than max_requests", func(t *testing.T) {
-		if x := run(flood, "l"+never.URL+"/"); x.Kind != host.KindAck || string(x.Output) != "-2" {
-			t.Fatalf("%s %s %q, want -2", x.Kind, x.Reason, x.Output)
+		if x := run(flood, "l"+never.URL+"/"); x.Outcome != worker.Ack || string(x.Output) != "-2" {
+			t.Fatalf("%s %s %q, want -2", x.Ending(), x.Reason, x.Output)
 		}
 	})
 	t.Run("a hanging request ends at the job's deadline", func(t *testing.T) {
 		x := run(hang, "h"+never.URL+"/")
-		if x.Kind != host.KindTimeout || x.Duration > 3*time.Second {
-			t.Fatalf("%s %s after %v", x.Kind, x.Reason, x.Duration)
+		if x.Cause != host.CauseTimeout || x.Duration > 3*time.Second {
+			t.Fatalf("%s %s after %v", x.Ending(), x.Reason, x.Duration)
 		}
 	})
 }
@@ -493,8 +493,8 @@ func TestJSHandlerRequestsEndWithTheirCall(t *testing.T) {
 	}
 	t.Cleanup(m.Retire)
 	x := run(m, "")
-	if x.Kind != host.KindTrap {
-		t.Fatalf("%s %s, want the stand-in's trap (it never settles)", x.Kind, x.Reason)
+	if x.Cause != host.CauseTrap {
+		t.Fatalf("%s %s, want the stand-in's trap (it never settles)", x.Ending(), x.Reason)
 	}
 	// Load's VM setup started one request (its instance then ran the job), the job
 	// one; each waited for its head.
@@ -520,11 +520,11 @@ func TestHTTPLimitsOutliveAReload(t *testing.T) {
 	grant := fmt.Sprintf("[http]\nallow = [\"http://localhost:%s\"]\ntimeout = \"300ms\"\n[http.limits.\"http://localhost:%s\"]\nrate = \"1/h\"\n", srv.port, srv.port)
 	first := loadFile(t, e, "abi/http_get", grant)
 	if x := run(first, "http://localhost:"+srv.port+"/"); !strings.HasPrefix(string(x.Output), "203\n") {
-		t.Fatalf("the first request: %s %s %q", x.Kind, x.Reason, x.Output)
+		t.Fatalf("the first request: %s %s %q", x.Ending(), x.Reason, x.Output)
 	}
 	reloaded := loadFile(t, e, "abi/http_get", grant)
 	if x := run(reloaded, "http://localhost:"+srv.port+"/"); !strings.HasPrefix(string(x.Output), "-18\n") {
-		t.Fatalf("after a reload: %s %s %q, want -18 (the bucket is empty)", x.Kind, x.Reason, x.Output)
+		t.Fatalf("after a reload: %s %s %q, want -18 (the bucket is empty)", x.Ending(), x.Reason, x.Output)
 	}
 	if n := srv.hits.Load(); n != 1 {
 		t.Fatalf("the server received %d requests, want 1", n)
@@ -563,7 +563,7 @@ func (l *callLog) reset() {
 func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 	t.Parallel()
 	var calls callLog
-	e := newEngineWith(t, host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}}, OnHTTPCall: calls.add})
+	e := newEngineWith(t, host.Config{NoCache: true, HTTP: host.HTTPOptions{Resolver: testResolver{}}, OnHTTPCall: calls.add})
 	srv := newCountingServer(t, false, echoHandler)
 	quick := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
 	entry := "http://localhost:" + srv.port
@@ -637,7 +637,7 @@ func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 func TestJSSetupRequestsReachOnHTTPCall(t *testing.T) {
 	t.Parallel()
 	var calls callLog
-	e := newEngineWith(t, host.Config{NoCache: true, HTTP: outbound.Options{Resolver: testResolver{}}, OnHTTPCall: calls.add})
+	e := newEngineWith(t, host.Config{NoCache: true, HTTP: host.HTTPOptions{Resolver: testResolver{}}, OnHTTPCall: calls.add})
 	srv := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
 	entry := "http://127.0.0.1:" + srv.port
 	src := `fetch("` + srv.URL + `/warm"); fetch("http://127.0.0.2:1/denied").catch(() => {});

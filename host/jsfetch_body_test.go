@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // newBodyServer answers /drip with 30 bytes, one each 100 ms, and /stall with one
@@ -56,8 +57,8 @@ func TestJSFetchAbortsABodyRead(t *testing.T) {
 			m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"10s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\n", s.port))
 			x := run(m, c.abort+`const r = await fetch("`+s.URL+c.path+`", { signal });
 				try { return "read " + (await r.text()).length; } catch (e) { return e.name; }`)
-			if x.Kind != host.KindAck || string(x.Output) != c.want || x.Duration > 1500*time.Millisecond {
-				t.Fatalf("%s %s %q after %v, want %q near 300ms", x.Kind, x.Reason, x.Output, x.Duration, c.want)
+			if x.Outcome != worker.Ack || string(x.Output) != c.want || x.Duration > 1500*time.Millisecond {
+				t.Fatalf("%s %s %q after %v, want %q near 300ms", x.Ending(), x.Reason, x.Output, x.Duration, c.want)
 			}
 			deadline := time.Now().Add(2 * time.Second)
 			for s.ended.Load() != 1 {
@@ -83,8 +84,8 @@ func TestJSFetchBodyReadEndsAtShutdown(t *testing.T) {
 	time.AfterFunc(300*time.Millisecond, func() { cancelled = time.Now(); cancel() })
 	x := m.Run(ctx, jobOf(m, `const r = await fetch("`+s.URL+`/stall"); return await r.text();`), nil)
 	after := time.Since(cancelled)
-	if x.Kind != host.KindTimeout || x.Reason != "cancelled: the host is shutting down" {
-		t.Fatalf("%s %q, want the shutdown's timeout", x.Kind, x.Reason)
+	if x.Cause != host.CauseTimeout || x.Reason != "cancelled: the host is shutting down" {
+		t.Fatalf("%s %q, want the shutdown's timeout", x.Ending(), x.Reason)
 	}
 	if after > 200*time.Millisecond {
 		t.Errorf("the job ended %v after the shutdown, want at once", after)
@@ -120,16 +121,16 @@ func TestJSFetchRefusesBeforeCopying(t *testing.T) {
 		"-3 request too large: the body of 1048576 bytes passes max_request_body (1024 bytes)," +
 		"-3 request too large: the headers take 71688 bytes, past 65536"
 	// The first job grows the guest's memory, once, and shows the refusals.
-	if x := run(m, src(1, 1, 1)); x.Kind != host.KindAck || string(x.Output) != want {
-		t.Fatalf("%s %s %q, want %q", x.Kind, x.Reason, x.Output, want)
+	if x := run(m, src(1, 1, 1)); x.Outcome != worker.Ack || string(x.Output) != want {
+		t.Fatalf("%s %s %q, want %q", x.Ending(), x.Reason, x.Output, want)
 	}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	x := run(m, src(40, 8, 0))
 	runtime.ReadMemStats(&after)
-	if x.Kind != host.KindAck || !strings.HasPrefix(string(x.Output), "-3 ") || s.hits.Load() != 0 {
-		t.Fatalf("%s %s %q, %d requests at the server, want -3 and none", x.Kind, x.Reason, x.Output, s.hits.Load())
+	if x.Outcome != worker.Ack || !strings.HasPrefix(string(x.Output), "-3 ") || s.hits.Load() != 0 {
+		t.Fatalf("%s %s %q, %d requests at the server, want -3 and none", x.Ending(), x.Reason, x.Output, s.hits.Load())
 	}
 	if d := after.TotalAlloc - before.TotalAlloc; d > 16<<20 {
 		t.Fatalf("48 refused fetches allocated %d MiB on the host, want them refused before a copy", d>>20)
@@ -153,8 +154,8 @@ func TestJSFetchRedirectOption(t *testing.T) {
 			before := s.hits.Load()
 			x := run(m, `try { const r = await fetch("`+s.URL+`/redirect", { redirect: `+c.redirect+` }); return r.status + " " + r.redirected; }
 				catch (e) { return [e.name, e.code, e.message].join(" "); }`)
-			if x.Kind != host.KindAck || string(x.Output) != c.want {
-				t.Fatalf("%s %s %q, want %q", x.Kind, x.Reason, x.Output, c.want)
+			if x.Outcome != worker.Ack || string(x.Output) != c.want {
+				t.Fatalf("%s %s %q, want %q", x.Ending(), x.Reason, x.Output, c.want)
 			}
 			if strings.HasPrefix(c.want, "TypeError") && s.hits.Load() != before {
 				t.Fatalf("a refused redirect option sent %d requests", s.hits.Load()-before)
@@ -187,8 +188,8 @@ func TestJSFetchAbortListenersDoNotPileUp(t *testing.T) {
 		{"the next job", `return jobs + " " + live`, "4 0"},
 	} {
 		x := run(m, setup+c.src)
-		if x.Kind != host.KindAck || string(x.Output) != c.want {
-			t.Fatalf("%s: %s %s %q, want %q (jobs, listeners left)", c.name, x.Kind, x.Reason, x.Output, c.want)
+		if x.Outcome != worker.Ack || string(x.Output) != c.want {
+			t.Fatalf("%s: %s %s %q, want %q (jobs, listeners left)", c.name, x.Ending(), x.Reason, x.Output, c.want)
 		}
 	}
 }

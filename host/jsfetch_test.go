@@ -16,6 +16,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/internal/jsbuild"
+	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // jsEval is a handler that evaluates its payload as an async function body and
@@ -67,8 +68,8 @@ func TestJSWebAPIs(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x := run(m, c.src)
-			if x.Kind != host.KindAck || string(x.Output) != c.want {
-				t.Fatalf("%s %s %q, want %q", x.Kind, x.Reason, x.Output, c.want)
+			if x.Outcome != worker.Ack || string(x.Output) != c.want {
+				t.Fatalf("%s %s %q, want %q", x.Ending(), x.Reason, x.Output, c.want)
 			}
 		})
 	}
@@ -81,18 +82,18 @@ func TestJSTimers(t *testing.T) {
 	m := loadJS(t, newEngine(t), jsEval, "timeout = \"2s\"\n")
 	for _, c := range []struct {
 		name, src string
-		kind      host.Kind
+		cause     host.Cause
 		reason    string
 	}{
-		{"a throwing callback", `setTimeout(() => { throw new Error("from a timer"); }, 1); await new Promise(r => setTimeout(r, 50));`, host.KindTrap, "trap: from a timer"},
-		{"too many timers", `for (let i = 0; i < 1001; i++) setTimeout(() => {}, 100000);`, host.KindTrap, "trap: RangeError: setTimeout: too many timers waiting (at most 1000)"},
-		{"a sleep past the deadline", `await new Promise(r => setTimeout(r, 60000));`, host.KindTimeout, "timeout after 2s"},
+		{"a throwing callback", `setTimeout(() => { throw new Error("from a timer"); }, 1); await new Promise(r => setTimeout(r, 50));`, host.CauseTrap, "trap: from a timer"},
+		{"too many timers", `for (let i = 0; i < 1001; i++) setTimeout(() => {}, 100000);`, host.CauseTrap, "trap: RangeError: setTimeout: too many timers waiting (at most 1000)"},
+		{"a sleep past the deadline", `await new Promise(r => setTimeout(r, 60000));`, host.CauseTimeout, "timeout after 2s"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()
 			x := run(m, c.src)
-			if x.Kind != c.kind || x.Reason != c.reason {
-				t.Fatalf("%s %q, want %s %q", x.Kind, x.Reason, c.kind, c.reason)
+			if x.Cause != c.cause || x.Reason != c.reason {
+				t.Fatalf("%s %q, want %s %q", x.Ending(), x.Reason, c.cause, c.reason)
 			}
 			if d := time.Since(start); d > 4*time.Second {
 				t.Fatalf("took %v", d)
@@ -202,8 +203,8 @@ func TestJSFetch(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x := run(m, c.src)
-			if x.Kind != host.KindAck || string(x.Output) != c.want {
-				t.Fatalf("%s %s %q, want %q", x.Kind, x.Reason, x.Output, c.want)
+			if x.Outcome != worker.Ack || string(x.Output) != c.want {
+				t.Fatalf("%s %s %q, want %q", x.Ending(), x.Reason, x.Output, c.want)
 			}
 		})
 	}
@@ -211,7 +212,7 @@ func TestJSFetch(t *testing.T) {
 		m := loadJS(t, httpEngine(t, nil), jsEval, "timeout = \"5s\"\n")
 		x := run(m, `try { await fetch("`+base+`/echo"); } catch (e) { return e.code + " " + e.kind; }`)
 		if string(x.Output) != "-4 not_permitted" {
-			t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
+			t.Fatalf("%s %s %q", x.Ending(), x.Reason, x.Output)
 		}
 	})
 }
@@ -225,8 +226,8 @@ func TestJSFetchRunsRequestsAtOnce(t *testing.T) {
 	m := loadJS(t, httpEngine(t, nil), jsEval, fetchManifest(s, "5s"))
 	x := run(m, `const rs = await Promise.all([fetch("`+s.URL+`/slow"), fetch("`+s.URL+`/slow?b")]);
 		return (await Promise.all(rs.map(r => r.text()))).join(",")`)
-	if x.Kind != host.KindAck || string(x.Output) != "slow,slow" {
-		t.Fatalf("%s %s %q", x.Kind, x.Reason, x.Output)
+	if x.Outcome != worker.Ack || string(x.Output) != "slow,slow" {
+		t.Fatalf("%s %s %q", x.Ending(), x.Reason, x.Output)
 	}
 	if x.Duration >= 550*time.Millisecond || s.most.Load() != 2 {
 		t.Fatalf("took %v with at most %d requests held at once by the server, want < 550ms and 2", x.Duration, s.most.Load())
@@ -252,8 +253,8 @@ func TestJSFetchAbort(t *testing.T) {
 				catch (e) { return [e.name, e.code, await waitEnded("`+s.URL+`", 1), Date.now() - t0].join(" "); }`)
 			// The output ends with the milliseconds from the fetch to the end's report.
 			parts := strings.Fields(string(x.Output))
-			if x.Kind != host.KindAck || len(parts) != 4 || strings.Join(parts[:3], " ") != c.want {
-				t.Fatalf("%s %s %q, want %q and the milliseconds it took", x.Kind, x.Reason, x.Output, c.want)
+			if x.Outcome != worker.Ack || len(parts) != 4 || strings.Join(parts[:3], " ") != c.want {
+				t.Fatalf("%s %s %q, want %q and the milliseconds it took", x.Ending(), x.Reason, x.Output, c.want)
 			}
 			if x.Duration > 3*time.Second {
 				t.Fatalf("the job took %v", x.Duration)
@@ -265,8 +266,8 @@ func TestJSFetchAbort(t *testing.T) {
 		s := newFetchServer(t)
 		m := loadJS(t, httpEngine(t, nil), jsEval, fetchManifest(s, "10s"))
 		x := run(m, `try { await fetch("`+s.URL+`/never", { signal: AbortSignal.timeout(200) }); } catch (e) { return e.name; }`)
-		if x.Kind != host.KindAck || string(x.Output) != "TimeoutError" || x.Duration < 190*time.Millisecond || x.Duration > 700*time.Millisecond {
-			t.Fatalf("%s %s %q after %v, want TimeoutError near 200ms", x.Kind, x.Reason, x.Output, x.Duration)
+		if x.Outcome != worker.Ack || string(x.Output) != "TimeoutError" || x.Duration < 190*time.Millisecond || x.Duration > 700*time.Millisecond {
+			t.Fatalf("%s %s %q after %v, want TimeoutError near 200ms", x.Ending(), x.Reason, x.Output, x.Duration)
 		}
 	})
 	t.Run("aborted before", func(t *testing.T) {
@@ -275,7 +276,7 @@ func TestJSFetchAbort(t *testing.T) {
 		m := loadJS(t, httpEngine(t, nil), jsEval, fetchManifest(s, "10s"))
 		x := run(m, `try { await fetch("`+s.URL+`/never", { signal: AbortSignal.abort() }); } catch (e) { return e.name; }`)
 		if string(x.Output) != "AbortError" || s.hits.Load() != 0 {
-			t.Fatalf("%s %s %q; the server had %d requests, want AbortError and none", x.Kind, x.Reason, x.Output, s.hits.Load())
+			t.Fatalf("%s %s %q; the server had %d requests, want AbortError and none", x.Ending(), x.Reason, x.Output, s.hits.Load())
 		}
 	})
 }
@@ -295,8 +296,8 @@ func TestJSFetchNotAwaitedStaysInItsJob(t *testing.T) {
 	const count = `globalThis.jobs = (globalThis.jobs || 0) + 1;`
 	x := run(m, count+`globalThis.late = "no"; fetch("`+s.URL+`/never").then(() => { globalThis.late = "fetch"; });
 		setTimeout(() => { globalThis.late = "timer"; }, 400); await new Promise(r => setTimeout(r, 100)); return "fired"`)
-	if x.Kind != host.KindAck || string(x.Output) != "fired" || s.hits.Load() != 1 {
-		t.Fatalf("%s %s %q, %d requests at the server", x.Kind, x.Reason, x.Output, s.hits.Load())
+	if x.Outcome != worker.Ack || string(x.Output) != "fired" || s.hits.Load() != 1 {
+		t.Fatalf("%s %s %q, %d requests at the server", x.Ending(), x.Reason, x.Output, s.hits.Load())
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for s.ended.Load() != 1 {
@@ -306,14 +307,14 @@ func TestJSFetchNotAwaitedStaysInItsJob(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	x = run(m, count+`await new Promise(r => setTimeout(r, 800)); return [globalThis.jobs, globalThis.late, (await fetch("`+s.URL+`/ended")).status].join(" ")`)
-	if x.Kind != host.KindAck || string(x.Output) != "2 no 200" {
-		t.Fatalf("the next job: %s %s %q, want \"2 no 200\" (the same VM, the timer not fired)", x.Kind, x.Reason, x.Output)
+	if x.Outcome != worker.Ack || string(x.Output) != "2 no 200" {
+		t.Fatalf("the next job: %s %s %q, want \"2 no 200\" (the same VM, the timer not fired)", x.Ending(), x.Reason, x.Output)
 	}
 	// The host dropped the first job's timer: a promise that never settles is a trap
 	// at once.
 	x = run(m, count+`return new Promise(() => {})`)
-	if x.Kind != host.KindTrap || x.Reason != "trap: the handler's promise never settled" || x.Duration > 500*time.Millisecond {
-		t.Fatalf("a job that never settles: %s %s after %v, want its trap at once", x.Kind, x.Reason, x.Duration)
+	if x.Cause != host.CauseTrap || x.Reason != "trap: the handler's promise never settled" || x.Duration > 500*time.Millisecond {
+		t.Fatalf("a job that never settles: %s %s after %v, want its trap at once", x.Ending(), x.Reason, x.Duration)
 	}
 }
 
@@ -380,8 +381,8 @@ func TestJSRetryAfter(t *testing.T) {
 		if at := sent.Load(); at != nil {
 			c.reason = strings.Replace(c.reason, "DATE", *at, 1)
 		}
-		if string(x.Kind) != c.kind || x.Reason != c.reason {
-			t.Errorf("%s: %s %q, want %s %q", c.path, x.Kind, x.Reason, c.kind, c.reason)
+		if x.Ending() != c.kind || x.Reason != c.reason {
+			t.Errorf("%s: %s %q, want %s %q", c.path, x.Ending(), x.Reason, c.kind, c.reason)
 			continue
 		}
 		switch {
@@ -411,19 +412,19 @@ func TestJSFetchBounds(t *testing.T) {
 		name   string
 		m      *host.Module
 		src    string
-		kind   host.Kind
+		kind   string // Execution.Ending
 		output string
 		reason string
 	}{
 		{"past max_response", m, `const r = await fetch("` + s.URL + `/big"); try { await r.text(); } catch (e) { return e.code + " " + e.kind + " " + e.message; }`,
-			host.KindAck, "-16 too_large response too large: the body passes max_response (1024 bytes)", ""},
-		{"the grant's timeout", m, `try { await fetch("` + s.URL + `/never"); } catch (e) { return e.code + " " + e.kind; }`, host.KindAck, "-15 timeout", ""},
-		{"the job's deadline", hang, `await fetch("` + s.URL + `/never"); return "answered"`, host.KindTimeout, "", "timeout after 1s"},
+			"ack", "-16 too_large response too large: the body passes max_response (1024 bytes)", ""},
+		{"the grant's timeout", m, `try { await fetch("` + s.URL + `/never"); } catch (e) { return e.code + " " + e.kind; }`, "ack", "-15 timeout", ""},
+		{"the job's deadline", hang, `await fetch("` + s.URL + `/never"); return "answered"`, "timeout", "", "timeout after 1s"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x := run(c.m, c.src)
-			if x.Kind != c.kind || string(x.Output) != c.output || x.Reason != c.reason || x.Duration > 2*time.Second {
-				t.Fatalf("%s %q %q after %v, want %s %q %q", x.Kind, x.Reason, x.Output, x.Duration, c.kind, c.reason, c.output)
+			if x.Ending() != c.kind || string(x.Output) != c.output || x.Reason != c.reason || x.Duration > 2*time.Second {
+				t.Fatalf("%s %q %q after %v, want %s %q %q", x.Ending(), x.Reason, x.Output, x.Duration, c.kind, c.reason, c.output)
 			}
 		})
 	}
@@ -463,8 +464,8 @@ func TestJSFetchBodyBoundedByMemory(t *testing.T) {
 	// The cap, from the refusal of a 40 MiB body.
 	x := read("/cl/"+strconv.Itoa(40<<20), "text")
 	var most int
-	if _, err := fmt.Sscanf(string(x.Output), "-16 too_large response too large: the body passes %d bytes", &most); err != nil || x.Kind != host.KindAck {
-		t.Fatalf("a 40 MiB body: %s %q %q, want a caught -16 too_large saying the cap", x.Kind, x.Reason, x.Output)
+	if _, err := fmt.Sscanf(string(x.Output), "-16 too_large response too large: the body passes %d bytes", &most); err != nil || x.Outcome != worker.Ack {
+		t.Fatalf("a 40 MiB body: %s %q %q, want a caught -16 too_large saying the cap", x.Ending(), x.Reason, x.Output)
 	}
 	if most < 10<<20 || most >= 20<<20 {
 		t.Fatalf("the cap is %d bytes, want at least the default max_response (10 MiB) and under 20 MiB", most)
@@ -484,12 +485,12 @@ func TestJSFetchBodyBoundedByMemory(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x := read(c.path, c.op)
-			if x.Kind != host.KindAck || !strings.HasPrefix(string(x.Output), c.want) {
-				t.Fatalf("%s %q %q, want output %q...", x.Kind, x.Reason, x.Output, c.want)
+			if x.Outcome != worker.Ack || !strings.HasPrefix(string(x.Output), c.want) {
+				t.Fatalf("%s %q %q, want output %q...", x.Ending(), x.Reason, x.Output, c.want)
 			}
 		})
 	}
-	if x := run(m, `return "ok"`); x.Kind != host.KindAck || string(x.Output) != "ok" {
-		t.Fatalf("the next job: %s %q %q", x.Kind, x.Reason, x.Output)
+	if x := run(m, `return "ok"`); x.Outcome != worker.Ack || string(x.Output) != "ok" {
+		t.Fatalf("the next job: %s %q %q", x.Ending(), x.Reason, x.Output)
 	}
 }

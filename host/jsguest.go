@@ -52,7 +52,7 @@ const (
 	jsOpSettle      = 10 // (code, reason, delayMs); code -1: a failure with reason
 	jsOpLoadError   = 11 // (msg): the bundle did not load
 
-	// Outbound HTTP and timers (jsfetch.go).
+	// Outbound HTTP and timers: fetch, AbortSignal and setTimeout.
 	jsOpFetch       = 12 // (method, url, header lines, body) -> handle | status
 	jsOpFetchHead   = 13 // (handle) -> a promise of the head's status
 	jsOpFetchError  = 14 // (handle; -1: the last refused start) -> string | undefined
@@ -207,7 +207,7 @@ type jsVM struct {
 	loadErr     string
 	leftover    bool // promise jobs were still queued when the handler settled
 
-	// Outbound HTTP and timers (jsfetch.go), per call.
+	// Outbound HTTP and timers (fetch, AbortSignal, setTimeout), per call.
 	outer    context.Context   // the job's: it ends when the host shuts down
 	reqCtx   context.Context   // the requests': it ends at the job's deadline
 	pending  []jsPending       // promises the host resolves: request heads and timers
@@ -513,15 +513,15 @@ func (vm *jsVM) runJob(ctx context.Context, deadline time.Time, timeout time.Dur
 	case err != nil:
 		return 0, classify(err, timeout)
 	case vm.interrupted && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return 0, &failure{KindTimeout, "cancelled: the host is shutting down"}
+		return 0, &failure{CauseTimeout, "cancelled: the host is shutting down"}
 	case vm.interrupted:
-		return 0, &failure{KindTimeout, fmt.Sprintf("timeout after %v", timeout)}
+		return 0, &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
 	case vm.hostFail != "":
-		return 0, &failure{KindTrap, "trap: " + vm.hostFail}
+		return 0, &failure{CauseTrap, "trap: " + vm.hostFail}
 	case !vm.settled:
-		return 0, &failure{KindTrap, "trap: the handler's promise never settled"}
+		return 0, &failure{CauseTrap, "trap: the handler's promise never settled"}
 	case vm.code < 0:
-		return 0, &failure{KindTrap, "trap: " + vm.failMsg}
+		return 0, &failure{CauseTrap, "trap: " + vm.failMsg}
 	}
 	return vm.code, nil
 }

@@ -113,8 +113,8 @@ func TestJSHostileHandlersFailCleanly(t *testing.T) {
 		}
 		for round := range 2 {
 			x := run(m, tc.payload)
-			if string(x.Kind) != tc.kind || x.Reason != tc.reason {
-				t.Fatalf("%s (round %d): %s %q, want %s %q", tc.payload, round, x.Kind, x.Reason, tc.kind, tc.reason)
+			if x.Ending() != tc.kind || x.Reason != tc.reason {
+				t.Fatalf("%s (round %d): %s %q, want %s %q", tc.payload, round, x.Ending(), x.Reason, tc.kind, tc.reason)
 			}
 			if tc.kind == "timeout" && host.JSInterrupts(m) == 0 {
 				t.Fatalf("%s: the interrupt handler did not stop it (wazero's backstop did)", tc.payload)
@@ -132,8 +132,8 @@ func TestJSHostileHandlersFailCleanly(t *testing.T) {
 					t.Fatalf("log-flood: %d lines, last %v", len(x.Logs), x.Logs[len(x.Logs)-1])
 				}
 			}
-			if x := run(m, "ok"); x.Kind != host.KindAck || string(x.Output) != "ok 1" {
-				t.Fatalf("normal job after %s: %s %q %q", tc.payload, x.Kind, x.Reason, x.Output)
+			if x := run(m, "ok"); x.Outcome != worker.Ack || string(x.Output) != "ok 1" {
+				t.Fatalf("normal job after %s: %s %q %q", tc.payload, x.Ending(), x.Reason, x.Output)
 			}
 		}
 	}
@@ -146,8 +146,8 @@ func TestJSHeldMemoryRecyclesTheVM(t *testing.T) {
 	e := newEngine(t)
 	m := loadJS(t, e, jsHostile, `memory = "24MiB"`)
 	for i := range 60 {
-		if x := run(m, "hold"); x.Kind != host.KindAck {
-			t.Fatalf("job %d: %s %q", i, x.Kind, x.Reason)
+		if x := run(m, "hold"); x.Outcome != worker.Ack {
+			t.Fatalf("job %d: %s %q", i, x.Ending(), x.Reason)
 		}
 	}
 }
@@ -167,8 +167,8 @@ func TestJSIsolation(t *testing.T) {
 		var got strings.Builder
 		for range 4 {
 			x := run(m, "")
-			if x.Kind != host.KindAck {
-				t.Fatalf("%s: %s %q", tc.manifest, x.Kind, x.Reason)
+			if x.Outcome != worker.Ack {
+				t.Fatalf("%s: %s %q", tc.manifest, x.Ending(), x.Reason)
 			}
 			got.Write(x.Output)
 		}
@@ -221,8 +221,8 @@ func TestJSShutdownInterruptsAHandler(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	x := m.Run(ctx, jobOf(m, "loop"), nil)
-	if x.Kind != host.KindTimeout || x.Reason != "cancelled: the host is shutting down" || host.JSInterrupts(m) != 1 {
-		t.Fatalf("%s %q, %d interrupts", x.Kind, x.Reason, host.JSInterrupts(m))
+	if x.Cause != host.CauseTimeout || x.Reason != "cancelled: the host is shutting down" || host.JSInterrupts(m) != 1 {
+		t.Fatalf("%s %q, %d interrupts", x.Ending(), x.Reason, host.JSInterrupts(m))
 	}
 }
 
@@ -286,12 +286,12 @@ func TestJSLeftoverPromiseWorkStaysInItsJob(t *testing.T) {
   })();
 } };`
 	m := loadJS(t, e, src, `enqueue = ["other"]`)
-	if x := run(m, "first"); x.Kind != host.KindAck {
-		t.Fatalf("first: %s %q", x.Kind, x.Reason)
+	if x := run(m, "first"); x.Outcome != worker.Ack {
+		t.Fatalf("first: %s %q", x.Ending(), x.Reason)
 	}
 	x := run(m, "second")
-	if x.Kind != host.KindAck || string(x.Output) != "[second]" || len(x.Children) != 0 {
-		t.Fatalf("second: %s %q, output %q, %d children; want an ack with output \"[second]\" and no child", x.Kind, x.Reason, x.Output, len(x.Children))
+	if x.Outcome != worker.Ack || string(x.Output) != "[second]" || len(x.Children) != 0 {
+		t.Fatalf("second: %s %q, output %q, %d children; want an ack with output \"[second]\" and no child", x.Ending(), x.Reason, x.Output, len(x.Children))
 	}
 }
 
@@ -304,7 +304,7 @@ func TestJSTimeoutCoversVMSetup(t *testing.T) {
 const end = Date.now() + 3000; while (Date.now() < end) {}`
 	m := loadJS(t, e, src, "timeout = \"100ms\"\nisolation = \"fresh\"")
 	x := run(m, "")
-	if x.Kind != host.KindTimeout || !strings.Contains(x.Reason, "timeout after 100ms") {
-		t.Fatalf("%s %q after %v, want a timeout after 100ms", x.Kind, x.Reason, x.Duration)
+	if x.Cause != host.CauseTimeout || !strings.Contains(x.Reason, "timeout after 100ms") {
+		t.Fatalf("%s %q after %v, want a timeout after 100ms", x.Ending(), x.Reason, x.Duration)
 	}
 }

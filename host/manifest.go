@@ -112,9 +112,10 @@ type Manifest struct {
 	Dirs []Mount
 	// Rollout is how a new version of the module is put in service ([rollout]).
 	Rollout Rollout
-	// HTTP is the module's outbound HTTP grant ([http]); nil: no request leaves the
-	// sandbox.
-	HTTP *outbound.Grant
+	// http is the module's outbound HTTP grant ([http]); nil: no request leaves the
+	// sandbox. Unexported, since its type is internal: a manifest sets it in its text,
+	// and HTTP shows it.
+	http *outbound.Grant
 
 	// RateLimit bounds how fast one host starts the module's jobs (rate, burst).
 	// Default: no bound.
@@ -127,9 +128,41 @@ type Manifest struct {
 }
 
 // Schedules returns the module's periodic jobs ([[schedule]] tables), each firing
-// into the module's queue, in the manifest's order. Default: none. The slice is
-// the caller's: a new one each call.
-func (m Manifest) Schedules() []schedule.Spec { return slices.Clone(m.schedules) }
+// into the module's queue, in the manifest's order, defaults filled in. Default: none.
+// The slice is the caller's: a new one each call.
+func (m Manifest) Schedules() []Schedule {
+	out := make([]Schedule, len(m.schedules))
+	for i, s := range m.schedules {
+		out[i] = Schedule{Name: s.Name, Cron: s.Cron.String(), Timezone: s.Cron.Location().String(),
+			Payload: slices.Clone(s.Payload), Headers: maps.Clone(s.Headers), Overlap: s.Overlap.String(), CatchUp: s.CatchUp}
+	}
+	return out
+}
+
+// Schedule is one of a module's periodic jobs, a [[schedule]] table of its manifest,
+// as the manifest checked it.
+type Schedule struct {
+	// Name tells the module's schedules apart; with the module's name it names the
+	// schedule, its state and its jobs' ids. Default: the cron line.
+	Name string
+	// Cron is the cron line that says when it fires, read in Timezone (an IANA zone
+	// name; default UTC).
+	Cron, Timezone string
+	// Payload and Headers are every job's.
+	Payload []byte
+	Headers map[string]string
+	// Overlap is "skip" (default: no tick fires while the last tick's job is not
+	// finished) or "allow".
+	Overlap string
+	// CatchUp fires once at start, for the newest tick missed while no host fired;
+	// default true.
+	CatchUp bool
+}
+
+// HTTP returns the module's outbound HTTP grant ([http]) as /v1/modules shows it: the
+// headers the host adds are named, never their values. Nil without a grant: no request
+// leaves the sandbox.
+func (m Manifest) HTTP() *HTTPGrant { return grantView(m.http) }
 
 // ManifestError is a manifest's problem, with where it is.
 type ManifestError struct {

@@ -26,6 +26,6 @@ func parseHTTP(m *Manifest, v value) error {
 		}
 		return err
 	}
-	m.HTTP = g
+	m.http = g
 	return nil
 }

@@ -21,11 +21,14 @@ Authorization = "Bearer ${env:WASMJOBS_TEST_API_KEY}"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.HTTP == nil || len(m.HTTP.Allow) != 2 || m.HTTP.Timeout != 10*time.Second || m.HTTP.Allow[0].Header.Get("Authorization") != "Bearer k" {
-		t.Fatalf("grant %+v", m.HTTP)
+	if g := host.GrantOf(m); g == nil || len(g.Allow) != 2 || g.Timeout != 10*time.Second || g.Allow[0].Header.Get("Authorization") != "Bearer k" {
+		t.Fatalf("grant %+v", g)
 	}
-	if m, err := host.ParseManifest("m.toml", []byte(`queue = "q"`)); err != nil || m.HTTP != nil {
-		t.Fatalf("no [http]: grant %+v, %v; want none", m.HTTP, err)
+	if g := m.HTTP(); g == nil || len(g.Allow) != 2 || g.Timeout != "10s" || g.Allow[0].Entry != "https://api.example.com:443" || g.Allow[0].Headers[0] != "Authorization" {
+		t.Fatalf("the grant as shown: %+v", g)
+	}
+	if m, err := host.ParseManifest("m.toml", []byte(`queue = "q"`)); err != nil || host.GrantOf(m) != nil || m.HTTP() != nil {
+		t.Fatalf("no [http]: grant %+v, %v; want none", host.GrantOf(m), err)
 	}
 	for _, tc := range []struct{ name, text, err string }{
 		{"bare * scheme", "queue = \"q\"\n[http]\nallow = [\"*://x.example\"]",

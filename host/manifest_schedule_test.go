@@ -6,26 +6,11 @@ import (
 	"testing"
 
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/schedule"
 )
 
 func TestManifestSchedules(t *testing.T) {
 	t.Parallel()
-	text := `queue = "reports"
-
-[[schedule]]
-name = "nightly"
-cron = "30 2 * * *"
-timezone = "Europe/Berlin"
-payload = '{"kind": "daily"}'
-headers = { source = "cron" }
-overlap = "allow"
-catch_up = false
-
-[[schedule]]
-cron = "@every 10m"
-`
-	m, err := host.ParseManifest("reports.toml", []byte(text))
+	m, err := host.ReadManifest("../testdata/manifests/reports.wasm") // its manifest, reports.toml
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,11 +18,11 @@ cron = "@every 10m"
 		t.Fatalf("schedules %+v, want 2", m.Schedules())
 	}
 	a, b := m.Schedules()[0], m.Schedules()[1]
-	if a.Name != "nightly" || a.Cron.String() != "30 2 * * *" || a.Cron.Location().String() != "Europe/Berlin" ||
-		string(a.Payload) != `{"kind": "daily"}` || a.Headers["source"] != "cron" || a.Overlap != schedule.OverlapAllow || a.CatchUp {
+	if a.Name != "nightly" || a.Cron != "30 2 * * *" || a.Timezone != "Europe/Berlin" ||
+		string(a.Payload) != `{"kind": "daily"}` || a.Headers["source"] != "cron" || a.Overlap != "allow" || a.CatchUp {
 		t.Errorf("first schedule %+v", a)
 	}
-	if b.Name != "@every 10m" || b.Cron.Location().String() != "UTC" || b.Overlap != schedule.OverlapSkip || !b.CatchUp || b.Payload != nil {
+	if b.Name != "@every 10m" || b.Timezone != "UTC" || b.Overlap != "skip" || !b.CatchUp || b.Payload != nil {
 		t.Errorf("second schedule (defaults) %+v", b)
 	}
 }

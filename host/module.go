@@ -68,11 +68,16 @@ func (m *Module) Queue() string { return m.manifest.Queue }
 
 // Breakers returns the circuit breakers of the module's outbound HTTP on this host
 // (shared by its versions), destinations in order; nil without an [http] grant.
-func (m *Module) Breakers() []outbound.BreakerState {
+func (m *Module) Breakers() []BreakerState {
 	if m.http == nil {
 		return nil
 	}
-	return m.e.httpOpts.Breakers.States(m.name)
+	states := m.e.httpOpts.Breakers.States(m.name)
+	out := make([]BreakerState, len(states))
+	for i, st := range states {
+		out[i] = BreakerState(st)
+	}
+	return out
 }
 
 // LoadedAt returns when the module was loaded.
@@ -131,10 +136,10 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 		compiled.Close(ctx)
 		return nil, invalid("%v", err)
 	}
-	if man.HTTP != nil {
+	if man.http != nil {
 		opts := e.httpOpts
 		opts.Scope = name
-		m.http = outbound.NewClient(man.HTTP, opts)
+		m.http = outbound.NewClient(man.http, opts)
 	}
 	inst, err := m.instantiate(ctx, time.Time{})
 	if err != nil {
@@ -317,7 +322,7 @@ func (m *Module) defaultSink() LogFunc {
 
 // failure is a call that did not return normally.
 type failure struct {
-	kind   Kind
+	cause  Cause
 	reason string
 }
 
@@ -354,26 +359,26 @@ func classify(err error, timeout time.Duration) *failure {
 	case errors.As(err, &exit):
 		switch exit.ExitCode() {
 		case sys.ExitCodeDeadlineExceeded:
-			return &failure{KindTimeout, fmt.Sprintf("timeout after %v", timeout)}
+			return &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
 		case sys.ExitCodeContextCanceled:
-			return &failure{KindTimeout, "cancelled: the host is shutting down"}
+			return &failure{CauseTimeout, "cancelled: the host is shutting down"}
 		}
-		return &failure{KindExit, fmt.Sprintf("exit code %d", exit.ExitCode())}
+		return &failure{CauseExit, fmt.Sprintf("exit code %d", exit.ExitCode())}
 	case errors.As(err, &mem):
-		return &failure{KindTrap, "trap: " + mem.Error()}
+		return &failure{CauseTrap, "trap: " + mem.Error()}
 	case errors.As(err, &abort):
-		return &failure{KindTrap, "trap: " + abort.msg}
+		return &failure{CauseTrap, "trap: " + abort.msg}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &failure{KindTimeout, fmt.Sprintf("timeout after %v", timeout)}
+		return &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
 	case errors.Is(err, context.Canceled):
-		return &failure{KindTimeout, "cancelled: the host is shutting down"}
+		return &failure{CauseTimeout, "cancelled: the host is shutting down"}
 	}
 	msg := err.Error()
 	if line, _, _ := strings.Cut(msg, "\n"); line != "" {
 		msg = line
 	}
 	msg = strings.TrimPrefix(msg, "wasm error: ")
-	return &failure{KindTrap, "trap: " + msg}
+	return &failure{CauseTrap, "trap: " + msg}
 }
 
 // close ends the instance.

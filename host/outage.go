@@ -15,8 +15,8 @@ import (
 // waits it out. It is the step between a run and the worker's decision, shared by
 // the Handler and by anything that shows what the worker would do with a run.
 func (m *Module) Settle(x *Execution, job *worker.Job, now time.Time) worker.Result {
-	res := outageDefer(x.Result(), x, job, m.manifest.HTTP, now, outageJitter) // with the run's calls, the first MaxResultCalls
-	return rateLimitDefer(res, x, job, m.manifest.HTTP, now, outageJitter)
+	res := outageDefer(x.Result(), x, job, m.manifest.http, now, outageJitter) // with the run's calls, the first MaxResultCalls
+	return rateLimitDefer(res, x, job, m.manifest.http, now, outageJitter)
 }
 
 // outageDefer turns the result of a run that failed after meeting an outage (a

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
@@ -41,8 +40,8 @@ func TestSandbox(t *testing.T) { // not parallel: it sets an environment variabl
 			defer m.Retire()
 			for payload, want := range tc.want {
 				x := m.Run(context.Background(), &worker.Job{Envelope: backend.NewEnvelope("q", []byte(payload)), Attempt: 1, MaxAttempts: 1}, nil)
-				if x.Kind != host.KindAck || string(x.Output) != want {
-					t.Errorf("%s: %s %q, output %q; want %q", payload, x.Kind, x.Reason, x.Output, want)
+				if x.Outcome != worker.Ack || string(x.Output) != want {
+					t.Errorf("%s: %s %q, output %q; want %q", payload, x.Ending(), x.Reason, x.Output, want)
 				}
 			}
 		})

@@ -74,8 +74,8 @@ func TestGoSDKHTTPDeadlines(t *testing.T) {
 		start := time.Now()
 		x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 5}, nil)
 		took := time.Since(start)
-		if x.Kind != host.KindAck || string(x.Output) != "deadline" {
-			t.Fatalf("%s: kind %s reason %q output %q", kind, x.Kind, x.Reason, x.Output)
+		if x.Outcome != worker.Ack || string(x.Output) != "deadline" {
+			t.Fatalf("%s: kind %s reason %q output %q", kind, x.Ending(), x.Reason, x.Output)
 		}
 		if took < d || took > d+700*time.Millisecond {
 			t.Fatalf("%s: the request ended after %v, want about %v", kind, took, d)
@@ -147,22 +147,22 @@ func TestDeliverWebhookEndToEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name, path string
 		mod        *host.Module
-		kind       host.Kind
+		outcome    worker.Outcome
 		reason     string // prefix
 		delay      time.Duration
 		sent       bool
 	}{
-		{"delivered", "/hook", granted, host.KindAck, "", 0, true},
-		{"retry after", "/busy", granted, host.KindDefer, "http 429: Retry-After 7", 7 * time.Second, true},
-		{"refused by the receiver", "/gone", granted, host.KindDeadLetter, "http 410: the receiver refused", 0, true},
-		{"receiver down", "/down", granted, host.KindRetry, "http 502", 0, true},
-		{"loopback under https://*", "/hook", own, host.KindDeadLetter, "cannot deliver: Post ", 0, false},
+		{"delivered", "/hook", granted, worker.Ack, "", 0, true},
+		{"retry after", "/busy", granted, worker.Defer, "http 429: Retry-After 7", 7 * time.Second, true},
+		{"refused by the receiver", "/gone", granted, worker.DeadLetter, "http 410: the receiver refused", 0, true},
+		{"receiver down", "/down", granted, worker.Retry, "http 502", 0, true},
+		{"loopback under https://*", "/hook", own, worker.DeadLetter, "cannot deliver: Post ", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := fmt.Sprintf(`{"event":"order.shipped","order":1042,"url":"%s%s"}`, srv.URL, tc.path)
 			signed := signer.Run(context.Background(), &worker.Job{Envelope: backend.NewEnvelope("webhooks", []byte(body)), Attempt: 1, MaxAttempts: 3}, nil)
-			if signed.Kind != host.KindAck || len(signed.Children) != 1 || signed.Children[0].Queue != "deliver-webhook" {
-				t.Fatalf("webhook-rust: kind %s reason %q children %+v", signed.Kind, signed.Reason, signed.Children)
+			if signed.Outcome != worker.Ack || len(signed.Children) != 1 || signed.Children[0].Queue != "deliver-webhook" {
+				t.Fatalf("webhook-rust: kind %s reason %q children %+v", signed.Ending(), signed.Reason, signed.Children)
 			}
 			child := signed.Children[0].Payload
 			if want := "Url: " + srv.URL + tc.path + "\nX-Signature: " + string(signed.Output) + "\n\n" + body; string(child) != want {
@@ -175,8 +175,8 @@ func TestDeliverWebhookEndToEnd(t *testing.T) {
 				r = &rr
 			default:
 			}
-			if x.Kind != tc.kind || !strings.HasPrefix(x.Reason, tc.reason) || (x.Delay != nil) != (tc.delay > 0) || (x.Delay != nil && *x.Delay != tc.delay) {
-				t.Fatalf("kind %s reason %q delay %v output %q; want %s %q %v", x.Kind, x.Reason, deref(x.Delay), x.Output, tc.kind, tc.reason, tc.delay)
+			if x.Outcome != tc.outcome || !strings.HasPrefix(x.Reason, tc.reason) || (x.Delay != nil) != (tc.delay > 0) || (x.Delay != nil && *x.Delay != tc.delay) {
+				t.Fatalf("kind %s reason %q delay %v output %q; want %s %q %v", x.Ending(), x.Reason, deref(x.Delay), x.Output, tc.outcome, tc.reason, tc.delay)
 			}
 			if (r != nil) != tc.sent {
 				t.Fatalf("the receiver got %+v, want a delivery: %v", r, tc.sent)
@@ -227,7 +227,7 @@ func TestRetryAfterDefersOnPebble(t *testing.T) {
 	if err := b.Publish(ctx, backend.NewEnvelope(m.Queue(), []byte("http-retry-after:"+srv.URL+"/")), 0); err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range []worker.Settle{worker.SettleDefer, worker.SettleAck} {
+	for i, want := range []worker.Outcome{worker.Defer, worker.Ack} {
 		select {
 		case ev := <-settled:
 			if ev.Settle != want || (i == 0 && (ev.Reason != "http 429: Retry-After 2" || ev.Delay != 2*time.Second)) {

@@ -83,8 +83,8 @@ func runSDKCase(t *testing.T, m *host.Module, c abitest.SDKCase) host.Execution 
 	env := backend.NewEnvelope("conformance", []byte(c.Payload))
 	env.ID, env.Headers = abitest.SDKJobID, c.Headers
 	x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: 5}, nil)
-	if string(x.Kind) != c.Kind || x.Reason != c.Reason || string(x.Output) != c.Output {
-		t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Kind, x.Reason, x.Output, c.Kind, c.Reason, c.Output)
+	if x.Ending() != c.Kind || x.Reason != c.Reason || string(x.Output) != c.Output {
+		t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Ending(), x.Reason, x.Output, c.Kind, c.Reason, c.Output)
 	}
 	if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
 		t.Errorf("%q: code %v, want %v", c.Payload, deref(x.Code), deref(c.Code))
@@ -114,7 +114,7 @@ func TestSDKConformance(t *testing.T) {
 					t.Errorf("%q: logs %v, want %v", c.Payload, logs, c.Logs)
 				}
 				var children []abitest.Child
-				if x.Kind == host.KindAck {
+				if x.Outcome == worker.Ack {
 					for _, ch := range x.Children {
 						children = append(children, abitest.Child{Queue: ch.Queue, Payload: string(ch.Payload), DelayMs: ch.Delay.Milliseconds()})
 					}
@@ -167,8 +167,8 @@ func TestExamples(t *testing.T) {
 			}
 			m := loadModule(t, e, ex.name, guestModule(t, ex.name), man)
 			x := run(m, ex.payload)
-			if string(x.Kind) != ex.wantKind || (ex.wantKind == "ack" && string(x.Output) != ex.wantOutput) {
-				t.Fatalf("kind %s reason %q output %q", x.Kind, x.Reason, x.Output)
+			if x.Ending() != ex.wantKind || (ex.wantKind == "ack" && string(x.Output) != ex.wantOutput) {
+				t.Fatalf("kind %s reason %q output %q", x.Ending(), x.Reason, x.Output)
 			}
 			if ex.wantChild != "" && (len(x.Children) != 1 || x.Children[0].Queue != ex.wantChild) {
 				t.Fatalf("children %+v", x.Children)
@@ -236,8 +236,8 @@ func testSyncContact(t *testing.T, e *host.Engine) {
 	} {
 		payload, _ := json.Marshal(map[string]any{"crm": c.crm, "contact": map[string]string{"email": c.email, "name": c.name}})
 		x := run(m, string(payload))
-		if string(x.Kind) != c.kind || string(x.Output) != c.output || !strings.HasPrefix(x.Reason, c.reason) || (c.reason == "" && x.Reason != "") {
-			t.Errorf("%s: %s %q %q, want %s %q %q", payload, x.Kind, x.Reason, x.Output, c.kind, c.reason, c.output)
+		if x.Ending() != c.kind || string(x.Output) != c.output || !strings.HasPrefix(x.Reason, c.reason) || (c.reason == "" && x.Reason != "") {
+			t.Errorf("%s: %s %q %q, want %s %q %q", payload, x.Ending(), x.Reason, x.Output, c.kind, c.reason, c.output)
 		}
 		if c.kind == "defer" && (x.Delay == nil || *x.Delay != 3*time.Second) {
 			t.Errorf("%s: delay %v, want 3s", payload, deref(x.Delay))

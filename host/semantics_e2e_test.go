@@ -51,11 +51,11 @@ func newSemanticsRigOf(t *testing.T, rel, manifest string, concurrency int) *sem
 		}
 		r.mu.Lock()
 		r.settles[ev.Job.Envelope.ID] = append(r.settles[ev.Job.Envelope.ID], ev)
-		if ev.Settle == worker.SettleAck {
+		if ev.Settle == worker.Ack {
 			r.acked++
 		}
 		r.mu.Unlock()
-		if ev.Settle == worker.SettleAck {
+		if ev.Settle == worker.Ack {
 			select {
 			case r.anyAck <- struct{}{}:
 			default:
@@ -197,17 +197,17 @@ breaker_cooldown = "2s"
 	defer r.mu.Unlock()
 	outageDefers, retries := 0, 0
 	for id, evs := range r.settles {
-		if last := evs[len(evs)-1]; last.Settle != worker.SettleAck {
+		if last := evs[len(evs)-1]; last.Settle != worker.Ack {
 			t.Errorf("job %s ended %s", id, last.Settle)
 		}
 		for _, ev := range evs {
 			switch {
-			case ev.Settle == worker.SettleDefer && ev.Result.Outage:
+			case ev.Settle == worker.Defer && ev.Result.Outage:
 				outageDefers++
 				if !strings.HasPrefix(ev.Result.Reason, "waiting out an outage") {
 					t.Errorf("outage defer's reason %q", ev.Result.Reason)
 				}
-			case ev.Settle == worker.SettleRetry:
+			case ev.Settle == worker.Retry:
 				retries++
 			}
 		}

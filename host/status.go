@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/wasmjobs/wasmjobs/internal/outbound"
 )
 
 // ModuleStatus describes a module of the directory.
@@ -32,8 +30,9 @@ type ModuleStatus struct {
 	// Pinned is the version a rollback pinned, serving until the files change.
 	Pinned *Pin `json:"pinned,omitempty"`
 	// Breakers are the circuit breakers of the module's outbound HTTP on this host,
-	// one per destination it called (at most outbound.MaxBreakers).
-	Breakers []outbound.BreakerState `json:"breakers,omitempty"`
+	// one per destination it called, a bounded number (past the bound the least
+	// recently used closed breaker is dropped).
+	Breakers []BreakerState `json:"breakers,omitempty"`
 	// HTTP is the serving version's outbound HTTP grant; nil without one.
 	HTTP *HTTPGrant `json:"http,omitempty"`
 }
@@ -61,7 +60,7 @@ func (r *Registry) modules() []ModuleStatus {
 			m := e.handler.Module()
 			st.Status, st.Queue, st.Version, st.LoadedAt, st.InFlight = StatusServing, m.Queue(), m.Version(), m.LoadedAt(), m.InUse()
 			st.Canary = e.handler.canaryStatus()
-			st.HTTP = grantView(m.Manifest().HTTP)
+			st.HTTP = m.Manifest().HTTP()
 		}
 		st.LastRollout, st.Pinned = e.last, e.pin
 		if e.err != nil {

@@ -58,7 +58,7 @@ func (s *Server) components() []component {
 		{name: "worker", start: s.w.Start, stop: func(ctx context.Context) { s.stopWorker(ctx) }},
 		{name: "schedules", start: func(ctx context.Context) error {
 			// They fire from now until the drain starts (the run context ends).
-			stopSchedules = startSchedules(ctx, s.sched, s.reg, s.schedKick)
+			stopSchedules = startSchedules(ctx, s.sched, s.reg, s.schedKick, s.log)
 			return nil
 		}, stop: func(context.Context) {
 			if stopSchedules != nil {

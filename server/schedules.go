@@ -113,10 +113,24 @@ func busyFunc(b backend.Backend, recs *inspect.Records) func(context.Context, st
 	}
 }
 
+// specOf is the scheduler's spec of a module's schedule. The manifest checked the
+// schedule as it was read, with the same parser, so an error here is a bug.
+func specOf(s host.Schedule) (schedule.Spec, error) {
+	c, err := schedule.ParseCron(s.Cron, s.Timezone)
+	if err != nil {
+		return schedule.Spec{}, fmt.Errorf("schedule %q: %w", s.Name, err)
+	}
+	overlap := schedule.OverlapSkip
+	if s.Overlap == schedule.OverlapAllow.String() {
+		overlap = schedule.OverlapAllow
+	}
+	return schedule.Spec{Name: s.Name, Cron: c, Payload: s.Payload, Headers: s.Headers, Overlap: overlap, CatchUp: s.CatchUp}, nil
+}
+
 // startSchedules runs s until ctx ends or stop is called, with the schedules of reg's
 // serving modules, read again whenever kick receives (a module was loaded, swapped or
 // removed). stop ends it and waits for it.
-func startSchedules(ctx context.Context, s *schedule.Scheduler, reg *host.Registry, kick <-chan struct{}) (stop func()) {
+func startSchedules(ctx context.Context, s *schedule.Scheduler, reg *host.Registry, kick <-chan struct{}, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	set := func() {
 		var entries []schedule.Entry
@@ -126,7 +140,12 @@ func startSchedules(ctx context.Context, s *schedule.Scheduler, reg *host.Regist
 				continue
 			}
 			mod := h.Module()
-			for _, spec := range mod.Manifest().Schedules() {
+			for _, sch := range mod.Manifest().Schedules() {
+				spec, err := specOf(sch)
+				if err != nil {
+					log.Error("a schedule the manifest took is refused", "module", m.Name, "schedule", sch.Name, "err", err)
+					continue
+				}
 				entries = append(entries, schedule.Entry{Module: m.Name, Queue: mod.Queue(), Spec: spec})
 			}
 		}

@@ -71,7 +71,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/internal/fleet"
 	"github.com/wasmjobs/wasmjobs/internal/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/metrics"
-	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
@@ -282,7 +281,7 @@ func (s *Server) build() (err error) {
 	// are instantiated in memory, its cache directory made if missing).
 	ctx := context.Background()
 	s.engine, err = host.NewEngine(ctx, host.Config{CacheDir: s.cfg.CacheDir, Logger: s.log,
-		HTTP: outbound.Options{RootCAs: s.cfg.RootCAs, IdleConnsPerHost: s.cfg.Concurrency}, OnHTTPCall: s.met.HTTPCall})
+		HTTP: host.HTTPOptions{RootCAs: s.cfg.RootCAs, IdleConnsPerHost: s.cfg.Concurrency}, OnHTTPCall: s.met.HTTPCall})
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,10 @@ func (j *Job) OutageSince() (time.Time, bool) {
 	return time.UnixMilli(ms), true
 }
 
-// Outcome is what a handler decided about a job.
+// Outcome is how an attempt of a job ended: the handler's verdict (Result.Outcome, any
+// of the five) and how the worker settled the job (Event.Settle, never Failed: a
+// failure is settled as a retry or a dead letter). Its names (String) are the settles
+// of the API, the logs and the metric labels.
 type Outcome int
 
 // The outcomes of a handler. The zero value is Ack.

@@ -34,27 +34,6 @@ func (k EventKind) String() string {
 	return "event?"
 }
 
-// Settle is how a job was settled.
-type Settle int
-
-// The ways a job is settled.
-const (
-	SettleAck Settle = iota
-	SettleRetry
-	SettleDefer
-	SettleDeadLetter
-)
-
-var settleNames = [...]string{"ack", "retry", "defer", "dead_letter"}
-
-// String returns the settle's name: ack, retry, defer or dead_letter.
-func (s Settle) String() string {
-	if s >= 0 && int(s) < len(settleNames) {
-		return settleNames[s]
-	}
-	return "settle?"
-}
-
 // Event reports a moment in a job's life to an Observer.
 type Event struct {
 	Kind EventKind
@@ -63,9 +42,10 @@ type Event struct {
 	// Result is the handler's result (EventSettled, EventSettleFailed, EventAbandoned).
 	// It is the zero Result for a message that could not be decoded.
 	Result Result
-	// Settle, Reason and Delay say how the job was or was to be settled: the reason
-	// recorded and the delay before it runs again.
-	Settle Settle
+	// Settle, Reason and Delay say how the job was or was to be settled (Ack, Retry,
+	// Defer or DeadLetter, never Failed: a failed attempt is settled as a retry or a
+	// dead letter), the reason recorded and the delay before it runs again.
+	Settle Outcome
 	Reason string
 	Delay  time.Duration
 	// Duration is how long the handler ran.
@@ -112,7 +92,7 @@ func LogObserver(log *slog.Logger) Observer {
 		switch {
 		case e.Kind == EventSettleFailed:
 			level = slog.LevelError
-		case e.Kind == EventSettled && e.Settle == SettleAck:
+		case e.Kind == EventSettled && e.Settle == Ack:
 			level = slog.LevelDebug
 		}
 		ctx := context.Background()

@@ -32,7 +32,7 @@ func (w *Worker) process(qs *queueState, d backend.Delivery) {
 		// starts like any job, so that every observer sees started before settled.
 		job := &Job{Envelope: env, Attempt: max(env.Attempt, 1)}
 		w.obs.Observe(Event{Kind: EventStarted, Job: job})
-		w.settle(qs.policy.Load().spec, d, job, Result{}, 0, plan{settle: SettleDeadLetter, reason: err.Error()})
+		w.settle(qs.policy.Load().spec, d, job, Result{}, 0, plan{settle: DeadLetter, reason: err.Error()})
 		return
 	}
 	// extract
@@ -71,7 +71,7 @@ func (w *Worker) release(qs *queueState) {
 
 // plan is a decided settle.
 type plan struct {
-	settle   Settle
+	settle   Outcome
 	reason   string
 	delay    time.Duration
 	next     backend.Envelope
@@ -83,17 +83,17 @@ type plan struct {
 // up), defer (dead-letter past maxDefers consecutive defers, an outage's defers not
 // counted; a defer without a delay is a failure) or dead-letter. maxDefers <= 0 means DefaultMaxDefers; a job's MaxAttempts
 // <= 0 means DefaultMaxAttempts.
-func Decide(job *Job, res Result, maxDefers int) (Settle, string) {
+func Decide(job *Job, res Result, maxDefers int) (Outcome, string) {
 	maxDefers = positiveOr(maxDefers, DefaultMaxDefers)
-	failure := func(reason string) (Settle, string) {
+	failure := func(reason string) (Outcome, string) {
 		if maxAttempts := positiveOr(job.MaxAttempts, DefaultMaxAttempts); job.Attempt >= maxAttempts {
-			return SettleDeadLetter, fmt.Sprintf("max attempts (%d) exceeded: %s", maxAttempts, reason)
+			return DeadLetter, fmt.Sprintf("max attempts (%d) exceeded: %s", maxAttempts, reason)
 		}
-		return SettleRetry, reason
+		return Retry, reason
 	}
 	switch res.Outcome {
 	case Ack:
-		return SettleAck, ""
+		return Ack, ""
 	case Retry:
 		return failure(orDefault(res.Reason, "retry requested"))
 	case Defer:
@@ -102,11 +102,11 @@ func Decide(job *Job, res Result, maxDefers int) (Settle, string) {
 		}
 		reason := orDefault(res.Reason, "deferred")
 		if !res.Outage && job.Envelope.Defers+1 > maxDefers {
-			return SettleDeadLetter, fmt.Sprintf("max defers (%d) exceeded: %s", maxDefers, reason)
+			return DeadLetter, fmt.Sprintf("max defers (%d) exceeded: %s", maxDefers, reason)
 		}
-		return SettleDefer, reason
+		return Defer, reason
 	case DeadLetter:
-		return SettleDeadLetter, orDefault(res.Reason, "dead-lettered by the handler")
+		return DeadLetter, orDefault(res.Reason, "dead-lettered by the handler")
 	case Failed:
 		return failure(orDefault(res.Reason, "failed"))
 	}
@@ -117,11 +117,11 @@ func Decide(job *Job, res Result, maxDefers int) (Settle, string) {
 func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
 	settle, reason := Decide(job, res, spec.MaxDefers)
 	switch settle {
-	case SettleAck:
-		return plan{settle: SettleAck, children: res.Children}
-	case SettleDeadLetter:
-		return plan{settle: SettleDeadLetter, reason: reason}
-	case SettleDefer:
+	case Ack:
+		return plan{settle: Ack, children: res.Children}
+	case DeadLetter:
+		return plan{settle: DeadLetter, reason: reason}
+	case Defer:
 		env := job.Envelope
 		next := env.Clone()
 		next.Attempt, next.MaxAttempts, next.Defers, next.Reason = job.Attempt, job.MaxAttempts, env.Defers+1, reason
@@ -149,7 +149,7 @@ func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
 		}
 		// A staged delay (a Retry-After of two days, say) never parks a job past the
 		// queue's longest wait; the same rule holds for a retry's below.
-		return plan{settle: SettleDefer, reason: reason, delay: min(res.Delay, spec.Backoff.Cap), next: next}
+		return plan{settle: Defer, reason: reason, delay: min(res.Delay, spec.Backoff.Cap), next: next}
 	}
 	delay := w.backoff(spec.Backoff, job.Attempt)
 	if res.Outcome == Retry && res.Delay > 0 {
@@ -161,7 +161,7 @@ func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
 	next.Attempt, next.MaxAttempts, next.Defers, next.Reason = job.Attempt+1, job.MaxAttempts, 0, reason
 	delete(next.Headers, OutageHeader)
 	restorePriority(&next)
-	return plan{settle: SettleRetry, reason: reason, delay: delay, next: next}
+	return plan{settle: Retry, reason: reason, delay: delay, next: next}
 }
 
 // restorePriority gives a job that was deferred back its own priority.
@@ -205,7 +205,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 	// Only settles that publish can wait on the backend; a plain ack needs no timer.
 	// Every settle ends at the drain deadline (Stop cancels settleCtx).
 	ctx := w.settleCtx
-	if p.settle != SettleAck || len(p.children) > 0 {
+	if p.settle != Ack || len(p.children) > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, w.cfg.SettleTimeout)
 		defer cancel()
@@ -219,14 +219,14 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 		rec = runRecord(res, took)
 	}
 	switch p.settle {
-	case SettleAck:
+	case Ack:
 		if atomic {
 			if err = ad.AckWith(ctx, childPublications(job, p.children), rec); err == nil || errors.Is(err, backend.ErrSettleUnknown) {
 				break // unknown: the ack may still land, so no second settle
 			}
 			// Nothing was written: the job is failed the retry way, as below.
 			p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
-			if p.settle == SettleRetry {
+			if p.settle == Retry {
 				err = ad.RetryWith(ctx, p.next, p.delay, rec)
 			} else {
 				err = ad.DeadLetterWith(ctx, p.reason, rec)
@@ -236,7 +236,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 		if err = w.publishChildren(ctx, job, p.children); err != nil {
 			// A child that cannot be published fails the job: the retry way.
 			p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
-			if p.settle == SettleRetry {
+			if p.settle == Retry {
 				err = d.Retry(ctx, p.next, p.delay)
 			} else {
 				err = d.DeadLetter(ctx, p.reason)
@@ -244,19 +244,19 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 			break
 		}
 		err = d.Ack(ctx)
-	case SettleRetry:
+	case Retry:
 		if atomic {
 			err = ad.RetryWith(ctx, p.next, p.delay, rec)
 			break
 		}
 		err = d.Retry(ctx, p.next, p.delay)
-	case SettleDefer:
+	case Defer:
 		if atomic {
 			err = ad.DeferWith(ctx, p.next, p.delay, rec)
 			break
 		}
 		err = d.Defer(ctx, p.next, p.delay)
-	case SettleDeadLetter:
+	case DeadLetter:
 		if atomic {
 			err = ad.DeadLetterWith(ctx, p.reason, rec)
 			break

@@ -170,7 +170,7 @@ func TestSettleGoesOnWhileConsumeWaits(t *testing.T) {
 			case e := <-settled:
 				// On a lost stream the ack may fail (the job goes back): what matters is
 				// that the settle ran.
-				if e.Settle != worker.SettleAck {
+				if e.Settle != worker.Ack {
 					t.Fatalf("settle %v %v: %v", e.Kind, e.Settle, e.Err)
 				}
 			case <-time.After(20 * time.Second):

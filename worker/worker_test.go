@@ -306,7 +306,7 @@ func TestFailedChildPublishRetries(t *testing.T) {
 			t.Fatalf("runs = %+v", runs)
 		}
 		settled := r.settled()
-		if settled[0].Settle != worker.SettleRetry {
+		if settled[0].Settle != worker.Retry {
 			t.Fatalf("first settle = %v, want retry", settled[0].Settle)
 		}
 	})
@@ -368,8 +368,8 @@ func TestObserverAndLogObserver(t *testing.T) {
 			t.Fatalf("events: %d started, %d settled", r.eventsOf(worker.EventStarted), r.eventsOf(worker.EventSettled))
 		}
 		s := r.settled()
-		if s[0].Settle != worker.SettleRetry || s[0].Reason != "later" || s[0].Delay != time.Second || s[0].Result.Version != "v1" ||
-			s[1].Settle != worker.SettleAck || s[1].Job.Envelope.ID != env.ID {
+		if s[0].Settle != worker.Retry || s[0].Reason != "later" || s[0].Delay != time.Second || s[0].Result.Version != "v1" ||
+			s[1].Settle != worker.Ack || s[1].Job.Envelope.ID != env.ID {
 			t.Fatalf("settled events = %+v", s)
 		}
 	})
@@ -430,7 +430,7 @@ func TestNamesOfEnums(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ got, want string }{
 		{worker.Ack.String(), "ack"}, {worker.Failed.String(), "failed"}, {worker.Outcome(9).String(), "outcome(9)"},
-		{worker.SettleDeadLetter.String(), "dead_letter"}, {worker.Settle(9).String(), "settle?"},
+		{worker.DeadLetter.String(), "dead_letter"},
 		{worker.EventAbandoned.String(), "abandoned"}, {worker.EventKind(9).String(), "event?"},
 	} {
 		if tc.got != tc.want {
@@ -567,7 +567,7 @@ func TestPartialChildPublishIsNotRepeated(t *testing.T) {
 		parent := r.publish("q", "parent")
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		if s := r.settled(); len(s) != 2 || s[0].Settle != worker.SettleRetry || s[1].Settle != worker.SettleAck {
+		if s := r.settled(); len(s) != 2 || s[0].Settle != worker.Retry || s[1].Settle != worker.Ack {
 			t.Fatalf("settles %+v, want a retry then an ack", s)
 		}
 		var got []string
@@ -611,7 +611,7 @@ func TestRetriedParentWithADifferentChild(t *testing.T) {
 		r.publish("q", "parent")
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		if s := r.settled(); len(s) != 2 || s[0].Settle != worker.SettleRetry || s[1].Settle != worker.SettleAck {
+		if s := r.settled(); len(s) != 2 || s[0].Settle != worker.Retry || s[1].Settle != worker.Ack {
 			t.Fatalf("settles %+v, want a retry then an ack", s)
 		}
 		pending, err := r.b.Pending("child")

@@ -37,7 +37,7 @@ type Backend struct {
 	done    chan struct{} // closed by Close
 	streams stream.Streams[*message]
 
-	ticks scheduleTicks // schedule.go
+	ticks scheduleTicks // the last fired tick of each schedule (ScheduleStore)
 }
 
 // New returns an empty backend.
@@ -89,7 +89,7 @@ type queue struct {
 	ids map[string]int
 	// uniq maps the unique keys the queue holds to their entries; uniqByID maps the
 	// ids of unfinished jobs that hold a key to theirs; uniqKept is how many entries
-	// the last sweep kept (unique.go).
+	// the last sweep of expired keys kept.
 	uniq     map[string]*uniqEntry
 	uniqByID map[string]*uniqEntry
 	uniqKept int

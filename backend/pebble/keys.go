@@ -17,7 +17,7 @@ import (
 //	x <queue> 0x00 <at:8> <seq:8>             -> dead letter
 //	j <id>                                    -> job record
 //	t <finished:8> <id>                       -> finished job record, by time (retention)
-//	u <queue> 0x00 <unique key>               -> job holding the key, and until when (unique.go)
+//	u <queue> 0x00 <unique key>               -> job holding the key, and until when
 //
 // Integers are big-endian so that keys sort by them; times are Unix nanoseconds.
 const (

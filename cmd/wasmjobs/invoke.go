@@ -15,7 +15,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -72,7 +71,7 @@ command is misused or the module cannot be loaded.`,
 				return err
 			}
 			ctx := cmd.Context()
-			e, err := host.NewEngine(ctx, host.Config{CacheDir: g.cacheDir, HTTP: outbound.Options{RootCAs: roots}})
+			e, err := host.NewEngine(ctx, host.Config{CacheDir: g.cacheDir, HTTP: host.HTTPOptions{RootCAs: roots}})
 			if err != nil {
 				return err
 			}
@@ -211,9 +210,9 @@ type reportModule struct {
 
 // newInvokeReport reports x, which the host made res and the worker would settle
 // as settle with reason.
-func newInvokeReport(x host.Execution, res worker.Result, settle worker.Settle, reason string) invokeReport {
+func newInvokeReport(x host.Execution, res worker.Result, settle worker.Outcome, reason string) invokeReport {
 	r := invokeReport{
-		Result:       string(x.Kind),
+		Result:       x.Ending(),
 		Code:         x.Code,
 		Settle:       settle.String(),
 		Reason:       reason,
@@ -240,7 +239,7 @@ func newInvokeReport(x host.Execution, res worker.Result, settle worker.Settle, 
 		r.Calls = append(r.Calls, reportCall{Method: c.Method, Target: c.Target, Path: c.Path, Status: c.Status, Error: c.Error,
 			DurationMs: float64(c.Duration.Microseconds()) / 1000, Bytes: c.Bytes})
 	}
-	if settle == worker.SettleAck {
+	if settle == worker.Ack {
 		for _, c := range x.Children {
 			r.Enqueued = append(r.Enqueued, reportJob{Queue: c.Queue, Payload: strings.ToValidUTF8(string(c.Payload), "\uFFFD"), DelayMs: c.Delay.Milliseconds()})
 		}

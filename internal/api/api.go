@@ -403,7 +403,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var jobs []inspect.JobState
+	var jobs []inspect.JobView
 	next := ""
 	if id := r.URL.Query().Get("id"); id != "" { // a search by id
 		jobs, err = s.in.FindJob(r.Context(), q, id)
@@ -414,7 +414,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if jobs == nil {
-		jobs = []inspect.JobState{}
+		jobs = []inspect.JobView{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"jobs": jobs, "next": next})
 	return nil

@@ -124,7 +124,7 @@ type settledBeforeCancel struct {
 
 func (b settledBeforeCancel) CancelJob(ctx context.Context, id string) error {
 	rec, _ := b.recs.JobRecord(ctx, id)
-	b.recs.Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.SettleRetry, Reason: "failed",
+	b.recs.Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.Retry, Reason: "failed",
 		Job: &worker.Job{Envelope: backend.Envelope{ID: id, Queue: rec.Queue}, Attempt: 1, MaxAttempts: 3}})
 	return b.Backend.CancelJob(ctx, id)
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/bench/measure"
-	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -197,18 +196,13 @@ func handler(ctx context.Context, cfg Config) (worker.Handler, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	man, err := host.ReadManifest(cfg.Module)
+	man, err := readManifest(cfg.Module, cfg.HTTPDelay > 0)
 	if err != nil {
 		return nil, nil, err
 	}
 	man.Isolation = cfg.Isolation
-	if cfg.HTTPDelay > 0 {
-		if man.HTTP, err = loopbackGrant(); err != nil {
-			return nil, nil, err
-		}
-	}
 	e, err := host.NewEngine(ctx, host.Config{CacheDir: cfg.CacheDir, NoCache: cfg.CacheDir == "",
-		HTTP: outbound.Options{IdleConnsPerHost: cfg.Concurrency}})
+		HTTP: host.HTTPOptions{IdleConnsPerHost: cfg.Concurrency}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -256,7 +250,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if e.Kind != worker.EventSettled {
 			return
 		}
-		if e.Settle != worker.SettleAck {
+		if e.Settle != worker.Ack {
 			failed.Add(1)
 		}
 		n := settled.Add(1)

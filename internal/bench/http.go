@@ -5,22 +5,36 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // loopbackGrant is the grant a module gets in a run with HTTPDelay: loopback on every
 // port (the server's port is known only once it listens), one request a job.
-func loopbackGrant() (*outbound.Grant, error) {
-	g, err := outbound.ParseGrant(map[string]any{"allow": []any{"http://127.0.0.1:1-65535"}, "max_requests": int64(1)}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("the benchmark's grant: %w", err)
+const loopbackGrant = "\n[http]\nallow = [\"http://127.0.0.1:1-65535\"]\nmax_requests = 1\n"
+
+// readManifest reads the manifest of the module file wasmPath (the defaults when it has
+// none), with loopbackGrant when grant is set.
+func readManifest(wasmPath string, grant bool) (host.Manifest, error) {
+	if !grant {
+		return host.ReadManifest(wasmPath)
 	}
-	return g, nil
+	path := host.ManifestPath(wasmPath)
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return host.Manifest{}, err
+	}
+	man, err := host.ParseManifest(path, append(data, loopbackGrant...))
+	if err != nil {
+		return host.Manifest{}, fmt.Errorf("the benchmark's grant: %w", err)
+	}
+	return man, nil
 }
 
 // nativeGet is the native handler of a run with HTTPDelay: the GET of the payload's URL

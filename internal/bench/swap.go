@@ -95,7 +95,7 @@ func Swaps(ctx context.Context, cfg SwapConfig) ([]Swap, error) {
 	settled := make(chan settle, 4096)
 	var failed atomic.Pointer[string] // the first job that did not ack
 	w := worker.New(b, worker.Config{Observer: worker.ObserverFunc(func(e worker.Event) {
-		if e.Kind == worker.EventSettleFailed || (e.Kind == worker.EventSettled && e.Settle != worker.SettleAck) {
+		if e.Kind == worker.EventSettleFailed || (e.Kind == worker.EventSettled && e.Settle != worker.Ack) {
 			why := fmt.Sprintf("job %s on version %.12s settled %s (outcome %v)", e.Job.Envelope.ID, e.Result.Version, e.Settle, e.Result.Outcome)
 			failed.CompareAndSwap(nil, &why)
 		}

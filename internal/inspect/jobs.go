@@ -12,19 +12,18 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-// JobState is the latest state of a job as GET /v1/jobs/{id} and the dashboard show
-// it, from the backend's job records (pebble) or from this host's memory (Records).
-type JobState struct {
+// JobView is a job as GET /v1/jobs/{id} and the dashboard show it: its latest state
+// and what its runs left, from the backend's job records (pebble) or from this host's memory (Records).
+type JobView struct {
 	ID    string `json:"id"`
 	Queue string `json:"queue"`
-	// State is pending, running, succeeded, retrying, deferred or dead.
-	// From a backend's job records (pebble), the states are those of backend.JobState,
-	// and a delayed job is "delayed".
-	State       string `json:"state"`
-	Attempt     int    `json:"attempt"`
-	MaxAttempts int    `json:"max_attempts,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	Output      string `json:"output,omitempty"`
+	// State is the job's state: from this host's memory (Records) pending, running,
+	// succeeded, retrying, deferred or dead; from a backend's job records (pebble), any.
+	State       backend.JobState `json:"state"`
+	Attempt     int              `json:"attempt"`
+	MaxAttempts int              `json:"max_attempts,omitempty"`
+	Reason      string           `json:"reason,omitempty"`
+	Output      string           `json:"output,omitempty"`
 	// OutputTruncated says the backend kept only the start of the output.
 	OutputTruncated bool `json:"output_truncated,omitempty"`
 	// Logs are the guest's log lines of the last run, up to the backend's cap
@@ -73,26 +72,10 @@ type Attempt struct {
 	CallsDropped int                  `json:"calls_dropped,omitempty"`
 }
 
-// settleOf names the settle that left a job in state, as Attempt.Settle does; an
-// attempt of the host's memory that no settle ended keeps its own name.
-func settleOf(state backend.JobState) string {
-	switch state {
-	case backend.JobSucceeded:
-		return "ack"
-	case backend.JobRetrying:
-		return "retry"
-	case backend.JobDeferred:
-		return "defer"
-	case backend.JobDead:
-		return "dead_letter"
-	}
-	return string(state)
-}
-
 // view is a job record as the operator sees it. From the host's memory (hostMemory)
 // the times of a run are left out, as they always were there: its durations say it.
-func view(rec backend.JobRecord, hostMemory bool) JobState {
-	st := JobState{ID: rec.ID, Queue: rec.Queue, State: string(rec.State), Attempt: rec.Attempt, MaxAttempts: rec.MaxAttempts,
+func view(rec backend.JobRecord, hostMemory bool) JobView {
+	st := JobView{ID: rec.ID, Queue: rec.Queue, State: rec.State, Attempt: rec.Attempt, MaxAttempts: rec.MaxAttempts,
 		Reason: rec.Reason, Output: strings.ToValidUTF8(string(rec.Output), "\uFFFD"), OutputTruncated: rec.OutputTruncated,
 		Logs: rec.Logs, LogsTruncated: rec.LogsTruncated, Module: ModuleRef{Name: rec.Module, Version: rec.ModuleVersion, Role: rec.ModuleRole},
 		EnqueuedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt, Children: rec.Children}
@@ -120,26 +103,26 @@ func view(rec backend.JobRecord, hostMemory bool) JobState {
 }
 
 // Job returns the latest state of job id, or an error wrapping backend.ErrNotFound.
-func (in *Inspector) Job(ctx context.Context, id string) (JobState, error) {
+func (in *Inspector) Job(ctx context.Context, id string) (JobView, error) {
 	if in.records == nil {
-		return JobState{}, fmt.Errorf("job %q is not in this host's recent history: %w", id, backend.ErrNotFound)
+		return JobView{}, fmt.Errorf("job %q is not in this host's recent history: %w", id, backend.ErrNotFound)
 	}
 	rec, err := in.records.JobRecord(ctx, id)
 	if in.own && errors.Is(err, backend.ErrNotFound) {
-		return JobState{}, fmt.Errorf("job %q is not in the backend's job records (never enqueued, or pruned by retention): %w", id, backend.ErrNotFound)
+		return JobView{}, fmt.Errorf("job %q is not in the backend's job records (never enqueued, or pruned by retention): %w", id, backend.ErrNotFound)
 	}
 	if in.own && err != nil {
-		return JobState{}, fmt.Errorf("reading the record of job %q: %w", id, err)
+		return JobView{}, fmt.Errorf("reading the record of job %q: %w", id, err)
 	}
 	if err != nil {
-		return JobState{}, err
+		return JobView{}, err
 	}
 	return view(rec, !in.own), nil
 }
 
 // Jobs returns a page of queue's jobs, newest first, and the cursor of the next page.
 // On a backend without a JobLister it lists this host's memory (recent jobs only).
-func (in *Inspector) Jobs(ctx context.Context, queue string, f backend.JobFilter) ([]JobState, string, error) {
+func (in *Inspector) Jobs(ctx context.Context, queue string, f backend.JobFilter) ([]JobView, string, error) {
 	if in.lister == nil {
 		return nil, "", fmt.Errorf("listing the jobs of queue %s: this backend keeps no job records and the host no history: %w", queue, ErrUnavailable)
 	}
@@ -147,7 +130,7 @@ func (in *Inspector) Jobs(ctx context.Context, queue string, f backend.JobFilter
 	if err != nil {
 		return nil, "", err
 	}
-	out := make([]JobState, len(page.Jobs))
+	out := make([]JobView, len(page.Jobs))
 	for i, rec := range page.Jobs {
 		out[i] = view(rec, !in.own)
 		if !in.own {
@@ -158,9 +141,9 @@ func (in *Inspector) Jobs(ctx context.Context, queue string, f backend.JobFilter
 }
 
 // FindJob is a search of queue's jobs by id: the job, when it is of queue, else none.
-func (in *Inspector) FindJob(ctx context.Context, queue, id string) ([]JobState, error) {
+func (in *Inspector) FindJob(ctx context.Context, queue, id string) ([]JobView, error) {
 	st, err := in.Job(ctx, id)
-	out := []JobState{}
+	out := []JobView{}
 	if err == nil && st.Queue == queue {
 		out = append(out, st)
 	} else if err != nil && !errors.Is(err, backend.ErrNotFound) {
@@ -263,7 +246,7 @@ func ParseJobFilter(q url.Values) (backend.JobFilter, error) {
 // while it holds the job (waiting or dead, backend.JobEnvelopeReader), or from a
 // broker's dead letters, read up to maxDead of them (a broker lists its dead letters
 // by taking and putting them back). ok is false where neither can.
-func (in *Inspector) Payload(ctx context.Context, st JobState, maxDead int) (payload []byte, headers map[string]string, ok bool) {
+func (in *Inspector) Payload(ctx context.Context, st JobView, maxDead int) (payload []byte, headers map[string]string, ok bool) {
 	if in.envelopes != nil {
 		env, err := in.envelopes.JobEnvelope(ctx, st.ID)
 		if err != nil {
@@ -271,7 +254,7 @@ func (in *Inspector) Payload(ctx context.Context, st JobState, maxDead int) (pay
 		}
 		return env.Payload, env.Headers, true
 	}
-	if in.dead == nil || st.State != string(backend.JobDead) {
+	if in.dead == nil || st.State != backend.JobDead {
 		return nil, nil, false
 	}
 	dead, err := in.dead.DeadLetters(ctx, st.Queue, maxDead)

@@ -56,7 +56,7 @@ func (r *Rates) Observe(e worker.Event) {
 		s.at, s.settled, s.fails = n, 0, 0
 	}
 	s.settled++
-	if e.Settle == worker.SettleRetry || e.Settle == worker.SettleDeadLetter {
+	if e.Settle == worker.Retry || e.Settle == worker.DeadLetter {
 		s.fails++
 	}
 }

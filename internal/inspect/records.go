@@ -28,9 +28,21 @@ const (
 	attemptSettleFailed backend.JobState = "settle failed"
 )
 
-// settledStates is the state each settle leaves a job in, as job records name it.
-var settledStates = map[worker.Settle]backend.JobState{worker.SettleAck: backend.JobSucceeded,
-	worker.SettleRetry: backend.JobRetrying, worker.SettleDefer: backend.JobDeferred, worker.SettleDeadLetter: backend.JobDead}
+// settledStates is the state each settle leaves a job in, as job records name it; read
+// the other way (settleOf), it names the settle of an attempt from its state.
+var settledStates = map[worker.Outcome]backend.JobState{worker.Ack: backend.JobSucceeded,
+	worker.Retry: backend.JobRetrying, worker.Defer: backend.JobDeferred, worker.DeadLetter: backend.JobDead}
+
+// settleOf names the settle that left a job in state, as Attempt.Settle does; an
+// attempt of the host's memory that no settle ended keeps its own name.
+func settleOf(state backend.JobState) string {
+	for settle, s := range settledStates {
+		if s == state {
+			return settle.String()
+		}
+	}
+	return string(state)
+}
 
 // Records is this host's memory of the most recent jobs, up to a bound (the oldest are
 // forgotten first), for a backend that keeps no job records (memory, RabbitMQ): the

@@ -18,13 +18,13 @@ func TestRatesCountSettlesAndFailuresPerBucket(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1_000_000, 0)
 	r := inspect.NewRates(func() time.Time { return now })
-	ev := func(q string, s worker.Settle) worker.Event {
+	ev := func(q string, s worker.Outcome) worker.Event {
 		return worker.Event{Kind: worker.EventSettled, Settle: s, Job: &worker.Job{Envelope: backend.Envelope{Queue: q}}}
 	}
-	r.Observe(ev("a", worker.SettleAck))
-	r.Observe(ev("a", worker.SettleRetry))
+	r.Observe(ev("a", worker.Ack))
+	r.Observe(ev("a", worker.Retry))
 	now = now.Add(inspect.RateBucket)
-	r.Observe(ev("a", worker.SettleDeadLetter))
+	r.Observe(ev("a", worker.DeadLetter))
 	r.Observe(worker.Event{Kind: worker.EventStarted, Job: &worker.Job{Envelope: backend.Envelope{Queue: "a"}}})
 	s := r.Series("a")
 	last := len(s.Settled) - 1
@@ -44,7 +44,7 @@ func TestRecordsKeepEachRunWithItsVersion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	a := inspect.NewRecords(2)
-	run := func(id string, attempt int, s worker.Settle, version string) {
+	run := func(id string, attempt int, s worker.Outcome, version string) {
 		a.Observe(worker.Event{Kind: worker.EventStarted, Job: &worker.Job{Envelope: backend.Envelope{ID: id}, Attempt: attempt}})
 		a.Observe(worker.Event{Kind: worker.EventSettled, Settle: s, Reason: "r" + version,
 			Job: &worker.Job{Envelope: backend.Envelope{ID: id}, Attempt: attempt}, Result: worker.Result{Handler: "m", Version: version}})
@@ -53,14 +53,14 @@ func TestRecordsKeepEachRunWithItsVersion(t *testing.T) {
 		rec, _ := a.JobRecord(ctx, id)
 		return rec.Attempts
 	}
-	run("a", 1, worker.SettleRetry, "v1")
-	run("a", 2, worker.SettleAck, "v2")
+	run("a", 1, worker.Retry, "v1")
+	run("a", 2, worker.Ack, "v2")
 	got := attempts("a")
 	if len(got) != 2 || got[0].State != backend.JobRetrying || got[0].Version != "v1" || got[1].State != backend.JobSucceeded || got[1].Version != "v2" || got[1].Attempt != 2 {
 		t.Fatalf("attempts of a = %+v; want a retry on v1 then an ack on v2", got)
 	}
-	run("b", 1, worker.SettleAck, "v2")
-	run("c", 1, worker.SettleAck, "v2")
+	run("b", 1, worker.Ack, "v2")
+	run("c", 1, worker.Ack, "v2")
 	if attempts("a") != nil || len(attempts("c")) != 1 {
 		t.Errorf("past the bound of 2 jobs the oldest must go: a %v, c %v", attempts("a"), attempts("c"))
 	}
@@ -105,7 +105,7 @@ func TestHostMemoryAnswersAsItsHistoryDid(t *testing.T) {
 	recs.Enqueued(env, false)
 	job := &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 3}
 	recs.Observe(worker.Event{Kind: worker.EventStarted, Job: job})
-	recs.Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.SettleRetry, Reason: "boom", Job: job, Duration: 5 * time.Millisecond,
+	recs.Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.Retry, Reason: "boom", Job: job, Duration: 5 * time.Millisecond,
 		Result: worker.Result{Handler: "m", Version: "v1", Output: []byte("out")}})
 	st, err := in.Job(ctx, env.ID)
 	if err != nil {

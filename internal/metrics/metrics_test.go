@@ -118,12 +118,12 @@ func TestEveryEndingEventCounts(t *testing.T) {
 	res := worker.Result{Handler: "work", Version: "v1"}
 	m := New()
 	for _, end := range []worker.Event{
-		{Kind: worker.EventSettled, Settle: worker.SettleAck},
-		{Kind: worker.EventSettled, Settle: worker.SettleRetry},
-		{Kind: worker.EventSettled, Settle: worker.SettleDefer},
-		{Kind: worker.EventSettled, Settle: worker.SettleDeadLetter},
-		{Kind: worker.EventSettleFailed, Settle: worker.SettleAck, Err: errors.New("connection lost")},
-		{Kind: worker.EventAbandoned, Settle: worker.SettleAck},
+		{Kind: worker.EventSettled, Settle: worker.Ack},
+		{Kind: worker.EventSettled, Settle: worker.Retry},
+		{Kind: worker.EventSettled, Settle: worker.Defer},
+		{Kind: worker.EventSettled, Settle: worker.DeadLetter},
+		{Kind: worker.EventSettleFailed, Settle: worker.Ack, Err: errors.New("connection lost")},
+		{Kind: worker.EventAbandoned, Settle: worker.Ack},
 	} {
 		m.Observe(worker.Event{Kind: worker.EventStarted, Job: job})
 		if got := testutil.ToFloat64(m.inFlight.WithLabelValues("q")); got != 1 {
@@ -165,7 +165,7 @@ func TestVersionsLiveOnTheInfoMetric(t *testing.T) {
 		event("swapped", "work", v)
 		job := &worker.Job{Envelope: backend.NewEnvelope("q", nil)}
 		m.Observe(worker.Event{Kind: worker.EventStarted, Job: job})
-		m.Observe(worker.Event{Kind: worker.EventSettled, Job: job, Result: worker.Result{Handler: "work", Version: v}, Settle: worker.SettleAck})
+		m.Observe(worker.Event{Kind: worker.EventSettled, Job: job, Result: worker.Result{Handler: "work", Version: v}, Settle: worker.Ack})
 	}
 	event("rejected", "work", "v49") // a bad new version: v49 still serves
 	compare(t, m, infoHeader+`wasmjobs_module_info{module="mail",role="current",version="m0"} 1
@@ -204,9 +204,9 @@ func TestCanaryMetrics(t *testing.T) {
 	m.ModuleEvent(host.RegistryEvent{Kind: "canary", Module: "work", Version: "v1", Canary: "v2"})
 	for i, role := range []string{host.RoleCurrent, host.RoleCanary, host.RoleCanary} {
 		job := &worker.Job{Envelope: backend.NewEnvelope("q", nil)}
-		settle := worker.SettleAck
+		settle := worker.Ack
 		if i == 2 {
-			settle = worker.SettleRetry
+			settle = worker.Retry
 		}
 		m.Observe(worker.Event{Kind: worker.EventStarted, Job: job})
 		m.Observe(worker.Event{Kind: worker.EventSettled, Job: job, Result: worker.Result{Handler: "work", Role: role}, Settle: settle})

@@ -18,7 +18,7 @@ func TestJobPageShowsEachAttemptsCalls(t *testing.T) {
 	t.Parallel()
 	h, rg := rig(t, nil, ui.Config{})
 	job := &worker.Job{Envelope: backend.Envelope{ID: "01CALLS", Queue: "echo"}, Attempt: 1}
-	rg.Records.Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.SettleRetry, Job: job, Result: worker.Result{Handler: "echo",
+	rg.Records.Observe(worker.Event{Kind: worker.EventSettled, Settle: worker.Retry, Job: job, Result: worker.Result{Handler: "echo",
 		Calls: []worker.Call{
 			{Method: "POST", Target: "https://api.test:443", Path: "/v1/charges", Status: 503, Duration: 12 * time.Millisecond, Bytes: 42},
 			{Method: "GET", Target: "http://10.0.0.1:80", Path: "/meta", Error: "denied", Duration: time.Microsecond},
