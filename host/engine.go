@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -86,6 +87,52 @@ type Engine struct {
 	httpOpts outbound.Options
 	// onHTTPCall is Config.OnHTTPCall.
 	onHTTPCall func(HTTPCall)
+
+	// runs counts the jobs running on the engine's modules; idle is closed when it
+	// falls to zero (both under runsMu). Close waits for them: wazero's runtime must not
+	// close under a guest still inside a host function (its WASI file table, say).
+	runsMu sync.Mutex
+	runs   int
+	idle   chan struct{}
+}
+
+// enter counts a job in; leave counts it out.
+func (e *Engine) enter() {
+	e.runsMu.Lock()
+	if e.runs == 0 {
+		e.idle = make(chan struct{})
+	}
+	e.runs++
+	e.runsMu.Unlock()
+}
+
+func (e *Engine) leave() {
+	e.runsMu.Lock()
+	e.runs--
+	if e.runs == 0 {
+		close(e.idle)
+	}
+	e.runsMu.Unlock()
+}
+
+// waitRuns returns once no job runs on the engine, or with ctx's error and the number
+// still running when ctx ends first.
+func (e *Engine) waitRuns(ctx context.Context) (int, error) {
+	e.runsMu.Lock()
+	if e.runs == 0 {
+		e.runsMu.Unlock()
+		return 0, nil
+	}
+	idle := e.idle
+	e.runsMu.Unlock()
+	select {
+	case <-idle:
+		return 0, nil
+	case <-ctx.Done():
+		e.runsMu.Lock()
+		defer e.runsMu.Unlock()
+		return e.runs, ctx.Err()
+	}
 }
 
 // reclaim returns freed memory to the OS a second after a burst of stack overflows. An
@@ -163,8 +210,14 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Close closes the runtime, every module and instance made by it, and the cache.
+// Close closes the runtime, every module and instance made by it, and the cache. It
+// first waits, until ctx ends, for the jobs still running to return: a caller that
+// gave up on them (a drain past its deadline) has ended their contexts, and each
+// returns at the guest's next check. A job still running when ctx ends is closed under.
 func (e *Engine) Close(ctx context.Context) error {
+	if n, err := e.waitRuns(ctx); err != nil {
+		e.log.Warn("closing the engine under jobs still running", "running", n, "error", err)
+	}
 	err := e.rt.Close(ctx)
 	if e.cache != nil {
 		err = errors.Join(err, e.cache.Close(ctx))

@@ -125,6 +125,8 @@ func (m *Module) Run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 
 // run executes a job counted in by begin.
 func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Execution {
+	m.e.enter()
+	defer m.e.leave()
 	start := time.Now()
 	x := Execution{Module: m.name, Version: m.version}
 	if n, max := len(job.Envelope.Payload), m.manifest.Limits.MaxPayload; n > max {

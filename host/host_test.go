@@ -274,3 +274,38 @@ func TestCheckValidatesWithoutRunningGuestCode(t *testing.T) {
 		t.Errorf("Check of bytes without the header: %v, want ErrInvalidModule", err)
 	}
 }
+
+// TestCloseWaitsForTheJobsItsCallerGaveUpOn: a job whose context ended (a drain past
+// its deadline) returns at the guest's next check; Engine.Close waits for that, so the
+// runtime never closes under a guest inside a host function (wazero's WASI file table
+// is not safe against it: the race detector reports it).
+func TestCloseWaitsForTheJobsItsCallerGaveUpOn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e, err := host.NewEngine(ctx, host.Config{NoCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without a directory granted, it polls path_open every 5 ms until its end.
+	m := loadModule(t, e, "wait", testdataModule(t, "abi/wait_file"), host.Manifest{})
+	jobCtx, giveUp := context.WithCancel(ctx)
+	done := make(chan host.Execution, 1)
+	go func() { done <- m.Run(jobCtx, jobOf(m, "never"), nil) }()
+	for m.InUse() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // inside the guest's loop
+	giveUp()
+	closeCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := e.Close(closeCtx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	// The job's instance is released (InUse falls) before the job counts itself out.
+	if n := m.InUse(); n != 0 {
+		t.Fatalf("Close returned with %d job still running on the engine", n)
+	}
+	if x := <-done; x.Outcome != worker.Failed {
+		t.Errorf("the job given up on ended %s, want failed", x.Ending())
+	}
+}
