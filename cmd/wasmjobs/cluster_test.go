@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/testbroker"
 )
 
@@ -61,7 +60,7 @@ func TestQuorumQueuesSurviveTheLeadersNode(t *testing.T) {
 		t.Fatalf("want the three URLs of the cluster, got %q", urls)
 	}
 	dir := t.TempDir()
-	q := "clu-" + strings.ToLower(backend.NewID()[20:])
+	q := "clu-" + uniqueSuffix()
 	installModule(t, dir, "abi/echo", q, "1")
 	rotated := append(slices.Clone(urls[1:]), urls[0])
 	hosts := []*hostProc{

@@ -12,13 +12,17 @@ import (
 // brokerURL is the test broker's URL (internal/testbroker).
 func brokerURL(t testing.TB) string { t.Helper(); return testbroker.URL(t) }
 
+// uniqueSuffix returns a short random suffix, in lower case, for the names a test
+// makes on a shared broker (queues, streams): no two runs' names meet.
+func uniqueSuffix() string { return strings.ToLower(backend.NewID()[20:]) }
+
 // TestRunOnRabbitMQ runs the host on a real broker: jobs enqueued through the API and
 // straight to the broker run; dead letters are listed, replayed and purged both ways.
 func TestRunOnRabbitMQ(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
 	dir := t.TempDir()
-	suffix := strings.ToLower(backend.NewID()[20:])
+	suffix := uniqueSuffix()
 	echo, mail := "echo-"+suffix, "mail-"+suffix
 	installModule(t, dir, "abi/echo", echo, "1")
 	installModule(t, dir, "abi/dead_letter", mail, "1")
