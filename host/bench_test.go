@@ -35,7 +35,7 @@ func BenchmarkRunNoop(b *testing.B) {
 // host would), and running a job on a fresh instance (instantiate, _initialize, call)
 // against a warm one.
 func BenchmarkGoGuest(b *testing.B) {
-	wasm := buildGoExample(b)
+	wasm := guestModule(b, "greet-go")
 	ctx := context.Background()
 	loadIn := func(b *testing.B, cfg host.Config) {
 		e, err := host.NewEngine(ctx, cfg)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -140,25 +139,12 @@ func TestHandlerQueueFromManifest(t *testing.T) {
 	}
 }
 
-// buildGoExample builds examples/greet-go with the plain Go toolchain.
-func buildGoExample(t testing.TB) []byte {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "greet-go.wasm")
-	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, ".")
-	cmd.Dir = filepath.Join(abitest.Dir(), "..", "examples", "greet-go")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the Go example: %v\n%s", err, b)
-	}
-	return mustRead(t, out)
-}
-
 // TestGoExampleOnAWorker runs the Go example under a real worker on the memory backend.
 func TestGoExampleOnAWorker(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEngine(t)
-	wasm := buildGoExample(t)
+	wasm := guestModule(t, "greet-go")
 	man, err := host.ReadManifest(filepath.Join(abitest.Dir(), "..", "examples", "greet-go", "greet-go.wasm"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package host_test
 
 import (
-	"compress/gzip"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/internal/abitest"
 	"github.com/wasmjobs/wasmjobs/internal/jsbuild"
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/internal/outbound/outboundtest"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -165,21 +165,7 @@ func newHostileHTTP(t testing.TB) *hostileHTTP {
 	h := &hostileHTTP{}
 	h.never = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	h.held = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	h.drip = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			if _, err := w.Write([]byte("x")); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-tick.C:
-			}
-		}
-	})
+	h.drip = newCountingServer(t, false, outboundtest.Drip)
 	zeros := make([]byte, 64<<10) // read-only, shared by every request
 	h.huge = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		// 2 GiB declared and streamed from one small buffer: the server never holds
@@ -193,19 +179,7 @@ func newHostileHTTP(t testing.TB) *hostileHTTP {
 			}
 		}
 	})
-	mib := make([]byte, 1<<20)
-	h.bomb = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
-		// Zeros, gzipped, for ever: about 1 KiB on the wire for each MiB decompressed.
-		w.Header().Set("Content-Encoding", "gzip")
-		zw := gzip.NewWriter(w)
-		for r.Context().Err() == nil {
-			if _, err := zw.Write(mib); err != nil {
-				return
-			}
-			zw.Flush()
-			w.(http.Flusher).Flush()
-		}
-	})
+	h.bomb = newCountingServer(t, false, outboundtest.GzipBomb())
 	h.quick = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
 	return h
 }

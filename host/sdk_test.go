@@ -24,7 +24,7 @@ import (
 // (Go is always at hand): the conformance handler, and an example with a go.mod of its
 // own, once per test process; another language's missing build skips the test, except
 // under CI, where it fails.
-func guestModule(t *testing.T, name string) []byte {
+func guestModule(t testing.TB, name string) []byte {
 	t.Helper()
 	path, ok := abitest.Guest(name)
 	goDir := filepath.Join(abitest.Dir(), "..", "examples", name)
@@ -53,7 +53,7 @@ var goGuests struct {
 // buildGoGuest builds the Go guest in dir, or returns its earlier build. The lock is
 // held across the build on purpose: a second test wanting the guest waits for it
 // rather than building it again.
-func buildGoGuest(t *testing.T, name, dir string) []byte {
+func buildGoGuest(t testing.TB, name, dir string) []byte {
 	t.Helper()
 	goGuests.Lock()
 	defer goGuests.Unlock()

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/internal/testbroker"
@@ -28,12 +26,7 @@ func TestRateLimitedQueueClaimsNoMoreThanItCanStart(t *testing.T) {
 	q := "wt-rate-" + backend.NewID()[18:]
 	t.Cleanup(func() {
 		b.Close(context.Background())
-		if conn, err := amqp.Dial(url); err == nil {
-			if ch, err := conn.Channel(); err == nil {
-				ch.QueueDelete(q, false, false, false)
-			}
-			conn.Close()
-		}
+		testbroker.DeleteQueues(t, url, q)
 	})
 	if err := b.Declare(ctx, backend.QueueConfig{Name: q, Prefetch: 10, PriorityLevels: worker.DefaultPriorityLevels}); err != nil {
 		t.Fatal(err)

@@ -36,25 +36,11 @@ func amqpChannel(tb testing.TB, url string) (*amqp.Connection, *amqp.Channel) {
 // over: quorum queues cost the shared broker more than classic ones while they live.
 func deleteQueues(t testing.TB, b *rabbitmq.Backend) {
 	t.Cleanup(func() {
-		conn, err := amqp.Dial(brokerURL(t))
-		if err != nil {
-			t.Logf("deleting the test's queues: %v", err)
-			return
-		}
-		defer conn.Close()
+		var queues []string
 		for _, name := range rabbitmq.DeclaredQueues(b) {
-			for _, q := range []string{name, rabbitmq.DeadQueue(name)} {
-				ch, err := conn.Channel()
-				if err != nil {
-					t.Logf("deleting %s: %v", q, err)
-					return
-				}
-				if _, err := ch.QueueDelete(q, false, false, false); err != nil {
-					t.Logf("deleting %s: %v", q, err)
-				}
-				ch.Close()
-			}
+			queues = append(queues, name, rabbitmq.DeadQueue(name))
 		}
+		testbroker.DeleteQueues(t, brokerURL(t), queues...)
 	})
 }
 

@@ -15,29 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/testbroker"
 )
-
-func TestAMQPURLs(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		spec string
-		want []string
-	}{
-		{"amqp://a:5672/", []string{"amqp://a:5672/"}},
-		{"amqp://a:1/,amqp://b:2/,amqps://c:3/vh", []string{"amqp://a:1/", "amqp://b:2/", "amqps://c:3/vh"}},
-		{"amqp://u:p,w@a:1/,amqp://b:2/", []string{"amqp://u:p,w@a:1/", "amqp://b:2/"}}, // a comma in a password stays
-		{"amqp://a:1/,", []string{"amqp://a:1/,"}},
-	} {
-		if got := amqpURLs(tc.spec); !slices.Equal(got, tc.want) {
-			t.Errorf("amqpURLs(%q) = %q, want %q", tc.spec, got, tc.want)
-		}
-	}
-	if got := redact("amqp://u:secret@a:1/,amqp://u:secret@b:2/"); strings.Contains(got, "secret") || strings.Count(got, "amqp://") != 2 {
-		t.Errorf("redact of two URLs = %q", got)
-	}
-}
 
 // longDelay is how long the quorum test delays the jobs it enqueues before the node
 // stops: 2^13 delay units, one level of the chain, and far longer than a stop and the
@@ -81,7 +60,7 @@ func TestQuorumQueuesSurviveTheLeadersNode(t *testing.T) {
 		t.Fatalf("want the three URLs of the cluster, got %q", urls)
 	}
 	dir := t.TempDir()
-	q := "clu-" + strings.ToLower(backend.NewID()[20:])
+	q := "clu-" + uniqueSuffix()
 	installModule(t, dir, "abi/echo", q, "1")
 	rotated := append(slices.Clone(urls[1:]), urls[0])
 	hosts := []*hostProc{

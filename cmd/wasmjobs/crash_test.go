@@ -81,7 +81,7 @@ func TestCrashLosesNothing(t *testing.T) {
 func recordSetup(t *testing.T, url, prefix string) (b *rabbitmq.Backend, dir, work, results string) {
 	t.Helper()
 	ctx := context.Background()
-	suffix := strings.ToLower(backend.NewID()[20:])
+	suffix := uniqueSuffix()
 	work, results = prefix+"-"+suffix, prefix+"-results-"+suffix
 	b, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: url})
 	if err != nil {

@@ -151,6 +151,21 @@ func (h *hostProc) stopWithin(within time.Duration) {
 // stop drains a host with SIGTERM and waits for it to exit.
 func (h *hostProc) stop() { h.t.Helper(); h.stopWithin(30 * time.Second) }
 
+// post sends a JSON body to the host and returns the status and the answer.
+func (h *hostProc) post(path, body string) (int, string) {
+	h.t.Helper()
+	return h.send("POST", path, body, "Content-Type", "application/json")
+}
+
+// stopHost sends sig to the host and waits for its exit, which must be clean.
+func stopHost(t *testing.T, h *hostProc, sig syscall.Signal) {
+	t.Helper()
+	h.cmd.Process.Signal(sig)
+	if err := h.exited(time.Minute); err != nil && sig != syscall.SIGKILL {
+		t.Fatalf("the host's exit after %v: %v\n%s", sig, err, h.log())
+	}
+}
+
 // get decodes GET path's JSON answer into out and returns the status.
 func (h *hostProc) get(path string, out any) int {
 	h.t.Helper()

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/fleet"
 	"github.com/wasmjobs/wasmjobs/internal/testbroker"
@@ -20,7 +19,7 @@ import (
 // fleetStream returns a stream name of the test's own, deleted when the test ends.
 func fleetStream(t *testing.T, url string) string {
 	t.Helper()
-	stream := "wasmjobs.modules.test-" + strings.ToLower(backend.NewID()[20:])
+	stream := "wasmjobs.modules.test-" + uniqueSuffix()
 	t.Cleanup(func() {
 		conn, err := fleet.Dial(context.Background(), []string{url})
 		if err != nil {

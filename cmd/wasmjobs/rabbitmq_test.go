@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,13 +12,17 @@ import (
 // brokerURL is the test broker's URL (internal/testbroker).
 func brokerURL(t testing.TB) string { t.Helper(); return testbroker.URL(t) }
 
+// uniqueSuffix returns a short random suffix, in lower case, for the names a test
+// makes on a shared broker (queues, streams): no two runs' names meet.
+func uniqueSuffix() string { return strings.ToLower(backend.NewID()[20:]) }
+
 // TestRunOnRabbitMQ runs the host on a real broker: jobs enqueued through the API and
 // straight to the broker run; dead letters are listed, replayed and purged both ways.
 func TestRunOnRabbitMQ(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
 	dir := t.TempDir()
-	suffix := strings.ToLower(backend.NewID()[20:])
+	suffix := uniqueSuffix()
 	echo, mail := "echo-"+suffix, "mail-"+suffix
 	installModule(t, dir, "abi/echo", echo, "1")
 	installModule(t, dir, "abi/dead_letter", mail, "1")
@@ -66,5 +71,26 @@ func TestRunOnRabbitMQ(t *testing.T) {
 	h.stop()
 	if !strings.Contains(h.log(), "drained: every running job finished and settled") {
 		t.Fatalf("no clean drain:\n%s", h.log())
+	}
+}
+
+// TestAMQPURLs splits and redacts a --backend of several comma-separated node URLs.
+func TestAMQPURLs(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		spec string
+		want []string
+	}{
+		{"amqp://a:5672/", []string{"amqp://a:5672/"}},
+		{"amqp://a:1/,amqp://b:2/,amqps://c:3/vh", []string{"amqp://a:1/", "amqp://b:2/", "amqps://c:3/vh"}},
+		{"amqp://u:p,w@a:1/,amqp://b:2/", []string{"amqp://u:p,w@a:1/", "amqp://b:2/"}}, // a comma in a password stays
+		{"amqp://a:1/,", []string{"amqp://a:1/,"}},
+	} {
+		if got := amqpURLs(tc.spec); !slices.Equal(got, tc.want) {
+			t.Errorf("amqpURLs(%q) = %q, want %q", tc.spec, got, tc.want)
+		}
+	}
+	if got := redact("amqp://u:secret@a:1/,amqp://u:secret@b:2/"); strings.Contains(got, "secret") || strings.Count(got, "amqp://") != 2 {
+		t.Errorf("redact of two URLs = %q", got)
 	}
 }

@@ -37,7 +37,7 @@ func TestSchedulesLeaderOnRabbitMQ(t *testing.T) {
 	t.Parallel()
 	url := brokerURL(t)
 	dir := t.TempDir()
-	name := "tick-" + strings.ToLower(backend.NewID()[20:])
+	name := "tick-" + uniqueSuffix()
 	installModule(t, dir, "abi/echo", name, "1")
 	manifest := "[[schedule]]\nname = \"every-second\"\ncron = \"@every 1s\"\npayload = \"tick\"\noverlap = \"allow\"\n"
 	writeManifest(t, dir, name, manifest)

@@ -1,7 +1,6 @@
 package outbound_test
 
 import (
-	"compress/gzip"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/internal/outbound/outboundtest"
 )
 
 // TestMain fails the package if a request's goroutine, or a connection's, outlives
@@ -279,20 +279,7 @@ func TestBadRequestsAreRefusedBeforeSending(t *testing.T) {
 func TestHostileServers(t *testing.T) {
 	t.Parallel()
 	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	drip := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(200)
-		for {
-			if _, err := w.Write([]byte("x")); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-			select {
-			case <-r.Context().Done():
-				return
-			case <-time.After(time.Second):
-			}
-		}
-	})
+	drip := newServer(t, outboundtest.Drip)
 	huge := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		buf := make([]byte, 64<<10)
 		for r.Context().Err() == nil {
@@ -301,21 +288,7 @@ func TestHostileServers(t *testing.T) {
 			}
 		}
 	})
-	bomb := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		// Zeros, gzipped, for ever: a few KiB on the wire for each MiB read.
-		w.Header().Set("Content-Encoding", "gzip")
-		zw := gzip.NewWriter(w)
-		buf := make([]byte, 1<<20)
-		for r.Context().Err() == nil {
-			if _, err := zw.Write(buf); err != nil {
-				return
-			}
-			// Flushed at once: the head is not held back until the server's buffer
-			// fills with compressed bytes.
-			zw.Flush()
-			w.(http.Flusher).Flush()
-		}
-	})
+	bomb := newServer(t, outboundtest.GzipBomb())
 	bigHead := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Big", strings.Repeat("x", 2<<20))
 		w.WriteHeader(200)

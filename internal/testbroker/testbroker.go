@@ -1,5 +1,6 @@
-// Package testbroker finds the RabbitMQ broker of the tests: WASMJOBS_AMQP_URL, as
-// scripts/rabbitmq.sh start prints it.
+// Package testbroker finds the RabbitMQ broker of the tests (WASMJOBS_AMQP_URL, as
+// scripts/rabbitmq.sh start prints it) and works it behind the backends' back for
+// them: a reader of a queue, a proxy to cut, the deletion of a test's queues.
 package testbroker
 
 import (
