@@ -24,7 +24,7 @@ test: vet ## vet, then every test with the race detector (RabbitMQ's with WASMJO
 	$(GO) test -race -count=1 -timeout 30m -skip 'TestBrokerRestart' ./...
 	cd guest-sdk/go && $(GO) test -race -count=1 ./...
 	@# The River peer is a module of its own; its Postgres test runs with WASMJOBS_PG_URL set.
-	cd internal/bench/riverpeer && $(GO) test -race -count=1 ./...
+	cd internal/tools/bench/riverpeer && $(GO) test -race -count=1 ./...
 	@# The broker-restart tests run alone: a restart would cut every other test's connection.
 	@# They restart the broker scripts/rabbitmq.sh names, so they run only with the opt-in
 	@# WASMJOBS_RABBIT_RESTART=1 (set here): point WASMJOBS_AMQP_URL and WASMJOBS_RABBIT_*
@@ -37,7 +37,7 @@ vet: ## go vet, here and in the Go guest SDK and examples (built for wasip1)
 	cd guest-sdk/go/conformance && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd examples/greet-go && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd examples/deliver-webhook && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
-	cd internal/bench/riverpeer && $(GO) vet ./...
+	cd internal/tools/bench/riverpeer && $(GO) vet ./...
 
 build: ## build the wasmjobs command into bin/
 	$(GO) build -o bin/wasmjobs ./cmd/wasmjobs
@@ -46,13 +46,13 @@ cover: ## coverage per package
 	$(GO) test -count=1 -cover ./...
 
 bench: guests build ## run the benchmark matrix, each row its own bin/wasmjobs process, and write BENCHMARKS.md (RabbitMQ rows need WASMJOBS_AMQP_URL; River rows WASMJOBS_PG_URL or a local postgresql)
-	$(GO) run ./internal/bench/report -bin bin/wasmjobs BENCHMARKS.md
+	$(GO) run ./internal/tools/bench/report -bin bin/wasmjobs BENCHMARKS.md
 
 bench-http: guests build ## the outbound HTTP rows alone (one GET a job to a server answering after 50 ms, concurrency 256 and 1,000, each SDK, native, River): replaces their section of BENCHMARKS.md
-	$(GO) run ./internal/bench/report -bin bin/wasmjobs -http BENCHMARKS.md
+	$(GO) run ./internal/tools/bench/report -bin bin/wasmjobs -http BENCHMARKS.md
 
 bench-river: ## River on PostgreSQL, the peer, alone: -n 200000, then --duration 30s (starts Postgres with scripts/postgres.sh)
-	@url=$${WASMJOBS_PG_URL:-$$(scripts/postgres.sh start)} && cd internal/bench/riverpeer && \
+	@url=$${WASMJOBS_PG_URL:-$$(scripts/postgres.sh start)} && cd internal/tools/bench/riverpeer && \
 	$(GO) run . -n 200000 --database-url "$$url" && $(GO) run . --duration 30s --database-url "$$url"
 
 gobench: ## the Go benchmarks
@@ -97,4 +97,4 @@ fuzz: ## run each fuzz target for FUZZTIME (crashers land in the package's testd
 	$(GO) test -run '^$$' -fuzz '^FuzzHostFunctionPointers$$' -fuzztime $(FUZZTIME_POINTERS) ./host/
 
 screenshots: build ## start a real run, enqueue jobs, and save PNGs of the dashboard into docs/screenshots (needs chromium)
-	$(GO) run ./internal/ui/screenshots -bin bin/wasmjobs -out docs/screenshots
+	$(GO) run ./internal/app/ui/screenshots -bin bin/wasmjobs -out docs/screenshots

@@ -15,7 +15,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/abitest"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 

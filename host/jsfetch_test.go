@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/abitest"
-	"github.com/wasmjobs/wasmjobs/internal/jsbuild"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/abitest"
+	"github.com/wasmjobs/wasmjobs/internal/tools/jsbuild"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/abitest"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 

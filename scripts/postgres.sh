@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's PostgreSQL for the River peer benchmark (internal/bench/riverpeer): run as root,
+# Debian's PostgreSQL for the River peer benchmark (internal/tools/bench/riverpeer): run as root,
 # without systemd, on the cluster's stock settings.
 #
 #   scripts/postgres.sh start   install (apt-get) if missing, create the cluster if there is

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/internal/fleet"
+	"github.com/wasmjobs/wasmjobs/internal/app/fleet"
 )
 
 // component is one part of the host: what starts it (nil: New built it, nothing runs

@@ -3,7 +3,7 @@ package server
 import (
 	"context"
 
-	"github.com/wasmjobs/wasmjobs/internal/inspect"
+	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/jobspec"
 )
 

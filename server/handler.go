@@ -10,10 +10,10 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/api"
-	"github.com/wasmjobs/wasmjobs/internal/inspect"
-	"github.com/wasmjobs/wasmjobs/internal/metrics"
-	"github.com/wasmjobs/wasmjobs/internal/ui"
+	"github.com/wasmjobs/wasmjobs/internal/app/api"
+	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
+	"github.com/wasmjobs/wasmjobs/internal/app/metrics"
+	"github.com/wasmjobs/wasmjobs/internal/app/ui"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/inspect"
+	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

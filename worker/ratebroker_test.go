@@ -7,7 +7,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
-	"github.com/wasmjobs/wasmjobs/internal/testbroker"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/testbroker"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 

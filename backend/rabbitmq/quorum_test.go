@@ -13,7 +13,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/backendtest"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
-	"github.com/wasmjobs/wasmjobs/internal/testbroker"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/testbroker"
 )
 
 // amqpChannel dials url and opens a channel, for a test that works the broker behind

@@ -8,10 +8,10 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/backendtest"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
-	"github.com/wasmjobs/wasmjobs/internal/testbroker"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/testbroker"
 )
 
-// brokerURL is the test broker's URL (internal/testbroker).
+// brokerURL is the test broker's URL (internal/rigs/testbroker).
 func brokerURL(t testing.TB) string { t.Helper(); return testbroker.URL(t) }
 
 func open(t testing.TB, cfg rabbitmq.Config) *rabbitmq.Backend {

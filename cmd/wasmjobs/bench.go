@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/bench"
+	"github.com/wasmjobs/wasmjobs/internal/tools/bench"
 )
 
 func newBenchCommand(g *globals) *cobra.Command {

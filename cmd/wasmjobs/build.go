@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/wasmjobs/wasmjobs/internal/jsbuild"
+	"github.com/wasmjobs/wasmjobs/internal/tools/jsbuild"
 )
 
 func newBuildCommand() *cobra.Command {

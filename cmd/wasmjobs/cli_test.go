@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wasmjobs/wasmjobs/internal/abitest"
-	"github.com/wasmjobs/wasmjobs/internal/bench"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/abitest"
+	"github.com/wasmjobs/wasmjobs/internal/tools/bench"
 )
 
 func TestInvokeBadUsage(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/internal/testbroker"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/testbroker"
 )
 
 // longDelay is how long the quorum test delays the jobs it enqueues before the node

@@ -10,7 +10,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
-	"github.com/wasmjobs/wasmjobs/internal/testbroker"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/testbroker"
 )
 
 // TestCrashLosesNothing runs the real binary on RabbitMQ, enqueues 10,000 jobs whose

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/abitest"
 )
 
 // host is a `wasmjobs run` process.

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/fleet"
-	"github.com/wasmjobs/wasmjobs/internal/testbroker"
+	"github.com/wasmjobs/wasmjobs/internal/app/fleet"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/testbroker"
 )
 
 // fleetStream returns a stream name of the test's own, deleted when the test ends.

@@ -16,8 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/fleet"
-	"github.com/wasmjobs/wasmjobs/internal/inspect"
+	"github.com/wasmjobs/wasmjobs/internal/app/fleet"
+	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
 )
 
 func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wasmjobs/wasmjobs/internal/abitest"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/abitest"
 )
 
 // installCase copies a case's module into a fresh directory with its manifest and

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/wasmjobs/wasmjobs/internal/scaffold"
+	"github.com/wasmjobs/wasmjobs/internal/tools/scaffold"
 )
 
 func newNewCommand() *cobra.Command {

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/fleet"
+	"github.com/wasmjobs/wasmjobs/internal/app/fleet"
 )
 
 // fleetFlags are the flags of the commands that talk to the modules stream.

@@ -6,10 +6,10 @@ import (
 	"testing"
 
 	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/internal/testbroker"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/testbroker"
 )
 
-// brokerURL is the test broker's URL (internal/testbroker).
+// brokerURL is the test broker's URL (internal/rigs/testbroker).
 func brokerURL(t testing.TB) string { t.Helper(); return testbroker.URL(t) }
 
 // uniqueSuffix returns a short random suffix, in lower case, for the names a test

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
-	"github.com/wasmjobs/wasmjobs/internal/testbroker"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/testbroker"
 )
 
 // TestBrokerRestartDuringRun restarts the broker under a running host with jobs in the

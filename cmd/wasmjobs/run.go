@@ -22,8 +22,8 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
-	"github.com/wasmjobs/wasmjobs/internal/api"
-	"github.com/wasmjobs/wasmjobs/internal/fleet"
+	"github.com/wasmjobs/wasmjobs/internal/app/api"
+	"github.com/wasmjobs/wasmjobs/internal/app/fleet"
 	"github.com/wasmjobs/wasmjobs/server"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
@@ -48,7 +48,7 @@ type runFlags struct {
 	insecureHTTP bool
 	httpCA       string
 
-	// The modules stream of a RabbitMQ fleet (internal/fleet).
+	// The modules stream of a RabbitMQ fleet (internal/app/fleet).
 	moduleStream    string
 	trustKey        string
 	hostID          string

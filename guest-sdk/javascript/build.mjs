@@ -34,7 +34,7 @@ if (!existsSync(entry)) usage(`${entry}: no such file`);
 out ??= entry.replace(/\.[cm]?[jt]sx?$/, "") + ".wasm";
 
 // ENGINE_VERSION is the quickjs-wasi the host's adapter is built for
-// (internal/jsbuild.EngineVersion).
+// (internal/tools/jsbuild.EngineVersion).
 const ENGINE_VERSION = "3.7.0";
 
 // The engine comes from the quickjs-wasi package the entry's project installed, else

@@ -1,5 +1,5 @@
 // The conformance handler in AssemblyScript: its payload names a case of the
-// cross-language table (internal/abitest/sdk.go, and sdk_http.go for the HTTP cases).
+// cross-language table (internal/rigs/abitest/sdk.go, and sdk_http.go for the HTTP cases).
 import { Job, Level, Outcome, Request, handle, retry, defer, deadLetter, trap, retryAfter } from "../assembly/index";
 export { wasmjobs_abi_v1, wasmjobs_handle } from "../assembly/index";
 

@@ -1,5 +1,5 @@
 /* The conformance handler in C: its payload names a case of the cross-language table
- * (internal/abitest/sdk.go, and sdk_http.go for the HTTP cases). */
+ * (internal/rigs/abitest/sdk.go, and sdk_http.go for the HTTP cases). */
 #include <stdio.h>
 #include <string.h>
 

@@ -1,5 +1,5 @@
 // Command conformance is the conformance handler in Go: its payload names a case of
-// the cross-language table (internal/abitest/sdk.go, and sdk_http.go for the HTTP
+// the cross-language table (internal/rigs/abitest/sdk.go, and sdk_http.go for the HTTP
 // cases). Two cases are the Go SDK's own, for its deadlines: "http-context-deadline:URL"
 // and "http-client-timeout:URL" GET URL within 300 ms (a request context's deadline,
 // an http.Client's Timeout) and ack with the output "deadline" when the request ended
@@ -20,7 +20,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/guest-sdk/go/wjhttp"
 )
 
-// httpCase runs an HTTP case of the table (internal/abitest/sdk_http.go).
+// httpCase runs an HTTP case of the table (internal/rigs/abitest/sdk_http.go).
 func httpCase(job *wasmjobs.Job, kind, url string) error {
 	ctx, client := context.Background(), http.DefaultClient
 	switch kind {

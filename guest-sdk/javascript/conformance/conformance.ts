@@ -1,8 +1,8 @@
 // The conformance handler in TypeScript: its payload names a case of the
-// cross-language table (internal/abitest/sdk.go, and sdk_http.go for the HTTP cases).
+// cross-language table (internal/rigs/abitest/sdk.go, and sdk_http.go for the HTTP cases).
 import { type Job, retry, deferFor, deadLetter, retryAfter, isFetchError, HTTPStatus } from "../wasmjobs.js";
 
-// httpCase runs an HTTP case of internal/abitest/sdk_http.go.
+// httpCase runs an HTTP case of internal/rigs/abitest/sdk_http.go.
 async function httpCase(job: Job, kind: string, url: string): Promise<void> {
   if (kind === "retry-after") {
     const res = await fetch(url);

@@ -1,5 +1,5 @@
 //! The conformance handler in Rust: its payload names a case of the cross-language
-//! table (internal/abitest/sdk.go, and sdk_http.go for the HTTP cases).
+//! table (internal/rigs/abitest/sdk.go, and sdk_http.go for the HTTP cases).
 use std::time::Duration;
 use wasmjobs::{Job, Level, Request, Result};
 
