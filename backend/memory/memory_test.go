@@ -51,6 +51,15 @@ func expectBack(t *testing.T, b *memory.Backend) {
 	}
 }
 
+// TestAReadDeliveryIsNoLongerPending: once a consumer has read a delivery's envelope,
+// the queue's stats never count it as pending (the pebble backend's test of the same).
+func TestAReadDeliveryIsNoLongerPending(t *testing.T) {
+	t.Parallel()
+	b := memory.New(memory.Config{})
+	defer rig.Close(t, b)
+	rig.ReadIsNotPending(t, b, "q", 20000)
+}
+
 func TestInjectMalformedDecodesWithError(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {

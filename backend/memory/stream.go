@@ -29,6 +29,7 @@ type delivery struct {
 }
 
 func (d *delivery) Envelope() (backend.Envelope, error) {
+	d.c.Received() // from here on the queue counts it unacknowledged, not on offer
 	env := d.m.env
 	env.Redelivered = d.redelivered
 	return env, d.m.decodeErr

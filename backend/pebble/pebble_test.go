@@ -77,21 +77,7 @@ func TestSecondOpenFailsNamingTheDirectory(t *testing.T) {
 // interleaving that broke it comes now and then: many rounds.
 func TestAReadDeliveryIsNoLongerPending(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	b := open(t, onMem(pebblebackend.Config{}))
 	defer rig.Close(t, b)
-	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
-	const rounds = 20000
-	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q", Prefetch: rounds})
-	rig.Must(t, err)
-	defer s.Drop()
-	for i := range rounds {
-		rig.Must(t, b.Publish(ctx, backend.NewEnvelope("q", nil), 0))
-		d := <-s.Deliveries()
-		_, err := d.Envelope()
-		rig.Must(t, err)
-		if st, err := b.QueueStats(ctx, "q"); err != nil || st.Pending != 0 || st.Unacked != i+1 {
-			t.Fatalf("delivery %d read: QueueStats = %+v, %v; want 0 pending, %d unacked", i+1, st, err, i+1)
-		}
-	}
+	rig.ReadIsNotPending(t, b, "q", 20000)
 }

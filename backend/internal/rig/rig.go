@@ -48,3 +48,27 @@ func Close(tb testing.TB, b backend.Backend) {
 		tb.Errorf("Close: %v", err)
 	}
 }
+
+// ReadIsNotPending publishes rounds jobs to a fresh queue q of b (a backend.StatsReader)
+// one at a time and, for each, receives it and reads its Envelope: from then on the
+// queue's stats must count it unacknowledged, never still pending. A delivery's time on
+// offer ends in two places (the stream's send and the consumer's read); a count taken
+// between the two would tell a waiter that a job is still to come that never does.
+func ReadIsNotPending(tb testing.TB, b backend.Backend, q string, rounds int) {
+	tb.Helper()
+	ctx := context.Background()
+	sr, ok := b.(backend.StatsReader)
+	if !ok {
+		tb.Fatalf("%T does not implement backend.StatsReader", b)
+	}
+	s := Consume(tb, b, backend.QueueConfig{Name: q, Prefetch: rounds})
+	for i := range rounds {
+		Must(tb, b.Publish(ctx, backend.NewEnvelope(q, nil), 0))
+		d := <-s.Deliveries()
+		_, err := d.Envelope()
+		Must(tb, err)
+		if st, err := sr.QueueStats(ctx, q); err != nil || st.Pending != 0 || st.Unacked != i+1 {
+			tb.Fatalf("delivery %d read: QueueStats = %+v, %v; want 0 pending, %d unacked", i+1, st, err, i+1)
+		}
+	}
+}
