@@ -156,7 +156,7 @@ func TestRepositoryManifestsParse(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no example manifests: %v", err)
 	}
-	files = append(files, filepath.Join("..", "internal", "scaffold", "templates", "manifest.toml.tmpl"))
+	files = append(files, filepath.Join("..", "internal", "tools", "scaffold", "templates", "manifest.toml.tmpl"))
 	for _, f := range files {
 		if filepath.Base(f) == "Cargo.toml" {
 			continue
