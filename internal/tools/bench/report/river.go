@@ -38,7 +38,7 @@ func riverPeer(ctx context.Context) (bin, url string, cleanup func(), note strin
 	}
 	bin = filepath.Join(dir, "riverpeer")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	build.Dir = filepath.Join(root, "internal", "bench", "riverpeer")
+	build.Dir = filepath.Join(root, "internal", "tools", "bench", "riverpeer")
 	if out, err := build.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return "", "", nil, fmt.Sprintf("\nRiver rows are missing: building internal/tools/bench/riverpeer failed: %v\n\n```\n%s```\n", err, out)
