@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
 	"regexp"
@@ -42,42 +41,6 @@ func httpEngine(t *testing.T, roots *x509.CertPool) *host.Engine {
 	return newEngineWith(t, host.Config{NoCache: true, HTTP: host.HTTPOptions{Resolver: testResolver{}, RootCAs: roots}})
 }
 
-// countingServer is a loopback server counting the requests it received, the
-// handlers that have returned and the connections open to it.
-type countingServer struct {
-	*httptest.Server
-	hits, ended atomic.Int64
-	conns       atomic.Int64 // open connections: accepted and not yet closed or hijacked
-	port        string
-}
-
-func newCountingServer(t testing.TB, tls bool, h http.HandlerFunc) *countingServer {
-	t.Helper()
-	s := &countingServer{}
-	hf := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.hits.Add(1)
-		defer s.ended.Add(1)
-		h(w, r)
-	})
-	s.Server = httptest.NewUnstartedServer(hf)
-	s.Config.ConnState = func(_ net.Conn, cs http.ConnState) {
-		switch cs {
-		case http.StateNew:
-			s.conns.Add(1)
-		case http.StateClosed, http.StateHijacked:
-			s.conns.Add(-1)
-		}
-	}
-	if tls {
-		s.StartTLS()
-	} else {
-		s.Start()
-	}
-	t.Cleanup(s.Close)
-	_, s.port, _ = net.SplitHostPort(s.Listener.Addr().String())
-	return s
-}
-
 var bigBody = strings.Repeat("0123456789", 250) // 2,500 bytes: three reads of 1,000
 
 func echoHandler(w http.ResponseWriter, r *http.Request) {
@@ -95,19 +58,19 @@ func echoHandler(w http.ResponseWriter, r *http.Request) {
 // never traps, and the refused target receives nothing.
 func TestHTTPGetThroughTheABI(t *testing.T) {
 	t.Parallel()
-	srv := newCountingServer(t, false, echoHandler)
-	tlsSrv := newCountingServer(t, true, echoHandler)
+	srv := outboundtest.NewServer(t, false, echoHandler)
+	tlsSrv := outboundtest.NewServer(t, true, echoHandler)
 	roots := x509.NewCertPool()
 	roots.AddCert(tlsSrv.Certificate())
 	e := httpEngine(t, roots)
-	redirector := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
-		to := map[string]string{"/away": "http://127.0.0.1:" + srv.port + "/", "/meta": "http://169.254.169.254/latest/meta-data/",
-			"/ok": "http://localhost:" + srv.port + "/landed"}[r.URL.Path]
+	redirector := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+		to := map[string]string{"/away": "http://127.0.0.1:" + srv.Port + "/", "/meta": "http://169.254.169.254/latest/meta-data/",
+			"/ok": "http://localhost:" + srv.Port + "/landed"}[r.URL.Path]
 		http.Redirect(w, r, to, http.StatusFound)
 	})
 	grant := fmt.Sprintf(`[http]
 allow = ["http://localhost:%s", "http://localhost:%s", "http://api.test:%s", "https://127.0.0.1:%s"]
-`, srv.port, redirector.port, srv.port, tlsSrv.port)
+`, srv.Port, redirector.Port, srv.Port, tlsSrv.Port)
 	m := loadFile(t, e, "abi/http_get", grant)
 	ungranted := loadFile(t, e, "abi/http_get", "")
 	headers := "Content-Type: text/plain\nX-Echo: a,b\nX-Multi: 1\nX-Multi: 2\n"
@@ -116,22 +79,22 @@ allow = ["http://localhost:%s", "http://localhost:%s", "http://api.test:%s", "ht
 		mod    *host.Module
 		url    string
 		output string // prefix of the output
-		target *countingServer
+		target *outboundtest.Server
 		hits   int64 // requests the target must receive
 	}{
-		{"granted", m, "http://localhost:" + srv.port + "/a?b", "203\n" + headers + "url http://localhost:" + srv.port + "/a?b\n" + bigBody, srv, 1},
-		{"https with the test's root", m, "https://127.0.0.1:" + tlsSrv.port + "/", "203\n" + headers + "url https://127.0.0.1:" + tlsSrv.port + "/\n" + bigBody, tlsSrv, 1},
-		{"redirect inside the grant", m, "http://localhost:" + redirector.port + "/ok", "203\n" + headers + "url http://localhost:" + srv.port + "/landed\n" + bigBody, srv, 1},
-		{"no grant", ungranted, "http://localhost:" + srv.port + "/", "start -4", srv, 0},
-		{"ungranted host", m, "http://127.0.0.1:" + srv.port + "/", "-10\ndenied: http://127.0.0.1:" + srv.port + " is not granted", srv, 0},
+		{"granted", m, "http://localhost:" + srv.Port + "/a?b", "203\n" + headers + "url http://localhost:" + srv.Port + "/a?b\n" + bigBody, srv, 1},
+		{"https with the test's root", m, "https://127.0.0.1:" + tlsSrv.Port + "/", "203\n" + headers + "url https://127.0.0.1:" + tlsSrv.Port + "/\n" + bigBody, tlsSrv, 1},
+		{"redirect inside the grant", m, "http://localhost:" + redirector.Port + "/ok", "203\n" + headers + "url http://localhost:" + srv.Port + "/landed\n" + bigBody, srv, 1},
+		{"no grant", ungranted, "http://localhost:" + srv.Port + "/", "start -4", srv, 0},
+		{"ungranted host", m, "http://127.0.0.1:" + srv.Port + "/", "-10\ndenied: http://127.0.0.1:" + srv.Port + " is not granted", srv, 0},
 		{"ungranted port", m, "http://localhost:1/", "-10\ndenied: http://localhost:1 is not granted", srv, 0},
-		{"granted name resolving to 127.0.0.1", m, "http://api.test:" + srv.port + "/", "-11\nblocked address: ", srv, 0},
-		{"redirect to an ungranted host", m, "http://localhost:" + redirector.port + "/away", "-10\ndenied: ", srv, 0},
-		{"redirect to the metadata address", m, "http://localhost:" + redirector.port + "/meta", "-10\ndenied: ", srv, 0},
+		{"granted name resolving to 127.0.0.1", m, "http://api.test:" + srv.Port + "/", "-11\nblocked address: ", srv, 0},
+		{"redirect to an ungranted host", m, "http://localhost:" + redirector.Port + "/away", "-10\ndenied: ", srv, 0},
+		{"redirect to the metadata address", m, "http://localhost:" + redirector.Port + "/meta", "-10\ndenied: ", srv, 0},
 		{"bad URL", m, "not a url", "start -2", srv, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := tc.target.hits.Load()
+			before := tc.target.Hits.Load()
 			x := run(tc.mod, tc.url)
 			if x.Outcome != worker.Ack || !strings.HasPrefix(string(x.Output), tc.output) {
 				t.Fatalf("kind %s %s, output\n%q\nwant prefix\n%q", x.Ending(), x.Reason, x.Output, tc.output)
@@ -139,7 +102,7 @@ allow = ["http://localhost:%s", "http://localhost:%s", "http://api.test:%s", "ht
 			if strings.HasPrefix(tc.output, "203") && len(x.Output) != len(tc.output) {
 				t.Fatalf("output %q has more than %q", x.Output, tc.output)
 			}
-			if n := tc.target.hits.Load() - before; n != tc.hits {
+			if n := tc.target.Hits.Load() - before; n != tc.hits {
 				t.Fatalf("the target received %d requests, want %d", n, tc.hits)
 			}
 			if tc.hits == 0 && tc.mod == m && (len(x.Logs) == 0 || !strings.HasPrefix(x.Logs[0].Msg, "http GET "+tc.url)) {
@@ -153,9 +116,9 @@ allow = ["http://localhost:%s", "http://localhost:%s", "http://api.test:%s", "ht
 // open connections: one that never answers, one that drips a byte a second, one that
 // streams a 2 GiB body, a gzip bomb, and a quick one that answers 200 at once.
 type hostileHTTP struct {
-	never, drip, huge, bomb, quick *countingServer
-	held                           *countingServer // never answers either: for the requests never closed
-	hugeSent                       atomic.Int64    // the body bytes huge wrote, over all its requests
+	never, drip, huge, bomb, quick *outboundtest.Server
+	held                           *outboundtest.Server // never answers either: for the requests never closed
+	hugeSent                       atomic.Int64         // the body bytes huge wrote, over all its requests
 }
 
 const twoGiB = 2 << 30
@@ -163,11 +126,11 @@ const twoGiB = 2 << 30
 func newHostileHTTP(t testing.TB) *hostileHTTP {
 	t.Helper()
 	h := &hostileHTTP{}
-	h.never = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	h.held = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	h.drip = newCountingServer(t, false, outboundtest.Drip)
+	h.never = outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	h.held = outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	h.drip = outboundtest.NewServer(t, false, outboundtest.Drip)
 	zeros := make([]byte, 64<<10) // read-only, shared by every request
-	h.huge = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	h.huge = outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		// 2 GiB declared and streamed from one small buffer: the server never holds
 		// the body, and stops when the client goes.
 		w.Header().Set("Content-Length", strconv.Itoa(twoGiB))
@@ -179,8 +142,8 @@ func newHostileHTTP(t testing.TB) *hostileHTTP {
 			}
 		}
 	})
-	h.bomb = newCountingServer(t, false, outboundtest.GzipBomb())
-	h.quick = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
+	h.bomb = outboundtest.NewServer(t, false, outboundtest.GzipBomb())
+	h.quick = outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
 	return h
 }
 
@@ -193,7 +156,7 @@ type hostileHTTPCase struct {
 	output  *regexp.Regexp // the whole output
 	minDur  time.Duration  // the run lasts at least this (the grant's timeout)...
 	maxDur  time.Duration  // ...and at most this
-	srv     *countingServer
+	srv     *outboundtest.Server
 	// idle is how many connections may stay open at srv after the run: idle in the
 	// client's pool, for reuse (Retire closes them). A dial a cancelled request started
 	// still completes into the pool.
@@ -249,8 +212,8 @@ func (h *hostileHTTP) allClosed() error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		open := map[string]int64{}
-		for name, s := range map[string]*countingServer{"never": h.never, "drip": h.drip, "huge": h.huge, "bomb": h.bomb, "quick": h.quick, "held": h.held} {
-			if n := s.conns.Load(); n > 0 {
+		for name, s := range map[string]*outboundtest.Server{"never": h.never, "drip": h.drip, "huge": h.huge, "bomb": h.bomb, "quick": h.quick, "held": h.held} {
+			if n := s.Conns.Load(); n > 0 {
 				open[name] = n
 			}
 		}
@@ -317,10 +280,10 @@ func (c hostileHTTPCase) run() error {
 		return fmt.Errorf("%s: took %v, want %v to %v", c.name, x.Duration, c.minDur, c.maxDur)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for c.srv.conns.Load() > c.idle || c.srv.ended.Load() < c.srv.hits.Load() {
+	for c.srv.Conns.Load() > c.idle || c.srv.Ended.Load() < c.srv.Hits.Load() {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: %d connections still open at the server (want at most %d), %d of its %d requests running",
-				c.name, c.srv.conns.Load(), c.idle, c.srv.hits.Load()-c.srv.ended.Load(), c.srv.hits.Load())
+				c.name, c.srv.Conns.Load(), c.idle, c.srv.Hits.Load()-c.srv.Ended.Load(), c.srv.Hits.Load())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -389,7 +352,7 @@ timeout = "2s"
 		}
 	})
 	t.Run("too many requests, never closed", func(t *testing.T) {
-		before, hits := never.ended.Load(), never.hits.Load()
+		before, hits := never.Ended.Load(), never.Hits.Load()
 		x := run(flood, "o"+never.URL+"/")
 		if x.Outcome != worker.Ack || string(x.Output) != "3 -17" {
 			t.Fatalf("%s %s %q", x.Ending(), x.Reason, x.Output)
@@ -397,14 +360,14 @@ timeout = "2s"
 		// The guest waits 1 s for a head, so its requests mostly reach the server
 		// first; on a loaded machine one may still be connecting when the job ends.
 		// None is ever past max_requests, and each that arrived ends with the job.
-		n := never.hits.Load() - hits
+		n := never.Hits.Load() - hits
 		if n > 3 {
 			t.Fatalf("the server received %d requests, want at most 3", n)
 		}
 		deadline := time.Now().Add(5 * time.Second)
-		for never.ended.Load()-before < n {
+		for never.Ended.Load()-before < n {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d of the job's %d requests that arrived ended at the server", never.ended.Load()-before, n)
+				t.Fatalf("%d of the job's %d requests that arrived ended at the server", never.Ended.Load()-before, n)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -446,7 +409,7 @@ timeout = "2s"
 func TestJSHandlerRequestsEndWithTheirCall(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
-	never := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	never := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(200) // the head; the body never comes
 		w.(http.Flusher).Flush()
 		select {
@@ -457,7 +420,7 @@ func TestJSHandlerRequestsEndWithTheirCall(t *testing.T) {
 	t.Cleanup(func() { close(release) }) // before the server's Close, if the requests leaked
 	e := httpEngine(t, nil)
 	wasm := mustRead(t, filepath.Join(abitest.Dir(), "hostile", "js_http_leak.wasm"))
-	man, err := host.ParseManifest("js.toml", []byte(fmt.Sprintf("timeout = \"2s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\ntimeout = \"1h\"\n", never.port)))
+	man, err := host.ParseManifest("js.toml", []byte(fmt.Sprintf("timeout = \"2s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\ntimeout = \"1h\"\n", never.Port)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,13 +435,13 @@ func TestJSHandlerRequestsEndWithTheirCall(t *testing.T) {
 	}
 	// Load's VM setup started one request (its instance then ran the job), the job
 	// one; each waited for its head.
-	if n := never.hits.Load(); n != 2 {
+	if n := never.Hits.Load(); n != 2 {
 		t.Fatalf("the server received %d requests, want 2", n)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for never.ended.Load() < 2 {
+	for never.Ended.Load() < 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d requests ended at the server after their calls ended", never.ended.Load(), never.hits.Load())
+			t.Fatalf("%d of %d requests ended at the server after their calls ended", never.Ended.Load(), never.Hits.Load())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -489,18 +452,18 @@ func TestJSHandlerRequestsEndWithTheirCall(t *testing.T) {
 // the same bucket.
 func TestHTTPLimitsOutliveAReload(t *testing.T) {
 	t.Parallel()
-	srv := newCountingServer(t, false, echoHandler)
+	srv := outboundtest.NewServer(t, false, echoHandler)
 	e := httpEngine(t, nil)
-	grant := fmt.Sprintf("[http]\nallow = [\"http://localhost:%s\"]\ntimeout = \"300ms\"\n[http.limits.\"http://localhost:%s\"]\nrate = \"1/h\"\n", srv.port, srv.port)
+	grant := fmt.Sprintf("[http]\nallow = [\"http://localhost:%s\"]\ntimeout = \"300ms\"\n[http.limits.\"http://localhost:%s\"]\nrate = \"1/h\"\n", srv.Port, srv.Port)
 	first := loadFile(t, e, "abi/http_get", grant)
-	if x := run(first, "http://localhost:"+srv.port+"/"); !strings.HasPrefix(string(x.Output), "203\n") {
+	if x := run(first, "http://localhost:"+srv.Port+"/"); !strings.HasPrefix(string(x.Output), "203\n") {
 		t.Fatalf("the first request: %s %s %q", x.Ending(), x.Reason, x.Output)
 	}
 	reloaded := loadFile(t, e, "abi/http_get", grant)
-	if x := run(reloaded, "http://localhost:"+srv.port+"/"); !strings.HasPrefix(string(x.Output), "-18\n") {
+	if x := run(reloaded, "http://localhost:"+srv.Port+"/"); !strings.HasPrefix(string(x.Output), "-18\n") {
 		t.Fatalf("after a reload: %s %s %q, want -18 (the bucket is empty)", x.Ending(), x.Reason, x.Output)
 	}
-	if n := srv.hits.Load(); n != 1 {
+	if n := srv.Hits.Load(); n != 1 {
 		t.Fatalf("the server received %d requests, want 1", n)
 	}
 }
@@ -538,9 +501,9 @@ func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 	t.Parallel()
 	var calls callLog
 	e := newEngineWith(t, host.Config{NoCache: true, HTTP: host.HTTPOptions{Resolver: testResolver{}}, OnHTTPCall: calls.add})
-	srv := newCountingServer(t, false, echoHandler)
-	quick := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
-	entry := "http://localhost:" + srv.port
+	srv := outboundtest.NewServer(t, false, echoHandler)
+	quick := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
+	entry := "http://localhost:" + srv.Port
 	get := loadFile(t, e, "abi/http_get", fmt.Sprintf("[http]\nallow = [%q]\n[http.headers.%q]\nAuthorization = \"Bearer host-secret\"\n", entry, entry))
 	flood := loadFile(t, e, "hostile/http_flood", "[http]\nallow = [\"http://127.0.0.1:1-65535\"]\nmax_requests = 60\n")
 
@@ -557,7 +520,7 @@ func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 	}{
 		{"granted", get, entry + "/a/b?token=query-secret", []worker.Call{{Method: "GET", Target: entry, Path: "/a/b", Status: 203, Bytes: int64(len(bigBody))}},
 			1, 0, entry, "2xx", 1},
-		{"denied", get, "http://127.0.0.1:" + srv.port + "/x?key=query-secret", []worker.Call{{Method: "GET", Target: "http://127.0.0.1:" + srv.port, Path: "/x", Error: "denied"}},
+		{"denied", get, "http://127.0.0.1:" + srv.Port + "/x?key=query-secret", []worker.Call{{Method: "GET", Target: "http://127.0.0.1:" + srv.Port, Path: "/x", Error: "denied"}},
 			1, 0, "", "denied", 1},
 		// The guest waits for the first head only: the job's end cancels the rest.
 		{"past MaxResultCalls", flood, "o" + quick.URL + "/", nil, host.MaxResultCalls, 60 - host.MaxResultCalls, "http://127.0.0.1:1-65535", "2xx cancelled", 60},
@@ -573,7 +536,7 @@ func TestHTTPCallsReachTheResultAndOnHTTPCall(t *testing.T) {
 					t.Errorf("call %d has no duration", i)
 				}
 				c.Duration = 0
-				want := worker.Call{Method: "GET", Target: "http://127.0.0.1:" + quick.port, Path: "/", Status: 204}
+				want := worker.Call{Method: "GET", Target: "http://127.0.0.1:" + quick.Port, Path: "/", Status: 204}
 				if c.Error == "cancelled" {
 					want.Status, want.Error = 0, "cancelled"
 				}
@@ -612,8 +575,8 @@ func TestJSSetupRequestsReachOnHTTPCall(t *testing.T) {
 	t.Parallel()
 	var calls callLog
 	e := newEngineWith(t, host.Config{NoCache: true, HTTP: host.HTTPOptions{Resolver: testResolver{}}, OnHTTPCall: calls.add})
-	srv := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
-	entry := "http://127.0.0.1:" + srv.port
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
+	entry := "http://127.0.0.1:" + srv.Port
 	src := `fetch("` + srv.URL + `/warm"); fetch("http://127.0.0.2:1/denied").catch(() => {});
 var __wasmjobs_handler = { default: async function (job) {} };`
 	loadJS(t, e, src, fmt.Sprintf("[http]\nallow = [%q]\n", entry))

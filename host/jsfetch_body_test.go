@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/outbound/outboundtest"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // newBodyServer answers /drip with 30 bytes, one each 100 ms, and /stall with one
 // byte and then nothing until the request ends.
-func newBodyServer(t *testing.T) *countingServer {
-	return newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+func newBodyServer(t *testing.T) *outboundtest.Server {
+	return outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		f := w.(http.Flusher)
 		switch r.URL.Path {
 		case "/drip":
@@ -54,14 +55,14 @@ func TestJSFetchAbortsABodyRead(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			s := newBodyServer(t)
-			m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"10s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\n", s.port))
+			m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"10s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\n", s.Port))
 			x := run(m, c.abort+`const r = await fetch("`+s.URL+c.path+`", { signal });
 				try { return "read " + (await r.text()).length; } catch (e) { return e.name; }`)
 			if x.Outcome != worker.Ack || string(x.Output) != c.want || x.Duration > 1500*time.Millisecond {
 				t.Fatalf("%s %s %q after %v, want %q near 300ms", x.Ending(), x.Reason, x.Output, x.Duration, c.want)
 			}
 			deadline := time.Now().Add(2 * time.Second)
-			for s.ended.Load() != 1 {
+			for s.Ended.Load() != 1 {
 				if time.Now().After(deadline) {
 					t.Fatal("the aborted request was still open at the server 2s after the job")
 				}
@@ -77,7 +78,7 @@ func TestJSFetchAbortsABodyRead(t *testing.T) {
 func TestJSFetchBodyReadEndsAtShutdown(t *testing.T) {
 	t.Parallel()
 	s := newBodyServer(t)
-	m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"10s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\n", s.port))
+	m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"10s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\n", s.Port))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var cancelled time.Time
@@ -104,7 +105,7 @@ func TestJSFetchBodyReadEndsAtShutdown(t *testing.T) {
 // take more than 96 MiB). Not parallel: it reads the process's allocation counter.
 func TestJSFetchRefusesBeforeCopying(t *testing.T) {
 	s := newBodyServer(t)
-	m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"10s\"\nmemory = \"64MiB\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\nmax_request_body = \"1KiB\"\n", s.port))
+	m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"10s\"\nmemory = \"64MiB\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\nmax_request_body = \"1KiB\"\n", s.Port))
 	// A job makes its big values first, then refused fetches of each kind: ab, str
 	// and hdr of them.
 	src := func(ab, str, hdr int) string {
@@ -129,8 +130,8 @@ func TestJSFetchRefusesBeforeCopying(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	x := run(m, src(40, 8, 0))
 	runtime.ReadMemStats(&after)
-	if x.Outcome != worker.Ack || !strings.HasPrefix(string(x.Output), "-3 ") || s.hits.Load() != 0 {
-		t.Fatalf("%s %s %q, %d requests at the server, want -3 and none", x.Ending(), x.Reason, x.Output, s.hits.Load())
+	if x.Outcome != worker.Ack || !strings.HasPrefix(string(x.Output), "-3 ") || s.Hits.Load() != 0 {
+		t.Fatalf("%s %s %q, %d requests at the server, want -3 and none", x.Ending(), x.Reason, x.Output, s.Hits.Load())
 	}
 	if d := after.TotalAlloc - before.TotalAlloc; d > 16<<20 {
 		t.Fatalf("48 refused fetches allocated %d MiB on the host, want them refused before a copy", d>>20)
@@ -151,14 +152,14 @@ func TestJSFetchRedirectOption(t *testing.T) {
 		{`"bogus"`, `TypeError -2 fetch: redirect "bogus" is not supported: the host follows redirects (at most 5)`},
 	} {
 		t.Run(c.redirect, func(t *testing.T) {
-			before := s.hits.Load()
+			before := s.Hits.Load()
 			x := run(m, `try { const r = await fetch("`+s.URL+`/redirect", { redirect: `+c.redirect+` }); return r.status + " " + r.redirected; }
 				catch (e) { return [e.name, e.code, e.message].join(" "); }`)
 			if x.Outcome != worker.Ack || string(x.Output) != c.want {
 				t.Fatalf("%s %s %q, want %q", x.Ending(), x.Reason, x.Output, c.want)
 			}
-			if strings.HasPrefix(c.want, "TypeError") && s.hits.Load() != before {
-				t.Fatalf("a refused redirect option sent %d requests", s.hits.Load()-before)
+			if strings.HasPrefix(c.want, "TypeError") && s.Hits.Load() != before {
+				t.Fatalf("a refused redirect option sent %d requests", s.Hits.Load()-before)
 			}
 		})
 	}

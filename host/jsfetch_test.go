@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/host"
+	"github.com/wasmjobs/wasmjobs/internal/outbound/outboundtest"
 	"github.com/wasmjobs/wasmjobs/internal/rigs/abitest"
 	"github.com/wasmjobs/wasmjobs/internal/tools/jsbuild"
 	"github.com/wasmjobs/wasmjobs/worker"
@@ -111,13 +112,13 @@ func TestJSTimers(t *testing.T) {
 //   - /never answers nothing until the request ends;
 //   - /ended answers how many /never requests have ended.
 type fetchServer struct {
-	*countingServer
+	*outboundtest.Server
 	held, most, ended atomic.Int64
 }
 
 func newFetchServer(t *testing.T) *fetchServer {
 	s := &fetchServer{}
-	s.countingServer = newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	s.Server = outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/echo":
 			body, _ := io.ReadAll(r.Body)
@@ -154,7 +155,7 @@ func newFetchServer(t *testing.T) *fetchServer {
 
 // fetchManifest grants the test server's port on 127.0.0.1.
 func fetchManifest(s *fetchServer, timeout string) string {
-	return fmt.Sprintf("timeout = %q\n[http]\nallow = [\"http://127.0.0.1:%s\"]\n", timeout, s.port)
+	return fmt.Sprintf("timeout = %q\n[http]\nallow = [\"http://127.0.0.1:%s\"]\n", timeout, s.Port)
 }
 
 // jsWaitEnded is JS that polls the server's /ended until it reports n, for at most a
@@ -275,8 +276,8 @@ func TestJSFetchAbort(t *testing.T) {
 		s := newFetchServer(t)
 		m := loadJS(t, httpEngine(t, nil), jsEval, fetchManifest(s, "10s"))
 		x := run(m, `try { await fetch("`+s.URL+`/never", { signal: AbortSignal.abort() }); } catch (e) { return e.name; }`)
-		if string(x.Output) != "AbortError" || s.hits.Load() != 0 {
-			t.Fatalf("%s %s %q; the server had %d requests, want AbortError and none", x.Ending(), x.Reason, x.Output, s.hits.Load())
+		if string(x.Output) != "AbortError" || s.Hits.Load() != 0 {
+			t.Fatalf("%s %s %q; the server had %d requests, want AbortError and none", x.Ending(), x.Reason, x.Output, s.Hits.Load())
 		}
 	})
 }
@@ -296,8 +297,8 @@ func TestJSFetchNotAwaitedStaysInItsJob(t *testing.T) {
 	const count = `globalThis.jobs = (globalThis.jobs || 0) + 1;`
 	x := run(m, count+`globalThis.late = "no"; fetch("`+s.URL+`/never").then(() => { globalThis.late = "fetch"; });
 		setTimeout(() => { globalThis.late = "timer"; }, 400); await new Promise(r => setTimeout(r, 100)); return "fired"`)
-	if x.Outcome != worker.Ack || string(x.Output) != "fired" || s.hits.Load() != 1 {
-		t.Fatalf("%s %s %q, %d requests at the server", x.Ending(), x.Reason, x.Output, s.hits.Load())
+	if x.Outcome != worker.Ack || string(x.Output) != "fired" || s.Hits.Load() != 1 {
+		t.Fatalf("%s %s %q, %d requests at the server", x.Ending(), x.Reason, x.Output, s.Hits.Load())
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	for s.ended.Load() != 1 {
@@ -340,7 +341,7 @@ func jsSDKModule(t *testing.T, src string) []byte {
 func TestJSRetryAfter(t *testing.T) {
 	t.Parallel()
 	var sent atomic.Pointer[string] // the HTTP date /date sent last
-	srv := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/seconds":
 			w.Header().Set("Retry-After", "2")
@@ -358,7 +359,7 @@ func TestJSRetryAfter(t *testing.T) {
 		}
 	})
 	e := httpEngine(t, nil)
-	man, err := host.ParseManifest("js.toml", []byte(fmt.Sprintf("timeout = \"5s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\n", srv.port)))
+	man, err := host.ParseManifest("js.toml", []byte(fmt.Sprintf("timeout = \"5s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\n", srv.Port)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,15 +400,15 @@ func TestJSRetryAfter(t *testing.T) {
 // the job's deadline as a timeout while the host waits on it.
 func TestJSFetchBounds(t *testing.T) {
 	t.Parallel()
-	s := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	s := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/big" {
 			io.WriteString(w, strings.Repeat("x", 2048))
 			return
 		}
 		<-r.Context().Done()
 	})
-	m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"1s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\nmax_response = \"1KiB\"\ntimeout = \"300ms\"\n", s.port))
-	hang := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"1s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\ntimeout = \"1h\"\n", s.port))
+	m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"1s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\nmax_response = \"1KiB\"\ntimeout = \"300ms\"\n", s.Port))
+	hang := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"1s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\ntimeout = \"1h\"\n", s.Port))
 	for _, c := range []struct {
 		name   string
 		m      *host.Module
@@ -439,7 +440,7 @@ func TestJSFetchBounds(t *testing.T) {
 // under it; the module serves on.
 func TestJSFetchBodyBoundedByMemory(t *testing.T) {
 	t.Parallel()
-	s := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	s := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		path, announced := strings.CutPrefix(r.URL.Path, "/cl")
 		n, err := strconv.Atoi(strings.TrimPrefix(path, "/"))
 		if err != nil {
@@ -456,7 +457,7 @@ func TestJSFetchBodyBoundedByMemory(t *testing.T) {
 			}
 		}
 	})
-	m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"20s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\nmax_response = \"100MiB\"\ntimeout = \"20s\"\n", s.port))
+	m := loadJS(t, httpEngine(t, nil), jsEval, fmt.Sprintf("timeout = \"20s\"\n[http]\nallow = [\"http://127.0.0.1:%s\"]\nmax_response = \"100MiB\"\ntimeout = \"20s\"\n", s.Port))
 	read := func(path, op string) host.Execution {
 		return run(m, `const r = await fetch("`+s.URL+path+`");
 			try { const b = await r.`+op+`(); return "read " + (b.length ?? b.byteLength); } catch (e) { return e.code + " " + e.kind + " " + e.message; }`)

@@ -78,6 +78,34 @@ const jsHostile = `var __wasmjobs_handler = { default: async function (job) {
   throw new Error("unknown case " + job.text);
 } };`
 
+// jsHostileCase is a case of jsHostile: its payload, how its job ends and why (a
+// timeout's reason is "timeout after " and its module's limit, so left empty here), and
+// whether the hostile soak repeats it too.
+type jsHostileCase struct {
+	payload, kind, reason string
+	soak                  bool
+}
+
+// jsHostileCases are jsHostile's cases, for its own test and for the hostile soak.
+var jsHostileCases = []jsHostileCase{
+	{"loop", "timeout", "", true},
+	{"async-loop", "timeout", "", false},
+	{"bomb", "trap", "trap: InternalError: out of memory", true},
+	// QuickJS-ng makes "out of memory" uncatchable: a handler cannot catch it.
+	{"bomb-caught", "trap", "trap: InternalError: out of memory", false},
+	{"recursion", "trap", "trap: RangeError: Maximum call stack size exceeded", true},
+	{"never", "trap", "trap: the handler's promise never settled", true},
+	{"throw-string", "trap", `trap: uncaught "boom"`, false},
+	{"throw-null", "trap", "trap: uncaught null", true},
+	{"fake-outcome", "trap", "trap: uncaught [object Object]", false},
+	{"bad-output", "trap", "trap: TypeError: want a string or a Uint8Array, got number", false},
+	{"bad-enqueue", "trap", `trap: RangeError: enqueue into "bad name!": bad argument`, true},
+	{"output-flood", "ack", "", false},
+	{"log-flood", "ack", "", false},
+	{"tamper", "ack", "", true},
+	{"ok", "ack", "", true},
+}
+
 // TestJSHostileHandlersFailCleanly runs each hostile case of a JS handler, each
 // followed by a normal job on the same module: the case ends as wanted (an infinite
 // loop at its deadline, a memory bomb in a clean failure), and the module serves on.
@@ -88,28 +116,10 @@ func TestJSHostileHandlersFailCleanly(t *testing.T) {
 	// loaded machine under -race does not reach (the same bytes: compiled once).
 	loops := loadJS(t, e, jsHostile, "timeout = \"1s\"\nmemory = \"8MiB\"")
 	rest := loadJS(t, e, jsHostile, "timeout = \"2m\"\nmemory = \"8MiB\"\nmax_output = \"64KiB\"")
-	for _, tc := range []struct {
-		payload, kind, reason string
-	}{
-		{"loop", "timeout", "timeout after 1s"},
-		{"async-loop", "timeout", "timeout after 1s"},
-		{"bomb", "trap", "trap: InternalError: out of memory"},
-		// QuickJS-ng makes "out of memory" uncatchable: a handler cannot catch it.
-		{"bomb-caught", "trap", "trap: InternalError: out of memory"},
-		{"recursion", "trap", "trap: RangeError: Maximum call stack size exceeded"},
-		{"never", "trap", "trap: the handler's promise never settled"},
-		{"throw-string", "trap", `trap: uncaught "boom"`},
-		{"throw-null", "trap", "trap: uncaught null"},
-		{"fake-outcome", "trap", "trap: uncaught [object Object]"},
-		{"bad-output", "trap", "trap: TypeError: want a string or a Uint8Array, got number"},
-		{"bad-enqueue", "trap", `trap: RangeError: enqueue into "bad name!": bad argument`},
-		{"output-flood", "ack", ""},
-		{"log-flood", "ack", ""},
-		{"tamper", "ack", ""},
-	} {
+	for _, tc := range jsHostileCases {
 		m := rest
 		if tc.kind == "timeout" {
-			m = loops
+			m, tc.reason = loops, "timeout after 1s"
 		}
 		for round := range 2 {
 			x := run(m, tc.payload)

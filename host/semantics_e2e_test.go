@@ -13,6 +13,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
+	"github.com/wasmjobs/wasmjobs/internal/outbound/outboundtest"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -112,7 +113,7 @@ func TestE2EIdempotencyKeysAcrossAttemptsAndReplay(t *testing.T) {
 	keys := map[string][]string{} // the POSTs' keys, by path
 	gets := map[string]int{}      // the GETs, by path
 	var deadUp atomic.Bool
-	srv := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
 		if r.Method != http.MethodGet {
@@ -137,7 +138,7 @@ backoff_cap = "50ms"
 allow = ["http://127.0.0.1:%s"]
 idempotency_header = "Idempotency-Key"
 breaker_failures = 1000
-`, srv.port), 2)
+`, srv.Port), 2)
 	retried := r.publish(srv.URL + "/retry")
 	dead := r.publish(srv.URL + "/dead")
 	r.waitAcks(1, 30*time.Second)
@@ -170,7 +171,7 @@ func TestE2EOutageDeadLettersNoJob(t *testing.T) {
 	t.Parallel()
 	const jobs, down = 50, 30 * time.Second
 	var up atomic.Bool
-	srv := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		if !up.Load() {
 			w.WriteHeader(503)
 		}
@@ -181,13 +182,13 @@ backoff_cap = "1s"
 [http]
 allow = ["http://127.0.0.1:%s"]
 breaker_cooldown = "2s"
-`, srv.port), 8)
+`, srv.Port), 8)
 	start := time.Now()
 	for range jobs {
 		r.publish(srv.URL + "/")
 	}
 	time.Sleep(down)
-	downHits := srv.hits.Load()
+	downHits := srv.Hits.Load()
 	up.Store(true)
 	r.waitAcks(jobs, time.Minute)
 	if dl := r.dead(); len(dl) != 0 {
@@ -233,7 +234,7 @@ func TestE2ERateLimitHolds(t *testing.T) {
 	const rate, window, jobs = 5, 20 * time.Second, 112
 	var mu sync.Mutex
 	var arrivals []time.Time
-	srv := newCountingServer(t, false, func(w http.ResponseWriter, r *http.Request) {
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		arrivals = append(arrivals, time.Now())
 		mu.Unlock()
@@ -243,7 +244,7 @@ func TestE2ERateLimitHolds(t *testing.T) {
 allow = ["http://127.0.0.1:%s"]
 [http.limits."http://127.0.0.1:%s"]
 rate = "%d/s"
-`, srv.port, srv.port, rate), 8)
+`, srv.Port, srv.Port, rate), 8)
 	for range jobs {
 		r.publish(srv.URL + "/")
 	}

@@ -26,25 +26,6 @@ import (
 // its test.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// server is a loopback test server counting the requests it receives.
-type server struct {
-	*httptest.Server
-	hits atomic.Int64
-	port string
-}
-
-func newServer(t *testing.T, h http.HandlerFunc) *server {
-	t.Helper()
-	s := &server{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.hits.Add(1)
-		h(w, r)
-	}))
-	t.Cleanup(s.Close)
-	_, s.port, _ = net.SplitHostPort(s.Listener.Addr().String())
-	return s
-}
-
 func ok(w http.ResponseWriter, r *http.Request) {
 	w.Header().Add("X-Multi", "a")
 	w.Header().Add("X-Multi", "b")
@@ -82,14 +63,14 @@ func session(t *testing.T, text string, opts outbound.Options, repl ...string) *
 
 // limitedSession is a session allowed srv alone, its [http.limits] entry holding the
 // TOML lines limits, and a request timeout unless timeout is empty.
-func limitedSession(t *testing.T, srv *server, timeout string, limits ...string) *outbound.Session {
+func limitedSession(t *testing.T, srv *outboundtest.Server, timeout string, limits ...string) *outbound.Session {
 	t.Helper()
 	text := "[http]\nallow = [\"http://127.0.0.1:P\"]\n"
 	if timeout != "" {
 		text += fmt.Sprintf("timeout = %q\n", timeout)
 	}
 	text += "[http.limits.\"http://127.0.0.1:P\"]\n" + strings.Join(limits, "\n") + "\n"
-	return session(t, text, outbound.Options{}, "P", srv.port)
+	return session(t, text, outbound.Options{}, "P", srv.Port)
 }
 
 // startCalls starts n GET requests of url on s.
@@ -145,15 +126,15 @@ func doCtx(t *testing.T, ctx context.Context, s *outbound.Session, method, url s
 
 func TestGrantedLoopbackCalls(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, ok)
+	srv := outboundtest.NewServer(t, false, ok)
 	for _, allow := range []string{`"http://127.0.0.1:PORT"`, `"http://127.0.0.0/8:PORT"`, `"http://localhost:PORT"`, `"http://127.0.0.1:1-65535"`} {
 		t.Run(allow, func(t *testing.T) {
-			s := session(t, "[http]\nallow = ["+allow+"]\n", outbound.Options{}, "PORT", srv.port)
+			s := session(t, "[http]\nallow = ["+allow+"]\n", outbound.Options{}, "PORT", srv.Port)
 			host := "127.0.0.1"
 			if strings.Contains(allow, "localhost") {
 				host = "localhost"
 			}
-			resp, body, err := do(t, s, "POST", "http://"+host+":"+srv.port+"/x", nil)
+			resp, body, err := do(t, s, "POST", "http://"+host+":"+srv.Port+"/x", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,11 +147,11 @@ func TestGrantedLoopbackCalls(t *testing.T) {
 
 func TestRefusedRequestsReachNothing(t *testing.T) {
 	t.Parallel()
-	target := newServer(t, ok) // counts what reaches it: nothing may
+	target := outboundtest.NewServer(t, false, ok) // counts what reaches it: nothing may
 	redirect := func(to string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, to, http.StatusFound) }
 	}
-	tp := target.port
+	tp := target.Port
 	for _, tc := range []struct {
 		name, allow, url string
 		redirectTo       string // a redirector at the URL sends here
@@ -194,17 +175,17 @@ func TestRefusedRequestsReachNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rp := "0"
 			if tc.redirectTo != "" {
-				rp = newServer(t, redirect(strings.ReplaceAll(tc.redirectTo, ":T", ":"+tp))).port
+				rp = outboundtest.NewServer(t, false, redirect(strings.ReplaceAll(tc.redirectTo, ":T", ":"+tp))).Port
 			}
 			repl := []string{"R", rp, "T", tp}
 			s := session(t, "[http]\nallow = ["+strings.NewReplacer(repl...).Replace(tc.allow)+"]\n",
 				outbound.Options{Resolver: resolver{"localhost": "127.0.0.1", "api.test": "127.0.0.1"}})
-			before := target.hits.Load()
+			before := target.Hits.Load()
 			_, _, err := do(t, s, "GET", strings.NewReplacer(":T", ":"+tp, ":R", ":"+rp).Replace(tc.url), nil)
 			if !isKind(err, tc.kind) {
 				t.Fatalf("err %v, want %s", err, tc.kind)
 			}
-			if n := target.hits.Load() - before; n != 0 {
+			if n := target.Hits.Load() - before; n != 0 {
 				t.Fatalf("the target received %d requests", n)
 			}
 		})
@@ -232,10 +213,10 @@ func TestHTTPSWithTheTestRoot(t *testing.T) {
 
 func TestHostHeadersGoOnlyToTheirEntry(t *testing.T) {
 	t.Parallel()
-	other := newServer(t, ok)
-	api := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	other := outboundtest.NewServer(t, false, ok)
+	api := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/away" {
-			http.Redirect(w, r, "http://localhost:"+other.port+"/landed", http.StatusFound)
+			http.Redirect(w, r, "http://localhost:"+other.Port+"/landed", http.StatusFound)
 			return
 		}
 		ok(w, r)
@@ -244,20 +225,20 @@ func TestHostHeadersGoOnlyToTheirEntry(t *testing.T) {
 allow = ["http://127.0.0.1:PA", "http://localhost:PO"]
 [http.headers."http://127.0.0.1:PA"]
 Authorization = "Bearer k"
-`, outbound.Options{}, "PA", api.port, "PO", other.port)
-	if _, body, err := do(t, s, "GET", "http://127.0.0.1:"+api.port+"/", http.Header{"Authorization": {"guest's"}}); err != nil || body != `hello GET / auth="Bearer k"` {
+`, outbound.Options{}, "PA", api.Port, "PO", other.Port)
+	if _, body, err := do(t, s, "GET", "http://127.0.0.1:"+api.Port+"/", http.Header{"Authorization": {"guest's"}}); err != nil || body != `hello GET / auth="Bearer k"` {
 		t.Fatalf("%q %v", body, err)
 	}
-	if _, body, err := do(t, s, "GET", "http://127.0.0.1:"+api.port+"/away", nil); err != nil || body != `hello GET /landed auth=""` {
+	if _, body, err := do(t, s, "GET", "http://127.0.0.1:"+api.Port+"/away", nil); err != nil || body != `hello GET /landed auth=""` {
 		t.Fatalf("after a redirect to another entry: %q %v", body, err)
 	}
 }
 
 func TestBadRequestsAreRefusedBeforeSending(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, ok)
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.port)
-	u := "http://127.0.0.1:" + srv.port + "/"
+	srv := outboundtest.NewServer(t, false, ok)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.Port)
+	u := "http://127.0.0.1:" + srv.Port + "/"
 	for _, req := range []outbound.Request{
 		{Method: "GET", URL: u, Header: http.Header{"X": {"a\r\nEvil: 1"}}},
 		{Method: "GET", URL: u, Header: http.Header{"X\nY": {"1"}}},
@@ -271,16 +252,16 @@ func TestBadRequestsAreRefusedBeforeSending(t *testing.T) {
 			t.Errorf("%+v: %v, want a bad request", req, err)
 		}
 	}
-	if srv.hits.Load() != 0 {
-		t.Fatalf("the server received %d requests", srv.hits.Load())
+	if srv.Hits.Load() != 0 {
+		t.Fatalf("the server received %d requests", srv.Hits.Load())
 	}
 }
 
 func TestHostileServers(t *testing.T) {
 	t.Parallel()
-	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	drip := newServer(t, outboundtest.Drip)
-	huge := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	never := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	drip := outboundtest.NewServer(t, false, outboundtest.Drip)
+	huge := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		buf := make([]byte, 64<<10)
 		for r.Context().Err() == nil {
 			if _, err := w.Write(buf); err != nil {
@@ -288,8 +269,8 @@ func TestHostileServers(t *testing.T) {
 			}
 		}
 	})
-	bomb := newServer(t, outboundtest.GzipBomb())
-	bigHead := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	bomb := outboundtest.NewServer(t, false, outboundtest.GzipBomb())
+	bigHead := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Big", strings.Repeat("x", 2<<20))
 		w.WriteHeader(200)
 	})
@@ -300,7 +281,7 @@ max_response = "1MiB"
 `
 	for _, tc := range []struct {
 		name   string
-		srv    *server
+		srv    *outboundtest.Server
 		kind   outbound.Kind
 		inHead bool // the failure comes before the head
 		min    int  // body bytes read at least
@@ -328,8 +309,8 @@ max_response = "1MiB"
 
 func TestJobDeadlineBoundsTheRequest(t *testing.T) {
 	t.Parallel()
-	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"1h\"\n", outbound.Options{}, "P", never.port)
+	never := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"1h\"\n", outbound.Options{}, "P", never.Port)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	c, err := s.Start(ctx, outbound.Request{URL: never.URL})
@@ -349,7 +330,7 @@ func TestSessionLimitsAndClose(t *testing.T) {
 	t.Parallel()
 	var arrived atomic.Int64
 	release := make(chan struct{})
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		arrived.Add(1)
 		select {
 		case <-release:
@@ -358,7 +339,7 @@ func TestSessionLimitsAndClose(t *testing.T) {
 		}
 		ok(w, r)
 	})
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\nmax_requests = 3\n", outbound.Options{}, "P", srv.port)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\nmax_requests = 3\n", outbound.Options{}, "P", srv.Port)
 	ctx := context.Background()
 	calls := startCalls(t, s, srv.URL, 3)
 	if _, err := s.Start(ctx, outbound.Request{URL: srv.URL}); !isKind(err, outbound.KindTooManyRequests) {
@@ -391,14 +372,14 @@ func TestSessionLimitsAndClose(t *testing.T) {
 
 func TestRequestsLeftOpenAreClosedWithTheSession(t *testing.T) {
 	t.Parallel()
-	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", never.port)
+	never := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", never.Port)
 	for range 5 {
 		if _, err := s.Start(context.Background(), outbound.Request{URL: never.URL}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for never.hits.Load() < 5 {
+	for never.Hits.Load() < 5 {
 		time.Sleep(5 * time.Millisecond)
 	}
 	done := make(chan struct{})
@@ -414,8 +395,8 @@ func TestRequestsLeftOpenAreClosedWithTheSession(t *testing.T) {
 // http_wait's list; it is waited on once (reflect.Select takes at most 65536 cases).
 func TestWaitOnAListThatRepeatsACall(t *testing.T) {
 	t.Parallel()
-	never := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", never.port)
+	never := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", never.Port)
 	c, err := s.Start(context.Background(), outbound.Request{URL: never.URL})
 	if err != nil {
 		t.Fatal(err)
@@ -437,7 +418,7 @@ func TestEntryLimits(t *testing.T) {
 	ctx := context.Background()
 	t.Run("rate", func(t *testing.T) {
 		t.Parallel()
-		srv := newServer(t, ok)
+		srv := outboundtest.NewServer(t, false, ok)
 		// 1 a second, burst 1: the first goes at once, the second after 1 s, the
 		// third would wait 2 s, past its 1.5 s timeout: half a second of slack on
 		// either side for a loaded machine.
@@ -455,8 +436,8 @@ func TestEntryLimits(t *testing.T) {
 			}
 			c.Close()
 		}
-		if kinds[0] != 2 || kinds[outbound.KindRateLimited] != 1 || srv.hits.Load() != 2 {
-			t.Fatalf("outcomes %v, %d hits; want 2 answered, 1 rate limited, 2 hits", kinds, srv.hits.Load())
+		if kinds[0] != 2 || kinds[outbound.KindRateLimited] != 1 || srv.Hits.Load() != 2 {
+			t.Fatalf("outcomes %v, %d hits; want 2 answered, 1 rate limited, 2 hits", kinds, srv.Hits.Load())
 		}
 		// The refusal says when the next token comes (within the next second, the
 		// rate's), and the session keeps it for the host's defer.
@@ -469,7 +450,7 @@ func TestEntryLimits(t *testing.T) {
 	})
 	t.Run("held back requests are given spaced slots", func(t *testing.T) {
 		t.Parallel()
-		srv := newServer(t, ok)
+		srv := outboundtest.NewServer(t, false, ok)
 		// 1 a minute: the first goes, the next five would wait past their timeout.
 		// Each is told its own slot, a minute after the one before, so that the jobs
 		// deferred to them do not all wake at once for the one token.
@@ -500,7 +481,7 @@ func TestEntryLimits(t *testing.T) {
 	})
 	t.Run("an aborted wait is no limit", func(t *testing.T) {
 		t.Parallel()
-		srv := newServer(t, ok)
+		srv := outboundtest.NewServer(t, false, ok)
 		s := limitedSession(t, srv, "", `rate = "1/s"`, `concurrency = 1`)
 		if _, _, err := do(t, s, "GET", srv.URL, nil); err != nil {
 			t.Fatal(err)
@@ -523,7 +504,7 @@ func TestEntryLimits(t *testing.T) {
 	t.Run("concurrency", func(t *testing.T) {
 		t.Parallel()
 		release := make(chan struct{})
-		srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-release:
 			case <-r.Context().Done():
@@ -540,11 +521,11 @@ func TestEntryLimits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for srv.hits.Load() < 1 {
+		for srv.Hits.Load() < 1 {
 			time.Sleep(5 * time.Millisecond)
 		}
 		time.Sleep(100 * time.Millisecond) // time for a second to arrive, if the cap let it
-		if n := srv.hits.Load(); n != 1 {
+		if n := srv.Hits.Load(); n != 1 {
 			t.Fatalf("%d requests in flight under concurrency = 1", n)
 		}
 		close(release)
@@ -560,7 +541,7 @@ func TestEntryLimits(t *testing.T) {
 		if _, err := calls[1-i].Head(ctx); err != nil {
 			t.Fatalf("the second request: %v", err)
 		}
-		if n := srv.hits.Load(); n != 2 {
+		if n := srv.Hits.Load(); n != 2 {
 			t.Fatalf("%d hits, want 2", n)
 		}
 	})
@@ -572,7 +553,7 @@ func TestEntryLimits(t *testing.T) {
 func TestSwitchingProtocolsIsAConnectionFailure(t *testing.T) {
 	t.Parallel()
 	hijacked := make(chan net.Conn, 1)
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		conn, rw, err := w.(http.Hijacker).Hijack()
 		if err != nil {
 			return
@@ -588,7 +569,7 @@ func TestSwitchingProtocolsIsAConnectionFailure(t *testing.T) {
 		default:
 		}
 	})
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"1h\"\n", outbound.Options{}, "P", srv.port)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"1h\"\n", outbound.Options{}, "P", srv.Port)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
@@ -620,15 +601,15 @@ func TestSwitchingProtocolsIsAConnectionFailure(t *testing.T) {
 // switch or another framing, or name another virtual host than the URL's.
 func TestHopByHopHeadersAreRefused(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, ok)
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.port)
+	srv := outboundtest.NewServer(t, false, ok)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.Port)
 	for _, name := range []string{"Connection", "upgrade", "TE", "Transfer-Encoding", "Host"} {
 		req := outbound.Request{URL: srv.URL, Header: http.Header{name: {"x"}}}
 		if _, err := s.Start(context.Background(), req); !isKind(err, outbound.KindBadRequest) {
 			t.Errorf("header %s: %v, want a bad request", name, err)
 		}
 	}
-	if n := srv.hits.Load(); n != 0 {
+	if n := srv.Hits.Load(); n != 0 {
 		t.Fatalf("the server received %d requests", n)
 	}
 }
@@ -637,12 +618,12 @@ func TestHopByHopHeadersAreRefused(t *testing.T) {
 // closed gives its slot back when its context (the job's) ends.
 func TestConcurrencySlotFreedWhenTheRequestEnds(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(200)
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	})
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"5s\"\n[http.limits.\"http://127.0.0.1:P\"]\nconcurrency = 1\n", outbound.Options{}, "P", srv.port)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"5s\"\n[http.limits.\"http://127.0.0.1:P\"]\nconcurrency = 1\n", outbound.Options{}, "P", srv.Port)
 	job, endJob := context.WithCancel(context.Background())
 	first, err := s.Start(job, outbound.Request{URL: srv.URL})
 	if err != nil {
@@ -666,13 +647,13 @@ func TestConcurrencySlotFreedWhenTheRequestEnds(t *testing.T) {
 // too large before anything is sent; a closed request gives its bytes back.
 func TestRequestSizeBounds(t *testing.T) {
 	t.Parallel()
-	never := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	never := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		// The body is read first: until then the server does not watch the
 		// connection, and would not see the request end.
 		io.Copy(io.Discard, r.Body)
 		<-r.Context().Done()
 	})
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\nmax_request_body = \"1KiB\"\n", outbound.Options{}, "P", never.port)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\nmax_request_body = \"1KiB\"\n", outbound.Options{}, "P", never.Port)
 	ctx := context.Background()
 	start := func(body int, header int) (*outbound.Call, error) {
 		h := http.Header{}
@@ -708,9 +689,9 @@ func TestRequestSizeBounds(t *testing.T) {
 // 6761), whatever the system's resolver says of it.
 func TestLocalhostIsLoopbackWithoutTheResolver(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, ok)
-	s := session(t, "[http]\nallow = [\"http://localhost:P\"]\n", outbound.Options{Resolver: resolver{"localhost": "10.0.0.1"}}, "P", srv.port)
-	if _, body, err := do(t, s, "GET", "http://localhost:"+srv.port+"/", nil); err != nil || body != `hello GET / auth=""` {
+	srv := outboundtest.NewServer(t, false, ok)
+	s := session(t, "[http]\nallow = [\"http://localhost:P\"]\n", outbound.Options{Resolver: resolver{"localhost": "10.0.0.1"}}, "P", srv.Port)
+	if _, body, err := do(t, s, "GET", "http://localhost:"+srv.Port+"/", nil); err != nil || body != `hello GET / auth=""` {
 		t.Fatalf("%q %v", body, err)
 	}
 }
@@ -719,7 +700,7 @@ func TestLocalhostIsLoopbackWithoutTheResolver(t *testing.T) {
 // status; the ABI promises 200-599.
 func TestStatusOutside200To599IsAConnectionFailure(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		conn, rw, err := w.(http.Hijacker).Hijack()
 		if err != nil {
 			return
@@ -728,7 +709,7 @@ func TestStatusOutside200To599IsAConnectionFailure(t *testing.T) {
 		rw.WriteString("HTTP/1.1 999 Odd\r\nContent-Length: 0\r\n\r\n")
 		rw.Flush()
 	})
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.port)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\n", outbound.Options{}, "P", srv.Port)
 	if _, _, err := do(t, s, "GET", srv.URL+"/", nil); !isKind(err, outbound.KindConnection) {
 		t.Fatalf("err %v, want a connection failure", err)
 	}
@@ -790,7 +771,7 @@ func TestIdleConnectionsKeptPerOption(t *testing.T) {
 // or a denial.
 func TestDestinationFailedIsWhatTheBreakerCounts(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/down" {
 			w.WriteHeader(503)
 			return

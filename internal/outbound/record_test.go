@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/internal/outbound/outboundtest"
 )
 
 // TestSessionRecordsEachCall: a session keeps one record per request it started, in
@@ -19,7 +20,7 @@ import (
 // value and no query string reaches a record.
 func TestSessionRecordsEachCall(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/unavailable":
 			w.WriteHeader(503)
@@ -42,11 +43,11 @@ allow = ["http://127.0.0.1:1-65535", "http://localhost:PORT"]
 max_response = "100B"
 [http.headers."http://localhost:PORT"]
 Authorization = "Bearer host-secret"
-`, outbound.Options{}, "PORT", srv.port)
+`, outbound.Options{}, "PORT", srv.Port)
 
-	origin := "http://127.0.0.1:" + srv.port
+	origin := "http://127.0.0.1:" + srv.Port
 	hdr := http.Header{"Authorization": {"Bearer guest-secret"}, "Cookie": {"session=cookie-secret"}}
-	if _, body, err := do(t, s, "POST", "http://localhost:"+srv.port+"/hello/there?token=query-secret#frag-secret", hdr); err != nil || body != "hello" {
+	if _, body, err := do(t, s, "POST", "http://localhost:"+srv.Port+"/hello/there?token=query-secret#frag-secret", hdr); err != nil || body != "hello" {
 		t.Fatalf("granted call: %q, %v", body, err)
 	}
 	do(t, s, "GET", origin+"/unavailable", nil)
@@ -68,7 +69,7 @@ Authorization = "Bearer host-secret"
 	}
 	any := "http://127.0.0.1:1-65535"
 	wants := []want{
-		{"POST", "http://localhost:" + srv.port, "/hello/there", "http://localhost:" + srv.port, 200, "", "2xx", 5},
+		{"POST", "http://localhost:" + srv.Port, "/hello/there", "http://localhost:" + srv.Port, 200, "", "2xx", 5},
 		{"GET", origin, "/unavailable", any, 503, "", "5xx", 0},
 		{"GET", origin, "/big", any, 200, "too_large", "too_large", 100},
 		{"GET", "http://10.1.2.3:80", "/denied", "", 0, "denied", "denied", 0},
@@ -122,17 +123,17 @@ func TestFailureMessagesNameNoQuery(t *testing.T) {
 // name it without its query string: the message reaches the job's logs and the guest.
 func TestMessagesOfMalformedURLsNameNoQuery(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Location", "/%zz/next?api_key=location-secret")
 		w.WriteHeader(http.StatusFound)
 	})
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\n", outbound.Options{}, "PORT", srv.port)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\n", outbound.Options{}, "PORT", srv.Port)
 	for _, tc := range []struct {
 		url  string
 		kind outbound.Kind
 	}{
 		{"//api.example.com/charge?api_key=url-secret", outbound.KindBadRequest},
-		{"http://127.0.0.1:" + srv.port + "/redirect?api_key=url-secret", outbound.KindConnection},
+		{"http://127.0.0.1:" + srv.Port + "/redirect?api_key=url-secret", outbound.KindConnection},
 	} {
 		_, _, err := do(t, s, "GET", tc.url, nil)
 		if !isKind(err, tc.kind) || strings.Contains(err.Error(), "secret") {
@@ -147,9 +148,9 @@ func TestMessagesOfMalformedURLsNameNoQuery(t *testing.T) {
 // that itself ends a request is "cancelled".
 func TestRequestPastTheDeadlineIsRecordedAsTimeout(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	// The breaker is kept out of it: it is not what is tested here.
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\nbreaker_failures = 100\n", outbound.Options{}, "PORT", srv.port)
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\nbreaker_failures = 100\n", outbound.Options{}, "PORT", srv.Port)
 	const n = 10
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/internal/outbound/outboundtest"
 )
 
 // A destination that fails (refuses connections, or answers 5xx) opens its own
@@ -33,8 +34,8 @@ func TestBreakerPerDestination(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			bad := newServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(tc.status) })
-			good := newServer(t, ok)
+			bad := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(tc.status) })
+			good := outboundtest.NewServer(t, false, ok)
 			badURL := bad.URL + "/x"
 			if tc.status == 0 {
 				badURL = "http://127.0.0.1:" + refusedPort + "/x"
@@ -53,8 +54,8 @@ func TestBreakerPerDestination(t *testing.T) {
 			_, _, err := do(t, s, "GET", badURL, nil)
 			until, open := s.CircuitOpen()
 			if !tc.opens {
-				if err != nil || open || bad.hits.Load() != 4 {
-					t.Fatalf("4th call after three %ds: %v, circuit open %v, %d hits; want it sent", tc.status, err, open, bad.hits.Load())
+				if err != nil || open || bad.Hits.Load() != 4 {
+					t.Fatalf("4th call after three %ds: %v, circuit open %v, %d hits; want it sent", tc.status, err, open, bad.Hits.Load())
 				}
 				return
 			}
@@ -62,8 +63,8 @@ func TestBreakerPerDestination(t *testing.T) {
 			if !errors.As(err, &e) || e.Kind != outbound.KindCircuitOpen {
 				t.Fatalf("4th call: %v, want circuit open", err)
 			}
-			if tc.status != 0 && bad.hits.Load() != 3 {
-				t.Fatalf("the server had %d requests, want 3: nothing is sent while the breaker is open", bad.hits.Load())
+			if tc.status != 0 && bad.Hits.Load() != 3 {
+				t.Fatalf("the server had %d requests, want 3: nothing is sent while the breaker is open", bad.Hits.Load())
 			}
 			if !open || !until.Equal(e.Until) || time.Until(until) < 59*time.Minute {
 				t.Fatalf("session: circuit open %v until %v, want until %v (an hour on)", open, until, e.Until)
@@ -79,20 +80,20 @@ func TestBreakerPerDestination(t *testing.T) {
 // reload does not close an open breaker; another scope's are its own.
 func TestBreakersSharedByScope(t *testing.T) {
 	t.Parallel()
-	bad := newServer(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) })
+	bad := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) })
 	reg := outbound.NewBreakers()
 	grant := "[http]\nallow = [\"http://127.0.0.1:PORT\"]\nbreaker_failures = 1\nbreaker_cooldown = \"1h\"\n"
-	v1 := session(t, grant, outbound.Options{Breakers: reg, Scope: "m"}, "PORT", bad.port)
+	v1 := session(t, grant, outbound.Options{Breakers: reg, Scope: "m"}, "PORT", bad.Port)
 	do(t, v1, "GET", bad.URL, nil)
-	v2 := session(t, grant, outbound.Options{Breakers: reg, Scope: "m"}, "PORT", bad.port)
+	v2 := session(t, grant, outbound.Options{Breakers: reg, Scope: "m"}, "PORT", bad.Port)
 	if _, _, err := do(t, v2, "GET", bad.URL, nil); !isKind(err, outbound.KindCircuitOpen) {
 		t.Fatalf("the scope's next client: %v, want circuit open", err)
 	}
-	other := session(t, grant, outbound.Options{Breakers: reg, Scope: "n"}, "PORT", bad.port)
+	other := session(t, grant, outbound.Options{Breakers: reg, Scope: "n"}, "PORT", bad.Port)
 	if _, _, err := do(t, other, "GET", bad.URL, nil); err != nil {
 		t.Fatalf("another scope: %v, want the request sent", err)
 	}
-	if st := reg.States("m"); len(st) != 1 || st[0].State != "open" || st[0].Destination != "http://127.0.0.1:"+bad.port {
+	if st := reg.States("m"); len(st) != 1 || st[0].State != "open" || st[0].Destination != "http://127.0.0.1:"+bad.Port {
 		t.Fatalf("states %+v", st)
 	}
 }
@@ -105,7 +106,7 @@ func TestIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var got []string
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		got = append(got, r.Method+" "+r.Header.Get("Idempotency-Key"))
 		mu.Unlock()
@@ -130,7 +131,7 @@ func TestIdempotencyKeys(t *testing.T) {
 			mu.Lock()
 			got = nil
 			mu.Unlock()
-			g, err := parse(t, "[http]\nallow = [\"http://127.0.0.1:"+srv.port+"\"]\n"+tc.grant+"\n", nil)
+			g, err := parse(t, "[http]\nallow = [\"http://127.0.0.1:"+srv.Port+"\"]\n"+tc.grant+"\n", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,8 +167,8 @@ func TestIdempotencyKeys(t *testing.T) {
 func TestIdempotencyKeysEqualAcrossRuns(t *testing.T) {
 	t.Parallel()
 	keys := make(chan string, 4)
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { keys <- r.Header.Get("Idempotency-Key") })
-	g, err := parse(t, "[http]\nallow = [\"http://127.0.0.1:"+srv.port+"\"]\nidempotency_header = \"Idempotency-Key\"\n", nil)
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { keys <- r.Header.Get("Idempotency-Key") })
+	g, err := parse(t, "[http]\nallow = [\"http://127.0.0.1:"+srv.Port+"\"]\nidempotency_header = \"Idempotency-Key\"\n", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,9 +209,9 @@ func TestBreakerCountsOnlyTheGrantsTimeout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+			srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 			s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\nbreaker_failures = 2\nbreaker_cooldown = \"1h\"\ntimeout = \"T\"\n",
-				outbound.Options{}, "PORT", srv.port, "T", tc.timeout)
+				outbound.Options{}, "PORT", srv.Port, "T", tc.timeout)
 			for i := range 3 {
 				ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
 				_, _, err := doCtx(t, ctx, s, "GET", srv.URL, nil)

@@ -1,11 +1,15 @@
-// Package outboundtest holds the handlers of the hostile servers that both the
-// outbound client's tests and the host's tests of its HTTP host functions aim at: what
-// a server a guest calls may do to the host, written once.
+// Package outboundtest holds the loopback test server, and the handlers of the hostile
+// servers, that both the outbound client's tests and the host's tests of its HTTP host
+// functions aim at: what a server a guest calls may do to the host, written once.
 package outboundtest
 
 import (
 	"compress/gzip"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -45,4 +49,46 @@ func GzipBomb() http.HandlerFunc {
 			w.(http.Flusher).Flush()
 		}
 	}
+}
+
+// Server is a loopback test server counting the requests it received, the handlers
+// that have returned and the connections open to it, for tests that check what
+// reached it (or that nothing did, or that nothing is left open).
+type Server struct {
+	*httptest.Server
+	// Hits counts the requests received, Ended the handlers that returned.
+	Hits, Ended atomic.Int64
+	// Conns counts the open connections: accepted and not yet closed or hijacked.
+	Conns atomic.Int64
+	// Port is the port it listens on, on 127.0.0.1.
+	Port string
+}
+
+// NewServer starts a Server serving h, over TLS (httptest's certificate) when tls is
+// set, closed with the test.
+func NewServer(t testing.TB, tls bool, h http.HandlerFunc) *Server {
+	t.Helper()
+	s := &Server{}
+	hf := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.Hits.Add(1)
+		defer s.Ended.Add(1)
+		h(w, r)
+	})
+	s.Server = httptest.NewUnstartedServer(hf)
+	s.Config.ConnState = func(_ net.Conn, cs http.ConnState) {
+		switch cs {
+		case http.StateNew:
+			s.Conns.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			s.Conns.Add(-1)
+		}
+	}
+	if tls {
+		s.StartTLS()
+	} else {
+		s.Start()
+	}
+	t.Cleanup(s.Close)
+	_, s.Port, _ = net.SplitHostPort(s.Listener.Addr().String())
+	return s
 }
