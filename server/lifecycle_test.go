@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/server"
 	"github.com/wasmjobs/wasmjobs/wasmjobstest"
 )
@@ -133,14 +135,19 @@ func TestStopBeforeStart(t *testing.T) {
 }
 
 // TestStartGivesUpWithItsContext: a Start whose context ended fails with its error
-// (what `run` takes for a signal during the start), and Stop still releases the host.
+// (what `run` takes for a signal during the start) and starts no part: the registry
+// reads no module and no queue is consumed; Stop still answers after it.
 func TestStartGivesUpWithItsContext(t *testing.T) {
 	t.Parallel()
-	h := newTestHost(t, nil, server.Config{})
+	b := &slowConsume{Backend: memory.New(memory.Config{})}
+	h := newTestHost(t, b, server.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := h.srv.Start(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Start on an ended context: %v, want context.Canceled", err)
+	}
+	if n, mods := b.consumed.Load(), h.srv.Inspector().Modules(); n != 0 || len(mods) != 0 {
+		t.Errorf("a Start on an ended context consumed %d queues and read %d modules, want none", n, len(mods))
 	}
 	if status := serveRecorded(h.srv, "GET", "/readyz"); status != 503 {
 		t.Errorf("/readyz after a Start that gave up: %d, want 503", status)
@@ -148,6 +155,131 @@ func TestStartGivesUpWithItsContext(t *testing.T) {
 	if err := h.srv.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop after a Start that gave up: %v", err)
 	}
+	if err := h.srv.Stop(context.Background()); !errors.Is(err, server.ErrStopped) {
+		t.Errorf("a second Stop after a Start that gave up: %v, want server.ErrStopped", err)
+	}
+}
+
+// TestFailedStartReleasesTheHost: a failed Start with no Stop after it (the documented
+// pattern returns Start's error) leaves nothing running: the pebble backend is closed,
+// so its data directory opens again.
+func TestFailedStartReleasesTheHost(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b, err := pebble.Open(context.Background(), pebble.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHost(t, b, server.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.srv.Start(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start on an ended context: %v, want context.Canceled", err)
+	}
+	again, err := pebble.Open(context.Background(), pebble.Config{Dir: dir})
+	if err != nil {
+		t.Fatalf("reopening the data directory after a failed Start, without Stop: %v", err)
+	}
+	again.Close(context.Background())
+}
+
+// TestStopDuringStart: a Stop while a part is starting (here the worker's Consume,
+// which returns late after its context ended) makes Start return ErrStopped, not the
+// part's error, and returns only once Start has returned, even when Stop's own context
+// has ended: no part starts after its stop ran.
+func TestStopDuringStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		ended bool // Stop's context
+	}{{"Stop with time", false}, {"Stop with an ended context", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := &slowConsume{Backend: memory.New(memory.Config{}), entered: make(chan struct{}), linger: 200 * time.Millisecond}
+			h := newTestHost(t, b, server.Config{})
+			started := make(chan error, 1)
+			go func() { started <- h.srv.Start(context.Background()) }()
+			<-b.entered
+			ctx, cancel := context.WithCancel(context.Background())
+			if tc.ended {
+				cancel()
+			}
+			defer cancel()
+			if err := h.srv.Stop(ctx); err != nil {
+				t.Errorf("Stop during Start: %v", err)
+			}
+			select {
+			case err := <-started:
+				if !errors.Is(err, server.ErrStopped) {
+					t.Errorf("Start ended by Stop: %v, want server.ErrStopped", err)
+				}
+			default:
+				t.Error("Stop returned while Start was still starting parts")
+				<-started
+			}
+		})
+	}
+}
+
+// TestSecondStopWaitsForTheDrain: a Stop while another drains (a deferred Stop beside
+// a signal's) returns ErrStopped only once that drain ended, or when its own context
+// ends first.
+func TestSecondStopWaitsForTheDrain(t *testing.T) {
+	t.Parallel()
+	h := newTestHost(t, nil, server.Config{DrainTimeout: time.Hour})
+	h.Start()
+	id := h.enqueue("go")
+	h.WaitState(id, "running")
+	first := make(chan error, 1)
+	go func() { first <- h.srv.Stop(context.Background()) }()
+	waitFor(t, "/readyz to say 503", func() bool { return h.Call("GET", "/readyz", "", nil) == 503 })
+
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.srv.Stop(short); !errors.Is(err, server.ErrStopped) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a second Stop whose context ends mid-drain: %v, want server.ErrStopped and its context's error", err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- h.srv.Stop(context.Background()) }()
+	select {
+	case err := <-second:
+		t.Fatalf("a second Stop returned mid-drain: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	h.release("go")
+	if err := <-first; err != nil {
+		t.Fatalf("the first Stop: %v", err)
+	}
+	select {
+	case err := <-second:
+		if !errors.Is(err, server.ErrStopped) {
+			t.Errorf("the second Stop: %v, want server.ErrStopped", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second Stop did not return after the first")
+	}
+}
+
+// slowConsume is a memory backend that counts its Consume calls and, with entered
+// set, holds the first one until its context ends, then linger more (a slow part's
+// start), failing it as the worker would.
+type slowConsume struct {
+	*memory.Backend
+	consumed atomic.Int32
+	entered  chan struct{}
+	linger   time.Duration
+	once     sync.Once
+}
+
+func (b *slowConsume) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	b.consumed.Add(1)
+	if b.entered == nil {
+		return b.Backend.Consume(ctx, q)
+	}
+	b.once.Do(func() { close(b.entered) })
+	<-ctx.Done()
+	time.Sleep(b.linger)
+	return nil, ctx.Err()
 }
 
 // failingStore is a memory backend whose store breaks when the test says so.
