@@ -70,8 +70,10 @@ func (s *Server) components() []component {
 	}
 }
 
-// closeBackend closes the backend, last, within what is left of ctx.
+// closeBackend closes the backend, last, within what is left of ctx. From its start
+// the host accepts no job: one taken now would meet a closed backend.
 func (s *Server) closeBackend(ctx context.Context) {
+	s.closed.Store(true)
 	if err := s.b.Close(ctx); err != nil {
 		s.log.Warn("closing the backend", "error", err)
 	}

@@ -282,6 +282,32 @@ func (b *slowConsume) Consume(ctx context.Context, q backend.QueueConfig) (backe
 	return nil, ctx.Err()
 }
 
+// TestNoEnqueueAfterStop: once Stop has closed a backend that keeps jobs (pebble, which
+// takes them through the drain), Enqueue and POST /v1/jobs refuse new jobs as a
+// draining host does, rather than reach the closed backend.
+func TestNoEnqueueAfterStop(t *testing.T) {
+	t.Parallel()
+	b, err := pebble.Open(context.Background(), pebble.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHost(t, b, server.Config{})
+	h.Start()
+	if err := h.srv.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if _, err := h.srv.Enqueue(context.Background(), server.Job{Queue: "work"}); err == nil || !strings.Contains(err.Error(), "draining") {
+		t.Errorf("Enqueue after Stop: %v, want the host's refusal (draining)", err)
+	}
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/v1/jobs", strings.NewReader(`{"queue": "work", "payload": "x"}`))
+	req.Host, req.Header["Content-Type"] = "127.0.0.1", []string{"application/json"}
+	h.srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "draining") {
+		t.Errorf("POST /v1/jobs after Stop: %d %s, want 503 and the host's refusal (draining)", rec.Code, rec.Body)
+	}
+}
+
 // failingStore is a memory backend whose store breaks when the test says so.
 type failingStore struct {
 	*memory.Backend

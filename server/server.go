@@ -200,6 +200,7 @@ type Server struct {
 
 	started  atomic.Bool // Start has started every part
 	draining atomic.Bool
+	closed   atomic.Bool // the backend's close has begun: no job may reach it
 	storeErr atomic.Pointer[error]
 	halted   chan struct{} // Done
 	halt     sync.Once
@@ -357,12 +358,13 @@ func (s *Server) ready() bool { return s.started.Load() && !s.draining.Load() &&
 
 // accepting reports whether the API takes jobs: on a backend that keeps nothing queued
 // only until the drain (a job taken then would be dropped at exit); on one that keeps
-// them (pebble, RabbitMQ) through the drain, for the next start.
+// them (pebble, RabbitMQ) through the drain, for the next start, until the backend's
+// close begins.
 func (s *Server) accepting() bool {
 	if kq, ok := s.b.(backend.QueueKeeper); ok && !kq.KeepsQueued() {
 		return s.started.Load() && !s.draining.Load()
 	}
-	return s.started.Load()
+	return s.started.Load() && !s.closed.Load()
 }
 
 // Start starts the parts in order (see the package's doc) and returns once the host
