@@ -47,8 +47,18 @@ func (s *Server) components() []component {
 	ln := newListener(s)
 	return []component{
 		{name: "backend", stop: s.closeBackend},
-		{name: "engine", stop: func(ctx context.Context) { s.engine.Close(ctx) }},
-		{name: "upload checker", stop: func(ctx context.Context) { s.checkEngine.Close(ctx) }},
+		// Engine.Close waits for the jobs still running: a job that never returns must
+		// not eat the backend's slice of time.
+		{name: "engine", stop: func(ctx context.Context) {
+			ctx, cancel := beforeBackend(ctx)
+			defer cancel()
+			s.engine.Close(ctx)
+		}},
+		{name: "upload checker", stop: func(ctx context.Context) {
+			ctx, cancel := beforeBackend(ctx)
+			defer cancel()
+			s.checkEngine.Close(ctx)
+		}},
 		{name: "fleet follower", start: s.followModules, stop: func(ctx context.Context) {
 			if fl := s.fleetFollower(); fl != nil {
 				fl.Close(ctx)
@@ -216,9 +226,8 @@ func (l *listener) start(context.Context) error {
 	return nil
 }
 
-// stop ends the API within ctx less backendCloseSlice: the backend, closed after it,
-// gets its own time to write out its state rather than a context that a slow client
-// let expire. A listener never served is closed.
+// stop ends the API within ctx less backendCloseSlice (beforeBackend): a slow client
+// does not eat the backend's time. A listener never served is closed.
 func (l *listener) stop(ctx context.Context) {
 	ln := l.s.cfg.Listener
 	if ln == nil {
@@ -228,15 +237,22 @@ func (l *listener) stop(ctx context.Context) {
 		ln.Close()
 		return
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl.Add(-backendCloseSlice))
-		defer cancel()
-	}
+	ctx, cancel := beforeBackend(ctx)
+	defer cancel()
 	if err := l.srv.Shutdown(ctx); err != nil {
 		l.srv.Close()
 	}
 	<-l.serveErr
+}
+
+// beforeBackend is ctx for a part stopped before the backend: its deadline less
+// backendCloseSlice, so that the backend, closed after it, gets its own time to write
+// out its state rather than a context that the part let expire.
+func beforeBackend(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, dl.Add(-backendCloseSlice))
+	}
+	return context.WithCancel(ctx)
 }
 
 // moduleHistoryDir is where the registry keeps the modules' last versions and pins: in
