@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -197,11 +198,15 @@ type listener struct {
 }
 
 func newListener(s *Server) *listener {
-	return &listener{s: s, serveErr: make(chan error, 1), srv: &http.Server{
+	l := &listener{s: s, serveErr: make(chan error, 1), srv: &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}}
+	if s.tlsCert != nil {
+		l.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*s.tlsCert}}
+	}
+	return l
 }
 
 func (l *listener) start(context.Context) error {
@@ -212,12 +217,13 @@ func (l *listener) start(context.Context) error {
 	l.serving.Store(true)
 	go func() {
 		var err error
-		if l.s.cfg.TLSCertFile != "" {
-			err = l.srv.ServeTLS(ln, l.s.cfg.TLSCertFile, l.s.cfg.TLSKeyFile)
+		if l.srv.TLSConfig != nil {
+			err = l.srv.ServeTLS(ln, "", "") // the key pair New loaded
 		} else {
 			err = l.srv.Serve(ln)
 		}
 		if !errors.Is(err, http.ErrServerClosed) && !l.s.draining.Load() {
+			l.s.serveErr.Store(&err) // before Done closes: Stop returns it
 			l.s.log.Error("the HTTP API stopped", "error", err)
 			l.s.stopOnItsOwn()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -406,4 +407,65 @@ func serveRecorded(s *server.Server, method, path string) int {
 	req.Host = "127.0.0.1" // the listener is on loopback: the API checks the Host
 	s.Handler().ServeHTTP(rec, req)
 	return rec.Code
+}
+
+// TestNewLoadsTheKeyPair: a missing or bad TLS file fails New, naming the file, rather
+// than a listener that fails after a Start that succeeded.
+func TestNewLoadsTheKeyPair(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing, noPEM := filepath.Join(dir, "missing.pem"), filepath.Join(dir, "nopem.pem")
+	if err := os.WriteFile(noPEM, []byte("not a certificate"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{missing, noPEM} {
+		b := memory.New(memory.Config{})
+		srv, err := server.New(b, server.Config{Modules: dir, TLSCertFile: file, TLSKeyFile: file})
+		if err == nil {
+			srv.Stop(context.Background())
+			t.Errorf("New with the key pair %s: no error", file)
+			continue
+		}
+		b.Close(context.Background())
+		if !strings.Contains(err.Error(), file) {
+			t.Errorf("New with the key pair %s: %v, want the file named", file, err)
+		}
+	}
+}
+
+// TestListenerFailureStops: a listener that fails while the host serves closes Done,
+// and Stop returns its failure instead of nil.
+func TestListenerFailureStops(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := &brokenListener{Listener: ln, broken: make(chan struct{})}
+	h := newTestHost(t, nil, server.Config{Listener: broken})
+	if err := h.srv.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	close(broken.broken)
+	select {
+	case <-h.srv.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed after the listener failed")
+	}
+	if err := h.srv.Stop(context.Background()); !errors.Is(err, errAccept) {
+		t.Fatalf("Stop after the listener failed: %v, want its failure", err)
+	}
+}
+
+var errAccept = errors.New("accept: the socket broke")
+
+// brokenListener is a listener whose Accept fails for good once broken is closed.
+type brokenListener struct {
+	net.Listener
+	broken chan struct{}
+}
+
+func (l *brokenListener) Accept() (net.Conn, error) {
+	<-l.broken
+	return nil, errAccept
 }

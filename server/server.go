@@ -43,7 +43,7 @@
 //
 // A backend whose store breaks for good (backend.HealthReporter) makes the server stop
 // calling itself healthy and close Done; Stop then returns the failure. Done closes as
-// well when the HTTP listener fails.
+// well when the HTTP listener fails, and Stop returns that failure too.
 //
 // # Compatibility
 //
@@ -55,6 +55,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -144,7 +145,8 @@ type Config struct {
 	// it down after the drain (or closes it, if it never served). Nil serves nothing:
 	// mount Handler on a server of yours.
 	Listener net.Listener
-	// TLSCertFile and TLSKeyFile, both set, serve Listener over TLS.
+	// TLSCertFile and TLSKeyFile, both set, serve Listener over TLS. New loads them:
+	// a missing or bad file fails New, naming it.
 	TLSCertFile, TLSKeyFile string
 	// BackendName names the backend in the log and on the dashboard (a URL's password
 	// hidden); empty means its Go type.
@@ -202,7 +204,9 @@ type Server struct {
 	draining atomic.Bool
 	closed   atomic.Bool // the backend's close has begun: no job may reach it
 	storeErr atomic.Pointer[error]
-	halted   chan struct{} // Done
+	serveErr atomic.Pointer[error] // the listener's failure
+	tlsCert  *tls.Certificate      // Config.TLSCertFile's, loaded by New
+	halted   chan struct{}         // Done
 	halt     sync.Once
 
 	mu    sync.Mutex
@@ -243,6 +247,16 @@ func New(b backend.Backend, cfg Config) (*Server, error) {
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 		return nil, errors.New("server: TLSCertFile and TLSKeyFile go together")
 	}
+	var cert *tls.Certificate
+	if cfg.TLSCertFile != "" {
+		// Loaded here, not when the listener starts serving: a missing or bad file is
+		// New's error, not a listener that fails on its own after a Start that succeeded.
+		c, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("server: TLS certificate %s and key %s: %w", cfg.TLSCertFile, cfg.TLSKeyFile, err)
+		}
+		cert = &c
+	}
 	if cfg.Fleet != nil && len(cfg.Fleet.URLs) == 0 {
 		return nil, errors.New("server: Fleet.URLs is required: the broker of the modules stream")
 	}
@@ -256,7 +270,7 @@ func New(b backend.Backend, cfg Config) (*Server, error) {
 	if cfg.Listener != nil {
 		cfg.Loopback = isLoopback(cfg.Listener.Addr())
 	}
-	s := &Server{b: b, cfg: cfg, log: cfg.Logger, met: metrics.New(), halted: make(chan struct{}),
+	s := &Server{b: b, cfg: cfg, log: cfg.Logger, met: metrics.New(), halted: make(chan struct{}), tlsCert: cert,
 		schedKick: make(chan struct{}, 1), startDone: make(chan struct{}), stopDone: make(chan struct{})}
 	if rr, ok := b.(backend.RecoveryReporter); ok {
 		rec := rr.Recovery()
@@ -343,6 +357,14 @@ func (s *Server) stopOnItsOwn() {
 		s.cancelRun()
 		close(s.halted)
 	})
+}
+
+// serveFailure returns the listener's failure, or nil.
+func (s *Server) serveFailure() error {
+	if p := s.serveErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // failed returns the store's failure, or nil.
@@ -439,6 +461,9 @@ func (s *Server) startFailed(ctx context.Context, name string, err error) error 
 	case err == nil: // the run ended on its own: the store or the listener failed
 		cause := s.failed()
 		if cause == nil {
+			cause = s.serveFailure()
+		}
+		if cause == nil {
 			cause = errors.New("its run ended")
 		}
 		err = fmt.Errorf("server: start (%s): the host stopped on its own: %w", name, cause)
@@ -475,7 +500,7 @@ func (s *Server) logServing() {
 
 // Stop drains the host and stops every part (see the package's doc): it returns within
 // the drain timeout (or ctx's deadline, when sooner) plus CloseGrace. It returns the
-// store's failure when that stopped the host, and an
+// store's failure when that stopped the host, the listener's when it failed, and an
 // error when the worker's stop failed otherwise than by the drain deadline. Stop
 // before Start releases what New built, the backend included.
 //
@@ -535,6 +560,9 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	if err := s.failed(); err != nil {
 		return fmt.Errorf("stopped on a failed store: %w", err)
+	}
+	if err := s.serveFailure(); err != nil {
+		return fmt.Errorf("stopped on a failed listener: %w", err)
 	}
 	if stopErr != nil && !errors.Is(stopErr, context.DeadlineExceeded) {
 		return stopErr
