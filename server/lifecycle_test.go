@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -469,3 +470,45 @@ func (l *brokenListener) Accept() (net.Conn, error) {
 	<-l.broken
 	return nil, errAccept
 }
+
+// TestNewGuardsAListenerBeyondLoopback: New applies run's checks to a Listener beyond
+// loopback: a token is required, and TLS unless Config.InsecureHTTP says otherwise.
+func TestNewGuardsAListenerBeyondLoopback(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		cfg  server.Config
+		want string // in New's error; empty: New succeeds
+	}{
+		{"no token", server.Config{InsecureHTTP: true}, "set Config.Token"},
+		{"plain HTTP", server.Config{Token: "t"}, "or Config.InsecureHTTP"},
+		{"plain HTTP asked for", server.Config{Token: "t", InsecureHTTP: true}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			b := memory.New(memory.Config{})
+			cfg := tc.cfg
+			cfg.Modules, cfg.CacheDir, cfg.Listener = dir, t.TempDir(), remoteListener{ln}
+			srv, err := server.New(b, cfg)
+			if err == nil {
+				srv.Stop(context.Background())
+			} else {
+				b.Close(context.Background())
+			}
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("New: %v, want %q", err, cmp.Or(tc.want, "no error"))
+			}
+		})
+	}
+}
+
+// remoteListener is a listener that says it listens beyond loopback.
+type remoteListener struct{ net.Listener }
+
+func (remoteListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 8080} }

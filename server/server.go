@@ -143,8 +143,13 @@ type Config struct {
 	Fleet *FleetConfig
 	// Listener, when set, is the server's: Start serves Handler on it, and Stop shuts
 	// it down after the drain (or closes it, if it never served). Nil serves nothing:
-	// mount Handler on a server of yours.
+	// mount Handler on a server of yours. One beyond loopback needs Token, and TLS
+	// unless InsecureHTTP is set, as `wasmjobs run --listen` does.
 	Listener net.Listener
+	// InsecureHTTP lets a Listener beyond loopback serve plain HTTP: the token then
+	// crosses the network in clear. Without it New refuses such a Listener without TLS.
+	// A Listener beyond loopback needs a Token whatever this says.
+	InsecureHTTP bool
 	// TLSCertFile and TLSKeyFile, both set, serve Listener over TLS. New loads them:
 	// a missing or bad file fails New, naming it.
 	TLSCertFile, TLSKeyFile string
@@ -246,6 +251,16 @@ func New(b backend.Backend, cfg Config) (*Server, error) {
 	}
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 		return nil, errors.New("server: TLSCertFile and TLSKeyFile go together")
+	}
+	if ln := cfg.Listener; ln != nil && !isLoopback(ln.Addr()) {
+		// The checks of `wasmjobs run --listen`: the API beyond this machine is never open
+		// to all, and its token crosses the network in clear only when asked to.
+		if cfg.Token == "" {
+			return nil, fmt.Errorf("server: Listener %s is beyond loopback: set Config.Token so that the API is not open", ln.Addr())
+		}
+		if cfg.TLSCertFile == "" && !cfg.InsecureHTTP {
+			return nil, fmt.Errorf("server: Listener %s is beyond loopback: set Config.TLSCertFile and TLSKeyFile so that the token does not cross the network in clear, or Config.InsecureHTTP to serve plain HTTP all the same", ln.Addr())
+		}
 	}
 	var cert *tls.Certificate
 	if cfg.TLSCertFile != "" {

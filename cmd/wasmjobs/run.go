@@ -458,7 +458,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 func (f *runFlags) serverConfig(g *globals, log *slog.Logger, httpRoots *x509.CertPool, backupDir string) (server.Config, error) {
 	cfg := server.Config{Modules: f.modules, Concurrency: f.concurrency, DrainTimeout: f.drainTimeout, Logger: log,
 		CacheDir: g.cacheDir, History: f.history, RootCAs: httpRoots, Token: f.token, BackupDir: backupDir,
-		TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, BackendName: redact(f.backend), Version: versionString()}
+		TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, InsecureHTTP: f.insecureHTTP, BackendName: redact(f.backend), Version: versionString()}
 	if isAMQP(f.backend) && f.moduleStream != "" {
 		trust, err := readTrustKey(f.trustKey)
 		if err != nil {
