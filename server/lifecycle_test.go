@@ -298,8 +298,8 @@ func TestNoEnqueueAfterStop(t *testing.T) {
 	if err := h.srv.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	if _, err := h.srv.Enqueue(context.Background(), server.Job{Queue: "work"}); err == nil || !strings.Contains(err.Error(), "draining") {
-		t.Errorf("Enqueue after Stop: %v, want the host's refusal (draining)", err)
+	if _, err := h.srv.Enqueue(context.Background(), server.Job{Queue: "work"}); !errors.Is(err, server.ErrDraining) {
+		t.Errorf("Enqueue after Stop: %v, want the host's refusal (server.ErrDraining)", err)
 	}
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("POST", "/v1/jobs", strings.NewReader(`{"queue": "work", "payload": "x"}`))
