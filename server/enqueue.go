@@ -36,6 +36,10 @@ var (
 	ErrUnavailable = inspect.ErrUnavailable
 )
 
+// errNotStarted refuses a job before Start: what a draining host answers, in its own
+// words (a host not yet started is not shutting down).
+var errNotStarted = inspect.Errorf(ErrDraining, "server: the host is not started and takes no jobs yet: enqueue once Start has returned")
+
 // Job is a job to enqueue: the job POST /v1/jobs takes, under the same rules.
 type Job struct {
 	// Queue is the job's queue (required): one that a serving module serves.
@@ -105,11 +109,15 @@ type Inspector = inspect.Inspector
 // with the ids accepted before it.
 //
 // Before Start, and from the drain's start on a backend that keeps nothing queued
-// (memory), the host is not accepting: Enqueue refuses every job with ErrDraining,
-// publishing nothing, since no module serves yet or the drain would drop the job. A
+// (memory), the host is not accepting: Enqueue refuses every job with ErrDraining
+// (before Start, or after a failed one, with a message saying so), publishing
+// nothing, since no module serves yet or the drain would drop the job. A
 // backend that keeps jobs (pebble, RabbitMQ) takes them through the drain, for the
 // next start, until Stop closes it.
 func (s *Server) Enqueue(ctx context.Context, jobs ...Job) (Enqueued, error) {
+	if !s.started.Load() {
+		return Enqueued{}, errNotStarted
+	}
 	var res inspect.Enqueued
 	var err error
 	if len(jobs) == 1 {

@@ -14,15 +14,20 @@ import (
 )
 
 // TestEnqueueErrorKinds: Enqueue's errors are of the kinds its doc promises, exported
-// by server for errors.Is and errors.As: a job's checks (ErrInvalid, ErrTooLarge), a
+// by server for errors.Is and errors.As: a host not started yet (ErrDraining, in its
+// own words), a job's checks (ErrInvalid, ErrTooLarge), a
 // batch past MaxBatch, a queue no module serves, and a batch published part way (a
 // *server.PartialError with the ids accepted before the failure).
 func TestEnqueueErrorKinds(t *testing.T) {
 	t.Parallel()
 	b := &failingPublish{Backend: memory.New(memory.Config{}), okPublishes: 1}
 	h := newTestHost(t, b, server.Config{})
-	h.Start()
 	ctx := context.Background()
+	if _, err := h.srv.Enqueue(ctx, server.Job{Queue: "work"}); !errors.Is(err, server.ErrDraining) ||
+		!strings.Contains(err.Error(), "not started") || strings.Contains(err.Error(), "draining") {
+		t.Errorf("Enqueue before Start: %v, want server.ErrDraining saying the host is not started", err)
+	}
+	h.Start()
 	later := func(payload []byte) server.Job { return server.Job{Queue: "work", Payload: payload, Delay: time.Hour} }
 	for _, tc := range []struct {
 		name string
