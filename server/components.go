@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -47,8 +48,18 @@ func (s *Server) components() []component {
 	ln := newListener(s)
 	return []component{
 		{name: "backend", stop: s.closeBackend},
-		{name: "engine", stop: func(ctx context.Context) { s.engine.Close(ctx) }},
-		{name: "upload checker", stop: func(ctx context.Context) { s.checkEngine.Close(ctx) }},
+		// Engine.Close waits for the jobs still running: a job that never returns must
+		// not eat the backend's slice of time.
+		{name: "engine", stop: func(ctx context.Context) {
+			ctx, cancel := beforeBackend(ctx)
+			defer cancel()
+			s.engine.Close(ctx)
+		}},
+		{name: "upload checker", stop: func(ctx context.Context) {
+			ctx, cancel := beforeBackend(ctx)
+			defer cancel()
+			s.checkEngine.Close(ctx)
+		}},
 		{name: "fleet follower", start: s.followModules, stop: func(ctx context.Context) {
 			if fl := s.fleetFollower(); fl != nil {
 				fl.Close(ctx)
@@ -70,8 +81,10 @@ func (s *Server) components() []component {
 	}
 }
 
-// closeBackend closes the backend, last, within what is left of ctx.
+// closeBackend closes the backend, last, within what is left of ctx. From its start
+// the host accepts no job: one taken now would meet a closed backend.
 func (s *Server) closeBackend(ctx context.Context) {
+	s.closed.Store(true)
 	if err := s.b.Close(ctx); err != nil {
 		s.log.Warn("closing the backend", "error", err)
 	}
@@ -185,11 +198,15 @@ type listener struct {
 }
 
 func newListener(s *Server) *listener {
-	return &listener{s: s, serveErr: make(chan error, 1), srv: &http.Server{
+	l := &listener{s: s, serveErr: make(chan error, 1), srv: &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}}
+	if s.tlsCert != nil {
+		l.srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*s.tlsCert}}
+	}
+	return l
 }
 
 func (l *listener) start(context.Context) error {
@@ -200,12 +217,13 @@ func (l *listener) start(context.Context) error {
 	l.serving.Store(true)
 	go func() {
 		var err error
-		if l.s.cfg.TLSCertFile != "" {
-			err = l.srv.ServeTLS(ln, l.s.cfg.TLSCertFile, l.s.cfg.TLSKeyFile)
+		if l.srv.TLSConfig != nil {
+			err = l.srv.ServeTLS(ln, "", "") // the key pair New loaded
 		} else {
 			err = l.srv.Serve(ln)
 		}
 		if !errors.Is(err, http.ErrServerClosed) && !l.s.draining.Load() {
+			l.s.serveErr.Store(&err) // before Done closes: Stop returns it
 			l.s.log.Error("the HTTP API stopped", "error", err)
 			l.s.stopOnItsOwn()
 		}
@@ -214,9 +232,8 @@ func (l *listener) start(context.Context) error {
 	return nil
 }
 
-// stop ends the API within ctx less backendCloseSlice: the backend, closed after it,
-// gets its own time to write out its state rather than a context that a slow client
-// let expire. A listener never served is closed.
+// stop ends the API within ctx less backendCloseSlice (beforeBackend): a slow client
+// does not eat the backend's time. A listener never served is closed.
 func (l *listener) stop(ctx context.Context) {
 	ln := l.s.cfg.Listener
 	if ln == nil {
@@ -226,15 +243,22 @@ func (l *listener) stop(ctx context.Context) {
 		ln.Close()
 		return
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl.Add(-backendCloseSlice))
-		defer cancel()
-	}
+	ctx, cancel := beforeBackend(ctx)
+	defer cancel()
 	if err := l.srv.Shutdown(ctx); err != nil {
 		l.srv.Close()
 	}
 	<-l.serveErr
+}
+
+// beforeBackend is ctx for a part stopped before the backend: its deadline less
+// backendCloseSlice, so that the backend, closed after it, gets its own time to write
+// out its state rather than a context that the part let expire.
+func beforeBackend(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, dl.Add(-backendCloseSlice))
+	}
+	return context.WithCancel(ctx)
 }
 
 // moduleHistoryDir is where the registry keeps the modules' last versions and pins: in

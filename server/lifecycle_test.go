@@ -1,19 +1,23 @@
 package server_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/server"
 	"github.com/wasmjobs/wasmjobs/wasmjobstest"
 )
@@ -133,20 +137,176 @@ func TestStopBeforeStart(t *testing.T) {
 }
 
 // TestStartGivesUpWithItsContext: a Start whose context ended fails with its error
-// (what `run` takes for a signal during the start), and Stop still releases the host.
+// (what `run` takes for a signal during the start) and starts no part: the registry
+// reads no module and no queue is consumed; Stop still answers after it.
 func TestStartGivesUpWithItsContext(t *testing.T) {
 	t.Parallel()
-	h := newTestHost(t, nil, server.Config{})
+	b := &slowConsume{Backend: memory.New(memory.Config{})}
+	h := newTestHost(t, b, server.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := h.srv.Start(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Start on an ended context: %v, want context.Canceled", err)
+	}
+	if n, mods := b.consumed.Load(), h.srv.Inspector().Modules(); n != 0 || len(mods) != 0 {
+		t.Errorf("a Start on an ended context consumed %d queues and read %d modules, want none", n, len(mods))
 	}
 	if status := serveRecorded(h.srv, "GET", "/readyz"); status != 503 {
 		t.Errorf("/readyz after a Start that gave up: %d, want 503", status)
 	}
 	if err := h.srv.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop after a Start that gave up: %v", err)
+	}
+	if err := h.srv.Stop(context.Background()); !errors.Is(err, server.ErrStopped) {
+		t.Errorf("a second Stop after a Start that gave up: %v, want server.ErrStopped", err)
+	}
+}
+
+// TestFailedStartReleasesTheHost: a failed Start with no Stop after it (the documented
+// pattern returns Start's error) leaves nothing running: the pebble backend is closed,
+// so its data directory opens again.
+func TestFailedStartReleasesTheHost(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b, err := pebble.Open(context.Background(), pebble.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHost(t, b, server.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.srv.Start(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start on an ended context: %v, want context.Canceled", err)
+	}
+	again, err := pebble.Open(context.Background(), pebble.Config{Dir: dir})
+	if err != nil {
+		t.Fatalf("reopening the data directory after a failed Start, without Stop: %v", err)
+	}
+	again.Close(context.Background())
+}
+
+// TestStopDuringStart: a Stop while a part is starting (here the worker's Consume,
+// which returns late after its context ended) makes Start return ErrStopped, not the
+// part's error, and returns only once Start has returned, even when Stop's own context
+// has ended: no part starts after its stop ran.
+func TestStopDuringStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		ended bool // Stop's context
+	}{{"Stop with time", false}, {"Stop with an ended context", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := &slowConsume{Backend: memory.New(memory.Config{}), entered: make(chan struct{}), linger: 200 * time.Millisecond}
+			h := newTestHost(t, b, server.Config{})
+			started := make(chan error, 1)
+			go func() { started <- h.srv.Start(context.Background()) }()
+			<-b.entered
+			ctx, cancel := context.WithCancel(context.Background())
+			if tc.ended {
+				cancel()
+			}
+			defer cancel()
+			if err := h.srv.Stop(ctx); err != nil {
+				t.Errorf("Stop during Start: %v", err)
+			}
+			select {
+			case err := <-started:
+				if !errors.Is(err, server.ErrStopped) {
+					t.Errorf("Start ended by Stop: %v, want server.ErrStopped", err)
+				}
+			default:
+				t.Error("Stop returned while Start was still starting parts")
+				<-started
+			}
+		})
+	}
+}
+
+// TestSecondStopWaitsForTheDrain: a Stop while another drains (a deferred Stop beside
+// a signal's) returns ErrStopped only once that drain ended, or when its own context
+// ends first.
+func TestSecondStopWaitsForTheDrain(t *testing.T) {
+	t.Parallel()
+	h := newTestHost(t, nil, server.Config{DrainTimeout: time.Hour})
+	h.Start()
+	id := h.enqueue("go")
+	h.WaitState(id, "running")
+	first := make(chan error, 1)
+	go func() { first <- h.srv.Stop(context.Background()) }()
+	waitFor(t, "/readyz to say 503", func() bool { return h.Call("GET", "/readyz", "", nil) == 503 })
+
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := h.srv.Stop(short); !errors.Is(err, server.ErrStopped) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a second Stop whose context ends mid-drain: %v, want server.ErrStopped and its context's error", err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- h.srv.Stop(context.Background()) }()
+	select {
+	case err := <-second:
+		t.Fatalf("a second Stop returned mid-drain: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	h.release("go")
+	if err := <-first; err != nil {
+		t.Fatalf("the first Stop: %v", err)
+	}
+	select {
+	case err := <-second:
+		if !errors.Is(err, server.ErrStopped) {
+			t.Errorf("the second Stop: %v, want server.ErrStopped", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second Stop did not return after the first")
+	}
+}
+
+// slowConsume is a memory backend that counts its Consume calls and, with entered
+// set, holds the first one until its context ends, then linger more (a slow part's
+// start), failing it as the worker would.
+type slowConsume struct {
+	*memory.Backend
+	consumed atomic.Int32
+	entered  chan struct{}
+	linger   time.Duration
+	once     sync.Once
+}
+
+func (b *slowConsume) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	b.consumed.Add(1)
+	if b.entered == nil {
+		return b.Backend.Consume(ctx, q)
+	}
+	b.once.Do(func() { close(b.entered) })
+	<-ctx.Done()
+	time.Sleep(b.linger)
+	return nil, ctx.Err()
+}
+
+// TestNoEnqueueAfterStop: once Stop has closed a backend that keeps jobs (pebble, which
+// takes them through the drain), Enqueue and POST /v1/jobs refuse new jobs as a
+// draining host does, rather than reach the closed backend.
+func TestNoEnqueueAfterStop(t *testing.T) {
+	t.Parallel()
+	b, err := pebble.Open(context.Background(), pebble.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestHost(t, b, server.Config{})
+	h.Start()
+	if err := h.srv.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if _, err := h.srv.Enqueue(context.Background(), server.Job{Queue: "work"}); !errors.Is(err, server.ErrDraining) {
+		t.Errorf("Enqueue after Stop: %v, want the host's refusal (server.ErrDraining)", err)
+	}
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/v1/jobs", strings.NewReader(`{"queue": "work", "payload": "x"}`))
+	req.Host, req.Header["Content-Type"] = "127.0.0.1", []string{"application/json"}
+	h.srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "draining") {
+		t.Errorf("POST /v1/jobs after Stop: %d %s, want 503 and the host's refusal (draining)", rec.Code, rec.Body)
 	}
 }
 
@@ -249,3 +409,106 @@ func serveRecorded(s *server.Server, method, path string) int {
 	s.Handler().ServeHTTP(rec, req)
 	return rec.Code
 }
+
+// TestNewLoadsTheKeyPair: a missing or bad TLS file fails New, naming the file, rather
+// than a listener that fails after a Start that succeeded.
+func TestNewLoadsTheKeyPair(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing, noPEM := filepath.Join(dir, "missing.pem"), filepath.Join(dir, "nopem.pem")
+	if err := os.WriteFile(noPEM, []byte("not a certificate"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, file := range []string{missing, noPEM} {
+		b := memory.New(memory.Config{})
+		srv, err := server.New(b, server.Config{Modules: dir, TLSCertFile: file, TLSKeyFile: file})
+		if err == nil {
+			srv.Stop(context.Background())
+			t.Errorf("New with the key pair %s: no error", file)
+			continue
+		}
+		b.Close(context.Background())
+		if !strings.Contains(err.Error(), file) {
+			t.Errorf("New with the key pair %s: %v, want the file named", file, err)
+		}
+	}
+}
+
+// TestListenerFailureStops: a listener that fails while the host serves closes Done,
+// and Stop returns its failure instead of nil.
+func TestListenerFailureStops(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := &brokenListener{Listener: ln, broken: make(chan struct{})}
+	h := newTestHost(t, nil, server.Config{Listener: broken})
+	if err := h.srv.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	close(broken.broken)
+	select {
+	case <-h.srv.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed after the listener failed")
+	}
+	if err := h.srv.Stop(context.Background()); !errors.Is(err, errAccept) {
+		t.Fatalf("Stop after the listener failed: %v, want its failure", err)
+	}
+}
+
+var errAccept = errors.New("accept: the socket broke")
+
+// brokenListener is a listener whose Accept fails for good once broken is closed.
+type brokenListener struct {
+	net.Listener
+	broken chan struct{}
+}
+
+func (l *brokenListener) Accept() (net.Conn, error) {
+	<-l.broken
+	return nil, errAccept
+}
+
+// TestNewGuardsAListenerBeyondLoopback: New applies run's checks to a Listener beyond
+// loopback: a token is required, and TLS unless Config.InsecureHTTP says otherwise.
+func TestNewGuardsAListenerBeyondLoopback(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		cfg  server.Config
+		want string // in New's error; empty: New succeeds
+	}{
+		{"no token", server.Config{InsecureHTTP: true}, "set Config.Token"},
+		{"plain HTTP", server.Config{Token: "t"}, "or Config.InsecureHTTP"},
+		{"plain HTTP asked for", server.Config{Token: "t", InsecureHTTP: true}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			b := memory.New(memory.Config{})
+			cfg := tc.cfg
+			cfg.Modules, cfg.CacheDir, cfg.Listener = dir, t.TempDir(), remoteListener{ln}
+			srv, err := server.New(b, cfg)
+			if err == nil {
+				srv.Stop(context.Background())
+			} else {
+				b.Close(context.Background())
+			}
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("New: %v, want %q", err, cmp.Or(tc.want, "no error"))
+			}
+		})
+	}
+}
+
+// remoteListener is a listener that says it listens beyond loopback.
+type remoteListener struct{ net.Listener }
+
+func (remoteListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 8080} }

@@ -37,11 +37,13 @@
 // settle until Config.DrainTimeout; jobs still running then are left unacknowledged,
 // for the backend to deliver again. The API answers reads until the drain ends; then
 // every part stops in the reverse of its start, the backend last with a slice of time
-// of its own, all within the drain deadline plus CloseGrace.
+// of its own, all within the drain deadline plus CloseGrace. A Start that fails
+// releases the host itself, the same way, within CloseGrace: a program that returns
+// Start's error leaks no part and leaves no data directory locked.
 //
 // A backend whose store breaks for good (backend.HealthReporter) makes the server stop
 // calling itself healthy and close Done; Stop then returns the failure. Done closes as
-// well when the HTTP listener fails.
+// well when the HTTP listener fails, and Stop returns that failure too.
 //
 // # Compatibility
 //
@@ -53,6 +55,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -140,9 +143,15 @@ type Config struct {
 	Fleet *FleetConfig
 	// Listener, when set, is the server's: Start serves Handler on it, and Stop shuts
 	// it down after the drain (or closes it, if it never served). Nil serves nothing:
-	// mount Handler on a server of yours.
+	// mount Handler on a server of yours. One beyond loopback needs Token, and TLS
+	// unless InsecureHTTP is set, as `wasmjobs run --listen` does.
 	Listener net.Listener
-	// TLSCertFile and TLSKeyFile, both set, serve Listener over TLS.
+	// InsecureHTTP lets a Listener beyond loopback serve plain HTTP: the token then
+	// crosses the network in clear. Without it New refuses such a Listener without TLS.
+	// A Listener beyond loopback needs a Token whatever this says.
+	InsecureHTTP bool
+	// TLSCertFile and TLSKeyFile, both set, serve Listener over TLS. New loads them:
+	// a missing or bad file fails New, naming it.
 	TLSCertFile, TLSKeyFile string
 	// BackendName names the backend in the log and on the dashboard (a URL's password
 	// hidden); empty means its Go type.
@@ -198,14 +207,21 @@ type Server struct {
 
 	started  atomic.Bool // Start has started every part
 	draining atomic.Bool
+	closed   atomic.Bool // the backend's close has begun: no job may reach it
 	storeErr atomic.Pointer[error]
-	halted   chan struct{} // Done
+	serveErr atomic.Pointer[error] // the listener's failure
+	tlsCert  *tls.Certificate      // Config.TLSCertFile's, loaded by New
+	halted   chan struct{}         // Done
 	halt     sync.Once
 
-	mu        sync.Mutex
-	state     state
-	startDone chan struct{} // closed when Start returns
-	follower  *fleet.Follower
+	mu    sync.Mutex
+	state state
+	// failedStart is set when a failed Start released the host; answered when a Stop
+	// after it has answered nil (the documented Stop after a failed Start).
+	failedStart, answered bool
+	startDone             chan struct{} // closed when Start returns
+	stopDone              chan struct{} // closed once the one release of the host ended
+	follower              *fleet.Follower
 }
 
 type state int
@@ -214,7 +230,7 @@ const (
 	stateNew state = iota
 	stateStarting
 	stateStarted
-	stateStopped
+	stateStopping // a Stop, or a failed Start, releases the host: it ends with stopDone
 )
 
 // New builds a host on b with cfg. It starts nothing (see Start) and, when it
@@ -236,6 +252,26 @@ func New(b backend.Backend, cfg Config) (*Server, error) {
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 		return nil, errors.New("server: TLSCertFile and TLSKeyFile go together")
 	}
+	if ln := cfg.Listener; ln != nil && !isLoopback(ln.Addr()) {
+		// The checks of `wasmjobs run --listen`: the API beyond this machine is never open
+		// to all, and its token crosses the network in clear only when asked to.
+		if cfg.Token == "" {
+			return nil, fmt.Errorf("server: Listener %s is beyond loopback: set Config.Token so that the API is not open", ln.Addr())
+		}
+		if cfg.TLSCertFile == "" && !cfg.InsecureHTTP {
+			return nil, fmt.Errorf("server: Listener %s is beyond loopback: set Config.TLSCertFile and TLSKeyFile so that the token does not cross the network in clear, or Config.InsecureHTTP to serve plain HTTP all the same", ln.Addr())
+		}
+	}
+	var cert *tls.Certificate
+	if cfg.TLSCertFile != "" {
+		// Loaded here, not when the listener starts serving: a missing or bad file is
+		// New's error, not a listener that fails on its own after a Start that succeeded.
+		c, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("server: TLS certificate %s and key %s: %w", cfg.TLSCertFile, cfg.TLSKeyFile, err)
+		}
+		cert = &c
+	}
 	if cfg.Fleet != nil && len(cfg.Fleet.URLs) == 0 {
 		return nil, errors.New("server: Fleet.URLs is required: the broker of the modules stream")
 	}
@@ -249,8 +285,8 @@ func New(b backend.Backend, cfg Config) (*Server, error) {
 	if cfg.Listener != nil {
 		cfg.Loopback = isLoopback(cfg.Listener.Addr())
 	}
-	s := &Server{b: b, cfg: cfg, log: cfg.Logger, met: metrics.New(), halted: make(chan struct{}),
-		schedKick: make(chan struct{}, 1), startDone: make(chan struct{})}
+	s := &Server{b: b, cfg: cfg, log: cfg.Logger, met: metrics.New(), halted: make(chan struct{}), tlsCert: cert,
+		schedKick: make(chan struct{}, 1), startDone: make(chan struct{}), stopDone: make(chan struct{})}
 	if rr, ok := b.(backend.RecoveryReporter); ok {
 		rec := rr.Recovery()
 		s.log.Info("data directory opened", "data_dir", dataDir(b), "waiting", rec.Ready, "delayed", rec.Delayed,
@@ -338,6 +374,14 @@ func (s *Server) stopOnItsOwn() {
 	})
 }
 
+// serveFailure returns the listener's failure, or nil.
+func (s *Server) serveFailure() error {
+	if p := s.serveErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // failed returns the store's failure, or nil.
 func (s *Server) failed() error {
 	if p := s.storeErr.Load(); p != nil {
@@ -351,22 +395,31 @@ func (s *Server) ready() bool { return s.started.Load() && !s.draining.Load() &&
 
 // accepting reports whether the API takes jobs: on a backend that keeps nothing queued
 // only until the drain (a job taken then would be dropped at exit); on one that keeps
-// them (pebble, RabbitMQ) through the drain, for the next start.
+// them (pebble, RabbitMQ) through the drain, for the next start, until the backend's
+// close begins.
 func (s *Server) accepting() bool {
 	if kq, ok := s.b.(backend.QueueKeeper); ok && !kq.KeepsQueued() {
 		return s.started.Load() && !s.draining.Load()
 	}
-	return s.started.Load()
+	return s.started.Load() && !s.closed.Load()
 }
 
 // Start starts the parts in order (see the package's doc) and returns once the host
-// serves. ctx bounds the start only: when it ends first, Start fails with an error
-// wrapping ctx's. After a failed Start, Stop still releases what was built; a Stop
-// during Start makes it give up with ErrStopped.
+// serves. ctx bounds the start only: when it has ended, or ends first, Start fails
+// with an error wrapping ctx's, and starts no part after that.
+//
+// A failed Start releases the host itself, as Stop would: it stops the parts it
+// started, in reverse, and closes the backend, within CloseGrace. The documented
+// pattern (return Start's error, defer Stop only once it succeeded) thus leaves
+// nothing running and no data directory locked. A Stop after a failed Start waits for
+// that release and returns nil, once; later ones return ErrStopped.
+//
+// A Stop during Start makes it give up with ErrStopped, whatever error the part under
+// way returned; that Stop then releases the host.
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	switch s.state {
-	case stateStopped:
+	case stateStopping:
 		s.mu.Unlock()
 		return ErrStopped
 	case stateStarting, stateStarted:
@@ -383,12 +436,13 @@ func (s *Server) Start(ctx context.Context) error {
 		if c.start == nil {
 			continue
 		}
-		err := c.start(s.runCtx)
-		if s.runCtx.Err() != nil && ctx.Err() != nil {
-			return fmt.Errorf("server: start (%s): %w", c.name, ctx.Err())
+		// The AfterFunc above ends runCtx asynchronously: ctx is asked as well, so that
+		// no part starts once ctx has ended.
+		if ctx.Err() != nil || s.runCtx.Err() != nil {
+			return s.startFailed(ctx, c.name, nil)
 		}
-		if err != nil {
-			return err
+		if err := c.start(s.runCtx); err != nil || ctx.Err() != nil || s.runCtx.Err() != nil {
+			return s.startFailed(ctx, c.name, err)
 		}
 	}
 	s.mu.Lock()
@@ -401,6 +455,41 @@ func (s *Server) Start(ctx context.Context) error {
 	s.mu.Unlock()
 	s.logServing()
 	return nil
+}
+
+// startFailed ends a Start that could not start the part name (err is its error, nil
+// when the start ended before it): with ErrStopped when Stop ended it (Stop then
+// releases the host), otherwise with the failure, once the host is released.
+func (s *Server) startFailed(ctx context.Context, name string, err error) error {
+	s.mu.Lock()
+	byStop := s.state == stateStopping
+	if !byStop {
+		s.state, s.failedStart = stateStopping, true
+	}
+	s.mu.Unlock()
+	if byStop {
+		return ErrStopped
+	}
+	switch {
+	case ctx.Err() != nil:
+		err = fmt.Errorf("server: start (%s): %w", name, ctx.Err())
+	case err == nil: // the run ended on its own: the store or the listener failed
+		cause := s.failed()
+		if cause == nil {
+			cause = s.serveFailure()
+		}
+		if cause == nil {
+			cause = errors.New("its run ended")
+		}
+		err = fmt.Errorf("server: start (%s): the host stopped on its own: %w", name, cause)
+	}
+	s.draining.Store(true)
+	s.cancelRun()
+	closeCtx, cancel := context.WithTimeout(context.Background(), CloseGrace)
+	defer cancel()
+	s.stopParts(closeCtx)
+	close(s.stopDone)
+	return err
 }
 
 // logServing says that the host serves, where and with how many modules.
@@ -426,25 +515,40 @@ func (s *Server) logServing() {
 
 // Stop drains the host and stops every part (see the package's doc): it returns within
 // the drain timeout (or ctx's deadline, when sooner) plus CloseGrace. It returns the
-// store's failure when that stopped the host, and an error when the worker's stop
-// failed otherwise than by the drain deadline. Stop before Start releases what New
-// built, the backend included.
+// store's failure when that stopped the host, the listener's when it failed, and an
+// error when the worker's stop failed otherwise than by the drain deadline. Stop
+// before Start releases what New built, the backend included.
+//
+// A Stop during Start first waits for Start to give up (Start is bounded by the run
+// that Stop ends), so that no part starts after its stop ran. A Stop while another
+// stop is under way (a first Stop's drain, a failed Start's release) waits for it,
+// until ctx ends, then returns ErrStopped: a deferred Stop does not let the program
+// exit mid-drain. The one exception is the first Stop after a failed Start, which
+// returns nil once Start's release ended.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	prev := s.state
-	if prev == stateStopped {
+	if prev == stateStopping {
+		afterFailedStart := s.failedStart && !s.answered
+		s.answered = true
 		s.mu.Unlock()
+		select {
+		case <-s.stopDone:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: gave up waiting for the stop under way: %w", ErrStopped, ctx.Err())
+		}
+		if afterFailedStart {
+			return nil
+		}
 		return ErrStopped
 	}
-	s.state = stateStopped
+	s.state = stateStopping
 	s.mu.Unlock()
+	defer close(s.stopDone)
 	s.draining.Store(true)
 	s.cancelRun()
 	if prev == stateStarting { // a Start under way gives up with the run's end
-		select {
-		case <-s.startDone:
-		case <-ctx.Done():
-		}
+		<-s.startDone
 	}
 	served := s.started.Load()
 
@@ -465,21 +569,29 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	closeCtx, cancelClose := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(CloseGrace))
 	defer cancelClose()
-	for i := len(s.parts) - 1; i >= 0; i-- {
-		if c := s.parts[i]; c.stop != nil {
-			c.stop(closeCtx)
-		}
-	}
+	s.stopParts(closeCtx)
 	if served {
 		s.log.Info("wasmjobs stopped")
 	}
 	if err := s.failed(); err != nil {
 		return fmt.Errorf("stopped on a failed store: %w", err)
 	}
+	if err := s.serveFailure(); err != nil {
+		return fmt.Errorf("stopped on a failed listener: %w", err)
+	}
 	if stopErr != nil && !errors.Is(stopErr, context.DeadlineExceeded) {
 		return stopErr
 	}
 	return nil
+}
+
+// stopParts stops every part in the reverse of its start, within ctx.
+func (s *Server) stopParts(ctx context.Context) {
+	for i := len(s.parts) - 1; i >= 0; i-- {
+		if c := s.parts[i]; c.stop != nil {
+			c.stop(ctx)
+		}
+	}
 }
 
 // drain is the step of Stop before the parts' stops: the API already refuses new jobs

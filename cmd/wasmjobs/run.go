@@ -456,9 +456,11 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 // serverConfig is the server's configuration of the flags: it opens the listener and
 // reads the trust key.
 func (f *runFlags) serverConfig(g *globals, log *slog.Logger, httpRoots *x509.CertPool, backupDir string) (server.Config, error) {
+	// --history 0 or less means the default, as it always has (the server refuses a
+	// negative History).
 	cfg := server.Config{Modules: f.modules, Concurrency: f.concurrency, DrainTimeout: f.drainTimeout, Logger: log,
-		CacheDir: g.cacheDir, History: f.history, RootCAs: httpRoots, Token: f.token, BackupDir: backupDir,
-		TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, BackendName: redact(f.backend), Version: versionString()}
+		CacheDir: g.cacheDir, History: max(f.history, 0), RootCAs: httpRoots, Token: f.token, BackupDir: backupDir,
+		TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, InsecureHTTP: f.insecureHTTP, BackendName: redact(f.backend), Version: versionString()}
 	if isAMQP(f.backend) && f.moduleStream != "" {
 		trust, err := readTrustKey(f.trustKey)
 		if err != nil {
