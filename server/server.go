@@ -650,12 +650,7 @@ func isLoopback(addr net.Addr) bool {
 	if a, ok := addr.(*net.TCPAddr); ok {
 		return a.IP.IsLoopback()
 	}
-	h, _, err := net.SplitHostPort(addr.String())
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(h)
-	return h == "localhost" || ip != nil && ip.IsLoopback()
+	return inspect.IsLoopbackHost(addr.String())
 }
 
 // isRabbitMQ reports whether b is the RabbitMQ backend, for the dashboard's name.

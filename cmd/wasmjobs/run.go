@@ -24,6 +24,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/internal/app/api"
 	"github.com/wasmjobs/wasmjobs/internal/app/fleet"
+	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
 	"github.com/wasmjobs/wasmjobs/server"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
@@ -212,19 +213,6 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, usagef("--log-format %q: want text or json", format)
 }
 
-// isLoopback reports whether a listen address stays on this machine.
-func isLoopback(addr string) bool {
-	h, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
-}
-
 // isAMQP reports whether a --backend value names a RabbitMQ broker.
 func isAMQP(spec string) bool {
 	return strings.HasPrefix(spec, "amqp://") || strings.HasPrefix(spec, "amqps://")
@@ -372,13 +360,13 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if err != nil {
 		return err
 	}
-	if !isLoopback(f.listen) && f.token == "" {
+	if !inspect.IsLoopbackHost(f.listen) && f.token == "" {
 		return usagef("--listen %s is beyond loopback: set --token (or WASMJOBS_TOKEN) so that the API is not open", f.listen)
 	}
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return usagef("--tls-cert and --tls-key go together: give both, or neither")
 	}
-	if !isLoopback(f.listen) && f.tlsCert == "" && !f.insecureHTTP {
+	if !inspect.IsLoopbackHost(f.listen) && f.tlsCert == "" && !f.insecureHTTP {
 		return usagef("--listen %s is beyond loopback: give --tls-cert and --tls-key so that the token does not cross the network in clear, or --insecure-http to serve plain HTTP all the same", f.listen)
 	}
 	httpRoots, err := httpRootsFrom(f.httpCA)
