@@ -91,13 +91,6 @@ func (e *PartialError) Error() string { return e.Err.Error() }
 // Unwrap returns the wrapped error.
 func (e *PartialError) Unwrap() error { return e.Err }
 
-// Inspector is the operator's view of the host, the one the API, the dashboard and
-// the CLI use: queues and their counts, jobs (get, list, cancel, retry, delete), dead
-// letters (list, replay, purge), modules (list, history, promote, rollback) and
-// schedules. Its methods are safe for concurrent use, and listed by `go doc
-// github.com/wasmjobs/wasmjobs/internal/app/inspect Inspector`.
-type Inspector = inspect.Inspector
-
 // Enqueue checks and publishes jobs, as POST /v1/jobs (one job) and /v1/jobs/batch
 // (several) do: the one place the enqueue rules live. It takes 1 to MaxBatch jobs,
 // each checked before any is published: its queue must be one a serving module
@@ -137,4 +130,4 @@ func (s *Server) Enqueue(ctx context.Context, jobs ...Job) (Enqueued, error) {
 }
 
 // Inspector returns the host's operator API (see Inspector). It answers from New on.
-func (s *Server) Inspector() *Inspector { return s.insp }
+func (s *Server) Inspector() *Inspector { return &Inspector{in: s.insp} }

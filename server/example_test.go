@@ -40,6 +40,6 @@ func Example() {
 		time.Sleep(10 * time.Millisecond)
 		job, err = srv.Inspector().Job(ctx, res.IDs[0])
 	}
-	fmt.Println(job.State, job.Output, err)
+	fmt.Println(job.State, string(job.Output), err)
 	// Output: succeeded hello <nil>
 }

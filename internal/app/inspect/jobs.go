@@ -102,31 +102,37 @@ func view(rec backend.JobRecord, hostMemory bool) JobView {
 	return st
 }
 
-// Job returns the latest state of job id, or an error wrapping backend.ErrNotFound.
+// Job returns the latest state of job id as the operator sees it (JobRecord, viewed),
+// or an error wrapping backend.ErrNotFound.
 func (in *Inspector) Job(ctx context.Context, id string) (JobView, error) {
-	if in.records == nil {
-		return JobView{}, fmt.Errorf("job %q is not in this host's recent history: %w", id, backend.ErrNotFound)
-	}
-	rec, err := in.records.JobRecord(ctx, id)
-	if in.own && errors.Is(err, backend.ErrNotFound) {
-		return JobView{}, fmt.Errorf("job %q is not in the backend's job records (never enqueued, or pruned by retention): %w", id, backend.ErrNotFound)
-	}
-	if in.own && err != nil {
-		return JobView{}, fmt.Errorf("reading the record of job %q: %w", id, err)
-	}
+	rec, err := in.JobRecord(ctx, id)
 	if err != nil {
 		return JobView{}, err
 	}
 	return view(rec, !in.own), nil
 }
 
-// Jobs returns a page of queue's jobs, newest first, and the cursor of the next page.
-// On a backend without a JobLister it lists this host's memory (recent jobs only).
-func (in *Inspector) Jobs(ctx context.Context, queue string, f backend.JobFilter) ([]JobView, string, error) {
-	if in.lister == nil {
-		return nil, "", fmt.Errorf("listing the jobs of queue %s: this backend keeps no job records and the host no history: %w", queue, ErrUnavailable)
+// JobRecord returns job id's record: the backend's own where it keeps job records
+// (pebble), else this host's memory of it (Records). An error wraps
+// backend.ErrNotFound when neither holds it.
+func (in *Inspector) JobRecord(ctx context.Context, id string) (backend.JobRecord, error) {
+	if in.records == nil {
+		return backend.JobRecord{}, fmt.Errorf("job %q is not in this host's recent history: %w", id, backend.ErrNotFound)
 	}
-	page, err := in.lister.ListJobs(ctx, queue, f)
+	rec, err := in.records.JobRecord(ctx, id)
+	if in.own && errors.Is(err, backend.ErrNotFound) {
+		return backend.JobRecord{}, fmt.Errorf("job %q is not in the backend's job records (never enqueued, or pruned by retention): %w", id, backend.ErrNotFound)
+	}
+	if in.own && err != nil {
+		return backend.JobRecord{}, fmt.Errorf("reading the record of job %q: %w", id, err)
+	}
+	return rec, err
+}
+
+// Jobs returns a page of queue's jobs, newest first, as the operator sees them
+// (JobRecords, viewed), and the cursor of the next page.
+func (in *Inspector) Jobs(ctx context.Context, queue string, f backend.JobFilter) ([]JobView, string, error) {
+	page, err := in.JobRecords(ctx, queue, f)
 	if err != nil {
 		return nil, "", err
 	}
@@ -138,6 +144,15 @@ func (in *Inspector) Jobs(ctx context.Context, queue string, f backend.JobFilter
 		}
 	}
 	return out, page.Next, nil
+}
+
+// JobRecords returns a page of queue's job records, newest first. On a backend
+// without a JobLister it lists this host's memory (recent jobs only).
+func (in *Inspector) JobRecords(ctx context.Context, queue string, f backend.JobFilter) (backend.JobPage, error) {
+	if in.lister == nil {
+		return backend.JobPage{}, fmt.Errorf("listing the jobs of queue %s: this backend keeps no job records and the host no history: %w", queue, ErrUnavailable)
+	}
+	return in.lister.ListJobs(ctx, queue, f)
 }
 
 // FindJob is a search of queue's jobs by id: the job, when it is of queue, else none.

@@ -89,16 +89,23 @@ func DeadLetterInfos(queue string, dead []backend.DeadLetter) []DeadLetterInfo {
 var errNoDeadLetters = errorf(ErrUnavailable, "this backend cannot list dead letters")
 
 // DeadLetters lists up to limit of queue's dead letters (all of them for 0), served
-// or not: a queue no module serves any more may still hold some.
+// or not, as the API shows them (DeadLetterInfos).
 func (in *Inspector) DeadLetters(ctx context.Context, queue string, limit int) ([]DeadLetterInfo, error) {
-	if in.dead == nil {
-		return nil, errNoDeadLetters
-	}
-	dead, err := in.dead.DeadLetters(ctx, queue, limit)
+	dead, err := in.DeadLetterList(ctx, queue, limit)
 	if err != nil {
 		return nil, err
 	}
 	return DeadLetterInfos(queue, dead), nil
+}
+
+// DeadLetterList lists up to limit of queue's dead letters (all of them for 0), served
+// or not: a queue no module serves any more may still hold some. An error wraps
+// ErrUnavailable where the backend keeps no dead letters it can list.
+func (in *Inspector) DeadLetterList(ctx context.Context, queue string, limit int) ([]backend.DeadLetter, error) {
+	if in.dead == nil {
+		return nil, errNoDeadLetters
+	}
+	return in.dead.DeadLetters(ctx, queue, limit)
 }
 
 // ReplayDeadLetter puts dead letter id back in its queue as a fresh job, and returns
