@@ -108,9 +108,6 @@ func (e *PartialError) Unwrap() error { return e.Err }
 // backend that keeps jobs (pebble, RabbitMQ) takes them through the drain, for the
 // next start, until Stop closes it.
 func (s *Server) Enqueue(ctx context.Context, jobs ...Job) (Enqueued, error) {
-	if !s.started.Load() {
-		return Enqueued{}, errNotStarted
-	}
 	var res inspect.Enqueued
 	var err error
 	if len(jobs) == 1 {

@@ -43,7 +43,7 @@ func (op *operator) observer(met *metrics.Metrics, log *slog.Logger) worker.Obse
 func (s *Server) newInspector() *inspect.Inspector {
 	return inspect.New(inspect.Config{
 		Backend: s.b, Registry: s.reg, Running: s.w.Running, Records: s.ops.recs, Rates: s.ops.rates,
-		Schedules: s.sched.List, RefusedPushes: s.refusedPushes, Accepting: s.accepting, Logger: s.log,
+		Schedules: s.sched.List, RefusedPushes: s.refusedPushes, Refusal: s.refusal, Logger: s.log,
 	})
 }
 

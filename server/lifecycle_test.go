@@ -122,6 +122,12 @@ func TestStopBeforeStart(t *testing.T) {
 	if rec := serveRecorded(h.srv, "GET", "/readyz"); rec != 503 {
 		t.Errorf("/readyz before Start: %d, want 503", rec)
 	}
+	if _, err := h.srv.Enqueue(context.Background(), server.Job{Queue: "work"}); !errors.Is(err, server.ErrDraining) || !strings.Contains(err.Error(), "not started") {
+		t.Errorf("Enqueue before Start: %v, want the host's refusal saying it is not started", err)
+	}
+	if code, body := postJob(h.srv); code != 503 || !strings.Contains(body, "not started") || strings.Contains(body, "draining") {
+		t.Errorf("POST /v1/jobs before Start: %d %s, want 503 saying the host is not started (not that it drains)", code, body)
+	}
 	if err := h.srv.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop before Start: %v", err)
 	}
@@ -301,12 +307,8 @@ func TestNoEnqueueAfterStop(t *testing.T) {
 	if _, err := h.srv.Enqueue(context.Background(), server.Job{Queue: "work"}); !errors.Is(err, server.ErrDraining) {
 		t.Errorf("Enqueue after Stop: %v, want the host's refusal (server.ErrDraining)", err)
 	}
-	rec := httptest.NewRecorder()
-	req := httptest.NewRequest("POST", "/v1/jobs", strings.NewReader(`{"queue": "work", "payload": "x"}`))
-	req.Host, req.Header["Content-Type"] = "127.0.0.1", []string{"application/json"}
-	h.srv.Handler().ServeHTTP(rec, req)
-	if rec.Code != 503 || !strings.Contains(rec.Body.String(), "draining") {
-		t.Errorf("POST /v1/jobs after Stop: %d %s, want 503 and the host's refusal (draining)", rec.Code, rec.Body)
+	if code, body := postJob(h.srv); code != 503 || !strings.Contains(body, "draining") {
+		t.Errorf("POST /v1/jobs after Stop: %d %s, want 503 and the host's refusal (draining)", code, body)
 	}
 }
 
@@ -399,6 +401,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+// postJob posts a job of "work" straight to s's Handler and returns the status and
+// the body of the answer.
+func postJob(s *server.Server) (int, string) {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/v1/jobs", strings.NewReader(`{"queue": "work", "payload": "x"}`))
+	req.Host, req.Header["Content-Type"] = "127.0.0.1", []string{"application/json"}
+	s.Handler().ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String()
 }
 
 // serveRecorded sends a request straight to s's Handler and returns the status.

@@ -393,15 +393,18 @@ func (s *Server) failed() error {
 // ready reports whether the host takes jobs: started, not draining, its store sound.
 func (s *Server) ready() bool { return s.started.Load() && !s.draining.Load() && s.failed() == nil }
 
-// accepting reports whether the API takes jobs: on a backend that keeps nothing queued
-// only until the drain (a job taken then would be dropped at exit); on one that keeps
-// them (pebble, RabbitMQ) through the drain, for the next start, until the backend's
-// close begins.
-func (s *Server) accepting() bool {
-	if kq, ok := s.b.(backend.QueueKeeper); ok && !kq.KeepsQueued() {
-		return s.started.Load() && !s.draining.Load()
+// refusal says why the host takes no jobs, nil while it takes them: from Start on, on
+// a backend that keeps nothing queued only until the drain (a job taken then would be
+// dropped at exit); on one that keeps them (pebble, RabbitMQ) through the drain, for
+// the next start, until the backend's close begins.
+func (s *Server) refusal() error {
+	switch kq, ok := s.b.(backend.QueueKeeper); {
+	case !s.started.Load():
+		return errNotStarted
+	case ok && !kq.KeepsQueued() && s.draining.Load(), s.closed.Load():
+		return ErrDraining
 	}
-	return s.started.Load() && !s.closed.Load()
+	return nil
 }
 
 // Start starts the parts in order (see the package's doc) and returns once the host

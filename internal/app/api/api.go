@@ -42,8 +42,8 @@ const (
 type Config struct {
 	// Inspector answers and acts on everything the API is asked (required): the
 	// backend, the registry, the host's memory of its jobs, rates, schedules, and
-	// whether the host takes new jobs (inspect.Config.Accepting, which the enqueues,
-	// retries and replays answer 503 while it is false).
+	// whether the host takes new jobs (inspect.Config.Refusal: while it has an error,
+	// the enqueues, retries and replays answer 503 with it).
 	Inspector *inspect.Inspector
 	// Metrics serves /metrics; nil leaves it out.
 	Metrics http.Handler
@@ -379,8 +379,8 @@ func (s *server) enqueueBatch(w http.ResponseWriter, r *http.Request) error {
 // read refuses an enqueue while the host takes no new jobs, before its body is read,
 // and decodes the body into v.
 func (s *server) read(w http.ResponseWriter, r *http.Request, v any) error {
-	if !s.in.Accepting() {
-		return inspect.ErrDraining
+	if err := s.in.Refusal(); err != nil {
+		return err
 	}
 	return s.decode(w, r, v)
 }

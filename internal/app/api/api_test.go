@@ -245,7 +245,7 @@ func TestEnqueueIsRefusedWhileDraining(t *testing.T) {
 	t.Parallel()
 	var ready atomic.Bool
 	ready.Store(true)
-	r := newAPIRig(t, "", func(c *rigConfig) { c.Ready, c.Inspect.Accepting = ready.Load, ready.Load })
+	r := newAPIRig(t, "", func(c *rigConfig) { c.Ready, c.Inspect.Refusal = ready.Load, inspecttest.Refusal(ready.Load) })
 	status, body := r.call(t, "POST", "/v1/jobs", `{"queue": "echo", "delay": "1h"}`)
 	if status != 202 {
 		t.Fatalf("before the drain: %d %v", status, body)
@@ -276,7 +276,7 @@ func TestEnqueueIsRefusedWhileDraining(t *testing.T) {
 // TestAcceptingIsItsOwnSwitch: a host may stay ready while it takes no jobs.
 func TestAcceptingIsItsOwnSwitch(t *testing.T) {
 	t.Parallel()
-	r := newAPIRig(t, "", func(c *rigConfig) { c.Inspect.Accepting = func() bool { return false } })
+	r := newAPIRig(t, "", func(c *rigConfig) { c.Inspect.Refusal = inspecttest.Refusal(func() bool { return false }) })
 	if status, _ := r.call(t, "POST", "/v1/jobs", `{"queue": "echo"}`); status != 503 {
 		t.Fatalf("not accepting: %d", status)
 	}
@@ -429,7 +429,7 @@ func TestEnqueueOvertakenByTheDrainIsNot202(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			// Accepting when the request arrives, draining by the time its publish is done.
 			b := &drainsOnPublish{Backend: memory.New(memory.Config{})}
-			r := newRigOn(t, on(b), "", func(c *rigConfig) { c.Inspect.Accepting = func() bool { return !b.draining.Load() } })
+			r := newRigOn(t, on(b), "", func(c *rigConfig) { c.Inspect.Refusal = inspecttest.Refusal(func() bool { return !b.draining.Load() }) })
 			body := `{"queue": "echo", "delay": "1h"}`
 			if path == "/v1/jobs/batch" {
 				body = `{"jobs": [` + body + `]}`

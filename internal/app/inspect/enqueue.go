@@ -47,16 +47,16 @@ func (e Enqueued) Queued() int {
 // (Config.Records) knows the job from before its publish, since on a fast backend it
 // can run and settle before Publish returns.
 //
-// Before the host has started, as while it drains, Config.Accepting is false (as run
-// sets it) and Enqueue refuses the job with ErrDraining, publishing nothing; with
-// Accepting nil it takes a job as soon as the registry serves the job's queue, and a
+// Before the host has started, as while it drains, Config.Refusal has an error (as
+// the server sets it) and Enqueue refuses the job with it, publishing nothing; with
+// Refusal nil it takes a job as soon as the registry serves the job's queue, and a
 // queue no module serves yet (the registry has not read its directory) is refused
-// with backend.ErrUnknownQueue. A job whose publish the drain overtook (Accepting
-// turned false meanwhile) is reported as refused with ErrDraining: it may be dropped
+// with backend.ErrUnknownQueue. A job whose publish the drain overtook (a Refusal
+// came meanwhile) is reported as refused with ErrDraining: it may be dropped
 // at exit. Other errors: ErrInvalid and ErrTooLarge (the job's checks), the backend's
 // (wrapped), and a PartialError for a unique job that may or may not be queued.
 func (in *Inspector) Enqueue(ctx context.Context, spec jobspec.Spec) (Enqueued, error) {
-	if err := in.accepting(); err != nil {
+	if err := in.Refusal(); err != nil {
 		return Enqueued{}, err
 	}
 	pub, err := in.check(spec)
@@ -78,7 +78,7 @@ func (in *Inspector) Enqueue(ctx context.Context, spec jobspec.Spec) (Enqueued, 
 // and a failure is a PartialError with the ids published before it. Jobs with unique
 // keys are judged each on its own.
 func (in *Inspector) EnqueueBatch(ctx context.Context, specs []jobspec.Spec) (Enqueued, error) {
-	if err := in.accepting(); err != nil {
+	if err := in.Refusal(); err != nil {
 		return Enqueued{}, err
 	}
 	if len(specs) == 0 || len(specs) > MaxBatch {
@@ -149,7 +149,7 @@ func (in *Inspector) publish(ctx context.Context, env backend.Envelope, delay ti
 	}
 	// Accepted means the job was in before the drain began. One whose publish the first
 	// signal overtook may be dropped at exit: the caller must not count on it.
-	if !in.cfg.Accepting() {
+	if in.Refusal() != nil {
 		// The caller is told the job was refused: the memory must not show it as
 		// pending. If it runs all the same, its events record it again.
 		in.mem.Forget(env.ID)
@@ -182,7 +182,7 @@ func (in *Inspector) publishBatch(ctx context.Context, pubs []backend.UniquePubl
 		}
 		return Enqueued{}, &PartialError{IDs: []string{}, Err: fmt.Errorf("publishing a batch of %d jobs: none was accepted: %w", len(pubs), raw)}
 	}
-	if !in.cfg.Accepting() {
+	if in.Refusal() != nil {
 		return Enqueued{}, &PartialError{IDs: []string{}, Err: drainedDuring(fmt.Sprintf("a batch of %d jobs was", len(pubs)), "them")}
 	}
 	return Enqueued{IDs: ids}, nil
@@ -212,7 +212,7 @@ func (in *Inspector) enqueueUnique(ctx context.Context, pubs []backend.UniquePub
 	for i, x := range res {
 		out.IDs[i], out.Duplicates[i] = x.ID, x.Duplicate
 	}
-	if queued := out.Queued(); queued > 0 && !in.cfg.Accepting() {
+	if queued := out.Queued(); queued > 0 && in.Refusal() != nil {
 		for i, x := range res {
 			if !x.Duplicate {
 				in.mem.Forget(pubs[i].Envelope.ID)

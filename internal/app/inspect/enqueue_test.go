@@ -12,13 +12,13 @@ import (
 )
 
 // TestEnqueueBeforeTheHostStarted: before the host has started, Enqueue refuses a job
-// with ErrDraining while Accepting is false, and with backend.ErrUnknownQueue while no
+// with ErrDraining while Refusal has an error, and with backend.ErrUnknownQueue while no
 // module serves its queue; neither publishes anything. Once both hold, it is queued.
 func TestEnqueueBeforeTheHostStarted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	started := false
-	rig := inspecttest.New(t, inspecttest.Options{Inspect: func(c *inspect.Config) { c.Accepting = func() bool { return started } }})
+	rig := inspecttest.New(t, inspecttest.Options{Inspect: func(c *inspect.Config) { c.Refusal = inspecttest.Refusal(func() bool { return started }) }})
 	job := jobspec.Spec{Queue: "echo", Payload: []byte("x")}
 	if _, err := rig.Inspector.Enqueue(ctx, job); !errors.Is(err, inspect.ErrDraining) {
 		t.Errorf("Enqueue before the start: %v, want ErrDraining", err)

@@ -25,7 +25,7 @@ var (
 	// RabbitMQ; a unique key where no key holds): the error says why (501).
 	ErrUnavailable = errors.New("not available on this backend")
 	// ErrDraining is an enqueue, retry or replay while the host takes no new jobs
-	// (Config.Accepting is false): the host is draining, or not started (503).
+	// (Config.Refusal has an error): the host is draining, or not started (503).
 	ErrDraining = errors.New("the host is draining (shutting down) and takes no new jobs: enqueue through another host, or after it restarts")
 	// ErrConflict is an action the state of what it acts on refuses, such as a
 	// promote without a canary, or a backup whose name is taken (409).

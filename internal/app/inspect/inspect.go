@@ -41,10 +41,11 @@ type Config struct {
 	// RefusedPushes lists the module pushes this host refused (internal/app/fleet); nil,
 	// or a nil answer, lists none.
 	RefusedPushes func() any
-	// Accepting reports whether the host takes new jobs: enqueues, retries and replays
-	// fail with ErrDraining while it is false, so that no job is accepted that the
-	// drain would then drop. Nil means always.
-	Accepting func() bool
+	// Refusal says why the host takes no new jobs, nil while it takes them: enqueues,
+	// retries and replays fail with its error (one wrapping ErrDraining: not started
+	// yet, or draining) while it has one, so that no job is accepted that the drain
+	// would then drop. Nil means the host always takes them.
+	Refusal func() error
 	// Logger logs what fails while reading (a queue's counts); nil discards.
 	Logger *slog.Logger
 }
@@ -81,8 +82,8 @@ type Inspector struct {
 
 // New returns the Inspector of cfg.
 func New(cfg Config) *Inspector {
-	if cfg.Accepting == nil {
-		cfg.Accepting = func() bool { return true }
+	if cfg.Refusal == nil {
+		cfg.Refusal = func() error { return nil }
 	}
 	in := &Inspector{cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))}
 	b := cfg.Backend
@@ -123,16 +124,9 @@ func (in *Inspector) Can() Can {
 	return Can{Count: in.stats != nil, DeadLetters: in.dead != nil, Act: in.control != nil, Records: in.own, List: in.listed}
 }
 
-// Accepting reports whether the host takes new jobs (Config.Accepting).
-func (in *Inspector) Accepting() bool { return in.cfg.Accepting() }
-
-// accepting fails with ErrDraining while the host takes no new jobs.
-func (in *Inspector) accepting() error {
-	if !in.cfg.Accepting() {
-		return ErrDraining
-	}
-	return nil
-}
+// Refusal says why the host takes no new jobs (Config.Refusal): nil while it takes
+// them, else an error wrapping ErrDraining.
+func (in *Inspector) Refusal() error { return in.cfg.Refusal() }
 
 // modules are the registry's modules (none without a registry).
 func (in *Inspector) modules() []host.ModuleStatus {

@@ -187,7 +187,7 @@ func (in *Inspector) Act(ctx context.Context, id string, a Action) error {
 		return errorf(ErrInvalid, "unknown action %q: want cancel, retry or delete", a)
 	}
 	if a == ActionRetry {
-		if err := in.accepting(); err != nil {
+		if err := in.Refusal(); err != nil {
 			return err
 		}
 	}

@@ -115,7 +115,7 @@ func (in *Inspector) DeadLetterList(ctx context.Context, queue string, limit int
 // ErrDraining while the host takes no new jobs, and with an error wrapping
 // backend.ErrNotFound when no queue holds the dead letter.
 func (in *Inspector) ReplayDeadLetter(ctx context.Context, id, queue string) (string, error) {
-	if err := in.accepting(); err != nil {
+	if err := in.Refusal(); err != nil {
 		return "", err
 	}
 	if in.dead == nil {
@@ -157,7 +157,7 @@ func (in *Inspector) replay(ctx context.Context, id, q string) error {
 // ReplayDeadLetter, and returns how many it replayed; one that went meanwhile is
 // skipped.
 func (in *Inspector) ReplayAll(ctx context.Context, queue string) (int, error) {
-	if err := in.accepting(); err != nil {
+	if err := in.Refusal(); err != nil {
 		return 0, err
 	}
 	if _, err := in.Served(queue); err != nil {

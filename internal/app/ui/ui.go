@@ -56,7 +56,7 @@ type HostInfo struct {
 type Config struct {
 	// Inspector reads and acts on the host (required): the one the API uses, so that
 	// the two never answer differently. Replays and retries are refused while it
-	// takes no new jobs (inspect.Config.Accepting).
+	// takes no new jobs (inspect.Config.Refusal).
 	Inspector *inspect.Inspector
 	// Versions is each module's recent version history; nil shows none.
 	Versions *Versions
@@ -518,9 +518,11 @@ func (s *server) deadAction(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no module serves queue %q", q))
 		return
 	}
-	if (action == "replay" || action == "replay-all") && !s.in.Accepting() {
-		s.failErr(w, r, inspect.ErrDraining)
-		return
+	if action == "replay" || action == "replay-all" {
+		if err := s.in.Refusal(); err != nil {
+			s.failErr(w, r, err)
+			return
+		}
 	}
 	if (action == "replay-all" || action == "purge") && r.FormValue("confirm") != "yes" {
 		http.Redirect(w, r, "/ui/dead-letters?queue="+url.QueryEscape(q)+"&confirm="+action, http.StatusSeeOther)

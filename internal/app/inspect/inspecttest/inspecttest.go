@@ -175,3 +175,14 @@ func (r *Rig) CallDown(t testing.TB) (dest string, call func()) {
 func Caller(http string) Module {
 	return Module{Name: "caller", Wasm: "abi/http_post_retry", Manifest: "[http]\nallow = [\"http://127.0.0.1:1-65535\"]\n" + http}
 }
+
+// Refusal is an inspect.Config.Refusal that refuses with inspect.ErrDraining while
+// accepting reports false, as a host that is not started or drains does.
+func Refusal(accepting func() bool) func() error {
+	return func() error {
+		if accepting() {
+			return nil
+		}
+		return inspect.ErrDraining
+	}
+}
