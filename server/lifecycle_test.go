@@ -484,7 +484,8 @@ func (l *brokenListener) Accept() (net.Conn, error) {
 }
 
 // TestNewGuardsAListenerBeyondLoopback: New applies run's checks to a Listener beyond
-// loopback: a token is required, and TLS unless Config.InsecureHTTP says otherwise.
+// loopback: a token is required, and TLS unless Config.InsecureHTTP says otherwise. A
+// Unix socket stays on this machine, as loopback does: it needs neither.
 func TestNewGuardsAListenerBeyondLoopback(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -492,21 +493,30 @@ func TestNewGuardsAListenerBeyondLoopback(t *testing.T) {
 		name string
 		cfg  server.Config
 		want string // in New's error; empty: New succeeds
+		unix bool   // a Unix socket, not a listener beyond loopback
 	}{
-		{"no token", server.Config{InsecureHTTP: true}, "set Config.Token"},
-		{"plain HTTP", server.Config{Token: "t"}, "or Config.InsecureHTTP"},
-		{"plain HTTP asked for", server.Config{Token: "t", InsecureHTTP: true}, ""},
+		{"no token", server.Config{InsecureHTTP: true}, "set Config.Token", false},
+		{"plain HTTP", server.Config{Token: "t"}, "or Config.InsecureHTTP", false},
+		{"plain HTTP asked for", server.Config{Token: "t", InsecureHTTP: true}, "", false},
+		{"unix socket", server.Config{}, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			network, addr := "tcp", "127.0.0.1:0"
+			if tc.unix {
+				network, addr = "unix", filepath.Join(t.TempDir(), "api.sock")
+			}
+			ln, err := net.Listen(network, addr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer ln.Close()
 			b := memory.New(memory.Config{})
 			cfg := tc.cfg
-			cfg.Modules, cfg.CacheDir, cfg.Listener = dir, t.TempDir(), remoteListener{ln}
+			cfg.Modules, cfg.CacheDir, cfg.Listener = dir, t.TempDir(), net.Listener(remoteListener{ln})
+			if tc.unix {
+				cfg.Listener = ln
+			}
 			srv, err := server.New(b, cfg)
 			if err == nil {
 				srv.Stop(context.Background())

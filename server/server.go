@@ -143,8 +143,9 @@ type Config struct {
 	Fleet *FleetConfig
 	// Listener, when set, is the server's: Start serves Handler on it, and Stop shuts
 	// it down after the drain (or closes it, if it never served). Nil serves nothing:
-	// mount Handler on a server of yours. One beyond loopback needs Token, and TLS
-	// unless InsecureHTTP is set, as `wasmjobs run --listen` does.
+	// mount Handler on a server of yours. One beyond loopback (not a loopback address,
+	// nor a Unix socket) needs Token, and TLS unless InsecureHTTP is set, as `wasmjobs
+	// run --listen` does.
 	Listener net.Listener
 	// InsecureHTTP lets a Listener beyond loopback serve plain HTTP: the token then
 	// crosses the network in clear. Without it New refuses such a Listener without TLS.
@@ -648,10 +649,14 @@ func dataDir(b backend.Backend) string {
 	return ""
 }
 
-// isLoopback reports whether a listener's address stays on this machine.
+// isLoopback reports whether a listener's address stays on this machine: a loopback
+// address, or a Unix socket (reached through the file system, not the network).
 func isLoopback(addr net.Addr) bool {
-	if a, ok := addr.(*net.TCPAddr); ok {
+	switch a := addr.(type) {
+	case *net.TCPAddr:
 		return a.IP.IsLoopback()
+	case *net.UnixAddr:
+		return true
 	}
 	return inspect.IsLoopbackHost(addr.String())
 }
