@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -534,3 +535,30 @@ func TestNewGuardsAListenerBeyondLoopback(t *testing.T) {
 type remoteListener struct{ net.Listener }
 
 func (remoteListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 8080} }
+
+// TestAUnixSocketListenerServes: the API on a Unix socket needs no token and answers
+// a client whatever name its URL gives the host (no web page can reach a socket, so
+// the loopback Host check does not apply).
+func TestAUnixSocketListenerServes(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasmjobstest.NewHost(t, wasmjobstest.HostConfig{Server: server.Config{Listener: ln}})
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	defer client.CloseIdleConnections()
+	for _, host := range []string{"unix", "localhost", "wasmjobs.internal"} {
+		resp, err := client.Get("http://" + host + "/v1/queues")
+		if err != nil {
+			t.Fatalf("GET over the socket as %s: %v", host, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET /v1/queues over the socket, Host %s: %d, want 200", host, resp.StatusCode)
+		}
+	}
+}

@@ -253,7 +253,7 @@ func New(b backend.Backend, cfg Config) (*Server, error) {
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
 		return nil, errors.New("server: TLSCertFile and TLSKeyFile go together")
 	}
-	if ln := cfg.Listener; ln != nil && !isLoopback(ln.Addr()) {
+	if ln := cfg.Listener; ln != nil && !onThisMachine(ln.Addr()) {
 		// The checks of `wasmjobs run --listen`: the API beyond this machine is never open
 		// to all, and its token crosses the network in clear only when asked to.
 		if cfg.Token == "" {
@@ -649,16 +649,21 @@ func dataDir(b backend.Backend) string {
 	return ""
 }
 
-// isLoopback reports whether a listener's address stays on this machine: a loopback
-// address, or a Unix socket (reached through the file system, not the network).
+// isLoopback reports whether a listener's address is a loopback one, which a web page
+// could reach through a DNS name rebound to it: the API's Host check guards it.
 func isLoopback(addr net.Addr) bool {
-	switch a := addr.(type) {
-	case *net.TCPAddr:
+	if a, ok := addr.(*net.TCPAddr); ok {
 		return a.IP.IsLoopback()
-	case *net.UnixAddr:
-		return true
 	}
 	return inspect.IsLoopbackHost(addr.String())
+}
+
+// onThisMachine reports whether a listener stays on this machine: a loopback address,
+// or a Unix socket, reached through the file system and never by a web page, so that
+// its clients' Host headers (any name) are not checked.
+func onThisMachine(addr net.Addr) bool {
+	_, unix := addr.(*net.UnixAddr)
+	return unix || isLoopback(addr)
 }
 
 // isRabbitMQ reports whether b is the RabbitMQ backend, for the dashboard's name.
