@@ -449,6 +449,11 @@ func (s *Server) Start(ctx context.Context) error {
 			return s.startFailed(ctx, c.name, err)
 		}
 	}
+	// ctx may end after the last check and before the AfterFunc is undone: if the
+	// AfterFunc already ran (or runs), the run is ending, and the start has failed.
+	if !endStart() {
+		return s.startFailed(ctx, "the last part", nil)
+	}
 	s.mu.Lock()
 	if s.state != stateStarting { // Stop came during the start: it stops the parts
 		s.mu.Unlock()
