@@ -118,6 +118,13 @@ func TestInspectorReplaysAndPurgesDeadLetters(t *testing.T) {
 	if err != nil || len(dead) != 1 || dead[0].Envelope.ID != id || string(dead[0].Envelope.Payload) != "doomed" {
 		t.Fatalf("DeadLetters = %+v, %v; want job %s with its payload", dead, err, id)
 	}
+	// A replay into a queue that does not hold it fails and changes nothing.
+	if _, err := in.ReplayDeadLetter(ctx, id, "echo"); !errors.Is(err, backend.ErrNotFound) {
+		t.Errorf("replaying into a queue without the dead letter: %v, want backend.ErrNotFound", err)
+	}
+	if rec, err := in.Job(ctx, id); err != nil || rec.State != backend.JobDead {
+		t.Errorf("after the failed replay, Job = %+v, %v; want the job still dead", rec, err)
+	}
 	q, err := in.ReplayDeadLetter(ctx, id, "")
 	if err != nil || q != "dead" {
 		t.Fatalf("ReplayDeadLetter = %q, %v; want it found in queue dead", q, err)

@@ -145,9 +145,13 @@ func (in *Inspector) ReplayDeadLetter(ctx context.Context, id, queue string) (st
 // replay puts dead letter id of queue q back, known to the host's memory from before
 // the replay (it may run at once), and forgotten again if the replay failed.
 func (in *Inspector) replay(ctx context.Context, id, q string) error {
+	before, known := in.mem.get(id)
 	in.mem.Enqueued(backend.Envelope{ID: id, Queue: q, Attempt: 1}, false)
 	err := in.dead.ReplayDeadLetter(ctx, q, id)
-	if err != nil {
+	switch {
+	case err != nil && known: // a failed action changes nothing: the job is still dead
+		in.mem.restore(id, before.rec)
+	case err != nil:
 		in.mem.Forget(id)
 	}
 	return err

@@ -221,6 +221,15 @@ func (r *Records) Forget(id string) {
 	en.known, en.rec = false, backend.JobRecord{ID: id, Attempts: en.rec.Attempts}
 }
 
+// restore puts back the record rec that the job had before an action that failed
+// (a replay into a queue that does not hold it), as the job's latest.
+func (r *Records) restore(id string, rec backend.JobRecord) {
+	r.change(id, true, func(en *entry) bool {
+		en.known, en.rec = true, rec
+		return true
+	})
+}
+
 // get returns the job's entry, if the memory holds the job.
 func (r *Records) get(id string) (entry, bool) {
 	if r == nil {
