@@ -22,11 +22,11 @@ import (
 // component is one part of the host: what starts it (nil: New built it, nothing runs
 // until asked) and what stops it (nil: nothing to release). Start runs the starts in
 // list order, Stop the stops in reverse; a stop releases its part whether or not it
-// started, so the same list undoes a failed Start.
+// started, so the same list undoes a failed Start. A stop's error is Stop's.
 type component struct {
 	name  string
 	start func(ctx context.Context) error
-	stop  func(ctx context.Context)
+	stop  func(ctx context.Context) error
 }
 
 // components returns the host's parts in start order. The order is the dependencies':
@@ -48,33 +48,36 @@ func (s *Server) components() []component {
 	ln := newListener(s)
 	return []component{
 		{name: "backend", stop: s.closeBackend},
-		// Engine.Close waits for the jobs still running: a job that never returns must
-		// not eat the backend's slice of time.
-		{name: "engine", stop: func(ctx context.Context) {
-			ctx, cancel := beforeBackend(ctx)
-			defer cancel()
-			s.engine.Close(ctx)
-		}},
-		{name: "upload checker", stop: func(ctx context.Context) {
-			ctx, cancel := beforeBackend(ctx)
-			defer cancel()
-			s.checkEngine.Close(ctx)
-		}},
-		{name: "fleet follower", start: s.followModules, stop: func(ctx context.Context) {
+		// Engine.Close waits for the jobs still running, within the time before the
+		// backend's (stopParts).
+		{name: "engine", stop: s.engine.Close},
+		{name: "upload checker", stop: s.checkEngine.Close},
+		{name: "fleet follower", start: s.followModules, stop: func(ctx context.Context) error {
 			if fl := s.fleetFollower(); fl != nil {
 				fl.Close(ctx)
 			}
+			return nil
 		}},
-		{name: "registry", start: s.reg.Start, stop: func(context.Context) { s.reg.Close(); s.retire() }},
-		{name: "worker", start: s.w.Start, stop: func(ctx context.Context) { s.stopWorker(ctx) }},
+		{name: "registry", start: s.reg.Start, stop: func(context.Context) error {
+			err := s.reg.Close()
+			s.retire()
+			return err
+		}},
+		{name: "worker", start: s.w.Start, stop: func(ctx context.Context) error {
+			// Its error is the drain's, which Stop has had (a Stop without a drain: a
+			// worker never started).
+			s.stopWorker(ctx)
+			return nil
+		}},
 		{name: "schedules", start: func(ctx context.Context) error {
 			// They fire from now until the drain starts (the run context ends).
 			stopSchedules = startSchedules(ctx, s.sched, s.reg, s.schedKick, s.log)
 			return nil
-		}, stop: func(context.Context) {
+		}, stop: func(context.Context) error {
 			if stopSchedules != nil {
 				stopSchedules()
 			}
+			return nil
 		}},
 		{name: "store health", start: health.start, stop: health.stop},
 		{name: "listener", start: ln.start, stop: ln.stop},
@@ -83,11 +86,13 @@ func (s *Server) components() []component {
 
 // closeBackend closes the backend, last, within what is left of ctx. From its start
 // the host accepts no job: one taken now would meet a closed backend.
-func (s *Server) closeBackend(ctx context.Context) {
+func (s *Server) closeBackend(ctx context.Context) error {
 	s.closed.Store(true)
 	if err := s.b.Close(ctx); err != nil {
-		s.log.Warn("closing the backend", "error", err)
+		s.log.Error("closing the backend", "error", err)
+		return err
 	}
+	return nil
 }
 
 // followModules starts following the fleet's modules stream, when Config.Fleet is set:
@@ -182,11 +187,12 @@ func (h *healthCheck) start(context.Context) error {
 	return nil
 }
 
-func (h *healthCheck) stop(context.Context) {
+func (h *healthCheck) stop(context.Context) error {
 	close(h.quit)
 	if h.started.Load() {
 		<-h.done
 	}
+	return nil
 }
 
 // listener serves Handler on Config.Listener, when there is one.
@@ -232,23 +238,23 @@ func (l *listener) start(context.Context) error {
 	return nil
 }
 
-// stop ends the API within ctx less backendCloseSlice (beforeBackend): a slow client
-// does not eat the backend's time. A listener never served is closed.
-func (l *listener) stop(ctx context.Context) {
+// stop ends the API within ctx (the time before the backend's: a slow client does not
+// eat the backend's time), then closes the connections still open. A listener never
+// served is closed.
+func (l *listener) stop(ctx context.Context) error {
 	ln := l.s.cfg.Listener
 	if ln == nil {
-		return
+		return nil
 	}
 	if !l.serving.Load() {
 		ln.Close()
-		return
+		return nil
 	}
-	ctx, cancel := beforeBackend(ctx)
-	defer cancel()
 	if err := l.srv.Shutdown(ctx); err != nil {
 		l.srv.Close()
 	}
 	<-l.serveErr
+	return nil
 }
 
 // beforeBackend is ctx for a part stopped before the backend: its deadline less

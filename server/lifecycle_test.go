@@ -90,6 +90,58 @@ func TestStopAtTheDrainDeadline(t *testing.T) {
 	}
 }
 
+// TestACancelledStopEndsWithinCloseGrace: a Stop whose context is cancelled (a second
+// signal) ends the drain at once, and the parts then stop within CloseGrace of it,
+// not of the drain timeout: a client that holds a connection half-sent does not keep
+// the API's shutdown going.
+func TestACancelledStopEndsWithinCloseGrace(t *testing.T) {
+	t.Parallel()
+	h := newTestHost(t, nil, server.Config{DrainTimeout: time.Hour})
+	h.Start()
+	id := h.enqueue("never")
+	h.WaitState(id, "running")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.URL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET /v1/queues HTTP/1.1\r\nHost: 127.0.0.1\r\n")); err != nil { // no end of headers
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	h.srv.Stop(ctx)
+	if took := time.Since(start); took > 100*time.Millisecond+server.CloseGrace+time.Second {
+		t.Errorf("Stop took %v after its context was cancelled at 100ms, want CloseGrace (%v) at most", took, server.CloseGrace)
+	}
+}
+
+// closeFails is a backend whose Close closes it and then fails with errCloseFailed.
+type closeFails struct{ backend.Backend }
+
+var errCloseFailed = errors.New("the store could not be flushed")
+
+func (b closeFails) Close(ctx context.Context) error {
+	return errors.Join(b.Backend.Close(ctx), errCloseFailed)
+}
+
+// TestStopReturnsTheBackendsCloseError: a backend that fails to close (its data
+// directory may still be locked) makes Stop fail with its error, after a drain as
+// after no start at all.
+func TestStopReturnsTheBackendsCloseError(t *testing.T) {
+	t.Parallel()
+	for _, started := range []bool{true, false} {
+		h := newTestHost(t, closeFails{memory.New(memory.Config{})}, server.Config{})
+		if started {
+			h.Start()
+		}
+		if err := h.srv.Stop(context.Background()); !errors.Is(err, errCloseFailed) || !strings.Contains(err.Error(), "stopping the backend") {
+			t.Errorf("Stop (started %v) of a backend whose close fails: %v, want its error", started, err)
+		}
+	}
+}
+
 // TestStartThenStop: a host with nothing running stops at once; the lifecycle's
 // misuses answer with its sentinel errors.
 func TestStartThenStop(t *testing.T) {

@@ -496,7 +496,7 @@ func (s *Server) startFailed(ctx context.Context, name string, err error) error 
 	s.cancelRun()
 	closeCtx, cancel := context.WithTimeout(context.Background(), CloseGrace)
 	defer cancel()
-	s.stopParts(closeCtx)
+	err = errors.Join(err, s.stopParts(closeCtx))
 	close(s.stopDone)
 	return err
 }
@@ -523,13 +523,17 @@ func (s *Server) logServing() {
 }
 
 // Stop drains the host and stops every part (see the package's doc): it returns within
-// the drain timeout (or ctx's deadline, when sooner) plus CloseGrace. It returns the
-// store's failure when that stopped the host, the listener's when it failed, and an
-// error when the worker's stop failed otherwise than by the drain deadline. Stop
+// the drain timeout (or ctx's deadline, or its cancellation, when sooner) plus
+// CloseGrace, once a Start under way has returned. Its error joins the store's failure
+// when that stopped the host, the listener's when it failed, the worker's when its stop
+// failed otherwise than by the drain deadline (a settle or stream the backend kept past
+// it: worker.ErrLeftBehind), and the errors of the parts' stops, the backend's close
+// among them (its data directory may then still be locked); nil when none failed. Stop
 // before Start releases what New built, the backend included.
 //
-// A Stop during Start first waits for Start to give up (Start is bounded by the run
-// that Stop ends), so that no part starts after its stop ran. A Stop while another
+// A Stop during Start first waits for Start to give up, so that no part starts after
+// its stop ran: every part's start takes the run's context, which Stop ends, and
+// returns with it. A Stop while another
 // stop is under way (a first Stop's drain, a failed Start's release) waits for it,
 // until ctx ends, then returns ErrStopped: a deferred Stop does not let the program
 // exit mid-drain. The one exception is the first Stop after a failed Start, which
@@ -576,31 +580,55 @@ func (s *Server) Stop(ctx context.Context) error {
 	if served {
 		stopErr = s.drain(drainCtx)
 	}
-	closeCtx, cancelClose := context.WithDeadline(context.WithoutCancel(ctx), deadline.Add(CloseGrace))
+	// The parts stop within CloseGrace of the drain's end: of its deadline, or of now
+	// when it ended sooner (every job settled, or ctx cancelled: a second signal).
+	closeBy := deadline
+	if now := time.Now(); now.Before(closeBy) {
+		closeBy = now
+	}
+	closeCtx, cancelClose := context.WithDeadline(context.WithoutCancel(ctx), closeBy.Add(CloseGrace))
 	defer cancelClose()
-	s.stopParts(closeCtx)
+	partsErr := s.stopParts(closeCtx)
 	if served {
 		s.log.Info("wasmjobs stopped")
 	}
+	var errs []error
 	if err := s.failed(); err != nil {
-		return fmt.Errorf("stopped on a failed store: %w", err)
+		errs = append(errs, fmt.Errorf("stopped on a failed store: %w", err))
 	}
 	if err := s.serveFailure(); err != nil {
-		return fmt.Errorf("stopped on a failed listener: %w", err)
+		errs = append(errs, fmt.Errorf("stopped on a failed listener: %w", err))
 	}
-	if stopErr != nil && !errors.Is(stopErr, context.DeadlineExceeded) {
-		return stopErr
+	// The drain's deadline is no failure (the jobs it left are delivered again); a
+	// settle or a stream that the backend kept past it is.
+	if stopErr != nil && (!errors.Is(stopErr, context.DeadlineExceeded) || errors.Is(stopErr, worker.ErrLeftBehind)) {
+		errs = append(errs, stopErr)
 	}
-	return nil
+	return errors.Join(append(errs, partsErr)...)
 }
 
-// stopParts stops every part in the reverse of its start, within ctx.
-func (s *Server) stopParts(ctx context.Context) {
+// stopParts stops every part in the reverse of its start, within ctx, and returns
+// their errors. The backend, stopped last, has a slice of time of its own: every part
+// before it stops within ctx's deadline less backendCloseSlice (beforeBackend), so
+// that a part that waits (a job that never returns, a broker that hangs) cannot leave
+// the backend a context already expired.
+func (s *Server) stopParts(ctx context.Context) error {
+	var errs []error
 	for i := len(s.parts) - 1; i >= 0; i-- {
-		if c := s.parts[i]; c.stop != nil {
-			c.stop(ctx)
+		c := s.parts[i]
+		if c.stop == nil {
+			continue
 		}
+		partCtx, cancel := ctx, context.CancelFunc(func() {})
+		if i > 0 { // the backend is the list's first part
+			partCtx, cancel = beforeBackend(ctx)
+		}
+		if err := c.stop(partCtx); err != nil {
+			errs = append(errs, fmt.Errorf("server: stopping the %s: %w", c.name, err))
+		}
+		cancel()
 	}
+	return errors.Join(errs...)
 }
 
 // drain is the step of Stop before the parts' stops: the API already refuses new jobs

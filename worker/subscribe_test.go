@@ -668,8 +668,8 @@ func TestStopIsBoundedWhenASettleIgnoresItsContext(t *testing.T) {
 		if took := time.Since(start); took > 5*time.Second+time.Second {
 			t.Fatalf("Stop returned after %v, want the 5s drain timeout plus its 1s grace at most", took)
 		}
-		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "1 settles still under way") {
-			t.Fatalf("stop: %v, want the drain timeout and the stuck settle named", err)
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, worker.ErrLeftBehind) || !strings.Contains(err.Error(), "1 settles still under way") {
+			t.Fatalf("stop: %v, want the drain timeout and the stuck settle named, left behind (worker.ErrLeftBehind)", err)
 		}
 	})
 }

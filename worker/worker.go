@@ -285,6 +285,12 @@ func positiveOr[T int | time.Duration](v, def T) T {
 // ErrStopped is returned by Register and Start on a worker that is stopping.
 var ErrStopped = errors.New("worker stopped")
 
+// ErrLeftBehind is wrapped by Stop's error when a settle or a stream's end was still
+// under way stopGrace past the drain deadline (a backend that ignores its context):
+// Stop left it behind, running. Unlike the drain deadline alone, this is a fault of
+// the backend.
+var ErrLeftBehind = errors.New("left behind after the drain deadline")
+
 // Start consumes every registered queue and starts taking jobs; ctx bounds the calls
 // to the backend. It returns once every queue is consumed; Stop ends the work. If a
 // queue cannot be consumed, Start ends the streams it opened and fails.
@@ -414,7 +420,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		if stuck != nil {
 			n := w.settling.count()
 			w.log.Error("settles still under way after the drain deadline: left behind", slog.Int("settles", n), slog.Duration("grace", stopGrace))
-			err = fmt.Errorf("worker stop: drain timeout: %d jobs left unacknowledged, %d settles still under way %v after it (the backend ignores their context): %w", left, n, stopGrace, err)
+			err = fmt.Errorf("worker stop: drain timeout: %d jobs left unacknowledged, %d settles still under way %v after it (the backend ignores their context): %w: %w", left, n, stopGrace, ErrLeftBehind, err)
 		} else {
 			err = fmt.Errorf("worker stop: drain timeout: %d jobs left unacknowledged: %w", left, err)
 		}
@@ -450,7 +456,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	case <-endCtx.Done():
 		n := left.Load()
 		w.log.Error("streams or resubscriptions did not end after the drain deadline: left behind", slog.Int("streams", int(n)), slog.Duration("grace", stopGrace))
-		err = errors.Join(err, fmt.Errorf("worker stop: %d streams (or resubscriptions) did not end %v after the deadline", n, stopGrace))
+		err = errors.Join(err, fmt.Errorf("worker stop: %d streams (or resubscriptions) did not end %v after the deadline: %w", n, stopGrace, ErrLeftBehind))
 	}
 	w.cancelHandler()
 	w.cancelSettles()
