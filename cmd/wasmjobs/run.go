@@ -438,7 +438,28 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	case <-runCtx.Done():
 	case <-srv.Done(): // the store or the listener failed
 	}
-	return srv.Stop(context.Background())
+	err = srv.Stop(context.Background())
+	if err != nil && outOfTime(err) {
+		// A part (a broker that hangs, a settle it ignores) that did not stop within the
+		// drain and its grace: the process's exit ends it, and nothing is lost (the jobs
+		// left are delivered again). Said, not an exit status.
+		log.Error("stopped, with parts that did not finish in time", "error", err)
+		return nil
+	}
+	return err
+}
+
+// outOfTime reports whether every error joined in err is one of time running out.
+func outOfTime(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !outOfTime(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
 }
 
 // serverConfig is the server's configuration of the flags: it opens the listener and

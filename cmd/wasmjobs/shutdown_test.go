@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -254,5 +256,26 @@ func TestRunTakesANegativeHistory(t *testing.T) {
 	sigs <- syscall.SIGTERM
 	if err := p.result(t, 10*time.Second); err != nil {
 		t.Fatalf("run --history -1: %v", err)
+	}
+}
+
+// TestOutOfTime: run exits 0 after a Stop whose only failures are parts that ran out
+// of time (the process's exit ends them), and fails on any other.
+func TestOutOfTime(t *testing.T) {
+	t.Parallel()
+	late := fmt.Errorf("server: stopping the backend: %w", context.DeadlineExceeded)
+	broken := errors.New("stopped on a failed store: disk full")
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{late, true},
+		{errors.Join(late, fmt.Errorf("worker: %w", context.DeadlineExceeded)), true},
+		{errors.Join(late, broken), false},
+		{broken, false},
+	} {
+		if got := outOfTime(tc.err); got != tc.want {
+			t.Errorf("outOfTime(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }
