@@ -228,10 +228,14 @@ func (l *listener) start(context.Context) error {
 		} else {
 			err = l.srv.Serve(ln)
 		}
-		if !errors.Is(err, http.ErrServerClosed) && !l.s.draining.Load() {
+		switch {
+		case errors.Is(err, http.ErrServerClosed):
+		case !l.s.draining.Load():
 			l.s.serveErr.Store(&err) // before Done closes: Stop returns it
 			l.s.log.Error("the HTTP API stopped", "error", err)
 			l.s.stopOnItsOwn()
+		default: // the drain stops the host anyway: said, not returned
+			l.s.log.Warn("the HTTP API stopped during the drain", "error", err)
 		}
 		l.serveErr <- err
 	}()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/wasmjobs/wasmjobs/internal/app/api"
 	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/jobspec"
 )
@@ -12,10 +13,19 @@ import (
 // Limits of Enqueue.
 const (
 	// MaxBatch is the most jobs one Enqueue takes, as POST /v1/jobs/batch does.
-	MaxBatch = inspect.MaxBatch
+	MaxBatch = 1000
 	// MaxPriority is the highest Job.Priority: priorities run from 0 (the default) to
 	// MaxPriority, higher first. The level above is the worker's, for deferred jobs.
-	MaxPriority = jobspec.PriorityLevels - 1
+	MaxPriority = 1
+)
+
+// The limits and defaults above are the internal packages', written out so that godoc
+// shows their values: one that differs from its source does not compile (a negative
+// constant overflows uint).
+const (
+	_ = uint(MaxBatch-inspect.MaxBatch) + uint(inspect.MaxBatch-MaxBatch)
+	_ = uint(MaxPriority-(jobspec.PriorityLevels-1)) + uint(jobspec.PriorityLevels-1-MaxPriority)
+	_ = uint(DefaultHistory-api.DefaultHistory) + uint(api.DefaultHistory-DefaultHistory)
 )
 
 // The kinds of Enqueue's errors, for errors.Is: the error itself says what, and of
@@ -75,8 +85,8 @@ type Enqueued struct {
 // Queued counts the jobs queued (not duplicates).
 func (e Enqueued) Queued() int { return inspect.Enqueued(e).Queued() }
 
-// PartialError is an Enqueue of several jobs (or of a unique one) that failed, or
-// that the drain overtook, with the ids the caller should know of: those accepted
+// PartialError is an Enqueue of several jobs that failed or that the drain overtook,
+// or of a unique one that failed, with the ids the caller should know of: those accepted
 // before the failure or, where the write may have landed whole, every id to look up
 // (Inspector.Job). IDs is empty (not nil) where none was accepted. Take it with
 // errors.As.

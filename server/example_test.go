@@ -36,7 +36,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	job, err := srv.Inspector().Job(ctx, res.IDs[0])
-	for err == nil && job.State != "succeeded" {
+	for err == nil && !job.State.Finished() { // succeeded, dead or cancelled
 		time.Sleep(10 * time.Millisecond)
 		job, err = srv.Inspector().Job(ctx, res.IDs[0])
 	}

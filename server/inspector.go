@@ -96,8 +96,8 @@ func (i *Inspector) DeadLetters(ctx context.Context, queue string, limit int) ([
 
 // ReplayDeadLetter puts dead letter id back in queue as a fresh job (attempt 1) and
 // returns the queue: the one given, which must be served, or for "" the first served
-// queue that holds it. An error wraps backend.ErrNotFound (no queue holds it) or
-// ErrDraining.
+// queue that holds it. An error wraps backend.ErrNotFound (no queue holds it),
+// backend.ErrUnknownQueue (queue is not served) or ErrDraining.
 func (i *Inspector) ReplayDeadLetter(ctx context.Context, id, queue string) (string, error) {
 	return i.in.ReplayDeadLetter(ctx, id, queue)
 }

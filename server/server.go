@@ -70,7 +70,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
-	"github.com/wasmjobs/wasmjobs/internal/app/api"
 	"github.com/wasmjobs/wasmjobs/internal/app/fleet"
 	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/app/metrics"
@@ -84,7 +83,7 @@ const (
 	DefaultDrainTimeout = 30 * time.Second
 	// DefaultHistory is how many recent jobs the API reports on a backend without job
 	// records (memory, RabbitMQ).
-	DefaultHistory = api.DefaultHistory
+	DefaultHistory = 10_000
 )
 
 // CloseGrace is what Stop gives, past the drain deadline, to stopping the API, the
@@ -235,7 +234,8 @@ const (
 )
 
 // New builds a host on b with cfg. It starts nothing (see Start) and, when it
-// succeeds, owns b: Stop closes it. When it fails, b is left open for the caller.
+// succeeds, owns b and Config.Listener: Stop closes them. When it fails, both are
+// left open for the caller to close.
 func New(b backend.Backend, cfg Config) (*Server, error) {
 	if b == nil {
 		return nil, errors.New("server: a backend is required")
@@ -660,9 +660,16 @@ func (s *Server) logQueued() {
 	if !ok || !stats {
 		return
 	}
+	// A count is a read of the backend's own memory or store: a second bounds them all,
+	// so that a slow one cannot hold the drain's end.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
 	left := 0
 	for _, m := range s.reg.Modules() { // the modules now, not those at start
-		if st, err := sr.QueueStats(context.Background(), m.Queue); m.Serving() && err == nil {
+		if !m.Serving() {
+			continue
+		}
+		if st, err := sr.QueueStats(ctx, m.Queue); err == nil {
 			left += st.Pending + st.Delayed + st.Deferred
 		}
 	}

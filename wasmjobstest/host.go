@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -165,7 +166,8 @@ func (h *Host) Backend() backend.Backend { return h.b }
 // ModulesDir is the host's modules directory.
 func (h *Host) ModulesDir() string { return h.modules }
 
-// URL is the address of the host's API and dashboard, http://127.0.0.1:port.
+// URL is the address of the host's API and dashboard: http://127.0.0.1:port on the
+// rig's own listener; on one that HostConfig.Server gave, http:// and its address.
 func (h *Host) URL() string { return h.url }
 
 // Log is what the host logged so far (the rig's log: empty when HostConfig.Server
@@ -204,7 +206,7 @@ func (h *Host) AddModule(name string, wasm []byte, manifest string) {
 	h.added[name] = version
 	started := h.started
 	h.mu.Unlock()
-	if started {
+	if started || h.ready() {
 		h.waitServing(name, version)
 	}
 }
@@ -343,6 +345,20 @@ func (h *Host) WaitState(id, state string) Job {
 		h.t.Fatalf("wasmjobstest: job %s not %s within %v; last seen: %s", id, state, h.wait, seen)
 	})
 	return last
+}
+
+// ready reports whether the server says it is ready, as a host the test started itself
+// (Start on Host.Server) does: asked of its Handler, in the process, since a listener
+// not yet served would leave a request over the network hanging.
+func (h *Host) ready() bool {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/readyz", nil)
+	req.Host = "127.0.0.1"
+	if h.token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.token)
+	}
+	h.srv.Handler().ServeHTTP(rec, req)
+	return rec.Code == http.StatusOK
 }
 
 // Call sends a request to the host's API (the rig's token with it) and, when out is

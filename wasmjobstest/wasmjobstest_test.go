@@ -170,6 +170,18 @@ func TestStartServesWhatWasAdded(t *testing.T) {
 	h.WaitState(h.Enqueue("echo", []byte("hi")), "succeeded")
 }
 
+// TestAddModuleAfterTheServersOwnStart: a host the test started through its Server,
+// not Host.Start, is a started host to AddModule too: it waits until the module serves.
+func TestAddModuleAfterTheServersOwnStart(t *testing.T) {
+	t.Parallel()
+	h := NewHost(t, HostConfig{NoStart: true})
+	if err := h.Server().Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h.AddModule("echo", testdata(t, "abi/echo.wasm"), "")
+	h.WaitState(h.Enqueue("echo", []byte("hi")), "succeeded")
+}
+
 // TestAddModuleSaysWhyItWasRejected: a module the host refuses fails the test at the
 // end of the wait with the host's reason, whether AddModule waited (a started host)
 // or Start did.

@@ -47,8 +47,8 @@ func (e Enqueued) Queued() int {
 // (Config.Records) knows the job from before its publish, since on a fast backend it
 // can run and settle before Publish returns.
 //
-// Before the host has started, as while it drains, Config.Refusal has an error (as
-// the server sets it) and Enqueue refuses the job with it, publishing nothing; with
+// While the host takes no jobs (not started yet; draining, on a backend that keeps
+// nothing queued; closing), Config.Refusal has an error (as the server sets it) and Enqueue refuses the job with it, publishing nothing; with
 // Refusal nil it takes a job as soon as the registry serves the job's queue, and a
 // queue no module serves yet (the registry has not read its directory) is refused
 // with backend.ErrUnknownQueue. A job whose publish the drain overtook (a Refusal

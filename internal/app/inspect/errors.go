@@ -60,8 +60,8 @@ func asConflict(err error) error {
 	return &kindError{msg: err.Error(), kinds: []error{ErrConflict, err}}
 }
 
-// PartialError is a publish of several jobs (or of a unique one) that failed, or was
-// overtaken by the drain, with the ids the caller should know of: those accepted
+// PartialError is a publish of several jobs that failed or was overtaken by the
+// drain, or of a unique one that failed, with the ids the caller should know of: those accepted
 // before the failure, or, where the write may have landed whole, every id to look up.
 // IDs is empty (not nil) where none was accepted.
 type PartialError struct {
