@@ -55,6 +55,34 @@ func (a *apiFlags) addJSON(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&a.json, "json", false, "print the API's JSON instead of a table")
 }
 
+// call makes one request of the host's API for a command with --json, and hands what
+// the host answered to show: printed says --json printed it, and otherwise out holds
+// it for the command to print its own way.
+func (a *apiFlags) call(cmd *cobra.Command, method, path string, query url.Values, body, out any) (printed bool, err error) {
+	c, err := a.client(cmd)
+	if err != nil {
+		return false, err
+	}
+	var raw json.RawMessage
+	if err := c.do(cmd.Context(), method, path, query, body, &raw); err != nil {
+		return false, err
+	}
+	return a.show(cmd, raw, out)
+}
+
+// show prints raw, an answer of the API or one built like it, with --json and reports
+// printed; without --json it decodes raw into out. Printing the JSON as it came keeps
+// --json the API's own answer, fields the CLI does not know of included.
+func (a *apiFlags) show(cmd *cobra.Command, raw json.RawMessage, out any) (printed bool, err error) {
+	if a.json {
+		return true, printJSON(cmd.OutOrStdout(), raw)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return false, fmt.Errorf("decoding the API's answer: %w", err)
+	}
+	return false, nil
+}
+
 // client is a client of the HTTP API.
 type client struct {
 	base  *url.URL

@@ -91,11 +91,8 @@ deferred jobs); ? means counting failed, and ERROR says why (the command then ex
 					return err
 				}
 			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), raw)
-			}
 			var out struct{ Queues []inspect.QueueInfo }
-			if err := json.Unmarshal(raw, &out); err != nil {
+			if printed, err := f.show(cmd, raw, &out); printed || err != nil {
 				return err
 			}
 			tw := table(cmd.OutOrStdout())
@@ -139,19 +136,8 @@ func newModulesListCommand() *cobra.Command {
 			if f.backend != "" {
 				return fleetList(cmd, f.backend, stream, window, f.json)
 			}
-			c, err := f.client(cmd)
-			if err != nil {
-				return err
-			}
-			var raw json.RawMessage
-			if err := c.do(cmd.Context(), "GET", "/v1/modules", nil, nil, &raw); err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), raw)
-			}
 			var out struct{ Modules []host.ModuleStatus }
-			if err := json.Unmarshal(raw, &out); err != nil {
+			if printed, err := f.call(cmd, "GET", "/v1/modules", nil, nil, &out); printed || err != nil {
 				return err
 			}
 			tw := table(cmd.OutOrStdout())
@@ -260,13 +246,10 @@ func newDLQCommand() *cobra.Command {
 					return err
 				}
 			}
-			if lf.json {
-				return printJSON(cmd.OutOrStdout(), raw)
-			}
 			var out struct {
 				DeadLetters []inspect.DeadLetterInfo `json:"dead_letters"`
 			}
-			if err := json.Unmarshal(raw, &out); err != nil {
+			if printed, err := lf.show(cmd, raw, &out); printed || err != nil {
 				return err
 			}
 			tw := table(cmd.OutOrStdout())
