@@ -35,20 +35,25 @@ func (a *apiFlags) addBackend(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&a.backend, "backend", "", "talk straight to a RabbitMQ broker (amqp://...) instead of a host's API")
 }
 
-// direct opens the broker of --backend, or returns nil when the command goes through
-// the API.
-func (a *apiFlags) direct(cmd *cobra.Command) (*rabbitmq.Backend, error) {
+// via runs a command that talks to the broker of --backend or, without it, to a
+// host's API: onBroker with the broker, closed after it, or onAPI with a client.
+func (a *apiFlags) via(cmd *cobra.Command, onBroker func(*rabbitmq.Backend) error, onAPI func(*client) error) error {
 	if a.backend == "" {
-		return nil, nil
+		c, err := a.client(cmd)
+		if err != nil {
+			return err
+		}
+		return onAPI(c)
 	}
 	if !isAMQP(a.backend) {
-		return nil, usagef("--backend %q: want an amqp:// URL", a.backend)
+		return usagef("--backend %q: want an amqp:// URL", a.backend)
 	}
 	b, err := openBackend(cmd.Context(), backendSpec{spec: a.backend}, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return b.(*rabbitmq.Backend), nil
+	defer b.Close(context.Background())
+	return onBroker(b.(*rabbitmq.Backend))
 }
 
 func (a *apiFlags) addJSON(cmd *cobra.Command) {
