@@ -781,12 +781,7 @@ func TestDestinationFailedIsWhatTheBreakerCounts(t *testing.T) {
 		}
 		w.WriteHeader(404)
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String() + "/"
-	ln.Close()
+	closed := "http://127.0.0.1:" + outboundtest.RefusedPort(t) + "/"
 	for _, tc := range []struct {
 		url  string
 		want bool
