@@ -268,10 +268,7 @@ func TestCheckValidatesWithoutRunningGuestCode(t *testing.T) {
 func TestCloseWaitsForTheJobsItsCallerGaveUpOn(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e, err := host.NewEngine(ctx, host.Config{NoCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEngine(t)
 	// Without a directory granted, it polls path_open every 5 ms until its end.
 	m := loadModule(t, e, "wait", testdataModule(t, "abi/wait_file"), host.Manifest{})
 	jobCtx, giveUp := context.WithCancel(ctx)

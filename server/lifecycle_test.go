@@ -503,11 +503,7 @@ func TestNewLoadsTheKeyPair(t *testing.T) {
 // and Stop returns its failure instead of nil.
 func TestListenerFailureStops(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	broken := &brokenListener{Listener: ln, broken: make(chan struct{})}
+	broken := &brokenListener{Listener: listen(t, "tcp", "127.0.0.1:0"), broken: make(chan struct{})}
 	h := newTestHost(t, nil, server.Config{Listener: broken})
 	if err := h.srv.Start(context.Background()); err != nil {
 		t.Fatalf("Start: %v", err)
@@ -524,6 +520,18 @@ func TestListenerFailureStops(t *testing.T) {
 }
 
 var errAccept = errors.New("accept: the socket broke")
+
+// listen listens on addr of network until the test ends: the socket that the
+// listeners of these tests are, or wrap.
+func listen(t *testing.T, network, addr string) net.Listener {
+	t.Helper()
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
 
 // brokenListener is a listener whose Accept fails for good once broken is closed.
 type brokenListener struct {
@@ -555,20 +563,13 @@ func TestNewGuardsAListenerBeyondLoopback(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			network, addr := "tcp", "127.0.0.1:0"
-			if tc.unix {
-				network, addr = "unix", filepath.Join(t.TempDir(), "api.sock")
-			}
-			ln, err := net.Listen(network, addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
 			b := memory.New(memory.Config{})
 			cfg := tc.cfg
-			cfg.Modules, cfg.CacheDir, cfg.Listener = dir, t.TempDir(), net.Listener(remoteListener{ln})
+			cfg.Modules, cfg.CacheDir = dir, t.TempDir()
 			if tc.unix {
-				cfg.Listener = ln
+				cfg.Listener = listen(t, "unix", filepath.Join(t.TempDir(), "api.sock"))
+			} else {
+				cfg.Listener = remoteListener{listen(t, "tcp", "127.0.0.1:0")}
 			}
 			srv, err := server.New(b, cfg)
 			if err == nil {
@@ -594,11 +595,7 @@ func (remoteListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(192, 0,
 func TestAUnixSocketListenerServes(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "api.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wasmjobstest.NewHost(t, wasmjobstest.HostConfig{Server: server.Config{Listener: ln}})
+	wasmjobstest.NewHost(t, wasmjobstest.HostConfig{Server: server.Config{Listener: listen(t, "unix", sock)}})
 	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}

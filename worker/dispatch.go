@@ -57,7 +57,7 @@ func (w *Worker) dispatch() {
 			continue
 		}
 		qs.running.Add(1)
-		w.jobs.add()
+		w.jobs.Add()
 		w.mu.Unlock()
 		w.tasks <- task{qs, del}
 	}

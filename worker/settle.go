@@ -66,7 +66,7 @@ func (w *Worker) release(qs *queueState) {
 	if limit := qs.policy.Load().limit; limit > 0 && left < limit {
 		w.signal()
 	}
-	w.jobs.done()
+	w.jobs.Done()
 }
 
 // plan is a decided settle.
@@ -198,9 +198,9 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 		w.obs.Observe(Event{Kind: EventAbandoned, Job: job, Result: res, Settle: p.settle, Reason: p.reason, Duration: took})
 		return
 	}
-	w.settling.add()
+	w.settling.Add()
 	w.mu.Unlock()
-	defer w.settling.done()
+	defer w.settling.Done()
 
 	// Only settles that publish can wait on the backend; a plain ack needs no timer.
 	// Every settle ends at the drain deadline (Stop cancels settleCtx).

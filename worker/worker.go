@@ -28,6 +28,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/backoff"
+	"github.com/wasmjobs/wasmjobs/internal/inflight"
 )
 
 // Defaults of Config and Queue.
@@ -147,9 +148,9 @@ type Worker struct {
 	settleCtx     context.Context // done at the drain deadline: settles end with it
 	cancelSettles context.CancelFunc
 
-	tasks    chan task // to the runners: one per slot, so a send never waits long
-	jobs     tracker   // jobs from delivery to the end of their settle
-	settling tracker   // settle calls under way
+	tasks    chan task        // to the runners: one per slot, so a send never waits long
+	jobs     inflight.Counter // jobs from delivery to the end of their settle
+	settling inflight.Counter // settle calls under way
 	resubs   sync.WaitGroup
 }
 
@@ -405,20 +406,20 @@ func (w *Worker) Stop(ctx context.Context) error {
 		<-w.dispatchDone
 	}
 
-	err := w.jobs.wait(ctx)
+	err := w.jobs.Wait(ctx)
 	if err != nil {
 		w.mu.Lock()
 		w.abandoned = true
 		w.mu.Unlock()
-		left := w.jobs.count()
+		left := w.jobs.Count()
 		w.cancelHandler()
 		w.cancelSettles()
 		// Each settle returns once its context ended, if the backend keeps its promise.
 		graceCtx, cancelGrace := context.WithTimeout(context.Background(), stopGrace)
-		stuck := w.settling.wait(graceCtx)
+		stuck := w.settling.Wait(graceCtx)
 		cancelGrace()
 		if stuck != nil {
-			n := w.settling.count()
+			n := w.settling.Count()
 			w.log.Error("settles still under way after the drain deadline: left behind", slog.Int("settles", n), slog.Duration("grace", stopGrace))
 			err = fmt.Errorf("worker stop: drain timeout: %d jobs left unacknowledged, %d settles still under way %v after it (the backend ignores their context): %w: %w", left, n, stopGrace, ErrLeftBehind, err)
 		} else {

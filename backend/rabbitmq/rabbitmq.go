@@ -48,6 +48,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/backoff"
+	"github.com/wasmjobs/wasmjobs/internal/inflight"
 )
 
 // Defaults of Config.
@@ -131,7 +132,7 @@ type Backend struct {
 	done       chan struct{}   // closed by Close
 	ctx        context.Context // done at Close: ends a reconnection under way
 	cancel     context.CancelFunc
-	tasks      group // the connection's watcher and the streams
+	tasks      inflight.Counter // the connection's watcher and the streams
 }
 
 var (
@@ -340,7 +341,7 @@ func (b *Backend) connectTo(ctx context.Context, n int) error {
 	}
 	b.link, b.pub, b.node = l, pub, n
 	close(b.connected)
-	b.tasks.add()
+	b.tasks.Add()
 	b.mu.Unlock()
 	go b.watch(closes)
 	return nil
@@ -349,7 +350,7 @@ func (b *Backend) connectTo(ctx context.Context, n int) error {
 // watch waits for the connection to close and, unless the backend was closed,
 // reconnects with jittered backoff.
 func (b *Backend) watch(closes chan *amqp.Error) {
-	defer b.tasks.done()
+	defer b.tasks.Done()
 	var reason *amqp.Error
 	select {
 	case reason = <-closes:
@@ -666,7 +667,7 @@ func (b *Backend) Close(ctx context.Context) error {
 		err = l.conn.Close()
 		unwatch()
 	}
-	if werr := b.tasks.wait(ctx); werr != nil {
+	if werr := b.tasks.Wait(ctx); werr != nil {
 		return fmt.Errorf("rabbitmq backend close: waiting for streams: %w", werr)
 	}
 	if ctx.Err() != nil {

@@ -35,7 +35,7 @@ func (b *Backend) Consume(ctx context.Context, q backend.QueueConfig) (backend.S
 		go sub.ch.Close() // not waited for: the backend is closing the connection under it
 		return nil, backend.ErrShutDown
 	}
-	b.tasks.add()
+	b.tasks.Add()
 	b.mu.Unlock()
 	go s.run(sub)
 	return s, nil
@@ -119,7 +119,7 @@ func (s *stream) subscribe(ctx context.Context) (subscription, error) {
 // the worker ends its streams) or by Close does not wait on the broker, and a broker
 // that does not answer cannot hold Drop beyond the stream's context.
 func (s *stream) run(sub subscription) {
-	defer s.b.tasks.done()
+	defer s.b.tasks.Done()
 	defer close(s.done)
 	defer close(s.out)
 	ch, msgs, l := sub.ch, sub.msgs, sub.l

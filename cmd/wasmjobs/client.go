@@ -35,24 +35,57 @@ func (a *apiFlags) addBackend(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&a.backend, "backend", "", "talk straight to a RabbitMQ broker (amqp://...) instead of a host's API")
 }
 
-// direct opens the broker of --backend, or returns nil when the command goes through
-// the API.
-func (a *apiFlags) direct(cmd *cobra.Command) (*rabbitmq.Backend, error) {
+// via runs a command that talks to the broker of --backend or, without it, to a
+// host's API: onBroker with the broker, closed after it, or onAPI with a client.
+func (a *apiFlags) via(cmd *cobra.Command, onBroker func(*rabbitmq.Backend) error, onAPI func(*client) error) error {
 	if a.backend == "" {
-		return nil, nil
+		c, err := a.client(cmd)
+		if err != nil {
+			return err
+		}
+		return onAPI(c)
 	}
 	if !isAMQP(a.backend) {
-		return nil, usagef("--backend %q: want an amqp:// URL", a.backend)
+		return usagef("--backend %q: want an amqp:// URL", a.backend)
 	}
 	b, err := openBackend(cmd.Context(), backendSpec{spec: a.backend}, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return b.(*rabbitmq.Backend), nil
+	defer b.Close(context.Background())
+	return onBroker(b.(*rabbitmq.Backend))
 }
 
 func (a *apiFlags) addJSON(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&a.json, "json", false, "print the API's JSON instead of a table")
+}
+
+// call makes one request of the host's API for a command with --json, and hands what
+// the host answered to show: printed says --json printed it, and otherwise out holds
+// it for the command to print its own way.
+func (a *apiFlags) call(cmd *cobra.Command, method, path string, query url.Values, body, out any) (printed bool, err error) {
+	c, err := a.client(cmd)
+	if err != nil {
+		return false, err
+	}
+	var raw json.RawMessage
+	if err := c.do(cmd.Context(), method, path, query, body, &raw); err != nil {
+		return false, err
+	}
+	return a.show(cmd, raw, out)
+}
+
+// show prints raw, an answer of the API or one built like it, with --json and reports
+// printed; without --json it decodes raw into out. Printing the JSON as it came keeps
+// --json the API's own answer, fields the CLI does not know of included.
+func (a *apiFlags) show(cmd *cobra.Command, raw json.RawMessage, out any) (printed bool, err error) {
+	if a.json {
+		return true, printJSON(cmd.OutOrStdout(), raw)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return false, fmt.Errorf("decoding the API's answer: %w", err)
+	}
+	return false, nil
 }
 
 // client is a client of the HTTP API.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/app/fleet"
 	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
@@ -56,16 +56,14 @@ A count shown as - is one the backend cannot tell (RabbitMQ does not count delay
 deferred jobs); ? means counting failed, and ERROR says why (the command then exits 1).`,
 		Args: argsBetween(0, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var raw json.RawMessage
-			b, err := f.direct(cmd)
-			if err != nil {
-				return err
+			switch {
+			case f.backend != "" && len(args) == 0:
+				return usagef("queues list --backend: name the queues to show")
+			case f.backend == "" && len(args) > 0:
+				return usagef("queues list: name queues only with --backend; a host lists its own")
 			}
-			if b != nil {
-				defer b.Close(context.Background())
-				if len(args) == 0 {
-					return usagef("queues list --backend: name the queues to show")
-				}
+			var raw json.RawMessage
+			err := f.via(cmd, func(b *rabbitmq.Backend) error {
 				out := struct {
 					Queues []inspect.QueueInfo `json:"queues"`
 				}{Queues: []inspect.QueueInfo{}}
@@ -76,26 +74,17 @@ deferred jobs); ? means counting failed, and ERROR says why (the command then ex
 					}
 					out.Queues = append(out.Queues, inspect.QueueInfo{Name: q, Module: "-", Running: -1, QueueStats: &st})
 				}
-				if raw, err = json.Marshal(out); err != nil {
-					return err
-				}
-			} else {
-				if len(args) > 0 {
-					return usagef("queues list: name queues only with --backend; a host lists its own")
-				}
-				c, err := f.client(cmd)
-				if err != nil {
-					return err
-				}
-				if err := c.do(cmd.Context(), "GET", "/v1/queues", nil, nil, &raw); err != nil {
-					return err
-				}
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), raw)
+				var err error
+				raw, err = json.Marshal(out)
+				return err
+			}, func(c *client) error {
+				return c.do(cmd.Context(), "GET", "/v1/queues", nil, nil, &raw)
+			})
+			if err != nil {
+				return err
 			}
 			var out struct{ Queues []inspect.QueueInfo }
-			if err := json.Unmarshal(raw, &out); err != nil {
+			if printed, err := f.show(cmd, raw, &out); printed || err != nil {
 				return err
 			}
 			tw := table(cmd.OutOrStdout())
@@ -139,19 +128,8 @@ func newModulesListCommand() *cobra.Command {
 			if f.backend != "" {
 				return fleetList(cmd, f.backend, stream, window, f.json)
 			}
-			c, err := f.client(cmd)
-			if err != nil {
-				return err
-			}
-			var raw json.RawMessage
-			if err := c.do(cmd.Context(), "GET", "/v1/modules", nil, nil, &raw); err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), raw)
-			}
 			var out struct{ Modules []host.ModuleStatus }
-			if err := json.Unmarshal(raw, &out); err != nil {
+			if printed, err := f.call(cmd, "GET", "/v1/modules", nil, nil, &out); printed || err != nil {
 				return err
 			}
 			tw := table(cmd.OutOrStdout())
@@ -237,36 +215,24 @@ func newDLQCommand() *cobra.Command {
 		Args:  argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var raw json.RawMessage
-			b, err := lf.direct(cmd)
-			if err != nil {
-				return err
-			}
-			if b != nil {
-				defer b.Close(context.Background())
+			err := lf.via(cmd, func(b *rabbitmq.Backend) error {
 				dead, err := b.DeadLetters(cmd.Context(), args[0], limit)
 				if err != nil {
 					return err
 				}
-				if raw, err = json.Marshal(map[string]any{"dead_letters": inspect.DeadLetterInfos(args[0], dead)}); err != nil {
-					return err
-				}
-			} else {
-				c, err := lf.client(cmd)
-				if err != nil {
-					return err
-				}
+				raw, err = json.Marshal(map[string]any{"dead_letters": inspect.DeadLetterInfos(args[0], dead)})
+				return err
+			}, func(c *client) error {
 				q := url.Values{"queue": {args[0]}, "limit": {strconv.Itoa(limit)}}
-				if err := c.do(cmd.Context(), "GET", "/v1/dead-letters", q, nil, &raw); err != nil {
-					return err
-				}
-			}
-			if lf.json {
-				return printJSON(cmd.OutOrStdout(), raw)
+				return c.do(cmd.Context(), "GET", "/v1/dead-letters", q, nil, &raw)
+			})
+			if err != nil {
+				return err
 			}
 			var out struct {
 				DeadLetters []inspect.DeadLetterInfo `json:"dead_letters"`
 			}
-			if err := json.Unmarshal(raw, &out); err != nil {
+			if printed, err := lf.show(cmd, raw, &out); printed || err != nil {
 				return err
 			}
 			tw := table(cmd.OutOrStdout())
@@ -288,31 +254,22 @@ func newDLQCommand() *cobra.Command {
 		Short: "Put dead letters back on their queue as fresh jobs (attempt 1)",
 		Args:  argsBetween(2, -1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := rf.direct(cmd)
-			if err != nil {
-				return err
-			}
-			replay := func(id string) error {
-				return b.ReplayDeadLetter(cmd.Context(), args[0], id)
-			}
-			if b != nil {
-				defer b.Close(context.Background())
-			} else {
-				c, err := rf.client(cmd)
-				if err != nil {
-					return err
+			replayAll := func(replay func(id string) error) error {
+				for _, id := range args[1:] {
+					if err := replay(id); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "replayed %s\n", id)
 				}
-				replay = func(id string) error {
+				return nil
+			}
+			return rf.via(cmd, func(b *rabbitmq.Backend) error {
+				return replayAll(func(id string) error { return b.ReplayDeadLetter(cmd.Context(), args[0], id) })
+			}, func(c *client) error {
+				return replayAll(func(id string) error {
 					return c.do(cmd.Context(), "POST", "/v1/dead-letters/"+url.PathEscape(id)+"/replay", url.Values{"queue": {args[0]}}, nil, nil)
-				}
-			}
-			for _, id := range args[1:] {
-				if err := replay(id); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "replayed %s\n", id)
-			}
-			return nil
+				})
+			})
 		},
 	}
 	rf.add(replay)
@@ -327,23 +284,14 @@ func newDLQCommand() *cobra.Command {
 			var out struct {
 				Purged int `json:"purged"`
 			}
-			b, err := pf.direct(cmd)
+			err := pf.via(cmd, func(b *rabbitmq.Backend) (err error) {
+				out.Purged, err = b.PurgeDeadLetters(cmd.Context(), args[0])
+				return err
+			}, func(c *client) error {
+				return c.do(cmd.Context(), "DELETE", "/v1/dead-letters", url.Values{"queue": {args[0]}}, nil, &out)
+			})
 			if err != nil {
 				return err
-			}
-			if b != nil {
-				defer b.Close(context.Background())
-				if out.Purged, err = b.PurgeDeadLetters(cmd.Context(), args[0]); err != nil {
-					return err
-				}
-			} else {
-				c, err := pf.client(cmd)
-				if err != nil {
-					return err
-				}
-				if err := c.do(cmd.Context(), "DELETE", "/v1/dead-letters", url.Values{"queue": {args[0]}}, nil, &out); err != nil {
-					return err
-				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "purged %d dead letters of %s\n", out.Purged, args[0])
 			return nil

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"time"
@@ -25,19 +24,8 @@ state (current, canary, previous, rolled_back, superseded), whether a rollback p
 it, and why it left service.`,
 		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := hf.client(cmd)
-			if err != nil {
-				return err
-			}
-			var raw json.RawMessage
-			if err := c.do(cmd.Context(), "GET", "/v1/modules/"+url.PathEscape(args[0])+"/history", nil, nil, &raw); err != nil {
-				return err
-			}
-			if hf.json {
-				return printJSON(cmd.OutOrStdout(), raw)
-			}
 			var out struct{ Versions []host.HistoryEntry }
-			if err := json.Unmarshal(raw, &out); err != nil {
+			if printed, err := hf.call(cmd, "GET", "/v1/modules/"+url.PathEscape(args[0])+"/history", nil, nil, &out); printed || err != nil {
 				return err
 			}
 			tw := table(cmd.OutOrStdout())
@@ -67,23 +55,12 @@ pinned: it serves, after a restart too, until the module's files change, and the
 change starts a canary from it. The files are never edited.`,
 		Args: argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := rf.client(cmd)
-			if err != nil {
-				return err
-			}
 			var body any
 			if to != "" {
 				body = map[string]string{"to": to}
 			}
-			var raw json.RawMessage
-			if err := c.do(cmd.Context(), "POST", "/v1/modules/"+url.PathEscape(args[0])+"/rollback", nil, body, &raw); err != nil {
-				return err
-			}
-			if rf.json {
-				return printJSON(cmd.OutOrStdout(), raw)
-			}
 			var out struct{ Pinned host.Pin }
-			if err := json.Unmarshal(raw, &out); err != nil {
+			if printed, err := rf.call(cmd, "POST", "/v1/modules/"+url.PathEscape(args[0])+"/rollback", nil, body, &out); printed || err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: serving %s, pinned until the files change (they hold %s)\n", args[0], out.Pinned.Version, out.Pinned.FileVersion)
@@ -100,19 +77,8 @@ change starts a canary from it. The files are never edited.`,
 		Short: "End a module's canary now: its new version serves every job",
 		Args:  argsBetween(1, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := pf.client(cmd)
-			if err != nil {
-				return err
-			}
-			var raw json.RawMessage
-			if err := c.do(cmd.Context(), "POST", "/v1/modules/"+url.PathEscape(args[0])+"/promote", nil, nil, &raw); err != nil {
-				return err
-			}
-			if pf.json {
-				return printJSON(cmd.OutOrStdout(), raw)
-			}
 			var out struct{ Verdict host.Verdict }
-			if err := json.Unmarshal(raw, &out); err != nil {
+			if printed, err := pf.call(cmd, "POST", "/v1/modules/"+url.PathEscape(args[0])+"/promote", nil, nil, &out); printed || err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %s promoted (%s)\n", args[0], out.Verdict.Version, out.Verdict.Reason)

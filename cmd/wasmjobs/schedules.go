@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -25,19 +24,8 @@ fires them: on RabbitMQ one host leads at a time, and the others know only the t
 they fired themselves.`,
 		Args: argsBetween(0, 0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client(cmd)
-			if err != nil {
-				return err
-			}
-			var raw json.RawMessage
-			if err := c.do(cmd.Context(), "GET", "/v1/schedules", nil, nil, &raw); err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), raw)
-			}
 			var out api.SchedulesResponse
-			if err := json.Unmarshal(raw, &out); err != nil {
+			if printed, err := f.call(cmd, "GET", "/v1/schedules", nil, nil, &out); printed || err != nil {
 				return err
 			}
 			tw := table(cmd.OutOrStdout())

@@ -73,6 +73,21 @@ func limitedSession(t *testing.T, srv *outboundtest.Server, timeout string, limi
 	return session(t, text, outbound.Options{}, "P", srv.Port)
 }
 
+// callUnderDeadline starts a GET of srv for a job whose deadline is d away, under a
+// grant whose own timeout is an hour: only the job's deadline can end the call in time.
+// It returns the call and the job's context.
+func callUnderDeadline(t *testing.T, srv *outboundtest.Server, d time.Duration) (*outbound.Call, context.Context) {
+	t.Helper()
+	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"1h\"\n", outbound.Options{}, "P", srv.Port)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ctx
+}
+
 // startCalls starts n GET requests of url on s.
 func startCalls(t *testing.T, s *outbound.Session, url string, n int) []*outbound.Call {
 	t.Helper()
@@ -310,13 +325,7 @@ max_response = "1MiB"
 func TestJobDeadlineBoundsTheRequest(t *testing.T) {
 	t.Parallel()
 	never := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"1h\"\n", outbound.Options{}, "P", never.Port)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	c, err := s.Start(ctx, outbound.Request{URL: never.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, _ := callUnderDeadline(t, never, 200*time.Millisecond)
 	start := time.Now()
 	if _, err := c.Head(context.Background()); !isKind(err, outbound.KindTimeout) {
 		t.Fatalf("err %v, want a timeout", err)
@@ -569,13 +578,7 @@ func TestSwitchingProtocolsIsAConnectionFailure(t *testing.T) {
 		default:
 		}
 	})
-	s := session(t, "[http]\nallow = [\"http://127.0.0.1:P\"]\ntimeout = \"1h\"\n", outbound.Options{}, "P", srv.Port)
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	c, err := s.Start(ctx, outbound.Request{URL: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ctx := callUnderDeadline(t, srv, 500*time.Millisecond)
 	read := make(chan error, 1)
 	go func() {
 		_, err := c.Read(ctx, make([]byte, 10))
@@ -778,12 +781,7 @@ func TestDestinationFailedIsWhatTheBreakerCounts(t *testing.T) {
 		}
 		w.WriteHeader(404)
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String() + "/"
-	ln.Close()
+	closed := "http://127.0.0.1:" + outboundtest.RefusedPort(t) + "/"
 	for _, tc := range []struct {
 		url  string
 		want bool

@@ -3,7 +3,6 @@ package outbound_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -32,12 +31,7 @@ func TestSessionRecordsEachCall(t *testing.T) {
 			fmt.Fprint(w, "hello")
 		}
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, closedPort, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close()
+	closedPort := outboundtest.RefusedPort(t)
 	s := session(t, `[http]
 allow = ["http://127.0.0.1:1-65535", "http://localhost:PORT"]
 max_response = "100B"
@@ -97,14 +91,9 @@ Authorization = "Bearer host-secret"
 // names the URL through Redact).
 func TestFailureMessagesNameNoQuery(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close()
+	port := outboundtest.RefusedPort(t)
 	s := session(t, "[http]\nallow = [\"http://127.0.0.1:PORT\"]\n", outbound.Options{}, "PORT", port)
-	_, _, err = do(t, s, "GET", "http://127.0.0.1:"+port+"/p?token=query-secret", nil)
+	_, _, err := do(t, s, "GET", "http://127.0.0.1:"+port+"/p?token=query-secret", nil)
 	if !isKind(err, outbound.KindRefused) || strings.Contains(err.Error(), "secret") {
 		t.Fatalf("error %v: want a refusal without the URL's query", err)
 	}

@@ -3,7 +3,6 @@ package outbound_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"sync"
 	"testing"
@@ -19,9 +18,7 @@ import (
 // goes on. A 4xx is the server answering: it never opens the breaker.
 func TestBreakerPerDestination(t *testing.T) {
 	t.Parallel()
-	closed, _ := net.Listen("tcp", "127.0.0.1:0")
-	_, refusedPort, _ := net.SplitHostPort(closed.Addr().String())
-	closed.Close()
+	refusedPort := outboundtest.RefusedPort(t)
 	for _, tc := range []struct {
 		name   string
 		status int // the failing server's; 0: a port that refuses

@@ -194,14 +194,13 @@ wasmjobs_module_events_total{kind="swapped",module="work"} 50
 `, "wasmjobs_module_events_total")
 }
 
-// TestCanaryMetrics: while a canary runs its version has an info series of role canary,
-// jobs count by role on wasmjobs_canary_jobs_total, and its end is a rollout event by
-// kind that leaves only the version serving.
+// TestCanaryMetrics: while a canary runs, jobs count by role on
+// wasmjobs_canary_jobs_total, and its end is a rollout event by kind.
 func TestCanaryMetrics(t *testing.T) {
 	t.Parallel()
 	m := New()
-	m.ModuleEvent(host.RegistryEvent{Kind: "loaded", Module: "work", Version: "v1"})
-	m.ModuleEvent(host.RegistryEvent{Kind: "canary", Module: "work", Version: "v1", Canary: "v2"})
+	m.ModuleEvent(workLoaded)
+	m.ModuleEvent(workCanary("v2"))
 	for i, role := range []string{host.RoleCurrent, host.RoleCanary, host.RoleCanary} {
 		job := &worker.Job{Envelope: backend.NewEnvelope("q", nil)}
 		settle := worker.Ack
@@ -211,9 +210,6 @@ func TestCanaryMetrics(t *testing.T) {
 		m.Observe(worker.Event{Kind: worker.EventStarted, Job: job})
 		m.Observe(worker.Event{Kind: worker.EventSettled, Job: job, Result: worker.Result{Handler: "work", Role: role}, Settle: settle})
 	}
-	compare(t, m, infoHeader+`wasmjobs_module_info{module="work",role="canary",version="v2"} 1
-wasmjobs_module_info{module="work",role="current",version="v1"} 1
-`, "wasmjobs_module_info")
 	compare(t, m, `
 # HELP wasmjobs_canary_jobs_total Jobs settled while a module's canary ran, by queue, module, role (current, canary) and settle.
 # TYPE wasmjobs_canary_jobs_total counter
@@ -221,13 +217,9 @@ wasmjobs_canary_jobs_total{module="work",queue="q",role="canary",settle="ack"} 1
 wasmjobs_canary_jobs_total{module="work",queue="q",role="canary",settle="retry"} 1
 wasmjobs_canary_jobs_total{module="work",queue="q",role="current",settle="ack"} 1
 `, "wasmjobs_canary_jobs_total")
-	m.ModuleEvent(host.RegistryEvent{Kind: "rolled_back", Module: "work", Version: "v1", Canary: "v2"})
-	compare(t, m, infoHeader+`wasmjobs_module_info{module="work",role="current",version="v1"} 1
-`, "wasmjobs_module_info")
-	m.ModuleEvent(host.RegistryEvent{Kind: "canary", Module: "work", Version: "v1", Canary: "v3"})
-	m.ModuleEvent(host.RegistryEvent{Kind: "promoted", Module: "work", Version: "v3", Canary: "v3"})
-	compare(t, m, infoHeader+`wasmjobs_module_info{module="work",role="current",version="v3"} 1
-`, "wasmjobs_module_info")
+	for _, ev := range []host.RegistryEvent{workRolledBack("v2"), workCanary("v3"), workPromoted("v3")} {
+		m.ModuleEvent(ev)
+	}
 	compare(t, m, `
 # HELP wasmjobs_rollout_events_total Rollout events, by module and kind (canary, promoted, rolled_back, superseded, pinned).
 # TYPE wasmjobs_rollout_events_total counter
@@ -237,18 +229,57 @@ wasmjobs_rollout_events_total{kind="rolled_back",module="work"} 1
 `, "wasmjobs_rollout_events_total")
 }
 
-// TestLateVerdictKeepsTheNewerCanary: a canary's verdict recorded after a newer canary
-// started (it ended by itself while the read that started the newer one ran) leaves
-// the newer canary's info series alone.
-func TestLateVerdictKeepsTheNewerCanary(t *testing.T) {
+// The rollout events of the module work, whose version v1 serves.
+var (
+	workLoaded = host.RegistryEvent{Kind: "loaded", Module: "work", Version: "v1"}
+	workPinned = host.RegistryEvent{Kind: "pinned", Module: "work", Version: "v1"}
+)
+
+func workCanary(v string) host.RegistryEvent {
+	return host.RegistryEvent{Kind: "canary", Module: "work", Version: "v1", Canary: v}
+}
+
+func workRolledBack(v string) host.RegistryEvent {
+	return host.RegistryEvent{Kind: "rolled_back", Module: "work", Version: "v1", Canary: v}
+}
+
+func workPromoted(v string) host.RegistryEvent {
+	return host.RegistryEvent{Kind: "promoted", Module: "work", Version: v, Canary: v}
+}
+
+// TestCanaryInfoSeries: while a canary runs its version has an info series of role
+// canary; its end leaves only the version serving; and a canary's verdict recorded
+// after a newer canary started (it ended by itself while the read that started the
+// newer one ran) leaves the newer canary's info series alone.
+func TestCanaryInfoSeries(t *testing.T) {
 	t.Parallel()
-	m := New()
-	m.ModuleEvent(host.RegistryEvent{Kind: "loaded", Module: "work", Version: "v1"})
-	m.ModuleEvent(host.RegistryEvent{Kind: "canary", Module: "work", Version: "v1", Canary: "v2"})
-	m.ModuleEvent(host.RegistryEvent{Kind: "canary", Module: "work", Version: "v1", Canary: "v3"})
-	m.ModuleEvent(host.RegistryEvent{Kind: "rolled_back", Module: "work", Version: "v1", Canary: "v2"})
-	m.ModuleEvent(host.RegistryEvent{Kind: "pinned", Module: "work", Version: "v1"})
-	compare(t, m, infoHeader+`wasmjobs_module_info{module="work",role="canary",version="v3"} 1
+	for _, tc := range []struct {
+		name   string
+		events []host.RegistryEvent
+		want   string // wasmjobs_module_info's series
+	}{
+		{"under way", []host.RegistryEvent{workLoaded, workCanary("v2")},
+			`wasmjobs_module_info{module="work",role="canary",version="v2"} 1
 wasmjobs_module_info{module="work",role="current",version="v1"} 1
-`, "wasmjobs_module_info")
+`},
+		{"rolled back", []host.RegistryEvent{workLoaded, workCanary("v2"), workRolledBack("v2")},
+			`wasmjobs_module_info{module="work",role="current",version="v1"} 1
+`},
+		{"promoted", []host.RegistryEvent{workLoaded, workCanary("v2"), workRolledBack("v2"), workCanary("v3"), workPromoted("v3")},
+			`wasmjobs_module_info{module="work",role="current",version="v3"} 1
+`},
+		{"a late verdict keeps the newer canary", []host.RegistryEvent{workLoaded, workCanary("v2"), workCanary("v3"), workRolledBack("v2"), workPinned},
+			`wasmjobs_module_info{module="work",role="canary",version="v3"} 1
+wasmjobs_module_info{module="work",role="current",version="v1"} 1
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			m := New()
+			for _, ev := range tc.events {
+				m.ModuleEvent(ev)
+			}
+			compare(t, m, infoHeader+tc.want, "wasmjobs_module_info")
+		})
+	}
 }

@@ -92,3 +92,19 @@ func NewServer(t testing.TB, tls bool, h http.HandlerFunc) *Server {
 	_, s.Port, _ = net.SplitHostPort(s.Listener.Addr().String())
 	return s
 }
+
+// RefusedPort returns a port of 127.0.0.1 that refuses connections: one that was free a
+// moment ago, listened on and closed again, for a destination that fails at once.
+func RefusedPort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, err := net.SplitHostPort(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}

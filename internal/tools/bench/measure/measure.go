@@ -1,8 +1,9 @@
 // Package measure holds what the two benchmarks, wasmjobs bench and the River peer,
 // measure with, so that their figures come from the same code: the process's resident
-// memory and a loopback HTTP server that answers after a delay. It imports nothing but
-// the standard library, as the peer's module builds it without the host's
-// dependencies.
+// memory and a loopback HTTP server that answers after a delay. It also holds the
+// peer's result, which the peer prints and the benchmark report reads back, so the two
+// agree on its fields. It imports nothing but the standard library, as the peer's
+// module builds it without the host's dependencies.
 package measure
 
 import (
@@ -68,4 +69,53 @@ func StatusMB(field string) float64 {
 		}
 	}
 	return 0
+}
+
+// RiverResult is one run's figures of the River peer: what it prints, as a line or
+// with --json, and what the report reads back from that JSON.
+type RiverResult struct {
+	Shape         string  `json:"shape"` // "-n 200000" or "--duration 30s"
+	RiverVersion  string  `json:"river_version"`
+	Postgres      string  `json:"postgres_version"`
+	MaxWorkers    int     `json:"max_workers"`
+	InsertMethod  string  `json:"insert_method"`
+	JobsInserted  int64   `json:"jobs_inserted"`
+	JobsWorked    int64   `json:"jobs_worked"`
+	Seconds       float64 `json:"seconds"`
+	JobsPerSec    float64 `json:"jobs_per_sec"`
+	ClientCPUS    float64 `json:"client_cpu_s"`
+	PostgresCPUS  float64 `json:"postgres_cpu_s"`
+	MachineCPUS   float64 `json:"machine_cpu_s"`
+	PostgresShare float64 `json:"postgres_cpu_share"` // of client + Postgres
+	// JobsPerCPUS is jobs worked per CPU second of client and Postgres together: on a
+	// machine shared with other work it says what River would do with the cores to itself
+	// better than jobs/s does.
+	JobsPerCPUS float64 `json:"jobs_per_cpu_s"`
+	// P50Ms and P99Ms are percentiles of each job's time from its insert to its
+	// completion coming out of the subscription; with -n that includes the wait behind
+	// the whole backlog, as wasmjobs' bench --insert-first does.
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	// PeakRSSMB is the peer process's resident high-water mark, reset at the client's start
+	// (Linux); Postgres's memory is not in it. RSSPerJobKB is its growth over the run
+	// per worker (MaxWorkers).
+	PeakRSSMB   float64 `json:"peak_rss_mb"`
+	RSSPerJobKB float64 `json:"rss_per_job_kb"`
+	// HTTPDelayMs is the peer's --http-delay, zero for the no-op worker.
+	HTTPDelayMs float64 `json:"http_delay_ms"`
+}
+
+// Line is the result as one line of figures.
+func (r RiverResult) Line() string {
+	s := fmt.Sprintf("river %s on Postgres %s, %s: %d jobs worked (%d inserted) in %.2f s: %.0f jobs/s",
+		r.RiverVersion, r.Postgres, r.Shape, r.JobsWorked, r.JobsInserted, r.Seconds, r.JobsPerSec)
+	if r.ClientCPUS+r.PostgresCPUS > 0 {
+		s += fmt.Sprintf("; CPU s: client %.1f, postgres %.1f (%.0f%% of the two), machine %.1f; %.0f jobs per CPU s of the two",
+			r.ClientCPUS, r.PostgresCPUS, 100*r.PostgresShare, r.MachineCPUS, r.JobsPerCPUS)
+	}
+	if r.HTTPDelayMs > 0 {
+		s += fmt.Sprintf("; one GET a job (server answers after %.0f ms), %d workers: insert to completion p50 %.1f ms, p99 %.1f ms; peak RSS %.0f MB, %.0f KB per worker",
+			r.HTTPDelayMs, r.MaxWorkers, r.P50Ms, r.P99Ms, r.PeakRSSMB, r.RSSPerJobKB)
+	}
+	return s
 }

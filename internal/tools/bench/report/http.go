@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/internal/tools/bench"
+	"github.com/wasmjobs/wasmjobs/internal/tools/bench/measure"
 )
 
 // httpDelay is how long the outbound HTTP rows' server takes to answer.
@@ -29,7 +30,7 @@ type httpRow struct {
 	what        string
 	command     string
 	wasmjobs    *bench.Result
-	river       *riverResult
+	river       *measure.RiverResult
 }
 
 func (r httpRow) jobsPerSec() float64 {

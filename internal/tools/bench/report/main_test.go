@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/internal/tools/bench"
+	"github.com/wasmjobs/wasmjobs/internal/tools/bench/measure"
 )
 
 // TestEachRowHasItsOwnPeak runs a row that needs a lot of memory and then one that needs
@@ -106,7 +107,7 @@ func TestHTTPRowsAlternateAndCompare(t *testing.T) {
 	rows := []httpRow{
 		{concurrency: 256, what: "native Go handler", wasmjobs: &bench.Result{JobsPerSec: 5000}},
 		{concurrency: 256, what: "C guest", wasmjobs: &bench.Result{JobsPerSec: 4608}},
-		{concurrency: 256, what: "River", river: &riverResult{JobsPerSec: 2304}},
+		{concurrency: 256, what: "River", river: &measure.RiverResult{JobsPerSec: 2304}},
 	}
 	s := formatHTTPSection(rows, 100000, "0.5", "1.5", "")
 	for _, want := range []string{"| 256 | C guest | 4608 | 90% |", "| 0.92 | 2.00 |", "| 256 | River | 2304 | 45% |", "load average 0.5 before, 1.5 after"} {

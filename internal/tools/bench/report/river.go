@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/wasmjobs/wasmjobs/internal/rigs/abitest"
+	"github.com/wasmjobs/wasmjobs/internal/tools/bench/measure"
 )
 
 // riverPeer builds the River peer and finds its Postgres: WASMJOBS_PG_URL, or the one
@@ -47,12 +48,12 @@ func riverPeer(ctx context.Context) (bin, url string, cleanup func(), note strin
 }
 
 // runRiver runs the built peer with args and --json against url.
-func runRiver(ctx context.Context, bin, url string, args []string) (riverResult, error) {
+func runRiver(ctx context.Context, bin, url string, args []string) (measure.RiverResult, error) {
 	log.Printf("running: River peer %s", strings.Join(args, " "))
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, append(slices.Clone(args), "--json", "--database-url", url)...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	var r riverResult
+	var r measure.RiverResult
 	if err := cmd.Run(); err != nil {
 		return r, fmt.Errorf("riverpeer %s failed: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
@@ -65,26 +66,6 @@ func runRiver(ctx context.Context, bin, url string, args []string) (riverResult,
 // riverShapes are river bench's two shapes, as riverpeer's flags.
 func riverShapes() [][]string { return [][]string{{"-n", "200000"}, {"--duration", "30s"}} }
 
-// riverResult is the part of riverpeer's --json output the report prints.
-type riverResult struct {
-	Shape         string  `json:"shape"`
-	RiverVersion  string  `json:"river_version"`
-	Postgres      string  `json:"postgres_version"`
-	JobsInserted  int64   `json:"jobs_inserted"`
-	JobsWorked    int64   `json:"jobs_worked"`
-	Seconds       float64 `json:"seconds"`
-	JobsPerSec    float64 `json:"jobs_per_sec"`
-	ClientCPUS    float64 `json:"client_cpu_s"`
-	PostgresCPUS  float64 `json:"postgres_cpu_s"`
-	PostgresShare float64 `json:"postgres_cpu_share"`
-	JobsPerCPUS   float64 `json:"jobs_per_cpu_s"`
-	MaxWorkers    int     `json:"max_workers"`
-	P50Ms         float64 `json:"p50_ms"`
-	P99Ms         float64 `json:"p99_ms"`
-	PeakRSSMB     float64 `json:"peak_rss_mb"`
-	RSSPerJobKB   float64 `json:"rss_per_job_kb"`
-}
-
 // riverSection runs the River peer (internal/tools/bench/riverpeer, a module of its own) in the
 // given shapes (riverShapes for the report) when a Postgres is at hand, and returns
 // BENCHMARKS.md's section on it. Postgres is WASMJOBS_PG_URL, or the one
@@ -96,7 +77,7 @@ func riverSection(ctx context.Context, shapes [][]string) string {
 		return note
 	}
 	defer cleanup()
-	var results []riverResult
+	var results []measure.RiverResult
 	for _, shape := range shapes {
 		r, err := runRiver(ctx, bin, url, shape)
 		if err != nil {

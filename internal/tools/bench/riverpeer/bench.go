@@ -69,39 +69,6 @@ type Config struct {
 	HTTPDelay time.Duration
 }
 
-// Result is one run's figures.
-type Result struct {
-	Shape         string  `json:"shape"` // "-n 200000" or "--duration 30s"
-	RiverVersion  string  `json:"river_version"`
-	Postgres      string  `json:"postgres_version"`
-	MaxWorkers    int     `json:"max_workers"`
-	InsertMethod  string  `json:"insert_method"`
-	JobsInserted  int64   `json:"jobs_inserted"`
-	JobsWorked    int64   `json:"jobs_worked"`
-	Seconds       float64 `json:"seconds"`
-	JobsPerSec    float64 `json:"jobs_per_sec"`
-	ClientCPUS    float64 `json:"client_cpu_s"`
-	PostgresCPUS  float64 `json:"postgres_cpu_s"`
-	MachineCPUS   float64 `json:"machine_cpu_s"`
-	PostgresShare float64 `json:"postgres_cpu_share"` // of client + Postgres
-	// JobsPerCPUS is jobs worked per CPU second of client and Postgres together: on a
-	// machine shared with other work it says what River would do with the cores to itself
-	// better than jobs/s does.
-	JobsPerCPUS float64 `json:"jobs_per_cpu_s"`
-	// P50Ms and P99Ms are percentiles of each job's time from its insert to its
-	// completion coming out of the subscription; with -n that includes the wait behind
-	// the whole backlog, as wasmjobs' bench --insert-first does.
-	P50Ms float64 `json:"p50_ms"`
-	P99Ms float64 `json:"p99_ms"`
-	// PeakRSSMB is this process's resident high-water mark, reset at the client's start
-	// (Linux); Postgres's memory is not in it. RSSPerJobKB is its growth over the run
-	// per worker (MaxWorkers).
-	PeakRSSMB   float64 `json:"peak_rss_mb"`
-	RSSPerJobKB float64 `json:"rss_per_job_kb"`
-	// HTTPDelayMs is Config.HTTPDelay, zero for the no-op worker.
-	HTTPDelayMs float64 `json:"http_delay_ms"`
-}
-
 // ErrConfig reports flags that name no shape, or both.
 var ErrConfig = errors.New("riverpeer: give exactly one of -n (jobs) or --duration")
 
@@ -120,9 +87,9 @@ type noopWorker struct {
 func (noopWorker) Work(context.Context, *river.Job[benchArgs]) error { return nil }
 
 // Run migrates the database, empties River's jobs table, and runs one shape.
-func Run(ctx context.Context, cfg Config) (Result, error) {
+func Run(ctx context.Context, cfg Config) (measure.RiverResult, error) {
 	if (cfg.Jobs > 0) == (cfg.Duration > 0) || cfg.Jobs < 0 || cfg.Duration < 0 {
-		return Result{}, ErrConfig
+		return measure.RiverResult{}, ErrConfig
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -130,13 +97,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	pool, err := openPool(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return Result{}, err
+		return measure.RiverResult{}, err
 	}
 	defer pool.Close()
 	driver := riverpgxv5.New(pool)
 
 	workerCount := cmp.Or(cfg.MaxWorkers, maxWorkers)
-	res := Result{RiverVersion: moduleVersion("github.com/riverqueue/river"), MaxWorkers: workerCount, InsertMethod: "InsertMany",
+	res := measure.RiverResult{RiverVersion: moduleVersion("github.com/riverqueue/river"), MaxWorkers: workerCount, InsertMethod: "InsertMany",
 		HTTPDelayMs: float64(cfg.HTTPDelay) / float64(time.Millisecond)}
 	if cfg.Fast {
 		res.InsertMethod = "InsertManyFast"

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/wasmjobs/wasmjobs/internal/tools/bench/measure"
 )
 
 func TestArgsThatNameNoRunExitTwo(t *testing.T) {
@@ -83,7 +85,7 @@ func TestBothShapesWorkEveryJobOnPostgres(t *testing.T) {
 	if code := run(ctx, []string{"-n", "12000", "--json", "--database-url", url}, &out, &errOut); code != 0 {
 		t.Fatalf("-n 12000: exit %d: %s", code, errOut.String())
 	}
-	var res Result
+	var res measure.RiverResult
 	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
 		t.Fatalf("-n 12000 --json printed %q: %v", out.String(), err)
 	}

@@ -100,18 +100,3 @@ func run(ctx context.Context, args []string, stdout, errOut io.Writer) int {
 	fmt.Fprintln(stdout, res.Line())
 	return 0
 }
-
-// Line is the result as one line of figures.
-func (r Result) Line() string {
-	s := fmt.Sprintf("river %s on Postgres %s, %s: %d jobs worked (%d inserted) in %.2f s: %.0f jobs/s",
-		r.RiverVersion, r.Postgres, r.Shape, r.JobsWorked, r.JobsInserted, r.Seconds, r.JobsPerSec)
-	if r.ClientCPUS+r.PostgresCPUS > 0 {
-		s += fmt.Sprintf("; CPU s: client %.1f, postgres %.1f (%.0f%% of the two), machine %.1f; %.0f jobs per CPU s of the two",
-			r.ClientCPUS, r.PostgresCPUS, 100*r.PostgresShare, r.MachineCPUS, r.JobsPerCPUS)
-	}
-	if r.HTTPDelayMs > 0 {
-		s += fmt.Sprintf("; one GET a job (server answers after %.0f ms), %d workers: insert to completion p50 %.1f ms, p99 %.1f ms; peak RSS %.0f MB, %.0f KB per worker",
-			r.HTTPDelayMs, r.MaxWorkers, r.P50Ms, r.P99Ms, r.PeakRSSMB, r.RSSPerJobKB)
-	}
-	return s
-}
