@@ -33,8 +33,7 @@ func TestStopDrainsARunningJob(t *testing.T) {
 	if status := h.Call("GET", "/readyz", "", nil); status != 200 {
 		t.Fatalf("/readyz once started: %d", status)
 	}
-	id := h.enqueue("go")
-	h.WaitState(id, "running")
+	id := h.running("go")
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- h.srv.Stop(context.Background()) }()
@@ -75,8 +74,7 @@ func TestStopAtTheDrainDeadline(t *testing.T) {
 	const drain = 300 * time.Millisecond
 	h := newTestHost(t, nil, server.Config{DrainTimeout: drain})
 	h.Start()
-	id := h.enqueue("never")
-	h.WaitState(id, "running")
+	h.running("never")
 	start := time.Now()
 	if err := h.srv.Stop(context.Background()); err != nil {
 		t.Fatalf("Stop at the drain deadline: %v, want nil", err)
@@ -98,8 +96,7 @@ func TestACancelledStopEndsWithinCloseGrace(t *testing.T) {
 	t.Parallel()
 	h := newTestHost(t, nil, server.Config{DrainTimeout: time.Hour})
 	h.Start()
-	id := h.enqueue("never")
-	h.WaitState(id, "running")
+	h.running("never")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(h.URL(), "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -289,8 +286,7 @@ func TestSecondStopWaitsForTheDrain(t *testing.T) {
 	t.Parallel()
 	h := newTestHost(t, nil, server.Config{DrainTimeout: time.Hour})
 	h.Start()
-	id := h.enqueue("go")
-	h.WaitState(id, "running")
+	h.running("go")
 	first := make(chan error, 1)
 	go func() { first <- h.srv.Stop(context.Background()) }()
 	waitFor(t, "/readyz to say 503", func() bool { return h.Call("GET", "/readyz", "", nil) == 503 })
@@ -434,6 +430,15 @@ func newTestHost(t *testing.T, b backend.Backend, cfg server.Config) *testHost {
 
 // enqueue enqueues a job of "work" that waits for the file name, and returns its id.
 func (h *testHost) enqueue(name string) string { return h.Enqueue("work", []byte(name)) }
+
+// running enqueues a job of "work" that waits for the file name, waits until it runs,
+// and returns its id.
+func (h *testHost) running(name string) string {
+	h.t.Helper()
+	id := h.enqueue(name)
+	h.WaitState(id, "running")
+	return id
+}
 
 // state is the job's state as the API reports it.
 func (h *testHost) state(id string) string { return h.Job(id).State }
