@@ -636,6 +636,9 @@ func (s *Server) stopParts(ctx context.Context) error {
 // following the directory, stops taking jobs, lets running jobs finish and settle until
 // ctx's deadline (settles under way end with it) and retires the modules.
 func (s *Server) drain(ctx context.Context) error {
+	// No job is taken from the drain's first moment: stopping the registry's follow
+	// may take a while (a reconcile under way ends first).
+	s.w.StopTaking()
 	s.reg.Close()
 	stopErr := s.stopWorker(ctx)
 	s.retire()

@@ -673,3 +673,32 @@ func TestStopIsBoundedWhenASettleIgnoresItsContext(t *testing.T) {
 		}
 	})
 }
+
+// TestStopTakingTakesNoNewJob: from StopTaking on (the drain's first step), no job
+// starts, even where a slot frees and deliveries wait: the running job finishes and
+// the others stay queued for Stop to leave.
+func TestStopTakingTakesNoNewJob(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var ran atomic.Int32
+		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
+			ran.Add(1)
+			time.Sleep(time.Second)
+			return worker.Result{}
+		})
+		r := newRig(t, worker.Config{Concurrency: 1}, worker.Queue{Name: "q", Handler: h})
+		for range 10 {
+			r.publish("q", "")
+		}
+		time.Sleep(100 * time.Millisecond)
+		r.w.StopTaking()
+		r.w.StopTaking() // twice is harmless
+		time.Sleep(5 * time.Second)
+		if st := r.stats("q"); ran.Load() != 1 || st.Acked != 1 || st.Pending != 9 {
+			t.Fatalf("%d jobs ran after StopTaking, stats %+v; want the one running acked and 9 queued", ran.Load(), st)
+		}
+		if err := r.stop(time.Minute); err != nil {
+			t.Fatalf("Stop after StopTaking: %v", err)
+		}
+	})
+}

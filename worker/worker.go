@@ -137,7 +137,8 @@ type Worker struct {
 	stopping  bool
 	abandoned bool
 
-	stop          chan struct{}   // closed by Stop: take no more deliveries
+	stop          chan struct{}   // closed by StopTaking: take no more deliveries
+	stopTaking    sync.Once
 	stopCtx       context.Context // done when stop is closed: ends resubscriptions
 	cancelStop    context.CancelFunc
 	dispatchDone  chan struct{} // closed when the dispatcher returns
@@ -399,9 +400,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	w.stopping = true
 	started := w.started
-	close(w.stop)
-	w.cancelStop()
 	w.mu.Unlock()
+	w.StopTaking()
 	if started {
 		<-w.dispatchDone
 	}
@@ -467,6 +467,16 @@ func (w *Worker) Stop(ctx context.Context) error {
 // stopGrace is what Stop gives, past its context, to settles it cancelled and to
 // streams it ends, before it reports them stuck and returns.
 const stopGrace = time.Second
+
+// StopTaking makes the worker take no new job from now on, at once, while the jobs
+// running go on: the first step of a drain, for a host that has more to stop before
+// it waits for them (Stop). Stop calls it too; calling it more than once is harmless.
+func (w *Worker) StopTaking() {
+	w.stopTaking.Do(func() {
+		close(w.stop)
+		w.cancelStop()
+	})
+}
 
 // Running reports how many jobs of each registered queue are running.
 func (w *Worker) Running() map[string]int {
