@@ -141,4 +141,3 @@ func TestCancelLosesToTheSettle(t *testing.T) {
 		t.Fatalf("cancel as the settle wins: %d %v, want 409 naming the ack", code, out)
 	}
 }
-
