@@ -52,6 +52,22 @@ type AtomicDelivery interface {
 	DeadLetterWith(ctx context.Context, reason string, rec *JobRecord) error
 }
 
+// CancellableDelivery is implemented by deliveries that can be settled as cancelled: an
+// operator stopped the job while it ran. The worker settles a cancelled job through it
+// where a delivery has it and with a plain Ack where not (RabbitMQ keeps nothing of a
+// settled job, so an ack says all it can).
+type CancellableDelivery interface {
+	Delivery
+	// Cancel settles the delivery as cancelled, exactly once like every settle (a
+	// second settle fails with ErrAlreadySettled): the job leaves its queue, is never
+	// retried and publishes no child. A backend that keeps job records writes the
+	// record as JobCancelled with reason, and appends the attempt as every settle does,
+	// in the same write; rec is as for AtomicDelivery's settles and may be nil. When it
+	// fails, and when ctx ends while its write is in flight, it behaves as
+	// AtomicDelivery's settles do.
+	Cancel(ctx context.Context, reason string, rec *JobRecord) error
+}
+
 // JobState is the state of a job in its record.
 type JobState string
 
@@ -71,7 +87,8 @@ const (
 	JobDeferred JobState = "deferred"
 	// JobDead jobs were dead-lettered.
 	JobDead JobState = "dead"
-	// JobCancelled jobs were cancelled by an operator before they ran (JobCanceller).
+	// JobCancelled jobs were cancelled by an operator: before they ran
+	// (JobController.CancelJob) or while they ran (CancellableDelivery.Cancel).
 	JobCancelled JobState = "cancelled"
 )
 
@@ -131,7 +148,8 @@ const MaxRecordAttempts = 25
 type AttemptRecord struct {
 	// Attempt is the attempt's number, from 1.
 	Attempt int `json:"attempt"`
-	// State is what the settle made of the job: succeeded, retrying, deferred or dead.
+	// State is what the settle made of the job: succeeded, retrying, deferred, dead or
+	// cancelled.
 	State JobState `json:"state"`
 	// Reason is the failure reason, or why the job was dead-lettered or deferred.
 	Reason string `json:"reason,omitempty"`

@@ -21,6 +21,7 @@ const (
 	CauseTimeout     Cause = "timeout"      // the wall-clock limit passed
 	CauseInvalidCode Cause = "invalid_code" // wasmjobs_handle returned an unknown code
 	CauseExit        Cause = "exit"         // proc_exit, with any code
+	CauseCancelled   Cause = "cancelled"    // an operator cancelled the job while it ran (worker.Worker.Cancel)
 )
 
 // Log is one log line of a job.
@@ -74,7 +75,7 @@ type Execution struct {
 }
 
 // Ending names how the run ended in one word: its Cause when it failed (trap, timeout,
-// invalid_code, exit), else its Outcome (ack, retry, defer, dead_letter). It is the
+// invalid_code, exit, cancelled), else its Outcome (ack, retry, defer, dead_letter). It is the
 // result that wasmjobs invoke reports.
 func (x *Execution) Ending() string {
 	if x.Outcome == worker.Failed {
@@ -140,10 +141,15 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 	if err != nil {
 		x.fail(CauseTrap, err.Error())
 		x.Duration = time.Since(start)
-		if errors.Is(err, errJSSetupTimeout) {
+		switch {
+		case errors.Is(err, errJSSetupTimeout):
 			// The job's timeout passed while its new JS VM started: the same failure,
 			// with the same reason, as a timeout in the run.
 			x.fail(CauseTimeout, fmt.Sprintf("timeout after %v", m.manifest.Limits.Timeout))
+		case errors.Is(ctx.Err(), context.Canceled):
+			// Cancelled while its instance was made: the same failure as in the run.
+			f := cancelled(ctx)
+			x.fail(f.cause, f.reason)
 		}
 		return x
 	}

@@ -275,7 +275,7 @@ func newJSVM(ctx context.Context, inst *instance, m *Module, deadline time.Time)
 		if errors.As(err, &fe) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("loading the JS handler: %s", classify(err, timeout).reason)
+		return nil, fmt.Errorf("loading the JS handler: %s", classify(ctx, err, timeout).reason)
 	}
 	return vm, nil
 }
@@ -511,9 +511,9 @@ func (vm *jsVM) runJob(ctx context.Context, deadline time.Time, timeout time.Dur
 	inst.stderr.flush()
 	switch {
 	case err != nil:
-		return 0, classify(err, timeout)
+		return 0, classify(ctx, err, timeout)
 	case vm.interrupted && ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return 0, &failure{CauseTimeout, "cancelled: the host is shutting down"}
+		return 0, cancelled(ctx)
 	case vm.interrupted:
 		return 0, &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
 	case vm.hostFail != "":

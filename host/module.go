@@ -21,6 +21,7 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // ErrInvalidModule is wrapped by every error that rejects a module at load.
@@ -347,11 +348,21 @@ func (inst *instance) call(ctx context.Context, f api.Function, timeout time.Dur
 		}
 		return int32(res[0]), nil
 	}
-	return 0, classify(err, timeout)
+	return 0, classify(ctx, err, timeout)
 }
 
-// classify names how a call failed.
-func classify(err error, timeout time.Duration) *failure {
+// cancelled is the failure of a run whose context ctx was cancelled: by an operator
+// (worker.Worker.Cancel, whose cause is worker.ErrCancelled), never retried, or by the
+// host's drain, retried elsewhere.
+func cancelled(ctx context.Context) *failure {
+	if errors.Is(context.Cause(ctx), worker.ErrCancelled) {
+		return &failure{CauseCancelled, worker.ErrCancelled.Error()}
+	}
+	return &failure{CauseTimeout, "cancelled: the host is shutting down"}
+}
+
+// classify names how a call under ctx failed.
+func classify(ctx context.Context, err error, timeout time.Duration) *failure {
 	var exit *sys.ExitError
 	var mem *memoryAccessError
 	var abort *abortError
@@ -361,7 +372,7 @@ func classify(err error, timeout time.Duration) *failure {
 		case sys.ExitCodeDeadlineExceeded:
 			return &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
 		case sys.ExitCodeContextCanceled:
-			return &failure{CauseTimeout, "cancelled: the host is shutting down"}
+			return cancelled(ctx)
 		}
 		return &failure{CauseExit, fmt.Sprintf("exit code %d", exit.ExitCode())}
 	case errors.As(err, &mem):
@@ -371,7 +382,7 @@ func classify(err error, timeout time.Duration) *failure {
 	case errors.Is(err, context.DeadlineExceeded):
 		return &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
 	case errors.Is(err, context.Canceled):
-		return &failure{CauseTimeout, "cancelled: the host is shutting down"}
+		return cancelled(ctx)
 	}
 	msg := err.Error()
 	if line, _, _ := strings.Cut(msg, "\n"); line != "" {

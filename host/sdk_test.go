@@ -474,3 +474,55 @@ func TestRetryAfterDefersOnPebble(t *testing.T) {
 		t.Fatalf("the second run started %v after the first, want 2s ± 0.5s", gap)
 	}
 }
+
+// TestSDKsCancelledInARequest: in every language whose SDK makes requests, a job
+// blocked in a request to a server that never answers, cancelled by an operator
+// (worker.ErrCancelled as its context's cause), fails as cancelled within 100 ms of the
+// cancel, JavaScript within its 250 ms backstop, and its request is aborted (the server
+// sees it end).
+func TestSDKsCancelledInARequest(t *testing.T) {
+	t.Parallel()
+	seen, ended := make(chan struct{}, 1), make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- struct{}{}
+		<-r.Context().Done()
+		ended <- struct{}{}
+	}))
+	t.Cleanup(srv.Close)
+	e := newEngine(t)
+	for _, lang := range abitest.HTTPLanguages {
+		t.Run(lang, func(t *testing.T) { // one at a time: they share the server's signals
+			m := loadHTTPConformance(t, e, lang)
+			within := 100 * time.Millisecond
+			if lang == "typescript" {
+				within = 250 * time.Millisecond
+			}
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			done := make(chan host.Execution, 1)
+			go func() {
+				env := backend.NewEnvelope("conformance", []byte("http-get:"+srv.URL+"/"))
+				done <- m.Run(ctx, &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 5}, nil)
+			}()
+			select {
+			case <-seen:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the request never reached the server")
+			}
+			at := time.Now()
+			cancel(worker.ErrCancelled)
+			x := <-done
+			if took := time.Since(at); took > within {
+				t.Errorf("the run ended %v after the cancel, want within %v", took, within)
+			}
+			if x.Cause != host.CauseCancelled || x.Reason != "cancelled by an operator" {
+				t.Errorf("%s %q output %q, want cancelled by an operator", x.Ending(), x.Reason, x.Output)
+			}
+			select {
+			case <-ended:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the server's request was not aborted")
+			}
+		})
+	}
+}

@@ -44,6 +44,7 @@ func (s *Server) newInspector() *inspect.Inspector {
 	return inspect.New(inspect.Config{
 		Backend: s.b, Registry: s.reg, Running: s.w.Running, Records: s.ops.recs, Rates: s.ops.rates,
 		Schedules: s.sched.List, RefusedPushes: s.refusedPushes, Refusal: s.refusal, Logger: s.log,
+		CancelRunning: s.w.Cancel,
 	})
 }
 

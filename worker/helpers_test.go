@@ -226,6 +226,14 @@ func counting(n *atomic.Int32) worker.Handler {
 	})
 }
 
+// waitFor returns a handler that acks each job once release is closed.
+func waitFor(release <-chan struct{}) worker.Handler {
+	return worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result {
+		<-release
+		return worker.Result{}
+	})
+}
+
 // nop acks every job; retryAll retries every job.
 var (
 	nop      = worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{} })

@@ -32,9 +32,9 @@ func (j *Job) OutageSince() (time.Time, bool) {
 }
 
 // Outcome is how an attempt of a job ended: the handler's verdict (Result.Outcome, any
-// of the five) and how the worker settled the job (Event.Settle, never Failed: a
-// failure is settled as a retry or a dead letter). Its names (String) are the settles
-// of the API, the logs and the metric labels.
+// of the first five) and how the worker settled the job (Event.Settle, never Failed: a
+// failure is settled as a retry or a dead letter; Cancelled only there). Its names
+// (String) are the settles of the API, the logs and the metric labels.
 type Outcome int
 
 // The outcomes of a handler. The zero value is Ack.
@@ -51,11 +51,16 @@ const (
 	// Failed: the handler failed (an error, a trap, a timeout). The job is retried with
 	// the queue's backoff; Result.Delay does not apply.
 	Failed
+	// Cancelled: an operator cancelled the job while it ran (Worker.Cancel). It is a
+	// settle, never a verdict (a handler that returns it fails): the job leaves its
+	// queue, never retried, and what it staged is dropped.
+	Cancelled
 )
 
-var outcomeNames = [...]string{"ack", "retry", "defer", "dead_letter", "failed"}
+var outcomeNames = [...]string{"ack", "retry", "defer", "dead_letter", "failed", "cancelled"}
 
-// String returns the outcome's name: ack, retry, defer, dead_letter or failed.
+// String returns the outcome's name: ack, retry, defer, dead_letter, failed or
+// cancelled.
 func (o Outcome) String() string {
 	if o >= 0 && int(o) < len(outcomeNames) {
 		return outcomeNames[o]
@@ -138,7 +143,8 @@ type Call struct {
 }
 
 // Handler runs jobs. Handle is called concurrently from many goroutines; ctx is
-// cancelled when the job's deadline passes or the worker's drain timeout runs out.
+// cancelled when the job's deadline passes, the worker's drain timeout runs out, or an
+// operator cancels the job (Worker.Cancel; its cause is then ErrCancelled).
 type Handler interface {
 	Handle(ctx context.Context, job *Job) Result
 }

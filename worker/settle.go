@@ -43,13 +43,24 @@ func (w *Worker) process(qs *queueState, d backend.Delivery) {
 		job.MaxAttempts = spec.MaxAttempts
 	}
 	w.obs.Observe(Event{Kind: EventStarted, Job: job})
-	// execute
+	// execute, under a context of the job's own that Cancel can end
+	ctx, cancel := context.WithCancelCause(w.handlerCtx)
+	r := w.runs.start(env.ID, cancel)
 	start := time.Now()
-	res := pol.handler.Handle(w.handlerCtx, job)
+	res := pol.handler.Handle(ctx, job)
 	took := time.Since(start)
-	// acknowledge
-	p := w.plan(spec, job, res)
-	w.settle(spec, d, job, res, took, p)
+	cancelled := w.runs.returned(r)
+	cancel(nil)
+	// acknowledge: a job cancelled while it ran settles as cancelled, whatever its
+	// result.
+	var p plan
+	if cancelled {
+		p = plan{settle: Cancelled, reason: ErrCancelled.Error()}
+	} else {
+		p = w.plan(spec, job, res)
+	}
+	r.decide(p.settle)
+	w.runs.end(r, w.settle(spec, d, job, res, took, p))
 }
 
 // release frees the job's slots and wakes the dispatcher.
@@ -189,14 +200,15 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// settle carries out p on the delivery and reports it. After the drain timeout it
-// settles nothing: the delivery stays unacknowledged for the backend to deliver again.
-func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, took time.Duration, p plan) {
+// settle carries out p on the delivery, reports it and returns the settle's error.
+// After the drain timeout it settles nothing: the delivery stays unacknowledged for the
+// backend to deliver again.
+func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, took time.Duration, p plan) error {
 	w.mu.Lock()
 	if w.abandoned {
 		w.mu.Unlock()
 		w.obs.Observe(Event{Kind: EventAbandoned, Job: job, Result: res, Settle: p.settle, Reason: p.reason, Duration: took})
-		return
+		return errAbandoned
 	}
 	w.settling.Add()
 	w.mu.Unlock()
@@ -262,6 +274,13 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 			break
 		}
 		err = d.DeadLetter(ctx, p.reason)
+	case Cancelled:
+		// Whatever the handler staged is dropped: a cancelled job publishes nothing.
+		if cd, ok := d.(backend.CancellableDelivery); ok {
+			err = cd.Cancel(ctx, p.reason, runRecord(res, took))
+			break
+		}
+		err = d.Ack(ctx) // the backend keeps nothing of a settled job: an ack says all
 	}
 	ev := Event{Kind: EventSettled, Job: job, Result: res, Settle: p.settle, Reason: p.reason, Delay: p.delay, Duration: took}
 	if err != nil {
@@ -273,6 +292,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 		w.log.Error(msg, "job", job.Envelope.ID, "queue", job.Envelope.Queue, "settle", p.settle.String(), "error", err)
 	}
 	w.obs.Observe(ev)
+	return ev.Err
 }
 
 // runRecord is what the worker knows of a run for the job's record: the backend adds

@@ -228,11 +228,7 @@ func TestUnregisterTimeoutReturnsJobs(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
-		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
-			<-release
-			return worker.Result{}
-		})
-		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h})
+		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: waitFor(release)})
 		r.publish("q", "x")
 		synctest.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -152,6 +152,7 @@ type Worker struct {
 	tasks    chan task        // to the runners: one per slot, so a send never waits long
 	jobs     inflight.Counter // jobs from delivery to the end of their settle
 	settling inflight.Counter // settle calls under way
+	runs     runs             // jobs running or settling, for Cancel
 	resubs   sync.WaitGroup
 }
 

@@ -17,9 +17,9 @@
 // The suite also requires backend.DeadLetterStore and backend.StatsReader, which every
 // backend of the project implements. The rules of the other optional interfaces
 // (backend.BatchPublisher, backend.AtomicDelivery, backend.JobRecordReader,
-// backend.JobController, backend.JobLister, backend.JobEnvelopeReader,
-// backend.UniquePublisher, backend.ScheduleStore) run only on backends that implement
-// them and are skipped, saying so, on the others. backend.SchedulePruner has no rules
+// backend.CancellableDelivery, backend.JobController, backend.JobLister,
+// backend.JobEnvelopeReader, backend.UniquePublisher, backend.ScheduleStore) run only
+// on backends that implement them and are skipped, saying so, on the others. backend.SchedulePruner has no rules
 // here: only RabbitMQ's leadership lease implements it, and its own tests check it.
 //
 // The rules are grouped by area, one file each, in the manner of River's
@@ -102,11 +102,13 @@ var rules = []rule{
 	{"BatchPublishAllOrNothing", testBatchPublish},
 	{"AckWithChildrenIsAtomic", testAckWithChildren},
 	{"RepeatPublishOfAHeldIDIsDropped", testRepeatPublishDropped},
-	// Job records, control and listing (backend.JobRecordReader,
-	// backend.JobController, backend.JobLister; skipped on a backend without them).
+	// Job records, control, cancelling and listing (backend.JobRecordReader,
+	// backend.JobController, backend.CancellableDelivery, backend.JobLister; skipped
+	// on a backend without them).
 	{"SettlesWithRecordWriteTheRecord", testSettleRecords},
 	{"JobRecordsFollowPublishAndSettle", testJobRecords},
 	{"JobControlCancelRetryDelete", testJobControl},
+	{"CancelledDeliveryLeavesForGood", testCancelRunning},
 	{"ListJobsNewestFirstWithCursor", testListJobs},
 	// Unique keys (backend.UniquePublisher; skipped on a backend without it).
 	{"UniqueKeyHeldWhileAliveAndFor", testUniqueStates},

@@ -240,3 +240,63 @@ func testListJobs(t *testing.T, h *harness) {
 		t.Errorf("ListJobs of an undeclared queue: %v, want ErrUnknownQueue", err)
 	}
 }
+
+// testCancelRunning: a delivery settled as cancelled (backend.CancellableDelivery)
+// settles once, leaves its queue for good (never delivered again, not dead-lettered),
+// frees its prefetch slot, and, where records are kept, leaves its record cancelled
+// with the reason, the run's details and the attempt appended.
+func testCancelRunning(t *testing.T, h *harness) {
+	q := h.declare(t, 1, 0)
+	s := h.consume(t, q)
+	h.publish(t, job(q, "running"), 0)
+	d, env := h.receive(t, s)
+	cd, ok := d.(backend.CancellableDelivery)
+	if !ok {
+		mustSettle(t, "Ack", d.Ack(h.ctx()))
+		t.Skipf("%T's deliveries do not implement backend.CancellableDelivery", h.b)
+	}
+	started := time.Now().Add(-time.Second).Truncate(time.Millisecond)
+	run := &backend.JobRecord{Output: []byte("partial"), Module: "mod", ModuleVersion: "v1", StartedAt: started, FinishedAt: started.Add(time.Second)}
+	const reason = "cancelled by an operator"
+	mustSettle(t, "Cancel", cd.Cancel(h.ctx(), reason, run))
+	next := env
+	next.Attempt++
+	again := map[string]error{
+		"Cancel":     cd.Cancel(h.ctx(), "again", nil),
+		"Ack":        d.Ack(h.ctx()),
+		"Retry":      d.Retry(h.ctx(), next, 0),
+		"DeadLetter": d.DeadLetter(h.ctx(), "again"),
+	}
+	for op, err := range again {
+		if !errors.Is(err, backend.ErrAlreadySettled) {
+			t.Errorf("%s after Cancel: %v, want ErrAlreadySettled", op, err)
+		}
+	}
+	// Under prefetch 1, the next job comes only if the cancel freed the slot.
+	h.publish(t, job(q, "after"), 0)
+	d2, env2 := h.receive(t, s)
+	if string(env2.Payload) != "after" {
+		t.Fatalf("after the cancel got %s (payload %q), want the next job", env2.ID, env2.Payload)
+	}
+	mustSettle(t, "Ack", d2.Ack(h.ctx()))
+	h.expectNothing(t, q, s)
+	if dead := h.deadLetters(t, q); len(dead) != 0 {
+		t.Errorf("dead letters after a cancel = %+v, want none", dead)
+	}
+	h.waitStats(t, q, "empty queue", func(st backend.QueueStats) bool { return st.Pending == 0 && st.Unacked == 0 && st.Delayed == 0 })
+	rr, ok := h.b.(backend.JobRecordReader)
+	if !ok {
+		return
+	}
+	rec, err := rr.JobRecord(h.ctx(), env.ID)
+	if err != nil {
+		t.Fatalf("JobRecord: %v", err)
+	}
+	if rec.State != backend.JobCancelled || rec.Reason != reason || rec.Attempt != 1 || string(rec.Output) != "partial" ||
+		rec.Module != "mod" || !rec.StartedAt.Equal(started) || rec.FinishedAt.IsZero() || len(rec.Children) != 0 {
+		t.Errorf("record after Cancel = %+v, want cancelled with reason %q, the run's details and no children", rec, reason)
+	}
+	if n := len(rec.Attempts); n != 1 || rec.Attempts[0].State != backend.JobCancelled || rec.Attempts[0].Reason != reason || rec.Attempts[0].Attempt != 1 {
+		t.Errorf("attempts after Cancel = %+v, want one, cancelled with reason %q", rec.Attempts, reason)
+	}
+}

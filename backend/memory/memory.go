@@ -83,7 +83,9 @@ type queue struct {
 
 	held  map[*time.Timer]heldMessage // delayed or deferred messages
 	acked int
-	dead  []deadLetter
+	// cancelled counts the deliveries settled as cancelled (also in acked).
+	cancelled int
+	dead      []deadLetter
 	// ids counts the messages the queue holds per job id: ready, delayed, deferred or
 	// taken and not settled. A publish of an id it holds is a repeat, and is dropped.
 	ids map[string]int
@@ -262,6 +264,9 @@ type QueueStats struct {
 	// Acked counts every acknowledged delivery since the queue was declared, including
 	// those settled by Retry and Defer (which acknowledge after republishing).
 	Acked int
+	// Cancelled counts the deliveries settled as cancelled (Delivery.Cancel) since the
+	// queue was declared; they are counted in Acked as well.
+	Cancelled int
 	// Dead counts the queue's dead letters.
 	Dead int
 }
@@ -275,7 +280,7 @@ func (b *Backend) Stats(queue string) (QueueStats, error) {
 	q.Lock()
 	defer q.Unlock()
 	pending, unacked := q.Counts()
-	st := QueueStats{Pending: pending, Unacked: unacked, Acked: q.acked, Dead: len(q.dead)}
+	st := QueueStats{Pending: pending, Unacked: unacked, Acked: q.acked, Cancelled: q.cancelled, Dead: len(q.dead)}
 	for _, h := range q.held {
 		if h.deferred {
 			st.Deferred++

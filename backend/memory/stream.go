@@ -19,6 +19,8 @@ func (b *Backend) deliver(q *queue, c *stream.Claim[*message]) (backend.Delivery
 	return &delivery{b: b, q: q, c: c, m: c.Item(), redelivered: c.Item().redelivered}, nil
 }
 
+var _ backend.CancellableDelivery = (*delivery)(nil)
+
 // delivery is a message handed to a consumer.
 type delivery struct {
 	b           *Backend
@@ -45,7 +47,10 @@ func (d *delivery) begin() error {
 
 // finish completes a settle: the delivery leaves the stream, freeing a prefetch slot.
 // final says the job is done (acknowledged or dead-lettered), not put back.
-func (d *delivery) finish(dead string, final bool) {
+func (d *delivery) finish(dead string, final bool) { d.finishAs(dead, final, false) }
+
+// finishAs is finish, counting a cancelled settle as such as well.
+func (d *delivery) finishAs(dead string, final, cancelled bool) {
 	q := d.q
 	q.Lock()
 	d.c.FinishLocked()
@@ -57,6 +62,9 @@ func (d *delivery) finish(dead string, final bool) {
 		q.dead = append(q.dead, deadLetter{m: d.m, reason: dead, at: time.Now()})
 	} else {
 		q.acked++
+	}
+	if cancelled {
+		q.cancelled++
 	}
 	q.Unlock()
 	d.c.Wake()
@@ -107,5 +115,16 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 		reason = "dead-lettered without a reason"
 	}
 	d.finish(reason, true)
+	return nil
+}
+
+// Cancel settles the delivery as cancelled (backend.CancellableDelivery): the job
+// leaves its queue, counted as acknowledged and as cancelled. The memory backend keeps
+// no job records, so reason and rec are not kept.
+func (d *delivery) Cancel(ctx context.Context, reason string, rec *backend.JobRecord) error {
+	if err := d.begin(); err != nil {
+		return err
+	}
+	d.finishAs("", true, true)
 	return nil
 }

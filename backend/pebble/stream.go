@@ -74,6 +74,11 @@ func (b *Backend) get(key []byte) ([]byte, error) {
 	return out, nil
 }
 
+var (
+	_ backend.AtomicDelivery      = (*delivery)(nil)
+	_ backend.CancellableDelivery = (*delivery)(nil)
+)
+
 // delivery is a job handed to a consumer.
 type delivery struct {
 	b           *Backend

@@ -348,8 +348,21 @@ func (d *delivery) Ack(ctx context.Context) error { return d.AckWith(ctx, nil, n
 // AckWith acknowledges the delivery and publishes children in the same batch, with the
 // job's record (see backend.AtomicDelivery).
 func (d *delivery) AckWith(ctx context.Context, children []backend.Publication, run *backend.JobRecord) error {
+	return d.end(ctx, "ack", backend.JobSucceeded, "", children, run)
+}
+
+// Cancel settles the delivery as cancelled (see backend.CancellableDelivery): the job
+// leaves its queue and its record says cancelled with reason, in one batch, as an ack
+// without children.
+func (d *delivery) Cancel(ctx context.Context, reason string, run *backend.JobRecord) error {
+	return d.end(ctx, "cancel", backend.JobCancelled, reason, nil, run)
+}
+
+// end settles the delivery as finished, in state with reason, publishing children in
+// the same batch: what an ack and a cancel share.
+func (d *delivery) end(ctx context.Context, op string, state backend.JobState, reason string, children []backend.Publication, run *backend.JobRecord) error {
 	b := d.b
-	return d.settle(ctx, "ack", false, func(batch *pebbledb.Batch) (func(), func(), error) {
+	return d.settle(ctx, op, false, func(batch *pebbledb.Batch) (func(), func(), error) {
 		if len(children) > 0 {
 			// Children are new work: under the free-space reserve they are refused
 			// like publishes, and the delivery stays unsettled.
@@ -361,7 +374,7 @@ func (d *delivery) AckWith(ctx context.Context, children []backend.Publication, 
 		if err != nil {
 			return nil, nil, err
 		}
-		n := b.stageSettleRecord(batch, d, backend.JobSucceeded, "", ids, run)
+		n := b.stageSettleRecord(batch, d, state, reason, ids, run)
 		applyUniq := b.stageUniqFinish(batch, d.it.id, time.Now())
 		return func() {
 			applyUniq()

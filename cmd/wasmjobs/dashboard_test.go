@@ -133,6 +133,8 @@ func TestDashboardInChromium(t *testing.T) {
 	dir := t.TempDir()
 	installModule(t, dir, "abi/echo", "echo", "v1")
 	installModule(t, dir, "abi/dead_letter", "dead", "v1")
+	writeManifest(t, dir, "spin", `timeout = "1m"`)
+	installModule(t, dir, "hostile/loop", "spin", "v1")
 	h := startHost(t, dir)
 	ctx := browser(t, false)
 	ui := strings.Replace(h.url, "127.0.0.1", "localhost", 1) + "/ui/"
@@ -202,6 +204,13 @@ func TestDashboardInChromium(t *testing.T) {
 	if s := h.job(cancelMe).State; s != "cancelled" {
 		t.Errorf("after Cancel on the page the API says %s, want cancelled", s)
 	}
+	// A running job has the button too: pressing it stops the job where it spins.
+	spinning := h.enqueueJSON(`{"queue":"spin","payload":""}`)
+	waitFor(t, "the spinning job to run", func() bool { return h.job(spinning).State == "running" })
+	do(t, ctx, "cancel a running job", chromedp.Navigate(ui+"jobs/"+spinning), chromedp.Click(`#cancel`), chromedp.WaitVisible(`p.flash`))
+	if j := h.job(spinning); j.State != "cancelled" {
+		t.Errorf("after Cancel on a running job's page the API says %s, want cancelled", j.State)
+	}
 	do(t, ctx, "retry now", chromedp.Navigate(ui+"jobs/"+retryMe), chromedp.Click(`#retry`), chromedp.WaitVisible(`p.flash`))
 	waitFor(t, "the retried job to run", func() bool { return h.job(retryMe).Output == "retried now" })
 
@@ -252,8 +261,8 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	var mods2 struct{ Modules []struct{ Name string } }
 	h.get("/v1/modules", &mods2)
-	if len(mods2.Modules) != 2 {
-		t.Errorf("after the uploads the host serves %d modules, want the same 2", len(mods2.Modules))
+	if len(mods2.Modules) != 3 {
+		t.Errorf("after the uploads the host serves %d modules, want the same 3", len(mods2.Modules))
 	}
 	if status := h.get("/ui/jobs/NOSUCHJOB", nil); status != http.StatusNotFound {
 		t.Errorf("an unknown job's page answered %d, want 404", status)

@@ -45,12 +45,12 @@ func newAPIRig(t *testing.T, token string, opts ...func(*rigConfig)) *apiRig {
 	return newRigOn(t, inspecttest.Options{}, token, opts...)
 }
 
-// newRigOn is the API on the rig of o (its modules, and a started worker, are the
-// API tests' own).
+// newRigOn is the API on the rig of o (its modules, "mail" and "echo" before any of
+// o's, and a started worker, are the API tests' own).
 func newRigOn(t *testing.T, o inspecttest.Options, token string, opts ...func(*rigConfig)) *apiRig {
 	t.Helper()
 	rc := rigConfig{Config: api.Config{Token: token, MaxBody: 1 << 12}}
-	o.Modules = []inspecttest.Module{{Name: "mail", Wasm: "abi/dead_letter"}, {Name: "echo", Wasm: "abi/echo", Manifest: "max_payload = 16"}}
+	o.Modules = append([]inspecttest.Module{{Name: "mail", Wasm: "abi/dead_letter"}, {Name: "echo", Wasm: "abi/echo", Manifest: "max_payload = 16"}}, o.Modules...)
 	o.Run = true
 	o.Inspect = func(c *inspect.Config) {
 		rc.Inspect = *c

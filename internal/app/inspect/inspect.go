@@ -14,6 +14,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
@@ -46,9 +47,20 @@ type Config struct {
 	// yet, or draining) while it has one, so that no job is accepted that the drain
 	// would then drop. Nil means the host always takes them.
 	Refusal func() error
+	// CancelRunning cancels a job that runs on this host and waits for its settle
+	// (worker.Worker.Cancel): a cancel the backend cannot carry out on a waiting job
+	// (the job is running, or the backend finds no job by id) asks it, for at most
+	// CancelRunningWait. Nil cancels only waiting jobs.
+	CancelRunning func(ctx context.Context, id string) error
 	// Logger logs what fails while reading (a queue's counts); nil discards.
 	Logger *slog.Logger
 }
+
+// CancelRunningWait bounds how long a cancel waits for a running job to stop and
+// settle (Config.CancelRunning): a handler that never reaches an interrupt check
+// (a host call that ignores its context) makes the cancel fail with the deadline
+// while the job still settles as cancelled once it returns.
+const CancelRunningWait = 10 * time.Second
 
 // Checkpointer is implemented by backends that can copy their store, consistently,
 // while they run (the pebble backend): a backup uses it.
@@ -117,11 +129,15 @@ type Can struct {
 	// List: it lists a queue's jobs from its records (backend.JobLister); without, a
 	// listing shows what this host remembers.
 	List bool
+	// CancelRunning: a job running on this host can be cancelled, whatever the
+	// backend (Config.CancelRunning).
+	CancelRunning bool
 }
 
 // Can reports what the backend can do.
 func (in *Inspector) Can() Can {
-	return Can{Count: in.stats != nil, DeadLetters: in.dead != nil, Act: in.control != nil, Records: in.own, List: in.listed}
+	return Can{Count: in.stats != nil, DeadLetters: in.dead != nil, Act: in.control != nil, Records: in.own, List: in.listed,
+		CancelRunning: in.cfg.CancelRunning != nil}
 }
 
 // Refusal says why the host takes no new jobs (Config.Refusal): nil while it takes

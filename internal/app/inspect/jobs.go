@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // JobView is a job as GET /v1/jobs/{id} and the dashboard show it: its latest state
@@ -18,7 +19,8 @@ type JobView struct {
 	ID    string `json:"id"`
 	Queue string `json:"queue"`
 	// State is the job's state: from this host's memory (Records) pending, running,
-	// succeeded, retrying, deferred or dead; from a backend's job records (pebble), any.
+	// succeeded, retrying, deferred, dead or cancelled; from a backend's job records
+	// (pebble), any.
 	State       backend.JobState `json:"state"`
 	Attempt     int              `json:"attempt"`
 	MaxAttempts int              `json:"max_attempts,omitempty"`
@@ -56,7 +58,7 @@ type ModuleRef struct {
 // Attempt is one run of a job.
 type Attempt struct {
 	Attempt int    `json:"attempt"`
-	Settle  string `json:"settle"` // ack, retry, defer, dead_letter; or "abandoned", "settle failed"
+	Settle  string `json:"settle"` // ack, retry, defer, dead_letter, cancelled; or "abandoned", "settle failed"
 	Reason  string `json:"reason,omitempty"`
 	// Module and Version name the handler that ran this attempt; Role is "current" or
 	// "canary" when a rollout was running (job records only).
@@ -178,8 +180,10 @@ const (
 )
 
 // Act applies a to job id: an error wraps backend.ErrNotFound (no such job),
-// backend.ErrJobState (its state does not allow it), ErrUnavailable (the backend
-// cannot), ErrInvalid (no such action) or, for a retry, ErrDraining.
+// backend.ErrJobState (its state does not allow it; for a cancel of a running job,
+// its settle won), ErrUnavailable (the backend cannot), ErrInvalid (no such action)
+// or, for a retry, ErrDraining. A cancel of a job running on this host stops it and
+// returns once it settled as cancelled (Config.CancelRunning), on every backend.
 func (in *Inspector) Act(ctx context.Context, id string, a Action) error {
 	switch a {
 	case ActionCancel, ActionRetry, ActionDelete:
@@ -192,6 +196,11 @@ func (in *Inspector) Act(ctx context.Context, id string, a Action) error {
 		}
 	}
 	c := in.control
+	if c == nil && a == ActionCancel {
+		if running, err := in.cancelRunning(ctx, id); running {
+			return err
+		}
+	}
 	if c == nil {
 		return fmt.Errorf("%s job %q: the broker cannot find a queued message by id, so one job cannot be cancelled, retried or deleted (a dead letter can be replayed or purged): %w", a, id, ErrUnavailable)
 	}
@@ -200,6 +209,13 @@ func (in *Inspector) Act(ctx context.Context, id string, a Action) error {
 	switch a {
 	case ActionCancel:
 		err = c.CancelJob(ctx, id)
+		if errors.Is(err, backend.ErrJobState) || errors.Is(err, backend.ErrNotFound) {
+			// Not waiting: running here, perhaps. The worker's settle writes what
+			// became of it, in the backend's record or the host's memory.
+			if running, cerr := in.cancelRunning(ctx, id); running {
+				return cerr
+			}
+		}
 	case ActionRetry:
 		err = c.RetryJobNow(ctx, id)
 	case ActionDelete:
@@ -236,6 +252,27 @@ func (in *Inspector) Act(ctx context.Context, id string, a Action) error {
 		}
 	}
 	return err
+}
+
+// cancelRunning cancels the job id where it runs on this host (Config.CancelRunning),
+// for at most CancelRunningWait. running is false when it does not run here (or
+// nothing can cancel it): the caller answers as for a job not waiting. A settle that
+// won (the handler had returned) is an error wrapping backend.ErrJobState that says
+// which settle.
+func (in *Inspector) cancelRunning(ctx context.Context, id string) (running bool, err error) {
+	if in.cfg.CancelRunning == nil {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, CancelRunningWait)
+	defer cancel()
+	err = in.cfg.CancelRunning(ctx, id)
+	switch {
+	case errors.Is(err, worker.ErrNotRunning):
+		return false, nil
+	case errors.Is(err, worker.ErrSettling):
+		return true, &kindError{msg: err.Error(), kinds: []error{backend.ErrJobState, err}}
+	}
+	return true, err
 }
 
 // ParseJobFilter reads state, cursor and limit from a query.

@@ -43,7 +43,7 @@ const jobsHeader = `
 
 // totalHeader is what compare expects before the series of wasmjobs_jobs_total.
 const totalHeader = `
-# HELP wasmjobs_jobs_total Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter).
+# HELP wasmjobs_jobs_total Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter, cancelled).
 # TYPE wasmjobs_jobs_total counter
 `
 

@@ -436,7 +436,8 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 	}
 	data["Records"] = can.Records
 	data["CanAct"] = can.Act
-	data["CanCancel"] = can.Act && (st.State == "pending" || st.State == "delayed" || st.State == "deferred" || st.State == "retrying")
+	data["CanCancel"] = can.Act && (st.State == "pending" || st.State == "delayed" || st.State == "deferred" || st.State == "retrying") ||
+		can.CancelRunning && st.State == "running" // stopped where it runs, whatever the backend
 	data["CanRetry"] = can.Act && (st.State == "retrying" || st.State == "dead" || st.State == "delayed" || st.State == "deferred")
 	data["CanDelete"] = can.Act && st.State != "running"
 	s.render(w, http.StatusOK, "job", page{Title: "Job " + id, Nav: "overview", Done: r.URL.Query().Get("done"), Data: data})

@@ -558,6 +558,39 @@ func follow(t *testing.T, h http.Handler, method, href string) *httptest.Respons
 	return serve(h, r)
 }
 
+// A running job's page has a cancel button, on a backend that cannot act on a waiting
+// job too (RabbitMQ's position): pressing it stops the job and its page says cancelled.
+func TestCancelARunningJobFromItsPage(t *testing.T) {
+	t.Parallel()
+	h, rg := rigWith(t, inspecttest.Options{Backend: noControl{memory.New(memory.Config{})}, Run: true,
+		Modules: []inspecttest.Module{{Name: "spin", Wasm: "hostile/loop", Manifest: `timeout = "1m"`}}}, ui.Config{})
+	env := backend.NewEnvelope("spin", nil)
+	rg.Records.Enqueued(env, false)
+	if err := rg.Backend.Publish(context.Background(), env, 0); err != nil {
+		t.Fatal(err)
+	}
+	page := "/ui/jobs/" + env.ID
+	deadline := time.Now().Add(10 * time.Second)
+	var body string
+	for body = serve(h, httptest.NewRequest("GET", "http://localhost"+page, nil)).Body.String(); !strings.Contains(body, `id="state">running`); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job never ran:\n%s", body)
+		}
+		time.Sleep(5 * time.Millisecond)
+		body = serve(h, httptest.NewRequest("GET", "http://localhost"+page, nil)).Body.String()
+	}
+	if !strings.Contains(body, `id="cancel"`) {
+		t.Fatalf("a running job's page has no cancel button:\n%s", body)
+	}
+	if w := serve(h, formPost(page+"/cancel", nil)); w.Code != http.StatusSeeOther {
+		t.Fatalf("cancel of the running job: %d %s, want 303", w.Code, w.Body)
+	}
+	body = serve(h, httptest.NewRequest("GET", "http://localhost"+page, nil)).Body.String()
+	if !strings.Contains(body, `id="state">cancelled`) || strings.Contains(body, `id="cancel"`) {
+		t.Errorf("the job's page after its cancel: want cancelled and no cancel button:\n%s", body)
+	}
+}
+
 // A job id is whatever its publisher chose (a foreign publisher on RabbitMQ): the
 // links to its page and the forms of its actions carry it escaped, and reach it.
 func TestJobIDsAnyPublisherChoseAreLinkedEscaped(t *testing.T) {

@@ -144,7 +144,7 @@ func New(t testing.TB, o Options) *Rig {
 	}
 	cfg := inspect.Config{Backend: r.Backend, Registry: r.Registry, Records: r.Records}
 	if r.Worker != nil {
-		cfg.Running = r.Worker.Running
+		cfg.Running, cfg.CancelRunning = r.Worker.Running, r.Worker.Cancel
 	}
 	if o.Inspect != nil {
 		o.Inspect(&cfg)
