@@ -137,7 +137,7 @@ type Worker struct {
 	stopping  bool
 	abandoned bool
 
-	stop          chan struct{}   // closed by StopTaking: take no more deliveries
+	stop          chan struct{} // closed by StopTaking: take no more deliveries
 	stopTaking    sync.Once
 	stopCtx       context.Context // done when stop is closed: ends resubscriptions
 	cancelStop    context.CancelFunc
