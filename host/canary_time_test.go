@@ -143,6 +143,41 @@ func TestCanaryFailureDelta(t *testing.T) {
 	}
 }
 
+// TestCancelledRunsDoNotCountAgainstACanary: jobs an operator cancelled while they ran
+// on the canary (worker.ErrCancelled as their context's cause) are not failures of the
+// new version: ten of them reach no verdict, where ten failures would roll it back.
+func TestCancelledRunsDoNotCountAgainstACanary(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	cur := loadSvc(t, e, variant(t, "abi/ack", "v1"), host.Manifest{})
+	next := loadSvc(t, e, testdataModule(t, "abi/sleep_ms"), host.Manifest{Limits: host.DefaultLimits()})
+	h := host.NewHandler(cur, nil)
+	defer func() { h.Module().Retire() }()
+	ended := make(chan host.Verdict, 1)
+	host.StartCanary(h, next, host.Rollout{CanaryPercent: 50, CanaryMinJobs: 10, CanaryJobs: 10, CanaryTime: time.Hour,
+		CanaryMaxFailureDelta: 0.2}, func(v host.Verdict) { ended <- v })
+	for i, cancelled := 0, 0; cancelled < 10; i++ {
+		id := fmt.Sprintf("job-%d", i)
+		if host.CanaryBucket(id) >= 50 {
+			continue // on the current version
+		}
+		env := backend.NewEnvelope("svc", []byte("10000")) // sleeps 10 s unless cancelled
+		env.ID = id
+		ctx, cancel := context.WithCancelCause(context.Background())
+		time.AfterFunc(20*time.Millisecond, func() { cancel(worker.ErrCancelled) })
+		res := h.Handle(ctx, &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 3})
+		if res.Role != host.RoleCanary || res.Outcome != worker.Failed {
+			t.Fatalf("job %s: %+v, want a failed run on the canary", id, res)
+		}
+		cancelled++
+	}
+	select {
+	case v := <-ended:
+		t.Fatalf("ten cancelled canary runs reached a verdict: %+v", v)
+	default:
+	}
+}
+
 // TestResumedCanaryTimeIsWhatItHadLeft: a canary taken up after a restart keeps its
 // start and counts, and is promoted at canary_time counting only the time it ran, not
 // the time the host was down. Virtual time.

@@ -82,7 +82,11 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 			// current version: it says which version failed it.
 			res.Reason = "on canary " + m.version[:min(12, len(m.version))] + ": " + res.Reason
 		}
-		h.record(c, role, res.Outcome)
+		// A run an operator cancelled says nothing of the version: it is not counted,
+		// lest cancelling stuck jobs roll a canary back as failed.
+		if x.Cause != CauseCancelled {
+			h.record(c, role, res.Outcome)
+		}
 	}
 	return res
 }

@@ -12,8 +12,8 @@ import (
 // CancelWait is how long Cancel waits for a running job to stop and settle.
 const CancelWait = 10 * time.Second
 
-// CancelWait is the inspector's, written out so that godoc shows its value: one that
-// differs from its source does not compile (a negative constant overflows uint).
+// The wait above is the inspector's, written out so that godoc shows its value: one
+// that differs from its source does not compile (a negative constant overflows uint).
 const _ = uint(CancelWait-inspect.CancelRunningWait) + uint(inspect.CancelRunningWait-CancelWait)
 
 // ErrConflict is an operator's action that the module's state does not allow now: a
@@ -30,8 +30,9 @@ var ErrConflict = inspect.ErrConflict
 // restarts; on memory and RabbitMQ the host remembers the jobs it ran or took since
 // it started, the latest Config.History of them. A single job can be cancelled,
 // retried or deleted where the backend finds one by id (memory, pebble), not on
-// RabbitMQ, except that a job running on this host can be cancelled on all three; dead letters are listed, replayed and purged on all three. What the
-// backend cannot do is an error wrapping ErrUnavailable.
+// RabbitMQ, except that a job running on this host can be cancelled on all three; dead
+// letters are listed, replayed and purged on all three. What the backend cannot do is
+// an error wrapping ErrUnavailable.
 type Inspector struct {
 	in *inspect.Inspector
 }
@@ -81,7 +82,8 @@ func (i *Inspector) Jobs(ctx context.Context, queue string, f backend.JobFilter)
 // runs. A job running on this host is stopped: its handler is interrupted and the job
 // ends cancelled, never retried, what it staged dropped; Cancel returns once it has
 // settled so, waiting up to CancelWait (a handler that does not stop by then makes it fail
-// with the deadline, and still ends cancelled when it returns). This works on every
+// with the deadline; it ends cancelled when it returns, unless that settle fails or the
+// drain abandons it, and then it is delivered again). This works on every
 // backend, RabbitMQ too. An error wraps backend.ErrNotFound, backend.ErrJobState (a
 // job finished, or running and already settling: its settle wins, and the error says
 // which) or ErrUnavailable (RabbitMQ, for a job that waits).
