@@ -34,7 +34,9 @@
 // Backends with a store of their own may implement optional interfaces: BatchPublisher
 // (an all-or-nothing batch), AtomicDelivery (an ack committed with its children,
 // settles that carry the job's record), CancellableDelivery (a running job settled as
-// cancelled) and JobRecordReader (records by id; such a
+// cancelled), DependentPublisher, WaitingDelivery, AwaitedDelivery, WaitCanceller and
+// GroupStore (jobs that wait for other jobs: fan-in, workflows, batches) and
+// JobRecordReader (records by id; such a
 // backend drops a repeat publish of an id it still holds), UniquePublisher (jobs unique
 // by key within their queue, exactly), JobLister, JobController and JobEnvelopeReader
 // (an operator's view of the held jobs), ScheduleStore and SchedulePruner (the ticks of

@@ -30,6 +30,10 @@ type Envelope struct {
 	EnqueuedAt time.Time
 	// Reason is the last failure reason, empty on a job that has not failed.
 	Reason string
+	// Round counts the waits of the job that have ended: zero on a first run, n on the
+	// run resumed after its n-th wait (WaitingDelivery). A backend without waiting
+	// keeps it zero.
+	Round int
 	// Redelivered is set by a backend on a delivery it handed out before without its
 	// being settled (a dropped stream, a lost connection). It is not published.
 	Redelivered bool
