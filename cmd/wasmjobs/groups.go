@@ -18,7 +18,7 @@ import (
 // newGroupCommand is `wasmjobs workflows` or `wasmjobs batches`: create, get, list and
 // cancel groups of kind through a running host's API.
 func newGroupCommand(kind backend.GroupKind) *cobra.Command {
-	plural := kind.Plural()
+	plural := string(kind) + "s"
 	path := "/v1/" + plural
 	cmd := &cobra.Command{
 		Use:   plural,

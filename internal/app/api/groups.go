@@ -155,7 +155,7 @@ func (s *server) listGroups(kind backend.GroupKind) http.Handler {
 		for i, g := range page.Groups {
 			views[i] = groupView(g)
 		}
-		writeJSON(w, http.StatusOK, map[string]any{kind.Plural(): views, "next": page.Next})
+		writeJSON(w, http.StatusOK, map[string]any{string(kind) + "s": views, "next": page.Next})
 		return nil
 	})
 }

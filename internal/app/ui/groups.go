@@ -79,8 +79,7 @@ func (s *server) groupsUnavailable() string {
 // groups lists the workflows or the batches, a page at a time.
 func (s *server) groups(kind backend.GroupKind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		name := kind.Plural()
-		data := map[string]any{"Unavailable": s.groupsUnavailable(), "Kind": string(kind), "Path": name}
+		data := map[string]any{"Unavailable": s.groupsUnavailable()}
 		if s.in.Can().Groups {
 			page, err := s.in.Groups(r.Context(), kind, r.URL.Query().Get("cursor"), 0)
 			if err != nil {
@@ -97,7 +96,8 @@ func (s *server) groups(kind backend.GroupKind) http.HandlerFunc {
 			}
 			data["Groups"], data["Next"] = views, page.Next
 		}
-		s.render(w, http.StatusOK, "groups", page{Title: map[backend.GroupKind]string{backend.GroupWorkflow: "Workflows", backend.GroupBatch: "Batches"}[kind], Nav: name, Data: data})
+		name := string(kind) + "s"
+		s.render(w, http.StatusOK, name, page{Title: map[backend.GroupKind]string{backend.GroupWorkflow: "Workflows", backend.GroupBatch: "Batches"}[kind], Nav: name, Data: data})
 	}
 }
 
@@ -123,7 +123,7 @@ func (s *server) group(kind backend.GroupKind) http.HandlerFunc {
 				data["DAG"] = layoutDAG(g.Members)
 			}
 		}
-		s.render(w, http.StatusOK, string(kind), page{Title: title, Nav: kind.Plural(), Done: r.URL.Query().Get("done"), Data: data})
+		s.render(w, http.StatusOK, string(kind), page{Title: title, Nav: string(kind) + "s", Done: r.URL.Query().Get("done"), Data: data})
 	}
 }
 
@@ -154,6 +154,6 @@ func (s *server) cancelGroup(kind backend.GroupKind) http.HandlerFunc {
 			s.failErr(w, r, err)
 			return
 		}
-		http.Redirect(w, r, "/ui/"+kind.Plural()+"/"+url.PathEscape(id)+"?done=cancelled", http.StatusSeeOther)
+		http.Redirect(w, r, "/ui/"+string(kind)+"s/"+url.PathEscape(id)+"?done=cancelled", http.StatusSeeOther)
 	}
 }

@@ -123,9 +123,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /ui/modules", s.modules)
 	mux.HandleFunc("GET /ui/schedules", s.schedules)
 	for _, kind := range []backend.GroupKind{backend.GroupWorkflow, backend.GroupBatch} {
-		mux.HandleFunc("GET /ui/"+kind.Plural(), s.groups(kind))
-		mux.HandleFunc("GET /ui/"+kind.Plural()+"/{id}", s.group(kind))
-		mux.HandleFunc("POST /ui/"+kind.Plural()+"/{id}/cancel", s.cancelGroup(kind))
+		mux.HandleFunc("GET /ui/"+string(kind)+"s", s.groups(kind))
+		mux.HandleFunc("GET /ui/"+string(kind)+"s/{id}", s.group(kind))
+		mux.HandleFunc("POST /ui/"+string(kind)+"s/{id}/cancel", s.cancelGroup(kind))
 	}
 	mux.HandleFunc("POST /ui/modules/validate", s.validate)
 	mux.HandleFunc("POST /ui/modules/{name}/{action}", s.moduleAction)
