@@ -122,11 +122,6 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /ui/dead-letters/{action}", s.deadAction)
 	mux.HandleFunc("GET /ui/modules", s.modules)
 	mux.HandleFunc("GET /ui/schedules", s.schedules)
-	for _, kind := range []backend.GroupKind{backend.GroupWorkflow, backend.GroupBatch} {
-		mux.HandleFunc("GET /ui/"+string(kind)+"s", s.groups(kind))
-		mux.HandleFunc("GET /ui/"+string(kind)+"s/{id}", s.group(kind))
-		mux.HandleFunc("POST /ui/"+string(kind)+"s/{id}/cancel", s.cancelGroup(kind))
-	}
 	mux.HandleFunc("POST /ui/modules/validate", s.validate)
 	mux.HandleFunc("POST /ui/modules/{name}/{action}", s.moduleAction)
 	mux.HandleFunc("POST /ui/login", s.login)
@@ -348,7 +343,7 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 
 // States are the tabs of the queue page.
 var States = []backend.JobState{"", backend.JobPending, backend.JobRunning, backend.JobDelayed, backend.JobRetrying,
-	backend.JobDeferred, backend.JobWaiting, backend.JobSucceeded, backend.JobDead, backend.JobCancelled}
+	backend.JobDeferred, backend.JobSucceeded, backend.JobDead, backend.JobCancelled}
 
 func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 	q := r.PathValue("queue")
