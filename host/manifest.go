@@ -295,11 +295,11 @@ var manifestFields = map[string]manifestField{
 	"max_attempts":    intField(func(m *Manifest) *int { return &m.MaxAttempts }, 1, 1_000_000),
 	"max_defers":      intField(func(m *Manifest) *int { return &m.MaxDefers }, 1, 1_000_000),
 	"concurrency":     intField(func(m *Manifest) *int { return &m.Concurrency }, 1, 100_000),
-	"key_concurrency": intField(func(m *Manifest) *int { return &m.KeyConcurrency }, 1, 100_000),
 	"recycle_after":   intField(func(m *Manifest) *int { return &m.RecycleAfter }, 1, 1<<31-1),
 	"backoff_base":    durationField(func(m *Manifest) *time.Duration { return &m.BackoffBase }),
 	"backoff_cap":     durationField(func(m *Manifest) *time.Duration { return &m.BackoffCap }),
 	"timeout":         durationField(func(m *Manifest) *time.Duration { return &m.Limits.Timeout }),
+	"key_concurrency": intField(func(m *Manifest) *int { return &m.KeyConcurrency }, 1, 100_000),
 	"isolation": func(m *Manifest, v value) error {
 		s, err := v.str()
 		if err != nil {

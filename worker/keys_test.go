@@ -3,9 +3,8 @@ package worker_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,7 +58,7 @@ func (k *keyWatch) end(key string, finished bool) {
 func TestKeyConcurrencyOnPebble(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b, err := pebblebackend.Open(ctx, pebblebackend.Config{Dir: filepath.Join(t.TempDir(), "data"), BallastSize: -1})
+	b, err := pebblebackend.Open(ctx, pebblebackend.Config{Dir: t.TempDir(), BallastSize: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,19 +117,15 @@ func TestKeyConcurrencyOnPebble(t *testing.T) {
 	}
 	for k := range keys {
 		key := fmt.Sprint("key-", k)
-		var want []string
+		var want []int
 		for n := k; n < total; n += keys {
-			want = append(want, strconv.Itoa(n))
+			want = append(want, n)
 			if n%7 == 0 {
-				want = append(want, strconv.Itoa(n)) // its retry, before the key's next job
+				want = append(want, n) // its retry, before the key's next job
 			}
 		}
-		var got []string
-		for _, n := range watch.started[key] {
-			got = append(got, strconv.Itoa(n))
-		}
-		if g, w := strings.Join(got, " "), strings.Join(want, " "); g != w {
-			t.Fatalf("%s started its jobs in the order\n%s\nwant\n%s", key, g, w)
+		if got := watch.started[key]; !slices.Equal(got, want) {
+			t.Fatalf("%s started its jobs in the order\n%v\nwant\n%v", key, got, want)
 		}
 	}
 }

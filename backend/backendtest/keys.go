@@ -13,12 +13,7 @@ import (
 // declareKeys declares a queue whose jobs of one concurrency key run at most n at once.
 func (h *harness) declareKeys(t *testing.T, prefetch, n int) backend.QueueConfig {
 	t.Helper()
-	h.n++
-	q := backend.QueueConfig{Name: h.prefix + "-" + string(rune('a'+h.n-1)), Prefetch: prefetch, KeyConcurrency: n}
-	if err := h.b.Declare(h.ctx(), q); err != nil {
-		t.Fatalf("Declare(%+v): %v", q, err)
-	}
-	return q
+	return h.declareWith(t, backend.QueueConfig{Prefetch: prefetch, KeyConcurrency: n})
 }
 
 // keyed returns a fresh job of q with the concurrency key key, its payload its name.
@@ -36,6 +31,15 @@ func (h *harness) receiveNamed(t *testing.T, s backend.Stream, want string) (bac
 		t.Fatalf("delivery %q, want %q", env.Payload, want)
 	}
 	return d, env
+}
+
+// ackNext receives the deliveries of s named by names, in order, acking each.
+func (h *harness) ackNext(t *testing.T, s backend.Stream, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		d, _ := h.receiveNamed(t, s, name)
+		mustSettle(t, "Ack "+name, d.Ack(h.ctx()))
+	}
 }
 
 // testKeyConcurrencyRefusedWithout: a backend without CapKeyConcurrency refuses a
@@ -83,14 +87,12 @@ func testKeyBoundsRunningInPublishOrder(t *testing.T, h *harness) {
 	}
 	h.expectNothing(t, q, s) // three slots of the prefetch are free: nothing to fill them
 	mustSettle(t, "Ack b1", got["b1"].Ack(h.ctx()))
-	d, _ := h.receiveNamed(t, s, "b2")
-	mustSettle(t, "Ack b2", d.Ack(h.ctx()))
+	h.ackNext(t, s, "b2")
 	mustSettle(t, "Ack a1", got["a1"].Ack(h.ctx()))
-	d, _ = h.receiveNamed(t, s, "a2")
+	d, _ := h.receiveNamed(t, s, "a2")
 	h.expectNothing(t, q, s)
 	mustSettle(t, "Ack a2", d.Ack(h.ctx()))
-	d, _ = h.receiveNamed(t, s, "a3")
-	mustSettle(t, "Ack a3", d.Ack(h.ctx()))
+	h.ackNext(t, s, "a3")
 	for _, name := range []string{"c1", "u1", "u2"} {
 		mustSettle(t, "Ack "+name, got[name].Ack(h.ctx()))
 	}
@@ -129,10 +131,7 @@ func testKeyHeldWhileWaiting(t *testing.T, h *harness) {
 	mustSettle(t, "Defer", d.Defer(h.ctx(), env, wait))
 	d, _ = h.receiveNamed(t, s, "delayed") // the deferred one, not next
 	mustSettle(t, "Retry without a delay", d.Retry(h.ctx(), env, 0))
-	d, _ = h.receiveNamed(t, s, "delayed")
-	mustSettle(t, "Ack", d.Ack(h.ctx()))
-	d, _ = h.receiveNamed(t, s, "next")
-	mustSettle(t, "Ack", d.Ack(h.ctx()))
+	h.ackNext(t, s, "delayed", "next")
 	h.expectNothing(t, q, s)
 }
 
@@ -156,8 +155,9 @@ func testKeyLimitN(t *testing.T, h *harness) {
 	d3, _ := h.receiveNamed(t, s, "3")
 	mustSettle(t, "Ack", d2.Ack(h.ctx()))
 	d4, _ := h.receiveNamed(t, s, "4")
-	mustSettle(t, "Ack", d3.Ack(h.ctx()))
-	mustSettle(t, "Ack", d4.Ack(h.ctx()))
+	for _, d := range []backend.Delivery{d3, d4} {
+		mustSettle(t, "Ack", d.Ack(h.ctx()))
+	}
 }
 
 // testKeyLimitChangesWithDeclare: the latest Declare sets the bound, for the jobs
@@ -209,8 +209,7 @@ func testKeyFreedByJobControl(t *testing.T, h *harness) {
 	mustSettle(t, "Retry", d.Retry(h.ctx(), env, time.Hour))
 	h.expectNothing(t, q, s) // k1, retrying, holds the key
 	mustSettle(t, "CancelJob of the retrying job", jc.CancelJob(h.ctx(), env.ID))
-	d, _ = h.receiveNamed(t, s, "k2")
-	mustSettle(t, "Ack", d.Ack(h.ctx()))
+	h.ackNext(t, s, "k2")
 	d, _ = h.receiveNamed(t, s, "k3")
 	// k4 waits for its key behind k3: deleting it frees its place, and k5 is next.
 	mustSettle(t, "DeleteJob of a job waiting for its key", jc.DeleteJob(h.ctx(), jobs["k4"].ID))
@@ -218,8 +217,7 @@ func testKeyFreedByJobControl(t *testing.T, h *harness) {
 		t.Fatalf("stats %+v after k4 was deleted, want k5 alone waiting for its key", st)
 	}
 	mustSettle(t, "Ack", d.Ack(h.ctx()))
-	d, _ = h.receiveNamed(t, s, "k5")
-	mustSettle(t, "Ack", d.Ack(h.ctx()))
+	h.ackNext(t, s, "k5")
 	h.expectNothing(t, q, s)
 }
 
@@ -239,14 +237,21 @@ func testKeysUnderConcurrency(t *testing.T, h *harness) {
 	started := make(map[string][]string) // key -> payloads in start order
 	done := 0
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	var firstErr error // the first consumer's failure, under mu
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
 	for c := range 3 {
 		s := h.consume(t, q)
 		rng := rand.New(rand.NewPCG(uint64(c), 7))
 		wg.Go(func() {
 			for {
 				mu.Lock()
-				finished := done == keys*perKey
+				finished := done == keys*perKey || firstErr != nil
 				mu.Unlock()
 				if finished {
 					return
@@ -258,18 +263,18 @@ func testKeysUnderConcurrency(t *testing.T, h *harness) {
 					continue
 				}
 				if d == nil {
-					errs <- fmt.Errorf("stream ended: %v", s.Err())
+					fail(fmt.Errorf("stream ended: %v", s.Err()))
 					return
 				}
 				env, err := d.Envelope()
 				if err != nil {
-					errs <- err
+					fail(err)
 					return
 				}
 				mu.Lock()
 				if running[env.Key] {
 					mu.Unlock()
-					errs <- fmt.Errorf("job %s of %s handed out while another of its key runs", env.Payload, env.Key)
+					fail(fmt.Errorf("job %s of %s handed out while another of its key runs", env.Payload, env.Key))
 					return
 				}
 				running[env.Key] = true
@@ -291,16 +296,15 @@ func testKeysUnderConcurrency(t *testing.T, h *harness) {
 					err = d.Ack(h.ctx())
 				}
 				if err != nil {
-					errs <- err
+					fail(err)
 					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+	if firstErr != nil {
+		t.Fatal(firstErr)
 	}
 	for k := range keys {
 		key := fmt.Sprint("key", k)
