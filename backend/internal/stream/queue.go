@@ -1,7 +1,9 @@
 // Package stream is the stream core of the embedded backends (memory and pebble): the
 // ready jobs of one queue by priority level (Queue), the streams that offer them to
 // consumers one at a time, count what is on offer and put back, in order, what a
-// stream held when it ended (Streams, Stream, Claim), and the directory of declared
+// stream held when it ended (Streams, Stream, Claim), the gate of concurrency keys that
+// parks a ready job while as many of its key as the queue's limit are ahead of it
+// (JoinKey, LeaveKey, SetKeyLimit), and the directory of declared
 // queues every operation starts from (Directory). A backend keeps what it knows of a
 // job (a message in memory, the key of a value on disk) in its Item, makes the
 // delivery a consumer receives (the deliver function it gives Streams.Consume) and
