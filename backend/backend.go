@@ -49,6 +49,7 @@ package backend
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -170,6 +171,9 @@ type QueueStats struct {
 	Deferred int `json:"deferred"`
 	// Dead counts the dead letters.
 	Dead int `json:"dead"`
+	// KeyWaiting messages are ready but wait for their concurrency key
+	// (QueueConfig.KeyConcurrency); they are not counted in Pending.
+	KeyWaiting int `json:"key_waiting"`
 }
 
 // StatsReader is implemented by backends that can count a queue's messages.
@@ -188,17 +192,29 @@ const (
 	// ahead of the backlog. Without it every queue is FIFO: priorities are ignored and a
 	// deferred job waits its turn like a delayed one. RabbitMQ's quorum queues lack it.
 	CapPriority Capabilities = 1 << iota
+	// CapKeyConcurrency: a queue declared with QueueConfig.KeyConcurrency hands out at
+	// most that many jobs of one key at once, in publish order, each holding its key
+	// until it ends. Without it Declare and Consume refuse a KeyConcurrency, saying
+	// why. RabbitMQ lacks it.
+	CapKeyConcurrency
 )
 
 // AllCapabilities is every part of the contract.
-const AllCapabilities = CapPriority
+const AllCapabilities = CapPriority | CapKeyConcurrency
 
-// String names the capabilities set in c.
+// String names the capabilities set in c, joined by "+".
 func (c Capabilities) String() string {
+	var names []string
 	if c&CapPriority != 0 {
-		return "priority"
+		names = append(names, "priority")
 	}
-	return "none"
+	if c&CapKeyConcurrency != 0 {
+		names = append(names, "key-concurrency")
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, "+")
 }
 
 // CapabilityReporter is implemented by a backend that may lack parts of the contract:

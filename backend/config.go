@@ -35,6 +35,16 @@ type QueueConfig struct {
 	// 0..PriorityLevels are honoured, higher ones count as PriorityLevels. Zero makes a
 	// plain FIFO queue. Values outside 0..MaxPriorityLevels are clamped.
 	PriorityLevels int
+	// KeyConcurrency, when positive, bounds the jobs of one concurrency key
+	// (Envelope.Key) handed out at once: the others wait, holding no prefetch slot
+	// and no claim, in the order they were published. A job holds its key from its
+	// publish until it ends (acknowledged, dead-lettered, cancelled, deleted): one
+	// retrying, deferred or delayed keeps it, so the key's next job does not overtake
+	// it. Zero is no bound; a negative value counts as zero. Unlike the priority
+	// levels it may change: each Declare sets it (Consume ignores it), for the jobs
+	// already queued too. A backend that cannot keep it exactly (RabbitMQ) refuses it
+	// in Declare and Consume (CapKeyConcurrency).
+	KeyConcurrency int
 }
 
 var queueNamePattern = regexp.MustCompile(`^[A-Za-z0-9_.\-]{1,200}$`)
@@ -69,6 +79,7 @@ func (q QueueConfig) Normalize(log *slog.Logger) QueueConfig {
 	}
 	clamp("Prefetch", &q.Prefetch, 1, MaxPrefetch)
 	clamp("PriorityLevels", &q.PriorityLevels, 0, MaxPriorityLevels)
+	q.KeyConcurrency = max(q.KeyConcurrency, 0)
 	return q
 }
 

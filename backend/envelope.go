@@ -30,6 +30,12 @@ type Envelope struct {
 	EnqueuedAt time.Time
 	// Reason is the last failure reason, empty on a job that has not failed.
 	Reason string
+	// Key is the job's concurrency key, empty for none: a queue declared with
+	// QueueConfig.KeyConcurrency N runs at most N jobs of one key at once, in the
+	// order they were published. It is not the unique key of UniquePublication, which
+	// makes a publish a duplicate: jobs of one concurrency key are all kept, and wait
+	// their turn.
+	Key string
 	// Round counts the waits of the job that have ended: zero on a first run, n on the
 	// run resumed after its n-th wait (WaitingDelivery). A backend without waiting
 	// keeps it zero.

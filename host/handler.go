@@ -120,13 +120,14 @@ func (h *Handler) Queue() worker.Queue { return h.queueFor(h.Module()) }
 func (h *Handler) queueFor(m *Module) worker.Queue {
 	man := m.Manifest()
 	return worker.Queue{
-		Name:        man.Queue,
-		Handler:     h,
-		Concurrency: man.Concurrency,
-		MaxAttempts: man.MaxAttempts,
-		MaxDefers:   man.MaxDefers,
-		Backoff:     worker.Backoff{Base: man.BackoffBase, Cap: man.BackoffCap},
-		Rate:        rate.Limit(man.RateLimit.PerSecond),
-		Burst:       man.RateLimit.Burst,
+		Name:           man.Queue,
+		Handler:        h,
+		Concurrency:    man.Concurrency,
+		KeyConcurrency: man.KeyConcurrency,
+		MaxAttempts:    man.MaxAttempts,
+		MaxDefers:      man.MaxDefers,
+		Backoff:        worker.Backoff{Base: man.BackoffBase, Cap: man.BackoffCap},
+		Rate:           rate.Limit(man.RateLimit.PerSecond),
+		Burst:          man.RateLimit.Burst,
 	}
 }

@@ -131,9 +131,9 @@ func TestSwapDrainsTheOldVersion(t *testing.T) {
 func TestHandlerQueueFromManifest(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t)
-	m := loadFile(t, e, "abi/ack", "queue = \"mail\"\nconcurrency = 3\nmax_attempts = 7\nmax_defers = 2\nbackoff_base = \"2s\"\nbackoff_cap = \"1m\"")
+	m := loadFile(t, e, "abi/ack", "queue = \"mail\"\nconcurrency = 3\nkey_concurrency = 2\nmax_attempts = 7\nmax_defers = 2\nbackoff_base = \"2s\"\nbackoff_cap = \"1m\"")
 	q := host.NewHandler(m, nil).Queue()
-	if q.Name != "mail" || q.Concurrency != 3 || q.MaxAttempts != 7 || q.MaxDefers != 2 ||
+	if q.Name != "mail" || q.Concurrency != 3 || q.KeyConcurrency != 2 || q.MaxAttempts != 7 || q.MaxDefers != 2 ||
 		q.Backoff != (worker.Backoff{Base: 2 * time.Second, Cap: time.Minute}) {
 		t.Fatalf("Queue() = %+v", q)
 	}

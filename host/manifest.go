@@ -100,6 +100,10 @@ type Manifest struct {
 	BackoffBase, BackoffCap time.Duration
 	// Concurrency bounds the module's running jobs. Default: only the worker's bound.
 	Concurrency int
+	// KeyConcurrency bounds the running jobs of one concurrency key (a job's key),
+	// which run in enqueue order, each holding its key until it ends (a retrying job
+	// too). Default: no bound. RabbitMQ refuses it.
+	KeyConcurrency int
 	// Isolation is pooled (default) or fresh.
 	Isolation Isolation
 	// RecycleAfter discards a pooled instance after this many jobs. Zero: never.
@@ -220,27 +224,28 @@ func ReadManifest(wasmPath string) (Manifest, error) {
 // so that a value of the wrong type gets a message of ours, with its position.
 // New settings that group several fields get a table here.
 type manifestDoc struct {
-	Queue         any `toml:"queue"`
-	Enqueue       any `toml:"enqueue"`
-	MaxAttempts   any `toml:"max_attempts"`
-	MaxDefers     any `toml:"max_defers"`
-	BackoffBase   any `toml:"backoff_base"`
-	BackoffCap    any `toml:"backoff_cap"`
-	Concurrency   any `toml:"concurrency"`
-	Isolation     any `toml:"isolation"`
-	RecycleAfter  any `toml:"recycle_after"`
-	Timeout       any `toml:"timeout"`
-	Memory        any `toml:"memory"`
-	MaxPayload    any `toml:"max_payload"`
-	MaxOutput     any `toml:"max_output"`
-	MaxLogMessage any `toml:"max_log_message"`
-	MaxLogLines   any `toml:"max_log_lines"`
-	MaxChildren   any `toml:"max_children"`
-	MaxReason     any `toml:"max_reason"`
-	Env           any `toml:"env"`
-	Dirs          any `toml:"dirs"`
-	Rollout       any `toml:"rollout"`
-	HTTP          any `toml:"http"`
+	Queue          any `toml:"queue"`
+	Enqueue        any `toml:"enqueue"`
+	MaxAttempts    any `toml:"max_attempts"`
+	MaxDefers      any `toml:"max_defers"`
+	BackoffBase    any `toml:"backoff_base"`
+	BackoffCap     any `toml:"backoff_cap"`
+	Concurrency    any `toml:"concurrency"`
+	KeyConcurrency any `toml:"key_concurrency"`
+	Isolation      any `toml:"isolation"`
+	RecycleAfter   any `toml:"recycle_after"`
+	Timeout        any `toml:"timeout"`
+	Memory         any `toml:"memory"`
+	MaxPayload     any `toml:"max_payload"`
+	MaxOutput      any `toml:"max_output"`
+	MaxLogMessage  any `toml:"max_log_message"`
+	MaxLogLines    any `toml:"max_log_lines"`
+	MaxChildren    any `toml:"max_children"`
+	MaxReason      any `toml:"max_reason"`
+	Env            any `toml:"env"`
+	Dirs           any `toml:"dirs"`
+	Rollout        any `toml:"rollout"`
+	HTTP           any `toml:"http"`
 
 	Rate     any `toml:"rate"`
 	Burst    any `toml:"burst"`
@@ -287,13 +292,14 @@ var manifestFields = map[string]manifestField{
 		m.Enqueue = list
 		return nil
 	},
-	"max_attempts":  intField(func(m *Manifest) *int { return &m.MaxAttempts }, 1, 1_000_000),
-	"max_defers":    intField(func(m *Manifest) *int { return &m.MaxDefers }, 1, 1_000_000),
-	"concurrency":   intField(func(m *Manifest) *int { return &m.Concurrency }, 1, 100_000),
-	"recycle_after": intField(func(m *Manifest) *int { return &m.RecycleAfter }, 1, 1<<31-1),
-	"backoff_base":  durationField(func(m *Manifest) *time.Duration { return &m.BackoffBase }),
-	"backoff_cap":   durationField(func(m *Manifest) *time.Duration { return &m.BackoffCap }),
-	"timeout":       durationField(func(m *Manifest) *time.Duration { return &m.Limits.Timeout }),
+	"max_attempts":    intField(func(m *Manifest) *int { return &m.MaxAttempts }, 1, 1_000_000),
+	"max_defers":      intField(func(m *Manifest) *int { return &m.MaxDefers }, 1, 1_000_000),
+	"concurrency":     intField(func(m *Manifest) *int { return &m.Concurrency }, 1, 100_000),
+	"recycle_after":   intField(func(m *Manifest) *int { return &m.RecycleAfter }, 1, 1<<31-1),
+	"backoff_base":    durationField(func(m *Manifest) *time.Duration { return &m.BackoffBase }),
+	"backoff_cap":     durationField(func(m *Manifest) *time.Duration { return &m.BackoffCap }),
+	"timeout":         durationField(func(m *Manifest) *time.Duration { return &m.Limits.Timeout }),
+	"key_concurrency": intField(func(m *Manifest) *int { return &m.KeyConcurrency }, 1, 100_000),
 	"isolation": func(m *Manifest, v value) error {
 		s, err := v.str()
 		if err != nil {

@@ -17,6 +17,8 @@ const (
 	// MaxPriority is the highest Job.Priority: priorities run from 0 (the default) to
 	// MaxPriority, higher first. The level above is the worker's, for deferred jobs.
 	MaxPriority = 1
+	// MaxKey bounds a job's concurrency key (Job.Key), in bytes.
+	MaxKey = 512
 )
 
 // The limits and defaults above are the internal packages', written out so that godoc
@@ -26,6 +28,7 @@ const (
 	_ = uint(MaxBatch-inspect.MaxBatch) + uint(inspect.MaxBatch-MaxBatch)
 	_ = uint(MaxPriority-(jobspec.PriorityLevels-1)) + uint(jobspec.PriorityLevels-1-MaxPriority)
 	_ = uint(DefaultHistory-api.DefaultHistory) + uint(api.DefaultHistory-DefaultHistory)
+	_ = uint(MaxKey-jobspec.MaxKey) + uint(jobspec.MaxKey-MaxKey)
 )
 
 // The kinds of Enqueue's errors, for errors.Is: the error itself says what, and of
@@ -72,6 +75,10 @@ type Job struct {
 	// UniqueFor is how long the key stays held after the job finished; zero frees it
 	// when the job finishes.
 	UniqueFor time.Duration
+	// Key is the job's concurrency key, at most MaxKey bytes of UTF-8: on a queue whose
+	// module sets key_concurrency N, at most N jobs of one key run at once, in the
+	// order they were enqueued. It is not UniqueKey: no job of a key is dropped.
+	Key string
 }
 
 // Enqueued says what Enqueue did: IDs holds one id per job, in order, and where

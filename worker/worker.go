@@ -90,6 +90,11 @@ type Queue struct {
 	// Concurrency bounds this queue's running jobs. Zero means only the worker's
 	// Concurrency bounds them.
 	Concurrency int
+	// KeyConcurrency bounds the running jobs of one concurrency key
+	// (backend.Envelope.Key), in enqueue order, over every worker of the backend
+	// (backend.QueueConfig.KeyConcurrency): a job of a key waits in the backend, taking
+	// no slot here, while that many of its key are ahead of it. Zero means no bound.
+	KeyConcurrency int
 	// Prefetch is the backend stream's prefetch. Zero means the queue's concurrency
 	// limit (or the worker's), so that nothing waits claimed behind a full worker.
 	// With a Rate it is at most Burst, so that nothing waits claimed for the rate.
@@ -219,7 +224,7 @@ func (w *Worker) newQueueState(q Queue) *queueState {
 	mw := append([]Middleware{Recover}, q.Middleware...)
 	mw = append(mw, Deadline(q.Timeout))
 	qs := &queueState{
-		qc:      backend.QueueConfig{Name: q.Name, Prefetch: prefetch, PriorityLevels: q.PriorityLevels},
+		qc:      backend.QueueConfig{Name: q.Name, Prefetch: prefetch, PriorityLevels: q.PriorityLevels, KeyConcurrency: max(q.KeyConcurrency, 0)},
 		drained: make(chan struct{}),
 	}
 	qs.policy.Store(&policy{spec: q, handler: Chain(q.Handler, mw...), limit: int32(limit)})

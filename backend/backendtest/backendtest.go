@@ -11,7 +11,7 @@
 //	}
 //
 // A rule that needs a capability a backend may lack (backend.Capabilities: priority
-// ordering, and with it defer-to-the-front) runs only on backends that declare it, and
+// ordering, and with it defer-to-the-front; a bound per concurrency key) runs only on backends that declare it, and
 // is skipped, saying so, on the others.
 //
 // The suite also requires backend.DeadLetterStore and backend.StatsReader, which every
@@ -24,7 +24,8 @@
 //
 // The rules are grouped by area, one file each, in the manner of River's
 // riverdrivertest: the stream and its deliveries (delays too), dead letters, batches
-// and atomic settles, job records and control, unique keys, schedules' ticks.
+// and atomic settles, job records and control, unique keys, concurrency keys,
+// schedules' ticks.
 //
 // Nothing here proves with a sleep that something did not happen. In a synctest bubble
 // the suite waits out its quiet periods in virtual time. On a real broker it uses
@@ -74,6 +75,12 @@ type rule struct {
 var needs = map[string]backend.Capabilities{
 	"PriorityHighestFirstFIFOAmongEquals": backend.CapPriority,
 	"DeferredAheadOfBacklogDelayedBehind": backend.CapPriority,
+	"KeyBoundsRunningInPublishOrder":      backend.CapKeyConcurrency,
+	"KeyHeldWhileRetryingDeferredDelayed": backend.CapKeyConcurrency,
+	"KeyConcurrencyTwoAtOnce":             backend.CapKeyConcurrency,
+	"KeyLimitSetByTheLatestDeclare":       backend.CapKeyConcurrency,
+	"KeyFreedByCancelAndDelete":           backend.CapKeyConcurrency,
+	"KeysUnderConcurrencyInOrder":         backend.CapKeyConcurrency,
 }
 
 // rules is the whole contract, area by area; each area's rules live together.
@@ -115,6 +122,15 @@ var rules = []rule{
 	{"UniqueKeysPerJobOfABatch", testUniqueBatch},
 	{"UniqueUnderConcurrency", testUniqueConcurrent},
 	{"UniqueKeyEndsOnCancelOrDelete", testUniqueControl},
+	// Concurrency keys (backend.CapKeyConcurrency; the last rule checks that a backend
+	// without it refuses a bound per key).
+	{"KeyBoundsRunningInPublishOrder", testKeyBoundsRunningInPublishOrder},
+	{"KeyHeldWhileRetryingDeferredDelayed", testKeyHeldWhileWaiting},
+	{"KeyConcurrencyTwoAtOnce", testKeyLimitN},
+	{"KeyLimitSetByTheLatestDeclare", testKeyLimitChangesWithDeclare},
+	{"KeyFreedByCancelAndDelete", testKeyFreedByJobControl},
+	{"KeysUnderConcurrencyInOrder", testKeysUnderConcurrency},
+	{"KeyConcurrencyRefusedWithoutTheCapability", testKeyConcurrencyRefusedWithout},
 	// The schedules' last fired ticks (backend.ScheduleStore; skipped on a backend
 	// without it).
 	{"ScheduleTickPublishesAndRecordsTheLast", testScheduleTicks},

@@ -21,8 +21,14 @@ func (h *harness) ctx() context.Context { return context.Background() }
 // declare declares a queue with a unique name and returns its config.
 func (h *harness) declare(t *testing.T, prefetch, levels int) backend.QueueConfig {
 	t.Helper()
+	return h.declareWith(t, backend.QueueConfig{Prefetch: prefetch, PriorityLevels: levels})
+}
+
+// declareWith declares q under a unique name and returns it.
+func (h *harness) declareWith(t *testing.T, q backend.QueueConfig) backend.QueueConfig {
+	t.Helper()
 	h.n++
-	q := backend.QueueConfig{Name: h.prefix + "-" + string(rune('a'+h.n-1)), Prefetch: prefetch, PriorityLevels: levels}
+	q.Name = h.prefix + "-" + string(rune('a'+h.n-1))
 	if err := h.b.Declare(h.ctx(), q); err != nil {
 		t.Fatalf("Declare(%+v): %v", q, err)
 	}

@@ -46,6 +46,7 @@ func testRoundTripIsExact(t *testing.T, h *harness) {
 		Defers:      2,
 		EnqueuedAt:  time.Date(2026, 11, 30, 6, 7, 8, 123456789, time.UTC),
 		Reason:      "last failure: \"quoted\"\nsecond line",
+		Key:         "account-42 ✓",
 	}
 	sent := want.Clone()
 	h.publish(t, sent, 0)
@@ -60,7 +61,7 @@ func testRoundTripIsExact(t *testing.T, h *harness) {
 	if got.ID != want.ID || got.Queue != want.Queue || string(got.Payload) != string(want.Payload) ||
 		got.Priority != want.Priority || got.Attempt != want.Attempt || got.MaxAttempts != want.MaxAttempts ||
 		got.Defers != want.Defers || !got.EnqueuedAt.Equal(want.EnqueuedAt) || got.Reason != want.Reason ||
-		got.Redelivered {
+		got.Key != want.Key || got.Redelivered {
 		t.Fatalf("round trip changed the envelope:\n got %+v\nwant %+v", got, want)
 	}
 	if len(got.Headers) != len(want.Headers) {
@@ -73,7 +74,7 @@ func testRoundTripIsExact(t *testing.T, h *harness) {
 	}
 	d, got = h.receive(t, s)
 	mustSettle(t, "Ack", d.Ack(h.ctx()))
-	if got.ID != empty.ID || len(got.Payload) != 0 || len(got.Headers) != 0 {
+	if got.ID != empty.ID || len(got.Payload) != 0 || len(got.Headers) != 0 || got.Key != "" {
 		t.Fatalf("empty job came back as %+v", got)
 	}
 }

@@ -115,16 +115,19 @@ func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 		if have.Levels() != q.PriorityLevels {
 			return fmt.Errorf("queue %q exists with %d priority levels, not the %d wanted: it keeps its first declaration", q.Name, have.Levels(), q.PriorityLevels)
 		}
+		have.SetKeyLimit(q.KeyConcurrency)
 		return nil
 	}
-	b.queues.PutLocked(q.Name, &queue{
+	nq := &queue{
 		Queue:    stream.NewQueue[*message](q.PriorityLevels),
 		name:     q.Name,
 		held:     make(map[*time.Timer]heldMessage),
 		ids:      make(map[string]int),
 		uniq:     make(map[string]*uniqEntry),
 		uniqByID: make(map[string]*uniqEntry),
-	})
+	}
+	nq.SetKeyLimit(q.KeyConcurrency)
+	b.queues.PutLocked(q.Name, nq)
 	return nil
 }
 
@@ -208,12 +211,19 @@ type heldMessage struct {
 	deferred bool
 }
 
-// hold counts m among the messages the queue holds; release, when it leaves.
-func (q *queue) hold(m *message) { q.ids[m.env.ID]++ }
+// hold counts m among the messages the queue holds, and gives a job of a concurrency
+// key its place in the key's line; release, when it leaves: once the queue holds the
+// job no more (a retry holds its next attempt before its delivery is released), its
+// place is freed.
+func (q *queue) hold(m *message) {
+	q.ids[m.env.ID]++
+	q.JoinKey(m.env.Key, m.env.ID)
+}
 
 func (q *queue) release(m *message) {
 	if q.ids[m.env.ID]--; q.ids[m.env.ID] <= 0 {
 		delete(q.ids, m.env.ID)
+		q.LeaveKey(m.env.ID)
 	}
 }
 
@@ -261,6 +271,10 @@ type QueueStats struct {
 	Delayed int
 	// Deferred messages are held by Defer and not released yet.
 	Deferred int
+	// KeyWaiting messages are ready but wait for their concurrency key: as many jobs
+	// of their key as QueueConfig.KeyConcurrency lets run are ahead of them. They are
+	// not counted in Pending.
+	KeyWaiting int
 	// Acked counts every acknowledged delivery since the queue was declared, including
 	// those settled by Retry and Defer (which acknowledge after republishing).
 	Acked int
@@ -280,7 +294,7 @@ func (b *Backend) Stats(queue string) (QueueStats, error) {
 	q.Lock()
 	defer q.Unlock()
 	pending, unacked := q.Counts()
-	st := QueueStats{Pending: pending, Unacked: unacked, Acked: q.acked, Cancelled: q.cancelled, Dead: len(q.dead)}
+	st := QueueStats{Pending: pending, Unacked: unacked, KeyWaiting: q.KeyWaiting(), Acked: q.acked, Cancelled: q.cancelled, Dead: len(q.dead)}
 	for _, h := range q.held {
 		if h.deferred {
 			st.Deferred++
@@ -297,11 +311,12 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 	if err != nil {
 		return backend.QueueStats{}, err
 	}
-	return backend.QueueStats{Pending: st.Pending, Unacked: st.Unacked, Delayed: st.Delayed, Deferred: st.Deferred, Dead: st.Dead}, nil
+	return backend.QueueStats{Pending: st.Pending, Unacked: st.Unacked, Delayed: st.Delayed, Deferred: st.Deferred, Dead: st.Dead, KeyWaiting: st.KeyWaiting}, nil
 }
 
 // Pending returns the ready messages of the declared queue in the order they would be
-// delivered. Malformed messages appear with what could be read.
+// delivered, then those waiting for their concurrency key. Malformed messages appear
+// with what could be read.
 func (b *Backend) Pending(queue string) ([]backend.Envelope, error) {
 	q, err := b.queues.Lookup(queue)
 	if err != nil {
@@ -309,7 +324,7 @@ func (b *Backend) Pending(queue string) ([]backend.Envelope, error) {
 	}
 	q.Lock()
 	defer q.Unlock()
-	out := make([]backend.Envelope, 0, q.Ready())
+	out := make([]backend.Envelope, 0, q.Ready()+q.KeyWaiting())
 	for m := range q.InOrder() {
 		out = append(out, m.env.Clone())
 	}

@@ -14,6 +14,12 @@ func (m *message) Level() int { return int(m.env.Priority) }
 // Requeue marks a message that goes back to its queue as redelivered.
 func (m *message) Requeue() { m.redelivered = true }
 
+// ID and Key are the job's id and concurrency key, for the queue's key gate.
+func (m *message) ID() string { return m.env.ID }
+
+// Key is the job's concurrency key.
+func (m *message) Key() string { return m.env.Key }
+
 // deliver makes the delivery of a message a stream of q took.
 func (b *Backend) deliver(q *queue, c *stream.Claim[*message]) (backend.Delivery, error) {
 	return &delivery{b: b, q: q, c: c, m: c.Item(), redelivered: c.Item().redelivered}, nil

@@ -16,6 +16,10 @@ import (
 const (
 	// envelopeV1 is the first encoding of an envelope.
 	envelopeV1 byte = 1
+	// envelopeV2 adds, after the id, the concurrency key and the job's place in its
+	// key's line (see encodeEnvelope); every other field is as in envelopeV1. A v1
+	// value reads as a job without a key.
+	envelopeV2 byte = 2
 	// deadV1 is the first encoding of a dead letter: reason, time, then an envelope.
 	deadV1 byte = 1
 	// queueV1 is the first encoding of a queue declaration.
@@ -25,10 +29,15 @@ const (
 var errShort = errors.New("value ends early")
 
 // encodeEnvelope appends env's binary form to dst. Redelivered is not stored: a claim
-// lives in memory only.
-func encodeEnvelope(dst []byte, env backend.Envelope) []byte {
-	dst = append(dst, envelopeV1)
+// lives in memory only. line is the job's place in the line of its key (env.Key): the
+// sequence of its first publish, kept by every republish of the job (a retry has a
+// new sequence of its own), so that Open rebuilds each key's line in the order the
+// jobs were enqueued. The key and line come right after the id, for the scan at open.
+func encodeEnvelope(dst []byte, env backend.Envelope, line uint64) []byte {
+	dst = append(dst, envelopeV2)
 	dst = appendString(dst, env.ID)
+	dst = appendString(dst, env.Key)
+	dst = binary.AppendUvarint(dst, line)
 	dst = appendString(dst, env.Queue)
 	dst = appendBytes(dst, env.Payload)
 	dst = binary.AppendUvarint(dst, uint64(len(env.Headers)))
@@ -50,10 +59,15 @@ func encodeEnvelope(dst []byte, env backend.Envelope) []byte {
 func decodeEnvelope(b []byte) (backend.Envelope, error) {
 	var env backend.Envelope
 	r := reader{b: b}
-	if v := r.byte(); r.err == nil && v != envelopeV1 {
+	v := r.byte()
+	if r.err == nil && v != envelopeV1 && v != envelopeV2 {
 		return env, fmt.Errorf("%w: envelope encoding version %d is not known to this build", backend.ErrMalformed, v)
 	}
 	env.ID = r.string()
+	if v == envelopeV2 {
+		env.Key = r.string()
+		r.uvarint() // the line: envelopeHead's
+	}
 	env.Queue = r.string()
 	env.Payload = r.bytes()
 	if n := r.uvarint(); r.err == nil {
@@ -82,14 +96,32 @@ func decodeEnvelope(b []byte) (backend.Envelope, error) {
 	return env, nil
 }
 
-// envelopeID reads only the job id of an encoded envelope, for the scan at open.
+// envelopeID reads only the job id of an encoded envelope.
 func envelopeID(b []byte) (string, error) {
+	h, err := envelopeHead(b)
+	return h.id, err
+}
+
+// head is what the scan at open reads of an encoded envelope: its id, its concurrency
+// key and its place in the key's line (zero in a v1 value, which has no key).
+type head struct {
+	id, key string
+	line    uint64
+}
+
+// envelopeHead reads the head of an encoded envelope, for the scan at open.
+func envelopeHead(b []byte) (head, error) {
 	r := reader{b: b}
-	if v := r.byte(); r.err == nil && v != envelopeV1 {
-		return "", fmt.Errorf("envelope encoding version %d is not known to this build", v)
+	v := r.byte()
+	if r.err == nil && v != envelopeV1 && v != envelopeV2 {
+		return head{}, fmt.Errorf("envelope encoding version %d is not known to this build", v)
 	}
-	id := r.string()
-	return id, r.err
+	h := head{id: r.string()}
+	if v == envelopeV2 {
+		h.key = r.string()
+		h.line = r.uvarint()
+	}
+	return h, r.err
 }
 
 // encodeDead appends a dead letter's binary form: the reason and time, then the job's

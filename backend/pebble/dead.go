@@ -270,10 +270,11 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 	defer q.Unlock()
 	pending, unacked := q.Counts()
 	return backend.QueueStats{
-		Pending:  pending,
-		Unacked:  unacked,
-		Delayed:  q.delayed,
-		Deferred: q.deferred,
-		Dead:     q.dead,
+		Pending:    pending,
+		Unacked:    unacked,
+		Delayed:    q.delayed,
+		Deferred:   q.deferred,
+		Dead:       q.dead,
+		KeyWaiting: q.KeyWaiting(),
 	}, nil
 }

@@ -17,6 +17,10 @@ type delayed struct {
 	id       string
 	priority uint8
 	deferred bool
+	// ckey and line are the job's concurrency key and its place in the key's line
+	// (see item), which it holds while it waits.
+	ckey string
+	line uint64
 }
 
 type delayHeap []*delayed
@@ -43,9 +47,11 @@ type delayIndex struct {
 	stopped bool
 }
 
-// add indexes a delayed job (its key is committed) and counts it on its queue.
+// add indexes a delayed job (its key is committed) and counts it on its queue; a job
+// of a concurrency key holds its place in the key's line while it waits.
 func (x *delayIndex) add(dl *delayed) {
 	dl.q.Lock()
+	dl.q.JoinKey(dl.ckey, dl.id)
 	if dl.deferred {
 		dl.q.deferred++
 	} else {
@@ -124,7 +130,7 @@ func (x *delayIndex) fire() {
 		seq := b.seq.Add(1)
 		batch.Delete(dl.key, nil)
 		batch.Set(readyKey(dl.q.name, dl.priority, seq), value, nil)
-		items = append(items, &item{seq: seq, priority: dl.priority, id: dl.id})
+		items = append(items, &item{seq: seq, priority: dl.priority, id: dl.id, ckey: dl.ckey, line: dl.line})
 	}
 	// A release lost in a crash is released again after the restart: no fsync of its own.
 	if err := b.apply(batch, pebbledb.NoSync); err != nil {

@@ -26,12 +26,16 @@ func newQueue(name string, levels int) *queue {
 	return &queue{Queue: stream.NewQueue[*item](levels), name: name}
 }
 
-// item is a ready job in the index: where its value is, and its id.
+// item is a ready job in the index: where its value is, its id, and its concurrency
+// key with its place in the key's line (the sequence of its first publish, stored in
+// its value: see encodeEnvelope).
 type item struct {
 	seq         uint64
 	priority    uint8 // as in its key: already clamped to the queue's levels
 	id          string
 	redelivered bool
+	ckey        string
+	line        uint64
 }
 
 func (q *queue) key(it *item) []byte { return readyKey(q.name, it.priority, it.seq) }
@@ -59,6 +63,7 @@ func (b *Backend) Declare(ctx context.Context, qc backend.QueueConfig) error {
 		if q.Levels() != qc.PriorityLevels {
 			return conflict(q.Levels())
 		}
+		q.SetKeyLimit(qc.KeyConcurrency)
 		return nil
 	}
 	if p, ok := b.declaring[qc.Name]; ok {
@@ -80,7 +85,9 @@ func (b *Backend) Declare(ctx context.Context, qc backend.QueueConfig) error {
 	batch.Set(queueKey(qc.Name), encodeQueue(qc.PriorityLevels), nil)
 	return b.commit(ctx, batch, pebbledb.Sync, "declare", qc.Name, func() {
 		b.queues.Lock()
-		b.queues.PutLocked(qc.Name, newQueue(qc.Name, qc.PriorityLevels))
+		nq := newQueue(qc.Name, qc.PriorityLevels)
+		nq.SetKeyLimit(qc.KeyConcurrency)
+		b.queues.PutLocked(qc.Name, nq)
 		delete(b.declaring, qc.Name)
 		b.queues.Unlock()
 		close(p.done)

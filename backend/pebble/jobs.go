@@ -266,6 +266,7 @@ func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del 
 	}
 	done := func() {
 		b.ids.remove(rec.ID)
+		q.leaveKey(rec.ID)
 		b.recs.add(finished, b.records.maxCount)
 		uniqDone()
 	}
@@ -290,6 +291,14 @@ func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del 
 		q.Unlock()
 		done()
 	}, func() { b.delays.putBack(dl) })
+}
+
+// leaveKey frees the place of the job id, which has ended, in its concurrency key's
+// line.
+func (q *queue) leaveKey(id string) {
+	q.Lock()
+	defer q.Unlock()
+	q.LeaveKey(id)
 }
 
 // take removes the ready job id from the index, or returns nil.

@@ -1,10 +1,12 @@
 package pebble
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
@@ -28,6 +30,7 @@ func (b *Backend) load(ctx context.Context) error {
 	var recovered Recovered
 	var ready []readyEntry
 	var delays []delayEntry
+	var places []placeEntry
 	deadByQueue := make(map[string]int)
 	n := 0
 	for valid := it.First(); valid; valid = it.Next() {
@@ -56,23 +59,26 @@ func (b *Backend) load(ctx context.Context) error {
 			if err != nil {
 				return b.corrupt("", err)
 			}
-			id, err := envelopeID(v)
+			h, err := envelopeHead(v)
 			if err != nil {
 				return b.corrupt(fmt.Sprintf("ready job %q", k), err)
 			}
 			maxSeq = max(maxSeq, seq)
-			ready = append(ready, readyEntry{queue, &item{seq: seq, priority: priority, id: id}})
+			it := &item{seq: seq, priority: priority, id: h.id, ckey: h.key, line: h.line}
+			ready = append(ready, readyEntry{queue, it})
+			places = appendPlace(places, queue, h)
 		case kindDelayed:
 			due, seq, deferred, priority, queue, err := parseDelayedKey(k)
 			if err != nil {
 				return b.corrupt("", err)
 			}
-			id, err := envelopeID(v)
+			h, err := envelopeHead(v)
 			if err != nil {
 				return b.corrupt(fmt.Sprintf("delayed job %q", k), err)
 			}
 			maxSeq = max(maxSeq, seq)
-			delays = append(delays, delayEntry{queue, &delayed{due: due, key: append([]byte(nil), k...), id: id, priority: priority, deferred: deferred}})
+			delays = append(delays, delayEntry{queue, &delayed{due: due, key: append([]byte(nil), k...), id: h.id, priority: priority, deferred: deferred, ckey: h.key, line: h.line}})
+			places = appendPlace(places, queue, h)
 		case kindDead:
 			queue, seq, err := parseDeadKey(k)
 			if err != nil {
@@ -99,7 +105,16 @@ func (b *Backend) load(ctx context.Context) error {
 	if err := it.Error(); err != nil {
 		return b.corrupt("", err)
 	}
-	// Jobs are indexed after the scan: their queues' keys do not all sort first.
+	// Jobs are indexed after the scan: their queues' keys do not all sort first. The
+	// jobs of a concurrency key take their places in its line first, in the order
+	// they were enqueued (a retry keeps its first publish's place), whether they are
+	// ready or wait for a delay.
+	slices.SortFunc(places, func(a, b placeEntry) int { return cmp.Compare(a.line, b.line) })
+	for _, e := range places {
+		if q, ok := b.queues.GetLocked(e.queue); ok {
+			q.JoinKey(e.key, e.id)
+		}
+	}
 	for _, e := range ready {
 		q, ok := b.queues.GetLocked(e.queue)
 		if !ok {
@@ -150,6 +165,20 @@ type delayEntry struct {
 type readyEntry struct {
 	queue string
 	it    *item
+}
+
+// placeEntry is a job of a concurrency key found at open: its place in its key's line.
+type placeEntry struct {
+	queue, key, id string
+	line           uint64
+}
+
+// appendPlace adds the place of a job of queue read from its head, if it has a key.
+func appendPlace(places []placeEntry, queue string, h head) []placeEntry {
+	if h.key == "" {
+		return places
+	}
+	return append(places, placeEntry{queue: queue, key: h.key, id: h.id, line: h.line})
 }
 
 // corrupt returns an ErrCorrupt error naming the directory, the damaged file when

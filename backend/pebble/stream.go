@@ -28,6 +28,12 @@ func (it *item) Level() int { return int(it.priority) }
 // Requeue marks an item that goes back to its queue as redelivered.
 func (it *item) Requeue() { it.redelivered = true }
 
+// ID is the job's id, for the queue's key gate.
+func (it *item) ID() string { return it.id }
+
+// Key is the job's concurrency key, for the queue's key gate.
+func (it *item) Key() string { return it.ckey }
+
 // bySeq orders items by their sequence: the order they were published in, which is
 // the order of their keys and so of the next Open.
 func bySeq(a, b *item) int { return cmp.Compare(a.seq, b.seq) }

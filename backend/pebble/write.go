@@ -160,22 +160,31 @@ func (b *Backend) stagePublications(ctx context.Context, batch *pebbledb.Batch, 
 	return apply, undo, ids, nil
 }
 
-// stage adds env to batch as a ready or delayed job of q and returns what to do to the
-// in-memory index once the batch is committed.
+// stage adds env to batch as a fresh ready or delayed job of q and returns what to do
+// to the in-memory index once the batch is committed.
 func (b *Backend) stage(batch *pebbledb.Batch, q *queue, env backend.Envelope, delay time.Duration, deferred bool) func() {
+	return b.stageAt(batch, q, env, delay, deferred, 0)
+}
+
+// stageAt is stage for a job whose place in its key's line is line: that of the job
+// it republishes, or zero for a fresh job, whose place is its sequence.
+func (b *Backend) stageAt(batch *pebbledb.Batch, q *queue, env backend.Envelope, delay time.Duration, deferred bool, line uint64) func() {
 	seq := b.seq.Add(1)
-	value := encodeEnvelope(make([]byte, 0, 64+len(env.Payload)), env)
+	if line == 0 {
+		line = seq
+	}
+	value := encodeEnvelope(make([]byte, 0, 64+len(env.Payload)), env, line)
 	priority := uint8(min(int(env.Priority), q.Levels()))
 	delay = backend.RoundUp(delay, b.granularity)
 	if delay <= 0 {
 		batch.Set(readyKey(q.name, priority, seq), value, nil)
-		it := &item{seq: seq, priority: priority, id: env.ID}
+		it := &item{seq: seq, priority: priority, id: env.ID, ckey: env.Key, line: line}
 		return func() { q.Push(it) }
 	}
 	due := time.Now().Add(delay)
 	key := delayedKey(due, seq, deferred, priority, q.name)
 	batch.Set(key, value, nil)
-	dl := &delayed{due: due, key: key, q: q, id: env.ID, priority: priority, deferred: deferred}
+	dl := &delayed{due: due, key: key, q: q, id: env.ID, priority: priority, deferred: deferred, ckey: env.Key, line: line}
 	return func() { b.delays.add(dl) }
 }
 
@@ -380,6 +389,7 @@ func (d *delivery) end(ctx context.Context, op string, state backend.JobState, r
 			applyUniq()
 			applyChildren()
 			b.ids.remove(d.it.id)
+			d.q.leaveKey(d.it.id)
 			b.recs.add(n, b.records.maxCount)
 		}, undo, nil
 	})
@@ -414,12 +424,18 @@ func (d *delivery) republish(ctx context.Context, op string, next backend.Envelo
 		if err := backend.CheckDelay(delay, backend.MaxDelay); err != nil {
 			return nil, nil, fmt.Errorf("%s of job %s: %w", op, next.ID, err)
 		}
-		apply := b.stage(batch, q, next, delay, deferred)
+		// The next attempt of the job keeps its place in its key's line; under another
+		// id or queue it is a job of its own, whose place is new.
+		old := d.it.id
+		line, moved := d.it.line, next.ID != old || q != d.q
+		if moved {
+			line = 0
+		}
+		apply := b.stageAt(batch, q, next, delay, deferred, line)
 		state := backend.JobRetrying
 		if deferred {
 			state = backend.JobDeferred
 		}
-		old := d.it.id
 		if next.ID != old {
 			b.stageRecord(batch, next, delay, deferred)
 		}
@@ -430,6 +446,9 @@ func (d *delivery) republish(ctx context.Context, op string, next backend.Envelo
 			if next.ID != old {
 				b.ids.remove(old)
 				b.ids.add(next.ID)
+			}
+			if moved {
+				d.q.leaveKey(old)
 			}
 			apply()
 		}, nil, nil
@@ -459,6 +478,7 @@ func (d *delivery) DeadLetterWith(ctx context.Context, reason string, run *backe
 		return func() {
 			applyUniq()
 			b.ids.remove(d.it.id)
+			d.q.leaveKey(d.it.id)
 			b.recs.add(n, b.records.maxCount)
 		}, nil, nil
 	})

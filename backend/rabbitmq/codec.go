@@ -16,9 +16,12 @@ const (
 	// hJob holds the job's numbers in one string, "v1 ATTEMPT MAX_ATTEMPTS DEFERS
 	// ENQUEUED_AT_UNIX_NS": a table of integer headers costs the broker about a third
 	// of its throughput (RATIONALE.md).
-	hJob        = "x-wasmjobs"
-	hReason     = "x-wasmjobs-reason"
-	hHeaders    = "x-wasmjobs-headers"
+	hJob     = "x-wasmjobs"
+	hReason  = "x-wasmjobs-reason"
+	hHeaders = "x-wasmjobs-headers"
+	// hKey is the job's concurrency key, absent for none: carried, never enforced
+	// (no queue of this backend takes a key concurrency).
+	hKey        = "x-wasmjobs-key"
 	hDeadReason = "x-wasmjobs-dead-reason"
 	hDeadAt     = "x-wasmjobs-dead-at"
 )
@@ -33,6 +36,9 @@ func encode(env backend.Envelope) amqp.Publishing {
 	h := amqp.Table{hJob: jobHeader(max(env.Attempt, 1), env.MaxAttempts, env.Defers, env.EnqueuedAt.UnixNano())}
 	if env.Reason != "" {
 		h[hReason] = env.Reason
+	}
+	if env.Key != "" {
+		h[hKey] = env.Key
 	}
 	if len(env.Headers) > 0 {
 		t := make(amqp.Table, len(env.Headers))
@@ -100,6 +106,13 @@ func decode(queue string, d *amqp.Delivery) (backend.Envelope, error) {
 			return env, fmt.Errorf("%w: header %s is a %T, want a string", backend.ErrMalformed, hReason, r)
 		}
 		env.Reason = s
+	}
+	if k, ok := d.Headers[hKey]; ok {
+		s, isString := k.(string)
+		if !isString {
+			return env, fmt.Errorf("%w: header %s is a %T, want a string", backend.ErrMalformed, hKey, k)
+		}
+		env.Key = s
 	}
 	if raw, ok := d.Headers[hHeaders]; ok {
 		t, isTable := raw.(amqp.Table)

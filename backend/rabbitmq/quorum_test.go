@@ -64,7 +64,7 @@ func TestCapabilitiesFollowTheQueueType(t *testing.T) {
 	for _, tc := range []struct {
 		qt   rabbitmq.QueueType
 		want backend.Capabilities
-	}{{"", backend.AllCapabilities}, {rabbitmq.Classic, backend.AllCapabilities}, {rabbitmq.Quorum, 0}} {
+	}{{"", backend.CapPriority}, {rabbitmq.Classic, backend.CapPriority}, {rabbitmq.Quorum, 0}} {
 		b := open(t, rabbitmq.Config{QueueType: tc.qt})
 		if got := backend.CapabilitiesOf(b); got != tc.want {
 			t.Errorf("queue type %q: capabilities %v, want %v", tc.qt, got, tc.want)

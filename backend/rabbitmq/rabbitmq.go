@@ -219,12 +219,12 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 }
 
 // Capabilities implements backend.CapabilityReporter: classic queues have priorities,
-// quorum queues have none.
+// quorum queues have none, and neither bounds the jobs of a key (keyConcurrencyRefused).
 func (b *Backend) Capabilities() backend.Capabilities {
 	if b.cfg.QueueType == Quorum {
 		return 0
 	}
-	return backend.AllCapabilities
+	return backend.CapPriority // no key concurrency: see keyConcurrencyRefused
 }
 
 // MaxDelay returns the longest delay the backend can hold.
@@ -570,6 +570,9 @@ func (b *Backend) Declare(ctx context.Context, q backend.QueueConfig) error {
 		return err
 	}
 	q = q.Normalize(b.log)
+	if q.KeyConcurrency > 0 {
+		return keyConcurrencyRefused(q)
+	}
 	if _, err := onChannel(ctx, b, "declare "+q.Name, func(_ context.Context, ch *amqp.Channel) (struct{}, error) {
 		return struct{}{}, b.declareQueue(ch, q)
 	}); err != nil {
@@ -733,4 +736,17 @@ func dialHandshake(ctx context.Context) func(network, addr string) (net.Conn, er
 		}
 		return c, nil
 	}
+}
+
+// ErrKeyConcurrency is wrapped by the error of a queue declared or consumed with
+// QueueConfig.KeyConcurrency: a broker cannot bound the running jobs of a key.
+var ErrKeyConcurrency = errors.New("key_concurrency is not supported on RabbitMQ")
+
+// keyConcurrencyRefused is the error of a queue asking for a bound per key, saying
+// why a broker cannot keep it.
+func keyConcurrencyRefused(q backend.QueueConfig) error {
+	return fmt.Errorf("queue %q with key concurrency %d: %w: the hosts consuming a queue share no state per key, "+
+		"a retry goes through the delay chain, where the key's next job overtakes it, and single-active-consumer "+
+		"hands a queue over while the jobs of the last consumer still run; use the pebble or memory backend, "+
+		"or drop key_concurrency from the manifest", q.Name, q.KeyConcurrency, ErrKeyConcurrency)
 }

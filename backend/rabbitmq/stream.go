@@ -21,6 +21,9 @@ var resubscribeBackoff = backoff.Policy{Base: 50 * time.Millisecond, Cap: 5 * ti
 // stream survives lost connections: it consumes again once the backend has reconnected.
 func (b *Backend) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
 	q = q.Normalize(b.log)
+	if q.KeyConcurrency > 0 {
+		return nil, keyConcurrencyRefused(q)
+	}
 	if err := b.exists(ctx, q.Name); err != nil {
 		return nil, err
 	}

@@ -30,6 +30,7 @@ type enqueueFlags struct {
 	backend     string
 	uniqueKey   string
 	uniqueFor   time.Duration
+	key         string
 	queueType   string
 }
 
@@ -56,12 +57,18 @@ prints the id of the job that holds the key, with a note on standard error (the 
 answers 200 with "duplicate": true). Exact on the memory and pebble backends; a host on
 RabbitMQ refuses unique jobs (501), and so does --backend amqp://.
 
+With --key K the jobs share the concurrency key K: a queue whose module sets
+key_concurrency = N runs at most N jobs of one key at once, in the order they were
+enqueued (a job that retries holds its key until it ends). Unlike --unique-key no job
+is dropped.
+
 A host on the memory backend that is draining (after SIGINT or SIGTERM) refuses new
 jobs with 503; a durable one (the default, or RabbitMQ) keeps them for the next start.`,
 		Example: `  wasmjobs enqueue greet '{"name":"Ada","lang":"fr"}'
   wasmjobs enqueue greet --file job.json --delay 10m --header Trace-Id=abc
   seq 1 10000 | sed 's/.*/{"name":"user &"}/' | wasmjobs enqueue greet - --lines -q
-  wasmjobs enqueue report '{"user":7}' --unique-key report-user-7 --unique-for 1h`,
+  wasmjobs enqueue report '{"user":7}' --unique-key report-user-7 --unique-for 1h
+  wasmjobs enqueue sync '{"account":42}' --key account-42`,
 		Args: argsBetween(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.run(cmd, args)
@@ -79,6 +86,7 @@ jobs with 503; a durable one (the default, or RabbitMQ) keeps them for the next 
 	fl.BoolVarP(&f.quiet, "quiet", "q", false, "do not print the jobs' ids")
 	fl.StringVar(&f.uniqueKey, "unique-key", "", "make the job unique in its queue under this key: a duplicate queues nothing and prints the id of the job holding the key")
 	fl.DurationVar(&f.uniqueFor, "unique-for", 0, "keep the unique key held this long after its job finished, such as 10m (needs --unique-key)")
+	fl.StringVar(&f.key, "key", "", "the jobs' concurrency key: a queue with key_concurrency runs that many jobs of one key at once, in enqueue order")
 	fl.StringVar(&f.backend, "backend", "", "publish straight to a broker (amqp://..., or a cluster's comma-separated node URLs) instead of through the API; jobs are checked as the API checks them, against the default payload limit")
 	fl.StringVar(&f.queueType, "queue-type", string(rabbitmq.Classic), "with --backend: the hosts' --queue-type, whose delay queues hold a --delay")
 	return cmd
@@ -166,7 +174,7 @@ func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
 	}
 	job := func(p []byte) api.EnqueueRequest {
 		s := string(p)
-		req := api.EnqueueRequest{Queue: args[0], Headers: headers, Delay: delay, Priority: f.priority, MaxAttempts: f.maxAttempts, UniqueKey: f.uniqueKey}
+		req := api.EnqueueRequest{Queue: args[0], Headers: headers, Delay: delay, Priority: f.priority, MaxAttempts: f.maxAttempts, UniqueKey: f.uniqueKey, Key: f.key}
 		if f.uniqueFor != 0 {
 			req.UniqueFor = f.uniqueFor.String()
 		}
@@ -240,7 +248,7 @@ func (f *enqueueFlags) direct(cmd *cobra.Command, queue string, headers map[stri
 	// only a host knows the manifest.
 	specs := make([]jobspec.Spec, len(payloads))
 	for i, p := range payloads {
-		specs[i] = jobspec.Spec{Queue: queue, Payload: p, Headers: headers, Delay: f.delay, Priority: f.priority, MaxAttempts: f.maxAttempts}
+		specs[i] = jobspec.Spec{Queue: queue, Payload: p, Headers: headers, Delay: f.delay, Priority: f.priority, MaxAttempts: f.maxAttempts, Key: f.key}
 		if err := jobspec.Validate(specs[i], 0); err != nil {
 			if len(payloads) > 1 {
 				return usagef("line %d: %v", i+1, err)

@@ -30,6 +30,9 @@ const (
 	MaxUniqueKey = 512
 	// MaxUniqueFor bounds how long a unique key is held after its job finished.
 	MaxUniqueFor = 366 * 24 * time.Hour
+	// MaxKey bounds a concurrency key, in bytes: every waiting job of a keyed queue
+	// holds its key in memory.
+	MaxKey = 512
 )
 
 // Sentinel errors of Validate, for callers that answer by kind (the API's 400 and 413).
@@ -58,6 +61,10 @@ type Spec struct {
 	// UniqueFor is how long the key stays held after the job finished (acknowledged
 	// or dead-lettered); zero frees it when the job finishes.
 	UniqueFor time.Duration
+	// Key is the job's concurrency key (backend.Envelope.Key): on a queue whose
+	// module sets key_concurrency N, at most N jobs of one key run at once, in the
+	// order they were enqueued. Unlike UniqueKey it never drops a job.
+	Key string
 }
 
 // specError is an error of Validate: its message names the field and the problem; it
@@ -111,7 +118,21 @@ func Validate(s Spec, maxPayload int) error {
 	if s.MaxAttempts < 0 {
 		return invalid("max_attempts %d: want 0 (the queue's) or more", s.MaxAttempts)
 	}
-	return validateUnique(s)
+	if err := validateUnique(s); err != nil {
+		return err
+	}
+	return validateKey(s.Key)
+}
+
+// validateKey checks a concurrency key.
+func validateKey(key string) error {
+	switch {
+	case len(key) > MaxKey:
+		return invalid("key of %d bytes passes the limit of %d bytes", len(key), MaxKey)
+	case !utf8.ValidString(key):
+		return invalid("key %q is not valid UTF-8", key)
+	}
+	return nil
 }
 
 // validateUnique checks the unique key and its hold.
@@ -134,7 +155,7 @@ func validateUnique(s Spec) error {
 // Envelope returns the fresh job of a valid s: a new id, attempt 1.
 func (s Spec) Envelope() backend.Envelope {
 	env := backend.NewEnvelope(s.Queue, s.Payload)
-	env.Headers, env.Priority, env.MaxAttempts = s.Headers, uint8(s.Priority), s.MaxAttempts
+	env.Headers, env.Priority, env.MaxAttempts, env.Key = s.Headers, uint8(s.Priority), s.MaxAttempts, s.Key
 	return env
 }
 

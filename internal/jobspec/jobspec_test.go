@@ -43,6 +43,10 @@ func TestValidate(t *testing.T) {
 		{"unique_for past the maximum", func(s *jobspec.Spec) { s.UniqueKey, s.UniqueFor = "k", jobspec.MaxUniqueFor+1 }, 0, "passes the longest hold accepted", false},
 		{"unique key too long", func(s *jobspec.Spec) { s.UniqueKey = strings.Repeat("k", jobspec.MaxUniqueKey+1) }, 0, "unique_key of 513 bytes passes the limit of 512 bytes", false},
 		{"unique key not UTF-8", func(s *jobspec.Spec) { s.UniqueKey = "\xff" }, 0, "is not valid UTF-8", false},
+		{"concurrency key", func(s *jobspec.Spec) { s.Key = "account-42" }, 0, "", false},
+		{"concurrency key at the limit", func(s *jobspec.Spec) { s.Key = strings.Repeat("k", jobspec.MaxKey) }, 0, "", false},
+		{"concurrency key too long", func(s *jobspec.Spec) { s.Key = strings.Repeat("k", jobspec.MaxKey+1) }, 0, "key of 513 bytes passes the limit of 512 bytes", false},
+		{"concurrency key not UTF-8", func(s *jobspec.Spec) { s.Key = "a\xffb" }, 0, `key "a\xffb" is not valid UTF-8`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := ok
@@ -62,5 +66,10 @@ func TestValidate(t *testing.T) {
 	env := ok.Envelope()
 	if env.ID == "" || env.Queue != "q" || env.Priority != 1 || env.MaxAttempts != 3 || env.Attempt != 1 || env.Headers["k"] != "v" {
 		t.Fatalf("envelope %+v", env)
+	}
+	keyed := ok
+	keyed.Key = "account-42"
+	if env := keyed.Envelope(); env.Key != "account-42" || env.Queue != "q" {
+		t.Fatalf("envelope of a job with a key: %+v, want the key on it", env)
 	}
 }

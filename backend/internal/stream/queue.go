@@ -1,7 +1,9 @@
 // Package stream is the stream core of the embedded backends (memory and pebble): the
 // ready jobs of one queue by priority level (Queue), the streams that offer them to
 // consumers one at a time, count what is on offer and put back, in order, what a
-// stream held when it ended (Streams, Stream, Claim), and the directory of declared
+// stream held when it ended (Streams, Stream, Claim), the gate of concurrency keys that
+// parks a ready job while as many of its key as the queue's limit are ahead of it
+// (JoinKey, LeaveKey, SetKeyLimit), and the directory of declared
 // queues every operation starts from (Directory). A backend keeps what it knows of a
 // job (a message in memory, the key of a value on disk) in its Item, makes the
 // delivery a consumer receives (the deliver function it gives Streams.Consume) and
@@ -22,6 +24,10 @@ type Item interface {
 	// Requeue marks the job as handed out before: it goes back to the front of its
 	// level, and its next delivery says it is redelivered.
 	Requeue()
+	// ID is the job's id, and Key its concurrency key (empty for none): the queue's
+	// key gate hands out only as many jobs of one key at once as its limit lets.
+	ID() string
+	Key() string
 }
 
 // Queue is the stream side of one queue: its ready items, one FIFO per priority level
@@ -39,6 +45,9 @@ type Queue[T Item] struct {
 	// yet: still pending, from the consumer's point of view.
 	unsettled int
 	offering  int
+	// keys is the gate of concurrency keys: the ready items it parks are in none of
+	// the FIFOs nor in nready.
+	keys keyGate[T]
 }
 
 // NewQueue returns an empty queue with priority levels 0 to levels.
@@ -57,8 +66,12 @@ func (q *Queue[T]) Levels() int { return q.levels }
 
 func (q *Queue[T]) level(v T) int { return max(0, min(v.Level(), q.levels)) }
 
-// PushBack makes v ready behind its equals and wakes the streams. The lock is held.
+// PushBack makes v ready behind its equals and wakes the streams, or parks it until
+// its concurrency key lets it run (JoinKey). The lock is held.
 func (q *Queue[T]) PushBack(v T) {
+	if q.park(v) {
+		return
+	}
 	q.ready[q.level(v)].PushBack(v)
 	q.nready++
 	q.wakeAll()
@@ -72,9 +85,12 @@ func (q *Queue[T]) Push(v T) {
 }
 
 // PushFront puts back v, which was handed out, ahead of its equals (Requeue marks it)
-// and wakes the streams. The lock is held.
+// and wakes the streams; or parks it, as PushBack does. The lock is held.
 func (q *Queue[T]) PushFront(v T) {
 	v.Requeue()
+	if q.park(v) {
+		return
+	}
 	q.ready[q.level(v)].PushFront(v)
 	q.nready++
 	q.wakeAll()
@@ -95,7 +111,8 @@ func (q *Queue[T]) pop() (T, bool) {
 	return zero, false
 }
 
-// Ready returns how many items are ready. The lock is held.
+// Ready returns how many items are ready, not counting those parked for their key
+// (KeyWaiting). The lock is held.
 func (q *Queue[T]) Ready() int { return q.nready }
 
 // Unsettled returns how many items streams have taken and not settled. The lock is
@@ -108,8 +125,9 @@ func (q *Queue[T]) Counts() (pending, unacked int) {
 	return q.nready + q.offering, q.unsettled - q.offering
 }
 
-// All yields the ready items, lowest level first and each level front to back: for
-// finding one. The lock is held, and the queue must not change while it runs.
+// All yields the ready items, lowest level first and each level front to back, then
+// those parked for their key: for finding one. The lock is held, and the queue must
+// not change while it runs.
 func (q *Queue[T]) All() iter.Seq[T] {
 	return func(yield func(T) bool) {
 		for level := range q.ready {
@@ -120,11 +138,13 @@ func (q *Queue[T]) All() iter.Seq[T] {
 				}
 			}
 		}
+		q.parkedItems(yield)
 	}
 }
 
 // InOrder yields the ready items in the order they would be delivered: highest level
-// first. The lock is held, and the queue must not change while it runs.
+// first, then those parked for their key. The lock is held, and the queue must not
+// change while it runs.
 func (q *Queue[T]) InOrder() iter.Seq[T] {
 	return func(yield func(T) bool) {
 		for level := q.levels; level >= 0; level-- {
@@ -135,11 +155,13 @@ func (q *Queue[T]) InOrder() iter.Seq[T] {
 				}
 			}
 		}
+		q.parkedItems(yield)
 	}
 }
 
 // Remove takes the first ready item that match accepts, in the order of All, off the
-// queue, keeping the order of the others. The lock is held.
+// queue, keeping the order of the others. Its place in its key's line stays, for the
+// backend to free with LeaveKey once the job has ended. The lock is held.
 func (q *Queue[T]) Remove(match func(T) bool) (T, bool) {
 	for level := range q.ready {
 		r := &q.ready[level]
@@ -151,8 +173,7 @@ func (q *Queue[T]) Remove(match func(T) bool) (T, bool) {
 			}
 		}
 	}
-	var zero T
-	return zero, false
+	return q.unpark(match)
 }
 
 func (q *Queue[T]) wakeAll() {

@@ -15,15 +15,19 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// job is the tests' item: a name, a level, and how often it went back.
+// job is the tests' item: a name (its id), a level, a concurrency key, and how often
+// it went back.
 type job struct {
 	name     string
 	level    int
+	key      string
 	requeued int
 }
 
-func (j *job) Level() int { return j.level }
-func (j *job) Requeue()   { j.requeued++ }
+func (j *job) Level() int  { return j.level }
+func (j *job) Requeue()    { j.requeued++ }
+func (j *job) ID() string  { return j.name }
+func (j *job) Key() string { return j.key }
 
 // delivery is the tests' delivery: only its claim matters to the core.
 type delivery struct {

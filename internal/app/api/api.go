@@ -274,12 +274,16 @@ type EnqueueRequest struct {
 	// key stays held after the job finished.
 	UniqueKey string `json:"unique_key,omitempty"`
 	UniqueFor string `json:"unique_for,omitempty"`
+	// Key is the job's concurrency key: on a queue whose module sets key_concurrency,
+	// jobs of one key run at most that many at once, in enqueue order. It is not
+	// unique_key: no job of a key is dropped.
+	Key string `json:"key,omitempty"`
 }
 
 // spec reads a request's job; the Inspector's Enqueue checks it. An unknown queue is
 // refused first, before the fields, as it always was.
 func (s *server) spec(req EnqueueRequest) (jobspec.Spec, error) {
-	spec := jobspec.Spec{Queue: req.Queue, Headers: req.Headers, Priority: req.Priority, MaxAttempts: req.MaxAttempts, UniqueKey: req.UniqueKey}
+	spec := jobspec.Spec{Queue: req.Queue, Headers: req.Headers, Priority: req.Priority, MaxAttempts: req.MaxAttempts, UniqueKey: req.UniqueKey, Key: req.Key}
 	if req.Queue != "" {
 		if _, err := s.in.Served(req.Queue); err != nil {
 			return spec, err

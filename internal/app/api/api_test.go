@@ -393,7 +393,7 @@ func TestQueueCountsTellUnknownFromFailed(t *testing.T) {
 	u := newAPIRig(t, "", func(c *rigConfig) { c.Inspect.Backend = noStats{c.Inspect.Backend} })
 	_, body = u.call(t, "GET", "/v1/queues", "")
 	q = body["queues"].([]any)[0].(map[string]any)
-	if q["pending"] != -1.0 || q["dead"] != -1.0 || q["error"] != nil {
+	if q["pending"] != -1.0 || q["dead"] != -1.0 || q["key_waiting"] != -1.0 || q["error"] != nil {
 		t.Fatalf("unknown counts: %v", q)
 	}
 }
