@@ -40,7 +40,8 @@ type QueueConfig struct {
 	// and no claim, in the order they were published. A job holds its key from its
 	// publish until it ends (acknowledged, dead-lettered, cancelled, deleted): one
 	// retrying, deferred or delayed keeps it, so the key's next job does not overtake
-	// it. Zero is no bound; a negative value counts as zero. Unlike the priority
+	// it (a retry republished under another id or to another queue is a job of its
+	// own, with a new place at the back). Zero is no bound; a negative value counts as zero. Unlike the priority
 	// levels it may change: each Declare sets it (Consume ignores it), for the jobs
 	// already queued too. A backend that cannot keep it exactly (RabbitMQ) refuses it
 	// in Declare and Consume (CapKeyConcurrency).

@@ -315,7 +315,8 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 }
 
 // Pending returns the ready messages of the declared queue in the order they would be
-// delivered, then those waiting for their concurrency key. Malformed messages appear
+// delivered, then those waiting for their concurrency key (each key's in enqueue
+// order, the keys in no set order). Malformed messages appear
 // with what could be read.
 func (b *Backend) Pending(queue string) ([]backend.Envelope, error) {
 	q, err := b.queues.Lookup(queue)

@@ -14,7 +14,7 @@ func (m *message) Level() int { return int(m.env.Priority) }
 // Requeue marks a message that goes back to its queue as redelivered.
 func (m *message) Requeue() { m.redelivered = true }
 
-// ID and Key are the job's id and concurrency key, for the queue's key gate.
+// ID is the job's id, for the queue's key gate.
 func (m *message) ID() string { return m.env.ID }
 
 // Key is the job's concurrency key.

@@ -153,7 +153,7 @@ func (q *Queue[T]) SetKeyLimit(n int) {
 		r := &q.ready[level]
 		for i := 0; i < r.Len(); {
 			v := r.At(i)
-			if v.Key() == "" || !q.park(v) {
+			if !q.park(v) { // a job without a key is never parked
 				i++
 				continue
 			}
@@ -170,8 +170,8 @@ func (q *Queue[T]) SetKeyLimit(n int) {
 // jobs of their key as the limit lets run. The lock is held.
 func (q *Queue[T]) KeyWaiting() int { return q.keys.parked }
 
-// parkedItems yields the parked items, each key's in its line's order. The lock is
-// held.
+// parkedItems yields the parked items, each key's in its line's order, the keys in no
+// set order (a map's). The lock is held.
 func (q *Queue[T]) parkedItems(yield func(T) bool) bool {
 	for _, l := range q.keys.lines {
 		for e := l.Front(); e != nil; e = e.Next() {

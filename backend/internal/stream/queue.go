@@ -143,7 +143,8 @@ func (q *Queue[T]) All() iter.Seq[T] {
 }
 
 // InOrder yields the ready items in the order they would be delivered: highest level
-// first, then those parked for their key. The lock is held, and the queue must not
+// first, then those parked for their key (each key's in its line's order, the keys in
+// no set order). The lock is held, and the queue must not
 // change while it runs.
 func (q *Queue[T]) InOrder() iter.Seq[T] {
 	return func(yield func(T) bool) {
