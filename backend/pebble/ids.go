@@ -34,6 +34,14 @@ func (s *idSet) claimed(id string) bool {
 	return s.claims[id] > 0
 }
 
+// holds reports whether the backend holds id, or a publish of it is in flight.
+func (s *idSet) holds(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[id]
+	return ok
+}
+
 // reserve makes the caller the publisher of id, or reports false when the backend holds
 // it already. It waits while another publish of id is in flight. The empty id is never
 // held.
