@@ -95,6 +95,7 @@ func (b *Backend) load(ctx context.Context) error {
 			if err := b.uniq.load(k, v); err != nil {
 				return b.corrupt(fmt.Sprintf("unique key %q", k), err)
 			}
+		case kindGroup:
 		case kindWaiting:
 			if err := waits.loadWaiting(k, v); err != nil {
 				return b.corrupt(fmt.Sprintf("waiting job %q", k), err)

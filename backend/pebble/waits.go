@@ -769,16 +769,16 @@ func (d *delivery) WaitWith(ctx context.Context, children []backend.Publication,
 		}
 		b.stageSettleRecord(batch, d, backend.JobWaiting, "", ids, run)
 		return func() {
-			b.waits.mu.Lock()
-			delete(b.waits.results, env.ID)
-			b.waits.mu.Unlock()
-			applyChildren()
-			d.q.leaveKey(d.it.id)
-			applyWait()
-		}, func() {
-			undoWait()
-			undoChildren()
-		}, nil
+				b.waits.mu.Lock()
+				delete(b.waits.results, env.ID)
+				b.waits.mu.Unlock()
+				applyChildren()
+				d.q.leaveKey(d.it.id)
+				applyWait()
+			}, func() {
+				undoWait()
+				undoChildren()
+			}, nil
 	})
 }
 
@@ -1016,4 +1016,3 @@ func (b *Backend) finishLoad(l *waitLoad) ([]*waiter, error) {
 	fixes.Close()
 	return release, nil
 }
-

@@ -98,18 +98,7 @@ func TestCancelledDependencyCancelsTheChain(t *testing.T) {
 		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "c", Queue: "q"}}, Await: backend.Await{IDs: []string{"b"}}},
 	}))
 	rig.Must(t, b.CancelJob(ctx, "a"))
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		rec, err := b.JobRecord(ctx, "c")
-		rig.Must(t, err)
-		if rec.State == backend.JobCancelled {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("c is %s, want cancelled after a was", rec.State)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventuallyState(t, b, "c", backend.JobCancelled)
 	err := b.PublishDependents(ctx, []backend.Dependent{
 		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "d", Queue: "q"}}},
 		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "e", Queue: "q"}}, Await: backend.Await{IDs: []string{"nobody"}}},
@@ -119,5 +108,76 @@ func TestCancelledDependencyCancelsTheChain(t *testing.T) {
 	}
 	if _, err := b.JobRecord(ctx, "d"); err == nil {
 		t.Fatal("d was stored by a call that failed")
+	}
+}
+
+// A batch's on_success callback waits for every job; a dead one cancels it while
+// on_complete runs; the group reads failed, and a running group can be cancelled.
+func TestBatchGroupState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	defer b.Close(ctx)
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	ids := []string{backend.NewID(), backend.NewID()}
+	all := backend.Await{IDs: ids}
+	g := backend.GroupRecord{ID: backend.NewID(), Kind: backend.GroupBatch, Members: []backend.GroupMember{
+		{ID: ids[0], Queue: "q"}, {ID: ids[1], Queue: "q"},
+		{ID: "done", Queue: "q", Role: backend.RoleOnComplete}, {ID: "ok", Queue: "q", Role: backend.RoleOnSuccess},
+	}}
+	rig.Must(t, b.PublishGroup(ctx, g, []backend.Dependent{
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: ids[0], Queue: "q"}}},
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: ids[1], Queue: "q"}}},
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "done", Queue: "q"}}, Await: backend.Await{IDs: ids, OnFailure: backend.OnFailureRun}},
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "ok", Queue: "q"}}, Await: all},
+	}))
+	got, err := b.Group(ctx, g.ID)
+	if err != nil || got.State != backend.GroupRunning || got.Members[3].State != backend.JobWaiting {
+		t.Fatalf("new batch: %+v, %v", got, err)
+	}
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q", Prefetch: 1})
+	rig.Must(t, err)
+	defer s.Drop()
+	d := next(t, s)
+	rig.Must(t, d.Ack(ctx))
+	d = next(t, s)
+	rig.Must(t, d.DeadLetter(ctx, "no"))
+	d = next(t, s)
+	if env, _ := d.Envelope(); env.ID != "done" {
+		t.Fatalf("after both ended: %s, want the on_complete callback", env.ID)
+	}
+	res, err := d.(backend.AwaitedDelivery).Awaited(ctx)
+	if err != nil || len(res) != 2 || res[1].State != backend.JobDead {
+		t.Fatalf("on_complete reads %+v, %v", res, err)
+	}
+	rig.Must(t, d.Ack(ctx))
+	eventuallyState(t, b, "ok", backend.JobCancelled)
+	got, err = b.Group(ctx, g.ID)
+	if err != nil || got.State != backend.GroupFailed {
+		t.Fatalf("batch after a dead job: %s, %v; want failed", got.State, err)
+	}
+	if _, err := b.CancelGroup(ctx, g.ID, ""); !errors.Is(err, backend.ErrJobState) {
+		t.Fatalf("cancel of an ended batch: %v, want ErrJobState", err)
+	}
+	page, err := b.ListGroups(ctx, backend.GroupBatch, "", 0)
+	if err != nil || len(page.Groups) != 1 || page.Groups[0].ID != g.ID {
+		t.Fatalf("ListGroups: %+v, %v", page, err)
+	}
+}
+
+// eventuallyState waits up to 5 s for the record of id to say state: releases and
+// cancels of waiting jobs are writes of their own, after the write that caused them.
+func eventuallyState(t *testing.T, b *Backend, id string, state backend.JobState) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec, err := b.JobRecord(context.Background(), id)
+		if err == nil && rec.State == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s is %s (%v), want %s", id, rec.State, err, state)
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
