@@ -145,6 +145,14 @@ const (
 	GroupBatch GroupKind = "batch"
 )
 
+// Plural names groups of kind k, as the API's paths do: "workflows", "batches".
+func (k GroupKind) Plural() string {
+	if k == GroupBatch {
+		return "batches"
+	}
+	return string(k) + "s"
+}
+
 // GroupState is the state of a group.
 type GroupState string
 
