@@ -23,10 +23,10 @@ const (
 )
 
 // errGroupsUnsupported answers a workflow or batch on a backend that cannot hold a job
-// until others end (RabbitMQ), rather than run its tasks in no order.
+// until others end, rather than run its tasks in no order.
 var errGroupsUnsupported = errorf(ErrUnavailable,
-	"workflows and batches are not supported by this backend: RabbitMQ keeps no record of a job once it is acknowledged, "+
-		"so it cannot hold a task until the jobs it depends on have ended; run the host on the pebble backend (the default)")
+	"workflows and batches are not supported by this backend: it cannot hold a task until the jobs it depends on have ended "+
+		"(RabbitMQ keeps no record of a job once it is acknowledged); run the host on the embedded backend (the default) or memory")
 
 // TaskSpec is one task of a workflow: a job with a name, the tasks it runs after, and
 // what a dependency that did not succeed does to it.
