@@ -73,7 +73,7 @@ func (s *server) groupsUnavailable() string {
 	if s.in.Can().Groups {
 		return ""
 	}
-	return "this backend (RabbitMQ) keeps no record of a job once it is acknowledged, so it cannot hold a job until others end: workflows and batches need the pebble backend"
+	return "this backend cannot hold a job until others end (RabbitMQ keeps no record of a job once it is acknowledged): workflows and batches need the embedded backend (the default) or memory"
 }
 
 // groups lists the workflows or the batches, a page at a time.
@@ -127,19 +127,23 @@ func (s *server) group(kind backend.GroupKind) http.HandlerFunc {
 	}
 }
 
-// barPart is one state's share of a batch's progress bar.
+// barPart is one state's share of a batch's progress bar: a rectangle of an SVG 100
+// units wide, from X (attributes, not an inline style, which the dashboard's content
+// security policy refuses).
 type barPart struct {
-	State string
-	Count int
-	Pct   float64
+	State  string
+	Count  int
+	X, Pct float64
 }
 
-// batchBar is a batch's jobs by state, as shares of its total.
+// batchBar is a batch's jobs by state, as shares of its total, side by side.
 func batchBar(b inspect.BatchView) []barPart {
 	var parts []barPart
-	for _, p := range []barPart{{"succeeded", b.Succeeded, 0}, {"dead", b.Dead, 0}, {"cancelled", b.Cancelled, 0}, {"pending", b.Pending, 0}} {
+	x := 0.0
+	for _, p := range []barPart{{State: "succeeded", Count: b.Succeeded}, {State: "dead", Count: b.Dead}, {State: "cancelled", Count: b.Cancelled}, {State: "pending", Count: b.Pending}} {
 		if p.Count > 0 && b.Total > 0 {
-			p.Pct = 100 * float64(p.Count) / float64(b.Total)
+			p.X, p.Pct = x, 100*float64(p.Count)/float64(b.Total)
+			x += p.Pct
 			parts = append(parts, p)
 		}
 	}
