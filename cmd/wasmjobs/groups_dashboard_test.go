@@ -50,6 +50,12 @@ func TestDashboardShowsWorkflowsAndBatches(t *testing.T) {
 	}
 	// The page follows the run without a reload: fetch is due in 1.5 s, render after it.
 	do(t, ctx, "the graph follows the run", chromedp.WaitVisible(`#dag g.node[data-task="render"][data-state="succeeded"]`))
+	// "then" waits for "later", due in an hour: the queue page counts it.
+	do(t, ctx, "waiting jobs on the queue page", chromedp.Navigate(ui+"queues/echo"), chromedp.WaitVisible(`#waiting`))
+	if n := value(t, ctx, "waiting", chromedp.Text(`#waiting`)); n != "1" {
+		t.Fatalf("the queue page counts %s jobs waiting for others, want 1", n)
+	}
+	do(t, ctx, "back to the workflow", chromedp.Navigate(ui+"workflows/"+wf), chromedp.WaitVisible(`#dag`))
 	do(t, ctx, "cancel the workflow", chromedp.Click(`#cancel`), chromedp.WaitVisible(`p.flash`), chromedp.WaitVisible(`#state.cancelled`))
 	var got struct {
 		State string
