@@ -26,7 +26,17 @@ type Config struct {
 	Granularity time.Duration
 	// Logger receives warnings about clamped configuration. Nil discards them.
 	Logger *slog.Logger
+	// KeepEnded is how many ended jobs' results (state, reason, output up to
+	// backend.MaxAwaitOutput) the backend keeps, the latest, so that a job published
+	// to await one that has just ended finds it ended rather than unknown; the same
+	// number bounds the ended workflows and batches it keeps. Zero means
+	// DefaultKeepEnded; a negative value keeps none. Results a waiting job has
+	// gathered are kept with it whatever this says.
+	KeepEnded int
 }
+
+// DefaultKeepEnded is how many ended jobs' results a Config without KeepEnded keeps.
+const DefaultKeepEnded = 10000
 
 // Backend is an in-process backend. Its zero value is not usable: call New.
 type Backend struct {
@@ -38,6 +48,7 @@ type Backend struct {
 	streams stream.Streams[*message]
 
 	ticks scheduleTicks // the last fired tick of each schedule (ScheduleStore)
+	w     waits         // the jobs that wait for other jobs, and the groups
 }
 
 // New returns an empty backend.
@@ -52,6 +63,7 @@ func New(cfg Config) *Backend {
 		done:        make(chan struct{}),
 	}
 	b.streams.Closed = b.done
+	b.w.init(cfg.KeepEnded)
 	return b
 }
 
@@ -66,6 +78,9 @@ type message struct {
 	env         backend.Envelope
 	decodeErr   error
 	redelivered bool
+	// awaited are the results of the jobs it last waited for (nil if it never
+	// waited): kept with the job until its final settle.
+	awaited []backend.AwaitResult
 }
 
 // deadLetter is a dead-lettered message with why.
@@ -95,6 +110,9 @@ type queue struct {
 	uniq     map[string]*uniqEntry
 	uniqByID map[string]*uniqEntry
 	uniqKept int
+	// waiting counts the jobs that wait for other jobs to end and will run on this
+	// queue; each is counted in ids too, but holds no place in its key's line.
+	waiting int
 }
 
 // Declare creates the queue q.Name if it does not exist. Declaring it again with the
@@ -186,10 +204,17 @@ func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admi
 	if admit != nil && !admit(q) {
 		return nil
 	}
+	q.put(m, delay, deferred)
+	return nil
+}
+
+// put holds m on the queue: ready now, or after delay (already checked and rounded).
+// the queue's lock is held.
+func (q *queue) put(m *message, delay time.Duration, deferred bool) {
 	q.hold(m)
 	if delay == 0 {
 		q.PushBack(m)
-		return nil
+		return
 	}
 	var t *time.Timer
 	t = time.AfterFunc(delay, func() {
@@ -202,7 +227,6 @@ func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admi
 		q.PushBack(m)
 	})
 	q.held[t] = heldMessage{m: m, deferred: deferred}
-	return nil
 }
 
 // heldMessage is a delayed or deferred message, waiting for its timer.
@@ -227,6 +251,21 @@ func (q *queue) release(m *message) {
 	}
 }
 
+// waitJoin counts the job id as held by the queue while it waits for other jobs: a
+// repeat publish of it is dropped, and it takes no place in its key's line until it
+// is put on the queue; waitLeave, when it stops waiting. The queue's lock is held.
+func (q *queue) waitJoin(id string) {
+	q.ids[id]++
+	q.waiting++
+}
+
+func (q *queue) waitLeave(id string) {
+	if q.ids[id]--; q.ids[id] <= 0 {
+		delete(q.ids, id)
+	}
+	q.waiting--
+}
+
 // Consume starts a stream of the declared queue q.Name with prefetch q.Prefetch.
 func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.Stream, error) {
 	qc = qc.Normalize(b.log)
@@ -240,6 +279,7 @@ func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.
 // Close ends every stream and drops everything queued or held. It waits for the
 // streams to end, or for ctx.
 func (b *Backend) Close(ctx context.Context) error {
+	b.w.stopTimers()
 	b.queues.Lock()
 	if b.queues.CloseLocked() {
 		close(b.done)
@@ -283,6 +323,9 @@ type QueueStats struct {
 	Cancelled int
 	// Dead counts the queue's dead letters.
 	Dead int
+	// Waiting jobs wait for other jobs to end before they are put on this queue (or
+	// back on it, for a parent waiting for its children).
+	Waiting int
 }
 
 // Stats counts the messages of the declared queue by state.
@@ -294,7 +337,7 @@ func (b *Backend) Stats(queue string) (QueueStats, error) {
 	q.Lock()
 	defer q.Unlock()
 	pending, unacked := q.Counts()
-	st := QueueStats{Pending: pending, Unacked: unacked, KeyWaiting: q.KeyWaiting(), Acked: q.acked, Cancelled: q.cancelled, Dead: len(q.dead)}
+	st := QueueStats{Pending: pending, Unacked: unacked, KeyWaiting: q.KeyWaiting(), Acked: q.acked, Cancelled: q.cancelled, Dead: len(q.dead), Waiting: q.waiting}
 	for _, h := range q.held {
 		if h.deferred {
 			st.Deferred++
@@ -311,7 +354,7 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 	if err != nil {
 		return backend.QueueStats{}, err
 	}
-	return backend.QueueStats{Pending: st.Pending, Unacked: st.Unacked, Delayed: st.Delayed, Deferred: st.Deferred, Dead: st.Dead, KeyWaiting: st.KeyWaiting}, nil
+	return backend.QueueStats{Pending: st.Pending, Unacked: st.Unacked, Delayed: st.Delayed, Deferred: st.Deferred, Dead: st.Dead, KeyWaiting: st.KeyWaiting, Waiting: st.Waiting}, nil
 }
 
 // Pending returns the ready messages of the declared queue in the order they would be
