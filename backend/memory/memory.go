@@ -6,6 +6,15 @@
 // virtual time of testing/synctest. The backend can be inspected per queue (Stats,
 // Pending, DeadLetters) and can be handed messages that do not decode
 // (InjectMalformed), to test how consumers deal with them.
+//
+// Jobs can wait for other jobs (fan-in, workflows, batches: backend.DependentPublisher,
+// WaitingDelivery, AwaitedDelivery, WaitCanceller, GroupStore). A waiting job is kept
+// apart from its queue, counted as Waiting in its stats, holding no claim and no place
+// in its key's line, until every job it awaits ended; the results it gathered travel
+// with it until its final settle. The backend keeps no job records: so that a job can
+// await one that has just ended, it keeps the results of the latest Config.KeepEnded
+// ended jobs, and as many ended groups. Settles publish their children under the locks
+// of every queue involved, so that a consumer sees all of them or none.
 package memory
 
 import (

@@ -375,6 +375,7 @@ func (b *Backend) cancelWaiterLocked(wt *waiter, reason string) {
 	if q, err := b.queues.Lookup(wt.env.Queue); err == nil {
 		q.Lock()
 		q.waitLeave(wt.env.ID)
+		q.uniqFinished(wt.env.ID, time.Now()) // a parent's unique key: the job ended
 		q.Unlock()
 	}
 	b.endedLocked(backend.AwaitResult{ID: wt.env.ID, Queue: wt.env.Queue, State: backend.JobCancelled, Reason: reason})
