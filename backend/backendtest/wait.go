@@ -341,8 +341,9 @@ func testCancelWaiting(t *testing.T, h *harness) {
 	q := h.declare(t, 4, 0)
 	kids := h.declare(t, 8, 0)
 	p1, p2 := job(q, "p1"), job(q, "p2")
-	h.publish(t, p1, 0)
-	h.publish(t, p2, 0)
+	for _, p := range []backend.Envelope{p1, p2} {
+		h.publish(t, p, 0)
+	}
 	s := h.consume(t, q)
 	wait := func(name string, children ...backend.Publication) {
 		t.Helper()
@@ -643,44 +644,28 @@ func testDependentsUnderConcurrency(t *testing.T, h *harness) {
 	for c := range consumers {
 		s := h.consume(t, work)
 		wg.Go(func() {
-			for {
+			settleEach(s, func() bool {
 				mu.Lock()
-				finished := settled == nAwaited || firstErr != nil
-				mu.Unlock()
-				if finished {
-					return
-				}
-				var d backend.Delivery
-				select {
-				case d = <-s.Deliveries():
-				case <-time.After(100 * time.Millisecond):
-					continue
-				}
-				if d == nil {
-					fail(fmt.Errorf("stream ended: %v", s.Err()))
-					return
-				}
-				env, err := d.Envelope()
-				if err != nil {
-					fail(err)
-					return
-				}
+				defer mu.Unlock()
+				return settled == nAwaited || firstErr != nil
+			}, fail, func(d backend.Delivery, env backend.Envelope) error {
 				mu.Lock()
 				settling[env.ID] = true
 				mu.Unlock()
+				var err error
 				if (c+int(env.Payload[0]))%5 == 0 {
 					err = d.DeadLetter(h.ctx(), "unlucky")
 				} else {
 					err = d.(backend.AtomicDelivery).AckWith(h.ctx(), nil, &backend.JobRecord{Output: env.Payload})
 				}
 				if err != nil {
-					fail(err)
-					return
+					return err
 				}
 				mu.Lock()
 				settled++
 				mu.Unlock()
-			}
+				return nil
+			})
 		})
 	}
 	sa := h.consume(t, after)
