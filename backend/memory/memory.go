@@ -39,8 +39,10 @@ type Config struct {
 	// backend.MaxAwaitOutput) the backend keeps, the latest, so that a job published
 	// to await one that has just ended finds it ended rather than unknown; the same
 	// number bounds the ended workflows and batches it keeps. Zero means
-	// DefaultKeepEnded; a negative value keeps none. Results a waiting job has
-	// gathered are kept with it whatever this says.
+	// DefaultKeepEnded; a negative value keeps none. Each result keeps up to
+	// backend.MaxAwaitOutput of output, so the default bounds them at 160 MiB of
+	// outputs (jobs that leave none cost a few hundred bytes each). Results a
+	// waiting job has gathered are kept with it whatever this says.
 	KeepEnded int
 }
 
