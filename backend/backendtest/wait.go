@@ -157,6 +157,13 @@ func testDependentsOnFailure(t *testing.T, h *harness) {
 	} else {
 		mustSettle(t, "DeadLetter", dy.DeadLetter(h.ctx(), "stopped"))
 	}
+	// A dependent that awaits a job that died already is cancelled at once, though
+	// it awaits another that has not ended.
+	z, late := job(work, "z"), job(after, "late")
+	h.publishDependents(t, dp, plain(z), dependent(late, "", z.ID, x.ID))
+	if st := h.stats(t, after); st.Waiting != 0 {
+		t.Fatalf("stats %+v after a dependent of a dead job was published, want none waiting: it is cancelled at once", st)
+	}
 	sa := h.consume(t, after)
 	got := make(map[string][]backend.AwaitResult)
 	for range 2 {
@@ -164,7 +171,7 @@ func testDependentsOnFailure(t *testing.T, h *harness) {
 		got[string(env.Payload)] = h.awaited(t, d)
 		mustSettle(t, "Ack", d.Ack(h.ctx()))
 	}
-	h.expectNothing(t, after, sa) // b, c and e were cancelled
+	h.expectNothing(t, after, sa) // b, c, e and late were cancelled
 	if got["runs"] == nil || got["sees b"] == nil {
 		t.Fatalf("delivered %v, want the two OnFailureRun dependents", slices.Collect(func(yield func(string) bool) {
 			for k := range got {
@@ -179,7 +186,7 @@ func testDependentsOnFailure(t *testing.T, h *harness) {
 		t.Fatalf("stats %+v, want none waiting once every dependent was delivered or cancelled", st)
 	}
 	if rr, ok := h.b.(backend.JobRecordReader); ok {
-		for _, id := range []string{b.ID, c.ID, e.ID} {
+		for _, id := range []string{b.ID, c.ID, e.ID, late.ID} {
 			rec, err := rr.JobRecord(h.ctx(), id)
 			if err != nil || rec.State != backend.JobCancelled || rec.Reason == "" {
 				t.Errorf("record of a cancelled dependent %s = %+v, %v; want cancelled with a reason", id, rec, err)

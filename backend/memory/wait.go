@@ -259,7 +259,7 @@ func (b *Backend) publishDependentsLocked(deps []backend.Dependent, g *group) er
 			b.putNewLocked(q, d.Envelope, delays[i], nil)
 			continue
 		}
-		if pw.wt.left == 0 && !b.cancelledAtOnce(pw.wt) {
+		if _, cancel := failed(pw.wt); pw.wt.left == 0 && !cancel {
 			b.putNewLocked(q, d.Envelope, delays[i], pw.wt.results)
 			continue
 		}
@@ -279,10 +279,17 @@ func (b *Backend) publishDependentsLocked(deps []backend.Dependent, g *group) er
 	return nil
 }
 
-// cancelledAtOnce says whether wt, all of whose awaited jobs ended already, is to be
-// cancelled rather than run: one of them did not succeed and wt cancels on failure.
-func (b *Backend) cancelledAtOnce(wt *waiter) bool {
-	return wt.onFailure == backend.OnFailureCancel && slices.ContainsFunc(wt.results, func(r backend.AwaitResult) bool { return r.State != backend.JobSucceeded })
+// failed returns the first job wt awaits that ended and did not succeed, when wt
+// cancels on failure: wt is then to be cancelled, not run, whatever it still awaits.
+func failed(wt *waiter) (backend.AwaitResult, bool) {
+	if wt.onFailure != backend.OnFailureCancel {
+		return backend.AwaitResult{}, false
+	}
+	i := slices.IndexFunc(wt.results, func(r backend.AwaitResult) bool { return r.State.Finished() && r.State != backend.JobSucceeded })
+	if i < 0 {
+		return backend.AwaitResult{}, false
+	}
+	return wt.results[i], true
 }
 
 // joinLocked adds wt, counted as waiting on its queue already, to the graph, and
@@ -301,7 +308,7 @@ func (b *Backend) joinLocked(wt *waiter, timeout time.Duration) {
 		}
 		set[wt] = struct{}{}
 	}
-	if wt.left == 0 {
+	if _, cancel := failed(wt); wt.left == 0 || cancel {
 		b.settleWaiterLocked(wt)
 		return
 	}
@@ -344,9 +351,7 @@ func (b *Backend) settleWaiterLocked(wt *waiter) {
 		b.cancelWaiterLocked(wt, "its group was cancelled")
 		return
 	}
-	if b.cancelledAtOnce(wt) {
-		i := slices.IndexFunc(wt.results, func(r backend.AwaitResult) bool { return r.State != backend.JobSucceeded })
-		r := wt.results[i]
+	if r, cancel := failed(wt); cancel {
 		b.cancelWaiterLocked(wt, fmt.Sprintf("job %s it awaits ended %s: %s", r.ID, r.State, r.Reason))
 		return
 	}
@@ -414,8 +419,7 @@ func (b *Backend) endedLocked(res backend.AwaitResult) {
 		i := slices.Index(wt.ids, res.ID)
 		wt.results[i] = res
 		wt.left--
-		failed := res.State != backend.JobSucceeded
-		if wt.left == 0 || failed && wt.onFailure == backend.OnFailureCancel {
+		if _, cancel := failed(wt); wt.left == 0 || cancel {
 			b.settleWaiterLocked(wt)
 		}
 	}
