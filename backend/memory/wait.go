@@ -80,6 +80,7 @@ type waiter struct {
 	delay     time.Duration    // from its release, rounded
 	onFailure backend.OnFailure
 	ids       []string
+	pos       map[string]int        // an awaited id -> its place in ids
 	results   []backend.AwaitResult // in the order of ids; JobUnfinished until each ended
 	left      int                   // awaited jobs not ended
 	timer     *time.Timer
@@ -173,17 +174,16 @@ type pendingWaiter struct {
 // published before it in the same write) or known to the backend. b.w.mu is held, and
 // no queue's lock.
 func (b *Backend) resolveLocked(env backend.Envelope, delay time.Duration, a backend.Await, earlier map[string]string) (*waiter, error) {
-	wt := &waiter{env: env.Clone(), delay: delay, onFailure: a.OnFailure, ids: slices.Clone(a.IDs)}
+	wt := &waiter{env: env.Clone(), delay: delay, onFailure: a.OnFailure, ids: slices.Clone(a.IDs), pos: make(map[string]int, len(a.IDs))}
 	wt.env.Redelivered = false
 	if wt.onFailure == "" {
 		wt.onFailure = backend.OnFailureCancel
 	}
-	seen := make(map[string]bool, len(a.IDs))
-	for _, id := range a.IDs {
-		if seen[id] {
+	for i, id := range a.IDs {
+		if _, seen := wt.pos[id]; seen {
 			return nil, fmt.Errorf("job %s awaits %q twice", env.ID, id)
 		}
-		seen[id] = true
+		wt.pos[id] = i
 		if id == env.ID {
 			return nil, fmt.Errorf("job %s awaits itself: %w", env.ID, backend.ErrUnknownAwait)
 		}
@@ -410,14 +410,13 @@ func (b *Backend) endedLocked(res backend.AwaitResult) {
 	for wt := range set {
 		waiters = append(waiters, wt)
 	}
-	// In the order they started waiting, so that their releases are in that order.
+	// By id (ids sort by creation time), so that their releases come in a set order.
 	slices.SortFunc(waiters, func(x, y *waiter) int { return cmp.Compare(x.env.ID, y.env.ID) })
 	for _, wt := range waiters {
 		if b.w.waiters[wt.env.ID] != wt {
 			continue // cancelled by an earlier one's end
 		}
-		i := slices.Index(wt.ids, res.ID)
-		wt.results[i] = res
+		wt.results[wt.pos[res.ID]] = res
 		wt.left--
 		if _, cancel := failed(wt); wt.left == 0 || cancel {
 			b.settleWaiterLocked(wt)
