@@ -83,6 +83,7 @@ var needs = map[string]backend.Capabilities{
 	"KeyLimitSetByTheLatestDeclare":       backend.CapKeyConcurrency,
 	"KeyFreedByCancelAndDelete":           backend.CapKeyConcurrency,
 	"KeysUnderConcurrencyInOrder":         backend.CapKeyConcurrency,
+	"WaitingHoldsNoKeyPlace":              backend.CapKeyConcurrency,
 }
 
 // rules is the whole contract, area by area; each area's rules live together.
@@ -151,6 +152,7 @@ var rules = []rule{
 	{"GroupsWorkflowAndBatch", testGroupsWorkflowAndBatch},
 	{"GroupsCancelAndList", testGroupsCancelAndList},
 	{"DependentsUnderConcurrency", testDependentsUnderConcurrency},
+	{"WaitingHoldsNoKeyPlace", testWaitingHoldsNoKeyPlace},
 }
 
 // Run runs every rule of the contract as a subtest of t.

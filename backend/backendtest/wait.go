@@ -711,3 +711,26 @@ func testDependentsUnderConcurrency(t *testing.T, h *harness) {
 		t.Fatalf("stats %+v after every dependent ran, want none waiting", st)
 	}
 }
+
+// testWaitingHoldsNoKeyPlace: a parent waiting for its children holds no place in its
+// concurrency key's line (the key's next job runs meanwhile), and takes one at the
+// back when it comes back.
+func testWaitingHoldsNoKeyPlace(t *testing.T, h *harness) {
+	implements[backend.DependentPublisher](t, h)
+	q := h.declareKeys(t, 4, 1)
+	kids := h.declare(t, 4, 0)
+	h.publish(t, keyed(q, "k", "parent"), 0)
+	h.publish(t, keyed(q, "k", "next"), 0)
+	s := h.consume(t, q)
+	d, _ := h.receiveNamed(t, s, "parent")
+	child := job(kids, "child")
+	mustSettle(t, "WaitWith", d.(backend.WaitingDelivery).WaitWith(h.ctx(), []backend.Publication{{Envelope: child}}, backend.Await{IDs: []string{child.ID}}, nil))
+	dn, _ := h.receiveNamed(t, s, "next") // the key is free while its holder waits
+	h.ackNext(t, h.consume(t, kids), "child")
+	h.expectNothing(t, q, s) // the parent is back, behind next in its key's line
+	if st := h.stats(t, q); st.KeyWaiting != 1 || st.Waiting != 0 {
+		t.Fatalf("stats %+v, want the parent waiting for its key behind next", st)
+	}
+	mustSettle(t, "Ack", dn.Ack(h.ctx()))
+	h.ackNext(t, s, "parent")
+}
