@@ -174,8 +174,8 @@ type QueueStats struct {
 	// KeyWaiting messages are ready but wait for their concurrency key
 	// (QueueConfig.KeyConcurrency); they are not counted in Pending.
 	KeyWaiting int `json:"key_waiting"`
-	// Waiting jobs wait for other jobs to end (JobWaiting) before they run on this
-	// queue; they are counted nowhere else.
+	// Waiting jobs wait for other jobs to end (JobWaiting), counted on the queue they
+	// will run on; they are in no other count.
 	Waiting int `json:"waiting"`
 }
 

@@ -239,3 +239,43 @@ var (
 	nop      = worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{} })
 	retryAll = worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{Outcome: worker.Retry} })
 )
+
+// plainDeliveries is a backend whose deliveries are plain backend.Delivery, none of
+// the optional interfaces: the worker publishes children and then acks, as on a
+// broker, rather than in one atomic settle.
+type plainDeliveries struct{ backend.Backend }
+
+func (p plainDeliveries) Consume(ctx context.Context, q backend.QueueConfig) (backend.Stream, error) {
+	s, err := p.Backend.Consume(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	ps := &plainStream{Stream: s, ch: make(chan backend.Delivery), done: make(chan struct{})}
+	go func() {
+		defer close(ps.ch)
+		for d := range s.Deliveries() {
+			select {
+			case ps.ch <- struct{ backend.Delivery }{d}:
+			case <-ps.done:
+				return
+			}
+		}
+	}()
+	return ps, nil
+}
+
+// plainStream forwards its stream's deliveries, each hiding what it implements beyond
+// backend.Delivery.
+type plainStream struct {
+	backend.Stream
+	ch   chan backend.Delivery
+	done chan struct{}
+	once sync.Once
+}
+
+func (s *plainStream) Deliveries() <-chan backend.Delivery { return s.ch }
+
+func (s *plainStream) Drop() {
+	s.once.Do(func() { close(s.done) })
+	s.Stream.Drop()
+}

@@ -236,6 +236,9 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 			if err = ad.AckWith(ctx, childPublications(job, p.children), rec); err == nil || errors.Is(err, backend.ErrSettleUnknown) {
 				break // unknown: the ack may still land, so no second settle
 			}
+			if unsettleable(err) {
+				break // no settle can succeed: the backend delivers the job again, or has it settled
+			}
 			// Nothing was written: the job is failed the retry way, as below.
 			p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
 			if p.settle == Retry {
@@ -293,6 +296,13 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 	}
 	w.obs.Observe(ev)
 	return ev.Err
+}
+
+// unsettleable reports whether err says that the delivery cannot be settled at all
+// (its stream was lost, it was settled already, the backend closed), rather than that
+// this settle's write failed: a retry in its place would fail the same way.
+func unsettleable(err error) bool {
+	return errors.Is(err, backend.ErrStreamClosed) || errors.Is(err, backend.ErrAlreadySettled) || errors.Is(err, backend.ErrShutDown)
 }
 
 // runRecord is what the worker knows of a run for the job's record: the backend adds

@@ -592,6 +592,8 @@ func TestPartialChildPublishIsNotRepeated(t *testing.T) {
 // TestRetriedParentWithADifferentChild: a retried parent that stages another child at
 // an index than its first attempt did (here another payload) publishes a new job: the
 // backend does not drop it as a repeat of the first attempt's child, still queued.
+// The deliveries are plain, so that the first attempt's children are published one by
+// one and the first stays when the second fails (an atomic settle publishes none).
 func TestRetriedParentWithADifferentChild(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -604,7 +606,7 @@ func TestRetriedParentWithADifferentChild(t *testing.T) {
 			}
 			return worker.Result{Children: []worker.Child{{Queue: "child", Payload: []byte("second attempt")}}}
 		})
-		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h})
+		r := newRigOn(t, func(b backend.Backend) backend.Backend { return plainDeliveries{b} }, worker.Config{}, worker.Queue{Name: "q", Handler: h})
 		if err := r.b.Declare(context.Background(), backend.QueueConfig{Name: "child"}); err != nil {
 			t.Fatal(err)
 		}
