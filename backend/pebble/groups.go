@@ -2,9 +2,11 @@ package pebble
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
@@ -14,15 +16,69 @@ import (
 
 // Groups (backend.GroupStore): workflows and batches. On disk:
 //
-//	g <id>    -> the group as published (JSON): its kind, members and creation time,
-//	             and its state once an operator cancelled it
+//	g <seq:8> <id>    -> the group as published (JSON): its kind, members and
+//	                     creation time, and its state once an operator cancelled it
 //
 // A member's state is its job's record, written in the same batch as each of its
-// settles, so a group is read, never updated, as its jobs run. Ids sort by creation
-// time (backend.NewID), so the key order is the listing's.
+// settles, so a group is read, never updated, as its jobs run. The sequence is the
+// publish's, so the key order is the listing's (ids made in one millisecond do not
+// sort by when they were made); an index in memory, rebuilt at Open, maps each id to
+// its sequence.
 const kindGroup = 'g'
 
-func groupKey(id string) []byte { return append([]byte{kindGroup}, id...) }
+func groupKey(seq uint64, id string) []byte {
+	k := binary.BigEndian.AppendUint64([]byte{kindGroup}, seq)
+	return append(k, id...)
+}
+
+func parseGroupKey(k []byte) (seq uint64, id string, err error) {
+	if len(k) < 10 || k[0] != kindGroup {
+		return 0, "", fmt.Errorf("group key %x: bad layout", k)
+	}
+	return binary.BigEndian.Uint64(k[1:9]), string(k[9:]), nil
+}
+
+// groupIndex maps each group's id to the sequence of its key.
+type groupIndex struct {
+	mu  sync.Mutex
+	seq map[string]uint64
+}
+
+func (x *groupIndex) get(id string) (uint64, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	seq, ok := x.seq[id]
+	return seq, ok
+}
+
+// put indexes id at seq, or reports false when id is indexed already.
+func (x *groupIndex) put(id string, seq uint64) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.seq == nil {
+		x.seq = make(map[string]uint64)
+	}
+	if _, ok := x.seq[id]; ok {
+		return false
+	}
+	x.seq[id] = seq
+	return true
+}
+
+func (x *groupIndex) forget(id string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.seq, id)
+}
+
+// key returns the key of the group id, or an error wrapping ErrNotFound.
+func (x *groupIndex) key(id string) ([]byte, error) {
+	seq, ok := x.get(id)
+	if !ok {
+		return nil, fmt.Errorf("group %q: %w", id, backend.ErrNotFound)
+	}
+	return groupKey(seq, id), nil
+}
 
 var _ backend.GroupStore = (*Backend)(nil)
 
@@ -47,7 +103,8 @@ func (b *Backend) PublishGroup(ctx context.Context, g backend.GroupRecord, deps 
 		return err
 	}
 	defer b.ops.Done()
-	if _, err := b.get(groupKey(g.ID)); err == nil {
+	seq := b.seq.Add(1)
+	if !b.groups.put(g.ID, seq) {
 		return fmt.Errorf("group %s exists already: %w", g.ID, backend.ErrJobState)
 	}
 	g.State = backend.GroupRunning
@@ -63,9 +120,14 @@ func (b *Backend) PublishGroup(ctx context.Context, g backend.GroupRecord, deps 
 	}
 	value, err := json.Marshal(g)
 	if err != nil {
+		b.groups.forget(g.ID)
 		return fmt.Errorf("group %s: %w", g.ID, err)
 	}
-	return b.publishDependents(ctx, deps, func(batch *pebbledb.Batch) { batch.Set(groupKey(g.ID), value, nil) })
+	err = b.publishDependents(ctx, deps, func(batch *pebbledb.Batch) { batch.Set(groupKey(seq, g.ID), value, nil) })
+	if err != nil && !errors.Is(err, errStillWriting) {
+		b.groups.forget(g.ID)
+	}
+	return err
 }
 
 // Group returns the group id with its members' live states.
@@ -74,7 +136,11 @@ func (b *Backend) Group(ctx context.Context, id string) (backend.GroupRecord, er
 		return backend.GroupRecord{}, err
 	}
 	defer b.ops.Done()
-	v, err := b.get(groupKey(id))
+	key, err := b.groups.key(id)
+	if err != nil {
+		return backend.GroupRecord{}, err
+	}
+	v, err := b.get(key)
 	if errors.Is(err, pebbledb.ErrNotFound) {
 		return backend.GroupRecord{}, fmt.Errorf("group %q: %w", id, backend.ErrNotFound)
 	}
@@ -164,7 +230,11 @@ func (b *Backend) ListGroups(ctx context.Context, kind backend.GroupKind, cursor
 	lower := []byte{kindGroup}
 	upper := prefixEnd(lower)
 	if cursor != "" {
-		upper = groupKey(cursor)
+		k, err := b.groups.key(cursor)
+		if err != nil {
+			return backend.GroupPage{}, fmt.Errorf("cursor: %w", err)
+		}
+		upper = k
 	}
 	it, err := b.db.NewIter(&pebbledb.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
@@ -173,7 +243,10 @@ func (b *Backend) ListGroups(ctx context.Context, kind backend.GroupKind, cursor
 	defer it.Close()
 	var page backend.GroupPage
 	for valid := it.Last(); valid; valid = it.Prev() {
-		id := string(it.Key()[1:])
+		_, id, err := parseGroupKey(it.Key())
+		if err != nil {
+			return backend.GroupPage{}, fmt.Errorf("in %s: %w", b.dir, err)
+		}
 		if len(page.Groups) == limit {
 			page.Next = page.Groups[len(page.Groups)-1].ID
 			break
@@ -225,7 +298,13 @@ func (b *Backend) CancelGroup(ctx context.Context, id, reason string) (running [
 	value, err := json.Marshal(stored)
 	if err == nil {
 		batch := b.db.NewBatch()
-		batch.Set(groupKey(id), value, nil)
+		var key []byte
+		if key, err = b.groups.key(id); err != nil {
+			batch.Close()
+			b.ops.Done()
+			return nil, err
+		}
+		batch.Set(key, value, nil)
 		err = b.commit(ctx, batch, pebbledb.Sync, "cancel group", "", nil, nil)
 	}
 	b.ops.Done()

@@ -96,6 +96,12 @@ func (b *Backend) load(ctx context.Context) error {
 				return b.corrupt(fmt.Sprintf("unique key %q", k), err)
 			}
 		case kindGroup:
+			seq, id, err := parseGroupKey(k)
+			if err != nil {
+				return b.corrupt("", err)
+			}
+			maxSeq = max(maxSeq, seq)
+			b.groups.put(id, seq)
 		case kindWaiting:
 			if err := waits.loadWaiting(k, v); err != nil {
 				return b.corrupt(fmt.Sprintf("waiting job %q", k), err)

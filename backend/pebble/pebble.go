@@ -155,6 +155,7 @@ type Backend struct {
 	recs   recordIndex
 	uniq   uniqIndex
 	waits  waitIndex
+	groups groupIndex
 	// released holds the waiting jobs Open found ready to release, until it has.
 	released []*waiter
 

@@ -155,6 +155,10 @@ type waiter struct {
 	timer     *time.Timer
 	committed bool // its write landed
 	done      bool // being released or cancelled: no more results count
+	// env and resultsKept are a waiter's decided at its publish (see register): its
+	// envelope, and whether it runs with its results (else it is cancelled).
+	env         backend.Envelope
+	resultsKept bool
 }
 
 type slot struct {
@@ -246,11 +250,17 @@ func (w *waiter) fill(idx int, res backend.AwaitResult) bool {
 			w.failed += ": " + res.Reason
 		}
 	}
-	if w.remaining == 0 && w.committed && !w.done {
+	if w.decided() && w.committed && !w.done {
 		w.done = true
 		return true
 	}
 	return false
+}
+
+// decided says w need wait no more: every awaited job ended, or one did not succeed and
+// w is cancelled for it (at once: the others need not end first).
+func (w *waiter) decided() bool {
+	return w.remaining == 0 || (w.failed != "" && w.meta.onFailure == backend.OnFailureCancel)
 }
 
 // errAwaitRaced is returned inside register when an awaited job ended between the
@@ -267,12 +277,15 @@ type waitSpec struct {
 }
 
 // register stages, into batch, the waiting keys of specs and the results already known
-// of what they await, and indexes them. Each awaited id must be in earlier (an id
+// of what they await, and indexes them. With inline, a spec already decided (every job
+// it awaits ended, or one failed and it is cancelled for it) is not kept waiting but
+// returned in decided, its results staged, for the caller to publish or cancel in the
+// same batch. Each awaited id must be in earlier (an id
 // published in the same batch before the waiter, with its queue), or be a job the
 // backend holds, or have a finished record. It reads the records it needs before it
 // takes the index's lock. apply marks the waiters committed (releasing those whose
 // every awaited job has ended); undo forgets them.
-func (b *Backend) register(batch *pebbledb.Batch, specs []waitSpec, earlier map[string]string) (apply, undo func(), err error) {
+func (b *Backend) register(batch *pebbledb.Batch, specs []waitSpec, earlier map[string]string, inline bool) (decided []*waiter, apply, undo func(), err error) {
 	records := make(map[string]backend.JobRecord)
 	for range 3 {
 		for _, sp := range specs {
@@ -290,29 +303,30 @@ func (b *Backend) register(batch *pebbledb.Batch, specs []waitSpec, earlier map[
 				}
 			}
 		}
-		apply, undo, err = b.registerLocked(batch, specs, earlier, records)
+		decided, apply, undo, err = b.registerLocked(batch, specs, earlier, records, inline)
 		if !errors.Is(err, errAwaitRaced) {
-			return apply, undo, err
+			return decided, apply, undo, err
 		}
 		clear(records)
 	}
-	return nil, nil, err
+	return nil, nil, nil, err
 }
 
-func (b *Backend) registerLocked(batch *pebbledb.Batch, specs []waitSpec, earlier map[string]string, records map[string]backend.JobRecord) (apply, undo func(), err error) {
+func (b *Backend) registerLocked(batch *pebbledb.Batch, specs []waitSpec, earlier map[string]string, records map[string]backend.JobRecord, inline bool) (decided []*waiter, apply, undo func(), err error) {
 	x := &b.waits
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	now := time.Now()
 	var ws []*waiter
 	type result struct {
+		w     *waiter
 		key   []byte
 		value []byte
 	}
 	var results []result
 	for _, sp := range specs {
 		if len(sp.await.IDs) == 0 {
-			return nil, nil, fmt.Errorf("job %s awaits no job", sp.env.ID)
+			return nil, nil, nil, fmt.Errorf("job %s awaits no job", sp.env.ID)
 		}
 		timeout := sp.await.Timeout
 		if timeout <= 0 {
@@ -326,7 +340,7 @@ func (b *Backend) registerLocked(batch *pebbledb.Batch, specs []waitSpec, earlie
 			}
 		}
 		if onFailure != backend.OnFailureCancel && onFailure != backend.OnFailureRun {
-			return nil, nil, fmt.Errorf("job %s: on failure %q is neither %q nor %q", sp.env.ID, onFailure, backend.OnFailureCancel, backend.OnFailureRun)
+			return nil, nil, nil, fmt.Errorf("job %s: on failure %q is neither %q nor %q", sp.env.ID, onFailure, backend.OnFailureCancel, backend.OnFailureRun)
 		}
 		w := &waiter{
 			id: sp.env.ID, queue: sp.env.Queue, ids: sp.await.IDs,
@@ -336,11 +350,11 @@ func (b *Backend) registerLocked(batch *pebbledb.Batch, specs []waitSpec, earlie
 		seen := make(map[string]bool, len(w.ids))
 		for i, id := range w.ids {
 			if seen[id] {
-				return nil, nil, fmt.Errorf("job %s awaits job %s twice", w.id, id)
+				return nil, nil, nil, fmt.Errorf("job %s awaits job %s twice", w.id, id)
 			}
 			seen[id] = true
 			if id == w.id {
-				return nil, nil, fmt.Errorf("job %s awaits itself", id)
+				return nil, nil, nil, fmt.Errorf("job %s awaits itself", id)
 			}
 			if q, ok := earlier[id]; ok {
 				w.queues[i] = q
@@ -348,7 +362,7 @@ func (b *Backend) registerLocked(batch *pebbledb.Batch, specs []waitSpec, earlie
 			}
 			if res, ok := x.ending[id]; ok {
 				w.queues[i] = res.Queue
-				results = append(results, result{awaitedKey(w.id, i), encodeResult(res)})
+				results = append(results, result{w, awaitedKey(w.id, i), encodeResult(res)})
 				w.fill(i, res)
 				continue
 			}
@@ -361,22 +375,30 @@ func (b *Backend) registerLocked(batch *pebbledb.Batch, specs []waitSpec, earlie
 			}
 			if !haveRec || !rec.State.Finished() {
 				if haveRec {
-					return nil, nil, errAwaitRaced
+					return nil, nil, nil, errAwaitRaced
 				}
-				return nil, nil, fmt.Errorf("job %s awaits job %s: %w", w.id, id, backend.ErrUnknownAwait)
+				return nil, nil, nil, fmt.Errorf("job %s awaits job %s: %w", w.id, id, backend.ErrUnknownAwait)
 			}
 			res := resultOf(id, rec.Queue, rec.State, rec.Reason, rec.Output, rec.OutputTruncated)
-			results = append(results, result{awaitedKey(w.id, i), encodeResult(res)})
+			results = append(results, result{w, awaitedKey(w.id, i), encodeResult(res)})
 			w.fill(i, res)
 		}
-		ws = append(ws, w)
 		earlier[w.id] = w.queue
+		if inline && w.decided() {
+			w.done, w.env, w.resultsKept = true, sp.env, w.remaining == 0
+			decided = append(decided, w)
+			continue
+		}
+		w.env = sp.env
+		ws = append(ws, w)
 	}
 	for _, r := range results {
-		batch.Set(r.key, r.value, nil)
+		if !r.w.done || r.w.resultsKept {
+			batch.Set(r.key, r.value, nil)
+		}
 	}
-	for i, w := range ws {
-		batch.Set(waitingKey(w.id), encodeWaiter(specs[i].env, w.meta), nil)
+	for _, w := range ws {
+		batch.Set(waitingKey(w.id), encodeWaiter(w.env, w.meta), nil)
 		x.waiters[w.id] = w
 		for idx, id := range w.ids {
 			if !w.got[idx] {
@@ -406,7 +428,7 @@ func (b *Backend) registerLocked(batch *pebbledb.Batch, specs []waitSpec, earlie
 		}
 		x.mu.Unlock()
 	}
-	return apply, undo, nil
+	return decided, apply, undo, nil
 }
 
 // forgetLocked takes w out of the index. x.mu is held.
@@ -490,7 +512,7 @@ func (b *Backend) releaseNow(ctx context.Context, w *waiter) error {
 	x.mu.Lock()
 	for idx, id := range w.ids {
 		if !w.got[idx] {
-			res := backend.AwaitResult{ID: id, Queue: w.queues[idx], State: backend.JobUnfinished, Reason: "the wait timed out before it ended"}
+			res := backend.AwaitResult{ID: id, Queue: w.queues[idx], State: backend.JobUnfinished}
 			batch.Set(awaitedKey(w.id, idx), encodeResult(res), nil)
 		}
 	}
@@ -684,15 +706,33 @@ func (b *Backend) publishDependents(ctx context.Context, deps []backend.Dependen
 		for _, sp := range specs {
 			known[sp.env.ID] = sp.env.Queue
 		}
-		applyWait, undoWait, err = b.register(batch, owned, known)
+		var decided []*waiter
+		decided, applyWait, undoWait, err = b.register(batch, owned, known, true)
+		if err == nil {
+			var applyDecided, undoDecided func()
+			applyDecided, undoDecided, err = b.stageDecided(batch, decided)
+			if err == nil {
+				applyRegistered, undoRegistered := applyWait, undoWait
+				applyWait = func() { applyRegistered(); applyDecided() }
+				undoWait = func() { undoDecided(); undoRegistered() }
+			} else {
+				undoWait()
+			}
+		}
 		if err != nil {
 			undoReserve()
 			undoPubs()
 			batch.Close()
 			return err
 		}
+		isDecided := make(map[string]bool, len(decided))
+		for _, w := range decided {
+			isDecided[w.id] = true
+		}
 		for _, sp := range owned {
-			b.stageRecordAs(batch, sp.env, backend.JobWaiting, nil)
+			if !isDecided[sp.env.ID] {
+				b.stageRecordAs(batch, sp.env, backend.JobWaiting, nil)
+			}
 		}
 	}
 	if extra != nil {
@@ -713,6 +753,56 @@ func (b *Backend) publishDependents(ctx context.Context, deps []backend.Dependen
 		undoReserve()
 		undoPubs()
 	})
+}
+
+// stageDecided stages the dependents that need not wait (see register): published at
+// once with their results, or cancelled for an awaited job that failed (the jobs that
+// await them, later in the same call, see them cancelled).
+func (b *Backend) stageDecided(batch *pebbledb.Batch, ws []*waiter) (apply, undo func(), err error) {
+	var applies, undos []func()
+	now := time.Now()
+	for _, w := range ws {
+		if w.resultsKept {
+			q, err := b.queues.Lookup(w.env.Queue)
+			if err != nil {
+				return nil, nil, err
+			}
+			applyJob := b.stageAt(batch, q, w.env, w.meta.delay, false, 0)
+			state := backend.JobPending
+			if w.meta.delay > 0 {
+				state = backend.JobDelayed
+			}
+			b.stageRecordAs(batch, w.env, state, nil)
+			applies = append(applies, func() {
+				b.waits.mu.Lock()
+				b.waits.results[w.id] = true
+				b.waits.mu.Unlock()
+				applyJob()
+			})
+			continue
+		}
+		reason := "cancelled: " + w.failed
+		rec := backend.JobRecord{ID: w.id, Queue: w.queue, State: backend.JobCancelled, Attempt: max(w.env.Attempt, 1), MaxAttempts: w.env.MaxAttempts,
+			Reason: reason, CreatedAt: w.env.EnqueuedAt, FinishedAt: now, UpdatedAt: now}
+		batch.Set(recordKey(w.id), encodeRecord(&rec), nil)
+		batch.Set(byTimeKey(now, w.id), nil, nil)
+		applyEnded, undoEnded := b.stageEnded(batch, resultOf(w.id, w.queue, backend.JobCancelled, reason, nil, false))
+		applies = append(applies, func() {
+			b.ids.remove(w.id)
+			b.recs.add(1, b.records.maxCount)
+			applyEnded()
+		})
+		undos = append(undos, undoEnded)
+	}
+	return func() {
+			for _, f := range applies {
+				f()
+			}
+		}, func() {
+			for _, f := range undos {
+				f()
+			}
+		}, nil
 }
 
 // knows reports whether the backend holds the job id or may have a record of it: a
@@ -762,7 +852,7 @@ func (d *delivery) WaitWith(ctx context.Context, children []backend.Publication,
 			p := awaitedPrefix(env.ID)
 			batch.DeleteRange(p, prefixEnd(p), nil)
 		}
-		applyWait, undoWait, err := b.register(batch, []waitSpec{{env: env, await: backend.Await{IDs: await.IDs, Timeout: await.Timeout}, resume: true}}, earlier)
+		_, applyWait, undoWait, err := b.register(batch, []waitSpec{{env: env, await: backend.Await{IDs: await.IDs, Timeout: await.Timeout}, resume: true}}, earlier, false)
 		if err != nil {
 			undoChildren()
 			return nil, nil, err
@@ -894,14 +984,16 @@ func (b *Backend) cancelAny(ctx context.Context, id, reason string) (cancelled, 
 	return nil, nil, nil
 }
 
-// waitingCount counts the waiting jobs of queue.
+// waitingCount counts the waiting jobs of queue. One being released (its wait decided,
+// its release's write under way) waits no more and is not counted: for a moment it is
+// in no count, until the write puts it on its queue or cancels it.
 func (b *Backend) waitingCount(queue string) int {
 	x := &b.waits
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	n := 0
 	for _, w := range x.waiters {
-		if w.queue == queue && w.committed {
+		if w.queue == queue && w.committed && !w.done {
 			n++
 		}
 	}
