@@ -26,6 +26,7 @@ func newBenchCommand(g *globals) *cobra.Command {
 		isolation, payload    string
 		cpuProfile            string
 		swaps, rounds         int
+		dagTasks              int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--module M.wasm | --native]",
@@ -62,6 +63,9 @@ job. Any job that does not ack fails the run.`,
 			}
 			if cmd.Flags().Changed("swaps") {
 				return benchSwaps(cmd, cfg.Module, swaps, json_)
+			}
+			if cmd.Flags().Changed("dag") {
+				return benchDAG(cmd, cfg.Module, dagTasks, rounds, json_)
 			}
 			switch isolation {
 			case "pooled":
@@ -177,6 +181,7 @@ job. Any job that does not ack fails the run.`,
 	fl.BoolVar(&json_, "json", false, "print one JSON object")
 	fl.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile of the run (and its baseline) to this file, for go tool pprof")
 	fl.IntVar(&swaps, "swaps", 0, "measure this many hot swaps of the module instead (with --module, and --json only)")
+	fl.IntVar(&dagTasks, "dag", 0, "measure how long POST /v1/workflows of a workflow of this many tasks takes to be accepted on pebble instead (with --module serving the queue, --rounds, and --json only)")
 	return cmd
 }
 
@@ -189,20 +194,68 @@ type swapPart struct {
 	MaxMs float64 `json:"max_ms"`
 }
 
+// benchDAG runs `bench --dag`: rounds workflows of n tasks posted to a host on pebble.
+func benchDAG(cmd *cobra.Command, module string, n, rounds int, asJSON bool) error {
+	if n <= 0 || rounds <= 0 {
+		return usagef("--dag %d --rounds %d: want a positive number of tasks and rounds", n, rounds)
+	}
+	if err := onlyFlags(cmd, "dag", "module", "rounds", "json"); err != nil {
+		return err
+	}
+	if !cmd.Flags().Changed("rounds") {
+		rounds = 5
+	}
+	times, err := bench.DAG(cmd.Context(), bench.DAGConfig{Module: module, Tasks: n, Rounds: rounds})
+	if err != nil {
+		return err
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	all := make([]float64, len(times))
+	for i, d := range times {
+		all[i] = ms(d)
+	}
+	if asJSON {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+			Tasks    int       `json:"tasks"`
+			MedianMs float64   `json:"median_ms"`
+			RoundsMs []float64 `json:"rounds_ms"`
+		}{n, ms(bench.Median(times)), all})
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "a workflow of %d tasks (each after two earlier ones) accepted by POST /v1/workflows on pebble in %.1f ms (median of %d; rounds %v ms)\n",
+		n, ms(bench.Median(times)), len(times), all)
+	return nil
+}
+
+// onlyFlags refuses bench's own flags other than allowed.
+func onlyFlags(cmd *cobra.Command, allowed ...string) error {
+	var other []string
+	own := cmd.LocalNonPersistentFlags() // bench's own flags, not the global ones
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if own.Lookup(f.Name) != nil && !slices.Contains(allowed, f.Name) {
+			other = append(other, "--"+f.Name)
+		}
+	})
+	if len(other) > 0 {
+		with := make([]string, len(allowed)-1)
+		for i, f := range allowed[1:] {
+			with[i] = "--" + f
+		}
+		list := strings.Join(with, ", ")
+		if n := len(with); n > 1 {
+			list = strings.Join(with[:n-1], ", ") + " and " + with[n-1]
+		}
+		return usagef("--%s takes only %s, not %s", allowed[0], list, strings.Join(other, ", "))
+	}
+	return nil
+}
+
 // benchSwaps runs `bench --swaps`: n hot swaps of module while jobs flow.
 func benchSwaps(cmd *cobra.Command, module string, n int, asJSON bool) error {
 	if n <= 0 {
 		return usagef("--swaps %d: want a positive number of swaps", n)
 	}
-	var other []string
-	own := cmd.LocalNonPersistentFlags() // bench's own flags, not the global ones
-	cmd.Flags().Visit(func(f *pflag.Flag) {
-		if own.Lookup(f.Name) != nil && f.Name != "swaps" && f.Name != "module" && f.Name != "json" {
-			other = append(other, "--"+f.Name)
-		}
-	})
-	if len(other) > 0 {
-		return usagef("--swaps takes only --module and --json, not %s", strings.Join(other, ", "))
+	if err := onlyFlags(cmd, "swaps", "module", "json"); err != nil {
+		return err
 	}
 	swaps, err := bench.Swaps(cmd.Context(), bench.SwapConfig{Module: module, Swaps: n})
 	if err != nil {
