@@ -247,10 +247,6 @@ func (b *Backend) ListGroups(ctx context.Context, kind backend.GroupKind, cursor
 		if err != nil {
 			return backend.GroupPage{}, fmt.Errorf("in %s: %w", b.dir, err)
 		}
-		if len(page.Groups) == limit {
-			page.Next = page.Groups[len(page.Groups)-1].ID
-			break
-		}
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return backend.GroupPage{}, &backend.TransportError{Op: "list groups", Err: err}
@@ -263,6 +259,11 @@ func (b *Backend) ListGroups(ctx context.Context, kind backend.GroupKind, cursor
 		}
 		if head.Kind != kind {
 			continue
+		}
+		if len(page.Groups) == limit {
+			// One more of the kind exists: the next page starts below the last one.
+			page.Next = page.Groups[len(page.Groups)-1].ID
+			break
 		}
 		g, err := b.decodeGroup(ctx, id, v)
 		if err != nil {
@@ -278,45 +279,36 @@ func (b *Backend) ListGroups(ctx context.Context, kind backend.GroupKind, cursor
 
 // CancelGroup marks the running group id cancelled, in a synced write, then cancels
 // each member that has not ended and is not running (see backend.GroupStore): the
-// waiting ones first, so that none is released by the cancel of what it awaits.
+// waiting ones first, so that none is released by the cancel of what it awaits, and
+// one being released is cancelled once it is on its queue. Should it stop half way
+// (ctx, a crash), calling it again cancels the rest: a cancelled group with members
+// left to cancel is not refused.
 func (b *Backend) CancelGroup(ctx context.Context, id, reason string) (running []string, err error) {
 	g, err := b.Group(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if g.State != backend.GroupRunning {
+	left := false
+	for _, m := range g.Members {
+		left = left || (!m.State.Finished() && m.State != backend.JobRunning && m.State != backend.JobUnfinished)
+	}
+	if g.State != backend.GroupRunning && !(g.State == backend.GroupCancelled && left) {
 		return nil, fmt.Errorf("%s %q is %s: %w", g.Kind, id, g.State, backend.ErrJobState)
 	}
 	if reason == "" {
 		reason = fmt.Sprintf("%s %s cancelled by an operator", g.Kind, id)
 	}
-	if err := b.enter(); err != nil {
-		return nil, err
-	}
-	stored := g
-	stored.State, stored.FinishedAt = backend.GroupCancelled, time.Now()
-	value, err := json.Marshal(stored)
-	if err == nil {
-		batch := b.db.NewBatch()
-		var key []byte
-		if key, err = b.groups.key(id); err != nil {
-			batch.Close()
-			b.ops.Done()
+	if g.State == backend.GroupRunning {
+		if err := b.markCancelled(ctx, g); err != nil {
 			return nil, err
 		}
-		batch.Set(key, value, nil)
-		err = b.commit(ctx, batch, pebbledb.Sync, "cancel group", "", nil, nil)
-	}
-	b.ops.Done()
-	if err != nil {
-		return nil, err
 	}
 	for _, waitingFirst := range []bool{true, false} {
 		for _, m := range g.Members {
 			if m.State.Finished() || (m.State == backend.JobWaiting) != waitingFirst {
 				continue
 			}
-			_, r, err := b.cancelAny(ctx, m.ID, reason)
+			_, r, err := b.cancelAny(ctx, m.ID, reason, false)
 			if err != nil {
 				return running, err
 			}
@@ -324,4 +316,24 @@ func (b *Backend) CancelGroup(ctx context.Context, id, reason string) (running [
 		}
 	}
 	return running, nil
+}
+
+// markCancelled writes g, as read, cancelled now.
+func (b *Backend) markCancelled(ctx context.Context, g backend.GroupRecord) error {
+	if err := b.enter(); err != nil {
+		return err
+	}
+	defer b.ops.Done()
+	key, err := b.groups.key(g.ID)
+	if err != nil {
+		return err
+	}
+	g.State, g.FinishedAt = backend.GroupCancelled, time.Now()
+	value, err := json.Marshal(g)
+	if err != nil {
+		return fmt.Errorf("group %s: %w", g.ID, err)
+	}
+	batch := b.db.NewBatch()
+	batch.Set(key, value, nil)
+	return b.commit(ctx, batch, pebbledb.Sync, "cancel group", "", nil, nil)
 }

@@ -162,6 +162,7 @@ func (b *Backend) Close(ctx context.Context) error {
 	if first {
 		b.delays.stop()
 		b.space.stop()
+		b.waits.stopTimers()
 	}
 	if first {
 		go func() {

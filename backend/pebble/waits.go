@@ -159,6 +159,9 @@ type waiter struct {
 	// envelope, and whether it runs with its results (else it is cancelled).
 	env         backend.Envelope
 	resultsKept bool
+	// unwritten are results known in memory only: of jobs whose end was staged
+	// before w registered, written by w's release.
+	unwritten map[int]backend.AwaitResult
 }
 
 type slot struct {
@@ -166,8 +169,8 @@ type slot struct {
 	idx int
 }
 
-// waitIndex is the waiting jobs in memory. Its lock is taken after no other of the
-// backend's but the id set's, and never across a write.
+// waitIndex is the waiting jobs in memory. Its lock is taken before the id set's (never
+// while that one is held) and never across a write or a read of the store.
 type waitIndex struct {
 	mu      sync.Mutex
 	waiters map[string]*waiter
@@ -200,6 +203,7 @@ func (b *Backend) stageEnded(batch *pebbledb.Batch, res backend.AwaitResult) (ap
 	defer x.mu.Unlock()
 	x.ending[res.ID] = res
 	var value []byte
+	written := make(map[slot]bool, len(x.byChild[res.ID]))
 	for _, s := range x.byChild[res.ID] {
 		if s.w.done {
 			continue
@@ -208,6 +212,7 @@ func (b *Backend) stageEnded(batch *pebbledb.Batch, res backend.AwaitResult) (ap
 			value = encodeResult(res)
 		}
 		batch.Set(awaitedKey(s.w.id, s.idx), value, nil)
+		written[s] = true
 	}
 	if x.results[res.ID] {
 		p := awaitedPrefix(res.ID)
@@ -223,6 +228,14 @@ func (b *Backend) stageEnded(batch *pebbledb.Batch, res backend.AwaitResult) (ap
 		for _, s := range slots {
 			if s.w.done || s.w.got[s.idx] {
 				continue
+			}
+			if !written[s] {
+				// Registered while this end was staged: its result is not in this
+				// batch, so the waiter's release writes it (after this commit).
+				if s.w.unwritten == nil {
+					s.w.unwritten = make(map[int]backend.AwaitResult)
+				}
+				s.w.unwritten[s.idx] = res
 			}
 			if s.w.fill(s.idx, res) {
 				release = append(release, s.w)
@@ -361,9 +374,9 @@ func (b *Backend) registerLocked(batch *pebbledb.Batch, specs []waitSpec, earlie
 				continue
 			}
 			if res, ok := x.ending[id]; ok {
+				// Its end is staged, not committed: wait for it as for a held job
+				// (its apply fills the slot), never run on a settle that may fail.
 				w.queues[i] = res.Queue
-				results = append(results, result{w, awaitedKey(w.id, i), encodeResult(res)})
-				w.fill(i, res)
 				continue
 			}
 			rec, haveRec := records[id]
@@ -429,6 +442,18 @@ func (b *Backend) registerLocked(batch *pebbledb.Batch, specs []waitSpec, earlie
 		x.mu.Unlock()
 	}
 	return decided, apply, undo, nil
+}
+
+// stopTimers stops every waiter's timeout (the backend is closing: Open arms them
+// again).
+func (x *waitIndex) stopTimers() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, w := range x.waiters {
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+	}
 }
 
 // forgetLocked takes w out of the index. x.mu is held.
@@ -514,6 +539,8 @@ func (b *Backend) releaseNow(ctx context.Context, w *waiter) error {
 		if !w.got[idx] {
 			res := backend.AwaitResult{ID: id, Queue: w.queues[idx], State: backend.JobUnfinished}
 			batch.Set(awaitedKey(w.id, idx), encodeResult(res), nil)
+		} else if res, ok := w.unwritten[idx]; ok {
+			batch.Set(awaitedKey(w.id, idx), encodeResult(res), nil)
 		}
 	}
 	failed := w.failed
@@ -543,10 +570,23 @@ func (b *Backend) releaseNow(ctx context.Context, w *waiter) error {
 		x.results[w.id] = true
 		x.mu.Unlock()
 		applyJob()
-	}, func() {
-		x.mu.Lock()
-		w.done = false
-		x.mu.Unlock()
+	}, func() { b.releaseAgain(w) })
+}
+
+// releaseAgainAfter is how long a release whose write failed waits before it is tried
+// again.
+const releaseAgainAfter = time.Second
+
+// releaseAgain tries the release of w again in a while, its write having failed (a
+// failed store or a closing backend ends the tries: Open releases it then).
+func (b *Backend) releaseAgain(w *waiter) {
+	time.AfterFunc(releaseAgainAfter, func() {
+		select {
+		case <-b.done:
+			return
+		default:
+		}
+		b.release(w)
 	})
 }
 
@@ -555,10 +595,16 @@ func (b *Backend) releaseNow(ctx context.Context, w *waiter) error {
 // await it see it cancelled. A failed write leaves it waiting.
 func (b *Backend) cancelWaiter(ctx context.Context, w *waiter, reason string) error {
 	x := &b.waits
+	// A failed write leaves w waiting; one decided meanwhile (or a release's own
+	// cancel) is released again in a while.
 	restore := func() {
 		x.mu.Lock()
-		w.done = false
+		again := w.decided()
+		w.done = again
 		x.mu.Unlock()
+		if again {
+			b.releaseAgain(w)
+		}
 	}
 	now := time.Now()
 	rec := backend.JobRecord{ID: w.id, Queue: w.queue}
@@ -591,21 +637,31 @@ func (b *Backend) cancelWaiter(ctx context.Context, w *waiter, reason string) er
 	})
 }
 
+// errReleasing is wrapped by takeWaiter's error for a waiter whose release is being
+// written: in a moment it is on its queue (or cancelled).
+var errReleasing = errors.New("it is being released or cancelled")
+
 // takeWaiter marks the waiting job id done for the caller to cancel, or says why it
-// cannot be.
+// cannot be: ErrNotFound for a job the backend has no record of, ErrJobState (and
+// errReleasing, while its release is written) for one that is not waiting.
 func (b *Backend) takeWaiter(id string) (*waiter, error) {
 	x := &b.waits
 	x.mu.Lock()
-	defer x.mu.Unlock()
 	w := x.waiters[id]
-	if w == nil || !w.committed {
-		return nil, fmt.Errorf("job %q is not waiting: %w", id, backend.ErrJobState)
+	switch {
+	case w != nil && w.committed && w.done:
+		x.mu.Unlock()
+		return nil, fmt.Errorf("job %q: %w: %w", id, errReleasing, backend.ErrJobState)
+	case w != nil && w.committed:
+		w.done = true
+		x.mu.Unlock()
+		return w, nil
 	}
-	if w.done {
-		return nil, fmt.Errorf("job %q is being released or cancelled already: %w", id, backend.ErrJobState)
+	x.mu.Unlock()
+	if _, err := b.get(recordKey(id)); err != nil {
+		return nil, fmt.Errorf("job %q: %w", id, backend.ErrNotFound)
 	}
-	w.done = true
-	return w, nil
+	return nil, fmt.Errorf("job %q is not waiting: %w", id, backend.ErrJobState)
 }
 
 var (
@@ -647,7 +703,15 @@ func (b *Backend) publishDependents(ctx context.Context, deps []backend.Dependen
 			continue
 		}
 		for _, id := range d.Await.IDs {
-			if _, ok := earlier[id]; !ok && !b.knows(id) {
+			if _, ok := earlier[id]; ok {
+				continue
+			}
+			known, err := b.knows(ctx, id)
+			if err != nil {
+				batch.Close()
+				return err
+			}
+			if !known {
 				batch.Close()
 				return fmt.Errorf("job %s awaits job %s: %w", d.Envelope.ID, id, backend.ErrUnknownAwait)
 			}
@@ -806,13 +870,15 @@ func (b *Backend) stageDecided(batch *pebbledb.Batch, ws []*waiter) (apply, undo
 }
 
 // knows reports whether the backend holds the job id or may have a record of it: a
-// first check, before anything is staged, that an await names something.
-func (b *Backend) knows(id string) bool {
-	if b.ids.holds(id) {
-		return true
+// first check, before anything is staged, that an await names something. A publish of
+// id in flight is waited for (with ctx): should it fail, id is unknown.
+func (b *Backend) knows(ctx context.Context, id string) (bool, error) {
+	held, err := b.ids.settled(ctx, id)
+	if err != nil || held {
+		return held, err
 	}
-	_, err := b.get(recordKey(id))
-	return err == nil
+	_, err = b.get(recordKey(id))
+	return err == nil, nil
 }
 
 // WaitWith settles the delivery as waiting for await (see backend.WaitingDelivery):
@@ -915,16 +981,26 @@ func (b *Backend) awaited(ctx context.Context, id string) ([]backend.AwaitResult
 }
 
 // CancelWaiting cancels the waiting job id with reason, and with cascade the jobs it
-// awaits that have not ended (see backend.WaitCanceller).
+// awaits that have not ended, a waiting one with its own cascade (see
+// backend.WaitCanceller).
 func (b *Backend) CancelWaiting(ctx context.Context, id, reason string, cascade bool) (cancelled, running []string, err error) {
 	if err := b.enter(); err != nil {
 		return nil, nil, err
 	}
 	defer b.ops.Done()
+	if reason == "" {
+		reason = "cancelled by an operator"
+	}
 	w, err := b.takeWaiter(id)
 	if err != nil {
 		return nil, nil, err
 	}
+	return b.cancelTaken(ctx, w, reason, cascade)
+}
+
+// cancelTaken cancels the waiter w, which takeWaiter gave, and with cascade what it
+// awaits that has not ended.
+func (b *Backend) cancelTaken(ctx context.Context, w *waiter, reason string, cascade bool) (cancelled, running []string, err error) {
 	b.waits.mu.Lock()
 	var pending []string
 	for idx, cid := range w.ids {
@@ -933,18 +1009,15 @@ func (b *Backend) CancelWaiting(ctx context.Context, id, reason string, cascade 
 		}
 	}
 	b.waits.mu.Unlock()
-	if reason == "" {
-		reason = "cancelled by an operator"
-	}
 	if err := b.cancelWaiter(ctx, w, reason); err != nil {
 		return nil, nil, err
 	}
-	cancelled = []string{id}
+	cancelled = []string{w.id}
 	if !cascade {
 		return cancelled, nil, nil
 	}
 	for _, cid := range pending {
-		c, r, err := b.cancelAny(ctx, cid, reason)
+		c, r, err := b.cancelAny(ctx, cid, reason, true)
 		if err != nil {
 			return cancelled, running, err
 		}
@@ -953,14 +1026,27 @@ func (b *Backend) CancelWaiting(ctx context.Context, id, reason string, cascade 
 	return cancelled, running, nil
 }
 
-// cancelAny cancels the job id whatever way it waits, or reports it running; a job
-// that has ended meanwhile is neither.
-func (b *Backend) cancelAny(ctx context.Context, id, reason string) (cancelled, running []string, err error) {
-	if w, err := b.takeWaiter(id); err == nil {
-		if err := b.cancelWaiter(ctx, w, reason); err != nil {
-			return nil, nil, err
+// cancelAny cancels the job id whatever way it waits (a waiting one with cascade as
+// CancelWaiting does), or reports it running; a job that has ended is neither. A
+// waiter whose release is being written is cancelled once it is on its queue: a cancel
+// never lets it run.
+func (b *Backend) cancelAny(ctx context.Context, id, reason string, cascade bool) (cancelled, running []string, err error) {
+	for {
+		w, err := b.takeWaiter(id)
+		if err == nil {
+			return b.cancelTaken(ctx, w, reason, cascade)
 		}
-		return []string{id}, nil, nil
+		if errors.Is(err, backend.ErrNotFound) {
+			return nil, nil, nil
+		}
+		if !errors.Is(err, errReleasing) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
 	}
 	rec, err := b.JobRecord(ctx, id)
 	if err != nil {
@@ -980,6 +1066,14 @@ func (b *Backend) cancelAny(ctx context.Context, id, reason string) (cancelled, 
 			return nil, nil, err
 		}
 		return []string{id}, nil, nil
+	case backend.JobWaiting:
+		// Its publish is committed and not applied yet: in a moment it is indexed.
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+		return b.cancelAny(ctx, id, reason, cascade)
 	}
 	return nil, nil, nil
 }
@@ -1052,6 +1146,23 @@ func (l *waitLoad) loadAwaited(k, v []byte) error {
 // says how) gets its result from its record, or JobUnfinished. It returns the waiters
 // to release and arms the others' timeouts.
 func (b *Backend) finishLoad(l *waitLoad) ([]*waiter, error) {
+	// Open is alone with the store: the awaited jobs' records are read before the
+	// index's lock is taken.
+	records := make(map[string][]byte)
+	for id, w := range l.waiters {
+		got := make(map[int]bool, len(l.got[id]))
+		for _, idx := range l.got[id] {
+			got[idx] = true
+		}
+		for idx, cid := range w.ids {
+			if _, waiting := l.waiters[cid]; got[idx] || waiting || b.ids.holds(cid) {
+				continue
+			}
+			if v, err := b.get(recordKey(cid)); err == nil {
+				records[cid] = v
+			}
+		}
+	}
 	x := &b.waits
 	x.mu.Lock()
 	fixes := b.db.NewBatch()
@@ -1080,16 +1191,16 @@ func (b *Backend) finishLoad(l *waitLoad) ([]*waiter, error) {
 			// Not held: it ended and no result was written for w (the waiter's write
 			// landed after the awaited job's end was read). Its record, if kept, says
 			// how; without one it counts as unfinished.
-			res := backend.AwaitResult{ID: cid, State: backend.JobUnfinished, Reason: "it ended and no record of it was kept"}
-			if v, err := b.get(recordKey(cid)); err == nil {
-				if rec, err := decodeRecord(v); err == nil && rec.State.Finished() {
-					res = resultOf(cid, rec.Queue, rec.State, rec.Reason, rec.Output, rec.OutputTruncated)
-				}
+			res := backend.AwaitResult{ID: cid, State: backend.JobUnfinished}
+			if rec, err := decodeRecord(records[cid]); err == nil && rec.State.Finished() {
+				res = resultOf(cid, rec.Queue, rec.State, rec.Reason, rec.Output, rec.OutputTruncated)
 			}
 			fixes.Set(awaitedKey(id, idx), encodeResult(res), nil)
 			w.fill(idx, res)
 		}
-		if w.remaining == 0 {
+		// fill marks a decided waiter done (it was loaded committed): every job it
+		// awaits ended, or one failed and it cancels. Either way it is released now.
+		if w.done || w.decided() {
 			w.done = true
 			release = append(release, w)
 			continue

@@ -3,9 +3,12 @@ package pebble
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	pebbledb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -179,5 +182,147 @@ func eventuallyState(t *testing.T, b *Backend, id string, state backend.JobState
 			t.Fatalf("job %s is %s (%v), want %s", id, rec.State, err, state)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// A cancelling dependent whose first awaited job failed before a crash (its result on
+// disk, its cancel not yet) is cancelled at Open, though another it awaits still waits.
+func TestFailedAwaitBeforeACrashCancelsAtOpen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	b := openMem(t, fs, Config{})
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	rig.Must(t, b.PublishDependents(ctx, []backend.Dependent{
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "a", Queue: "q"}, Delay: time.Hour}},
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "b", Queue: "q"}, Delay: time.Hour}},
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "d", Queue: "q"}}, Await: backend.Await{IDs: []string{"a", "b"}}},
+	}))
+	rig.Must(t, b.Close(ctx))
+	db, err := pebbledb.Open("/data", &pebbledb.Options{FS: fs})
+	rig.Must(t, err)
+	rig.Must(t, db.Set(awaitedKey("d", 0), encodeResult(resultOf("a", "q", backend.JobDead, "broke", nil, false)), pebbledb.Sync))
+	rig.Must(t, db.Close())
+	b = openMem(t, fs, Config{})
+	defer b.Close(ctx)
+	eventuallyState(t, b, "d", backend.JobCancelled)
+	if n := b.waitingCount("q"); n != 0 {
+		t.Fatalf("%d waiting after d was cancelled", n)
+	}
+}
+
+// CancelWaiting of an unknown job is ErrNotFound; with cascade it goes through a
+// waiting job to what that one awaits.
+func TestCancelWaitingCascadesThroughWaitingJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	defer b.Close(ctx)
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	rig.Must(t, b.PublishDependents(ctx, []backend.Dependent{
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "a", Queue: "q"}, Delay: time.Hour}},
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "p", Queue: "q"}}, Await: backend.Await{IDs: []string{"a"}}},
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "top", Queue: "q"}}, Await: backend.Await{IDs: []string{"p"}}},
+	}))
+	if _, _, err := b.CancelWaiting(ctx, "nobody", "", false); !errors.Is(err, backend.ErrNotFound) {
+		t.Fatalf("CancelWaiting of an unknown job: %v, want ErrNotFound", err)
+	}
+	if _, _, err := b.CancelWaiting(ctx, "a", "", false); !errors.Is(err, backend.ErrJobState) {
+		t.Fatalf("CancelWaiting of a delayed job: %v, want ErrJobState", err)
+	}
+	cancelled, running, err := b.CancelWaiting(ctx, "top", "", true)
+	if err != nil || len(running) != 0 || fmt.Sprint(cancelled) != "[top p a]" {
+		t.Fatalf("cascading CancelWaiting(top) = %v, %v, %v; want [top p a]", cancelled, running, err)
+	}
+	for _, id := range []string{"top", "p", "a"} {
+		eventuallyState(t, b, id, backend.JobCancelled)
+	}
+}
+
+// CancelGroup while a member's release is being written cancels it once it is on its
+// queue (where no consumer is): it never runs, and is not reported running.
+func TestCancelGroupDuringARelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	defer b.Close(ctx)
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "r"}))
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.beforeCommit = func(op string) {
+		if op == "release waiting job" {
+			once.Do(func() { close(entered); <-unblock })
+		}
+	}
+	g := backend.GroupRecord{ID: "g", Kind: backend.GroupWorkflow, Members: []backend.GroupMember{{ID: "j", Queue: "q", Name: "j"}, {ID: "cb", Queue: "r", Name: "cb", DependsOn: []string{"j"}}}}
+	rig.Must(t, b.PublishGroup(ctx, g, []backend.Dependent{
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "j", Queue: "q"}}},
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "cb", Queue: "r"}}, Await: backend.Await{IDs: []string{"j"}, OnFailure: backend.OnFailureRun}},
+	}))
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q", Prefetch: 4})
+	rig.Must(t, err)
+	defer s.Drop()
+	rig.Must(t, next(t, s).Ack(ctx))
+	<-entered
+	type answer struct {
+		running []string
+		err     error
+	}
+	cancelled := make(chan answer, 1)
+	go func() {
+		running, err := b.CancelGroup(ctx, "g", "")
+		cancelled <- answer{running, err}
+	}()
+	time.Sleep(20 * time.Millisecond) // CancelGroup meets the release under way
+	close(unblock)
+	if a := <-cancelled; a.err != nil || len(a.running) != 0 {
+		t.Fatalf("CancelGroup = %v, %v; want nothing running", a.running, a.err)
+	}
+	eventuallyState(t, b, "cb", backend.JobCancelled)
+}
+
+// A dependent published while the job it awaits is settling (its end staged, its write
+// not landed) is not released on that settle until it has landed, and then reads it.
+func TestDependentWaitsForTheAwaitedSettleToLand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	defer b.Close(ctx)
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "r"}))
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.beforeCommit = func(op string) {
+		if op == "ack" {
+			once.Do(func() { close(entered); <-unblock })
+		}
+	}
+	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "a", Queue: "q"}, 0))
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q", Prefetch: 4})
+	rig.Must(t, err)
+	defer s.Drop()
+	d := next(t, s)
+	done := make(chan error, 1)
+	go func() {
+		done <- d.(backend.AtomicDelivery).AckWith(ctx, nil, &backend.JobRecord{Output: []byte("out")})
+	}()
+	<-entered
+	rig.Must(t, b.PublishDependents(ctx, []backend.Dependent{{Publication: backend.Publication{Envelope: backend.Envelope{ID: "dep", Queue: "r"}}, Await: backend.Await{IDs: []string{"a"}}}}))
+	sr, err := b.Consume(ctx, backend.QueueConfig{Name: "r", Prefetch: 4})
+	rig.Must(t, err)
+	defer sr.Drop()
+	select {
+	case dd := <-sr.Deliveries():
+		env, _ := dd.Envelope()
+		t.Fatalf("%s delivered while the ack of what it awaits had not landed", env.ID)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(unblock)
+	rig.Must(t, <-done)
+	dd := next(t, sr)
+	res, err := dd.(backend.AwaitedDelivery).Awaited(ctx)
+	if err != nil || len(res) != 1 || res[0].State != backend.JobSucceeded || string(res[0].Output) != "out" {
+		t.Fatalf("dep reads %+v, %v; want a succeeded with its output", res, err)
 	}
 }

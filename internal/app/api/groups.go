@@ -136,14 +136,18 @@ func (s *server) getGroup(kind backend.GroupKind, cancel bool) http.Handler {
 	})
 }
 
+// maxGroupPage bounds a page of workflows or batches: each is read with every
+// member's state.
+const maxGroupPage = 100
+
 // listGroups answers GET /v1/workflows and GET /v1/batches: ?cursor= and ?limit=.
 func (s *server) listGroups(kind backend.GroupKind) http.Handler {
 	return handler(func(w http.ResponseWriter, r *http.Request) error {
 		limit := 0
 		if l := r.URL.Query().Get("limit"); l != "" {
 			n, err := strconv.Atoi(l)
-			if err != nil || n < 1 {
-				return badRequest("limit: want a whole number of 1 or more, got %q", l)
+			if err != nil || n < 1 || n > maxGroupPage {
+				return badRequest("limit: want a whole number from 1 to %d, got %q", maxGroupPage, l)
 			}
 			limit = n
 		}

@@ -57,7 +57,8 @@ func (in *Inspector) groupStore() (backend.GroupStore, error) {
 }
 
 // CreateWorkflow checks tasks and publishes them as one workflow, atomically: each task
-// is held until every task it depends on has succeeded. A name that is empty, too long,
+// is held until every task it depends on has succeeded (with OnDependencyFailure run,
+// until every one has ended). A name that is empty, too long,
 // repeated or unknown, a cycle, or a task that fails the job's checks is an ErrInvalid
 // error naming it, and nothing is stored. The record returned lists the tasks in the
 // order they can run.
@@ -342,6 +343,9 @@ type BatchView struct {
 	Succeeded int `json:"succeeded"`
 	Dead      int `json:"dead"`
 	Cancelled int `json:"cancelled"`
+	// Unknown counts the jobs that ended so long ago that their records were pruned:
+	// how they ended is no longer known.
+	Unknown int `json:"unknown,omitempty"`
 	// Unsucceeded are the ids of the jobs that ended dead or cancelled.
 	Unsucceeded []string          `json:"unsucceeded,omitempty"`
 	Callbacks   map[string]string `json:"callbacks,omitempty"`
@@ -373,6 +377,8 @@ func ViewBatch(g backend.GroupRecord) BatchView {
 		case backend.JobCancelled:
 			v.Cancelled++
 			v.Unsucceeded = append(v.Unsucceeded, m.ID)
+		case backend.JobUnfinished:
+			v.Unknown++ // ended long ago: its record is pruned
 		default:
 			v.Pending++
 		}
