@@ -329,7 +329,7 @@ func childPublications(job *Job, children []Child) []backend.Publication {
 	pubs := make([]backend.Publication, len(children))
 	for i, c := range children {
 		env := backend.NewEnvelope(c.Queue, c.Payload)
-		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, i, c.Queue, c.Payload), c.Headers
+		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, job.Envelope.Round, i, c.Queue, c.Payload), c.Headers
 		pubs[i] = backend.Publication{Envelope: env, Delay: c.Delay}
 	}
 	return pubs
