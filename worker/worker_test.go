@@ -430,7 +430,7 @@ func TestNamesOfEnums(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ got, want string }{
 		{worker.Ack.String(), "ack"}, {worker.Failed.String(), "failed"}, {worker.Outcome(9).String(), "outcome(9)"},
-		{worker.DeadLetter.String(), "dead_letter"}, {worker.Cancelled.String(), "cancelled"},
+		{worker.DeadLetter.String(), "dead_letter"}, {worker.Cancelled.String(), "cancelled"}, {worker.Wait.String(), "wait"},
 		{worker.EventAbandoned.String(), "abandoned"}, {worker.EventKind(9).String(), "event?"},
 	} {
 		if tc.got != tc.want {
