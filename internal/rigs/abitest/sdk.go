@@ -49,7 +49,7 @@ func SDKCases() []SDKCase {
 		{Payload: "meta", Headers: map[string]string{"X-Test": "yes"}, Attempt: 2, Kind: "ack", Code: code(0),
 			Output: SDKJobID + "\nconformance\nconformance\n2\n5\nyes\n"},
 		{Payload: "meta", Kind: "ack", Code: code(0), Output: SDKJobID + "\nconformance\nconformance\n1\n5\n-\n"},
-		{Payload: "children", Kind: "ack", Code: code(0), Children: []Child{{"child", "c1", 0}, {"child", "c2", 250}}},
+		{Payload: "children", Kind: "ack", Code: code(0), Children: []Child{{"child", "c1", 0, false}, {"child", "c2", 250, false}}},
 		{Payload: "log", Attempt: 3, Kind: "ack", Code: code(0),
 			Logs: []Log{{"info", "conformance log line"}, {"warn", "second line, attempt 3"}}},
 		{Payload: "trap", Kind: "trap", Reason: "trap: unreachable"},
