@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,8 +85,8 @@ func buildGoGuest(t testing.TB, name, dir string) []byte {
 func runSDKCase(t *testing.T, m *host.Module, c abitest.SDKCase) host.Execution {
 	t.Helper()
 	env := backend.NewEnvelope("conformance", []byte(c.Payload))
-	env.ID, env.Headers = abitest.SDKJobID, c.Headers
-	x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: 5}, nil)
+	env.ID, env.Headers, env.Round = abitest.SDKJobID, c.Headers, c.Round
+	x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: 5, Round: c.Round, Awaited: c.Awaited}, nil)
 	if x.Ending() != c.Kind || x.Reason != c.Reason || string(x.Output) != c.Output {
 		t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Ending(), x.Reason, x.Output, c.Kind, c.Reason, c.Output)
 	}
@@ -117,12 +118,12 @@ func TestSDKConformance(t *testing.T) {
 					t.Errorf("%q: logs %v, want %v", c.Payload, logs, c.Logs)
 				}
 				var children []abitest.Child
-				if x.Outcome == worker.Ack {
+				if x.Outcome == worker.Ack || x.Outcome == worker.Wait {
 					for _, ch := range x.Children {
-						children = append(children, abitest.Child{Queue: ch.Queue, Payload: string(ch.Payload), DelayMs: ch.Delay.Milliseconds()})
+						children = append(children, abitest.Child{Queue: ch.Queue, Payload: string(ch.Payload), DelayMs: ch.Delay.Milliseconds(), Await: ch.Await})
 					}
 				}
-				if len(children) != len(c.Children) || (len(children) > 0 && children[1] != c.Children[1]) || (len(children) > 0 && children[0] != c.Children[0]) {
+				if !slices.Equal(children, c.Children) {
 					t.Errorf("%q: children %v, want %v", c.Payload, children, c.Children)
 				}
 			}
@@ -523,6 +524,42 @@ func TestSDKsCancelledInARequest(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("the server's request was not aborted")
 			}
+		})
+	}
+}
+
+// TestSDKWaitImportsOnlyWhenUsed: an SDK's handler imports the functions of fan-out
+// and fan-in only when it uses them, so on a host whose backend keeps no waiting jobs
+// every example (none waits) loads and every conformance handler (each waits) is
+// refused, naming the backend.
+func TestSDKWaitImportsOnlyWhenUsed(t *testing.T) {
+	t.Parallel()
+	e := newEngineWith(t, host.Config{NoCache: true, NoWait: true, Backend: "rabbitmq"})
+	for _, lang := range abitest.Languages {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			_, err := e.Load(context.Background(), "conformance", guestModule(t, lang+"-conformance"), host.Manifest{})
+			// A JS handler is the engine, which imports nothing of fan-in: it loads,
+			// and its WAIT fails at run time (TestJSWaitWhereTheHostCannot).
+			if lang == "typescript" {
+				if err != nil {
+					t.Fatalf("Load: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "backend rabbitmq keeps no waiting jobs") {
+				t.Fatalf("Load = %v, want the refusal that names the backend", err)
+			}
+		})
+	}
+	for _, example := range []string{"greet-go", "wordcount-c", "webhook-rust", "render-email-as"} {
+		t.Run(example, func(t *testing.T) {
+			t.Parallel()
+			m, err := e.Load(context.Background(), example, guestModule(t, example), host.Manifest{})
+			if err != nil {
+				t.Fatalf("an example that never waits is refused: %v", err)
+			}
+			m.Retire()
 		})
 	}
 }

@@ -100,6 +100,20 @@ func handle(job *wasmjobs.Job) error {
 		return nil
 	case p == "children":
 		return errors.Join(job.Enqueue("child", []byte("c1"), 0), job.Enqueue("child", []byte("c2"), 250*time.Millisecond))
+	case p == "fanout":
+		fmt.Fprintf(job, "%d %d\n", job.Round(), len(job.Children()))
+		if err := errors.Join(job.EnqueueAwaited("child", []byte("c1"), 0), job.Enqueue("child", []byte("c2"), 250*time.Millisecond),
+			job.EnqueueAwaited("child", []byte("c3"), 0)); err != nil {
+			return err
+		}
+		return wasmjobs.WaitForChildren()
+	case p == "fanin":
+		children := job.Children()
+		fmt.Fprintf(job, "%d %d\n", job.Round(), len(children))
+		for _, c := range children {
+			fmt.Fprintf(job, "%s|%s|%s|%s|%s|%t\n", c.ID, c.Queue, c.State, c.Reason, c.Output, c.Truncated)
+		}
+		return nil
 	case p == "log":
 		job.Log(wasmjobs.Info, "conformance log line")
 		job.Warnf("second line, attempt %d", job.Attempt())

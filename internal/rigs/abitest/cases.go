@@ -55,8 +55,8 @@ type Case struct {
 	DelayMs *int64
 	// Output is the exact output, with {id}, {version} and {queue} standing for the
 	// job's id, the module's version and its queue.
-	Output   string
-	Logs     []Log
+	Output string
+	Logs   []Log
 	// Enqueued are the children published: an Ack's, or a Wait's.
 	Enqueued []Child
 }
