@@ -540,7 +540,7 @@ func TestSDKWaitImportsOnlyWhenUsed(t *testing.T) {
 			t.Parallel()
 			_, err := e.Load(context.Background(), "conformance", guestModule(t, lang+"-conformance"), host.Manifest{})
 			// A JS handler is the engine, which imports nothing of fan-in: it loads,
-			// and its WAIT fails at run time (TestJSWaitWhereTheHostCannot).
+			// and its WAIT fails at run time (TestJSWaitWhereTheHostCannot), the awaited enqueue refused.
 			if lang == "typescript" {
 				if err != nil {
 					t.Fatalf("Load: %v", err)
@@ -561,5 +561,18 @@ func TestSDKWaitImportsOnlyWhenUsed(t *testing.T) {
 			}
 			m.Retire()
 		})
+	}
+}
+
+// TestJSWaitWhereTheHostCannot: a JS handler (the engine, which imports nothing of
+// fan-in) loads on a host whose backend keeps no waiting jobs, and there its awaited
+// enqueue throws "not permitted": the job fails, saying so, and stages nothing.
+func TestJSWaitWhereTheHostCannot(t *testing.T) {
+	t.Parallel()
+	e := newEngineWith(t, host.Config{NoCache: true, NoWait: true, Backend: "rabbitmq"})
+	m := loadModule(t, e, "conformance", guestModule(t, "typescript-conformance"), host.Manifest{MaxAttempts: 5})
+	x := runSDKCase(t, m, abitest.SDKCase{Payload: "fanout", Kind: "trap", Reason: `trap: RangeError: enqueue into "child": not permitted`, Output: "0 0\n"})
+	if res := x.Result(); res.Outcome != worker.Failed || len(res.Children) != 0 {
+		t.Fatalf("result %s with children %v, want a failure that publishes none", res.Outcome, res.Children)
 	}
 }
