@@ -183,6 +183,10 @@ func TestExamples(t *testing.T) {
 		t.Parallel()
 		testSyncContact(t, e)
 	})
+	t.Run("fanout-ts", func(t *testing.T) {
+		t.Parallel()
+		testFanOut(t, e)
+	})
 }
 
 // testSyncContact runs the sync-contact-ts example against a loopback stand-in for
@@ -574,5 +578,41 @@ func TestJSWaitWhereTheHostCannot(t *testing.T) {
 	x := runSDKCase(t, m, abitest.SDKCase{Payload: "fanout", Kind: "trap", Reason: `trap: RangeError: enqueue into "child": not permitted`, Output: "0 0\n"})
 	if res := x.Result(); res.Outcome != worker.Failed || len(res.Children) != 0 {
 		t.Fatalf("result %s with children %v, want a failure that publishes none", res.Outcome, res.Children)
+	}
+}
+
+// testFanOut runs the README's fan-out example: its first run stages an awaited render
+// per page and waits, with the manifest's wait_timeout; its resumed run joins the
+// pages' outputs.
+func testFanOut(t *testing.T, e *host.Engine) {
+	dir := filepath.Join(abitest.Dir(), "..", "examples", "fanout-ts")
+	man, err := host.ReadManifest(filepath.Join(dir, "fanout-ts.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := loadModule(t, e, "fanout-ts", guestModule(t, "fanout-ts"), man)
+	job := jobOf(m, `{"pages": ["intro", "body"]}`)
+	x := m.Run(context.Background(), job, nil)
+	res := m.Settle(&x, job, time.Now())
+	if res.Outcome != worker.Wait || res.WaitTimeout != time.Hour || len(res.Children) != 2 {
+		t.Fatalf("first run: %s (%s), wait timeout %v, children %+v", res.Outcome, res.Reason, res.WaitTimeout, res.Children)
+	}
+	for i, page := range []string{"intro", "body"} {
+		if c := res.Children[i]; c.Queue != "render" || string(c.Payload) != page || !c.Await {
+			t.Fatalf("child %d = %+v, want an awaited render of %q", i, c, page)
+		}
+	}
+	job = jobOf(m, `{"pages": ["intro", "body"]}`)
+	job.Round, job.Envelope.Round = 1, 1
+	job.Awaited = []backend.AwaitResult{{ID: "01JA", Queue: "render", State: backend.JobSucceeded, Output: []byte("<h1>intro</h1>")},
+		{ID: "01JB", Queue: "render", State: backend.JobSucceeded, Output: []byte("<p>body</p>")}}
+	if x := m.Run(context.Background(), job, nil); x.Ending() != "ack" || string(x.Output) != "<h1>intro</h1>\n<p>body</p>" {
+		t.Fatalf("resumed run: %s %q, output %q", x.Ending(), x.Reason, x.Output)
+	}
+	// No page: nothing to wait for, a failure that says so.
+	job = jobOf(m, `{"pages": []}`)
+	x = m.Run(context.Background(), job, nil)
+	if settle, reason := worker.Decide(job, m.Settle(&x, job, time.Now()), 0); settle != worker.Retry || reason != "wait without an awaited child" {
+		t.Fatalf("no pages: %s %q", settle, reason)
 	}
 }
