@@ -169,18 +169,20 @@ func TestNoWaitRefusesWaitImports(t *testing.T) {
 		{"", "which this host cannot serve: the host's backend keeps no waiting jobs, so a WAIT could never resume"},
 	} {
 		e := newEngineWith(t, host.Config{NoCache: true, NoWait: true, Backend: tc.backend})
-		for _, module := range []string{"abi/wait", "hostile/oob"} {
+		for _, module := range []string{"abi/wait", "hostile/oob_wait"} {
 			c := abitest.Case{Module: module}
 			_, err := load(t, e, c)
 			if err == nil || !errors.Is(err, host.ErrInvalidModule) || !contains(err.Error(), tc.want) {
 				t.Errorf("backend %q: Load(%s) = %v, want an invalid-module error containing %q", tc.backend, module, err, tc.want)
 			}
 		}
-		m, err := load(t, e, abitest.Case{Module: "abi/enqueue"})
-		if err != nil {
-			t.Fatalf("backend %q: a module without the wait imports: %v", tc.backend, err)
+		for _, module := range []string{"abi/enqueue", "hostile/oob"} {
+			m, err := load(t, e, abitest.Case{Module: module})
+			if err != nil {
+				t.Fatalf("backend %q: %s, without the wait imports: %v", tc.backend, module, err)
+			}
+			m.Retire()
 		}
-		m.Retire()
 	}
 	// Each of the four imports is refused, not only the first one met.
 	for _, fn := range []string{abi.FuncEnqueueAwaited, abi.FuncRound, abi.FuncChildrenLen, abi.FuncChildRead} {

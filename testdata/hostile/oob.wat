@@ -7,9 +7,7 @@
 ;;   outbound HTTP, each without a grant or with an unknown handle (the pair is checked
 ;;   first): l http_start (body), m http_error_read, n http_headers_read,
 ;;   o http_url_read, p http_body_read, q http_wait (handles), r http_wait with a count
-;;   whose 4-byte handles pass 2^32 (n 0x40000000);
-;;   fan-out and fan-in: s enqueue_awaited (queue), t child_read (buffer; no child:
-;;   the pair is checked first).
+;;   whose 4-byte handles pass 2^32 (n 0x40000000).
 ;; Every case must trap the guest; none may harm the host.
 (module
   (import "wasmjobs" "payload_read" (func $payload_read (param i32 i32) (result i32)))
@@ -25,8 +23,6 @@
   (import "wasmjobs" "http_url_read" (func $http_url_read (param i32 i32 i32) (result i32)))
   (import "wasmjobs" "http_body_read" (func $http_body_read (param i32 i32 i32) (result i32)))
   (import "wasmjobs" "http_wait" (func $http_wait (param i32 i32 i64) (result i32)))
-  (import "wasmjobs" "enqueue_awaited" (func $enqueue_awaited (param i32 i32 i32 i32 i64) (result i32)))
-  (import "wasmjobs" "child_read" (func $child_read (param i32 i32 i32 i32) (result i32)))
   (memory (export "memory") 1)
   (data (i32.const 16) "q")
   (func (export "wasmjobs_abi_v1"))
@@ -53,6 +49,4 @@
     (if (i32.eq (local.get $which) (i32.const 112)) (then (drop (call $http_body_read (i32.const 99) (i32.const 65530) (i32.const 16)))))
     (if (i32.eq (local.get $which) (i32.const 113)) (then (drop (call $http_wait (i32.const 65530) (i32.const 2) (i64.const 0)))))
     (if (i32.eq (local.get $which) (i32.const 114)) (then (drop (call $http_wait (i32.const 16) (i32.const 0x40000000) (i64.const 0)))))
-    (if (i32.eq (local.get $which) (i32.const 115)) (then (drop (call $enqueue_awaited (i32.const 65530) (i32.const 16) (i32.const 16) (i32.const 1) (i64.const 0)))))
-    (if (i32.eq (local.get $which) (i32.const 116)) (then (drop (call $child_read (i32.const 0) (i32.const 0) (i32.const 65530) (i32.const 16)))))
     (i32.const 0)))
