@@ -50,7 +50,7 @@ func (st *callState) reset(job *worker.Job, mod *Module, sink LogFunc) {
 		limits:  &mod.manifest.Limits,
 		allowed: mod.allowed,
 		sink:    sink,
-		noWait:  mod.e.noWait != "",
+		noWait:  mod.e != nil && mod.e.noWait != "",
 		delayMs: -1,
 		js:      st.js,
 		http:    httpState{client: mod.http},
