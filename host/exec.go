@@ -34,7 +34,7 @@ type Log struct {
 // Execution is what happened when a module ran a job.
 type Execution struct {
 	// Outcome is how the run ended: the outcome code the handler returned (Ack, Retry,
-	// Defer, DeadLetter), or worker.Failed.
+	// Defer, DeadLetter, Wait), or worker.Failed.
 	Outcome worker.Outcome
 	// Cause says why a Failed run failed; empty for any other outcome.
 	Cause Cause
@@ -48,7 +48,7 @@ type Execution struct {
 	Output []byte
 	// Logs are the job's log lines, when Run was given no LogFunc.
 	Logs []Log
-	// Children are the child jobs the guest staged.
+	// Children are the child jobs the guest staged, the awaited ones marked.
 	Children []worker.Child
 	// Outage, when a request of the run met an outage (its destination's circuit
 	// breaker was open, or the request's failure opened it), is when those breakers
