@@ -317,15 +317,19 @@ func (s *Server) build() (err error) {
 	// New takes no context: building an engine waits for nothing (its host modules
 	// are instantiated in memory, its cache directory made if missing).
 	ctx := context.Background()
+	// A backend that holds no job until others end cannot serve a handler's WAIT: the
+	// engines refuse, at load, the modules that import fan-in, naming the backend.
+	_, waits := s.b.(backend.DependentPublisher)
 	s.engine, err = host.NewEngine(ctx, host.Config{CacheDir: s.cfg.CacheDir, Logger: s.log,
-		HTTP: host.HTTPOptions{RootCAs: s.cfg.RootCAs, IdleConnsPerHost: s.cfg.Concurrency}, OnHTTPCall: s.met.HTTPCall})
+		HTTP: host.HTTPOptions{RootCAs: s.cfg.RootCAs, IdleConnsPerHost: s.cfg.Concurrency}, OnHTTPCall: s.met.HTTPCall,
+		NoWait: !waits, Backend: s.cfg.BackendName})
 	if err != nil {
 		return err
 	}
 	made = append(made, func(ctx context.Context) { s.engine.Close(ctx) })
 	// Uploads are untrusted: they are checked on an engine of their own, without the
 	// on-disk compilation cache (an upload must not fill the cache directory).
-	s.checkEngine, err = host.NewEngine(ctx, host.Config{NoCache: true, Logger: s.log})
+	s.checkEngine, err = host.NewEngine(ctx, host.Config{NoCache: true, Logger: s.log, NoWait: !waits, Backend: s.cfg.BackendName})
 	if err != nil {
 		return fmt.Errorf("the upload checker's engine: %w", err)
 	}

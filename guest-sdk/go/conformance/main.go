@@ -3,7 +3,10 @@
 // cases). Two cases are the Go SDK's own, for its deadlines: "http-context-deadline:URL"
 // and "http-client-timeout:URL" GET URL within 300 ms (a request context's deadline,
 // an http.Client's Timeout) and ack with the output "deadline" when the request ended
-// with context.DeadlineExceeded, else "error ERR" or "STATUS".
+// with context.DeadlineExceeded, else "error ERR" or "STATUS". A third, "rounds", is
+// the end-to-end fan-in's: each run writes "round N" and a line "id|state|reason|output"
+// per child of its last wait; rounds 0 and 1 stage the awaited children "page-0" to
+// "page-2" and "fail" on the queue "child" and wait, round 2 acks.
 package main
 
 import (
@@ -100,6 +103,34 @@ func handle(job *wasmjobs.Job) error {
 		return nil
 	case p == "children":
 		return errors.Join(job.Enqueue("child", []byte("c1"), 0), job.Enqueue("child", []byte("c2"), 250*time.Millisecond))
+	case p == "fanout":
+		fmt.Fprintf(job, "%d %d\n", job.Round(), len(job.Children()))
+		if err := errors.Join(job.EnqueueAwaited("child", []byte("c1"), 0), job.Enqueue("child", []byte("c2"), 250*time.Millisecond),
+			job.EnqueueAwaited("child", []byte("c3"), 0)); err != nil {
+			return err
+		}
+		return wasmjobs.WaitForChildren()
+	case p == "fanin":
+		children := job.Children()
+		fmt.Fprintf(job, "%d %d\n", job.Round(), len(children))
+		for _, c := range children {
+			fmt.Fprintf(job, "%s|%s|%s|%s|%s|%t\n", c.ID, c.Queue, c.State, c.Reason, c.Output, c.Truncated)
+		}
+		return nil
+	case p == "rounds":
+		fmt.Fprintf(job, "round %d\n", job.Round())
+		for _, c := range job.Children() {
+			fmt.Fprintf(job, "%s|%s|%s|%s\n", c.ID, c.State, c.Reason, c.Output)
+		}
+		if job.Round() >= 2 {
+			return nil
+		}
+		for _, page := range []string{"page-0", "page-1", "page-2", "fail"} {
+			if err := job.EnqueueAwaited("child", []byte(page), 0); err != nil {
+				return err
+			}
+		}
+		return wasmjobs.WaitForChildren()
 	case p == "log":
 		job.Log(wasmjobs.Info, "conformance log line")
 		job.Warnf("second line, attempt %d", job.Attempt())

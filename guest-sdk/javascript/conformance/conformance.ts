@@ -1,6 +1,6 @@
 // The conformance handler in TypeScript: its payload names a case of the
 // cross-language table (internal/rigs/abitest/sdk.go, and sdk_http.go for the HTTP cases).
-import { type Job, retry, deferFor, deadLetter, retryAfter, isFetchError, HTTPStatus } from "../wasmjobs.js";
+import { type Job, retry, deferFor, deadLetter, retryAfter, isFetchError, HTTPStatus, waitForChildren } from "../wasmjobs.js";
 
 // httpCase runs an HTTP case of internal/rigs/abitest/sdk_http.go.
 async function httpCase(job: Job, kind: string, url: string): Promise<void> {
@@ -48,6 +48,19 @@ export default async function handle(job: Job): Promise<void> {
     // An await on the way: the host runs the VM's pending jobs until the promise settles.
     await Promise.resolve();
     job.enqueue("child", "c2", { delay: 250 });
+    return;
+  }
+  if (p === "fanout") {
+    job.output(`${job.round()} ${job.children().length}\n`);
+    job.enqueue("child", "c1", { await: true });
+    job.enqueue("child", "c2", { delay: 250 });
+    job.enqueue("child", "c3", { await: true });
+    throw waitForChildren();
+  }
+  if (p === "fanin") {
+    const done = job.children();
+    job.output(`${job.round()} ${done.length}\n`);
+    for (const c of done) job.output(`${c.id}|${c.queue}|${c.state}|${c.reason}|${c.output}|${c.truncated}\n`);
     return;
   }
   if (p === "log") {

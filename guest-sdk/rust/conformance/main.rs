@@ -34,6 +34,22 @@ fn handle(job: &Job) -> Result {
             job.enqueue("child", b"c2", Duration::from_millis(250))?;
             Ok(())
         }
+        "fanout" => {
+            job.output(format!("{} {}\n", job.round(), job.children().len()).as_bytes())?;
+            job.enqueue_awaited("child", b"c1", Duration::ZERO)?;
+            job.enqueue("child", b"c2", Duration::from_millis(250))?;
+            job.enqueue_awaited("child", b"c3", Duration::ZERO)?;
+            Err(wasmjobs::wait_for_children())
+        }
+        "fanin" => {
+            let children = job.children();
+            let mut out = format!("{} {}\n", job.round(), children.len());
+            for c in &children {
+                out += &format!("{}|{}|{}|{}|{}|{}\n", c.id, c.queue, c.state, c.reason, String::from_utf8_lossy(&c.output), c.truncated);
+            }
+            job.output(out.as_bytes())?;
+            Ok(())
+        }
         "log" => {
             job.info("conformance log line");
             job.log(Level::Warn, &format!("second line, attempt {}", job.attempt()));
