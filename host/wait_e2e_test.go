@@ -1,5 +1,3 @@
-//go:build waitbackend
-
 package host_test
 
 import (

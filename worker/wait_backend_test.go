@@ -1,5 +1,3 @@
-//go:build waitbackend
-
 package worker_test
 
 import (

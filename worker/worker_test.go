@@ -606,7 +606,7 @@ func TestRetriedParentWithADifferentChild(t *testing.T) {
 			}
 			return worker.Result{Children: []worker.Child{{Queue: "child", Payload: []byte("second attempt")}}}
 		})
-		r := newRigOn(t, func(b backend.Backend) backend.Backend { return plainDeliveries{b} }, worker.Config{}, worker.Queue{Name: "q", Handler: h})
+		r := newRigOn(t, plainDeliveries, worker.Config{}, worker.Queue{Name: "q", Handler: h})
 		if err := r.b.Declare(context.Background(), backend.QueueConfig{Name: "child"}); err != nil {
 			t.Fatal(err)
 		}
