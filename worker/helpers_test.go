@@ -239,4 +239,3 @@ var (
 	nop      = worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{} })
 	retryAll = worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{Outcome: worker.Retry} })
 )
-
