@@ -11,20 +11,36 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
+	"github.com/wasmjobs/wasmjobs/backend/pebble"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
-// Fan-out and fan-in end to end, on the memory backend (which keeps waiting jobs),
+// Fan-out and fan-in end to end, on the memory and pebble backends (both keep waiting jobs),
 // with the real worker and host: a parent of the Go SDK and the README's TypeScript
 // example each stage awaited children and settle WAIT; the children run; the parent
 // runs again at the same attempt, a round higher, and reads how every child ended.
 
-// waitRig is a worker on a memory backend serving parent modules and a Go handler for
+// waitBackends are the backends the fan-in tests run on.
+var waitBackends = []struct {
+	name string
+	open func(t *testing.T) backend.Backend
+}{
+	{"memory", func(*testing.T) backend.Backend { return memory.New(memory.Config{}) }},
+	{"pebble", func(t *testing.T) backend.Backend {
+		b, err := pebble.Open(context.Background(), pebble.Config{Dir: t.TempDir(), BallastSize: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}},
+}
+
+// waitRig is a worker on a backend serving parent modules and a Go handler for
 // their children's queues, recording every settled parent run.
 type waitRig struct {
 	t *testing.T
-	b *memory.Backend
+	b backend.Backend
 
 	mu   sync.Mutex
 	runs map[string][]worker.Event // the parents' settled runs, by job id
@@ -33,11 +49,11 @@ type waitRig struct {
 
 // newWaitRig serves mods, and children's queues with child: "fail" is dead-lettered
 // with the reason "no page", anything else acks with the output "rendered " + payload.
-func newWaitRig(t *testing.T, childQueues []string, mods ...*host.Module) *waitRig {
+func newWaitRig(t *testing.T, b backend.Backend, childQueues []string, mods ...*host.Module) *waitRig {
 	t.Helper()
-	r := &waitRig{t: t, b: memory.New(memory.Config{}), runs: map[string][]worker.Event{}, done: make(chan string, 16)}
-	if _, ok := any(r.b).(backend.DependentPublisher); !ok {
-		t.Fatal("the memory backend keeps no waiting jobs (no backend.DependentPublisher): this test needs the backend that does")
+	r := &waitRig{t: t, b: b, runs: map[string][]worker.Event{}, done: make(chan string, 16)}
+	if _, ok := b.(backend.DependentPublisher); !ok {
+		t.Fatalf("%T keeps no waiting jobs (no backend.DependentPublisher): this test needs a backend that does", b)
 	}
 	parents := map[string]bool{}
 	for _, m := range mods {
@@ -117,9 +133,18 @@ func (r *waitRig) publish(queue, payload string) (string, []worker.Event) {
 // its reason), round 2 those of round 1, under other ids.
 func TestFanInEndToEnd(t *testing.T) {
 	t.Parallel()
+	for _, wb := range waitBackends {
+		t.Run(wb.name, func(t *testing.T) {
+			t.Parallel()
+			testFanIn(t, wb.open(t))
+		})
+	}
+}
+
+func testFanIn(t *testing.T, b backend.Backend) {
 	e := newEngine(t)
 	m := loadModule(t, e, "conformance", guestModule(t, "go-conformance"), host.Manifest{Queue: "parents", MaxAttempts: 5})
-	r := newWaitRig(t, []string{"child"}, m)
+	r := newWaitRig(t, b, []string{"child"}, m)
 	id, runs := r.publish("parents", "rounds")
 	var settles []string
 	for _, ev := range runs {
@@ -165,7 +190,7 @@ func TestFanOutExampleEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := loadModule(t, e, "fanout-ts", guestModule(t, "fanout-ts"), man)
-	r := newWaitRig(t, []string{"render"}, m)
+	r := newWaitRig(t, memory.New(memory.Config{}), []string{"render"}, m)
 	_, runs := r.publish(m.Queue(), `{"pages": ["intro", "body", "outro"]}`)
 	if len(runs) != 2 || runs[0].Settle != worker.Wait || runs[1].Job.Round != 1 || runs[1].Job.Attempt != 1 {
 		t.Fatalf("runs %+v, want a wait then a resumed run at attempt 1, round 1", runs)
