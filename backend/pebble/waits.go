@@ -203,7 +203,10 @@ func (b *Backend) stageEnded(batch *pebbledb.Batch, res backend.AwaitResult) (ap
 	defer x.mu.Unlock()
 	x.ending[res.ID] = res
 	var value []byte
-	written := make(map[slot]bool, len(x.byChild[res.ID]))
+	var written map[slot]bool // the slots whose result this batch holds
+	if n := len(x.byChild[res.ID]); n > 0 {
+		written = make(map[slot]bool, n)
+	}
 	for _, s := range x.byChild[res.ID] {
 		if s.w.done {
 			continue

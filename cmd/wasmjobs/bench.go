@@ -26,7 +26,7 @@ func newBenchCommand(g *globals) *cobra.Command {
 		isolation, payload    string
 		cpuProfile            string
 		swaps, rounds         int
-		dagTasks              int
+		dagTasks, fanIn       int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--module M.wasm | --native]",
@@ -63,6 +63,10 @@ job. Any job that does not ack fails the run.`,
 			}
 			if cmd.Flags().Changed("swaps") {
 				return benchSwaps(cmd, cfg.Module, swaps, json_)
+			}
+			if cmd.Flags().Changed("fan-in") {
+				return benchFanIn(cmd, bench.FanInConfig{Backend: cfg.Backend, DataDir: cfg.DataDir, Module: cfg.Module, Children: fanIn,
+					Concurrency: cfg.Concurrency, CacheDir: g.cacheDir}, rounds, json_, cpuProfile)
 			}
 			if cmd.Flags().Changed("dag") {
 				return benchDAG(cmd, cfg.Module, dagTasks, rounds, json_)
@@ -181,6 +185,7 @@ job. Any job that does not ack fails the run.`,
 	fl.BoolVar(&json_, "json", false, "print one JSON object")
 	fl.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile of the run (and its baseline) to this file, for go tool pprof")
 	fl.IntVar(&swaps, "swaps", 0, "measure this many hot swaps of the module instead (with --module, and --json only)")
+	fl.IntVar(&fanIn, "fan-in", 0, "measure fan-in instead: a parent module (--module testdata/abi/fanout_n.wasm) waits for this many children, against as many independent jobs published as one batch (with --backend memory or pebble, --data-dir, --concurrency, --rounds, --json)")
 	fl.IntVar(&dagTasks, "dag", 0, "measure how long POST /v1/workflows of a workflow of this many tasks takes to be accepted on pebble instead (with --module serving the queue, --rounds, and --json only)")
 	return cmd
 }
@@ -192,6 +197,69 @@ type swapPart struct {
 	P90Ms float64 `json:"p90_ms"`
 	P99Ms float64 `json:"p99_ms"`
 	MaxMs float64 `json:"max_ms"`
+}
+
+// benchFanIn runs `bench --fan-in`: rounds rounds of a fan-in against a batch, and the
+// median of their ratios.
+func benchFanIn(cmd *cobra.Command, cfg bench.FanInConfig, rounds int, asJSON bool, cpuProfile string) error {
+	if cfg.Children <= 0 || rounds <= 0 {
+		return usagef("--fan-in %d --rounds %d: want a positive number of children and rounds", cfg.Children, rounds)
+	}
+	if err := onlyFlags(cmd, "fan-in", "module", "backend", "data-dir", "concurrency", "rounds", "json", "cpu-profile"); err != nil {
+		return err
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if !cmd.Flags().Changed("backend") {
+		cfg.Backend = "pebble"
+	}
+	if !cmd.Flags().Changed("concurrency") {
+		cfg.Concurrency = 64
+	}
+	if !cmd.Flags().Changed("rounds") {
+		rounds = 5
+	}
+	res, err := bench.FanIn(cmd.Context(), cfg, rounds)
+	if err != nil {
+		return err
+	}
+	ratios := make([]float64, len(res))
+	for i, r := range res {
+		ratios[i] = r.Ratio()
+	}
+	sorted := slices.Sorted(slices.Values(ratios))
+	median := sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		median = (sorted[len(sorted)/2-1] + median) / 2
+	}
+	if asJSON {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+			Rounds      []bench.FanInResult `json:"rounds"`
+			MedianRatio float64             `json:"median_ratio"`
+		}{res, median})
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "fan-in of %d children on %s at concurrency %d: from the parent's WAIT to its resumed run, against %d jobs published as one batch until the last settled\n",
+		cfg.Children, cfg.Backend, cfg.Concurrency, cfg.Children)
+	for i, r := range res {
+		first := "fan-in first"
+		if r.BatchFirst {
+			first = "batch first"
+		}
+		fmt.Fprintf(w, "  round %d (%s): fan-in %.1f ms, batch %.1f ms, ratio %.2f\n", i+1, first,
+			float64(r.FanIn)/float64(time.Millisecond), float64(r.Batch)/float64(time.Millisecond), r.Ratio())
+	}
+	fmt.Fprintf(w, "  median ratio %.2f\n", median)
+	return nil
 }
 
 // benchDAG runs `bench --dag`: rounds workflows of n tasks posted to a host on pebble.

@@ -210,3 +210,21 @@ func TestDAGAcceptsEachRound(t *testing.T) {
 		t.Fatalf("Median(4, 1, 2, 3) = %v (the mean of the middle two, 2.5 rounded down)", m)
 	}
 }
+
+// TestFanInMeasuresBothSides runs two small rounds: each measures a fan-in (the
+// parent resumed after its children) and a batch, the batch first in the second.
+func TestFanInMeasuresBothSides(t *testing.T) {
+	t.Parallel()
+	res, err := FanIn(context.Background(), FanInConfig{Module: filepath.Join(abitest.Dir(), "abi", "fanout_n.wasm"), Children: 200, Concurrency: 8}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || res[0].BatchFirst || !res[1].BatchFirst {
+		t.Fatalf("rounds %+v, want two, the batch first in the second", res)
+	}
+	for _, r := range res {
+		if r.FanIn <= 0 || r.Batch <= 0 || r.Children != 200 {
+			t.Fatalf("round %+v: want both sides measured", r)
+		}
+	}
+}
