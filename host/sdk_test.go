@@ -532,6 +532,55 @@ func TestSDKsCancelledInARequest(t *testing.T) {
 	}
 }
 
+// TestSDKsCancelledWhileSpinningOrAsleep: in every SDK, a job spinning in the
+// handler's code, and (where the SDK's target has one: Go and C; Rust's
+// wasm32-unknown-unknown has no sleep) a job asleep in WASI,
+// cancelled by an operator fails as cancelled within 100 ms of the cancel, JavaScript
+// within its 250 ms backstop.
+func TestSDKsCancelledWhileSpinningOrAsleep(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	sleeps := map[string]bool{"go": true, "c": true}
+	limits := host.DefaultLimits()
+	limits.Timeout = time.Minute
+	for _, lang := range abitest.Languages {
+		m := loadModule(t, e, "conformance", guestModule(t, lang+"-conformance"), host.Manifest{MaxAttempts: 5, Limits: limits})
+		for _, payload := range []string{"spin", "sleep"} {
+			if payload == "sleep" && !sleeps[lang] {
+				continue
+			}
+			t.Run(lang+"/"+payload, func(t *testing.T) {
+				within := 100 * time.Millisecond
+				if lang == "typescript" {
+					within = 250 * time.Millisecond
+				}
+				ctx, cancel := context.WithCancelCause(context.Background())
+				defer cancel(nil)
+				done := make(chan host.Execution, 1)
+				started := time.Now()
+				go func() {
+					env := backend.NewEnvelope("conformance", []byte(payload))
+					done <- m.Run(ctx, &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 5}, nil)
+				}()
+				select {
+				case x := <-done:
+					t.Fatalf("the %s run ended by itself after %v: %s %q", payload, time.Since(started), x.Ending(), x.Reason)
+				case <-time.After(300 * time.Millisecond): // well inside the handler by now
+				}
+				at := time.Now()
+				cancel(worker.ErrCancelled)
+				x := <-done
+				if took := time.Since(at); took > within {
+					t.Errorf("the run ended %v after the cancel, want within %v", took, within)
+				}
+				if x.Cause != host.CauseCancelled || x.Reason != "cancelled by an operator" {
+					t.Errorf("%s %q, want cancelled by an operator", x.Ending(), x.Reason)
+				}
+			})
+		}
+	}
+}
+
 // TestSDKWaitImportsOnlyWhenUsed: an SDK's handler imports the functions of fan-out
 // and fan-in only when it uses them, so on a host whose backend keeps no waiting jobs
 // every example (none waits) loads and every conformance handler (each waits) is

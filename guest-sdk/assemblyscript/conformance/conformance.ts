@@ -4,6 +4,9 @@ import { Job, Level, Outcome, Request, handle, retry, defer, deadLetter, trap, r
 export { wasmjobs_abi_v1, wasmjobs_handle } from "../assembly/index";
 
 /** Sends req and acks with "STATUS\nX-REPLY\nBODY", or "error CODE" on a failure. */
+// spins counts the case "spin"'s turns, so that its loop does something.
+let spins: i32 = 0;
+
 function http(job: Job, req: Request): Outcome {
   const res = req.send();
   const body = res.text(1 << 20);
@@ -27,6 +30,9 @@ handle((job: Job): Outcome => {
     job.output(job.id() + "\n" + job.queue() + "\n" + job.module() + "\n" + job.attempt().toString() + "\n" +
       job.maxAttempts().toString() + "\n" + (h == null ? "-" : <string>h) + "\n");
     return Outcome.Ack;
+  }
+  if (p == "spin") { // until the host stops it
+    while (true) spins++;
   }
   if (p == "children") {
     job.enqueue("child", "c1", 0);

@@ -2,6 +2,7 @@
  * (internal/rigs/abitest/sdk.go, and sdk_http.go for the HTTP cases). */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../wasmjobs.h"
 
@@ -55,6 +56,14 @@ static wasmjobs_outcome handle(void) {
         line(num, snprintf(num, sizeof num, "%d", (int)wasmjobs_max_attempts()));
         int h = wasmjobs_header("X-Test", buf, sizeof buf);
         if (h < 0) line("-", 1); else line(buf, h);
+        return WASMJOBS_ACK;
+    }
+    if (strcmp(payload, "spin") == 0) { /* until the host stops it */
+        volatile unsigned spins = 0;
+        for (;;) spins++;
+    }
+    if (strcmp(payload, "sleep") == 0) { /* an hour in a WASI sleep, until the host stops it */
+        sleep(3600);
         return WASMJOBS_ACK;
     }
     if (strcmp(payload, "children") == 0) {

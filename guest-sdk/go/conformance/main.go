@@ -24,6 +24,10 @@ import (
 )
 
 // httpCase runs an HTTP case of the table (internal/rigs/abitest/sdk_http.go).
+
+// spins counts the case "spin"'s turns, so that its loop does something.
+var spins int
+
 func httpCase(job *wasmjobs.Job, kind, url string) error {
 	ctx, client := context.Background(), http.DefaultClient
 	switch kind {
@@ -100,6 +104,12 @@ func handle(job *wasmjobs.Job) error {
 			h = "-"
 		}
 		fmt.Fprintf(job, "%s\n%s\n%s\n%d\n%d\n%s\n", job.ID(), job.Queue(), job.Module(), job.Attempt(), job.MaxAttempts(), h)
+		return nil
+	case p == "spin": // until the host stops it
+		for spins = 0; ; spins++ {
+		}
+	case p == "sleep": // an hour in a WASI sleep, until the host stops it
+		time.Sleep(time.Hour)
 		return nil
 	case p == "children":
 		return errors.Join(job.Enqueue("child", []byte("c1"), 0), job.Enqueue("child", []byte("c2"), 250*time.Millisecond))

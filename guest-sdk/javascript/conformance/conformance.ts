@@ -32,6 +32,9 @@ async function httpCase(job: Job, kind: string, url: string): Promise<void> {
   job.output(`${res.status}\n${reply}\n${await res.text()}`);
 }
 
+// spins counts the case "spin"'s turns, so that its loop does something.
+let spins = 0;
+
 export default async function handle(job: Job): Promise<void> {
   const p = job.text;
   if (p === "ack") return;
@@ -42,6 +45,9 @@ export default async function handle(job: Job): Promise<void> {
     const h = job.header("X-Test");
     job.output(`${job.id}\n${job.queue}\n${job.module}\n${job.attempt}\n${job.maxAttempts}\n${h ?? "-"}\n`);
     return;
+  }
+  if (p === "spin") { // until the host stops it (its interrupt check)
+    for (;;) spins++;
   }
   if (p === "children") {
     job.enqueue("child", "c1");
