@@ -110,8 +110,9 @@ type plan struct {
 	delay    time.Duration
 	next     backend.Envelope
 	children []Child
-	// wait is what a Wait waits for.
+	// wait is what a Wait waits for, and pubs its children as published.
 	wait backend.Await
+	pubs []backend.Publication
 }
 
 // Decide returns how a worker settles a job given its handler's result, and the reason
@@ -173,7 +174,7 @@ func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
 				ids = append(ids, pubs[i].Envelope.ID)
 			}
 		}
-		return plan{settle: Wait, children: res.Children, wait: backend.Await{IDs: ids, Timeout: res.WaitTimeout}}
+		return plan{settle: Wait, children: res.Children, pubs: pubs, wait: backend.Await{IDs: ids, Timeout: res.WaitTimeout}}
 	case Defer:
 		env := job.Envelope
 		next := env.Clone()
@@ -320,7 +321,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 			err = w.failSettle(ctx, d, p, rec)
 			break
 		}
-		if err = wd.WaitWith(ctx, childPublications(job, p.children), p.wait, rec); err == nil || errors.Is(err, backend.ErrSettleUnknown) {
+		if err = wd.WaitWith(ctx, p.pubs, p.wait, rec); err == nil || errors.Is(err, backend.ErrSettleUnknown) {
 			break // unknown: the wait may still land, so no second settle
 		}
 		// Nothing was written: the job is failed the retry way, as an ack's is.

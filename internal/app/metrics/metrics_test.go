@@ -43,7 +43,7 @@ const jobsHeader = `
 
 // totalHeader is what compare expects before the series of wasmjobs_jobs_total.
 const totalHeader = `
-# HELP wasmjobs_jobs_total Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter, cancelled).
+# HELP wasmjobs_jobs_total Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter, cancelled, wait).
 # TYPE wasmjobs_jobs_total counter
 `
 
@@ -122,6 +122,7 @@ func TestEveryEndingEventCounts(t *testing.T) {
 		{Kind: worker.EventSettled, Settle: worker.Retry},
 		{Kind: worker.EventSettled, Settle: worker.Defer},
 		{Kind: worker.EventSettled, Settle: worker.DeadLetter},
+		{Kind: worker.EventSettled, Settle: worker.Wait},
 		{Kind: worker.EventSettleFailed, Settle: worker.Ack, Err: errors.New("connection lost")},
 		{Kind: worker.EventAbandoned, Settle: worker.Ack},
 	} {
@@ -136,6 +137,7 @@ func TestEveryEndingEventCounts(t *testing.T) {
 wasmjobs_jobs_total{module="work",queue="q",settle="dead_letter"} 1
 wasmjobs_jobs_total{module="work",queue="q",settle="defer"} 1
 wasmjobs_jobs_total{module="work",queue="q",settle="retry"} 1
+wasmjobs_jobs_total{module="work",queue="q",settle="wait"} 1
 # HELP wasmjobs_settle_failures_total Settles that failed (the backend delivers those jobs again), by queue.
 # TYPE wasmjobs_settle_failures_total counter
 wasmjobs_settle_failures_total{queue="q"} 1
