@@ -290,8 +290,8 @@ func New(b backend.Backend, cfg Config) (*Server, error) {
 		schedKick: make(chan struct{}, 1), startDone: make(chan struct{}), stopDone: make(chan struct{})}
 	if rr, ok := b.(backend.RecoveryReporter); ok {
 		rec := rr.Recovery()
-		s.log.Info("data directory opened", "data_dir", dataDir(b), "waiting", rec.Ready, "delayed", rec.Delayed,
-			"dead_letters", rec.Dead, "queues", rec.Queues, "took", rec.Took.Round(time.Millisecond))
+		s.log.Info("data directory opened", "data_dir", dataDir(b), "pending", rec.Ready, "delayed", rec.Delayed,
+			"dead_letters", rec.Dead, "waiting", rec.Waiting, "queues", rec.Queues, "took", rec.Took.Round(time.Millisecond))
 	}
 	s.runCtx, s.cancelRun = context.WithCancel(context.Background())
 	if err := s.build(); err != nil {
