@@ -34,7 +34,7 @@ type HealthReporter interface {
 }
 
 // RecoveryReporter is implemented by durable backends that scan their store at open,
-// so that the host can say what it found waiting.
+// so that the host can say what it found.
 type RecoveryReporter interface {
 	// Recovery says what the open found.
 	Recovery() Recovery

@@ -104,7 +104,7 @@ type Config struct {
 
 // Recovered says what Open found in the directory.
 type Recovered struct {
-	// Ready, Delayed and Dead count the jobs found waiting, delayed (or deferred) and
+	// Ready, Delayed and Dead count the jobs found ready (pending), delayed (or deferred) and
 	// dead-lettered, over every queue.
 	Ready, Delayed, Dead int
 	// Waiting counts the jobs found waiting for other jobs.
