@@ -356,6 +356,7 @@ func (s *Server) build() (err error) {
 	}
 	s.sched = newScheduler(s.b, s.ops.recs, s.log)
 	s.insp = s.newInspector()
+	s.met.CountQueues(s.queueDepths)
 	s.handler = s.newHandler()
 	s.parts = s.components()
 	return nil

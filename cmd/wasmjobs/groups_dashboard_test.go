@@ -55,6 +55,9 @@ func TestDashboardShowsWorkflowsAndBatches(t *testing.T) {
 	if n := value(t, ctx, "waiting", chromedp.Text(`#waiting`)); n != "1" {
 		t.Fatalf("the queue page counts %s jobs waiting for others, want 1", n)
 	}
+	if m := h.metrics(); !strings.Contains(m, `wasmjobs_queue_jobs{queue="echo",state="waiting"} 1`) {
+		t.Fatalf("/metrics does not count the waiting job:\n%s", m)
+	}
 	do(t, ctx, "back to the workflow", chromedp.Navigate(ui+"workflows/"+wf), chromedp.WaitVisible(`#dag`))
 	do(t, ctx, "cancel the workflow", chromedp.Click(`#cancel`), chromedp.WaitVisible(`p.flash`), chromedp.WaitVisible(`#state.cancelled`))
 	var got struct {

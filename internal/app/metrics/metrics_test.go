@@ -285,3 +285,25 @@ wasmjobs_module_info{module="work",role="current",version="v1"} 1
 		})
 	}
 }
+
+// TestQueueJobsAreCountedAtEachScrape: wasmjobs_queue_jobs serves what the count gives
+// at each scrape, one series per queue and state it counted.
+func TestQueueJobsAreCountedAtEachScrape(t *testing.T) {
+	t.Parallel()
+	m := New()
+	waiting := 3
+	m.CountQueues(func() []QueueDepth {
+		return []QueueDepth{{Queue: "q", Counts: map[string]int{"pending": 1, "waiting": waiting}}}
+	})
+	const header = `
+# HELP wasmjobs_queue_jobs Jobs of each served queue by state, read from the backend at each scrape: pending, unacked, delayed, deferred, dead, key_waiting (waiting for their concurrency key), waiting (for other jobs to end). A state the backend cannot count has no series.
+# TYPE wasmjobs_queue_jobs gauge
+`
+	compare(t, m, header+`wasmjobs_queue_jobs{queue="q",state="pending"} 1
+wasmjobs_queue_jobs{queue="q",state="waiting"} 3
+`, "wasmjobs_queue_jobs")
+	waiting = 0
+	compare(t, m, header+`wasmjobs_queue_jobs{queue="q",state="pending"} 1
+wasmjobs_queue_jobs{queue="q",state="waiting"} 0
+`, "wasmjobs_queue_jobs")
+}
