@@ -498,10 +498,7 @@ func TestSDKsCancelledInARequest(t *testing.T) {
 	for _, lang := range abitest.HTTPLanguages {
 		t.Run(lang, func(t *testing.T) { // one at a time: they share the server's signals
 			m := loadHTTPConformance(t, e, lang)
-			within := 100 * time.Millisecond
-			if lang == "typescript" {
-				within = 250 * time.Millisecond
-			}
+			within := cancelWithin(lang)
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
 			done := make(chan host.Execution, 1)
@@ -532,6 +529,15 @@ func TestSDKsCancelledInARequest(t *testing.T) {
 	}
 }
 
+// cancelWithin is how soon a run of lang's handler ends after an operator's cancel:
+// 100 ms, JavaScript within its interrupt's 250 ms backstop.
+func cancelWithin(lang string) time.Duration {
+	if lang == "typescript" {
+		return 250 * time.Millisecond
+	}
+	return 100 * time.Millisecond
+}
+
 // TestSDKsCancelledWhileSpinningOrAsleep: in every SDK, a job spinning in the
 // handler's code, and (where the SDK's target has one: Go and C; Rust's
 // wasm32-unknown-unknown has no sleep) a job asleep in WASI,
@@ -550,10 +556,7 @@ func TestSDKsCancelledWhileSpinningOrAsleep(t *testing.T) {
 				continue
 			}
 			t.Run(lang+"/"+payload, func(t *testing.T) {
-				within := 100 * time.Millisecond
-				if lang == "typescript" {
-					within = 250 * time.Millisecond
-				}
+				within := cancelWithin(lang)
 				ctx, cancel := context.WithCancelCause(context.Background())
 				defer cancel(nil)
 				done := make(chan host.Execution, 1)

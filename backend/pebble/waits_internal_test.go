@@ -248,13 +248,7 @@ func TestCancelGroupDuringARelease(t *testing.T) {
 	defer b.Close(ctx)
 	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
 	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "r"}))
-	entered, unblock := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	b.beforeCommit = func(op string) {
-		if op == "release waiting job" {
-			once.Do(func() { close(entered); <-unblock })
-		}
-	}
+	entered, unblock := holdCommit(b, "release waiting job")
 	g := backend.GroupRecord{ID: "g", Kind: backend.GroupWorkflow, Members: []backend.GroupMember{{ID: "j", Queue: "q", Name: "j"}, {ID: "cb", Queue: "r", Name: "cb", DependsOn: []string{"j"}}}}
 	rig.Must(t, b.PublishGroup(ctx, g, []backend.Dependent{
 		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "j", Queue: "q"}}},
@@ -291,13 +285,7 @@ func TestDependentWaitsForTheAwaitedSettleToLand(t *testing.T) {
 	defer b.Close(ctx)
 	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
 	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "r"}))
-	entered, unblock := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	b.beforeCommit = func(op string) {
-		if op == "ack" {
-			once.Do(func() { close(entered); <-unblock })
-		}
-	}
+	entered, unblock := holdCommit(b, "ack")
 	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "a", Queue: "q"}, 0))
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q", Prefetch: 4})
 	rig.Must(t, err)
@@ -325,4 +313,17 @@ func TestDependentWaitsForTheAwaitedSettleToLand(t *testing.T) {
 	if err != nil || len(res) != 1 || res[0].State != backend.JobSucceeded || string(res[0].Output) != "out" {
 		t.Fatalf("dep reads %+v, %v; want a succeeded with its output", res, err)
 	}
+}
+
+// holdCommit makes the first commit of op wait, once it has closed entered, until the
+// caller closes unblock.
+func holdCommit(b *Backend, op string) (entered, unblock chan struct{}) {
+	entered, unblock = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.beforeCommit = func(o string) {
+		if o == op {
+			once.Do(func() { close(entered); <-unblock })
+		}
+	}
+	return entered, unblock
 }

@@ -102,17 +102,11 @@ job. Any job that does not ack fails the run.`,
 			}
 			cfg.CacheDir = g.cacheDir
 			ctx := cmd.Context()
-			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
-				if err != nil {
-					return fmt.Errorf("--cpu-profile: %w", err)
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("--cpu-profile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
+			stop, err := startProfile(cpuProfile)
+			if err != nil {
+				return err
 			}
+			defer stop()
 			res, err := benchRounds(ctx, cfg, rounds, cmpNat, cmpRaw)
 			if err != nil {
 				return err
@@ -208,17 +202,11 @@ func benchFanIn(cmd *cobra.Command, cfg bench.FanInConfig, rounds int, asJSON bo
 	if err := onlyFlags(cmd, "fan-in", "module", "backend", "data-dir", "concurrency", "rounds", "json", "cpu-profile"); err != nil {
 		return err
 	}
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpu-profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpu-profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startProfile(cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	if !cmd.Flags().Changed("backend") {
 		cfg.Backend = "pebble"
 	}
@@ -292,6 +280,22 @@ func benchDAG(cmd *cobra.Command, module string, n, rounds int, asJSON bool) err
 	fmt.Fprintf(cmd.OutOrStdout(), "a workflow of %d tasks (each after two earlier ones) accepted by POST /v1/workflows on pebble in %.1f ms (median of %d; rounds %v ms)\n",
 		n, ms(bench.Median(times)), len(times), all)
 	return nil
+}
+
+// startProfile writes a CPU profile to path (none when it is empty) until stop.
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // onlyFlags refuses bench's own flags other than allowed.
