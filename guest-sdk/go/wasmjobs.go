@@ -26,6 +26,12 @@
 // github.com/wasmjobs/wasmjobs/guest-sdk/go/wjhttp: it makes net/http's client work
 // through the host, and its RetryAfter settles a job after a 429 or 503. This package
 // does not import net/http, so a handler that makes no requests does not carry it.
+//
+// Fan-out and fan-in: stage children with Job.EnqueueAwaited and return
+// WaitForChildren(); the job runs again at the same attempt once they have ended,
+// Job.Round one higher, Job.Children saying how each ended. A module that calls them
+// loads only where the backend keeps waiting jobs (not RabbitMQ); one that does not
+// imports nothing of them.
 package wasmjobs
 
 import (

@@ -22,6 +22,11 @@
 //! --extern wasmjobs=libwasmjobs.rlib greet.rs` (or `cargo build --target
 //! wasm32-unknown-unknown --release` with `crate-type = ["cdylib"]`). A panic traps the
 //! instance: the job fails and is retried.
+//!
+//! Fan-out and fan-in: stage children with [`Job::enqueue_awaited`] and return
+//! `Err(wait_for_children())`; the job runs again at the same attempt once they have
+//! ended, [`Job::round`] one higher, [`Job::children`] saying how each ended. A module
+//! that calls them loads only where the backend keeps waiting jobs (not RabbitMQ).
 
 use std::time::Duration;
 
