@@ -48,6 +48,25 @@ const DefaultWaitTimeout = 24 * time.Hour
 // rest is cut and OutputTruncated set.
 const MaxAwaitOutput = 16 << 10
 
+// MaxAwaitTotal bounds the outputs of one job's awaited results together: past it,
+// Awaited gives the later results without their output, OutputTruncated set, so that
+// a wide fan-in (100,000 children of 16 KiB) cannot load gigabytes into a run.
+const MaxAwaitTotal = 64 << 20
+
+// CapAwaitTotal drops the output of each result past the first MaxAwaitTotal bytes of
+// outputs, in order, marking it truncated: what Awaited does to its results.
+func CapAwaitTotal(results []AwaitResult) {
+	total := 0
+	for i := range results {
+		r := &results[i]
+		if total+len(r.Output) > MaxAwaitTotal {
+			r.Output, r.OutputTruncated = nil, r.OutputTruncated || len(r.Output) > 0
+			continue
+		}
+		total += len(r.Output)
+	}
+}
+
 // Await is what a job waits for before it runs.
 type Await struct {
 	// IDs are the jobs it waits for, each once. A job the backend has a finished record
@@ -128,7 +147,8 @@ type WaitingDelivery interface {
 type AwaitedDelivery interface {
 	Delivery
 	// Awaited returns how each job the delivered job last waited for ended, in the
-	// order it awaited them; nil for a job that never waited. The results are kept
+	// order it awaited them, their outputs together at most MaxAwaitTotal (see
+	// CapAwaitTotal); nil for a job that never waited. The results are kept
 	// with the job until it settles (whatever the record retention), so a redelivery
 	// reads them again.
 	Awaited(ctx context.Context) ([]AwaitResult, error)

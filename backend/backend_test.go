@@ -213,3 +213,21 @@ func TestCloneSharesNothing(t *testing.T) {
 		t.Fatalf("NewEnvelope = %+v", e)
 	}
 }
+
+// CapAwaitTotal keeps outputs in order up to MaxAwaitTotal together and drops the
+// rest, marking them truncated; an empty output is never marked.
+func TestCapAwaitTotal(t *testing.T) {
+	t.Parallel()
+	out := func(n int) []byte { return make([]byte, n) }
+	half := backend.MaxAwaitTotal / 2
+	res := []backend.AwaitResult{{Output: out(half)}, {Output: out(half)}, {Output: out(1)}, {}, {Output: out(1), OutputTruncated: true}}
+	backend.CapAwaitTotal(res)
+	for i, want := range []struct {
+		n         int
+		truncated bool
+	}{{half, false}, {half, false}, {0, true}, {0, false}, {0, true}} {
+		if len(res[i].Output) != want.n || res[i].OutputTruncated != want.truncated {
+			t.Errorf("result %d: %d bytes, truncated %v; want %d, %v", i, len(res[i].Output), res[i].OutputTruncated, want.n, want.truncated)
+		}
+	}
+}

@@ -318,7 +318,9 @@ func (s *Server) build() (err error) {
 	// are instantiated in memory, its cache directory made if missing).
 	ctx := context.Background()
 	// A backend that holds no job until others end cannot serve a handler's WAIT: the
-	// engines refuse, at load, the modules that import fan-in, naming the backend.
+	// engines refuse, at load, the modules that import fan-in, naming the backend. A
+	// backend that publishes dependents hands out deliveries that wait and read their
+	// results (backend.WaitingDelivery, backend.AwaitedDelivery): memory and pebble.
 	_, waits := s.b.(backend.DependentPublisher)
 	s.engine, err = host.NewEngine(ctx, host.Config{CacheDir: s.cfg.CacheDir, Logger: s.log,
 		HTTP: host.HTTPOptions{RootCAs: s.cfg.RootCAs, IdleConnsPerHost: s.cfg.Concurrency}, OnHTTPCall: s.met.HTTPCall,

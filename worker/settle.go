@@ -119,7 +119,7 @@ type plan struct {
 // it records, without doing anything: ack, retry (dead-letter once the attempts are used
 // up), defer (dead-letter past maxDefers consecutive defers, an outage's defers not
 // counted; a defer without a delay is a failure), dead-letter or wait (a wait without an
-// awaited child is a failure). maxDefers <= 0 means DefaultMaxDefers; a job's MaxAttempts
+// awaited child is a failure; one past MaxRounds is dead-lettered). maxDefers <= 0 means DefaultMaxDefers; a job's MaxAttempts
 // <= 0 means DefaultMaxAttempts.
 func Decide(job *Job, res Result, maxDefers int) (Outcome, string) {
 	maxDefers = positiveOr(maxDefers, DefaultMaxDefers)
@@ -148,6 +148,9 @@ func Decide(job *Job, res Result, maxDefers int) (Outcome, string) {
 	case Failed:
 		return failure(orDefault(res.Reason, "failed"))
 	case Wait:
+		if job.Round >= MaxRounds {
+			return DeadLetter, fmt.Sprintf("max rounds (%d) exceeded: the job waited for children %d times", MaxRounds, job.Round)
+		}
 		for _, c := range res.Children {
 			if c.Await {
 				return Wait, ""

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -27,6 +28,9 @@ func TestDecideWait(t *testing.T) {
 		{"awaited child", worker.Job{Attempt: 1, MaxAttempts: 3}, awaited, worker.Wait, ""},
 		{"awaited child at the last attempt", worker.Job{Attempt: 3, MaxAttempts: 3}, awaited, worker.Wait, ""},
 		{"no child", worker.Job{Attempt: 1, MaxAttempts: 3}, nil, worker.Retry, "wait without an awaited child"},
+		{"the last round a job may wait", worker.Job{Attempt: 1, MaxAttempts: 3, Round: worker.MaxRounds - 1}, awaited, worker.Wait, ""},
+		{"a wait past the rounds", worker.Job{Attempt: 1, MaxAttempts: 3, Round: worker.MaxRounds}, awaited, worker.DeadLetter,
+			fmt.Sprintf("max rounds (%d) exceeded: the job waited for children %d times", worker.MaxRounds, worker.MaxRounds)},
 		{"children, none awaited", worker.Job{Attempt: 1, MaxAttempts: 3}, awaited[:1], worker.Retry, "wait without an awaited child"},
 		{"no awaited child at the last attempt", worker.Job{Attempt: 3, MaxAttempts: 3}, nil, worker.DeadLetter,
 			"max attempts (3) exceeded: wait without an awaited child"},

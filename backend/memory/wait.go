@@ -511,6 +511,7 @@ func (d *delivery) Awaited(ctx context.Context) ([]backend.AwaitResult, error) {
 		r.Output = slices.Clone(r.Output)
 		out[i] = r
 	}
+	backend.CapAwaitTotal(out)
 	return out, nil
 }
 

@@ -963,6 +963,7 @@ func (b *Backend) awaited(ctx context.Context, id string) ([]backend.AwaitResult
 	}
 	defer it.Close()
 	var out []backend.AwaitResult
+	total := 0
 	for valid := it.First(); valid; valid = it.Next() {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -975,6 +976,10 @@ func (b *Backend) awaited(ctx context.Context, id string) ([]backend.AwaitResult
 		if err != nil {
 			return nil, fmt.Errorf("job %q in %s: %w", id, b.dir, err)
 		}
+		if total+len(res.Output) > backend.MaxAwaitTotal { // as backend.CapAwaitTotal, while reading
+			res.Output, res.OutputTruncated = nil, res.OutputTruncated || len(res.Output) > 0
+		}
+		total += len(res.Output)
 		out = append(out, res)
 	}
 	if err := it.Error(); err != nil {

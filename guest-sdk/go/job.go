@@ -97,16 +97,20 @@ func (j *Job) Enqueue(queue string, payload []byte, delay time.Duration) error {
 	return statusError(enqueue(ptr(queue), int32(len(queue)), bufPtr(payload), int32(len(payload)), delay.Milliseconds()))
 }
 
-// EnqueueAwaited stages a child job on queue, as Enqueue does, that the job's
+// EnqueueAwaited stages a child job on queue, as Job.Enqueue does, that the job's
 // WaitForChildren waits for; if the job acknowledges instead, the child is published as
 // Enqueue's are. A module that calls it loads only on a host whose backend keeps
 // waiting jobs.
-func (j *Job) EnqueueAwaited(queue string, payload []byte, delay time.Duration) error {
+//
+// EnqueueAwaited, Round and Children are functions, not methods of Job, so that a
+// module that never waits imports none of fan-in's functions even when reflection
+// keeps every method of Job (text/template does), and loads on every backend.
+func EnqueueAwaited(queue string, payload []byte, delay time.Duration) error {
 	return statusError(enqueueAwaited(ptr(queue), int32(len(queue)), bufPtr(payload), int32(len(payload)), delay.Milliseconds()))
 }
 
 // Round returns 0 on a first run of the job, n on the run after its n-th wait.
-func (j *Job) Round() int { return int(round()) }
+func Round() int { return int(round()) }
 
 // Child is how one child that the job's last wait awaited ended.
 type Child struct {
@@ -124,7 +128,7 @@ type Child struct {
 
 // Children returns how each child the job's last wait awaited ended, in the order they
 // were staged: none on a first run.
-func (j *Job) Children() []Child {
+func Children() []Child {
 	n := int(childrenLen())
 	if n <= 0 {
 		return nil

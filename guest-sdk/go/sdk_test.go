@@ -91,11 +91,11 @@ func ExampleRetry() {
 func TestFanOutAndFanIn(t *testing.T) {
 	reset("x", nil)
 	Handle(func(job *Job) error {
-		if job.Round() == 0 && len(job.Children()) == 0 {
-			if err := job.EnqueueAwaited("render", []byte("p1"), 0); err != nil {
+		if Round() == 0 && len(Children()) == 0 {
+			if err := EnqueueAwaited("render", []byte("p1"), 0); err != nil {
 				return err
 			}
-			if err := job.EnqueueAwaited("", nil, 0); err != ErrBadArgument {
+			if err := EnqueueAwaited("", nil, 0); err != ErrBadArgument {
 				t.Errorf("EnqueueAwaited to an empty queue: %v", err)
 			}
 			return WaitForChildren()
@@ -111,10 +111,10 @@ func TestFanOutAndFanIn(t *testing.T) {
 	host.awaited = [][6]string{{"01JA", "render", "succeeded", "", long, "\x00"}, {"01JB", "render", "dead", "no page", "", "\x01"}}
 	var got []Child
 	Handle(func(job *Job) error {
-		if job.Round() != 1 {
-			t.Errorf("Round %d", job.Round())
+		if Round() != 1 {
+			t.Errorf("Round %d", Round())
 		}
-		got = job.Children()
+		got = Children()
 		return nil
 	})
 	if code := run(); code != outcomeAck {

@@ -114,29 +114,29 @@ func handle(job *wasmjobs.Job) error {
 	case p == "children":
 		return errors.Join(job.Enqueue("child", []byte("c1"), 0), job.Enqueue("child", []byte("c2"), 250*time.Millisecond))
 	case p == "fanout":
-		fmt.Fprintf(job, "%d %d\n", job.Round(), len(job.Children()))
-		if err := errors.Join(job.EnqueueAwaited("child", []byte("c1"), 0), job.Enqueue("child", []byte("c2"), 250*time.Millisecond),
-			job.EnqueueAwaited("child", []byte("c3"), 0)); err != nil {
+		fmt.Fprintf(job, "%d %d\n", wasmjobs.Round(), len(wasmjobs.Children()))
+		if err := errors.Join(wasmjobs.EnqueueAwaited("child", []byte("c1"), 0), job.Enqueue("child", []byte("c2"), 250*time.Millisecond),
+			wasmjobs.EnqueueAwaited("child", []byte("c3"), 0)); err != nil {
 			return err
 		}
 		return wasmjobs.WaitForChildren()
 	case p == "fanin":
-		children := job.Children()
-		fmt.Fprintf(job, "%d %d\n", job.Round(), len(children))
+		children := wasmjobs.Children()
+		fmt.Fprintf(job, "%d %d\n", wasmjobs.Round(), len(children))
 		for _, c := range children {
 			fmt.Fprintf(job, "%s|%s|%s|%s|%s|%t\n", c.ID, c.Queue, c.State, c.Reason, c.Output, c.Truncated)
 		}
 		return nil
 	case p == "rounds":
-		fmt.Fprintf(job, "round %d\n", job.Round())
-		for _, c := range job.Children() {
+		fmt.Fprintf(job, "round %d\n", wasmjobs.Round())
+		for _, c := range wasmjobs.Children() {
 			fmt.Fprintf(job, "%s|%s|%s|%s\n", c.ID, c.State, c.Reason, c.Output)
 		}
-		if job.Round() >= 2 {
+		if wasmjobs.Round() >= 2 {
 			return nil
 		}
 		for _, page := range []string{"page-0", "page-1", "page-2", "fail"} {
-			if err := job.EnqueueAwaited("child", []byte(page), 0); err != nil {
+			if err := wasmjobs.EnqueueAwaited("child", []byte(page), 0); err != nil {
 				return err
 			}
 		}
