@@ -27,9 +27,9 @@
 // through the host, and its RetryAfter settles a job after a 429 or 503. This package
 // does not import net/http, so a handler that makes no requests does not carry it.
 //
-// Fan-out and fan-in: stage children with Job.EnqueueAwaited and return
+// Fan-out and fan-in: stage children with EnqueueAwaited and return
 // WaitForChildren(); the job runs again at the same attempt once they have ended,
-// Job.Round one higher, Job.Children saying how each ended. A module that calls them
+// Round one higher, Children saying how each ended. A module that calls them
 // loads only where the backend keeps waiting jobs (not RabbitMQ); one that does not
 // imports nothing of them.
 package wasmjobs
