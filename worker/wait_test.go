@@ -46,6 +46,15 @@ func plainDeliveries(b backend.Backend) backend.Backend {
 
 type plainDelivery struct{ backend.Delivery }
 
+// settleNames is how the rig's jobs settled so far, in order, joined by spaces.
+func (r *rig) settleNames() string {
+	var names []string
+	for _, e := range r.settled() {
+		names = append(names, e.Settle.String())
+	}
+	return strings.Join(names, " ")
+}
+
 // TestWaitWhereDeliveriesCannotWait: a Wait on a backend whose deliveries cannot wait
 // is never acked: the job fails the retry way, with a reason naming the problem, and
 // none of its children is published.
@@ -73,12 +82,8 @@ func TestWaitWhereDeliveriesCannotWait(t *testing.T) {
 		if n := len(kids.all()); n != 0 {
 			t.Fatalf("%d children ran; a wait that could not be served publishes none", n)
 		}
-		var settles []string
-		for _, e := range r.settled() {
-			settles = append(settles, e.Settle.String())
-		}
-		if strings.Join(settles, " ") != "retry ack" {
-			t.Fatalf("settles %v, want retry then ack", settles)
+		if settles := r.settleNames(); settles != "retry ack" {
+			t.Fatalf("settles %q, want retry then ack", settles)
 		}
 	})
 }
@@ -126,12 +131,8 @@ func TestResumedRunWithNoResults(t *testing.T) {
 		if n := len(log.all()); n != 0 {
 			t.Fatalf("the handler ran %d times without its children's results", n)
 		}
-		var settles []string
-		for _, e := range r.settled() {
-			settles = append(settles, e.Settle.String())
-		}
-		if strings.Join(settles, " ") != "retry dead_letter" {
-			t.Fatalf("settles %v, want retry then dead_letter", settles)
+		if settles := r.settleNames(); settles != "retry dead_letter" {
+			t.Fatalf("settles %q, want retry then dead_letter", settles)
 		}
 		dl := r.dead("q")
 		if len(dl) != 1 || !strings.Contains(dl[0].Reason, "round 1") || !strings.Contains(dl[0].Reason, "no results of its awaited children") {
