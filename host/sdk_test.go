@@ -635,7 +635,7 @@ func TestJSWaitWhereTheHostCannot(t *testing.T) {
 
 // testFanOut runs the README's fan-out example: its first run stages an awaited render
 // per page and waits, with the manifest's wait_timeout; its resumed run joins the
-// pages' outputs.
+// pages' outputs, and one without results does not fan out again.
 func testFanOut(t *testing.T, e *host.Engine) {
 	dir := filepath.Join(abitest.Dir(), "..", "examples", "fanout-ts")
 	man, err := host.ReadManifest(filepath.Join(dir, "fanout-ts.wasm"))
@@ -660,6 +660,13 @@ func testFanOut(t *testing.T, e *host.Engine) {
 		{ID: "01JB", Queue: "render", State: backend.JobSucceeded, Output: []byte("<p>body</p>")}}
 	if x := m.Run(context.Background(), job, nil); x.Ending() != "ack" || string(x.Output) != "<h1>intro</h1>\n<p>body</p>" {
 		t.Fatalf("resumed run: %s %q, output %q", x.Ending(), x.Reason, x.Output)
+	}
+	// A resumed run tells itself from a first one by its round, not by its results:
+	// one given none does not fan out again.
+	job = jobOf(m, `{"pages": ["intro", "body"]}`)
+	job.Round, job.Envelope.Round = 1, 1
+	if x := m.Run(context.Background(), job, nil); x.Ending() != "ack" || len(x.Children) != 0 {
+		t.Fatalf("resumed run without results: %s %q, children %+v, want an ack staging none", x.Ending(), x.Reason, x.Children)
 	}
 	// No page: nothing to wait for, a failure that says so.
 	job = jobOf(m, `{"pages": []}`)

@@ -82,6 +82,11 @@ func readAwaited(ctx context.Context, d backend.Delivery, job *Job) error {
 	if err != nil {
 		return fmt.Errorf("reading the results of round %d's awaited children: %w", job.Round, err)
 	}
+	if len(res) == 0 {
+		// A wait always awaits at least one child, so none means the results are lost;
+		// a handler run without them would take itself for a first run and fan out again.
+		return fmt.Errorf("job %s is at round %d, but the backend gave no results of its awaited children (a wait awaits at least one)", job.Envelope.ID, job.Round)
+	}
 	job.Awaited = res
 	return nil
 }

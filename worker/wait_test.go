@@ -50,6 +50,15 @@ func plainDeliveries(b backend.Backend) backend.Backend {
 
 type plainDelivery struct{ backend.Delivery }
 
+// settleNames is how the rig's jobs settled so far, in order, joined by spaces.
+func (r *rig) settleNames() string {
+	var names []string
+	for _, e := range r.settled() {
+		names = append(names, e.Settle.String())
+	}
+	return strings.Join(names, " ")
+}
+
 // TestWaitWhereDeliveriesCannotWait: a Wait on a backend whose deliveries cannot wait
 // is never acked: the job fails the retry way, with a reason naming the problem, and
 // none of its children is published.
@@ -77,12 +86,8 @@ func TestWaitWhereDeliveriesCannotWait(t *testing.T) {
 		if n := len(kids.all()); n != 0 {
 			t.Fatalf("%d children ran; a wait that could not be served publishes none", n)
 		}
-		var settles []string
-		for _, e := range r.settled() {
-			settles = append(settles, e.Settle.String())
-		}
-		if strings.Join(settles, " ") != "retry ack" {
-			t.Fatalf("settles %v, want retry then ack", settles)
+		if settles := r.settleNames(); settles != "retry ack" {
+			t.Fatalf("settles %q, want retry then ack", settles)
 		}
 	})
 }
@@ -103,6 +108,39 @@ func TestResumedRunNeedsAwaitedResults(t *testing.T) {
 		dl := r.dead("q")
 		if len(dl) != 1 || !strings.Contains(dl[0].Reason, "round 1") || !strings.Contains(dl[0].Reason, "AwaitedDelivery") {
 			t.Fatalf("dead letters %+v, want one whose reason names the missing results", dl)
+		}
+	})
+}
+
+// noResults is a delivery that can give awaited results but has none.
+type noResults struct{ backend.Delivery }
+
+func (noResults) Awaited(context.Context) ([]backend.AwaitResult, error) { return nil, nil }
+
+// TestResumedRunWithNoResults: a delivery at round 1 whose backend gives an empty list
+// of awaited results never reaches the handler, which would take itself for a first run
+// and fan out again: it fails the retry way and is dead-lettered at the last attempt,
+// saying why.
+func TestResumedRunWithNoResults(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var log runLog
+		h := log.handler(func(ctx context.Context, j *worker.Job) worker.Result { return worker.Result{} })
+		empty := func(b backend.Backend) backend.Backend {
+			return &mapDeliveries{Backend: b, wrap: func(d backend.Delivery) backend.Delivery { return noResults{d} }}
+		}
+		r := newRigOn(t, empty, worker.Config{}, worker.Queue{Name: "q", Handler: h})
+		r.publish("q", "resumed", func(e *backend.Envelope) { e.Round = 1; e.MaxAttempts = 2 })
+		time.Sleep(time.Minute)
+		if n := len(log.all()); n != 0 {
+			t.Fatalf("the handler ran %d times without its children's results", n)
+		}
+		if settles := r.settleNames(); settles != "retry dead_letter" {
+			t.Fatalf("settles %q, want retry then dead_letter", settles)
+		}
+		dl := r.dead("q")
+		if len(dl) != 1 || !strings.Contains(dl[0].Reason, "round 1") || !strings.Contains(dl[0].Reason, "no results of its awaited children") {
+			t.Fatalf("dead letters %+v, want one whose reason says the results are missing", dl)
 		}
 	})
 }

@@ -8,10 +8,9 @@ function pagesOf(doc: { pages?: unknown }): string[] {
 }
 
 export default async function handle(job: Job) {
-  const done = job.children();                 // [] on the first run
-  if (done.length === 0) {
+  if (job.round() === 0) {                     // the first run: fan out
     for (const page of pagesOf(job.json())) job.enqueue("render", page, { await: true });
     throw waitForChildren();
   }
-  job.output(done.map((c) => c.output).join("\n"));
+  job.output(job.children().map((c) => c.output).join("\n"));
 }

@@ -35,7 +35,8 @@ export interface Job {
    * {await: true} the child is one that waitForChildren() waits for. Throws a RangeError
    * naming the problem for a bad queue name or delay, a queue the manifest does not
    * allow, one past the child-job or payload limit, or an awaited child on a host whose
-   * backend keeps no waiting jobs ("not permitted").
+   * backend keeps no waiting jobs ("not permitted"), and a TypeError for an await
+   * option that is not a boolean.
    */
   enqueue(queue: string, payload: string | Uint8Array, options?: { delay?: number; await?: boolean }): void;
   /** 0 on a first run; n on the run after the job's n-th wait (throw waitForChildren()). */

@@ -71,7 +71,13 @@
           if (!Number.isFinite(delay) || delay < 0) throw new RangeError("enqueue: delay must be a non-negative number of milliseconds, got " + options.delay);
           delay = Math.floor(delay);
         }
-        const awaited = options != null && options.await === true ? 1 : 0;
+        // A truthy non-boolean would otherwise stage a plain child, and the job would
+        // fail only later, at its WAIT, far from the mistake.
+        let awaited = 0;
+        if (options != null && options.await != null) {
+          if (typeof options.await !== "boolean") throw new TypeError("enqueue: the await option must be a boolean, got a " + typeof options.await);
+          awaited = options.await ? 1 : 0;
+        }
         const st = host(9, String(queue), bytesOf(data), delay, awaited);
         if (st < 0) throw new RangeError("enqueue into " + stringify(String(queue)) + ": " + (statusNames[st] || "status " + st));
       },

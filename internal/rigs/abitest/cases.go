@@ -146,6 +146,11 @@ func Cases() []Case {
 			{ID: "01JCHILD000000000000000000", Queue: "child", State: backend.JobSucceeded, Output: []byte(strings.Repeat("y", backend.MaxAwaitOutput+10))},
 		}, Kind: "ack", Code: code(0), Settle: "ack", Output: "2\n" +
 			"01JCHILD000000000000000000 child succeeded  " + strings.Repeat("y", backend.MaxAwaitOutput) + " 1\n-1\n-2\n"},
+		{Name: "wait: enqueue_awaited's bad delay and payload limit", Module: "abi/wait_limits", Manifest: "enqueue = [\"child\"]\nmax_payload = 8",
+			Kind: "wait", Code: code(4), Settle: "wait", Output: "-2\n-3\n0\n", Enqueued: []Child{{"child", "payload-", 250, true}}},
+		{Name: "resumed run: child_read's short buffer and bad index and field", Module: "abi/wait_limits", Round: 1, Awaited: []backend.AwaitResult{
+			{ID: "01JCHILD000000000000000000", Queue: "child", State: backend.JobSucceeded, Output: []byte("out 1")},
+		}, Kind: "ack", Code: code(0), Settle: "ack", Output: "26\n01JC#\n26\n@\n-1\n-1\n-2\n"},
 		{Name: "output cap", Module: "abi/output_cap", Manifest: "max_output = 1000",
 			Kind: "ack", Code: code(0), Settle: "ack", Output: strings.Repeat("\x00", 600)},
 		{Name: "sleep, then ack", Module: "abi/sleep_ms", Payload: "20",
@@ -181,6 +186,7 @@ func Cases() []Case {
 		{"f", "set_reason"}, {"g", "output_write"}, {"h", "enqueue"}, {"i", "enqueue"}, {"j", "payload_read"}, {"k", "meta_read"},
 		{"l", "http_start"}, {"m", "http_error_read"}, {"n", "http_headers_read"}, {"o", "http_url_read"},
 		{"p", "http_body_read"}, {"q", "http_wait"}, {"r", "http_wait"}, {"s", "enqueue_awaited"}, {"t", "child_read"},
+		{"u", "enqueue_awaited"},
 	} {
 		module := "hostile/oob"
 		if oob.sel >= "s" {
