@@ -37,6 +37,11 @@ const (
 	OutcomeRetry      int32 = 1
 	OutcomeDefer      int32 = 2
 	OutcomeDeadLetter int32 = 3
+	// OutcomeWait publishes the staged children and holds the job, holding no
+	// capacity, until every awaited one (FuncEnqueueAwaited) has ended; the job then
+	// runs again at the same attempt, one round higher (SPEC.md, "Fan-out and fan-in").
+	// WAIT without an awaited child staged is a failure.
+	OutcomeWait int32 = 4
 )
 
 // Statuses returned by host functions: >= 0 is success (a length where one is
@@ -78,6 +83,40 @@ const (
 	FuncOutputWrite = "output_write" // (buf, buf_len i32) -> i32
 	FuncEnqueue     = "enqueue"      // (queue, queue_len, payload, payload_len i32, delay_ms i64) -> i32
 )
+
+// Host functions of fan-out and fan-in, added to ABI v1 (SPEC.md, "Fan-out and
+// fan-in"). A host whose backend keeps no waiting jobs refuses, at load, a module that
+// imports any of them.
+const (
+	FuncEnqueueAwaited = "enqueue_awaited" // (queue, queue_len, payload, payload_len i32, delay_ms i64) -> i32
+	FuncRound          = "round"           // () -> i32
+	FuncChildrenLen    = "children_len"    // () -> i32
+	FuncChildRead      = "child_read"      // (index, field, buf, buf_len i32) -> i32
+)
+
+// IsWaitFunc reports whether name is a host function of fan-out and fan-in: a module
+// that imports one of them needs a host that can hold a waiting job.
+func IsWaitFunc(name string) bool {
+	switch name {
+	case FuncEnqueueAwaited, FuncRound, FuncChildrenLen, FuncChildRead:
+		return true
+	}
+	return false
+}
+
+// Fields of child_read: how one awaited child of the last wait ended.
+const (
+	ChildID        int32 = 0 // the child's job id
+	ChildQueue     int32 = 1 // its queue
+	ChildState     int32 = 2 // succeeded, dead, cancelled, or unfinished when the wait timed out
+	ChildReason    int32 = 3 // why it did not succeed; empty when it did
+	ChildOutput    int32 = 4 // its last run's output, up to MaxChildOutput bytes
+	ChildTruncated int32 = 5 // one byte: 1 when its output was cut at MaxChildOutput, else 0
+)
+
+// MaxChildOutput is how much of each awaited child's output a resumed parent reads;
+// ChildTruncated says whether the rest was cut.
+const MaxChildOutput = 16 << 10
 
 // Host functions of outbound HTTP, added to ABI v1 (SPEC.md, "Outbound HTTP"). A
 // module without an [http] grant may import them: http_start then returns

@@ -19,6 +19,8 @@ func TestGoSDKConstantsMatch(t *testing.T) {
 		"statusBadArgument": abi.StatusBadArgument, "statusLimitExceeded": abi.StatusLimitExceeded,
 		"statusNotPermitted": abi.StatusNotPermitted, "metaJobID": abi.MetaJobID, "metaQueue": abi.MetaQueue,
 		"metaModuleName": abi.MetaModuleName, "metaModuleVersion": abi.MetaModuleVersion,
+		"outcomeWait": abi.OutcomeWait, "childID": abi.ChildID, "childQueue": abi.ChildQueue, "childState": abi.ChildState,
+		"childReason": abi.ChildReason, "childOutput": abi.ChildOutput, "childTruncated": abi.ChildTruncated,
 	}
 	checkCopies(t, "../guest-sdk/go/abi.go", `(?m)^\s*(\w+)\s+int32\s*=\s*(-?\d+)`, "the SDK", want)
 }

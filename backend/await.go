@@ -16,7 +16,10 @@ import (
 // refused there with an error that says why.
 
 // JobWaiting jobs wait for other jobs to end: a parent that settled as waiting for
-// its children, or a task or callback published after jobs it depends on.
+// its children, or a task or callback published after jobs it depends on. A waiting
+// job holds no place in its concurrency key's line (Envelope.Key): it takes one, at
+// the back, when it is put on its queue. A backend counts it among the ids it holds,
+// so a repeat publish of its id is dropped.
 const JobWaiting JobState = "waiting"
 
 // JobUnfinished is the State of an AwaitResult whose job had not ended when its waiter
@@ -45,6 +48,25 @@ const DefaultWaitTimeout = 24 * time.Hour
 // rest is cut and OutputTruncated set.
 const MaxAwaitOutput = 16 << 10
 
+// MaxAwaitTotal bounds the outputs of one job's awaited results together: past it,
+// Awaited gives the later results without their output, OutputTruncated set, so that
+// a wide fan-in (100,000 children of 16 KiB) cannot load gigabytes into a run.
+const MaxAwaitTotal = 64 << 20
+
+// CapAwaitTotal drops the output of each result past the first MaxAwaitTotal bytes of
+// outputs, in order, marking it truncated: what Awaited does to its results.
+func CapAwaitTotal(results []AwaitResult) {
+	total := 0
+	for i := range results {
+		r := &results[i]
+		if total+len(r.Output) > MaxAwaitTotal {
+			r.Output, r.OutputTruncated = nil, r.OutputTruncated || len(r.Output) > 0
+			continue
+		}
+		total += len(r.Output)
+	}
+}
+
 // Await is what a job waits for before it runs.
 type Await struct {
 	// IDs are the jobs it waits for, each once. A job the backend has a finished record
@@ -54,6 +76,9 @@ type Await struct {
 	// means OnFailureCancel.
 	OnFailure OnFailure
 	// Timeout bounds the wait from when it starts; zero means DefaultWaitTimeout.
+	// Once it passed, the job runs whatever its OnFailure, with the jobs that had not
+	// ended marked JobUnfinished (a wait that timed out is no failure); a job that
+	// ends later changes nothing of it.
 	Timeout time.Duration
 }
 
@@ -82,7 +107,7 @@ type AwaitResult struct {
 
 // ErrUnknownAwait is wrapped by the error of a publish or settle whose Await names a
 // job that is neither earlier in the same call nor known to the backend (held, or
-// kept as a record). The error names the id.
+// kept as a record), or the waiting job itself. The error names the id.
 var ErrUnknownAwait = errors.New("awaits an unknown job")
 
 // DependentPublisher is implemented by backends that hold jobs until the jobs they
@@ -95,7 +120,11 @@ type DependentPublisher interface {
 	// or cancelled as its OnFailure says. An Await ID must name a dependent earlier in
 	// deps or a job the backend knows: anything else fails the whole call with
 	// ErrUnknownAwait, so that no cycle can be stored. Queues and delays are checked as
-	// by PublishBatch.
+	// by PublishBatch. A dependent whose awaited jobs have all ended already is
+	// published at once (with their results), or cancelled at once as its OnFailure
+	// says; a cancelled dependent's reason names the awaited job that did not
+	// succeed. A dependent's Envelope.Round is kept as published: it is not a resumed
+	// run.
 	PublishDependents(ctx context.Context, deps []Dependent) error
 }
 
@@ -118,7 +147,8 @@ type WaitingDelivery interface {
 type AwaitedDelivery interface {
 	Delivery
 	// Awaited returns how each job the delivered job last waited for ended, in the
-	// order it awaited them; nil for a job that never waited. The results are kept
+	// order it awaited them, their outputs together at most MaxAwaitTotal (see
+	// CapAwaitTotal); nil for a job that never waited. The results are kept
 	// with the job until it settles (whatever the record retention), so a redelivery
 	// reads them again.
 	Awaited(ctx context.Context) ([]AwaitResult, error)
@@ -130,8 +160,10 @@ type WaitCanceller interface {
 	// CancelWaiting cancels the waiting job id with reason, as JobController.CancelJob
 	// cancels a pending one; with cascade, every job it awaits that has not ended is
 	// cancelled too (a running one is reported, not stopped: the caller cancels its
-	// run). It returns the ids it cancelled and those of the awaited jobs still
-	// running. A job that is not waiting fails with ErrJobState.
+	// run; a waiting one is cancelled with its own cascade). It returns the ids it
+	// cancelled, id first, and those of the awaited jobs still running. A job the
+	// backend holds that is not waiting fails with ErrJobState, one it does not know
+	// with ErrNotFound. The waiters of a cancelled job see it cancelled with reason.
 	CancelWaiting(ctx context.Context, id, reason string, cascade bool) (cancelled, running []string, err error)
 }
 
@@ -144,6 +176,14 @@ const (
 	// GroupBatch is a set of jobs with callbacks that wait for every one of them.
 	GroupBatch GroupKind = "batch"
 )
+
+// Plural names groups of kind k, as the API's paths do: "workflows", "batches".
+func (k GroupKind) Plural() string {
+	if k == GroupBatch {
+		return "batches"
+	}
+	return string(k) + "s"
+}
 
 // GroupState is the state of a group.
 type GroupState string
@@ -178,14 +218,18 @@ type GroupMember struct {
 	// Role is RoleOnComplete or RoleOnSuccess for a batch's callbacks, empty otherwise;
 	// a callback does not count in the group's state.
 	Role string `json:"role,omitempty"`
-	// State is the member's job state as the backend last wrote it, kept in the same
-	// write as each of the member's settles.
+	// State is the member's job state as the backend knows it when the group is read:
+	// running while a consumer holds it, final once it ended (kept in the same write
+	// as the member's final settle).
 	State JobState `json:"state"`
 	// Reason is why it did not succeed, when it ended so.
 	Reason string `json:"reason,omitempty"`
 }
 
 // GroupRecord is what a backend keeps of a group.
+//
+// ID is the caller's (usually NewID), and must be new to the backend. CreatedAt is set
+// by the backend at PublishGroup when zero; FinishedAt when the group ends.
 type GroupRecord struct {
 	ID         string        `json:"id"`
 	Kind       GroupKind     `json:"kind"`
@@ -212,12 +256,15 @@ type GroupStore interface {
 	PublishGroup(ctx context.Context, g GroupRecord, deps []Dependent) error
 	// Group returns the group id, or an error wrapping ErrNotFound.
 	Group(ctx context.Context, id string) (GroupRecord, error)
-	// ListGroups returns a page of the groups of kind, newest first; cursor is a
-	// page's Next (empty starts at the newest), limit <= 0 means DefaultJobPage.
+	// ListGroups returns a page of the groups of kind, newest first (in the order
+	// they were published, the latest first); cursor is a page's Next (empty starts
+	// at the newest), limit <= 0 means DefaultJobPage.
 	ListGroups(ctx context.Context, kind GroupKind, cursor string, limit int) (GroupPage, error)
 	// CancelGroup marks the running group id cancelled and cancels every member that
 	// has not ended and is not running, with reason; it returns the ids of members
-	// still running, for the caller to cancel their runs. A group that has ended
-	// fails with ErrJobState.
+	// still running, for the caller to cancel their runs. A waiting member is
+	// cancelled whatever its OnFailure, so that no member runs after the cancel but
+	// those running at it. A group that has ended fails with
+	// ErrJobState, an unknown one with ErrNotFound.
 	CancelGroup(ctx context.Context, id, reason string) (running []string, err error)
 }

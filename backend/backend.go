@@ -174,6 +174,9 @@ type QueueStats struct {
 	// KeyWaiting messages are ready but wait for their concurrency key
 	// (QueueConfig.KeyConcurrency); they are not counted in Pending.
 	KeyWaiting int `json:"key_waiting"`
+	// Waiting jobs wait for other jobs to end (JobWaiting), counted on the queue they
+	// will run on; they are in no other count.
+	Waiting int `json:"waiting"`
 }
 
 // StatsReader is implemented by backends that can count a queue's messages.

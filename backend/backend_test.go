@@ -69,8 +69,8 @@ func TestChildIDIsStableAndValid(t *testing.T) {
 	payload := []byte("send the welcome mail")
 	seen := map[string]bool{parent: true, other: true}
 	for i := range 100 {
-		id := backend.ChildID(parent, i, "mail", payload)
-		if id != backend.ChildID(parent, i, "mail", bytes.Clone(payload)) {
+		id := backend.ChildID(parent, 0, i, "mail", payload)
+		if id != backend.ChildID(parent, 0, i, "mail", bytes.Clone(payload)) {
 			t.Fatalf("child %d of %s: two ids for the same child", i, parent)
 		}
 		if !valid(id) || id[:10] != parent[:10] {
@@ -78,11 +78,11 @@ func TestChildIDIsStableAndValid(t *testing.T) {
 		}
 		// Another parent, queue or payload at the same index is another job.
 		for _, o := range []string{
-			backend.ChildID(other, i, "mail", payload),
-			backend.ChildID(parent, i, "sms", payload),
-			backend.ChildID(parent, i, "mail", []byte("send the goodbye mail")),
-			backend.ChildID(parent, i, "mail", nil),
-			backend.ChildID(parent, i, "mai", append([]byte("l"), payload...)), // no field runs into the next
+			backend.ChildID(other, 0, i, "mail", payload),
+			backend.ChildID(parent, 0, i, "sms", payload),
+			backend.ChildID(parent, 0, i, "mail", []byte("send the goodbye mail")),
+			backend.ChildID(parent, 0, i, "mail", nil),
+			backend.ChildID(parent, 0, i, "mai", append([]byte("l"), payload...)), // no field runs into the next
 		} {
 			if seen[id] || seen[o] || o == id {
 				t.Fatalf("child %d: id %s or %s repeats another", i, id, o)
@@ -94,9 +94,46 @@ func TestChildIDIsStableAndValid(t *testing.T) {
 	// A parent id from a foreign publisher is not in our layout: the children still get
 	// valid, stable ids, at timestamp zero.
 	for _, foreign := range []string{"order-17", "", "01ARZ3NDEKTSV4RRFFQ69G5FAVX", "81ARZ3NDEKTSV4RRFFQ69G5FAV", "01ARZ3NDEKTSV4RRFFQ69G5FAU"} {
-		id := backend.ChildID(foreign, 0, "q", nil)
-		if !valid(id) || id[:10] != "0000000000" || id != backend.ChildID(foreign, 0, "q", nil) || id == backend.ChildID(foreign, 1, "q", nil) {
+		id := backend.ChildID(foreign, 0, 0, "q", nil)
+		if !valid(id) || id[:10] != "0000000000" || id != backend.ChildID(foreign, 0, 0, "q", nil) || id == backend.ChildID(foreign, 0, 1, "q", nil) {
 			t.Fatalf("child of %q is %s", foreign, id)
+		}
+	}
+}
+
+// roundZeroIDs are children's ids as hosts made them before ChildID took a round.
+var roundZeroIDs = [...]string{"0000000000V0VWQ927NZ3KC6MB", "0000000000RPN2EKA4RK7AQ03N", "01ARZ3NDEK07J7V0VY3VXVX8BJ"}
+
+// TestChildIDRounds: round 0 gives the ids of before rounds existed (stored children
+// keep theirs), and each later round gives every child another id, stable in itself.
+func TestChildIDRounds(t *testing.T) {
+	t.Parallel()
+	// Ids computed before ChildID took a round: stored data holds them.
+	for _, tc := range []struct {
+		parent, queue, payload string
+		index                  int
+		want                   string
+	}{
+		{"01JCONFORMANCE000000000000", "child", "c1", 0, roundZeroIDs[0]},
+		{"01JCONFORMANCE000000000000", "child", "c2", 1, roundZeroIDs[1]},
+		{"01ARZ3NDEKTSV4RRFFQ69G5FAV", "q", "", 0, roundZeroIDs[2]},
+	} {
+		if got := backend.ChildID(tc.parent, 0, tc.index, tc.queue, []byte(tc.payload)); got != tc.want {
+			t.Errorf("ChildID(%q, 0, %d, %q, %q) = %s, want today's %s", tc.parent, tc.index, tc.queue, tc.payload, got, tc.want)
+		}
+	}
+	parent := backend.NewID()
+	seen := map[string]int{}
+	for round := range 4 {
+		for i := range 20 {
+			id := backend.ChildID(parent, round, i, "render", []byte("page"))
+			if id != backend.ChildID(parent, round, i, "render", []byte("page")) {
+				t.Fatalf("round %d child %d: two ids for the same child", round, i)
+			}
+			if r, ok := seen[id]; ok {
+				t.Fatalf("round %d child %d has the id %s of a child of round %d", round, i, id, r)
+			}
+			seen[id] = round
 		}
 	}
 }
@@ -174,5 +211,23 @@ func TestCloneSharesNothing(t *testing.T) {
 	}
 	if e.Attempt != 1 || e.EnqueuedAt.IsZero() || e.ID == "" {
 		t.Fatalf("NewEnvelope = %+v", e)
+	}
+}
+
+// CapAwaitTotal keeps outputs in order up to MaxAwaitTotal together and drops the
+// rest, marking them truncated; an empty output is never marked.
+func TestCapAwaitTotal(t *testing.T) {
+	t.Parallel()
+	out := func(n int) []byte { return make([]byte, n) }
+	half := backend.MaxAwaitTotal / 2
+	res := []backend.AwaitResult{{Output: out(half)}, {Output: out(half)}, {Output: out(1)}, {}, {Output: out(1), OutputTruncated: true}}
+	backend.CapAwaitTotal(res)
+	for i, want := range []struct {
+		n         int
+		truncated bool
+	}{{half, false}, {half, false}, {0, true}, {0, false}, {0, true}} {
+		if len(res[i].Output) != want.n || res[i].OutputTruncated != want.truncated {
+			t.Errorf("result %d: %d bytes, truncated %v; want %d, %v", i, len(res[i].Output), res[i].OutputTruncated, want.n, want.truncated)
+		}
 	}
 }

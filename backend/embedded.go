@@ -34,7 +34,7 @@ type HealthReporter interface {
 }
 
 // RecoveryReporter is implemented by durable backends that scan their store at open,
-// so that the host can say what it found waiting.
+// so that the host can say what it found.
 type RecoveryReporter interface {
 	// Recovery says what the open found.
 	Recovery() Recovery
@@ -42,9 +42,10 @@ type RecoveryReporter interface {
 
 // Recovery is what a durable backend found in its store at open.
 type Recovery struct {
-	// Ready, Delayed and Dead count the jobs found waiting, delayed (or deferred) and
-	// dead-lettered, over every queue.
-	Ready, Delayed, Dead int
+	// Ready, Delayed and Dead count the jobs found ready (pending), delayed (or
+	// deferred) and dead-lettered, over every queue; Waiting those found waiting for
+	// other jobs (JobWaiting).
+	Ready, Delayed, Dead, Waiting int
 	// Queues counts the declared queues.
 	Queues int
 	// Took is how long the scan of the store took.

@@ -22,22 +22,30 @@ func NewID() string {
 	return encodeID(b)
 }
 
-// ChildID returns the id of the child job number index (0-based) of the job parent,
-// for queue and payload: the same for the same four, whichever attempt of the parent
+// ChildID returns the id of the child job number index (0-based) that round round of
+// the job parent stages (round is Envelope.Round: 0 on a first run, n after n waits),
+// for queue and payload: the same for the same five, whichever attempt of the parent
 // publishes it, so that a retried publish repeats an id instead of making a new job,
 // and a backend that knows ids can drop the repeat. A retried parent that stages a
 // different child at the same index (another queue or payload, say because its
-// input changed) gets a different id, so that child is not dropped as a repeat. It is
-// a valid id in NewID's layout: the parent's timestamp (zero when parent is not such an
-// id), then 80 bits of a SHA-256 of the four.
-func ChildID(parent string, index int, queue string, payload []byte) string {
+// input changed) gets a different id, so that child is not dropped as a repeat; so
+// does a later round, so that a parent that waits again never stages a child under
+// the id of one it already waited for. Round 0 gives the ids of hosts that had no
+// rounds, so stored children keep theirs. It is a valid id in NewID's layout: the
+// parent's timestamp (zero when parent is not such an id), then 80 bits of a SHA-256
+// of the five.
+func ChildID(parent string, round, index int, queue string, payload []byte) string {
 	var b [16]byte
 	ms, _ := idMillis(parent)
 	binary.BigEndian.PutUint64(b[:8], ms<<16)
 	payloadSum := sha256.Sum256(payload)
 	h := sha256.New()
 	h.Write([]byte("wasmjobs child\x00"))
-	for _, field := range [][]byte{[]byte(parent), []byte(strconv.Itoa(index)), []byte(queue), payloadSum[:]} {
+	fields := [][]byte{[]byte(parent), []byte(strconv.Itoa(index)), []byte(queue), payloadSum[:]}
+	if round > 0 {
+		fields = append(fields, []byte("round "+strconv.Itoa(round)))
+	}
+	for _, field := range fields {
 		// Each field after its length, so that no two tuples write the same bytes.
 		h.Write(binary.AppendUvarint(nil, uint64(len(field))))
 		h.Write(field)

@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -327,13 +328,25 @@ func (h *Handler) end(c *canary, v Verdict) bool {
 	return true
 }
 
-// record counts a job's outcome in the canary's window and ends the canary if that
+// record counts a job's result in the canary's window and ends the canary if that
 // decides it. A defer is neither a success nor a failure.
-func (h *Handler) record(c *canary, role string, o worker.Outcome) {
-	if o == worker.Defer {
+// runFailed reports whether a run's result counts as a failure of its version: anything
+// but an ack, or a wait for children it staged (a wait without one fails).
+func runFailed(res worker.Result) bool {
+	switch res.Outcome {
+	case worker.Ack:
+		return false
+	case worker.Wait:
+		return !slices.ContainsFunc(res.Children, func(c worker.Child) bool { return c.Await })
+	}
+	return true
+}
+
+func (h *Handler) record(c *canary, role string, res worker.Result) {
+	if res.Outcome == worker.Defer {
 		return
 	}
-	bad := o != worker.Ack
+	bad := runFailed(res)
 	c.mu.Lock()
 	if c.ended {
 		c.mu.Unlock()

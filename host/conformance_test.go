@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
 
 	"github.com/wasmjobs/wasmjobs/abi"
@@ -53,8 +54,8 @@ func load(t testing.TB, e *host.Engine, c abitest.Case) (*host.Module, error) {
 // jobFor makes the case's job for m.
 func jobFor(c abitest.Case, m *host.Module) *worker.Job {
 	env := backend.NewEnvelope(m.Queue(), []byte(c.Payload))
-	env.Headers = c.Headers
-	job := &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: c.MaxAttempts}
+	env.Headers, env.Round = c.Headers, c.Round
+	job := &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: c.MaxAttempts, Round: c.Round, Awaited: c.Awaited}
 	if job.MaxAttempts == 0 {
 		job.MaxAttempts = m.Manifest().MaxAttempts
 	}
@@ -114,9 +115,9 @@ func TestConformance(t *testing.T) {
 				}
 			}
 			var children []abitest.Child
-			if settle == worker.Ack {
+			if settle == worker.Ack || settle == worker.Wait {
 				for _, ch := range x.Result().Children {
-					children = append(children, abitest.Child{Queue: ch.Queue, Payload: string(ch.Payload), DelayMs: ch.Delay.Milliseconds()})
+					children = append(children, abitest.Child{Queue: ch.Queue, Payload: string(ch.Payload), DelayMs: ch.Delay.Milliseconds(), Await: ch.Await})
 				}
 			}
 			if len(children) != len(c.Enqueued) {
@@ -154,4 +155,68 @@ func shorten(s string) string {
 		return s[:200] + "..."
 	}
 	return s
+}
+
+// TestNoWaitRefusesWaitImports: a host whose backend keeps no waiting jobs refuses, at
+// load, a module that imports any function of fan-out and fan-in, naming the import and
+// the backend; a module that imports none of them loads there as anywhere.
+func TestNoWaitRefusesWaitImports(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		backend, want string
+	}{
+		{"rabbitmq (amqp://broker)", "imports wasmjobs.enqueue_awaited (fan-out and fan-in), which this host cannot serve: backend rabbitmq (amqp://broker) keeps no waiting jobs"},
+		{"", "which this host cannot serve: the host's backend keeps no waiting jobs, so a WAIT could never resume"},
+	} {
+		e := newEngineWith(t, host.Config{NoCache: true, NoWait: true, Backend: tc.backend})
+		for _, module := range []string{"abi/wait", "hostile/oob_wait"} {
+			c := abitest.Case{Module: module}
+			_, err := load(t, e, c)
+			if err == nil || !errors.Is(err, host.ErrInvalidModule) || !contains(err.Error(), tc.want) {
+				t.Errorf("backend %q: Load(%s) = %v, want an invalid-module error containing %q", tc.backend, module, err, tc.want)
+			}
+		}
+		for _, module := range []string{"abi/enqueue", "hostile/oob"} {
+			m, err := load(t, e, abitest.Case{Module: module})
+			if err != nil {
+				t.Fatalf("backend %q: %s, without the wait imports: %v", tc.backend, module, err)
+			}
+			m.Retire()
+		}
+	}
+	// The load check asks abi.IsWaitFunc of each import: it must count all four wait
+	// imports as such and no other import. (No module importing only round, children_len
+	// or child_read is loaded here; this checks the predicate, not a load.)
+	for _, fn := range []string{abi.FuncEnqueueAwaited, abi.FuncRound, abi.FuncChildrenLen, abi.FuncChildRead} {
+		if !abi.IsWaitFunc(fn) {
+			t.Errorf("abi.IsWaitFunc(%q) = false", fn)
+		}
+	}
+	for _, fn := range []string{abi.FuncEnqueue, abi.FuncAttempt, "wait"} {
+		if abi.IsWaitFunc(fn) {
+			t.Errorf("abi.IsWaitFunc(%q) = true", fn)
+		}
+	}
+}
+
+// TestNoWaitFailsAWait: on a host that cannot serve waits, a module that returns WAIT
+// without importing enqueue_awaited fails with a reason that names the backend.
+func TestNoWaitFailsAWait(t *testing.T) {
+	t.Parallel()
+	e := newEngineWith(t, host.Config{NoCache: true, NoWait: true, Backend: "rabbitmq"})
+	m := loadSvc(t, e, mustRead(t, filepath.Join(abitest.Dir(), "hostile", "wait_code.wasm")), host.Manifest{})
+	defer m.Retire()
+	x := m.Run(context.Background(), jobFor(abitest.Case{}, m), nil)
+	if x.Ending() != string(host.CauseNoWait) || x.Reason != "wait: backend rabbitmq keeps no waiting jobs, so a WAIT could never resume" {
+		t.Fatalf("ending %s reason %q", x.Ending(), x.Reason)
+	}
+}
+
+// TestAwaitOutputCapMatches: the cap of an awaited child's output is the same in the
+// ABI and in the backend contract.
+func TestAwaitOutputCapMatches(t *testing.T) {
+	t.Parallel()
+	if abi.MaxChildOutput != backend.MaxAwaitOutput {
+		t.Fatalf("abi.MaxChildOutput %d, backend.MaxAwaitOutput %d", abi.MaxChildOutput, backend.MaxAwaitOutput)
+	}
 }

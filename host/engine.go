@@ -53,6 +53,14 @@ type Config struct {
 	// job's run ends, from the job's goroutine: it must be quick and must not block.
 	// `wasmjobs run` counts them in its metrics.
 	OnHTTPCall func(HTTPCall)
+	// NoWait says the host's backend keeps no waiting jobs (it is no
+	// backend.DependentPublisher): a module that imports the functions of fan-out and
+	// fan-in (abi.IsWaitFunc) is refused at load, and a JS handler's WAIT fails, each
+	// saying why, rather than being retried for ever.
+	NoWait bool
+	// Backend names the host's backend in those errors; empty means "the host's
+	// backend".
+	Backend string
 }
 
 // HTTPOptions are the host's settings for every module's outbound HTTP client. The zero
@@ -87,6 +95,8 @@ type Engine struct {
 	httpOpts outbound.Options
 	// onHTTPCall is Config.OnHTTPCall.
 	onHTTPCall func(HTTPCall)
+	// noWait, when not empty, says why the host cannot serve waits (Config.NoWait).
+	noWait string
 
 	// runs counts the jobs running on the engine's modules; idle is closed when it
 	// falls to zero (both under runsMu). Close waits for them: wazero's runtime must not
@@ -168,6 +178,13 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 		opts.Resolver = cfg.HTTP.Resolver // left nil otherwise: the default resolver
 	}
 	e := &Engine{log: log, httpOpts: opts, onHTTPCall: cfg.OnHTTPCall}
+	if cfg.NoWait {
+		name := "the host's backend"
+		if cfg.Backend != "" {
+			name = "backend " + cfg.Backend
+		}
+		e.noWait = name + " keeps no waiting jobs, so a WAIT could never resume"
+	}
 	rc := wazero.NewRuntimeConfigCompiler().WithCloseOnContextDone(true)
 	if !cfg.NoCache {
 		dir := cfg.CacheDir
@@ -260,6 +277,9 @@ func (e *Engine) importOK(def api.FunctionDefinition, js bool) error {
 		want, ok := hostFuncs[name]
 		if !ok {
 			return fmt.Errorf("imports %s.%s, which ABI v1 does not define", module, name)
+		}
+		if e.noWait != "" && abi.IsWaitFunc(name) {
+			return fmt.Errorf("imports %s.%s (fan-out and fan-in), which this host cannot serve: %s", module, name, e.noWait)
 		}
 		if !sameTypes(def.ParamTypes(), want.params) || !sameTypes(def.ResultTypes(), want.results) {
 			return fmt.Errorf("imports %s.%s as %s, want %s", module, name,

@@ -21,6 +21,7 @@ const (
 	CauseTimeout     Cause = "timeout"      // the wall-clock limit passed
 	CauseInvalidCode Cause = "invalid_code" // wasmjobs_handle returned an unknown code
 	CauseExit        Cause = "exit"         // proc_exit, with any code
+	CauseNoWait      Cause = "no_wait"      // a WAIT on a host whose backend keeps no waiting jobs (Config.NoWait)
 	CauseCancelled   Cause = "cancelled"    // an operator cancelled the job while it ran (worker.Worker.Cancel)
 )
 
@@ -33,7 +34,7 @@ type Log struct {
 // Execution is what happened when a module ran a job.
 type Execution struct {
 	// Outcome is how the run ended: the outcome code the handler returned (Ack, Retry,
-	// Defer, DeadLetter), or worker.Failed.
+	// Defer, DeadLetter, Wait), or worker.Failed.
 	Outcome worker.Outcome
 	// Cause says why a Failed run failed; empty for any other outcome.
 	Cause Cause
@@ -47,7 +48,7 @@ type Execution struct {
 	Output []byte
 	// Logs are the job's log lines, when Run was given no LogFunc.
 	Logs []Log
-	// Children are the child jobs the guest staged.
+	// Children are the child jobs the guest staged, the awaited ones marked.
 	Children []worker.Child
 	// Outage, when a request of the run met an outage (its destination's circuit
 	// breaker was open, or the request's failure opened it), is when those breakers
@@ -75,7 +76,8 @@ type Execution struct {
 }
 
 // Ending names how the run ended in one word: its Cause when it failed (trap, timeout,
-// invalid_code, exit, cancelled), else its Outcome (ack, retry, defer, dead_letter). It is the
+// invalid_code, exit, cancelled, no_wait), else its Outcome (ack, retry, defer,
+// dead_letter, wait). It is the
 // result that wasmjobs invoke reports.
 func (x *Execution) Ending() string {
 	if x.Outcome == worker.Failed {
@@ -90,8 +92,8 @@ func (x *Execution) fail(cause Cause, reason string) {
 }
 
 // Result turns the execution into the worker's result. Staged children count only on
-// ack and a staged reason only on retry, defer and dead-letter (ABI v1); a failure
-// ignores the staged delay.
+// ack and wait, and a staged reason only on retry, defer and dead-letter (ABI v1); a
+// failure ignores the staged delay, and so does a wait.
 func (x *Execution) Result() worker.Result {
 	res := worker.Result{Reason: x.Reason, Output: x.Output, Handler: x.Module, Version: x.Version, Calls: x.Calls}
 	if n := len(x.Calls); n > MaxResultCalls {
@@ -101,6 +103,9 @@ func (x *Execution) Result() worker.Result {
 	switch x.Outcome {
 	case worker.Ack:
 		res.Reason, res.Children = "", x.Children
+	case worker.Wait:
+		res.Reason, res.Children = "", x.Children
+		return res
 	case worker.Retry, worker.Defer, worker.DeadLetter:
 	default:
 		res.Outcome = worker.Failed
@@ -180,12 +185,17 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 		if fail.reason == "trap: stack overflow" {
 			m.e.reclaim()
 		}
-	case code < abi.OutcomeAck || code > abi.OutcomeDeadLetter:
+	case code < abi.OutcomeAck || code > abi.OutcomeWait:
 		x.Code = &code
 		x.fail(CauseInvalidCode, fmt.Sprintf("invalid outcome code %d", code))
+	case code == abi.OutcomeWait && m.e.noWait != "":
+		// A JS handler, or a module that returns 4 without importing enqueue_awaited: a
+		// module that imports it was refused at load.
+		x.Code = &code
+		x.fail(CauseNoWait, "wait: "+m.e.noWait)
 	default:
 		x.Code = &code
-		x.Outcome = [...]worker.Outcome{worker.Ack, worker.Retry, worker.Defer, worker.DeadLetter}[code]
+		x.Outcome = [...]worker.Outcome{worker.Ack, worker.Retry, worker.Defer, worker.DeadLetter, worker.Wait}[code]
 		x.Reason = st.reason
 		healthy = !inst.mod.IsClosed() && (inst.js == nil || inst.js.healthy(context.Background()))
 	}

@@ -77,7 +77,7 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 	res.Logs = lines
 	if c != nil {
 		res.Role = role
-		if role == RoleCanary && res.Outcome != worker.Ack && res.Reason != "" {
+		if role == RoleCanary && runFailed(res) && res.Reason != "" {
 			// The job's record keeps the last failure's reason while it retries on the
 			// current version: it says which version failed it.
 			res.Reason = "on canary " + m.version[:min(12, len(m.version))] + ": " + res.Reason
@@ -85,7 +85,7 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 		// A run an operator cancelled says nothing of the version: it is not counted,
 		// lest cancelling stuck jobs roll a canary back as failed.
 		if x.Cause != CauseCancelled {
-			h.record(c, role, res.Outcome)
+			h.record(c, role, res)
 		}
 	}
 	return res

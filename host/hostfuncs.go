@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -27,6 +28,7 @@ type callState struct {
 	limits  *Limits
 	allowed map[string]bool // queues it may enqueue into; nil: any
 	sink    LogFunc
+	noWait  bool // the host cannot serve waits (Config.NoWait)
 
 	reason   string
 	delayMs  int64 // -1: none staged
@@ -48,6 +50,7 @@ func (st *callState) reset(job *worker.Job, mod *Module, sink LogFunc) {
 		limits:  &mod.manifest.Limits,
 		allowed: mod.allowed,
 		sink:    sink,
+		noWait:  mod.e != nil && mod.e.noWait != "",
 		delayMs: -1,
 		js:      st.js,
 		http:    httpState{client: mod.http},
@@ -210,29 +213,127 @@ var hostFuncs = withHTTPHostFuncs(map[string]hostFunc{
 		st.output = append(st.output, buf...)
 		stack[0] = uint64(uint32(len(buf)))
 	}},
-	abi.FuncEnqueue: {funcType{[]api.ValueType{i32, i32, i32, i32, i64}, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
-		queue := guestBytes(mod, abi.FuncEnqueue, stack[0], stack[1])
-		payload := guestBytes(mod, abi.FuncEnqueue, stack[2], stack[3])
-		delayMs := int64(stack[4])
-		st := stateOf(ctx)
-		q := string(queue)
-		switch {
-		case delayMs < 0 || backend.ValidateQueueName(q) != nil:
-			stack[0] = status(abi.StatusBadArgument)
-		case st.allowed != nil && !st.allowed[q]:
-			stack[0] = status(abi.StatusNotPermitted)
-		case len(st.children) >= st.limits.MaxChildren || len(payload) > st.limits.MaxPayload:
-			stack[0] = status(abi.StatusLimitExceeded)
-		default:
-			st.children = append(st.children, worker.Child{
-				Queue:   q,
-				Payload: append([]byte(nil), payload...),
-				Delay:   time.Duration(delayMs) * time.Millisecond,
-			})
-			stack[0] = 0
+	abi.FuncEnqueue:        {enqueueType, enqueueFunc(abi.FuncEnqueue, false)},
+	abi.FuncEnqueueAwaited: {enqueueType, enqueueFunc(abi.FuncEnqueueAwaited, true)},
+	abi.FuncRound: {funcType{nil, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
+		stack[0] = 0
+		if st := stateOf(ctx); st.job != nil {
+			stack[0] = uint64(uint32(st.job.Round))
 		}
 	}},
+	abi.FuncChildrenLen: {funcType{nil, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
+		stack[0] = uint64(uint32(len(stateOf(ctx).awaited())))
+	}},
+	abi.FuncChildRead: {funcType{[]api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
+		buf := guestBytes(mod, abi.FuncChildRead, stack[2], stack[3])
+		v, s := childField(stateOf(ctx).awaited(), int32(stack[0]), int32(stack[1]))
+		if s < 0 {
+			stack[0] = status(s)
+			return
+		}
+		copy(buf, v)
+		stack[0] = uint64(uint32(len(v)))
+	}},
 })
+
+var enqueueType = funcType{[]api.ValueType{i32, i32, i32, i32, i64}, []api.ValueType{i32}}
+
+// enqueueFunc is enqueue, or enqueue_awaited when await is set: the two stage children
+// alike, under one max_children.
+func enqueueFunc(name string, await bool) api.GoModuleFunc {
+	return func(ctx context.Context, mod api.Module, stack []uint64) {
+		queue := guestBytes(mod, name, stack[0], stack[1])
+		payload := guestBytes(mod, name, stack[2], stack[3])
+		delayMs := int64(stack[4])
+		s := stateOf(ctx).stage(string(queue), payload, delayMs, await)
+		stack[0] = status(s)
+	}
+}
+
+// stage stages a child job, as enqueue and enqueue_awaited do, and returns the status:
+// 0, or why it was refused. The payload is copied.
+func (st *callState) stage(q string, payload []byte, delayMs int64, await bool) int32 {
+	switch {
+	case delayMs < 0 || backend.ValidateQueueName(q) != nil:
+		return abi.StatusBadArgument
+	case st.allowed != nil && !st.allowed[q]:
+		return abi.StatusNotPermitted
+	case len(st.children) >= st.limits.MaxChildren || len(payload) > st.limits.MaxPayload:
+		return abi.StatusLimitExceeded
+	}
+	st.children = append(st.children, worker.Child{
+		Queue:   q,
+		Payload: append([]byte(nil), payload...),
+		Delay:   time.Duration(delayMs) * time.Millisecond,
+		Await:   await,
+	})
+	return 0
+}
+
+// awaited returns the results of the job's last wait: none outside a job or on a
+// first run.
+func (st *callState) awaited() []backend.AwaitResult {
+	if st.job == nil {
+		return nil
+	}
+	return st.job.Awaited
+}
+
+// childJSON is an awaited child as a JS handler's job.children() gives it.
+type childJSON struct {
+	ID        string `json:"id"`
+	Queue     string `json:"queue"`
+	State     string `json:"state"`
+	Reason    string `json:"reason"`
+	Output    string `json:"output"`
+	Truncated bool   `json:"truncated"`
+}
+
+// childrenJSON encodes the results of the job's last wait for job.children(): each
+// output as text (invalid UTF-8 replaced), cut at abi.MaxChildOutput.
+func childrenJSON(awaited []backend.AwaitResult) ([]byte, error) {
+	out := make([]childJSON, len(awaited))
+	for i := range awaited {
+		o, _ := childField(awaited, int32(i), abi.ChildOutput)
+		t, _ := childField(awaited, int32(i), abi.ChildTruncated)
+		c := &awaited[i]
+		out[i] = childJSON{ID: c.ID, Queue: c.Queue, State: string(c.State), Reason: c.Reason,
+			Output: strings.ToValidUTF8(string(o), "\uFFFD"), Truncated: t[0] == 1}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the awaited children: %w", err)
+	}
+	return b, nil
+}
+
+// childField returns the field of child_read for the awaited child index, or the
+// status that refuses it: NOT_FOUND for an index out of range, BAD_ARGUMENT for an
+// unknown field. An output is cut at abi.MaxChildOutput, whatever the backend kept.
+func childField(awaited []backend.AwaitResult, index, field int32) ([]byte, int32) {
+	if index < 0 || int(index) >= len(awaited) {
+		return nil, abi.StatusNotFound
+	}
+	c := &awaited[index]
+	switch field {
+	case abi.ChildID:
+		return []byte(c.ID), 0
+	case abi.ChildQueue:
+		return []byte(c.Queue), 0
+	case abi.ChildState:
+		return []byte(c.State), 0
+	case abi.ChildReason:
+		return []byte(c.Reason), 0
+	case abi.ChildOutput:
+		return c.Output[:min(len(c.Output), abi.MaxChildOutput)], 0
+	case abi.ChildTruncated:
+		if c.OutputTruncated || len(c.Output) > abi.MaxChildOutput {
+			return []byte{1}, 0
+		}
+		return []byte{0}, 0
+	}
+	return nil, abi.StatusBadArgument
+}
 
 func (st *callState) payload() []byte {
 	if st.job == nil {

@@ -15,8 +15,6 @@ import (
 	"github.com/tetratelabs/wazero/api"
 
 	"github.com/wasmjobs/wasmjobs/abi"
-	"github.com/wasmjobs/wasmjobs/backend"
-	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // JSSection is the custom section that makes a module a JavaScript handler: the module
@@ -48,7 +46,7 @@ const (
 	jsOpHeader      = 6  // (key) -> string | undefined
 	jsOpLog         = 7  // (level, msg)
 	jsOpOutput      = 8  // (string | ArrayBuffer) -> status
-	jsOpEnqueue     = 9  // (queue, string | ArrayBuffer, delayMs) -> status
+	jsOpEnqueue     = 9  // (queue, string | ArrayBuffer, delayMs, await) -> status
 	jsOpSettle      = 10 // (code, reason, delayMs); code -1: a failure with reason
 	jsOpLoadError   = 11 // (msg): the bundle did not load
 
@@ -63,7 +61,11 @@ const (
 	jsOpTimerCancel = 19 // (id)
 	jsOpEncode      = 20 // (string) -> Uint8Array of its UTF-8
 	jsOpDecode      = 21 // (ArrayBuffer, fatal) -> string | undefined (fatal and invalid)
-	jsOpLast        = jsOpDecode
+
+	// Fan-out and fan-in.
+	jsOpRound    = 22 // () -> number
+	jsOpChildren = 23 // () -> JSON of [{id, queue, state, reason, output, truncated}]
+	jsOpLast     = jsOpChildren
 )
 
 // jsHostName is the name the host function is registered under in the engine.
@@ -829,10 +831,22 @@ func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args [
 	if err != nil || !(opf >= 0 && opf <= jsOpLast) {
 		return 0, err
 	}
-	if int(opf) >= jsOpFetch {
+	if int(opf) >= jsOpFetch && int(opf) < jsOpRound {
 		return vm.fetchOp(ctx, st, int(opf), arg)
 	}
 	switch int(opf) {
+	case jsOpRound:
+		n := 0
+		if st.job != nil {
+			n = st.job.Round
+		}
+		return vm.number(ctx, float64(n))
+	case jsOpChildren:
+		b, err := childrenJSON(st.awaited())
+		if err != nil {
+			return 0, err
+		}
+		return vm.newString(ctx, vm.in, b)
 	case jsOpPayload:
 		return vm.newBytes(ctx, vm.in, "qjs_new_uint8_array", st.payload())
 	case jsOpText:
@@ -905,16 +919,20 @@ func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args [
 		if err != nil {
 			return 0, err
 		}
+		await, err := vm.argNumber(ctx, arg(4))
+		if err != nil {
+			return 0, err
+		}
 		var s int32
 		switch {
-		case !okq || !okb || math.IsNaN(d) || d < 0 || d > math.MaxInt64/float64(time.Millisecond) || backend.ValidateQueueName(q) != nil:
+		case !okq || !okb || math.IsNaN(d) || d < 0 || d > math.MaxInt64/float64(time.Millisecond):
 			s = abi.StatusBadArgument
-		case st.allowed != nil && !st.allowed[q]:
+		case await == 1 && st.noWait:
+			// The module could not be refused at load (the engine imports nothing of
+			// fan-in): its awaited child is refused here.
 			s = abi.StatusNotPermitted
-		case len(st.children) >= st.limits.MaxChildren || len(b) > st.limits.MaxPayload:
-			s = abi.StatusLimitExceeded
 		default:
-			st.children = append(st.children, worker.Child{Queue: q, Payload: b, Delay: time.Duration(d) * time.Millisecond})
+			s = st.stage(q, b, int64(d), await == 1)
 		}
 		return vm.number(ctx, float64(s))
 	case jsOpSettle:
@@ -938,7 +956,7 @@ func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args [
 		}
 		vm.settled = true
 		switch code {
-		case 0, 1, 2, 3:
+		case 0, 1, 2, 3, 4:
 			vm.code = int32(code)
 			st.reason = reason
 			if d >= 0 && d <= math.MaxInt64/float64(time.Millisecond) {

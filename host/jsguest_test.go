@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -316,5 +317,42 @@ const end = Date.now() + 3000; while (Date.now() < end) {}`
 	x := run(m, "")
 	if x.Cause != host.CauseTimeout || !strings.Contains(x.Reason, "timeout after 100ms") {
 		t.Fatalf("%s %q after %v, want a timeout after 100ms", x.Ending(), x.Reason, x.Duration)
+	}
+}
+
+// TestJSEnqueueAwaitOption: enqueue's await option takes a boolean, and anything else
+// throws a TypeError naming the option before a child is staged, as a bad delay throws
+// a RangeError; true stages an awaited child, false or no option a plain one.
+func TestJSEnqueueAwaitOption(t *testing.T) {
+	t.Parallel()
+	m := loadJS(t, newEngine(t), jsEval, `enqueue = ["child"]`)
+	const typeErr = "TypeError: enqueue: the await option must be a boolean, got a "
+	for _, c := range []struct {
+		name, option, want string
+		awaited            []bool // the children staged when want is ""
+	}{
+		{"a number", "{await: 1}", typeErr + "number", nil},
+		{"a string", `{await: "yes"}`, typeErr + "string", nil},
+		{"an object", "{await: {}}", typeErr + "object", nil},
+		{"true", "{await: true}", "", []bool{true}},
+		{"false", "{await: false}", "", []bool{false}},
+		{"null", "{await: null}", "", []bool{false}},
+		{"no option", "{}", "", []bool{false}},
+		{"a bad delay", "{delay: -1, await: true}", "RangeError: enqueue: delay must be a non-negative number of milliseconds, got -1", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			x := run(m, `try { job.enqueue("child", "x", `+c.option+`); return ""; } catch (e) { return e.name + ": " + e.message; }`)
+			if x.Outcome != worker.Ack || string(x.Output) != c.want {
+				t.Fatalf("%s %s: output %q, want %q", x.Ending(), x.Reason, x.Output, c.want)
+			}
+			var got []bool
+			for _, ch := range x.Children {
+				got = append(got, ch.Await)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.awaited) {
+				t.Fatalf("children awaited %v, want %v", got, c.awaited)
+			}
+		})
 	}
 }

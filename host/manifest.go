@@ -104,6 +104,10 @@ type Manifest struct {
 	// which run in enqueue order, each holding its key until it ends (a retrying job
 	// too). Default: no bound. RabbitMQ refuses it.
 	KeyConcurrency int
+	// WaitTimeout is how long a job of the module that settled WAIT waits for its
+	// awaited children: past it, it runs again with those that had not ended marked
+	// unfinished. Default: backend.DefaultWaitTimeout (24 h).
+	WaitTimeout time.Duration
 	// Isolation is pooled (default) or fresh.
 	Isolation Isolation
 	// RecycleAfter discards a pooled instance after this many jobs. Zero: never.
@@ -232,6 +236,7 @@ type manifestDoc struct {
 	BackoffCap     any `toml:"backoff_cap"`
 	Concurrency    any `toml:"concurrency"`
 	KeyConcurrency any `toml:"key_concurrency"`
+	WaitTimeout    any `toml:"wait_timeout"`
 	Isolation      any `toml:"isolation"`
 	RecycleAfter   any `toml:"recycle_after"`
 	Timeout        any `toml:"timeout"`
@@ -300,6 +305,7 @@ var manifestFields = map[string]manifestField{
 	"backoff_cap":     durationField(func(m *Manifest) *time.Duration { return &m.BackoffCap }),
 	"timeout":         durationField(func(m *Manifest) *time.Duration { return &m.Limits.Timeout }),
 	"key_concurrency": intField(func(m *Manifest) *int { return &m.KeyConcurrency }, 1, 100_000),
+	"wait_timeout":    durationFieldUpTo(func(m *Manifest) *time.Duration { return &m.WaitTimeout }, "720h", maxWaitTimeout),
 	"isolation": func(m *Manifest, v value) error {
 		s, err := v.str()
 		if err != nil {
@@ -390,12 +396,20 @@ func intField(field func(*Manifest) *int, lo, hi int) manifestField {
 	}
 }
 
+// maxWaitTimeout is the longest wait_timeout: 30 days.
+const maxWaitTimeout = 720 * time.Hour
+
 func durationField(field func(*Manifest) *time.Duration) manifestField {
+	return durationFieldUpTo(field, "24h", 24*time.Hour)
+}
+
+// durationFieldUpTo is a duration from 1ms to most, which a message names as name.
+func durationFieldUpTo(field func(*Manifest) *time.Duration, name string, most time.Duration) manifestField {
 	return func(m *Manifest, v value) error {
 		s, ok := v.v.(string)
 		d, err := time.ParseDuration(s)
-		if !ok || err != nil || d <= 0 || d > 24*time.Hour {
-			return fmt.Errorf("want a duration from 1ms to 24h such as \"30s\", got %s", v.raw)
+		if !ok || err != nil || d <= 0 || d > most {
+			return fmt.Errorf("want a duration from 1ms to %s such as \"30s\", got %s", name, v.raw)
 		}
 		*field(m) = d
 		return nil

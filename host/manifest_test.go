@@ -24,6 +24,7 @@ backoff_base = "2s"
 backoff_cap = "10m"
 concurrency = 4
 key_concurrency = 1
+wait_timeout = "48h"
 isolation = "fresh"
 recycle_after = 1_000
 timeout = "1500ms"
@@ -46,7 +47,7 @@ GREETING = "a=b # not a comment"
 	}
 	want := host.Manifest{
 		Queue: "mail", Enqueue: []string{"audit", "mail.slow"}, MaxAttempts: 7, MaxDefers: 3,
-		BackoffBase: 2 * time.Second, BackoffCap: 10 * time.Minute, Concurrency: 4, KeyConcurrency: 1, Isolation: host.Fresh, RecycleAfter: 1000,
+		BackoffBase: 2 * time.Second, BackoffCap: 10 * time.Minute, Concurrency: 4, KeyConcurrency: 1, WaitTimeout: 48 * time.Hour, Isolation: host.Fresh, RecycleAfter: 1000,
 		Limits: host.Limits{Timeout: 1500 * time.Millisecond, MemoryPages: 512, MaxPayload: 256 << 10, MaxOutput: 4096,
 			MaxLogMessage: 1024, MaxLogLines: 50, MaxChildren: 0, MaxReason: 200},
 		Env:  map[string]string{"TZ": "UTC", "GREETING": "a=b # not a comment"},
@@ -124,6 +125,7 @@ func TestBadManifestsNameLineAndField(t *testing.T) {
 		{"float for a number", "max_attempts = 1.5", `m.toml:1:1: field max_attempts: want a whole number, got 1.5`},
 		{"out of range", "max_attempts = 0", "m.toml:1:1: field max_attempts: want 1 to 1000000, got 0"},
 		{"key_concurrency out of range", "key_concurrency = 0", "m.toml:1:1: field key_concurrency: want 1 to 100000, got 0"},
+		{"wait_timeout past 30 days", `wait_timeout = "721h"`, `m.toml:1:1: field wait_timeout: want a duration from 1ms to 720h such as "30s", got "721h"`},
 		{"number for a string", "timeout = 5", `m.toml:1:1: field timeout: want a duration from 1ms to 24h such as "30s", got 5`},
 		{"bad duration", `timeout = "forever"`, `m.toml:1:1: field timeout: want a duration from 1ms to 24h such as "30s", got "forever"`},
 		{"negative duration", `  timeout = '-1s'`, `m.toml:1:3: field timeout: want a duration from 1ms to 24h such as "30s", got '-1s'`},

@@ -1,10 +1,12 @@
 package host
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
+	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
@@ -16,6 +18,9 @@ import (
 // the Handler and by anything that shows what the worker would do with a run.
 func (m *Module) Settle(x *Execution, job *worker.Job, now time.Time) worker.Result {
 	res := outageDefer(x.Result(), x, job, m.manifest.http, now, outageJitter) // with the run's calls, the first MaxResultCalls
+	if res.Outcome == worker.Wait {
+		res.WaitTimeout = cmp.Or(m.manifest.WaitTimeout, backend.DefaultWaitTimeout)
+	}
 	return rateLimitDefer(res, x, job, m.manifest.http, now, outageJitter)
 }
 

@@ -3,6 +3,8 @@ package host
 import (
 	"testing"
 	"time"
+
+	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // TestRolloutOfAModule: a module's rollout is its manifest's settings over the
@@ -26,5 +28,29 @@ func TestRolloutOfAModule(t *testing.T) {
 		CanaryJobs: DefaultCanaryJobs, CanaryTime: 60 * time.Second, CanaryMaxFailureDelta: DefaultCanaryMaxFailureDelta,
 		CanaryMinJobs: DefaultCanaryMinJobs, History: DefaultHistory}) {
 		t.Fatalf("defaults %+v", got)
+	}
+}
+
+// TestRunFailedForACanary: a canary's version is judged by its runs: an ack and a wait
+// for children it staged are successes; a wait without an awaited child, and anything
+// else, are failures.
+func TestRunFailedForACanary(t *testing.T) {
+	t.Parallel()
+	awaited := []worker.Child{{Queue: "q"}, {Queue: "q", Await: true}}
+	for _, tc := range []struct {
+		name   string
+		res    worker.Result
+		failed bool
+	}{
+		{"ack", worker.Result{Outcome: worker.Ack}, false},
+		{"wait for a child", worker.Result{Outcome: worker.Wait, Children: awaited}, false},
+		{"wait for nothing", worker.Result{Outcome: worker.Wait, Children: awaited[:1]}, true},
+		{"retry", worker.Result{Outcome: worker.Retry}, true},
+		{"dead letter", worker.Result{Outcome: worker.DeadLetter}, true},
+		{"failed", worker.Result{Outcome: worker.Failed}, true},
+	} {
+		if got := runFailed(tc.res); got != tc.failed {
+			t.Errorf("%s: runFailed = %v, want %v", tc.name, got, tc.failed)
+		}
 	}
 }

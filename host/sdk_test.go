@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,8 +85,8 @@ func buildGoGuest(t testing.TB, name, dir string) []byte {
 func runSDKCase(t *testing.T, m *host.Module, c abitest.SDKCase) host.Execution {
 	t.Helper()
 	env := backend.NewEnvelope("conformance", []byte(c.Payload))
-	env.ID, env.Headers = abitest.SDKJobID, c.Headers
-	x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: 5}, nil)
+	env.ID, env.Headers, env.Round = abitest.SDKJobID, c.Headers, c.Round
+	x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: 5, Round: c.Round, Awaited: c.Awaited}, nil)
 	if x.Ending() != c.Kind || x.Reason != c.Reason || string(x.Output) != c.Output {
 		t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Ending(), x.Reason, x.Output, c.Kind, c.Reason, c.Output)
 	}
@@ -117,12 +118,12 @@ func TestSDKConformance(t *testing.T) {
 					t.Errorf("%q: logs %v, want %v", c.Payload, logs, c.Logs)
 				}
 				var children []abitest.Child
-				if x.Outcome == worker.Ack {
+				if x.Outcome == worker.Ack || x.Outcome == worker.Wait {
 					for _, ch := range x.Children {
-						children = append(children, abitest.Child{Queue: ch.Queue, Payload: string(ch.Payload), DelayMs: ch.Delay.Milliseconds()})
+						children = append(children, abitest.Child{Queue: ch.Queue, Payload: string(ch.Payload), DelayMs: ch.Delay.Milliseconds(), Await: ch.Await})
 					}
 				}
-				if len(children) != len(c.Children) || (len(children) > 0 && children[1] != c.Children[1]) || (len(children) > 0 && children[0] != c.Children[0]) {
+				if !slices.Equal(children, c.Children) {
 					t.Errorf("%q: children %v, want %v", c.Payload, children, c.Children)
 				}
 			}
@@ -181,6 +182,10 @@ func TestExamples(t *testing.T) {
 	t.Run("sync-contact-ts", func(t *testing.T) {
 		t.Parallel()
 		testSyncContact(t, e)
+	})
+	t.Run("fanout-ts", func(t *testing.T) {
+		t.Parallel()
+		testFanOut(t, e)
 	})
 }
 
@@ -493,10 +498,7 @@ func TestSDKsCancelledInARequest(t *testing.T) {
 	for _, lang := range abitest.HTTPLanguages {
 		t.Run(lang, func(t *testing.T) { // one at a time: they share the server's signals
 			m := loadHTTPConformance(t, e, lang)
-			within := 100 * time.Millisecond
-			if lang == "typescript" {
-				within = 250 * time.Millisecond
-			}
+			within := cancelWithin(lang)
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
 			done := make(chan host.Execution, 1)
@@ -524,5 +526,152 @@ func TestSDKsCancelledInARequest(t *testing.T) {
 				t.Fatal("the server's request was not aborted")
 			}
 		})
+	}
+}
+
+// cancelWithin is how soon a run of lang's handler ends after an operator's cancel:
+// 100 ms, JavaScript within its interrupt's 250 ms backstop.
+func cancelWithin(lang string) time.Duration {
+	if lang == "typescript" {
+		return 250 * time.Millisecond
+	}
+	return 100 * time.Millisecond
+}
+
+// TestSDKsCancelledWhileSpinningOrAsleep: in every SDK, a job spinning in the
+// handler's code, and (where the SDK's target has one: Go and C; Rust's
+// wasm32-unknown-unknown has no sleep) a job asleep in WASI,
+// cancelled by an operator fails as cancelled within 100 ms of the cancel, JavaScript
+// within its 250 ms backstop.
+func TestSDKsCancelledWhileSpinningOrAsleep(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	sleeps := map[string]bool{"go": true, "c": true}
+	limits := host.DefaultLimits()
+	limits.Timeout = time.Minute
+	for _, lang := range abitest.Languages {
+		m := loadModule(t, e, "conformance", guestModule(t, lang+"-conformance"), host.Manifest{MaxAttempts: 5, Limits: limits})
+		for _, payload := range []string{"spin", "sleep"} {
+			if payload == "sleep" && !sleeps[lang] {
+				continue
+			}
+			t.Run(lang+"/"+payload, func(t *testing.T) {
+				within := cancelWithin(lang)
+				ctx, cancel := context.WithCancelCause(context.Background())
+				defer cancel(nil)
+				done := make(chan host.Execution, 1)
+				started := time.Now()
+				go func() {
+					env := backend.NewEnvelope("conformance", []byte(payload))
+					done <- m.Run(ctx, &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 5}, nil)
+				}()
+				select {
+				case x := <-done:
+					t.Fatalf("the %s run ended by itself after %v: %s %q", payload, time.Since(started), x.Ending(), x.Reason)
+				case <-time.After(300 * time.Millisecond): // well inside the handler by now
+				}
+				at := time.Now()
+				cancel(worker.ErrCancelled)
+				x := <-done
+				if took := time.Since(at); took > within {
+					t.Errorf("the run ended %v after the cancel, want within %v", took, within)
+				}
+				if x.Cause != host.CauseCancelled || x.Reason != "cancelled by an operator" {
+					t.Errorf("%s %q, want cancelled by an operator", x.Ending(), x.Reason)
+				}
+			})
+		}
+	}
+}
+
+// TestSDKWaitImportsOnlyWhenUsed: an SDK's handler imports the functions of fan-out
+// and fan-in only when it uses them, so on a host whose backend keeps no waiting jobs
+// every example (none waits) loads and every conformance handler (each waits) is
+// refused, naming the backend.
+func TestSDKWaitImportsOnlyWhenUsed(t *testing.T) {
+	t.Parallel()
+	e := newEngineWith(t, host.Config{NoCache: true, NoWait: true, Backend: "rabbitmq"})
+	for _, lang := range abitest.Languages {
+		t.Run(lang, func(t *testing.T) {
+			t.Parallel()
+			_, err := e.Load(context.Background(), "conformance", guestModule(t, lang+"-conformance"), host.Manifest{})
+			// A JS handler is the engine, which imports nothing of fan-in: it loads,
+			// and its WAIT fails at run time (TestJSWaitWhereTheHostCannot), the awaited enqueue refused.
+			if lang == "typescript" {
+				if err != nil {
+					t.Fatalf("Load: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "backend rabbitmq keeps no waiting jobs") {
+				t.Fatalf("Load = %v, want the refusal that names the backend", err)
+			}
+		})
+	}
+	for _, example := range []string{"greet-go", "wordcount-c", "webhook-rust", "render-email-as"} {
+		t.Run(example, func(t *testing.T) {
+			t.Parallel()
+			m, err := e.Load(context.Background(), example, guestModule(t, example), host.Manifest{})
+			if err != nil {
+				t.Fatalf("an example that never waits is refused: %v", err)
+			}
+			m.Retire()
+		})
+	}
+}
+
+// TestJSWaitWhereTheHostCannot: a JS handler (the engine, which imports nothing of
+// fan-in) loads on a host whose backend keeps no waiting jobs, and there its awaited
+// enqueue throws "not permitted": the job fails, saying so, and stages nothing.
+func TestJSWaitWhereTheHostCannot(t *testing.T) {
+	t.Parallel()
+	e := newEngineWith(t, host.Config{NoCache: true, NoWait: true, Backend: "rabbitmq"})
+	m := loadModule(t, e, "conformance", guestModule(t, "typescript-conformance"), host.Manifest{MaxAttempts: 5})
+	x := runSDKCase(t, m, abitest.SDKCase{Payload: "fanout", Kind: "trap", Reason: `trap: RangeError: enqueue into "child": not permitted`, Output: "0 0\n"})
+	if res := x.Result(); res.Outcome != worker.Failed || len(res.Children) != 0 {
+		t.Fatalf("result %s with children %v, want a failure that publishes none", res.Outcome, res.Children)
+	}
+}
+
+// testFanOut runs the README's fan-out example: its first run stages an awaited render
+// per page and waits, with the manifest's wait_timeout; its resumed run joins the
+// pages' outputs, and one without results does not fan out again.
+func testFanOut(t *testing.T, e *host.Engine) {
+	dir := filepath.Join(abitest.Dir(), "..", "examples", "fanout-ts")
+	man, err := host.ReadManifest(filepath.Join(dir, "fanout-ts.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := loadModule(t, e, "fanout-ts", guestModule(t, "fanout-ts"), man)
+	job := jobOf(m, `{"pages": ["intro", "body"]}`)
+	x := m.Run(context.Background(), job, nil)
+	res := m.Settle(&x, job, time.Now())
+	if res.Outcome != worker.Wait || res.WaitTimeout != time.Hour || len(res.Children) != 2 {
+		t.Fatalf("first run: %s (%s), wait timeout %v, children %+v", res.Outcome, res.Reason, res.WaitTimeout, res.Children)
+	}
+	for i, page := range []string{"intro", "body"} {
+		if c := res.Children[i]; c.Queue != "render" || string(c.Payload) != page || !c.Await {
+			t.Fatalf("child %d = %+v, want an awaited render of %q", i, c, page)
+		}
+	}
+	job = jobOf(m, `{"pages": ["intro", "body"]}`)
+	job.Round, job.Envelope.Round = 1, 1
+	job.Awaited = []backend.AwaitResult{{ID: "01JA", Queue: "render", State: backend.JobSucceeded, Output: []byte("<h1>intro</h1>")},
+		{ID: "01JB", Queue: "render", State: backend.JobSucceeded, Output: []byte("<p>body</p>")}}
+	if x := m.Run(context.Background(), job, nil); x.Ending() != "ack" || string(x.Output) != "<h1>intro</h1>\n<p>body</p>" {
+		t.Fatalf("resumed run: %s %q, output %q", x.Ending(), x.Reason, x.Output)
+	}
+	// A resumed run tells itself from a first one by its round, not by its results:
+	// one given none does not fan out again.
+	job = jobOf(m, `{"pages": ["intro", "body"]}`)
+	job.Round, job.Envelope.Round = 1, 1
+	if x := m.Run(context.Background(), job, nil); x.Ending() != "ack" || len(x.Children) != 0 {
+		t.Fatalf("resumed run without results: %s %q, children %+v, want an ack staging none", x.Ending(), x.Reason, x.Children)
+	}
+	// No page: nothing to wait for, a failure that says so.
+	job = jobOf(m, `{"pages": []}`)
+	x = m.Run(context.Background(), job, nil)
+	if settle, reason := worker.Decide(job, m.Settle(&x, job, time.Now()), 0); settle != worker.Retry || reason != "wait without an awaited child" {
+		t.Fatalf("no pages: %s %q", settle, reason)
 	}
 }

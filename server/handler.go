@@ -40,6 +40,30 @@ func (op *operator) observer(met *metrics.Metrics, log *slog.Logger) worker.Obse
 
 // newInspector builds the one inspector behind the API, the dashboard and Enqueue: the
 // same answers and the same rules whichever way in.
+// queueDepths counts the served queues' jobs for a scrape of /metrics, within 2 s:
+// the counts a backend cannot tell (-1) and those of a queue whose count failed are
+// left out.
+func (s *Server) queueDepths() []metrics.QueueDepth {
+	ctx, cancel := context.WithTimeout(s.runCtx, 2*time.Second)
+	defer cancel()
+	var out []metrics.QueueDepth
+	for _, q := range s.insp.Queues(ctx) {
+		if q.QueueStats == nil {
+			continue
+		}
+		st := q.QueueStats
+		counts := map[string]int{}
+		for state, n := range map[string]int{"pending": st.Pending, "unacked": st.Unacked, "delayed": st.Delayed, "deferred": st.Deferred,
+			"dead": st.Dead, "key_waiting": st.KeyWaiting, "waiting": st.Waiting} {
+			if n >= 0 {
+				counts[state] = n
+			}
+		}
+		out = append(out, metrics.QueueDepth{Queue: q.Name, Counts: counts})
+	}
+	return out
+}
+
 func (s *Server) newInspector() *inspect.Inspector {
 	return inspect.New(inspect.Config{
 		Backend: s.b, Registry: s.reg, Running: s.w.Running, Records: s.ops.recs, Rates: s.ops.rates,

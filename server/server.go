@@ -290,8 +290,8 @@ func New(b backend.Backend, cfg Config) (*Server, error) {
 		schedKick: make(chan struct{}, 1), startDone: make(chan struct{}), stopDone: make(chan struct{})}
 	if rr, ok := b.(backend.RecoveryReporter); ok {
 		rec := rr.Recovery()
-		s.log.Info("data directory opened", "data_dir", dataDir(b), "waiting", rec.Ready, "delayed", rec.Delayed,
-			"dead_letters", rec.Dead, "queues", rec.Queues, "took", rec.Took.Round(time.Millisecond))
+		s.log.Info("data directory opened", "data_dir", dataDir(b), "pending", rec.Ready, "delayed", rec.Delayed,
+			"dead_letters", rec.Dead, "waiting", rec.Waiting, "queues", rec.Queues, "took", rec.Took.Round(time.Millisecond))
 	}
 	s.runCtx, s.cancelRun = context.WithCancel(context.Background())
 	if err := s.build(); err != nil {
@@ -317,15 +317,21 @@ func (s *Server) build() (err error) {
 	// New takes no context: building an engine waits for nothing (its host modules
 	// are instantiated in memory, its cache directory made if missing).
 	ctx := context.Background()
+	// A backend that holds no job until others end cannot serve a handler's WAIT: the
+	// engines refuse, at load, the modules that import fan-in, naming the backend. A
+	// backend that publishes dependents hands out deliveries that wait and read their
+	// results (backend.WaitingDelivery, backend.AwaitedDelivery): memory and pebble.
+	_, waits := s.b.(backend.DependentPublisher)
 	s.engine, err = host.NewEngine(ctx, host.Config{CacheDir: s.cfg.CacheDir, Logger: s.log,
-		HTTP: host.HTTPOptions{RootCAs: s.cfg.RootCAs, IdleConnsPerHost: s.cfg.Concurrency}, OnHTTPCall: s.met.HTTPCall})
+		HTTP: host.HTTPOptions{RootCAs: s.cfg.RootCAs, IdleConnsPerHost: s.cfg.Concurrency}, OnHTTPCall: s.met.HTTPCall,
+		NoWait: !waits, Backend: s.cfg.BackendName})
 	if err != nil {
 		return err
 	}
 	made = append(made, func(ctx context.Context) { s.engine.Close(ctx) })
 	// Uploads are untrusted: they are checked on an engine of their own, without the
 	// on-disk compilation cache (an upload must not fill the cache directory).
-	s.checkEngine, err = host.NewEngine(ctx, host.Config{NoCache: true, Logger: s.log})
+	s.checkEngine, err = host.NewEngine(ctx, host.Config{NoCache: true, Logger: s.log, NoWait: !waits, Backend: s.cfg.BackendName})
 	if err != nil {
 		return fmt.Errorf("the upload checker's engine: %w", err)
 	}
@@ -352,6 +358,7 @@ func (s *Server) build() (err error) {
 	}
 	s.sched = newScheduler(s.b, s.ops.recs, s.log)
 	s.insp = s.newInspector()
+	s.met.CountQueues(s.queueDepths)
 	s.handler = s.newHandler()
 	s.parts = s.components()
 	return nil

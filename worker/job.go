@@ -18,6 +18,12 @@ type Job struct {
 	Attempt int
 	// MaxAttempts is how many executions are allowed before the job is dead-lettered.
 	MaxAttempts int
+	// Round counts the job's waits that have ended (Envelope.Round): zero on a first
+	// run, n on the run resumed after its n-th Wait, at the same Attempt.
+	Round int
+	// Awaited is how each child the job's last Wait awaited ended, in the order they
+	// were staged; nil on a first run.
+	Awaited []backend.AwaitResult
 }
 
 // OutageSince returns when the outage the job waits out began: the time the worker
@@ -32,9 +38,9 @@ func (j *Job) OutageSince() (time.Time, bool) {
 }
 
 // Outcome is how an attempt of a job ended: the handler's verdict (Result.Outcome, any
-// of the first five) and how the worker settled the job (Event.Settle, never Failed: a
-// failure is settled as a retry or a dead letter; Cancelled only there). Its names
-// (String) are the settles of the API, the logs and the metric labels.
+// of the first five, or Wait) and how the worker settled the job (Event.Settle, never
+// Failed: a failure is settled as a retry or a dead letter; Cancelled only there). Its
+// names (String) are the settles of the API, the logs and the metric labels.
 type Outcome int
 
 // The outcomes of a handler. The zero value is Ack.
@@ -55,12 +61,18 @@ const (
 	// settle, never a verdict (a handler that returns it fails): the job leaves its
 	// queue, never retried, and what it staged is dropped.
 	Cancelled
+	// Wait: publish the children, as Ack does, and hold the job, holding no capacity,
+	// until every child with Await set has ended (or Result.WaitTimeout passes); it then
+	// runs again at the same attempt, with Job.Round one higher and Job.Awaited saying
+	// how each ended. A Wait without an awaited child is a failure, and so is one on a
+	// backend whose deliveries cannot wait (backend.WaitingDelivery).
+	Wait
 )
 
-var outcomeNames = [...]string{"ack", "retry", "defer", "dead_letter", "failed", "cancelled"}
+var outcomeNames = [...]string{"ack", "retry", "defer", "dead_letter", "failed", "cancelled", "wait"}
 
-// String returns the outcome's name: ack, retry, defer, dead_letter, failed or
-// cancelled.
+// String returns the outcome's name: ack, retry, defer, dead_letter, failed,
+// cancelled or wait.
 func (o Outcome) String() string {
 	if o >= 0 && int(o) < len(outcomeNames) {
 		return outcomeNames[o]
@@ -78,6 +90,9 @@ type Child struct {
 	Headers map[string]string
 	// Delay holds the child back for this long after it is published.
 	Delay time.Duration
+	// Await makes the child one that a Wait of its parent waits for; on Ack it is
+	// published as any other child, awaited by nothing.
+	Await bool
 }
 
 // Result is a handler's verdict on a job.
@@ -99,8 +114,12 @@ type Result struct {
 	// Output is what the job produced, kept with its state for inspection.
 	Output []byte
 	// Children are published, each confirmed, before the job is acknowledged; only on
-	// Ack. If one cannot be published the job is retried instead.
+	// Ack or Wait. If one cannot be published the job is retried instead.
 	Children []Child
+	// WaitTimeout bounds a Wait: past it the job runs again with the awaited children
+	// that had not ended marked backend.JobUnfinished. Zero means
+	// backend.DefaultWaitTimeout.
+	WaitTimeout time.Duration
 	// Handler and Version name the handler that ran the job and its version, such as a
 	// module's name and sha256; they are passed on in events and logs.
 	Handler, Version string

@@ -43,7 +43,7 @@ type Event struct {
 	// It is the zero Result for a message that could not be decoded.
 	Result Result
 	// Settle, Reason and Delay say how the job was or was to be settled (Ack, Retry,
-	// Defer, DeadLetter or Cancelled, never Failed: a failed attempt is settled as a
+	// Defer, DeadLetter, Cancelled or Wait, never Failed: a failed attempt is settled as a
 	// retry or a dead letter), the reason recorded and the delay before it runs again.
 	Settle Outcome
 	Reason string

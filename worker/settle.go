@@ -38,11 +38,17 @@ func (w *Worker) process(qs *queueState, d backend.Delivery) {
 	// extract
 	pol := qs.policy.Load()
 	spec := pol.spec
-	job := &Job{Envelope: env, Attempt: max(env.Attempt, 1), MaxAttempts: env.MaxAttempts}
+	job := &Job{Envelope: env, Attempt: max(env.Attempt, 1), MaxAttempts: env.MaxAttempts, Round: env.Round}
 	if job.MaxAttempts <= 0 {
 		job.MaxAttempts = spec.MaxAttempts
 	}
 	w.obs.Observe(Event{Kind: EventStarted, Job: job})
+	if err := readAwaited(w.handlerCtx, d, job); err != nil {
+		// A resumed run without its children's results would decide blind: it fails,
+		// the retry way, and reads them again on its next delivery.
+		w.settle(spec, d, job, Result{}, 0, w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()}))
+		return
+	}
 	// execute, under a context of the job's own that Cancel can end
 	ctx, cancel := context.WithCancelCause(w.handlerCtx)
 	r := w.runs.start(env.ID, cancel)
@@ -61,6 +67,28 @@ func (w *Worker) process(qs *queueState, d backend.Delivery) {
 	}
 	r.decide(p.settle)
 	w.runs.end(r, w.settle(spec, d, job, res, took, p))
+}
+
+// readAwaited gives a resumed job (Round > 0) the results of its last wait.
+func readAwaited(ctx context.Context, d backend.Delivery, job *Job) error {
+	if job.Round == 0 {
+		return nil
+	}
+	ad, ok := d.(backend.AwaitedDelivery)
+	if !ok {
+		return fmt.Errorf("job %s is at round %d, but the backend's delivery gives no awaited results (backend.AwaitedDelivery)", job.Envelope.ID, job.Round)
+	}
+	res, err := ad.Awaited(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the results of round %d's awaited children: %w", job.Round, err)
+	}
+	if len(res) == 0 {
+		// A wait always awaits at least one child, so none means the results are lost;
+		// a handler run without them would take itself for a first run and fan out again.
+		return fmt.Errorf("job %s is at round %d, but the backend gave no results of its awaited children (a wait awaits at least one)", job.Envelope.ID, job.Round)
+	}
+	job.Awaited = res
+	return nil
 }
 
 // release frees the job's slots and wakes the dispatcher.
@@ -87,12 +115,16 @@ type plan struct {
 	delay    time.Duration
 	next     backend.Envelope
 	children []Child
+	// wait is what a Wait waits for, and pubs its children as published.
+	wait backend.Await
+	pubs []backend.Publication
 }
 
 // Decide returns how a worker settles a job given its handler's result, and the reason
 // it records, without doing anything: ack, retry (dead-letter once the attempts are used
 // up), defer (dead-letter past maxDefers consecutive defers, an outage's defers not
-// counted; a defer without a delay is a failure) or dead-letter. maxDefers <= 0 means DefaultMaxDefers; a job's MaxAttempts
+// counted; a defer without a delay is a failure), dead-letter or wait (a wait without an
+// awaited child is a failure; one past MaxRounds is dead-lettered). maxDefers <= 0 means DefaultMaxDefers; a job's MaxAttempts
 // <= 0 means DefaultMaxAttempts.
 func Decide(job *Job, res Result, maxDefers int) (Outcome, string) {
 	maxDefers = positiveOr(maxDefers, DefaultMaxDefers)
@@ -120,6 +152,16 @@ func Decide(job *Job, res Result, maxDefers int) (Outcome, string) {
 		return DeadLetter, orDefault(res.Reason, "dead-lettered by the handler")
 	case Failed:
 		return failure(orDefault(res.Reason, "failed"))
+	case Wait:
+		if job.Round >= MaxRounds {
+			return DeadLetter, fmt.Sprintf("max rounds (%d) exceeded: the job waited for children %d times", MaxRounds, job.Round)
+		}
+		for _, c := range res.Children {
+			if c.Await {
+				return Wait, ""
+			}
+		}
+		return failure("wait without an awaited child")
 	}
 	return failure(fmt.Sprintf("invalid outcome %d", int(res.Outcome)))
 }
@@ -132,6 +174,15 @@ func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
 		return plan{settle: Ack, children: res.Children}
 	case DeadLetter:
 		return plan{settle: DeadLetter, reason: reason}
+	case Wait:
+		pubs := childPublications(job, res.Children)
+		var ids []string
+		for i, c := range res.Children {
+			if c.Await {
+				ids = append(ids, pubs[i].Envelope.ID)
+			}
+		}
+		return plan{settle: Wait, children: res.Children, pubs: pubs, wait: backend.Await{IDs: ids, Timeout: res.WaitTimeout}}
 	case Defer:
 		env := job.Envelope
 		next := env.Clone()
@@ -236,23 +287,18 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 			if err = ad.AckWith(ctx, childPublications(job, p.children), rec); err == nil || errors.Is(err, backend.ErrSettleUnknown) {
 				break // unknown: the ack may still land, so no second settle
 			}
+			if unsettleable(err) {
+				break // no settle can succeed: the backend delivers the job again, or has it settled
+			}
 			// Nothing was written: the job is failed the retry way, as below.
 			p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
-			if p.settle == Retry {
-				err = ad.RetryWith(ctx, p.next, p.delay, rec)
-			} else {
-				err = ad.DeadLetterWith(ctx, p.reason, rec)
-			}
+			err = w.failSettle(ctx, d, p, rec)
 			break
 		}
 		if err = w.publishChildren(ctx, job, p.children); err != nil {
 			// A child that cannot be published fails the job: the retry way.
 			p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
-			if p.settle == Retry {
-				err = d.Retry(ctx, p.next, p.delay)
-			} else {
-				err = d.DeadLetter(ctx, p.reason)
-			}
+			err = w.failSettle(ctx, d, p, rec)
 			break
 		}
 		err = d.Ack(ctx)
@@ -274,6 +320,21 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 			break
 		}
 		err = d.DeadLetter(ctx, p.reason)
+	case Wait:
+		wd, ok := d.(backend.WaitingDelivery)
+		if !ok {
+			// Acking would lose the fan-in: the job fails, saying why.
+			p = w.plan(spec, job, Result{Outcome: Failed, Reason: fmt.Sprintf(
+				"wait: the backend's deliveries cannot wait (%T is no backend.WaitingDelivery)", d)})
+			err = w.failSettle(ctx, d, p, rec)
+			break
+		}
+		if err = wd.WaitWith(ctx, p.pubs, p.wait, rec); err == nil || errors.Is(err, backend.ErrSettleUnknown) {
+			break // unknown: the wait may still land, so no second settle
+		}
+		// Nothing was written: the job is failed the retry way, as an ack's is.
+		p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
+		err = w.failSettle(ctx, d, p, rec)
 	case Cancelled:
 		// Whatever the handler staged is dropped: a cancelled job publishes nothing.
 		if cd, ok := d.(backend.CancellableDelivery); ok {
@@ -293,6 +354,28 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 	}
 	w.obs.Observe(ev)
 	return ev.Err
+}
+
+// unsettleable reports whether err says that the delivery cannot be settled at all
+// (its stream was lost, it was settled already, the backend closed), rather than that
+// this settle's write failed: a retry in its place would fail the same way.
+func unsettleable(err error) bool {
+	return errors.Is(err, backend.ErrStreamClosed) || errors.Is(err, backend.ErrAlreadySettled) || errors.Is(err, backend.ErrShutDown)
+}
+
+// failSettle carries out a failure's plan (a retry, or a dead letter once the attempts
+// are used up), atomically where the delivery can.
+func (w *Worker) failSettle(ctx context.Context, d backend.Delivery, p plan, rec *backend.JobRecord) error {
+	if ad, ok := d.(backend.AtomicDelivery); ok {
+		if p.settle == Retry {
+			return ad.RetryWith(ctx, p.next, p.delay, rec)
+		}
+		return ad.DeadLetterWith(ctx, p.reason, rec)
+	}
+	if p.settle == Retry {
+		return d.Retry(ctx, p.next, p.delay)
+	}
+	return d.DeadLetter(ctx, p.reason)
 }
 
 // runRecord is what the worker knows of a run for the job's record: the backend adds
@@ -318,7 +401,7 @@ func CallRecords(calls []Call) []backend.CallRecord {
 }
 
 // childPublications turns a job's children into the envelopes both settle paths
-// publish. A child's id derives from the parent's id, its index, its queue and its
+// publish. A child's id derives from the parent's id and round, its index, its queue and its
 // payload, never from the attempt: when child k fails, the parent is retried and
 // publishes children 1 to k-1 again under the same ids, which a backend that knows ids
 // drops (see backend.Backend.Publish); a different child at the same index is a new job.
@@ -329,7 +412,7 @@ func childPublications(job *Job, children []Child) []backend.Publication {
 	pubs := make([]backend.Publication, len(children))
 	for i, c := range children {
 		env := backend.NewEnvelope(c.Queue, c.Payload)
-		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, i, c.Queue, c.Payload), c.Headers
+		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, job.Envelope.Round, i, c.Queue, c.Payload), c.Headers
 		pubs[i] = backend.Publication{Envelope: env, Delay: c.Delay}
 	}
 	return pubs

@@ -43,6 +43,11 @@ const (
 	DefaultReadyPoll      = 50 * time.Millisecond
 )
 
+// MaxRounds is how many times one job may wait for children (Wait): a wait past it is
+// dead-lettered, so that a handler that waits every run cannot run for ever (a wait
+// spends no attempt).
+const MaxRounds = 1000
+
 // Backoff is exponential backoff with full jitter: before attempt n+1 the job waits a
 // random time between 0 and min(Cap, Base * 2^(n-1)).
 type Backoff struct {

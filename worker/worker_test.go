@@ -430,7 +430,7 @@ func TestNamesOfEnums(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ got, want string }{
 		{worker.Ack.String(), "ack"}, {worker.Failed.String(), "failed"}, {worker.Outcome(9).String(), "outcome(9)"},
-		{worker.DeadLetter.String(), "dead_letter"}, {worker.Cancelled.String(), "cancelled"},
+		{worker.DeadLetter.String(), "dead_letter"}, {worker.Cancelled.String(), "cancelled"}, {worker.Wait.String(), "wait"},
 		{worker.EventAbandoned.String(), "abandoned"}, {worker.EventKind(9).String(), "event?"},
 	} {
 		if tc.got != tc.want {
@@ -581,8 +581,8 @@ func TestPartialChildPublishIsNotRepeated(t *testing.T) {
 			}
 		}
 		slices.Sort(got)
-		want := []string{"1=" + backend.ChildID(parent.ID, 0, "child", []byte("1")), "2=" + backend.ChildID(parent.ID, 1, "later", []byte("2")),
-			"3=" + backend.ChildID(parent.ID, 2, "child", []byte("3"))}
+		want := []string{"1=" + backend.ChildID(parent.ID, 0, 0, "child", []byte("1")), "2=" + backend.ChildID(parent.ID, 0, 1, "later", []byte("2")),
+			"3=" + backend.ChildID(parent.ID, 0, 2, "child", []byte("3"))}
 		if !slices.Equal(got, want) {
 			t.Fatalf("children queued %v, want each once with its derived id %v", got, want)
 		}
@@ -592,6 +592,8 @@ func TestPartialChildPublishIsNotRepeated(t *testing.T) {
 // TestRetriedParentWithADifferentChild: a retried parent that stages another child at
 // an index than its first attempt did (here another payload) publishes a new job: the
 // backend does not drop it as a repeat of the first attempt's child, still queued.
+// The deliveries are plain, so that the first attempt's children are published one by
+// one and the first stays when the second fails (an atomic settle publishes none).
 func TestRetriedParentWithADifferentChild(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -604,7 +606,7 @@ func TestRetriedParentWithADifferentChild(t *testing.T) {
 			}
 			return worker.Result{Children: []worker.Child{{Queue: "child", Payload: []byte("second attempt")}}}
 		})
-		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h})
+		r := newRigOn(t, plainDeliveries, worker.Config{}, worker.Queue{Name: "q", Handler: h})
 		if err := r.b.Declare(context.Background(), backend.QueueConfig{Name: "child"}); err != nil {
 			t.Fatal(err)
 		}

@@ -18,14 +18,16 @@
 // backend of the project implements. The rules of the other optional interfaces
 // (backend.BatchPublisher, backend.AtomicDelivery, backend.JobRecordReader,
 // backend.CancellableDelivery, backend.JobController, backend.JobLister,
-// backend.JobEnvelopeReader, backend.UniquePublisher, backend.ScheduleStore) run only
+// backend.JobEnvelopeReader, backend.UniquePublisher, backend.ScheduleStore, and those
+// of jobs that wait for other jobs: backend.DependentPublisher, backend.WaitingDelivery,
+// backend.AwaitedDelivery, backend.WaitCanceller, backend.GroupStore) run only
 // on backends that implement them and are skipped, saying so, on the others. backend.SchedulePruner has no rules
 // here: only RabbitMQ's leadership lease implements it, and its own tests check it.
 //
 // The rules are grouped by area, one file each, in the manner of River's
 // riverdrivertest: the stream and its deliveries (delays too), dead letters, batches
 // and atomic settles, job records and control, unique keys, concurrency keys,
-// schedules' ticks.
+// schedules' ticks, jobs that wait for other jobs.
 //
 // Nothing here proves with a sleep that something did not happen. In a synctest bubble
 // the suite waits out its quiet periods in virtual time. On a real broker it uses
@@ -81,6 +83,7 @@ var needs = map[string]backend.Capabilities{
 	"KeyLimitSetByTheLatestDeclare":       backend.CapKeyConcurrency,
 	"KeyFreedByCancelAndDelete":           backend.CapKeyConcurrency,
 	"KeysUnderConcurrencyInOrder":         backend.CapKeyConcurrency,
+	"WaitingHoldsNoKeyPlace":              backend.CapKeyConcurrency,
 }
 
 // rules is the whole contract, area by area; each area's rules live together.
@@ -137,6 +140,19 @@ var rules = []rule{
 	{"ScheduleTickOfAHeldIDRecordsOnly", testScheduleTickRepeat},
 	{"ScheduleTickThatFailsRecordsNothing", testScheduleTickFails},
 	{"ScheduleStoreRefusesAfterClose", testScheduleClosed},
+	// Jobs that wait for other jobs (backend.DependentPublisher,
+	// backend.WaitingDelivery, backend.AwaitedDelivery, backend.WaitCanceller,
+	// backend.GroupStore; skipped on a backend without them).
+	{"DependentsWaitForEveryAwaited", testDependentsWaitForEveryAwaited},
+	{"DependentsOnFailureCancelOrRun", testDependentsOnFailure},
+	{"UnknownAwaitStoresNothing", testUnknownAwait},
+	{"WaitWithResumesAtTheSameAttempt", testWaitWith},
+	{"WaitTimeoutRunsWithUnfinished", testWaitTimeout},
+	{"CancelWaitingWithAndWithoutCascade", testCancelWaiting},
+	{"GroupsWorkflowAndBatch", testGroupsWorkflowAndBatch},
+	{"GroupsCancelAndList", testGroupsCancelAndList},
+	{"DependentsUnderConcurrency", testDependentsUnderConcurrency},
+	{"WaitingHoldsNoKeyPlace", testWaitingHoldsNoKeyPlace},
 }
 
 // Run runs every rule of the contract as a subtest of t.

@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -212,4 +213,31 @@ func (h *harness) atomicDelivery(t *testing.T, s backend.Stream) (backend.Atomic
 		t.Skipf("%T's deliveries do not implement backend.AtomicDelivery", h.b)
 	}
 	return ad, env
+}
+
+// settleEach receives the deliveries of s and hands each to settle until finished
+// says the work is done: the body of a consumer goroutine of the concurrency rules. A
+// stream that ends, an envelope that does not decode and settle's error go to fail,
+// and end it.
+func settleEach(s backend.Stream, finished func() bool, fail func(error), settle func(backend.Delivery, backend.Envelope) error) {
+	for !finished() {
+		var d backend.Delivery
+		select {
+		case d = <-s.Deliveries():
+		case <-time.After(100 * time.Millisecond):
+			continue
+		}
+		if d == nil {
+			fail(fmt.Errorf("stream ended: %v", s.Err()))
+			return
+		}
+		env, err := d.Envelope()
+		if err == nil {
+			err = settle(d, env)
+		}
+		if err != nil {
+			fail(err)
+			return
+		}
+	}
 }

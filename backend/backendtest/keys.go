@@ -249,33 +249,15 @@ func testKeysUnderConcurrency(t *testing.T, h *harness) {
 		s := h.consume(t, q)
 		rng := rand.New(rand.NewPCG(uint64(c), 7))
 		wg.Go(func() {
-			for {
+			settleEach(s, func() bool {
 				mu.Lock()
-				finished := done == keys*perKey || firstErr != nil
-				mu.Unlock()
-				if finished {
-					return
-				}
-				var d backend.Delivery
-				select {
-				case d = <-s.Deliveries():
-				case <-time.After(100 * time.Millisecond):
-					continue
-				}
-				if d == nil {
-					fail(fmt.Errorf("stream ended: %v", s.Err()))
-					return
-				}
-				env, err := d.Envelope()
-				if err != nil {
-					fail(err)
-					return
-				}
+				defer mu.Unlock()
+				return done == keys*perKey || firstErr != nil
+			}, fail, func(d backend.Delivery, env backend.Envelope) error {
 				mu.Lock()
 				if running[env.Key] {
 					mu.Unlock()
-					fail(fmt.Errorf("job %s of %s handed out while another of its key runs", env.Payload, env.Key))
-					return
+					return fmt.Errorf("job %s of %s handed out while another of its key runs", env.Payload, env.Key)
 				}
 				running[env.Key] = true
 				if l := started[env.Key]; env.Attempt == 1 || len(l) == 0 || l[len(l)-1] != string(env.Payload) {
@@ -291,15 +273,10 @@ func testKeysUnderConcurrency(t *testing.T, h *harness) {
 				mu.Unlock()
 				if retry {
 					env.Attempt++
-					err = d.Retry(h.ctx(), env, time.Millisecond)
-				} else {
-					err = d.Ack(h.ctx())
+					return d.Retry(h.ctx(), env, time.Millisecond)
 				}
-				if err != nil {
-					fail(err)
-					return
-				}
-			}
+				return d.Ack(h.ctx())
+			})
 		})
 	}
 	wg.Wait()

@@ -95,9 +95,10 @@ func notHeld(id string) error {
 	return fmt.Errorf("job %q: no queue holds it waiting (running, finished, or never enqueued here): %w", id, backend.ErrNotFound)
 }
 
-// CancelJob removes a job that waits, ready or held for its delay.
+// CancelJob removes a job that waits: ready, held for its delay, or waiting for other
+// jobs. Its waiters see it cancelled.
 func (b *Backend) CancelJob(ctx context.Context, id string) error {
-	return b.find(id, func(q *queue, w where) error {
+	return b.endWaiting(id, "cancelled by an operator", func(q *queue, w where) error {
 		if w == dead {
 			return fmt.Errorf("job %q of queue %q is a dead letter: delete it or retry it: %w", id, q.name, backend.ErrJobState)
 		}
@@ -106,6 +107,28 @@ func (b *Backend) CancelJob(ctx context.Context, id string) error {
 		q.uniqFinished(id, time.Now())
 		return nil
 	})
+}
+
+// endWaiting ends the waiting job id with reason: one that waits for other jobs is
+// cancelled; for one a queue holds, fn does the queue's part and, unless it failed or
+// the job is a dead letter (ended already), its waiters see it cancelled.
+func (b *Backend) endWaiting(id, reason string, fn func(q *queue, w where) error) error {
+	b.w.mu.Lock()
+	defer b.w.mu.Unlock()
+	if wt, ok := b.w.waiters[id]; ok {
+		b.cancelWaiterLocked(wt, reason)
+		return nil
+	}
+	var name string
+	var was where
+	err := b.find(id, func(q *queue, w where) error {
+		name, was = q.name, w
+		return fn(q, w)
+	})
+	if err == nil && was != dead {
+		b.endedLocked(backend.AwaitResult{ID: id, Queue: name, State: backend.JobCancelled, Reason: reason})
+	}
+	return err
 }
 
 // RetryJobNow makes a held job ready now, or replays a dead letter.
@@ -128,9 +151,10 @@ func (b *Backend) RetryJobNow(ctx context.Context, id string) error {
 	return err
 }
 
-// DeleteJob removes a waiting job or a dead letter.
+// DeleteJob removes a waiting job or a dead letter; the waiters of a waiting one see
+// it cancelled.
 func (b *Backend) DeleteJob(ctx context.Context, id string) error {
-	return b.find(id, func(q *queue, w where) error {
+	return b.endWaiting(id, "deleted by an operator", func(q *queue, w where) error {
 		if w == dead {
 			q.dead = slices.DeleteFunc(q.dead, func(d deadLetter) bool { return d.m.env.ID == id })
 		} else {

@@ -6,6 +6,15 @@
 // virtual time of testing/synctest. The backend can be inspected per queue (Stats,
 // Pending, DeadLetters) and can be handed messages that do not decode
 // (InjectMalformed), to test how consumers deal with them.
+//
+// Jobs can wait for other jobs (fan-in, workflows, batches: backend.DependentPublisher,
+// WaitingDelivery, AwaitedDelivery, WaitCanceller, GroupStore). A waiting job is kept
+// apart from its queue, counted as Waiting in its stats, holding no claim and no place
+// in its key's line, until every job it awaits ended; the results it gathered travel
+// with it until its final settle. The backend keeps no job records: so that a job can
+// await one that has just ended, it keeps the results of the latest Config.KeepEnded
+// ended jobs, and as many ended groups. Settles publish their children under the locks
+// of every queue involved, so that a consumer sees all of them or none.
 package memory
 
 import (
@@ -26,7 +35,19 @@ type Config struct {
 	Granularity time.Duration
 	// Logger receives warnings about clamped configuration. Nil discards them.
 	Logger *slog.Logger
+	// KeepEnded is how many ended jobs' results (state, reason, output up to
+	// backend.MaxAwaitOutput) the backend keeps, the latest, so that a job published
+	// to await one that has just ended finds it ended rather than unknown; the same
+	// number bounds the ended workflows and batches it keeps. Zero means
+	// DefaultKeepEnded; a negative value keeps none. Each result keeps up to
+	// backend.MaxAwaitOutput of output, so the default bounds them at 160 MiB of
+	// outputs (jobs that leave none cost a few hundred bytes each). Results a
+	// waiting job has gathered are kept with it whatever this says.
+	KeepEnded int
 }
+
+// DefaultKeepEnded is how many ended jobs' results a Config without KeepEnded keeps.
+const DefaultKeepEnded = 10000
 
 // Backend is an in-process backend. Its zero value is not usable: call New.
 type Backend struct {
@@ -38,6 +59,7 @@ type Backend struct {
 	streams stream.Streams[*message]
 
 	ticks scheduleTicks // the last fired tick of each schedule (ScheduleStore)
+	w     waits         // the jobs that wait for other jobs, and the groups
 }
 
 // New returns an empty backend.
@@ -52,6 +74,7 @@ func New(cfg Config) *Backend {
 		done:        make(chan struct{}),
 	}
 	b.streams.Closed = b.done
+	b.w.init(cfg.KeepEnded)
 	return b
 }
 
@@ -66,6 +89,9 @@ type message struct {
 	env         backend.Envelope
 	decodeErr   error
 	redelivered bool
+	// awaited are the results of the jobs it last waited for (nil if it never
+	// waited): kept with the job until its final settle.
+	awaited []backend.AwaitResult
 }
 
 // deadLetter is a dead-lettered message with why.
@@ -95,6 +121,9 @@ type queue struct {
 	uniq     map[string]*uniqEntry
 	uniqByID map[string]*uniqEntry
 	uniqKept int
+	// waiting counts the jobs that wait for other jobs to end and will run on this
+	// queue; each is counted in ids too, but holds no place in its key's line.
+	waiting int
 }
 
 // Declare creates the queue q.Name if it does not exist. Declaring it again with the
@@ -186,10 +215,17 @@ func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admi
 	if admit != nil && !admit(q) {
 		return nil
 	}
+	q.put(m, delay, deferred)
+	return nil
+}
+
+// put holds m on the queue: ready now, or after delay (already checked and rounded).
+// the queue's lock is held.
+func (q *queue) put(m *message, delay time.Duration, deferred bool) {
 	q.hold(m)
 	if delay == 0 {
 		q.PushBack(m)
-		return nil
+		return
 	}
 	var t *time.Timer
 	t = time.AfterFunc(delay, func() {
@@ -202,7 +238,6 @@ func (b *Backend) enqueueIf(m *message, delay time.Duration, deferred bool, admi
 		q.PushBack(m)
 	})
 	q.held[t] = heldMessage{m: m, deferred: deferred}
-	return nil
 }
 
 // heldMessage is a delayed or deferred message, waiting for its timer.
@@ -227,6 +262,21 @@ func (q *queue) release(m *message) {
 	}
 }
 
+// waitJoin counts the job id as held by the queue while it waits for other jobs: a
+// repeat publish of it is dropped, and it takes no place in its key's line until it
+// is put on the queue; waitLeave, when it stops waiting. The queue's lock is held.
+func (q *queue) waitJoin(id string) {
+	q.ids[id]++
+	q.waiting++
+}
+
+func (q *queue) waitLeave(id string) {
+	if q.ids[id]--; q.ids[id] <= 0 {
+		delete(q.ids, id)
+	}
+	q.waiting--
+}
+
 // Consume starts a stream of the declared queue q.Name with prefetch q.Prefetch.
 func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.Stream, error) {
 	qc = qc.Normalize(b.log)
@@ -240,6 +290,7 @@ func (b *Backend) Consume(ctx context.Context, qc backend.QueueConfig) (backend.
 // Close ends every stream and drops everything queued or held. It waits for the
 // streams to end, or for ctx.
 func (b *Backend) Close(ctx context.Context) error {
+	b.w.stopTimers()
 	b.queues.Lock()
 	if b.queues.CloseLocked() {
 		close(b.done)
@@ -283,6 +334,9 @@ type QueueStats struct {
 	Cancelled int
 	// Dead counts the queue's dead letters.
 	Dead int
+	// Waiting jobs wait for other jobs to end before they are put on this queue (or
+	// back on it, for a parent waiting for its children).
+	Waiting int
 }
 
 // Stats counts the messages of the declared queue by state.
@@ -294,7 +348,7 @@ func (b *Backend) Stats(queue string) (QueueStats, error) {
 	q.Lock()
 	defer q.Unlock()
 	pending, unacked := q.Counts()
-	st := QueueStats{Pending: pending, Unacked: unacked, KeyWaiting: q.KeyWaiting(), Acked: q.acked, Cancelled: q.cancelled, Dead: len(q.dead)}
+	st := QueueStats{Pending: pending, Unacked: unacked, KeyWaiting: q.KeyWaiting(), Acked: q.acked, Cancelled: q.cancelled, Dead: len(q.dead), Waiting: q.waiting}
 	for _, h := range q.held {
 		if h.deferred {
 			st.Deferred++
@@ -311,7 +365,7 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 	if err != nil {
 		return backend.QueueStats{}, err
 	}
-	return backend.QueueStats{Pending: st.Pending, Unacked: st.Unacked, Delayed: st.Delayed, Deferred: st.Deferred, Dead: st.Dead, KeyWaiting: st.KeyWaiting}, nil
+	return backend.QueueStats{Pending: st.Pending, Unacked: st.Unacked, Delayed: st.Delayed, Deferred: st.Deferred, Dead: st.Dead, KeyWaiting: st.KeyWaiting, Waiting: st.Waiting}, nil
 }
 
 // Pending returns the ready messages of the declared queue in the order they would be

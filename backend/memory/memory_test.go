@@ -374,3 +374,52 @@ func TestRepeatPublishIsDropped(t *testing.T) {
 		}
 	})
 }
+
+// TestKeepEndedBoundsTheResultsKept: a job can await one that ended among the
+// KeepEnded latest (10,000 by default); an older one, or any with KeepEnded negative,
+// is unknown.
+func TestKeepEndedBoundsTheResultsKept(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                string
+		keep                int
+		wantFirst, wantLast bool
+	}{
+		{"default", 0, true, true},
+		{"the latest one", 1, false, true},
+		{"none", -1, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				ctx := context.Background()
+				b := memory.New(memory.Config{KeepEnded: tc.keep})
+				defer rig.Close(t, b)
+				q := backend.QueueConfig{Name: "q"}
+				rig.Must(t, b.Declare(ctx, q))
+				first, last := backend.NewEnvelope("q", []byte("first")), backend.NewEnvelope("q", []byte("last"))
+				rig.Must(t, b.Publish(ctx, first, 0))
+				rig.Must(t, b.Publish(ctx, last, 0))
+				s, err := b.Consume(ctx, q)
+				rig.Must(t, err)
+				defer s.Drop()
+				for range 2 {
+					rig.Must(t, (<-s.Deliveries()).Ack(ctx))
+				}
+				for _, c := range []struct {
+					env  backend.Envelope
+					want bool
+				}{{first, tc.wantFirst}, {last, tc.wantLast}} {
+					dep := backend.Dependent{
+						Publication: backend.Publication{Envelope: backend.NewEnvelope("q", []byte("dep"))},
+						Await:       backend.Await{IDs: []string{c.env.ID}},
+					}
+					err := b.PublishDependents(ctx, []backend.Dependent{dep})
+					if c.want && err != nil || !c.want && !errors.Is(err, backend.ErrUnknownAwait) {
+						t.Errorf("awaiting the ended job %q: %v, want it known: %v", c.env.Payload, err, c.want)
+					}
+				}
+			})
+		})
+	}
+}

@@ -20,6 +20,10 @@ const (
 	// key's line (see encodeEnvelope); every other field is as in envelopeV1. A v1
 	// value reads as a job without a key.
 	envelopeV2 byte = 2
+	// envelopeV3 adds, at the end, the job's round (backend.Envelope.Round: how many of
+	// its waits have ended); every other field is as in envelopeV2. A v1 or v2 value
+	// reads as round 0.
+	envelopeV3 byte = 3
 	// deadV1 is the first encoding of a dead letter: reason, time, then an envelope.
 	deadV1 byte = 1
 	// queueV1 is the first encoding of a queue declaration.
@@ -34,7 +38,7 @@ var errShort = errors.New("value ends early")
 // new sequence of its own), so that Open rebuilds each key's line in the order the
 // jobs were enqueued. The key and line come right after the id, for the scan at open.
 func encodeEnvelope(dst []byte, env backend.Envelope, line uint64) []byte {
-	dst = append(dst, envelopeV2)
+	dst = append(dst, envelopeV3)
 	dst = appendString(dst, env.ID)
 	dst = appendString(dst, env.Key)
 	dst = binary.AppendUvarint(dst, line)
@@ -51,6 +55,7 @@ func encodeEnvelope(dst []byte, env backend.Envelope, line uint64) []byte {
 	dst = binary.AppendVarint(dst, int64(env.Defers))
 	dst = appendTime(dst, env.EnqueuedAt)
 	dst = appendString(dst, env.Reason)
+	dst = binary.AppendUvarint(dst, uint64(env.Round))
 	return dst
 }
 
@@ -60,11 +65,11 @@ func decodeEnvelope(b []byte) (backend.Envelope, error) {
 	var env backend.Envelope
 	r := reader{b: b}
 	v := r.byte()
-	if r.err == nil && v != envelopeV1 && v != envelopeV2 {
+	if r.err == nil && (v < envelopeV1 || v > envelopeV3) {
 		return env, fmt.Errorf("%w: envelope encoding version %d is not known to this build", backend.ErrMalformed, v)
 	}
 	env.ID = r.string()
-	if v == envelopeV2 {
+	if v >= envelopeV2 {
 		env.Key = r.string()
 		r.uvarint() // the line: envelopeHead's
 	}
@@ -87,6 +92,13 @@ func decodeEnvelope(b []byte) (backend.Envelope, error) {
 	env.Defers = r.int()
 	env.EnqueuedAt = r.time()
 	env.Reason = r.string()
+	if v >= envelopeV3 {
+		if n := r.uvarint(); n > math.MaxInt32 {
+			r.err = fmt.Errorf("round %d out of range", n)
+		} else {
+			env.Round = int(n)
+		}
+	}
 	if r.err == nil && len(r.b) != 0 {
 		r.err = fmt.Errorf("%d bytes left over", len(r.b))
 	}
@@ -113,11 +125,11 @@ type head struct {
 func envelopeHead(b []byte) (head, error) {
 	r := reader{b: b}
 	v := r.byte()
-	if r.err == nil && v != envelopeV1 && v != envelopeV2 {
+	if r.err == nil && (v < envelopeV1 || v > envelopeV3) {
 		return head{}, fmt.Errorf("envelope encoding version %d is not known to this build", v)
 	}
 	h := head{id: r.string()}
-	if v == envelopeV2 {
+	if v >= envelopeV2 {
 		h.key = r.string()
 		h.line = r.uvarint()
 	}

@@ -266,10 +266,12 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 	if err != nil {
 		return backend.QueueStats{}, err
 	}
+	waiting := b.waitingCount(queue)
 	q.Lock()
 	defer q.Unlock()
 	pending, unacked := q.Counts()
 	return backend.QueueStats{
+		Waiting:    waiting,
 		Pending:    pending,
 		Unacked:    unacked,
 		Delayed:    q.delayed,

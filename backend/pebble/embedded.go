@@ -16,5 +16,5 @@ func (b *Backend) KeepsQueued() bool { return true }
 // Recovery is Recovered in the backend package's terms.
 func (b *Backend) Recovery() backend.Recovery {
 	r := b.Recovered()
-	return backend.Recovery{Ready: r.Ready, Delayed: r.Delayed, Dead: r.Dead, Queues: r.Queues, Took: r.Took}
+	return backend.Recovery{Ready: r.Ready, Delayed: r.Delayed, Dead: r.Dead, Waiting: r.Waiting, Queues: r.Queues, Took: r.Took}
 }

@@ -34,6 +34,32 @@ func (s *idSet) claimed(id string) bool {
 	return s.claims[id] > 0
 }
 
+// holds reports whether the backend holds id, or a publish of it is in flight.
+func (s *idSet) holds(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.m[id]
+	return ok
+}
+
+// settled waits, with ctx, while a publish (or another reservation) of id is in
+// flight, and then reports whether the backend holds id.
+func (s *idSet) settled(ctx context.Context, id string) (bool, error) {
+	for {
+		s.mu.Lock()
+		ch, ok := s.m[id]
+		s.mu.Unlock()
+		if !ok || ch == nil {
+			return ok, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+}
+
 // reserve makes the caller the publisher of id, or reports false when the backend holds
 // it already. It waits while another publish of id is in flight. The empty id is never
 // held.

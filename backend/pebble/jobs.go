@@ -91,6 +91,10 @@ func (b *Backend) CancelJob(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	if rec.State == backend.JobWaiting {
+		_, _, err := b.CancelWaiting(ctx, id, "cancelled by an operator", false)
+		return err
+	}
 	return b.removeWaiting(ctx, rec, false)
 }
 
@@ -134,6 +138,12 @@ func (b *Backend) DeleteJob(ctx context.Context, id string) error {
 	case backend.JobRunning:
 		return fmt.Errorf("job %q of queue %q is running: it can be deleted once it settles: %w", id, rec.Queue, backend.ErrJobState)
 	case backend.JobSucceeded, backend.JobCancelled, backend.JobDead:
+		return b.deleteFinished(ctx, id)
+	case backend.JobWaiting:
+		// Cancelled first, so that the jobs that await it see it end.
+		if _, _, err := b.CancelWaiting(ctx, id, "deleted by an operator", false); err != nil {
+			return err
+		}
 		return b.deleteFinished(ctx, id)
 	}
 	return b.removeWaiting(ctx, rec, true)
@@ -230,6 +240,12 @@ func (b *Backend) deleteDead(ctx context.Context, rec backend.JobRecord, release
 // entry is taken first, under the queue's (or the delay index's) lock, so that no
 // consumer or release can take the job meanwhile; a failed write puts it back.
 func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del bool) error {
+	return b.removeWaitingAs(ctx, rec, del, "cancelled by an operator")
+}
+
+// removeWaitingAs is removeWaiting, a cancel keeping reason in the record. The jobs
+// that await the job see it cancelled (deleted, too).
+func (b *Backend) removeWaitingAs(ctx context.Context, rec backend.JobRecord, del bool, reason string) error {
 	q, err := b.queues.Lookup(rec.Queue)
 	if err != nil {
 		return err
@@ -245,7 +261,7 @@ func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del 
 	if del {
 		batch.Delete(recordKey(rec.ID), nil)
 	} else {
-		rec.State, rec.Reason, rec.FinishedAt, rec.UpdatedAt = backend.JobCancelled, "cancelled by an operator", now, now
+		rec.State, rec.Reason, rec.FinishedAt, rec.UpdatedAt = backend.JobCancelled, reason, now, now
 		batch.Set(recordKey(rec.ID), encodeRecord(&rec), nil)
 		batch.Set(byTimeKey(now, rec.ID), nil, nil)
 		finished = 1
@@ -264,16 +280,19 @@ func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del 
 	} else {
 		uniqDone = b.stageUniqFinish(batch, rec.ID, now)
 	}
+	var endedDone, endedUndo func()
 	done := func() {
 		b.ids.remove(rec.ID)
 		q.leaveKey(rec.ID)
 		b.recs.add(finished, b.records.maxCount)
 		uniqDone()
+		endedDone()
 	}
 	// A retry without a delay is ready at once: look in both indexes.
 	if it := q.take(rec.ID); it != nil {
 		batch.Delete(q.key(it), nil)
-		return b.commit(ctx, batch, pebbledb.Sync, "cancel job", q.name, done, func() { q.Push(it) })
+		endedDone, endedUndo = b.stageEnded(batch, resultOf(rec.ID, q.name, backend.JobCancelled, reason, nil, false))
+		return b.commit(ctx, batch, pebbledb.Sync, "cancel job", q.name, done, func() { endedUndo(); q.Push(it) })
 	}
 	dl := b.delays.take(rec.ID)
 	if dl == nil {
@@ -281,6 +300,7 @@ func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del 
 		return fmt.Errorf("job %q of queue %q is no longer waiting (a consumer took it, or it is being released): %w", rec.ID, q.name, backend.ErrJobState)
 	}
 	batch.Delete(dl.key, nil)
+	endedDone, endedUndo = b.stageEnded(batch, resultOf(rec.ID, q.name, backend.JobCancelled, reason, nil, false))
 	return b.commit(ctx, batch, pebbledb.Sync, "cancel job", q.name, func() {
 		q.Lock()
 		if dl.deferred {
@@ -290,7 +310,7 @@ func (b *Backend) removeWaiting(ctx context.Context, rec backend.JobRecord, del 
 		}
 		q.Unlock()
 		done()
-	}, func() { b.delays.putBack(dl) })
+	}, func() { endedUndo(); b.delays.putBack(dl) })
 }
 
 // leaveKey frees the place of the job id, which has ended, in its concurrency key's
@@ -371,6 +391,20 @@ func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope,
 		if key == nil {
 			key = b.delays.keyOf(id)
 		}
+	case backend.JobWaiting:
+		v, err := b.get(waitingKey(id))
+		if err != nil {
+			return backend.Envelope{}, fmt.Errorf("job %q of queue %q left its place while it was read: %w", id, q.name, backend.ErrNotFound)
+		}
+		raw, _, err := decodeWaiter(v)
+		if err != nil {
+			return backend.Envelope{}, fmt.Errorf("job %q in %s: %w", id, b.dir, err)
+		}
+		env, err := decodeEnvelope(raw)
+		if err != nil {
+			return backend.Envelope{}, fmt.Errorf("job %q in %s: %w", id, b.dir, err)
+		}
+		return env, nil
 	}
 	if key == nil {
 		return backend.Envelope{}, fmt.Errorf("job %q of queue %q is %s: its payload is not kept: %w", id, q.name, rec.State, backend.ErrNotFound)

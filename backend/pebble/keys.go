@@ -18,6 +18,9 @@ import (
 //	j <id>                                    -> job record
 //	t <finished:8> <id>                       -> finished job record, by time (retention)
 //	u <queue> 0x00 <unique key>               -> job holding the key, and until when
+//	w <id>                                    -> waiting job: envelope and what it awaits
+//	a <len:2> <id> <index:4>                  -> how the index-th job id awaited ended
+//	g <id>                                    -> group (workflow or batch)
 //
 // Integers are big-endian so that keys sort by them; times are Unix nanoseconds.
 const (

@@ -13,17 +13,30 @@ import (
 )
 
 // encodeV1 is the first encoding of an envelope, as a store written before concurrency
-// keys holds it: the v2 encoding without the key and the line after the id.
+// keys holds it: the current encoding without the key and the line after the id and
+// without the round at the end.
 func encodeV1(t *testing.T, env backend.Envelope) []byte {
 	t.Helper()
-	env.Key = ""
-	v2 := encodeEnvelope(nil, env, 0)
+	env.Key, env.Round = "", 0
+	v3 := encodeEnvelope(nil, env, 0)
 	id := appendString(nil, env.ID)
-	rest, ok := bytes.CutPrefix(v2[1:], id)
-	if !ok || len(rest) < 2 || rest[0] != 0 || rest[1] != 0 { // an empty key, line 0
-		t.Fatalf("v2 encoding %x does not start with the id, an empty key and line 0", v2)
+	rest, ok := bytes.CutPrefix(v3[1:], id)
+	if !ok || len(rest) < 3 || rest[0] != 0 || rest[1] != 0 || rest[len(rest)-1] != 0 { // an empty key, line 0, round 0
+		t.Fatalf("encoding %x does not start with the id, an empty key and line 0, or end with round 0", v3)
 	}
-	return append(append([]byte{envelopeV1}, id...), rest[2:]...)
+	return append(append([]byte{envelopeV1}, id...), rest[2:len(rest)-1]...)
+}
+
+// encodeV2 is the second encoding of an envelope, as a store written before waits
+// holds it: the current encoding without the round at the end.
+func encodeV2(t *testing.T, env backend.Envelope, line uint64) []byte {
+	t.Helper()
+	env.Round = 0
+	v3 := encodeEnvelope(nil, env, line)
+	if v3[len(v3)-1] != 0 {
+		t.Fatalf("encoding %x does not end with round 0", v3)
+	}
+	return append([]byte{envelopeV2}, v3[1:len(v3)-1]...)
 }
 
 // next returns the stream's next delivery, failing t after 10 s.
@@ -62,17 +75,25 @@ func TestEnvelopeEncodingsReadBothVersions(t *testing.T) {
 		t.Fatalf("head of a v1 value: %+v, %v", h, err)
 	}
 	want.Key = "account-42"
-	v2 := encodeEnvelope(nil, want, 77)
-	if v2[0] != envelopeV2 {
-		t.Fatalf("new values are of version %d, want %d", v2[0], envelopeV2)
-	}
-	if got, err = decodeEnvelope(v2); err != nil || got.Key != "account-42" || got.Reason != "r" || string(got.Payload) != "pay" {
+	v2 := encodeV2(t, want, 77)
+	if got, err = decodeEnvelope(v2); err != nil || got.Key != "account-42" || got.Reason != "r" || string(got.Payload) != "pay" || got.Round != 0 {
 		t.Fatalf("v2 value decodes as %+v, %v", got, err)
 	}
 	if h, err := envelopeHead(v2); err != nil || h != (head{id: "j1", key: "account-42", line: 77}) {
 		t.Fatalf("head of a v2 value: %+v, %v", h, err)
 	}
-	if _, err := decodeEnvelope(append([]byte{3}, v2[1:]...)); err == nil {
+	want.Round = 3
+	v3 := encodeEnvelope(nil, want, 77)
+	if v3[0] != envelopeV3 {
+		t.Fatalf("new values are of version %d, want %d", v3[0], envelopeV3)
+	}
+	if got, err = decodeEnvelope(v3); err != nil || got.Key != "account-42" || got.Round != 3 || string(got.Payload) != "pay" {
+		t.Fatalf("v3 value decodes as %+v, %v", got, err)
+	}
+	if h, err := envelopeHead(v3); err != nil || h != (head{id: "j1", key: "account-42", line: 77}) {
+		t.Fatalf("head of a v3 value: %+v, %v", h, err)
+	}
+	if _, err := decodeEnvelope(append([]byte{4}, v3[1:]...)); err == nil {
 		t.Fatal("a value of an unknown version decoded")
 	}
 }

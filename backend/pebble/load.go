@@ -32,6 +32,7 @@ func (b *Backend) load(ctx context.Context) error {
 	var delays []delayEntry
 	var places []placeEntry
 	deadByQueue := make(map[string]int)
+	var waits waitLoad
 	n := 0
 	for valid := it.First(); valid; valid = it.Next() {
 		if n++; n%4096 == 0 {
@@ -94,6 +95,22 @@ func (b *Backend) load(ctx context.Context) error {
 			if err := b.uniq.load(k, v); err != nil {
 				return b.corrupt(fmt.Sprintf("unique key %q", k), err)
 			}
+		case kindGroup:
+			seq, id, err := parseGroupKey(k)
+			if err != nil {
+				return b.corrupt("", err)
+			}
+			maxSeq = max(maxSeq, seq)
+			b.groups.put(id, seq)
+		case kindWaiting:
+			if err := waits.loadWaiting(k, v); err != nil {
+				return b.corrupt(fmt.Sprintf("waiting job %q", k), err)
+			}
+			recovered.Waiting++
+		case kindAwaited:
+			if err := waits.loadAwaited(k, v); err != nil {
+				return b.corrupt(fmt.Sprintf("awaited result %q", k), err)
+			}
 		case kindRecord, kindByTime:
 			if err := b.recs.load(k, v); err != nil {
 				return b.corrupt(fmt.Sprintf("job record %q", k), err)
@@ -150,8 +167,16 @@ func (b *Backend) load(ctx context.Context) error {
 		}
 		q.dead = n
 	}
+	for id, w := range waits.waiters {
+		if _, ok := b.queues.GetLocked(w.queue); !ok {
+			return b.corrupt("", fmt.Errorf("waiting job %s of queue %q, which was never declared", id, w.queue))
+		}
+	}
 	b.seq.Store(maxSeq)
 	b.delays.initHeap()
+	if b.released, err = b.finishLoad(&waits); err != nil {
+		return err
+	}
 	recovered.Took = time.Since(start)
 	b.recovered = recovered
 	return nil

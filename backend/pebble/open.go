@@ -60,6 +60,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	b.ids.m = make(map[string]chan struct{})
 	b.ids.claims = make(map[string]int)
 	b.uniq.init()
+	b.waits.init()
 	b.recs.kick = make(chan struct{}, 1)
 	b.delays.b = b
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
@@ -110,6 +111,8 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	b.space.start()
 	b.ops.Add(1)
 	go b.pruneLoop()
+	b.release(b.released...)
+	b.released = nil
 	return b, nil
 }
 
@@ -159,6 +162,7 @@ func (b *Backend) Close(ctx context.Context) error {
 	if first {
 		b.delays.stop()
 		b.space.stop()
+		b.waits.stopTimers()
 	}
 	if first {
 		go func() {

@@ -104,9 +104,11 @@ type Config struct {
 
 // Recovered says what Open found in the directory.
 type Recovered struct {
-	// Ready, Delayed and Dead count the jobs found waiting, delayed (or deferred) and
+	// Ready, Delayed and Dead count the jobs found ready (pending), delayed (or deferred) and
 	// dead-lettered, over every queue.
 	Ready, Delayed, Dead int
+	// Waiting counts the jobs found waiting for other jobs.
+	Waiting int
 	// Queues counts the declared queues.
 	Queues int
 	// Took is how long the scan of the store took.
@@ -152,6 +154,10 @@ type Backend struct {
 	delays delayIndex
 	recs   recordIndex
 	uniq   uniqIndex
+	waits  waitIndex
+	groups groupIndex
+	// released holds the waiting jobs Open found ready to release, until it has.
+	released []*waiter
 
 	// replaying holds the dead-letter keys being replayed, deleted or purged: the one
 	// that stores a key first owns it.

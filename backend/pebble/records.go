@@ -258,15 +258,21 @@ func (b *Backend) stageRecord(batch *pebbledb.Batch, env backend.Envelope, delay
 // stageRecordAttempts is stageRecord keeping attempts, the runs of the job before it was
 // published again (a replayed dead letter lists its earlier runs).
 func (b *Backend) stageRecordAttempts(batch *pebbledb.Batch, env backend.Envelope, delay time.Duration, deferred bool, attempts []backend.AttemptRecord) {
-	if env.ID == "" {
-		return
-	}
 	state := backend.JobPending
 	switch {
 	case delay > 0 && deferred:
 		state = backend.JobDeferred
 	case delay > 0:
 		state = backend.JobDelayed
+	}
+	b.stageRecordAs(batch, env, state, attempts)
+}
+
+// stageRecordAs writes the record of a job not yet run or between runs, in state,
+// keeping attempts (its earlier runs), into batch.
+func (b *Backend) stageRecordAs(batch *pebbledb.Batch, env backend.Envelope, state backend.JobState, attempts []backend.AttemptRecord) {
+	if env.ID == "" {
+		return
 	}
 	rec := backend.JobRecord{
 		ID: env.ID, Queue: env.Queue, State: state, Attempt: max(env.Attempt, 1), MaxAttempts: env.MaxAttempts,

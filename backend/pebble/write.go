@@ -385,13 +385,15 @@ func (d *delivery) end(ctx context.Context, op string, state backend.JobState, r
 		}
 		n := b.stageSettleRecord(batch, d, state, reason, ids, run)
 		applyUniq := b.stageUniqFinish(batch, d.it.id, time.Now())
+		applyEnded, undoEnded := b.stageEnded(batch, d.result(state, reason, run))
 		return func() {
 			applyUniq()
 			applyChildren()
 			b.ids.remove(d.it.id)
 			d.q.leaveKey(d.it.id)
 			b.recs.add(n, b.records.maxCount)
-		}, undo, nil
+			applyEnded()
+		}, func() { undoEnded(); undo() }, nil
 	})
 }
 
@@ -475,11 +477,24 @@ func (d *delivery) DeadLetterWith(ctx context.Context, reason string, run *backe
 		batch.Set(deadKey(d.q.name, now, b.seq.Add(1)), encodeDead(nil, reason, now, raw), nil)
 		n := b.stageSettleRecord(batch, d, backend.JobDead, reason, nil, run)
 		applyUniq := b.stageUniqFinish(batch, d.it.id, now)
+		applyEnded, undoEnded := b.stageEnded(batch, d.result(backend.JobDead, reason, run))
 		return func() {
 			applyUniq()
 			b.ids.remove(d.it.id)
 			d.q.leaveKey(d.it.id)
 			b.recs.add(n, b.records.maxCount)
-		}, nil, nil
+			applyEnded()
+		}, undoEnded, nil
 	})
+}
+
+// result is how the delivered job, ending in state with reason after run (may be nil),
+// reads to the jobs that await it.
+func (d *delivery) result(state backend.JobState, reason string, run *backend.JobRecord) backend.AwaitResult {
+	var out []byte
+	var truncated bool
+	if run != nil {
+		out, truncated = run.Output, run.OutputTruncated
+	}
+	return resultOf(d.env.ID, d.q.name, state, reason, out, truncated)
 }

@@ -26,6 +26,7 @@ func newBenchCommand(g *globals) *cobra.Command {
 		isolation, payload    string
 		cpuProfile            string
 		swaps, rounds         int
+		dagTasks, fanIn       int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--module M.wasm | --native]",
@@ -63,6 +64,13 @@ job. Any job that does not ack fails the run.`,
 			if cmd.Flags().Changed("swaps") {
 				return benchSwaps(cmd, cfg.Module, swaps, json_)
 			}
+			if cmd.Flags().Changed("fan-in") {
+				return benchFanIn(cmd, bench.FanInConfig{Backend: cfg.Backend, DataDir: cfg.DataDir, Module: cfg.Module, Children: fanIn,
+					Concurrency: cfg.Concurrency, CacheDir: g.cacheDir}, rounds, json_, cpuProfile)
+			}
+			if cmd.Flags().Changed("dag") {
+				return benchDAG(cmd, cfg.Module, dagTasks, rounds, json_)
+			}
 			switch isolation {
 			case "pooled":
 				cfg.Isolation = host.Pooled
@@ -94,17 +102,11 @@ job. Any job that does not ack fails the run.`,
 			}
 			cfg.CacheDir = g.cacheDir
 			ctx := cmd.Context()
-			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
-				if err != nil {
-					return fmt.Errorf("--cpu-profile: %w", err)
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("--cpu-profile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
+			stop, err := startProfile(cpuProfile)
+			if err != nil {
+				return err
 			}
+			defer stop()
 			res, err := benchRounds(ctx, cfg, rounds, cmpNat, cmpRaw)
 			if err != nil {
 				return err
@@ -177,6 +179,8 @@ job. Any job that does not ack fails the run.`,
 	fl.BoolVar(&json_, "json", false, "print one JSON object")
 	fl.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile of the run (and its baseline) to this file, for go tool pprof")
 	fl.IntVar(&swaps, "swaps", 0, "measure this many hot swaps of the module instead (with --module, and --json only)")
+	fl.IntVar(&fanIn, "fan-in", 0, "measure fan-in instead: a parent module (--module testdata/abi/fanout_n.wasm) waits for this many children, against as many independent jobs published as one batch (with --backend memory or pebble, --data-dir, --concurrency, --rounds, --json)")
+	fl.IntVar(&dagTasks, "dag", 0, "measure how long POST /v1/workflows of a workflow of this many tasks takes to be accepted on pebble instead (with --module serving the queue, --rounds, and --json only)")
 	return cmd
 }
 
@@ -189,20 +193,141 @@ type swapPart struct {
 	MaxMs float64 `json:"max_ms"`
 }
 
+// benchFanIn runs `bench --fan-in`: rounds rounds of a fan-in against a batch, and the
+// median of their ratios.
+func benchFanIn(cmd *cobra.Command, cfg bench.FanInConfig, rounds int, asJSON bool, cpuProfile string) error {
+	if cfg.Children <= 0 || rounds <= 0 {
+		return usagef("--fan-in %d --rounds %d: want a positive number of children and rounds", cfg.Children, rounds)
+	}
+	if err := onlyFlags(cmd, "fan-in", "module", "backend", "data-dir", "concurrency", "rounds", "json", "cpu-profile"); err != nil {
+		return err
+	}
+	stop, err := startProfile(cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if !cmd.Flags().Changed("backend") {
+		cfg.Backend = "pebble"
+	}
+	if !cmd.Flags().Changed("concurrency") {
+		cfg.Concurrency = 64
+	}
+	if !cmd.Flags().Changed("rounds") {
+		rounds = 5
+	}
+	res, err := bench.FanIn(cmd.Context(), cfg, rounds)
+	if err != nil {
+		return err
+	}
+	ratios := make([]float64, len(res))
+	for i, r := range res {
+		ratios[i] = r.Ratio()
+	}
+	sorted := slices.Sorted(slices.Values(ratios))
+	median := sorted[len(sorted)/2]
+	if len(sorted)%2 == 0 {
+		median = (sorted[len(sorted)/2-1] + median) / 2
+	}
+	if asJSON {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+			Rounds      []bench.FanInResult `json:"rounds"`
+			MedianRatio float64             `json:"median_ratio"`
+		}{res, median})
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "fan-in of %d children on %s at concurrency %d: from the parent's WAIT to its resumed run, against %d jobs published as one batch until the last settled\n",
+		cfg.Children, cfg.Backend, cfg.Concurrency, cfg.Children)
+	for i, r := range res {
+		first := "fan-in first"
+		if r.BatchFirst {
+			first = "batch first"
+		}
+		fmt.Fprintf(w, "  round %d (%s): fan-in %.1f ms, batch %.1f ms, ratio %.2f\n", i+1, first,
+			float64(r.FanIn)/float64(time.Millisecond), float64(r.Batch)/float64(time.Millisecond), r.Ratio())
+	}
+	fmt.Fprintf(w, "  median ratio %.2f\n", median)
+	return nil
+}
+
+// benchDAG runs `bench --dag`: rounds workflows of n tasks posted to a host on pebble.
+func benchDAG(cmd *cobra.Command, module string, n, rounds int, asJSON bool) error {
+	if n <= 0 || rounds <= 0 {
+		return usagef("--dag %d --rounds %d: want a positive number of tasks and rounds", n, rounds)
+	}
+	if err := onlyFlags(cmd, "dag", "module", "rounds", "json"); err != nil {
+		return err
+	}
+	if !cmd.Flags().Changed("rounds") {
+		rounds = 5
+	}
+	times, err := bench.DAG(cmd.Context(), bench.DAGConfig{Module: module, Tasks: n, Rounds: rounds})
+	if err != nil {
+		return err
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	all := make([]float64, len(times))
+	for i, d := range times {
+		all[i] = ms(d)
+	}
+	if asJSON {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+			Tasks    int       `json:"tasks"`
+			MedianMs float64   `json:"median_ms"`
+			RoundsMs []float64 `json:"rounds_ms"`
+		}{n, ms(bench.Median(times)), all})
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "a workflow of %d tasks (each after two earlier ones) accepted by POST /v1/workflows on pebble in %.1f ms (median of %d; rounds %v ms)\n",
+		n, ms(bench.Median(times)), len(times), all)
+	return nil
+}
+
+// startProfile writes a CPU profile to path (none when it is empty) until stop.
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// onlyFlags refuses bench's own flags other than allowed.
+func onlyFlags(cmd *cobra.Command, allowed ...string) error {
+	var other []string
+	own := cmd.LocalNonPersistentFlags() // bench's own flags, not the global ones
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if own.Lookup(f.Name) != nil && !slices.Contains(allowed, f.Name) {
+			other = append(other, "--"+f.Name)
+		}
+	})
+	if len(other) > 0 {
+		with := make([]string, len(allowed)-1)
+		for i, f := range allowed[1:] {
+			with[i] = "--" + f
+		}
+		list := strings.Join(with, ", ")
+		if n := len(with); n > 1 {
+			list = strings.Join(with[:n-1], ", ") + " and " + with[n-1]
+		}
+		return usagef("--%s takes only %s, not %s", allowed[0], list, strings.Join(other, ", "))
+	}
+	return nil
+}
+
 // benchSwaps runs `bench --swaps`: n hot swaps of module while jobs flow.
 func benchSwaps(cmd *cobra.Command, module string, n int, asJSON bool) error {
 	if n <= 0 {
 		return usagef("--swaps %d: want a positive number of swaps", n)
 	}
-	var other []string
-	own := cmd.LocalNonPersistentFlags() // bench's own flags, not the global ones
-	cmd.Flags().Visit(func(f *pflag.Flag) {
-		if own.Lookup(f.Name) != nil && f.Name != "swaps" && f.Name != "module" && f.Name != "json" {
-			other = append(other, "--"+f.Name)
-		}
-	})
-	if len(other) > 0 {
-		return usagef("--swaps takes only --module and --json, not %s", strings.Join(other, ", "))
+	if err := onlyFlags(cmd, "swaps", "module", "json"); err != nil {
+		return err
 	}
 	swaps, err := bench.Swaps(cmd.Context(), bench.SwapConfig{Module: module, Swaps: n})
 	if err != nil {

@@ -161,7 +161,7 @@ func TestCrashLosesNothingOnPebble(t *testing.T) {
 	atKill := len(settledLine.FindAllString(before, -1))
 
 	h = startHost(t, dir, flags...)
-	m := regexp.MustCompile(`msg="data directory opened" data_dir=\S+ waiting=(\d+) delayed=(\d+) dead_letters=(\d+)`).FindStringSubmatch(h.log())
+	m := regexp.MustCompile(`msg="data directory opened" data_dir=\S+ pending=(\d+) delayed=(\d+) dead_letters=(\d+)`).FindStringSubmatch(h.log())
 	if m == nil || m[1] == "0" || crossed && m[2] == "0" {
 		t.Fatalf("the restart does not say it found jobs waiting and (the kill %v before they were due) delayed:\n%s", delay/2, h.log())
 	}
@@ -393,7 +393,7 @@ func TestDrainOnPebbleLosesNothing(t *testing.T) {
 	}
 
 	h = startHost(t, dir, flags...)
-	if !strings.Contains(h.log(), fmt.Sprintf(`waiting=%d`, want)) {
+	if !strings.Contains(h.log(), fmt.Sprintf(`pending=%d`, want)) {
 		t.Fatalf("the restart does not find the %d jobs waiting:\n%s", want, h.log())
 	}
 	waitFor(t, "every job done", func() bool { return h.queued("work") == 0 })
@@ -408,7 +408,7 @@ func TestDrainOnPebbleLosesNothing(t *testing.T) {
 	// Restore: the backup, used as a data directory, holds the jobs queued when it was
 	// taken (the two slow ones were running: unsettled, so waiting too).
 	h = startHost(t, dir, "--data-dir", backup)
-	if !strings.Contains(h.log(), fmt.Sprintf(`waiting=%d`, len(slow)+len(queued))) {
+	if !strings.Contains(h.log(), fmt.Sprintf(`pending=%d`, len(slow)+len(queued))) {
 		t.Fatalf("the restored backup does not hold the %d jobs waiting when it was taken:\n%s", len(slow)+len(queued), h.log())
 	}
 	stopHost(t, h, syscall.SIGTERM)

@@ -189,6 +189,8 @@ type reportJob struct {
 	Queue   string `json:"queue"`
 	Payload string `json:"payload"`
 	DelayMs int64  `json:"delay_ms"`
+	// Await marks a child that a WAIT waits for.
+	Await bool `json:"await,omitempty"`
 }
 
 // reportCall is one outbound HTTP request of the job: never a header, the query
@@ -239,9 +241,10 @@ func newInvokeReport(x host.Execution, res worker.Result, settle worker.Outcome,
 		r.Calls = append(r.Calls, reportCall{Method: c.Method, Target: c.Target, Path: c.Path, Status: c.Status, Error: c.Error,
 			DurationMs: float64(c.Duration.Microseconds()) / 1000, Bytes: c.Bytes})
 	}
-	if settle == worker.Ack {
+	if settle == worker.Ack || settle == worker.Wait {
 		for _, c := range x.Children {
-			r.Enqueued = append(r.Enqueued, reportJob{Queue: c.Queue, Payload: strings.ToValidUTF8(string(c.Payload), "\uFFFD"), DelayMs: c.Delay.Milliseconds()})
+			r.Enqueued = append(r.Enqueued, reportJob{Queue: c.Queue, Payload: strings.ToValidUTF8(string(c.Payload), "\uFFFD"),
+				DelayMs: c.Delay.Milliseconds(), Await: c.Await})
 		}
 	}
 	return r
@@ -297,7 +300,15 @@ func (r invokeReport) print(w io.Writer, job *worker.Job) {
 			if c.DelayMs > 0 {
 				delay = fmt.Sprintf(" after %v", time.Duration(c.DelayMs)*time.Millisecond)
 			}
-			fmt.Fprintf(w, "  %s%s: %s\n", c.Queue, delay, c.Payload)
+			awaited := ""
+			if c.Await {
+				awaited = " (awaited)"
+			}
+			fmt.Fprintf(w, "  %s%s%s: %s\n", c.Queue, delay, awaited, c.Payload)
 		}
+	}
+	if r.Settle == worker.Wait.String() {
+		fmt.Fprintln(w, "wait      the job would wait for its awaited children, then run again at round 1;")
+		fmt.Fprintln(w, "          invoke runs one run and resumes nothing: serve it with `wasmjobs run` on a backend that keeps waiting jobs")
 	}
 }

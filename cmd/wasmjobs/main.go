@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
 )
 
@@ -89,7 +90,7 @@ Try a module without any queue:
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.PersistentFlags().StringVar(&g.cacheDir, "cache-dir", os.Getenv("WASMJOBS_CACHE_DIR"),
 		"where compiled modules are cached across runs (default: the user cache dir; env WASMJOBS_CACHE_DIR)")
-	root.AddCommand(newRunCommand(g), newSchedulesCommand(), newEnqueueCommand(), newInvokeCommand(g), newModulesCommand(g),
+	root.AddCommand(newRunCommand(g), newSchedulesCommand(), newGroupCommand(backend.GroupWorkflow), newGroupCommand(backend.GroupBatch), newEnqueueCommand(), newInvokeCommand(g), newModulesCommand(g),
 		newQueuesCommand(), newJobsCommand(), newDLQCommand(), newNewCommand(), newBuildCommand(), newBenchCommand(g), newBackupCommand(), newVersionCommand())
 	return root
 }

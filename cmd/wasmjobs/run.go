@@ -107,7 +107,7 @@ queues, modules and dead letters, and serves Prometheus metrics on /metrics.
 
 Jobs are kept in --data-dir (./wasmjobs-data by default) by the embedded pebble backend:
 queued, delayed and dead-lettered jobs and job records survive a stop or a crash, and
-the log says at start how many jobs were found waiting. One run owns a directory at a
+the log says at start how many jobs were found pending. One run owns a directory at a
 time. --backend memory keeps nothing across a stop; --backend amqp://... shares queues
 between hosts through RabbitMQ.
 

@@ -33,7 +33,8 @@ typedef enum {
     WASMJOBS_ACK = 0,         /* done: children are published, the job acknowledged */
     WASMJOBS_RETRY = 1,       /* again after the staged delay, else the queue's backoff */
     WASMJOBS_DEFER = 2,       /* again after the staged delay, ahead of the queue; needs a delay */
-    WASMJOBS_DEAD_LETTER = 3  /* to the dead letters, with the staged reason */
+    WASMJOBS_DEAD_LETTER = 3, /* to the dead letters, with the staged reason */
+    WASMJOBS_WAIT = 4         /* children published, the job run again once the awaited ones have ended */
 } wasmjobs_outcome;
 
 /* Statuses of the host functions: >= 0 success. */
@@ -51,6 +52,16 @@ typedef enum {
     WASMJOBS_META_MODULE = 2,
     WASMJOBS_META_VERSION = 3
 } wasmjobs_meta_key;
+
+/* Fields of wasmjobs_child_read: how one awaited child of the last wait ended. */
+typedef enum {
+    WASMJOBS_CHILD_ID = 0,
+    WASMJOBS_CHILD_QUEUE = 1,
+    WASMJOBS_CHILD_STATE = 2,     /* succeeded, dead, cancelled, or unfinished (the wait timed out) */
+    WASMJOBS_CHILD_REASON = 3,    /* empty when it succeeded */
+    WASMJOBS_CHILD_OUTPUT = 4,    /* its last run's output, up to 16 KiB */
+    WASMJOBS_CHILD_TRUNCATED = 5  /* one byte: 1 when the output was cut, else 0 */
+} wasmjobs_child_field;
 
 /* Log levels. */
 typedef enum {
@@ -73,6 +84,12 @@ WASMJOBS_IMPORT(set_reason) void wasmjobs__set_reason(const void *msg, int32_t l
 WASMJOBS_IMPORT(set_delay_ms) void wasmjobs__set_delay_ms(int64_t ms);
 WASMJOBS_IMPORT(output_write) int32_t wasmjobs__output_write(const void *buf, int32_t len);
 WASMJOBS_IMPORT(enqueue) int32_t wasmjobs__enqueue(const void *queue, int32_t queue_len, const void *payload, int32_t payload_len, int64_t delay_ms);
+/* Fan-out and fan-in: a module imports these only if it calls them, and then loads
+ * only on a host whose backend keeps waiting jobs. */
+WASMJOBS_IMPORT(enqueue_awaited) int32_t wasmjobs__enqueue_awaited(const void *queue, int32_t queue_len, const void *payload, int32_t payload_len, int64_t delay_ms);
+WASMJOBS_IMPORT(round) int32_t wasmjobs__round(void);
+WASMJOBS_IMPORT(children_len) int32_t wasmjobs__children_len(void);
+WASMJOBS_IMPORT(child_read) int32_t wasmjobs__child_read(int32_t index, int32_t field, void *buf, int32_t len);
 
 /* The payload's length in bytes. */
 static inline int32_t wasmjobs_payload_len(void) { return wasmjobs__payload_len(); }
@@ -127,6 +144,27 @@ static inline int32_t wasmjobs_enqueue(const char *queue, const void *payload, s
     return wasmjobs__enqueue(queue, (int32_t)strlen(queue), payload, (int32_t)len, delay_ms);
 }
 
+/* Stages a child job that wasmjobs_wait_for_children waits for (published as
+ * wasmjobs_enqueue's are if the job acks instead); the statuses of wasmjobs_enqueue. */
+static inline int32_t wasmjobs_enqueue_awaited(const char *queue, const void *payload, size_t len, int64_t delay_ms) {
+    return wasmjobs__enqueue_awaited(queue, (int32_t)strlen(queue), payload, (int32_t)len, delay_ms);
+}
+/* 0 on a first run; n on the run after the job's n-th wait. */
+static inline int32_t wasmjobs_round(void) { return wasmjobs__round(); }
+/* How many children the last wait awaited: 0 on a first run. */
+static inline int32_t wasmjobs_children_len(void) { return wasmjobs__children_len(); }
+/* Copies a field of awaited child index and returns its full length; WASMJOBS_NOT_FOUND
+ * for an index past the last, WASMJOBS_BAD_ARGUMENT for an unknown field. */
+static inline int32_t wasmjobs_child_read(int32_t index, wasmjobs_child_field field, void *buf, size_t len) {
+    return wasmjobs__child_read(index, (int32_t)field, buf, (int32_t)len);
+}
+/* 1 when awaited child index's output was cut at 16 KiB, 0 if not, or a status < 0. */
+static inline int32_t wasmjobs_child_truncated(int32_t index) {
+    unsigned char b = 0;
+    int32_t n = wasmjobs__child_read(index, WASMJOBS_CHILD_TRUNCATED, &b, 1);
+    return n < 0 ? n : b;
+}
+
 /* Settle helpers: stage, then return the outcome. */
 static inline wasmjobs_outcome wasmjobs_retry(const char *reason, int64_t delay_ms) {
     if (reason) wasmjobs_set_reason(reason);
@@ -142,6 +180,10 @@ static inline wasmjobs_outcome wasmjobs_dead_letter(const char *reason) {
     wasmjobs_set_reason(reason);
     return WASMJOBS_DEAD_LETTER;
 }
+/* Waits for the children staged with wasmjobs_enqueue_awaited: once every one has ended
+ * the job runs again at the same attempt, wasmjobs_round one higher. Without an awaited
+ * child it is a failure. */
+static inline wasmjobs_outcome wasmjobs_wait_for_children(void) { return WASMJOBS_WAIT; }
 
 /* ---- Outbound HTTP (abi/SPEC.md, "Outbound HTTP (added)"), under the module's [http] grant.
  *

@@ -7,6 +7,7 @@ const (
 	outcomeRetry      int32 = 1
 	outcomeDefer      int32 = 2
 	outcomeDeadLetter int32 = 3
+	outcomeWait       int32 = 4
 
 	statusNotFound      int32 = -1
 	statusBadArgument   int32 = -2
@@ -17,4 +18,11 @@ const (
 	metaQueue         int32 = 1
 	metaModuleName    int32 = 2
 	metaModuleVersion int32 = 3
+
+	childID        int32 = 0
+	childQueue     int32 = 1
+	childState     int32 = 2
+	childReason    int32 = 3
+	childOutput    int32 = 4
+	childTruncated int32 = 5
 )

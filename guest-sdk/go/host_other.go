@@ -19,6 +19,8 @@ type fakeHost struct {
 	delayMs  int64
 	output   []byte
 	children []string
+	round    int32
+	awaited  [][6]string // per child: id, queue, state, reason, output, truncated ("\x00" or "\x01")
 }
 
 var host = &fakeHost{delayMs: -1}
@@ -64,6 +66,27 @@ func enqueue(queue *byte, queueLen int32, payload *byte, payloadLen int32, delay
 	}
 	host.children = append(host.children, string(bytesAt(queue, queueLen))+":"+string(bytesAt(payload, payloadLen)))
 	return 0
+}
+
+func enqueueAwaited(queue *byte, queueLen int32, payload *byte, payloadLen int32, delayMs int64) int32 {
+	if s := enqueue(queue, queueLen, payload, payloadLen, delayMs); s < 0 {
+		return s
+	}
+	host.children[len(host.children)-1] += " (awaited)"
+	return 0
+}
+func round() int32       { return host.round }
+func childrenLen() int32 { return int32(len(host.awaited)) }
+func childRead(index, field int32, buf *byte, n int32) int32 {
+	if index < 0 || int(index) >= len(host.awaited) {
+		return statusNotFound
+	}
+	if field < 0 || field > 5 {
+		return statusBadArgument
+	}
+	v := host.awaited[index][field]
+	copy(bytesAt(buf, n), v)
+	return int32(len(v))
 }
 
 func ptr(s string) *byte { return unsafe.StringData(s) }

@@ -37,6 +37,22 @@ func outputWrite(buf *byte, n int32) int32
 //go:wasmimport wasmjobs enqueue
 func enqueue(queue *byte, queueLen int32, payload *byte, payloadLen int32, delayMs int64) int32
 
+// The imports of fan-out and fan-in: Go's linker keeps an import only when the
+// module calls it, so a module that never waits imports none of them and loads on
+// every backend.
+
+//go:wasmimport wasmjobs enqueue_awaited
+func enqueueAwaited(queue *byte, queueLen int32, payload *byte, payloadLen int32, delayMs int64) int32
+
+//go:wasmimport wasmjobs round
+func round() int32
+
+//go:wasmimport wasmjobs children_len
+func childrenLen() int32
+
+//go:wasmimport wasmjobs child_read
+func childRead(index, field int32, buf *byte, n int32) int32
+
 //go:wasmexport wasmjobs_abi_v1
 func abiV1() {}
 

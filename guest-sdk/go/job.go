@@ -97,6 +97,71 @@ func (j *Job) Enqueue(queue string, payload []byte, delay time.Duration) error {
 	return statusError(enqueue(ptr(queue), int32(len(queue)), bufPtr(payload), int32(len(payload)), delay.Milliseconds()))
 }
 
+// EnqueueAwaited stages a child job on queue, as Job.Enqueue does, that the job's
+// WaitForChildren waits for; if the job acknowledges instead, the child is published as
+// Enqueue's are. A module that calls it loads only on a host whose backend keeps
+// waiting jobs.
+//
+// EnqueueAwaited, Round and Children are functions, not methods of Job, so that a
+// module that never waits imports none of fan-in's functions even when reflection
+// keeps every method of Job (text/template does), and loads on every backend.
+func EnqueueAwaited(queue string, payload []byte, delay time.Duration) error {
+	return statusError(enqueueAwaited(ptr(queue), int32(len(queue)), bufPtr(payload), int32(len(payload)), delay.Milliseconds()))
+}
+
+// Round returns 0 on a first run of the job, n on the run after its n-th wait.
+func Round() int { return int(round()) }
+
+// Child is how one child that the job's last wait awaited ended.
+type Child struct {
+	// ID and Queue name the child job.
+	ID, Queue string
+	// State is "succeeded", "dead", "cancelled", or "unfinished" when the wait timed
+	// out before the child ended.
+	State string
+	// Reason is why it did not succeed; empty when it did.
+	Reason string
+	// Output is its last run's output, up to 16 KiB; Truncated says it was cut.
+	Output    []byte
+	Truncated bool
+}
+
+// Children returns how each child the job's last wait awaited ended, in the order they
+// were staged: none on a first run.
+func Children() []Child {
+	n := int(childrenLen())
+	if n <= 0 {
+		return nil
+	}
+	out := make([]Child, n)
+	for i := range out {
+		c := &out[i]
+		c.ID = string(childField(i, childID))
+		c.Queue = string(childField(i, childQueue))
+		c.State = string(childField(i, childState))
+		c.Reason = string(childField(i, childReason))
+		c.Output = childField(i, childOutput)
+		t := childField(i, childTruncated)
+		c.Truncated = len(t) == 1 && t[0] == 1
+	}
+	return out
+}
+
+// childField reads a field of child_read whole.
+func childField(i int, field int32) []byte {
+	buf := make([]byte, 64)
+	for {
+		n := childRead(int32(i), field, bufPtr(buf), int32(len(buf)))
+		if n < 0 {
+			return nil
+		}
+		if int(n) <= len(buf) {
+			return buf[:n]
+		}
+		buf = make([]byte, n)
+	}
+}
+
 func meta(key int32) string {
 	buf := make([]byte, 64)
 	for {

@@ -87,3 +87,41 @@ func ExampleRetry() {
 	fmt.Println(run(), host.reason, host.delayMs)
 	// Output: 1 the mail server is down 30000
 }
+
+func TestFanOutAndFanIn(t *testing.T) {
+	reset("x", nil)
+	Handle(func(job *Job) error {
+		if Round() == 0 && len(Children()) == 0 {
+			if err := EnqueueAwaited("render", []byte("p1"), 0); err != nil {
+				return err
+			}
+			if err := EnqueueAwaited("", nil, 0); err != ErrBadArgument {
+				t.Errorf("EnqueueAwaited to an empty queue: %v", err)
+			}
+			return WaitForChildren()
+		}
+		return nil
+	})
+	if got := run(); got != outcomeWait || host.reason != "" || strings.Join(host.children, ",") != "render:p1 (awaited)" {
+		t.Fatalf("code %d reason %q children %q", got, host.reason, host.children)
+	}
+	reset("x", nil)
+	host.round = 1
+	long := strings.Repeat("o", 100) // longer than the first buffer: read again whole
+	host.awaited = [][6]string{{"01JA", "render", "succeeded", "", long, "\x00"}, {"01JB", "render", "dead", "no page", "", "\x01"}}
+	var got []Child
+	Handle(func(job *Job) error {
+		if Round() != 1 {
+			t.Errorf("Round %d", Round())
+		}
+		got = Children()
+		return nil
+	})
+	if code := run(); code != outcomeAck {
+		t.Fatalf("code %d", code)
+	}
+	want := []Child{{ID: "01JA", Queue: "render", State: "succeeded", Output: []byte(long)}, {ID: "01JB", Queue: "render", State: "dead", Reason: "no page", Truncated: true}}
+	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+		t.Fatalf("Children = %+v\nwant %+v", got, want)
+	}
+}

@@ -26,6 +26,12 @@
 // github.com/wasmjobs/wasmjobs/guest-sdk/go/wjhttp: it makes net/http's client work
 // through the host, and its RetryAfter settles a job after a 429 or 503. This package
 // does not import net/http, so a handler that makes no requests does not carry it.
+//
+// Fan-out and fan-in: stage children with EnqueueAwaited and return
+// WaitForChildren(); the job runs again at the same attempt once they have ended,
+// Round one higher, Children saying how each ended. A module that calls them
+// loads only where the backend keeps waiting jobs (not RabbitMQ); one that does not
+// imports nothing of them.
 package wasmjobs
 
 import (
@@ -58,6 +64,7 @@ const (
 	RetryJob      Outcome = Outcome(outcomeRetry)
 	DeferJob      Outcome = Outcome(outcomeDefer)
 	DeadLetterJob Outcome = Outcome(outcomeDeadLetter)
+	WaitJob       Outcome = Outcome(outcomeWait)
 )
 
 // SettleError is an error that settles a job a given way.
@@ -86,6 +93,14 @@ func Defer(delay time.Duration, reason string) error {
 // DeadLetter moves the job to the dead letters with reason: retrying cannot help.
 func DeadLetter(reason string) error {
 	return &SettleError{Outcome: DeadLetterJob, Reason: reason}
+}
+
+// WaitForChildren settles the job as waiting for the children it staged with
+// EnqueueAwaited: they are published with the settle, and once every one has ended the
+// job runs again at the same attempt, Round one higher, Children saying how each
+// ended. Return it from the handler. A wait without an awaited child is a failure.
+func WaitForChildren() error {
+	return &SettleError{Outcome: WaitJob, Reason: "waiting for children"}
 }
 
 // Errors of the staging methods, from the host's statuses.
@@ -122,7 +137,7 @@ func settle(err error) int32 {
 	if !errors.As(err, &se) {
 		se = &SettleError{Outcome: RetryJob, Reason: err.Error()}
 	}
-	if se.Reason != "" {
+	if se.Reason != "" && se.Outcome != WaitJob {
 		setReason(se.Reason)
 	}
 	if se.Delay > 0 {

@@ -31,11 +31,33 @@ export interface Job {
     error(...msg: unknown[]): void;
   };
   /**
-   * Stages a child job, published only if this job is acknowledged. Throws a RangeError
+   * Stages a child job, published only if this job is acknowledged or waits. With
+   * {await: true} the child is one that waitForChildren() waits for. Throws a RangeError
    * naming the problem for a bad queue name or delay, a queue the manifest does not
-   * allow, or one past the child-job or payload limit.
+   * allow, one past the child-job or payload limit, or an awaited child on a host whose
+   * backend keeps no waiting jobs ("not permitted"), and a TypeError for an await
+   * option that is not a boolean.
    */
-  enqueue(queue: string, payload: string | Uint8Array, options?: { delay?: number }): void;
+  enqueue(queue: string, payload: string | Uint8Array, options?: { delay?: number; await?: boolean }): void;
+  /** 0 on a first run; n on the run after the job's n-th wait (throw waitForChildren()). */
+  round(): number;
+  /** How each child the job's last wait awaited ended, in the order they were enqueued;
+   * [] on a first run. */
+  children(): readonly Child[];
+}
+
+/** How one awaited child ended, as a resumed job reads it (job.children()). */
+export interface Child {
+  readonly id: string;
+  readonly queue: string;
+  /** succeeded, dead, cancelled, or unfinished when the wait timed out first. */
+  readonly state: "succeeded" | "dead" | "cancelled" | "unfinished";
+  /** Why it did not succeed; "" when it did. */
+  readonly reason: string;
+  /** Its last run's output as text (invalid UTF-8 replaced), up to 16 KiB. */
+  readonly output: string;
+  /** The output was cut at 16 KiB. */
+  readonly truncated: boolean;
 }
 
 /** The default export of a handler's entry file. */
@@ -43,7 +65,7 @@ export type Handler = (job: Job) => void | Promise<void>;
 
 /** Thrown to settle a job other than by acknowledging it. */
 export class Outcome extends Error {
-  readonly kind: "retry" | "defer" | "dead_letter";
+  readonly kind: "retry" | "defer" | "dead_letter" | "wait";
 }
 
 /** Another attempt after options.delay ms, or after the queue's backoff. */
@@ -52,6 +74,12 @@ export function retry(reason: string, options?: { delay?: number }): Outcome;
 export function deferFor(ms: number, reason?: string): Outcome;
 /** To the queue's dead letters with the reason. */
 export function deadLetter(reason: string): Outcome;
+/** Throw it to wait for the children enqueued with {await: true}: they are published
+ * with the settle, and once every one has ended the job runs again at the same
+ * attempt, job.round() one higher, job.children() saying how each ended. Throwing it
+ * without an awaited child is a failure; so is it on a host whose backend keeps no
+ * waiting jobs (RabbitMQ), where enqueue with {await: true} throws "not permitted". */
+export function waitForChildren(): Outcome;
 
 /** Status codes of ABI v1. */
 export const Status: {

@@ -50,6 +50,13 @@ export function deadLetter(reason) {
   return new Outcome("dead_letter", 3, String(reason ?? ""), -1);
 }
 
+/** waitForChildren, thrown, waits for the children enqueued with {await: true}; the job
+ * then runs again at the same attempt, job.round() one higher, job.children() saying
+ * how each ended. */
+export function waitForChildren() {
+  return new Outcome("wait", 4, "", -1);
+}
+
 /** The status codes of ABI v1. job.output returns false when it fails (past the output
  * limit); job.enqueue throws a RangeError naming the status (bad argument, not permitted,
  * limit exceeded). Neither returns a code. */

@@ -39,7 +39,7 @@
   // pooled VM runs many jobs, and a promise or callback the handler left behind must
   // not act on a later job through a stale object.
   function makeJob() {
-    let payload, textValue, live = true;
+    let payload, textValue, children, live = true;
     const host = function () {
       if (!live) throw new Error("this job has settled: its job object cannot be used in a later job");
       return hostFn.apply(undefined, arguments);
@@ -71,8 +71,23 @@
           if (!Number.isFinite(delay) || delay < 0) throw new RangeError("enqueue: delay must be a non-negative number of milliseconds, got " + options.delay);
           delay = Math.floor(delay);
         }
-        const st = host(9, String(queue), bytesOf(data), delay);
+        // A truthy non-boolean would otherwise stage a plain child, and the job would
+        // fail only later, at its WAIT, far from the mistake.
+        let awaited = 0;
+        if (options != null && options.await != null) {
+          if (typeof options.await !== "boolean") throw new TypeError("enqueue: the await option must be a boolean, got a " + typeof options.await);
+          awaited = options.await ? 1 : 0;
+        }
+        const st = host(9, String(queue), bytesOf(data), delay, awaited);
         if (st < 0) throw new RangeError("enqueue into " + stringify(String(queue)) + ": " + (statusNames[st] || "status " + st));
+      },
+      // round is 0 on a first run, n on the run after the job's n-th wait.
+      round: function () { return host(22); },
+      // children are how the children the last wait awaited ended, in the order they
+      // were enqueued: [] on a first run.
+      children: function () {
+        if (children === undefined) children = Object.freeze(JSON.parse(host(23)).map(function (c) { return Object.freeze(c); }));
+        return children;
       },
     });
     return { job: job, end: function () { live = false; } };
@@ -94,7 +109,7 @@
 
   function settleError(e) {
     const o = e !== null && (typeof e === "object" || typeof e === "function") ? e[OUTCOME] : undefined;
-    if (o && typeof o === "object" && (o.code === 1 || o.code === 2 || o.code === 3)) {
+    if (o && typeof o === "object" && (o.code === 1 || o.code === 2 || o.code === 3 || o.code === 4)) {
       host(10, o.code, String(o.reason), typeof o.delayMs === "number" ? o.delayMs : -1);
       return;
     }

@@ -21,6 +21,11 @@
 @external("wasmjobs", "set_delay_ms") declare function set_delay_ms(ms: i64): void;
 @external("wasmjobs", "output_write") declare function output_write(buf: usize, len: i32): i32;
 @external("wasmjobs", "enqueue") declare function enqueue_(queue: usize, queueLen: i32, payload: usize, payloadLen: i32, delayMs: i64): i32;
+// Fan-out and fan-in: the compiler imports only what a module calls.
+@external("wasmjobs", "enqueue_awaited") declare function enqueue_awaited(queue: usize, queueLen: i32, payload: usize, payloadLen: i32, delayMs: i64): i32;
+@external("wasmjobs", "round") declare function round_(): i32;
+@external("wasmjobs", "children_len") declare function children_len(): i32;
+@external("wasmjobs", "child_read") declare function child_read(index: i32, field: i32, buf: usize, len: i32): i32;
 
 /** How a job is settled: the result of a handler. */
 export enum Outcome {
@@ -32,6 +37,22 @@ export enum Outcome {
   Defer = 2,
   /** To the dead letters, with the staged reason. */
   DeadLetter = 3,
+  /** Children published; the job runs again, at the same attempt, once the awaited
+   * ones have ended (waitForChildren). */
+  Wait = 4,
+}
+
+/** How one child that the job's last wait awaited ended. */
+export class Child {
+  id: string = "";
+  queue: string = "";
+  /** succeeded, dead, cancelled, or unfinished when the wait timed out first. */
+  state: string = "";
+  /** Why it did not succeed; "" when it did. */
+  reason: string = "";
+  /** Its last run's output, up to 16 KiB; truncated says it was cut. */
+  output: ArrayBuffer = new ArrayBuffer(0);
+  truncated: bool = false;
 }
 
 /** Statuses of the host functions. */
@@ -68,6 +89,7 @@ function readVar(read: (buf: usize, len: i32) => i32): ArrayBuffer | null {
 
 // The key of the current metadata or header read (AssemblyScript has no closures).
 let readKey: i32 = 0;
+let readIndex: i32 = 0;
 let readName: ArrayBuffer = new ArrayBuffer(0);
 
 /** The job being handled. */
@@ -124,6 +146,39 @@ export class Job {
     const s = output_write(changetype<usize>(b), b.byteLength);
     return s < 0 ? <Status>s : Status.Ok;
   }
+  /** Stages a child job, as enqueue does, that waitForChildren waits for. A module that
+   * calls it loads only on a host whose backend keeps waiting jobs. */
+  enqueueAwaited(queue: string, payload: string, delayMs: i64 = 0): Status {
+    const q = utf8(queue);
+    const p = utf8(payload);
+    return <Status>enqueue_awaited(changetype<usize>(q), q.byteLength, changetype<usize>(p), p.byteLength, delayMs);
+  }
+  /** 0 on a first run; n on the run after the job's n-th wait. */
+  round(): i32 { return round_(); }
+  private childField(index: i32, field: i32): ArrayBuffer {
+    readIndex = index;
+    readKey = field;
+    const v = readVar((buf: usize, len: i32): i32 => child_read(readIndex, readKey, buf, len));
+    return v == null ? new ArrayBuffer(0) : v;
+  }
+  /** How each child the last wait awaited ended, in the order they were staged; empty
+   * on a first run. */
+  children(): Child[] {
+    const n = children_len();
+    const out = new Array<Child>();
+    for (let i = 0; i < n; i++) {
+      const c = new Child();
+      c.id = String.UTF8.decode(this.childField(i, 0));
+      c.queue = String.UTF8.decode(this.childField(i, 1));
+      c.state = String.UTF8.decode(this.childField(i, 2));
+      c.reason = String.UTF8.decode(this.childField(i, 3));
+      c.output = this.childField(i, 4);
+      const t = this.childField(i, 5);
+      c.truncated = t.byteLength == 1 && load<u8>(changetype<usize>(t)) == 1;
+      out.push(c);
+    }
+    return out;
+  }
   /** Stages a child job, published after delayMs if this job acks. */
   enqueue(queue: string, payload: string, delayMs: i64 = 0): Status {
     const q = utf8(queue);
@@ -153,6 +208,13 @@ export function deadLetter(reason: string): Outcome {
   const b = utf8(reason);
   set_reason(changetype<usize>(b), b.byteLength);
   return Outcome.DeadLetter;
+}
+
+/** Returns Wait: the children staged with enqueueAwaited are published, and once every
+ * one has ended the job runs again at the same attempt, round() one higher, children()
+ * saying how each ended. Without an awaited child it is a failure. */
+export function waitForChildren(): Outcome {
+  return Outcome.Wait;
 }
 
 /** Fails the job at once with a trap ("trap: unreachable"). */

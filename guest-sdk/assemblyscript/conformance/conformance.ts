@@ -1,9 +1,12 @@
 // The conformance handler in AssemblyScript: its payload names a case of the
 // cross-language table (internal/rigs/abitest/sdk.go, and sdk_http.go for the HTTP cases).
-import { Job, Level, Outcome, Request, handle, retry, defer, deadLetter, trap, retryAfter } from "../assembly/index";
+import { Job, Level, Outcome, Request, handle, retry, defer, deadLetter, trap, retryAfter, waitForChildren } from "../assembly/index";
 export { wasmjobs_abi_v1, wasmjobs_handle } from "../assembly/index";
 
 /** Sends req and acks with "STATUS\nX-REPLY\nBODY", or "error CODE" on a failure. */
+// spins counts the case "spin"'s turns, so that its loop does something.
+let spins: i32 = 0;
+
 function http(job: Job, req: Request): Outcome {
   const res = req.send();
   const body = res.text(1 << 20);
@@ -28,9 +31,29 @@ handle((job: Job): Outcome => {
       job.maxAttempts().toString() + "\n" + (h == null ? "-" : <string>h) + "\n");
     return Outcome.Ack;
   }
+  if (p == "spin") { // until the host stops it
+    while (true) spins++;
+  }
   if (p == "children") {
     job.enqueue("child", "c1", 0);
     job.enqueue("child", "c2", 250);
+    return Outcome.Ack;
+  }
+  if (p == "fanout") {
+    job.output(job.round().toString() + " " + job.children().length.toString() + "\n");
+    job.enqueueAwaited("child", "c1", 0);
+    job.enqueue("child", "c2", 250);
+    job.enqueueAwaited("child", "c3", 0);
+    return waitForChildren();
+  }
+  if (p == "fanin") {
+    const done = job.children();
+    let out = job.round().toString() + " " + done.length.toString() + "\n";
+    for (let i = 0; i < done.length; i++) {
+      const c = done[i];
+      out += c.id + "|" + c.queue + "|" + c.state + "|" + c.reason + "|" + String.UTF8.decode(c.output) + "|" + (c.truncated ? "true" : "false") + "\n";
+    }
+    job.output(out);
     return Outcome.Ack;
   }
   if (p == "log") {

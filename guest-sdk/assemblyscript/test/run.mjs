@@ -13,8 +13,8 @@ const NOW_MS = 784111777000n;
 
 // run runs one job; responses are the stand-in host's answers to the job's requests,
 // in order: { status, error, headers, url, body, chunk, bodyError }.
-function run(payload, headers = {}, responses = []) {
-  const job = { payload: enc.encode(payload), meta: ["01JOB", "conformance", "conformance", "v"], headers,
+function run(payload, headers = {}, responses = [], round = 0, awaited = []) {
+  const job = { payload: enc.encode(payload), meta: ["01JOB", "conformance", "conformance", "v"], headers, awaitedIdx: [],
     logs: [], reason: null, delay: null, output: [], children: [], requests: [], closed: [] };
   let mem;
   const bytesAt = (p, n) => new Uint8Array(mem.buffer, p, n);
@@ -35,6 +35,17 @@ function run(payload, headers = {}, responses = []) {
     set_delay_ms: (ms) => { if (ms >= 0n) job.delay = Number(ms); },
     output_write: (p, n) => { job.output.push(bytesAt(p, n).slice()); return n; },
     enqueue: (qp, qn, pp, pn, d) => { job.children.push([dec.decode(bytesAt(qp, qn)), dec.decode(bytesAt(pp, pn)), Number(d)]); return 0; },
+    enqueue_awaited: (qp, qn, pp, pn, d) => { wasmjobs.enqueue(qp, qn, pp, pn, d); job.awaitedIdx.push(job.children.length - 1); return 0; },
+    round: () => round,
+    children_len: () => awaited.length,
+    // awaited: per child [id, queue, state, reason, output, truncated (0 or 1)].
+    child_read: (i, f, p, n) => {
+      if (i < 0 || i >= awaited.length) return -1;
+      if (f < 0 || f > 5) return -2;
+      const v = f === 5 ? new Uint8Array([awaited[i][5]]) : enc.encode(awaited[i][f]);
+      copyOut(v, p, n);
+      return v.length;
+    },
   };
   const fake = (h) => (h >= 0 && h < job.requests.length && !job.closed.includes(h) ? responses[h] : null);
   const out = (v, p, n) => { const b = enc.encode(v); copyOut(b, p, n); return b.length; };
@@ -93,6 +104,11 @@ r = run("meta");
 assert.ok(r.text.endsWith("\n-\n"), "an absent header reads as null");
 r = run("children");
 assert.deepEqual(r.children, [["child", "c1", 0], ["child", "c2", 250]]);
+r = run("fanout");
+assert.deepEqual([r.code, r.text, r.children, r.awaitedIdx], [4, "0 0\n", [["child", "c1", 0], ["child", "c2", 250], ["child", "c3", 0]], [0, 2]]);
+r = run("fanin", {}, [], 1, [["01JA", "child", "succeeded", "", "o".repeat(100), 0], ["01JB", "child", "dead", "no page", "", 1]]);
+assert.deepEqual([r.code, r.text], [0, `1 2\n01JA|child|succeeded||${"o".repeat(100)}|false\n01JB|child|dead|no page||true\n`],
+  "an output longer than the first buffer is read whole");
 r = run("log");
 assert.deepEqual(r.logs, [[1, "conformance log line"], [2, "second line, attempt 2"]]);
 r = run("trap");

@@ -2,6 +2,7 @@
  * (internal/rigs/abitest/sdk.go, and sdk_http.go for the HTTP cases). */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../wasmjobs.h"
 
@@ -57,9 +58,38 @@ static wasmjobs_outcome handle(void) {
         if (h < 0) line("-", 1); else line(buf, h);
         return WASMJOBS_ACK;
     }
+    if (strcmp(payload, "spin") == 0) { /* until the host stops it */
+        volatile unsigned spins = 0;
+        for (;;) spins++;
+    }
+    if (strcmp(payload, "sleep") == 0) { /* an hour in a WASI sleep, until the host stops it */
+        sleep(3600);
+        return WASMJOBS_ACK;
+    }
     if (strcmp(payload, "children") == 0) {
         wasmjobs_enqueue("child", "c1", 2, 0);
         wasmjobs_enqueue("child", "c2", 2, 250);
+        return WASMJOBS_ACK;
+    }
+    if (strcmp(payload, "fanout") == 0) {
+        char num[32];
+        wasmjobs_output(num, (size_t)snprintf(num, sizeof num, "%d %d\n", (int)wasmjobs_round(), (int)wasmjobs_children_len()));
+        wasmjobs_enqueue_awaited("child", "c1", 2, 0);
+        wasmjobs_enqueue("child", "c2", 2, 250);
+        wasmjobs_enqueue_awaited("child", "c3", 2, 0);
+        return wasmjobs_wait_for_children();
+    }
+    if (strcmp(payload, "fanin") == 0) {
+        int32_t n = wasmjobs_children_len();
+        int len = snprintf(out, sizeof out, "%d %d\n", (int)wasmjobs_round(), (int)n);
+        for (int32_t i = 0; i < n; i++) {
+            for (int f = WASMJOBS_CHILD_ID; f <= WASMJOBS_CHILD_OUTPUT; f++) {
+                int32_t m = wasmjobs_child_read(i, (wasmjobs_child_field)f, body, sizeof body);
+                len += snprintf(out + len, sizeof out - (size_t)len, "%.*s|", m < 0 ? 0 : (int)m, body);
+            }
+            len += snprintf(out + len, sizeof out - (size_t)len, "%s\n", wasmjobs_child_truncated(i) == 1 ? "true" : "false");
+        }
+        wasmjobs_output(out, (size_t)len);
         return WASMJOBS_ACK;
     }
     if (strcmp(payload, "log") == 0) {

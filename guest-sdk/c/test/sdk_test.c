@@ -49,6 +49,27 @@ int32_t wasmjobs__enqueue(const void *q, int32_t ql, const void *p, int32_t pl, 
     return 0;
 }
 
+int32_t wasmjobs__enqueue_awaited(const void *q, int32_t ql, const void *p, int32_t pl, int64_t d) {
+    int32_t s = wasmjobs__enqueue(q, ql, p, pl, d);
+    if (s == 0) children[strlen(children) - 1] = '!'; /* awaited: ends in ! */
+    return s;
+}
+/* The stand-in host's last wait: two children. */
+static const char *awaited[2][5] = {{"01JA", "render", "succeeded", "", "page one"}, {"01JB", "render", "dead", "no page", ""}};
+int32_t wasmjobs__round(void) { return 1; }
+int32_t wasmjobs__children_len(void) { return 2; }
+int32_t wasmjobs__child_read(int32_t index, int32_t field, void *buf, int32_t len) {
+    if (index < 0 || index >= 2) return WASMJOBS_NOT_FOUND;
+    if (field == WASMJOBS_CHILD_TRUNCATED) {
+        if (len > 0) *(unsigned char *)buf = (unsigned char)index; /* the second was cut */
+        return 1;
+    }
+    if (field < 0 || field > WASMJOBS_CHILD_TRUNCATED) return WASMJOBS_BAD_ARGUMENT;
+    size_t n = strlen(awaited[index][field]);
+    memcpy(buf, awaited[index][field], n < (size_t)len ? n : (size_t)len);
+    return (int32_t)n;
+}
+
 /* The stand-in host's requests: the handle of the n-th request started is n. */
 static struct fake {
     int32_t status;
@@ -247,6 +268,15 @@ int main(void) {
     assert(output_len == 3 && memcmp(output, "out", 3) == 0);
     assert(strcmp(logs, "2:n=7;") == 0);
     assert(strcmp(children, "child=c@250;") == 0);
+    assert(wasmjobs_enqueue_awaited("render", "p", 1, 0) == 0 && strcmp(children, "child=c@250;render=p@0!") == 0);
+    assert(wasmjobs_enqueue_awaited("", "p", 1, 0) == WASMJOBS_BAD_ARGUMENT);
+    assert(wasmjobs_wait_for_children() == WASMJOBS_WAIT && WASMJOBS_WAIT == 4);
+    assert(wasmjobs_round() == 1 && wasmjobs_children_len() == 2);
+    assert(wasmjobs_child_read(0, WASMJOBS_CHILD_OUTPUT, buf, 4) == 8 && memcmp(buf, "page", 4) == 0);
+    assert(wasmjobs_child_read(1, WASMJOBS_CHILD_REASON, buf, sizeof buf) == 7 && memcmp(buf, "no page", 7) == 0);
+    assert(wasmjobs_child_read(2, WASMJOBS_CHILD_ID, buf, sizeof buf) == WASMJOBS_NOT_FOUND);
+    assert(wasmjobs_child_read(0, (wasmjobs_child_field)9, buf, sizeof buf) == WASMJOBS_BAD_ARGUMENT);
+    assert(wasmjobs_child_truncated(0) == 0 && wasmjobs_child_truncated(1) == 1 && wasmjobs_child_truncated(5) == WASMJOBS_NOT_FOUND);
     assert(wasmjobs_handle_export() == WASMJOBS_ACK);
     http_tests();
     puts("C SDK: all checks passed");

@@ -3,7 +3,10 @@
 // cases). Two cases are the Go SDK's own, for its deadlines: "http-context-deadline:URL"
 // and "http-client-timeout:URL" GET URL within 300 ms (a request context's deadline,
 // an http.Client's Timeout) and ack with the output "deadline" when the request ended
-// with context.DeadlineExceeded, else "error ERR" or "STATUS".
+// with context.DeadlineExceeded, else "error ERR" or "STATUS". A third, "rounds", is
+// the end-to-end fan-in's: each run writes "round N" and a line "id|state|reason|output"
+// per child of its last wait; rounds 0 and 1 stage the awaited children "page-0" to
+// "page-2" and "fail" on the queue "child" and wait, round 2 acks.
 package main
 
 import (
@@ -21,6 +24,10 @@ import (
 )
 
 // httpCase runs an HTTP case of the table (internal/rigs/abitest/sdk_http.go).
+
+// spins counts the case "spin"'s turns, so that its loop does something.
+var spins int
+
 func httpCase(job *wasmjobs.Job, kind, url string) error {
 	ctx, client := context.Background(), http.DefaultClient
 	switch kind {
@@ -98,8 +105,42 @@ func handle(job *wasmjobs.Job) error {
 		}
 		fmt.Fprintf(job, "%s\n%s\n%s\n%d\n%d\n%s\n", job.ID(), job.Queue(), job.Module(), job.Attempt(), job.MaxAttempts(), h)
 		return nil
+	case p == "spin": // until the host stops it
+		for spins = 0; ; spins++ {
+		}
+	case p == "sleep": // an hour in a WASI sleep, until the host stops it
+		time.Sleep(time.Hour)
+		return nil
 	case p == "children":
 		return errors.Join(job.Enqueue("child", []byte("c1"), 0), job.Enqueue("child", []byte("c2"), 250*time.Millisecond))
+	case p == "fanout":
+		fmt.Fprintf(job, "%d %d\n", wasmjobs.Round(), len(wasmjobs.Children()))
+		if err := errors.Join(wasmjobs.EnqueueAwaited("child", []byte("c1"), 0), job.Enqueue("child", []byte("c2"), 250*time.Millisecond),
+			wasmjobs.EnqueueAwaited("child", []byte("c3"), 0)); err != nil {
+			return err
+		}
+		return wasmjobs.WaitForChildren()
+	case p == "fanin":
+		children := wasmjobs.Children()
+		fmt.Fprintf(job, "%d %d\n", wasmjobs.Round(), len(children))
+		for _, c := range children {
+			fmt.Fprintf(job, "%s|%s|%s|%s|%s|%t\n", c.ID, c.Queue, c.State, c.Reason, c.Output, c.Truncated)
+		}
+		return nil
+	case p == "rounds":
+		fmt.Fprintf(job, "round %d\n", wasmjobs.Round())
+		for _, c := range wasmjobs.Children() {
+			fmt.Fprintf(job, "%s|%s|%s|%s\n", c.ID, c.State, c.Reason, c.Output)
+		}
+		if wasmjobs.Round() >= 2 {
+			return nil
+		}
+		for _, page := range []string{"page-0", "page-1", "page-2", "fail"} {
+			if err := wasmjobs.EnqueueAwaited("child", []byte(page), 0); err != nil {
+				return err
+			}
+		}
+		return wasmjobs.WaitForChildren()
 	case p == "log":
 		job.Log(wasmjobs.Info, "conformance log line")
 		job.Warnf("second line, attempt %d", job.Attempt())

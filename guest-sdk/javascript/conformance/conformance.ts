@@ -1,6 +1,6 @@
 // The conformance handler in TypeScript: its payload names a case of the
 // cross-language table (internal/rigs/abitest/sdk.go, and sdk_http.go for the HTTP cases).
-import { type Job, retry, deferFor, deadLetter, retryAfter, isFetchError, HTTPStatus } from "../wasmjobs.js";
+import { type Job, retry, deferFor, deadLetter, retryAfter, isFetchError, HTTPStatus, waitForChildren } from "../wasmjobs.js";
 
 // httpCase runs an HTTP case of internal/rigs/abitest/sdk_http.go.
 async function httpCase(job: Job, kind: string, url: string): Promise<void> {
@@ -32,6 +32,9 @@ async function httpCase(job: Job, kind: string, url: string): Promise<void> {
   job.output(`${res.status}\n${reply}\n${await res.text()}`);
 }
 
+// spins counts the case "spin"'s turns, so that its loop does something.
+let spins = 0;
+
 export default async function handle(job: Job): Promise<void> {
   const p = job.text;
   if (p === "ack") return;
@@ -43,11 +46,27 @@ export default async function handle(job: Job): Promise<void> {
     job.output(`${job.id}\n${job.queue}\n${job.module}\n${job.attempt}\n${job.maxAttempts}\n${h ?? "-"}\n`);
     return;
   }
+  if (p === "spin") { // until the host stops it (its interrupt check)
+    for (;;) spins++;
+  }
   if (p === "children") {
     job.enqueue("child", "c1");
     // An await on the way: the host runs the VM's pending jobs until the promise settles.
     await Promise.resolve();
     job.enqueue("child", "c2", { delay: 250 });
+    return;
+  }
+  if (p === "fanout") {
+    job.output(`${job.round()} ${job.children().length}\n`);
+    job.enqueue("child", "c1", { await: true });
+    job.enqueue("child", "c2", { delay: 250 });
+    job.enqueue("child", "c3", { await: true });
+    throw waitForChildren();
+  }
+  if (p === "fanin") {
+    const done = job.children();
+    job.output(`${job.round()} ${done.length}\n`);
+    for (const c of done) job.output(`${c.id}|${c.queue}|${c.state}|${c.reason}|${c.output}|${c.truncated}\n`);
     return;
   }
   if (p === "log") {

@@ -4,6 +4,9 @@ use std::time::Duration;
 use wasmjobs::{Job, Level, Request, Result};
 
 /// Sends req and acks with "STATUS\nX-REPLY\nBODY", or "error CODE" on a failure.
+/// Counts the case "spin"'s turns, so that its loop does something.
+static SPINS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn http(job: &Job, req: Request) -> Result {
     let out = match req.send().and_then(|mut resp| {
         let body = resp.text(1 << 20)?;
@@ -29,9 +32,29 @@ fn handle(job: &Job) -> Result {
             job.output(text.as_bytes())?;
             Ok(())
         }
+        "spin" => loop {
+            // until the host stops it
+            SPINS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        },
         "children" => {
             job.enqueue("child", b"c1", Duration::ZERO)?;
             job.enqueue("child", b"c2", Duration::from_millis(250))?;
+            Ok(())
+        }
+        "fanout" => {
+            job.output(format!("{} {}\n", job.round(), job.children().len()).as_bytes())?;
+            job.enqueue_awaited("child", b"c1", Duration::ZERO)?;
+            job.enqueue("child", b"c2", Duration::from_millis(250))?;
+            job.enqueue_awaited("child", b"c3", Duration::ZERO)?;
+            Err(wasmjobs::wait_for_children())
+        }
+        "fanin" => {
+            let children = job.children();
+            let mut out = format!("{} {}\n", job.round(), children.len());
+            for c in &children {
+                out += &format!("{}|{}|{}|{}|{}|{}\n", c.id, c.queue, c.state, c.reason, String::from_utf8_lossy(&c.output), c.truncated);
+            }
+            job.output(out.as_bytes())?;
             Ok(())
         }
         "log" => {

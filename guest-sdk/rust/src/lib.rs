@@ -22,6 +22,11 @@
 //! --extern wasmjobs=libwasmjobs.rlib greet.rs` (or `cargo build --target
 //! wasm32-unknown-unknown --release` with `crate-type = ["cdylib"]`). A panic traps the
 //! instance: the job fails and is retried.
+//!
+//! Fan-out and fan-in: stage children with [`Job::enqueue_awaited`] and return
+//! `Err(wait_for_children())`; the job runs again at the same attempt once they have
+//! ended, [`Job::round`] one higher, [`Job::children`] saying how each ended. A module
+//! that calls them loads only where the backend keeps waiting jobs (not RabbitMQ).
 
 use std::time::Duration;
 
@@ -40,6 +45,11 @@ mod sys {
         pub fn set_delay_ms(ms: i64);
         pub fn output_write(buf: *const u8, len: i32) -> i32;
         pub fn enqueue(queue: *const u8, queue_len: i32, payload: *const u8, payload_len: i32, delay_ms: i64) -> i32;
+        // Fan-out and fan-in: imported only by a module that calls them.
+        pub fn enqueue_awaited(queue: *const u8, queue_len: i32, payload: *const u8, payload_len: i32, delay_ms: i64) -> i32;
+        pub fn round() -> i32;
+        pub fn children_len() -> i32;
+        pub fn child_read(index: i32, field: i32, buf: *mut u8, len: i32) -> i32;
         pub fn http_start(method: *const u8, method_len: i32, url: *const u8, url_len: i32, headers: *const u8, headers_len: i32, body: *const u8, body_len: i32) -> i32;
         pub fn http_status(handle: i32) -> i32;
         pub fn http_error_read(handle: i32, buf: *mut u8, len: i32) -> i32;
@@ -86,6 +96,12 @@ pub mod sys {
         pub delay_ms: Option<i64>,
         pub output: Vec<u8>,
         pub children: Vec<(String, Vec<u8>, i64)>,
+        /// The indexes in children of the awaited ones.
+        pub awaited_children: Vec<usize>,
+        /// The round, and the results of the last wait: per child its id, queue,
+        /// state, reason, output and truncation byte.
+        pub round: i32,
+        pub awaited: Vec<[Vec<u8>; 6]>,
         /// The requests started: method, URL, header lines, body.
         pub requests: Vec<(String, String, String, Vec<u8>)>,
         /// What http_start returns for the next request when negative.
@@ -164,6 +180,27 @@ pub mod sys {
         HOST.with(|h| h.borrow_mut().children.push((q, bytes(p, pl).to_vec(), delay_ms)));
         0
     }
+    pub unsafe fn enqueue_awaited(q: *const u8, ql: i32, p: *const u8, pl: i32, delay_ms: i64) -> i32 {
+        let s = enqueue(q, ql, p, pl, delay_ms);
+        if s == 0 {
+            HOST.with(|h| { let mut h = h.borrow_mut(); let i = h.children.len() - 1; h.awaited_children.push(i) });
+        }
+        s
+    }
+    pub unsafe fn round() -> i32 { HOST.with(|h| h.borrow().round) }
+    pub unsafe fn children_len() -> i32 { HOST.with(|h| h.borrow().awaited.len() as i32) }
+    pub unsafe fn child_read(index: i32, field: i32, buf: *mut u8, len: i32) -> i32 {
+        HOST.with(|h| {
+            let h = h.borrow();
+            match h.awaited.get(index as usize).filter(|_| index >= 0) {
+                None => -1,
+                Some(c) => match c.get(field as usize).filter(|_| field >= 0) {
+                    None => -2,
+                    Some(v) => { copy_out(v, buf, len); v.len() as i32 }
+                },
+            }
+        })
+    }
     fn text(p: *const u8, n: i32) -> String { String::from_utf8_lossy(unsafe { bytes(p, n) }).into_owned() }
     pub unsafe fn http_start(m: *const u8, ml: i32, u: *const u8, ul: i32, hd: *const u8, hl: i32, b: *const u8, bl: i32) -> i32 {
         HOST.with(|h| {
@@ -229,6 +266,9 @@ pub enum Settle {
     Defer { delay: Duration, reason: String },
     /// Move to the dead letters: retrying cannot help.
     DeadLetter { reason: String },
+    /// Wait for the children staged with [`Job::enqueue_awaited`], then run again at
+    /// the same attempt, [`Job::round`] one higher.
+    Wait,
 }
 
 /// A host function's refusal.
@@ -273,6 +313,28 @@ pub fn defer(delay: Duration, reason: &str) -> Settle {
 /// Dead-letter with a reason.
 pub fn dead_letter(reason: &str) -> Settle {
     Settle::DeadLetter { reason: reason.to_string() }
+}
+
+/// Waits for the children staged with [`Job::enqueue_awaited`]: they are published with
+/// the settle, and once every one has ended the job runs again at the same attempt,
+/// [`Job::round`] one higher, [`Job::children`] saying how each ended. Without an
+/// awaited child it is a failure.
+pub fn wait_for_children() -> Settle {
+    Settle::Wait
+}
+
+/// How one child that the job's last wait awaited ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Child {
+    pub id: String,
+    pub queue: String,
+    /// succeeded, dead, cancelled, or unfinished when the wait timed out first.
+    pub state: String,
+    /// Why it did not succeed; empty when it did.
+    pub reason: String,
+    /// Its last run's output, up to 16 KiB; `truncated` says it was cut.
+    pub output: Vec<u8>,
+    pub truncated: bool,
 }
 
 /// Log levels.
@@ -348,6 +410,27 @@ impl Job {
     /// Appends to the job's output.
     pub fn output(&self, bytes: &[u8]) -> std::result::Result<(), Status> {
         status(unsafe { sys::output_write(bytes.as_ptr(), bytes.len() as i32) })
+    }
+    /// Stages a child job, as [`Job::enqueue`] does, that [`wait_for_children`] waits
+    /// for. A module that calls it loads only on a host whose backend keeps waiting jobs.
+    pub fn enqueue_awaited(&self, queue: &str, payload: &[u8], delay: Duration) -> std::result::Result<(), Status> {
+        status(unsafe {
+            sys::enqueue_awaited(queue.as_ptr(), queue.len() as i32, payload.as_ptr(), payload.len() as i32, delay.as_millis() as i64)
+        })
+    }
+    /// 0 on a first run; n on the run after the job's n-th wait.
+    pub fn round(&self) -> i32 { unsafe { sys::round() } }
+    /// How each child the last wait awaited ended, in the order they were staged; empty
+    /// on a first run.
+    pub fn children(&self) -> Vec<Child> {
+        let n = unsafe { sys::children_len() }.max(0);
+        (0..n)
+            .map(|i| {
+                let field = |f: i32| read_var(|b, n| unsafe { sys::child_read(i, f, b, n) }).unwrap_or_default();
+                let text = |f: i32| String::from_utf8_lossy(&field(f)).into_owned();
+                Child { id: text(0), queue: text(1), state: text(2), reason: text(3), output: field(4), truncated: field(5) == [1] }
+            })
+            .collect()
     }
     /// Stages a child job, published after `delay` if this job succeeds.
     pub fn enqueue(&self, queue: &str, payload: &[u8], delay: Duration) -> std::result::Result<(), Status> {
@@ -815,6 +898,7 @@ pub fn run(f: fn(&Job) -> Result) -> i32 {
             stage(&reason, None);
             3
         }
+        Err(Settle::Wait) => 4,
     }
 }
 
@@ -890,6 +974,33 @@ mod tests {
         assert_eq!(host(|h| (h.output.clone(), h.logs.clone(), h.children.clone())),
             (b"out".to_vec(), vec![(1, "hi".to_string())], vec![("child".to_string(), b"c".to_vec(), 250)]));
     }
+    #[test]
+    fn fans_out_and_in() {
+        with_job("", &[]);
+        let job = Job(());
+        assert_eq!((job.round(), job.children()), (0, vec![]));
+        job.enqueue_awaited("render", b"p1", Duration::ZERO).unwrap();
+        job.enqueue("render", b"p2", Duration::ZERO).unwrap();
+        assert_eq!(job.enqueue_awaited("", b"p", Duration::ZERO), Err(Status::BadArgument));
+        assert_eq!(run(|_| Err(wait_for_children())), 4);
+        assert_eq!(host(|h| (h.awaited_children.clone(), h.reason.clone())), (vec![0], None));
+        let long = vec![b'o'; 100];
+        sys::HOST.with(|h| {
+            let mut h = h.borrow_mut();
+            h.round = 1;
+            h.awaited = vec![
+                [b"01JA".to_vec(), b"render".to_vec(), b"succeeded".to_vec(), vec![], long.clone(), vec![0]],
+                [b"01JB".to_vec(), b"render".to_vec(), b"dead".to_vec(), b"no page".to_vec(), vec![], vec![1]],
+            ];
+        });
+        let got = job.children();
+        assert_eq!(job.round(), 1);
+        assert_eq!(got, vec![
+            Child { id: "01JA".into(), queue: "render".into(), state: "succeeded".into(), reason: "".into(), output: long, truncated: false },
+            Child { id: "01JB".into(), queue: "render".into(), state: "dead".into(), reason: "no page".into(), output: vec![], truncated: true },
+        ]);
+    }
+
     fn respond(resps: Vec<sys::Resp>) {
         sys::HOST.with(|h| h.borrow_mut().responses = resps);
     }

@@ -121,6 +121,7 @@ func New(cfg Config) http.Handler {
 	mux.Handle("DELETE /v1/dead-letters", handler(s.purgeDeadLetters))
 	mux.Handle("POST /v1/dead-letters/{id}/replay", handler(s.replay))
 	mux.Handle("POST /v1/backup", handler(s.backup))
+	s.routeGroups(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Healthy != nil {
 			if err := s.cfg.Healthy(); err != nil {

@@ -81,6 +81,7 @@ type Inspector struct {
 	envelopes  backend.JobEnvelopeReader
 	batch      backend.BatchPublisher
 	unique     backend.UniquePublisher
+	groups     backend.GroupStore
 	checkpoint Checkpointer
 	health     interface{ Err() error }
 	// records and lister read jobs: the backend's own where it keeps records (own),
@@ -105,6 +106,7 @@ func New(cfg Config) *Inspector {
 	in.envelopes, _ = b.(backend.JobEnvelopeReader)
 	in.batch, _ = b.(backend.BatchPublisher)
 	in.unique, _ = b.(backend.UniquePublisher)
+	in.groups, _ = b.(backend.GroupStore)
 	in.checkpoint, _ = b.(Checkpointer)
 	in.health, _ = b.(interface{ Err() error })
 	if rr, ok := b.(backend.JobRecordReader); ok {
@@ -132,12 +134,14 @@ type Can struct {
 	// CancelRunning: a job running on this host can be cancelled, whatever the
 	// backend (Config.CancelRunning).
 	CancelRunning bool
+	// Groups: it keeps workflows and batches (backend.GroupStore).
+	Groups bool
 }
 
 // Can reports what the backend can do.
 func (in *Inspector) Can() Can {
 	return Can{Count: in.stats != nil, DeadLetters: in.dead != nil, Act: in.control != nil, Records: in.own, List: in.listed,
-		CancelRunning: in.cfg.CancelRunning != nil}
+		CancelRunning: in.cfg.CancelRunning != nil, Groups: in.groups != nil}
 }
 
 // Refusal says why the host takes no new jobs (Config.Refusal): nil while it takes

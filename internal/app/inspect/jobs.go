@@ -58,7 +58,7 @@ type ModuleRef struct {
 // Attempt is one run of a job.
 type Attempt struct {
 	Attempt int    `json:"attempt"`
-	Settle  string `json:"settle"` // ack, retry, defer, dead_letter, cancelled; or "abandoned", "settle failed"
+	Settle  string `json:"settle"` // ack, retry, defer, dead_letter, cancelled, wait; or "abandoned", "settle failed"
 	Reason  string `json:"reason,omitempty"`
 	// Module and Version name the handler that ran this attempt; Role is "current" or
 	// "canary" when a rollout was running (job records only).

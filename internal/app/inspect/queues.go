@@ -25,7 +25,7 @@ type QueueInfo struct {
 }
 
 // unknownStats are the counts of a backend that cannot count at all.
-var unknownStats = backend.QueueStats{Pending: -1, Unacked: -1, Delayed: -1, Deferred: -1, Dead: -1, KeyWaiting: -1}
+var unknownStats = backend.QueueStats{Pending: -1, Unacked: -1, Delayed: -1, Deferred: -1, Dead: -1, KeyWaiting: -1, Waiting: -1}
 
 // Queues describes every served queue with its counts, as GET /v1/queues and the
 // dashboard's overview show them. A count that fails is logged.

@@ -32,7 +32,7 @@ const (
 // the other way (settleOf), it names the settle of an attempt from its state.
 var settledStates = map[worker.Outcome]backend.JobState{worker.Ack: backend.JobSucceeded,
 	worker.Retry: backend.JobRetrying, worker.Defer: backend.JobDeferred, worker.DeadLetter: backend.JobDead,
-	worker.Cancelled: backend.JobCancelled}
+	worker.Cancelled: backend.JobCancelled, worker.Wait: backend.JobWaiting}
 
 // settleOf names the settle that left a job in state, as Attempt.Settle does; an
 // attempt of the host's memory that no settle ended keeps its own name.

@@ -45,7 +45,7 @@ func New() *Metrics {
 		reg:     prometheus.NewRegistry(),
 		serving: make(map[string]string),
 		trial:   make(map[string]string),
-		jobs:    counter("wasmjobs_jobs_total", "Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter, cancelled).", "queue", "module", "settle"),
+		jobs:    counter("wasmjobs_jobs_total", "Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter, cancelled, wait).", "queue", "module", "settle"),
 		duration: histogram("wasmjobs_job_duration_seconds", "How long handlers ran, by queue and module.",
 			[]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "queue", "module"),
 		inFlight:     gauge("wasmjobs_jobs_in_flight", "Jobs running now, by queue.", "queue"),

@@ -43,7 +43,7 @@ const jobsHeader = `
 
 // totalHeader is what compare expects before the series of wasmjobs_jobs_total.
 const totalHeader = `
-# HELP wasmjobs_jobs_total Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter, cancelled).
+# HELP wasmjobs_jobs_total Jobs settled, by queue, module and settle (ack, retry, defer, dead_letter, cancelled, wait).
 # TYPE wasmjobs_jobs_total counter
 `
 
@@ -122,6 +122,7 @@ func TestEveryEndingEventCounts(t *testing.T) {
 		{Kind: worker.EventSettled, Settle: worker.Retry},
 		{Kind: worker.EventSettled, Settle: worker.Defer},
 		{Kind: worker.EventSettled, Settle: worker.DeadLetter},
+		{Kind: worker.EventSettled, Settle: worker.Wait},
 		{Kind: worker.EventSettleFailed, Settle: worker.Ack, Err: errors.New("connection lost")},
 		{Kind: worker.EventAbandoned, Settle: worker.Ack},
 	} {
@@ -136,6 +137,7 @@ func TestEveryEndingEventCounts(t *testing.T) {
 wasmjobs_jobs_total{module="work",queue="q",settle="dead_letter"} 1
 wasmjobs_jobs_total{module="work",queue="q",settle="defer"} 1
 wasmjobs_jobs_total{module="work",queue="q",settle="retry"} 1
+wasmjobs_jobs_total{module="work",queue="q",settle="wait"} 1
 # HELP wasmjobs_settle_failures_total Settles that failed (the backend delivers those jobs again), by queue.
 # TYPE wasmjobs_settle_failures_total counter
 wasmjobs_settle_failures_total{queue="q"} 1
@@ -282,4 +284,26 @@ wasmjobs_module_info{module="work",role="current",version="v1"} 1
 			compare(t, m, infoHeader+tc.want, "wasmjobs_module_info")
 		})
 	}
+}
+
+// TestQueueJobsAreCountedAtEachScrape: wasmjobs_queue_jobs serves what the count gives
+// at each scrape, one series per queue and state it counted.
+func TestQueueJobsAreCountedAtEachScrape(t *testing.T) {
+	t.Parallel()
+	m := New()
+	waiting := 3
+	m.CountQueues(func() []QueueDepth {
+		return []QueueDepth{{Queue: "q", Counts: map[string]int{"pending": 1, "waiting": waiting}}}
+	})
+	const header = `
+# HELP wasmjobs_queue_jobs Jobs of each served queue by state, read from the backend at each scrape: pending, unacked, delayed, deferred, dead, key_waiting (waiting for their concurrency key), waiting (for other jobs to end). A state the backend cannot count has no series.
+# TYPE wasmjobs_queue_jobs gauge
+`
+	compare(t, m, header+`wasmjobs_queue_jobs{queue="q",state="pending"} 1
+wasmjobs_queue_jobs{queue="q",state="waiting"} 3
+`, "wasmjobs_queue_jobs")
+	waiting = 0
+	compare(t, m, header+`wasmjobs_queue_jobs{queue="q",state="pending"} 1
+wasmjobs_queue_jobs{queue="q",state="waiting"} 0
+`, "wasmjobs_queue_jobs")
 }

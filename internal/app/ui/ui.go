@@ -122,6 +122,11 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /ui/dead-letters/{action}", s.deadAction)
 	mux.HandleFunc("GET /ui/modules", s.modules)
 	mux.HandleFunc("GET /ui/schedules", s.schedules)
+	for _, kind := range []backend.GroupKind{backend.GroupWorkflow, backend.GroupBatch} {
+		mux.HandleFunc("GET /ui/"+kind.Plural(), s.groups(kind))
+		mux.HandleFunc("GET /ui/"+kind.Plural()+"/{id}", s.group(kind))
+		mux.HandleFunc("POST /ui/"+kind.Plural()+"/{id}/cancel", s.cancelGroup(kind))
+	}
 	mux.HandleFunc("POST /ui/modules/validate", s.validate)
 	mux.HandleFunc("POST /ui/modules/{name}/{action}", s.moduleAction)
 	mux.HandleFunc("POST /ui/login", s.login)
@@ -343,7 +348,7 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 
 // States are the tabs of the queue page.
 var States = []backend.JobState{"", backend.JobPending, backend.JobRunning, backend.JobDelayed, backend.JobRetrying,
-	backend.JobDeferred, backend.JobSucceeded, backend.JobDead, backend.JobCancelled}
+	backend.JobDeferred, backend.JobWaiting, backend.JobSucceeded, backend.JobDead, backend.JobCancelled}
 
 func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 	q := r.PathValue("queue")

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+
+	"github.com/wasmjobs/wasmjobs/backend"
 )
 
 // Log is an expected log line: level is debug, info, warn or error.
@@ -17,10 +19,11 @@ type Log struct {
 	Level, Msg string
 }
 
-// Child is an expected staged child job.
+// Child is an expected staged child job; Await marks one staged by enqueue_awaited.
 type Child struct {
 	Queue, Payload string
 	DelayMs        int64
+	Await          bool
 }
 
 // Case is one conformance case.
@@ -35,6 +38,10 @@ type Case struct {
 	Headers     map[string]string
 	Attempt     int // 0 means 1
 	MaxAttempts int // 0 means the manifest's or the default
+	// Round and Awaited make the job a resumed run: its round, and how the children
+	// of its last wait ended. `wasmjobs invoke` runs first runs only.
+	Round   int
+	Awaited []backend.AwaitResult
 
 	// Invalid, when set, is a fragment of the error that must reject the module at load.
 	Invalid string
@@ -48,8 +55,9 @@ type Case struct {
 	DelayMs *int64
 	// Output is the exact output, with {id}, {version} and {queue} standing for the
 	// job's id, the module's version and its queue.
-	Output   string
-	Logs     []Log
+	Output string
+	Logs   []Log
+	// Enqueued are the children published: an Ack's, or a Wait's.
 	Enqueued []Child
 }
 
@@ -119,7 +127,30 @@ func Cases() []Case {
 				{"info", "out 1"}, {"warn", "err 1"}, {"info", "out 2"}}},
 		{Name: "enqueue statuses and children", Module: "abi/enqueue", Manifest: "enqueue = [\"child\"]\nmax_children = 4",
 			Kind: "ack", Code: code(0), Settle: "ack", Output: "0\n0\n-2\n-2\n-4\n-3\n", Enqueued: []Child{
-				{"child", "payload-1", 0}, {"child", "payload-2", 250}, {"child", "payload-1", 0}, {"child", "payload-1", 0}}},
+				{"child", "payload-1", 0, false}, {"child", "payload-2", 250, false}, {"child", "payload-1", 0, false}, {"child", "payload-1", 0, false}}},
+		{Name: "wait: statuses, awaited and plain children", Module: "abi/wait", Manifest: "enqueue = [\"child\"]\nmax_children = 4",
+			Kind: "wait", Code: code(4), Settle: "wait", Output: "0\n0\n-1\n0\n0\n-2\n-4\n-3\n", Enqueued: []Child{
+				{"child", "payload-1", 0, true}, {"child", "payload-2", 250, false}, {"child", "payload-2", 0, true}, {"child", "payload-2", 0, true}}},
+		{Name: "wait without an awaited child is a failure", Module: "abi/wait", Payload: "nowait",
+			Kind: "wait", Code: code(4), Settle: "retry", Reason: "wait without an awaited child"},
+		{Name: "resumed run reads its children", Module: "abi/wait", Round: 1, Awaited: []backend.AwaitResult{
+			{ID: "01JCHILD000000000000000000", Queue: "child", State: backend.JobSucceeded, Output: []byte("out 1")},
+			{ID: "01JCHILD000000000000000001", Queue: "child", State: backend.JobDead, Reason: "no page"},
+			{ID: "01JCHILD000000000000000002", Queue: "child", State: backend.JobUnfinished, Output: []byte(strings.Repeat("x", 100)), OutputTruncated: true},
+		}, Kind: "ack", Code: code(0), Settle: "ack", Output: "1\n" +
+			"01JCHILD000000000000000000 child succeeded  out 1 0\n" +
+			"01JCHILD000000000000000001 child dead no page  0\n" +
+			"01JCHILD000000000000000002 child unfinished  " + strings.Repeat("x", 100) + " 1\n" +
+			"-1\n-2\n"},
+		{Name: "resumed run: an output past the cap is cut and flagged", Module: "abi/wait", Round: 2, Awaited: []backend.AwaitResult{
+			{ID: "01JCHILD000000000000000000", Queue: "child", State: backend.JobSucceeded, Output: []byte(strings.Repeat("y", backend.MaxAwaitOutput+10))},
+		}, Kind: "ack", Code: code(0), Settle: "ack", Output: "2\n" +
+			"01JCHILD000000000000000000 child succeeded  " + strings.Repeat("y", backend.MaxAwaitOutput) + " 1\n-1\n-2\n"},
+		{Name: "wait: enqueue_awaited's bad delay and payload limit", Module: "abi/wait_limits", Manifest: "enqueue = [\"child\"]\nmax_payload = 8",
+			Kind: "wait", Code: code(4), Settle: "wait", Output: "-2\n-3\n0\n", Enqueued: []Child{{"child", "payload-", 250, true}}},
+		{Name: "resumed run: child_read's short buffer and bad index and field", Module: "abi/wait_limits", Round: 1, Awaited: []backend.AwaitResult{
+			{ID: "01JCHILD000000000000000000", Queue: "child", State: backend.JobSucceeded, Output: []byte("out 1")},
+		}, Kind: "ack", Code: code(0), Settle: "ack", Output: "26\n01JC#\n26\n@\n-1\n-1\n-2\n"},
 		{Name: "output cap", Module: "abi/output_cap", Manifest: "max_output = 1000",
 			Kind: "ack", Code: code(0), Settle: "ack", Output: strings.Repeat("\x00", 600)},
 		{Name: "sleep, then ack", Module: "abi/sleep_ms", Payload: "20",
@@ -154,9 +185,14 @@ func Cases() []Case {
 		{"a", "payload_read"}, {"b", "meta_read"}, {"c", "header_read"}, {"d", "header_read"}, {"e", "log"},
 		{"f", "set_reason"}, {"g", "output_write"}, {"h", "enqueue"}, {"i", "enqueue"}, {"j", "payload_read"}, {"k", "meta_read"},
 		{"l", "http_start"}, {"m", "http_error_read"}, {"n", "http_headers_read"}, {"o", "http_url_read"},
-		{"p", "http_body_read"}, {"q", "http_wait"}, {"r", "http_wait"},
+		{"p", "http_body_read"}, {"q", "http_wait"}, {"r", "http_wait"}, {"s", "enqueue_awaited"}, {"t", "child_read"},
+		{"u", "enqueue_awaited"},
 	} {
-		cases = append(cases, Case{Name: fmt.Sprintf("out-of-bounds pointer %s (%s)", oob.sel, oob.fn), Module: "hostile/oob",
+		module := "hostile/oob"
+		if oob.sel >= "s" {
+			module = "hostile/oob_wait" // the imports of fan-in, apart: refused where waits cannot be served
+		}
+		cases = append(cases, Case{Name: fmt.Sprintf("out-of-bounds pointer %s (%s)", oob.sel, oob.fn), Module: module,
 			Payload: oob.sel, Kind: "trap", Settle: "retry", Reason: "trap: invalid memory access in " + oob.fn})
 	}
 	for _, bad := range []struct{ module, manifest, err string }{

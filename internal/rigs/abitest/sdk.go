@@ -3,6 +3,8 @@ package abitest
 import (
 	"os"
 	"path/filepath"
+
+	"github.com/wasmjobs/wasmjobs/backend"
 )
 
 // Languages are the guest languages with an SDK and a conformance handler.
@@ -25,9 +27,13 @@ const SDKJobID = "01JCONFORMANCE000000000000"
 // SDKCase is a case of the cross-language conformance table: every SDK's conformance
 // handler (guest-sdk/*/conformance) reads its payload and must produce exactly this.
 type SDKCase struct {
-	Payload  string
-	Headers  map[string]string
-	Attempt  int
+	Payload string
+	Headers map[string]string
+	Attempt int
+	// Round and Awaited make the job a resumed run (a fan-in): its round and how the
+	// children of its last wait ended.
+	Round    int
+	Awaited  []backend.AwaitResult
 	Kind     string
 	Code     *int32
 	Reason   string
@@ -49,7 +55,19 @@ func SDKCases() []SDKCase {
 		{Payload: "meta", Headers: map[string]string{"X-Test": "yes"}, Attempt: 2, Kind: "ack", Code: code(0),
 			Output: SDKJobID + "\nconformance\nconformance\n2\n5\nyes\n"},
 		{Payload: "meta", Kind: "ack", Code: code(0), Output: SDKJobID + "\nconformance\nconformance\n1\n5\n-\n"},
-		{Payload: "children", Kind: "ack", Code: code(0), Children: []Child{{"child", "c1", 0}, {"child", "c2", 250}}},
+		{Payload: "children", Kind: "ack", Code: code(0), Children: []Child{{"child", "c1", 0, false}, {"child", "c2", 250, false}}},
+		// Fan-out: the awaited children and a plain one, staged in order, then WAIT.
+		{Payload: "fanout", Kind: "wait", Code: code(4), Output: "0 0\n",
+			Children: []Child{{"child", "c1", 0, true}, {"child", "c2", 250, false}, {"child", "c3", 0, true}}},
+		// Fan-in: the resumed run reads each child, in order, as "id|queue|state|reason|output|truncated".
+		{Payload: "fanin", Round: 1, Awaited: []backend.AwaitResult{
+			{ID: "01JCHILD000000000000000000", Queue: "child", State: backend.JobSucceeded, Output: []byte("out 1")},
+			{ID: "01JCHILD000000000000000001", Queue: "child", State: backend.JobDead, Reason: "no page"},
+			{ID: "01JCHILD000000000000000002", Queue: "child", State: backend.JobUnfinished, Output: []byte("partial"), OutputTruncated: true},
+		}, Kind: "ack", Code: code(0), Output: "1 3\n" +
+			"01JCHILD000000000000000000|child|succeeded||out 1|false\n" +
+			"01JCHILD000000000000000001|child|dead|no page||false\n" +
+			"01JCHILD000000000000000002|child|unfinished||partial|true\n"},
 		{Payload: "log", Attempt: 3, Kind: "ack", Code: code(0),
 			Logs: []Log{{"info", "conformance log line"}, {"warn", "second line, attempt 3"}}},
 		{Payload: "trap", Kind: "trap", Reason: "trap: unreachable"},

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -187,6 +188,43 @@ func TestHTTPRunsMakeOneGETAJob(t *testing.T) {
 		}
 		if res.Seconds < 0.5 || res.P50Ms < 25 || res.RSSPerJobKB < 0 {
 			t.Fatalf("%q: %+v: want at least 0.5 s and a p50 of at least 25 ms", m, res)
+		}
+	}
+}
+
+// TestDAGAcceptsEachRound posts a few workflows: each round is timed, and each
+// workflow is on the host afterwards, whole, waiting.
+func TestDAGAcceptsEachRound(t *testing.T) {
+	t.Parallel()
+	times, err := DAG(context.Background(), DAGConfig{Module: filepath.Join(abitest.Dir(), "abi", "ack.wasm"), Tasks: 50, Rounds: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(times) != 3 || slices.Min(times) <= 0 {
+		t.Fatalf("DAG times %v, want 3 positive", times)
+	}
+	if m := Median([]time.Duration{3, 1, 2}); m != 2 {
+		t.Fatalf("Median(3, 1, 2) = %v", m)
+	}
+	if m := Median([]time.Duration{4, 1, 2, 3}); m != 2 {
+		t.Fatalf("Median(4, 1, 2, 3) = %v (the mean of the middle two, 2.5 rounded down)", m)
+	}
+}
+
+// TestFanInMeasuresBothSides runs two small rounds: each measures a fan-in (the
+// parent resumed after its children) and a batch, the batch first in the second.
+func TestFanInMeasuresBothSides(t *testing.T) {
+	t.Parallel()
+	res, err := FanIn(context.Background(), FanInConfig{Module: filepath.Join(abitest.Dir(), "abi", "fanout_n.wasm"), Children: 200, Concurrency: 8}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || res[0].BatchFirst || !res[1].BatchFirst {
+		t.Fatalf("rounds %+v, want two, the batch first in the second", res)
+	}
+	for _, r := range res {
+		if r.FanIn <= 0 || r.Batch <= 0 || r.Children != 200 {
+			t.Fatalf("round %+v: want both sides measured", r)
 		}
 	}
 }
