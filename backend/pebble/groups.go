@@ -337,3 +337,64 @@ func (b *Backend) markCancelled(ctx context.Context, g backend.GroupRecord) erro
 	batch.Set(key, value, nil)
 	return b.commit(ctx, batch, pebbledb.Sync, "cancel group", "", nil, nil)
 }
+
+// pruneGroups deletes the groups every member of which has had its record pruned: a
+// group is kept under the job records' retention, as long as one of its jobs' records
+// is. A member whose record is there (held, or ended within the retention) keeps its
+// group; the first member found so stops the group's check.
+func (b *Backend) pruneGroups(ctx context.Context) error {
+	if err := b.enter(); err != nil {
+		return nil // closing or failed
+	}
+	defer b.ops.Done()
+	prefix := []byte{kindGroup}
+	it, err := b.db.NewIter(&pebbledb.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	var gone [][]byte
+	var ids []string
+	for valid := it.First(); valid; valid = it.Next() {
+		if err := ctx.Err(); err != nil {
+			break
+		}
+		_, id, err := parseGroupKey(it.Key())
+		if err != nil {
+			continue
+		}
+		var g struct {
+			Members []struct {
+				ID string `json:"id"`
+			} `json:"members"`
+		}
+		v, err := it.ValueAndErr()
+		if err != nil || json.Unmarshal(v, &g) != nil {
+			continue
+		}
+		kept := false
+		for _, m := range g.Members {
+			if _, err := b.get(recordKey(m.ID)); err == nil || b.ids.holds(m.ID) {
+				kept = true
+				break
+			}
+		}
+		if !kept {
+			gone = append(gone, append([]byte(nil), it.Key()...))
+			ids = append(ids, id)
+		}
+	}
+	ierr := it.Error()
+	it.Close()
+	if ierr != nil || len(gone) == 0 {
+		return ierr
+	}
+	batch := b.db.NewBatch()
+	for _, k := range gone {
+		batch.Delete(k, nil)
+	}
+	return b.commit(ctx, batch, pebbledb.NoSync, "prune groups", "", func() {
+		for _, id := range ids {
+			b.groups.forget(id)
+		}
+	}, nil)
+}

@@ -424,6 +424,9 @@ func (b *Backend) pruneLoop() {
 		if err := b.pruneUniq(time.Now()); err != nil {
 			b.log.Warn("pruning expired unique keys", "dir", b.dir, "error", err)
 		}
+		if err := b.pruneGroups(b.closing); err != nil {
+			b.log.Warn("pruning ended groups", "dir", b.dir, "error", err)
+		}
 	}
 }
 

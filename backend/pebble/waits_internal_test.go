@@ -327,3 +327,41 @@ func holdCommit(b *Backend, op string) (entered, unblock chan struct{}) {
 	}
 	return entered, unblock
 }
+
+// A group is kept as long as one of its jobs' records is: once retention has pruned
+// every member's record, the prune round deletes the group too.
+func TestGroupsArePrunedWithTheirRecords(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := openMem(t, nil, Config{Records: RecordConfig{MaxCount: 1, PruneInterval: time.Hour}})
+	defer b.Close(ctx)
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	g := backend.GroupRecord{ID: backend.NewID(), Kind: backend.GroupBatch, Members: []backend.GroupMember{{ID: "a", Queue: "q"}, {ID: "b", Queue: "q"}}}
+	rig.Must(t, b.PublishGroup(ctx, g, []backend.Dependent{
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "a", Queue: "q"}}},
+		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "b", Queue: "q"}}},
+	}))
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q", Prefetch: 1})
+	rig.Must(t, err)
+	defer s.Drop()
+	rig.Must(t, next(t, s).Ack(ctx))
+	rig.Must(t, b.pruneGroups(ctx))
+	if _, err := b.Group(ctx, g.ID); err != nil {
+		t.Fatalf("a group with a job still held was pruned: %v", err)
+	}
+	rig.Must(t, next(t, s).Ack(ctx))
+	rig.Must(t, b.prune(time.Now())) // keeps one record of the two
+	rig.Must(t, b.pruneGroups(ctx))
+	if _, err := b.Group(ctx, g.ID); err != nil {
+		t.Fatalf("a group with one record kept was pruned: %v", err)
+	}
+	for _, id := range []string{"a", "b"} { // the one record the prune kept, as a later prune would
+		if err := b.deleteFinished(ctx, id); err != nil && !errors.Is(err, backend.ErrNotFound) {
+			t.Fatal(err)
+		}
+	}
+	rig.Must(t, b.pruneGroups(ctx))
+	if _, err := b.Group(ctx, g.ID); !errors.Is(err, backend.ErrNotFound) {
+		t.Fatalf("a group whose jobs' records are all gone: %v, want ErrNotFound", err)
+	}
+}
