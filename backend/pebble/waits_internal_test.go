@@ -25,8 +25,8 @@ func TestWaitingJobsSurviveARestart(t *testing.T) {
 	b := openMem(t, fs, Config{})
 	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
 	rig.Must(t, b.PublishDependents(ctx, []backend.Dependent{
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "a", Queue: "q"}}},
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "b", Queue: "q"}}, Await: backend.Await{IDs: []string{"a"}}},
+		dep("a", 0),
+		dep("b", 0, "a"),
 	}))
 	if rec, err := b.JobRecord(ctx, "b"); err != nil || rec.State != backend.JobWaiting {
 		t.Fatalf("b's record: %+v, %v; want waiting", rec.State, err)
@@ -92,19 +92,18 @@ func TestWaitingJobsSurviveARestart(t *testing.T) {
 func TestCancelledDependencyCancelsTheChain(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := openMem(t, nil, Config{})
+	b := withQueue(t)
 	defer b.Close(ctx)
-	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
 	rig.Must(t, b.PublishDependents(ctx, []backend.Dependent{
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "a", Queue: "q"}, Delay: time.Hour}},
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "b", Queue: "q"}}, Await: backend.Await{IDs: []string{"a"}}},
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "c", Queue: "q"}}, Await: backend.Await{IDs: []string{"b"}}},
+		dep("a", time.Hour),
+		dep("b", 0, "a"),
+		dep("c", 0, "b"),
 	}))
 	rig.Must(t, b.CancelJob(ctx, "a"))
 	eventuallyState(t, b, "c", backend.JobCancelled)
 	err := b.PublishDependents(ctx, []backend.Dependent{
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "d", Queue: "q"}}},
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "e", Queue: "q"}}, Await: backend.Await{IDs: []string{"nobody"}}},
+		dep("d", 0),
+		dep("e", 0, "nobody"),
 	})
 	if !errors.Is(err, backend.ErrUnknownAwait) {
 		t.Fatalf("await of an unknown job: %v, want ErrUnknownAwait", err)
@@ -119,9 +118,8 @@ func TestCancelledDependencyCancelsTheChain(t *testing.T) {
 func TestBatchGroupState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := openMem(t, nil, Config{})
+	b := withQueue(t)
 	defer b.Close(ctx)
-	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
 	ids := []string{backend.NewID(), backend.NewID()}
 	all := backend.Await{IDs: ids}
 	g := backend.GroupRecord{ID: backend.NewID(), Kind: backend.GroupBatch, Members: []backend.GroupMember{
@@ -194,9 +192,9 @@ func TestFailedAwaitBeforeACrashCancelsAtOpen(t *testing.T) {
 	b := openMem(t, fs, Config{})
 	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
 	rig.Must(t, b.PublishDependents(ctx, []backend.Dependent{
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "a", Queue: "q"}, Delay: time.Hour}},
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "b", Queue: "q"}, Delay: time.Hour}},
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "d", Queue: "q"}}, Await: backend.Await{IDs: []string{"a", "b"}}},
+		dep("a", time.Hour),
+		dep("b", time.Hour),
+		dep("d", 0, "a", "b"),
 	}))
 	rig.Must(t, b.Close(ctx))
 	db, err := pebbledb.Open("/data", &pebbledb.Options{FS: fs})
@@ -216,13 +214,12 @@ func TestFailedAwaitBeforeACrashCancelsAtOpen(t *testing.T) {
 func TestCancelWaitingCascadesThroughWaitingJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := openMem(t, nil, Config{})
+	b := withQueue(t)
 	defer b.Close(ctx)
-	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
 	rig.Must(t, b.PublishDependents(ctx, []backend.Dependent{
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "a", Queue: "q"}, Delay: time.Hour}},
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "p", Queue: "q"}}, Await: backend.Await{IDs: []string{"a"}}},
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "top", Queue: "q"}}, Await: backend.Await{IDs: []string{"p"}}},
+		dep("a", time.Hour),
+		dep("p", 0, "a"),
+		dep("top", 0, "p"),
 	}))
 	if _, _, err := b.CancelWaiting(ctx, "nobody", "", false); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("CancelWaiting of an unknown job: %v, want ErrNotFound", err)
@@ -244,14 +241,13 @@ func TestCancelWaitingCascadesThroughWaitingJobs(t *testing.T) {
 func TestCancelGroupDuringARelease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := openMem(t, nil, Config{})
+	b := withQueue(t)
 	defer b.Close(ctx)
-	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
 	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "r"}))
 	entered, unblock := holdCommit(b, "release waiting job")
 	g := backend.GroupRecord{ID: "g", Kind: backend.GroupWorkflow, Members: []backend.GroupMember{{ID: "j", Queue: "q", Name: "j"}, {ID: "cb", Queue: "r", Name: "cb", DependsOn: []string{"j"}}}}
 	rig.Must(t, b.PublishGroup(ctx, g, []backend.Dependent{
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "j", Queue: "q"}}},
+		dep("j", 0),
 		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "cb", Queue: "r"}}, Await: backend.Await{IDs: []string{"j"}, OnFailure: backend.OnFailureRun}},
 	}))
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q", Prefetch: 4})
@@ -281,9 +277,8 @@ func TestCancelGroupDuringARelease(t *testing.T) {
 func TestDependentWaitsForTheAwaitedSettleToLand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := openMem(t, nil, Config{})
+	b := withQueue(t)
 	defer b.Close(ctx)
-	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
 	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "r"}))
 	entered, unblock := holdCommit(b, "ack")
 	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "a", Queue: "q"}, 0))
@@ -338,8 +333,8 @@ func TestGroupsArePrunedWithTheirRecords(t *testing.T) {
 	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
 	g := backend.GroupRecord{ID: backend.NewID(), Kind: backend.GroupBatch, Members: []backend.GroupMember{{ID: "a", Queue: "q"}, {ID: "b", Queue: "q"}}}
 	rig.Must(t, b.PublishGroup(ctx, g, []backend.Dependent{
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "a", Queue: "q"}}},
-		{Publication: backend.Publication{Envelope: backend.Envelope{ID: "b", Queue: "q"}}},
+		dep("a", 0),
+		dep("b", 0),
 	}))
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q", Prefetch: 1})
 	rig.Must(t, err)
@@ -364,4 +359,22 @@ func TestGroupsArePrunedWithTheirRecords(t *testing.T) {
 	if _, err := b.Group(ctx, g.ID); !errors.Is(err, backend.ErrNotFound) {
 		t.Fatalf("a group whose jobs' records are all gone: %v, want ErrNotFound", err)
 	}
+}
+
+// withQueue is openMem on a fresh memory filesystem with the queue "q" declared.
+func withQueue(t *testing.T) *Backend {
+	t.Helper()
+	b := openMem(t, nil, Config{})
+	rig.Must(t, b.Declare(context.Background(), backend.QueueConfig{Name: "q"}))
+	return b
+}
+
+// dep is a dependent job id on the queue "q", after delay, awaiting awaits (none: a
+// plain publication).
+func dep(id string, delay time.Duration, awaits ...string) backend.Dependent {
+	d := backend.Dependent{Publication: backend.Publication{Envelope: backend.Envelope{ID: id, Queue: "q"}, Delay: delay}}
+	if len(awaits) > 0 {
+		d.Await = backend.Await{IDs: awaits}
+	}
+	return d
 }
