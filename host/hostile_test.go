@@ -182,7 +182,11 @@ func TestHostileModulesNeverTakeTheHostDown(t *testing.T) {
 			if c.payload == "loop" {
 				m, c.reason = jsLoop, "timeout after 100ms"
 			}
-			if x := run(m, c.payload); x.Ending() != c.kind || x.Reason != c.reason {
+			x := run(m, c.payload)
+			// The loop's 100 ms include a new VM's setup after the last loop's timeout
+			// killed its VM: on a loaded machine the setup itself can run out of them.
+			initTimeout := c.payload == "loop" && x.Reason == "_initialize failed: "+c.reason
+			if x.Ending() != c.kind || (x.Reason != c.reason && !initTimeout) {
 				return fmt.Errorf("run %d of JS %s: %s %q", i, c.payload, x.Ending(), x.Reason)
 			}
 		}

@@ -514,7 +514,9 @@ func TestSDKsCancelledInARequest(t *testing.T) {
 			at := time.Now()
 			cancel(worker.ErrCancelled)
 			x := <-done
-			if took := time.Since(at); took > within {
+			took := time.Since(at)
+			t.Logf("ended %v after the cancel", took)
+			if took > within {
 				t.Errorf("the run ended %v after the cancel, want within %v", took, within)
 			}
 			if x.Cause != host.CauseCancelled || x.Reason != "cancelled by an operator" {
@@ -530,12 +532,18 @@ func TestSDKsCancelledInARequest(t *testing.T) {
 }
 
 // cancelWithin is how soon a run of lang's handler ends after an operator's cancel:
-// 100 ms, JavaScript within its interrupt's 250 ms backstop.
+// 100 ms, JavaScript within its interrupt's 250 ms backstop. Under the race detector,
+// which slows the host's side of the stop (the guest's close, the request's abort) on
+// a loaded machine, half as much again (CI saw 112 ms there).
 func cancelWithin(lang string) time.Duration {
+	d := 100 * time.Millisecond
 	if lang == "typescript" {
-		return 250 * time.Millisecond
+		d = 250 * time.Millisecond
 	}
-	return 100 * time.Millisecond
+	if raceEnabled {
+		d += d / 2
+	}
+	return d
 }
 
 // TestSDKsCancelledWhileSpinningOrAsleep: in every SDK, a job spinning in the
@@ -573,7 +581,9 @@ func TestSDKsCancelledWhileSpinningOrAsleep(t *testing.T) {
 				at := time.Now()
 				cancel(worker.ErrCancelled)
 				x := <-done
-				if took := time.Since(at); took > within {
+				took := time.Since(at)
+				t.Logf("ended %v after the cancel", took)
+				if took > within {
 					t.Errorf("the run ended %v after the cancel, want within %v", took, within)
 				}
 				if x.Cause != host.CauseCancelled || x.Reason != "cancelled by an operator" {
