@@ -26,8 +26,11 @@ const (
 	envelopeV3 byte = 3
 	// deadV1 is the first encoding of a dead letter: reason, time, then an envelope.
 	deadV1 byte = 1
-	// queueV1 is the first encoding of a queue declaration.
+	// queueV1 is the first encoding of a queue declaration: its priority levels.
 	queueV1 byte = 1
+	// queueV2 adds the bound on each concurrency key's running jobs
+	// (QueueConfig.KeyConcurrency), a uvarint; a v1 declaration reads as none.
+	queueV2 byte = 2
 )
 
 var errShort = errors.New("value ends early")
@@ -156,13 +159,21 @@ func decodeDead(b []byte) (reason string, at time.Time, value []byte, err error)
 	return reason, at, r.b, r.err
 }
 
-func encodeQueue(levels int) []byte { return []byte{queueV1, byte(levels)} }
+func encodeQueue(levels, keyLimit int) []byte {
+	return binary.AppendUvarint([]byte{queueV2, byte(levels)}, uint64(max(keyLimit, 0)))
+}
 
-func decodeQueue(b []byte) (int, error) {
-	if len(b) != 2 || b[0] != queueV1 {
-		return 0, fmt.Errorf("queue declaration %x: unknown encoding", b)
+func decodeQueue(b []byte) (levels, keyLimit int, err error) {
+	switch {
+	case len(b) == 2 && b[0] == queueV1:
+		return int(b[1]), 0, nil
+	case len(b) > 2 && b[0] == queueV2:
+		n, k := binary.Uvarint(b[2:])
+		if k > 0 && 2+k == len(b) && n <= math.MaxInt32 {
+			return int(b[1]), int(n), nil
+		}
 	}
-	return int(b[1]), nil
+	return 0, 0, fmt.Errorf("queue declaration %x: unknown encoding", b)
 }
 
 func appendString(dst []byte, s string) []byte {

@@ -3,6 +3,7 @@ package pebble
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 
@@ -20,6 +21,14 @@ type queue struct {
 	deferred int
 	dead     int
 	deletes  int // settles since the queue's range was last compacted
+	// keyLimit is the bound on each concurrency key as stored with the declaration.
+	keyLimit atomic.Int64
+}
+
+// setKeyLimit bounds each concurrency key's running jobs at n, as declared.
+func (q *queue) setKeyLimit(n int) {
+	q.keyLimit.Store(int64(n))
+	q.SetKeyLimit(n)
 }
 
 func newQueue(name string, levels int) *queue {
@@ -63,8 +72,14 @@ func (b *Backend) Declare(ctx context.Context, qc backend.QueueConfig) error {
 		if q.Levels() != qc.PriorityLevels {
 			return conflict(q.Levels())
 		}
-		q.SetKeyLimit(qc.KeyConcurrency)
-		return nil
+		if int(q.keyLimit.Load()) == qc.KeyConcurrency {
+			return nil
+		}
+		// A new bound on the keys is stored with the declaration, so that the next
+		// Open keeps it before anyone declares the queue again.
+		batch := b.db.NewBatch()
+		batch.Set(queueKey(qc.Name), encodeQueue(qc.PriorityLevels, qc.KeyConcurrency), nil)
+		return b.commit(ctx, batch, pebbledb.Sync, "declare", qc.Name, func() { q.setKeyLimit(qc.KeyConcurrency) }, nil)
 	}
 	if p, ok := b.declaring[qc.Name]; ok {
 		b.queues.Unlock()
@@ -82,11 +97,11 @@ func (b *Backend) Declare(ctx context.Context, qc backend.QueueConfig) error {
 	b.declaring[qc.Name] = p
 	b.queues.Unlock()
 	batch := b.db.NewBatch()
-	batch.Set(queueKey(qc.Name), encodeQueue(qc.PriorityLevels), nil)
+	batch.Set(queueKey(qc.Name), encodeQueue(qc.PriorityLevels, qc.KeyConcurrency), nil)
 	return b.commit(ctx, batch, pebbledb.Sync, "declare", qc.Name, func() {
 		b.queues.Lock()
 		nq := newQueue(qc.Name, qc.PriorityLevels)
-		nq.SetKeyLimit(qc.KeyConcurrency)
+		nq.setKeyLimit(qc.KeyConcurrency)
 		b.queues.PutLocked(qc.Name, nq)
 		delete(b.declaring, qc.Name)
 		b.queues.Unlock()

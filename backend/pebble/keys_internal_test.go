@@ -173,3 +173,31 @@ func TestKeyOrderSurvivesARestart(t *testing.T) {
 		t.Fatalf("c2 should still wait behind the delayed c1: %+v", st)
 	}
 }
+
+// The bound on each key is stored with the queue's declaration: after a restart it
+// holds before anyone declares the queue again, and a new bound declared since is the
+// one kept. A declaration of the first encoding reads as no bound.
+func TestKeyConcurrencyIsKeptWithTheDeclaration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	b := openMem(t, fs, Config{})
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q", KeyConcurrency: 2}))
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q", KeyConcurrency: 1}))
+	for _, id := range []string{"a", "b"} {
+		rig.Must(t, b.Publish(ctx, backend.Envelope{ID: id, Queue: "q", Key: "k"}, 0))
+	}
+	rig.Must(t, b.Close(ctx))
+	b = openMem(t, fs, Config{})
+	defer b.Close(ctx)
+	st, err := b.QueueStats(ctx, "q")
+	if err != nil || st.KeyWaiting != 1 || st.Pending != 1 {
+		t.Fatalf("after a restart with no declare: %+v, %v; want one pending and one waiting for its key", st, err)
+	}
+	if levels, limit, err := decodeQueue([]byte{queueV1, 3}); err != nil || levels != 3 || limit != 0 {
+		t.Fatalf("a v1 declaration decodes as %d levels, bound %d, %v", levels, limit, err)
+	}
+	if _, _, err := decodeQueue(append(encodeQueue(1, 5), 0)); err == nil {
+		t.Fatal("a declaration with bytes left over decoded")
+	}
+}

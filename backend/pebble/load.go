@@ -48,12 +48,14 @@ func (b *Backend) load(ctx context.Context) error {
 		switch k[0] {
 		case kindMeta:
 		case kindQueue:
-			levels, err := decodeQueue(v)
+			levels, keyLimit, err := decodeQueue(v)
 			if err != nil {
 				return b.corrupt(fmt.Sprintf("key %q", k), err)
 			}
 			name := string(k[1:])
-			b.queues.PutLocked(name, newQueue(name, levels))
+			q := newQueue(name, levels)
+			q.setKeyLimit(keyLimit)
+			b.queues.PutLocked(name, q)
 			recovered.Queues++
 		case kindReady:
 			queue, priority, seq, err := parseReadyKey(k)
