@@ -30,19 +30,22 @@ func TestCrashLosesNothing(t *testing.T) {
 	if r := wasmjobs(t, lines, "enqueue", work, "-", "--lines", "-q", "--header", "results="+results, "--backend", url); r.code != 0 {
 		t.Fatalf("enqueue: %d %s", r.code, r.stderr)
 	}
-	recorded := func() int {
-		st, err := b.QueueStats(ctx, results)
+	pending := func(queue string) int {
+		st, err := b.QueueStats(ctx, queue)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return st.Pending
 	}
+	recorded := func() int { return pending(results) }
 	waitFor(t, "a third of the jobs", func() bool { return recorded() >= jobs/3 })
 	h.cmd.Process.Signal(syscall.SIGKILL)
 	<-h.done
 	atKill := recorded()
 	h = startHost(t, dir, flags...)
-	waitFor(t, "every job recorded", func() bool { return recorded() >= jobs })
+	// The records count duplicates too: the work queue must be empty as well (each job
+	// taken), or a job still queued when the host stops would be read as lost.
+	waitFor(t, "every job recorded", func() bool { return recorded() >= jobs && pending(work) == 0 })
 	// Stop the host: its drain lets every job in flight finish and record, and after
 	// its exit nothing more can land, so the count is final.
 	h.stopWithin(time.Minute)
