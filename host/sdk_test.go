@@ -511,23 +511,30 @@ func TestSDKsCancelledInARequest(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatal("the request never reached the server")
 			}
-			at := time.Now()
-			cancel(worker.ErrCancelled)
-			x := <-done
-			took := time.Since(at)
-			t.Logf("ended %v after the cancel", took)
-			if took > within {
-				t.Errorf("the run ended %v after the cancel, want within %v", took, within)
-			}
-			if x.Cause != host.CauseCancelled || x.Reason != "cancelled by an operator" {
-				t.Errorf("%s %q output %q, want cancelled by an operator", x.Ending(), x.Reason, x.Output)
-			}
+			cancelAndCheck(t, cancel, done, within)
 			select {
 			case <-ended:
 			case <-time.After(5 * time.Second):
 				t.Fatal("the server's request was not aborted")
 			}
 		})
+	}
+}
+
+// cancelAndCheck cancels a run as an operator does, and checks that it ends (on done)
+// within, as cancelled by an operator.
+func cancelAndCheck(t *testing.T, cancel context.CancelCauseFunc, done <-chan host.Execution, within time.Duration) {
+	t.Helper()
+	at := time.Now()
+	cancel(worker.ErrCancelled)
+	x := <-done
+	took := time.Since(at)
+	t.Logf("ended %v after the cancel", took)
+	if took > within {
+		t.Errorf("the run ended %v after the cancel, want within %v", took, within)
+	}
+	if x.Cause != host.CauseCancelled || x.Reason != "cancelled by an operator" {
+		t.Errorf("%s %q output %q, want cancelled by an operator", x.Ending(), x.Reason, x.Output)
 	}
 }
 
@@ -578,17 +585,7 @@ func TestSDKsCancelledWhileSpinningOrAsleep(t *testing.T) {
 					t.Fatalf("the %s run ended by itself after %v: %s %q", payload, time.Since(started), x.Ending(), x.Reason)
 				case <-time.After(300 * time.Millisecond): // well inside the handler by now
 				}
-				at := time.Now()
-				cancel(worker.ErrCancelled)
-				x := <-done
-				took := time.Since(at)
-				t.Logf("ended %v after the cancel", took)
-				if took > within {
-					t.Errorf("the run ended %v after the cancel, want within %v", took, within)
-				}
-				if x.Cause != host.CauseCancelled || x.Reason != "cancelled by an operator" {
-					t.Errorf("%s %q, want cancelled by an operator", x.Ending(), x.Reason)
-				}
+				cancelAndCheck(t, cancel, done, within)
 			})
 		}
 	}
