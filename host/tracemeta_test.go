@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -52,10 +53,12 @@ func TestMetaReadsTheTraceContext(t *testing.T) {
 	}
 	t.Run("a recording span", func(t *testing.T) {
 		t.Parallel()
-		job := jobOf(meta, "")
-		var got, gotInit string
+		job, handled := jobOf(meta, ""), jobOf(meta, "")
+		var got, gotHandled, gotInit string
 		traceID, spanID := traced(t, func(ctx context.Context) {
 			got = string(meta.Run(ctx, job, nil).Output)
+			// As a worker runs it: through the handler, under the worker's context.
+			gotHandled = string(host.NewHandler(meta, nil).Handle(ctx, handled).Output)
 			gotInit = string(initMeta.Run(ctx, jobOf(initMeta, ""), nil).Output)
 		})
 		if len(traceID) != 32 || len(spanID) != 16 {
@@ -63,6 +66,9 @@ func TestMetaReadsTheTraceContext(t *testing.T) {
 		}
 		if want := metaOutput(job, traceID, spanID, "32"); got != want {
 			t.Errorf("output %q, want %q", got, want)
+		}
+		if want := metaOutput(handled, traceID, spanID, "32"); gotHandled != want {
+			t.Errorf("through the handler: output %q, want %q", gotHandled, want)
 		}
 		if want := "0\n0\n32\n16\n"; gotInit != want {
 			t.Errorf("init_meta's output %q, want %q (init's lengths, then the job's)", gotInit, want)
