@@ -59,6 +59,11 @@ const (
 	MetaQueue         int32 = 1
 	MetaModuleName    int32 = 2
 	MetaModuleVersion int32 = 3
+	// MetaTraceID and MetaSpanID, added to ABI v1, are the trace id (32 lowercase hex
+	// digits) and span id (16) of the host's span the handler runs under; both read as
+	// empty, not as unknown keys, with tracing off and outside a job.
+	MetaTraceID int32 = 4
+	MetaSpanID  int32 = 5
 )
 
 // Log levels of the log host function; values outside the range are clamped into it.

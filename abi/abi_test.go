@@ -19,6 +19,7 @@ func TestGoSDKConstantsMatch(t *testing.T) {
 		"statusBadArgument": abi.StatusBadArgument, "statusLimitExceeded": abi.StatusLimitExceeded,
 		"statusNotPermitted": abi.StatusNotPermitted, "metaJobID": abi.MetaJobID, "metaQueue": abi.MetaQueue,
 		"metaModuleName": abi.MetaModuleName, "metaModuleVersion": abi.MetaModuleVersion,
+		"metaTraceID": abi.MetaTraceID, "metaSpanID": abi.MetaSpanID,
 		"outcomeWait": abi.OutcomeWait, "childID": abi.ChildID, "childQueue": abi.ChildQueue, "childState": abi.ChildState,
 		"childReason": abi.ChildReason, "childOutput": abi.ChildOutput, "childTruncated": abi.ChildTruncated,
 	}

@@ -10,6 +10,7 @@ import (
 	"unicode/utf16"
 
 	"github.com/tetratelabs/wazero/api"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -60,6 +61,28 @@ func (st *callState) reset(job *worker.Job, mod *Module, sink LogFunc) {
 	} else {
 		st.meta = [4]string{"", mod.manifest.Queue, mod.name, mod.version}
 	}
+}
+
+// metaValue is the value of meta_read's key, and false for an unknown key. The trace
+// keys read the span of ctx, the context the host calls the guest under, so that they
+// name the span the host runs the guest in, whichever that is; outside a job, or with
+// tracing off (no valid span context), they read as empty.
+func (st *callState) metaValue(ctx context.Context, key int32) (string, bool) {
+	switch key {
+	case abi.MetaJobID, abi.MetaQueue, abi.MetaModuleName, abi.MetaModuleVersion:
+		return st.meta[key], true
+	case abi.MetaTraceID, abi.MetaSpanID:
+		sc := trace.SpanContextFromContext(ctx)
+		switch {
+		case st.job == nil || !sc.IsValid():
+			return "", true
+		case key == abi.MetaTraceID:
+			return sc.TraceID().String(), true
+		default:
+			return sc.SpanID().String(), true
+		}
+	}
+	return "", false
 }
 
 // emit logs one line, truncated and counted against the job's limit.
@@ -147,13 +170,13 @@ var hostFuncs = withHTTPHostFuncs(map[string]hostFunc{
 	abi.FuncMetaRead: {funcType{[]api.ValueType{i32, i32, i32}, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		key := int32(stack[0])
 		buf := guestBytes(mod, abi.FuncMetaRead, stack[1], stack[2])
-		st := stateOf(ctx)
-		if key < 0 || int(key) >= len(st.meta) {
+		v, ok := stateOf(ctx).metaValue(ctx, key)
+		if !ok {
 			stack[0] = status(abi.StatusNotFound)
 			return
 		}
-		copy(buf, st.meta[key])
-		stack[0] = uint64(uint32(len(st.meta[key])))
+		copy(buf, v)
+		stack[0] = uint64(uint32(len(v)))
 	}},
 	abi.FuncAttempt: {funcType{nil, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		if st := stateOf(ctx); st.job != nil {

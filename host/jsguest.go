@@ -853,10 +853,11 @@ func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args [
 		return vm.newString(ctx, vm.in, []byte(strings.ToValidUTF8(string(st.payload()), "\uFFFD")))
 	case jsOpMeta:
 		k, err := vm.argNumber(ctx, arg(1))
-		if err != nil || !(k >= 0 && k < float64(len(st.meta))) {
+		if err != nil || k != math.Trunc(k) || !(k >= 0 && k <= float64(abi.MetaSpanID)) {
 			return 0, err
 		}
-		return vm.newString(ctx, vm.in, []byte(st.meta[int(k)]))
+		v, _ := st.metaValue(ctx, int32(k))
+		return vm.newString(ctx, vm.in, []byte(v))
 	case jsOpAttempt, jsOpMaxAttempts:
 		n := 0
 		if st.job != nil {

@@ -80,15 +80,22 @@ func buildGoGuest(t testing.TB, name, dir string) []byte {
 }
 
 // runSDKCase runs the conformance case c on m (a job of c's payload, headers and
-// attempt, with the tables' job id) and checks its kind, reason, output, code and
-// delay against c's.
+// attempt, with the tables' job id; under a recording span when c is traced) and checks
+// its kind, reason, output, code and delay against c's.
 func runSDKCase(t *testing.T, m *host.Module, c abitest.SDKCase) host.Execution {
 	t.Helper()
 	env := backend.NewEnvelope("conformance", []byte(c.Payload))
 	env.ID, env.Headers, env.Round = abitest.SDKJobID, c.Headers, c.Round
-	x := m.Run(context.Background(), &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: 5, Round: c.Round, Awaited: c.Awaited}, nil)
-	if x.Ending() != c.Kind || x.Reason != c.Reason || string(x.Output) != c.Output {
-		t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Ending(), x.Reason, x.Output, c.Kind, c.Reason, c.Output)
+	job := &worker.Job{Envelope: env, Attempt: max(c.Attempt, 1), MaxAttempts: 5, Round: c.Round, Awaited: c.Awaited}
+	var x host.Execution
+	want := c.Output
+	if c.Traced {
+		want = c.OutputWith(traced(t, func(ctx context.Context) { x = m.Run(ctx, job, nil) }))
+	} else {
+		x = m.Run(context.Background(), job, nil)
+	}
+	if x.Ending() != c.Kind || x.Reason != c.Reason || string(x.Output) != want {
+		t.Errorf("%q: kind %s reason %q output %q; want %s %q %q", c.Payload, x.Ending(), x.Reason, x.Output, c.Kind, c.Reason, want)
 	}
 	if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
 		t.Errorf("%q: code %v, want %v", c.Payload, deref(x.Code), deref(c.Code))

@@ -45,12 +45,16 @@ enum {
     WASMJOBS_NOT_PERMITTED = -4
 };
 
-/* Metadata keys of wasmjobs_meta. */
+/* Metadata keys of wasmjobs_meta. The trace id (32 lowercase hex digits) and span id
+ * (16) are those of the host's span the job runs in, for the handler's own telemetry or
+ * logs to join the host's trace; both are empty (length 0) when the host traces nothing. */
 typedef enum {
     WASMJOBS_META_JOB_ID = 0,
     WASMJOBS_META_QUEUE = 1,
     WASMJOBS_META_MODULE = 2,
-    WASMJOBS_META_VERSION = 3
+    WASMJOBS_META_VERSION = 3,
+    WASMJOBS_META_TRACE_ID = 4,
+    WASMJOBS_META_SPAN_ID = 5
 } wasmjobs_meta_key;
 
 /* Fields of wasmjobs_child_read: how one awaited child of the last wait ended. */

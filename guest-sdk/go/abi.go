@@ -18,6 +18,8 @@ const (
 	metaQueue         int32 = 1
 	metaModuleName    int32 = 2
 	metaModuleVersion int32 = 3
+	metaTraceID       int32 = 4
+	metaSpanID        int32 = 5
 
 	childID        int32 = 0
 	childQueue     int32 = 1

@@ -10,7 +10,7 @@ import "unsafe"
 // fakeHost is the stand-in host of the native tests.
 type fakeHost struct {
 	payload  []byte
-	meta     [4]string
+	meta     [6]string // job id, queue, module, version, trace id, span id
 	headers  map[string]string
 	attempt  int32
 	max      int32
@@ -35,7 +35,7 @@ func bytesAt(p *byte, n int32) []byte {
 func payloadLen() int32                    { return int32(len(host.payload)) }
 func payloadRead(buf *byte, n int32) int32 { return int32(copy(bytesAt(buf, n), host.payload)) }
 func metaRead(key int32, buf *byte, n int32) int32 {
-	if key < 0 || key > 3 {
+	if key < 0 || int(key) >= len(host.meta) {
 		return statusNotFound
 	}
 	copy(bytesAt(buf, n), host.meta[key])

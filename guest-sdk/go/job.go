@@ -33,6 +33,15 @@ func (j *Job) Module() string { return meta(metaModuleName) }
 // Version returns the version (sha256) of the module running the job.
 func (j *Job) Version() string { return meta(metaModuleVersion) }
 
+// TraceID returns the trace id of the host's span the job runs in, as 32 lowercase hex
+// digits, for a handler's own telemetry or logs to join the host's trace; "" when the
+// host traces nothing.
+func (j *Job) TraceID() string { return meta(metaTraceID) }
+
+// SpanID returns the span id of the host's span the job runs in, as 16 lowercase hex
+// digits: the parent of any span the handler reports; "" when the host traces nothing.
+func (j *Job) SpanID() string { return meta(metaSpanID) }
+
 // Attempt returns the 1-based number of this execution of the job.
 func (j *Job) Attempt() int { return int(attempt()) }
 

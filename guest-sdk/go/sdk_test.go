@@ -11,7 +11,7 @@ import (
 )
 
 func reset(payload string, headers map[string]string) {
-	*host = fakeHost{payload: []byte(payload), meta: [4]string{"01J", "mail", "greet", "abc"}, headers: headers, attempt: 2, max: 5, delayMs: -1}
+	*host = fakeHost{payload: []byte(payload), meta: [6]string{"01J", "mail", "greet", "abc", "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"}, headers: headers, attempt: 2, max: 5, delayMs: -1}
 }
 
 func TestSettleCodesStageReasonAndDelay(t *testing.T) {
@@ -57,7 +57,7 @@ func TestJobReadsAndStages(t *testing.T) {
 	reset("héllo", map[string]string{"Trace-Id": long})
 	job := &Job{}
 	if job.Text() != "héllo" || job.ID() != "01J" || job.Queue() != "mail" || job.Module() != "greet" || job.Version() != "abc" ||
-		job.Attempt() != 2 || job.MaxAttempts() != 5 {
+		job.TraceID() != "4bf92f3577b34da6a3ce929d0e0e4736" || job.SpanID() != "00f067aa0ba902b7" || job.Attempt() != 2 || job.MaxAttempts() != 5 {
 		t.Fatalf("job reads wrong: %q %q %q", job.Text(), job.ID(), job.Queue())
 	}
 	if v, ok := job.Header("Trace-Id"); !ok || v != long {

@@ -9,6 +9,11 @@ export interface Job {
   /** The module's name and version (sha256 of the .wasm). */
   readonly module: string;
   readonly version: string;
+  /** The trace id (32 lowercase hex digits) and span id (16) of the host's span the job
+   * runs in, for the handler's own telemetry or logs to join the host's trace; both ""
+   * when the host traces nothing. */
+  readonly traceId: string;
+  readonly spanId: string;
   /** 1-based number of this execution. */
   readonly attempt: number;
   /** Executions allowed before the job is dead-lettered. */

@@ -56,6 +56,9 @@
       get queue() { return host(3, 1); },
       get module() { return host(3, 2); },
       get version() { return host(3, 3); },
+      // The host's span the job runs in, as lowercase hex; "" with tracing off.
+      get traceId() { return host(3, 4); },
+      get spanId() { return host(3, 5); },
       get attempt() { return host(4); },
       get maxAttempts() { return host(5); },
       get payload() { return payload === undefined ? (payload = host(1)) : payload; },

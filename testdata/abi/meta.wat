@@ -1,6 +1,7 @@
-;; Writes to the output, one per line: job id, queue, module name, module version (each
-;; read with meta_read), the status of an unknown key, the full length reported for a
-;; 4-byte buffer on the version, attempt and max_attempts.
+;; Writes to the output, one per line: job id, queue, module name, module version, trace
+;; id, span id (each read with meta_read), the status of an unknown key, the full length
+;; reported for a 4-byte buffer on the version and for an empty buffer on the trace id
+;; (0, not -1, with tracing off: the key is known), attempt and max_attempts.
 (module
   (import "wasmjobs" "meta_read" (func $meta_read (param i32 i32 i32) (result i32)))
   (import "wasmjobs" "attempt" (func $attempt (result i32)))
@@ -33,8 +34,11 @@
     (call $meta (i32.const 1))
     (call $meta (i32.const 2))
     (call $meta (i32.const 3))
+    (call $meta (i32.const 4))
+    (call $meta (i32.const 5))
     (call $num (call $meta_read (i32.const 9) (i32.const 1024) (i32.const 256)))
     (call $num (call $meta_read (i32.const 3) (i32.const 1024) (i32.const 4)))
+    (call $num (call $meta_read (i32.const 4) (i32.const 1024) (i32.const 0)))
     (call $num (call $attempt))
     (call $num (call $max_attempts))
     (i32.const 0)))

@@ -118,6 +118,13 @@ export class Job {
   module(): string { return this.meta(2); }
   /** The running module's version (sha256). */
   version(): string { return this.meta(3); }
+  /** The trace id of the host's span the job runs in (32 lowercase hex digits), for the
+   * handler's own telemetry or logs to join the host's trace; "" when the host traces
+   * nothing. */
+  traceId(): string { return this.meta(4); }
+  /** The span id of the host's span the job runs in (16 lowercase hex digits): the parent
+   * of any span the handler reports; "" when the host traces nothing. */
+  spanId(): string { return this.meta(5); }
   /** The 1-based number of this execution. */
   attempt(): i32 { return attempt_(); }
   /** How many executions are allowed. */

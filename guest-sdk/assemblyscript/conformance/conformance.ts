@@ -31,6 +31,10 @@ handle((job: Job): Outcome => {
       job.maxAttempts().toString() + "\n" + (h == null ? "-" : <string>h) + "\n");
     return Outcome.Ack;
   }
+  if (p == "trace") {
+    job.output(job.traceId() + "\n" + job.spanId() + "\n");
+    return Outcome.Ack;
+  }
   if (p == "spin") { // until the host stops it
     while (true) spins++;
   }

@@ -14,7 +14,7 @@ const NOW_MS = 784111777000n;
 // run runs one job; responses are the stand-in host's answers to the job's requests,
 // in order: { status, error, headers, url, body, chunk, bodyError }.
 function run(payload, headers = {}, responses = [], round = 0, awaited = []) {
-  const job = { payload: enc.encode(payload), meta: ["01JOB", "conformance", "conformance", "v"], headers, awaitedIdx: [],
+  const job = { payload: enc.encode(payload), meta: ["01JOB", "conformance", "conformance", "v", "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"], headers, awaitedIdx: [],
     logs: [], reason: null, delay: null, output: [], children: [], requests: [], closed: [] };
   let mem;
   const bytesAt = (p, n) => new Uint8Array(mem.buffer, p, n);
@@ -22,7 +22,7 @@ function run(payload, headers = {}, responses = [], round = 0, awaited = []) {
   const wasmjobs = {
     payload_len: () => job.payload.length,
     payload_read: (p, n) => { copyOut(job.payload, p, n); return Math.min(n, job.payload.length); },
-    meta_read: (k, p, n) => { if (k < 0 || k > 3) return -1; const v = enc.encode(job.meta[k]); copyOut(v, p, n); return v.length; },
+    meta_read: (k, p, n) => { if (k < 0 || k >= job.meta.length) return -1; const v = enc.encode(job.meta[k]); copyOut(v, p, n); return v.length; },
     attempt: () => 2,
     max_attempts: () => 5,
     header_read: (kp, kn, p, n) => {
@@ -102,6 +102,8 @@ r = run("meta", { "X-Test": "x".repeat(100) });
 assert.equal(r.text, `01JOB\nconformance\nconformance\n2\n5\n${"x".repeat(100)}\n`, "a header longer than the first buffer is read whole");
 r = run("meta");
 assert.ok(r.text.endsWith("\n-\n"), "an absent header reads as null");
+r = run("trace");
+assert.equal(r.text, "4bf92f3577b34da6a3ce929d0e0e4736\n00f067aa0ba902b7\n");
 r = run("children");
 assert.deepEqual(r.children, [["child", "c1", 0], ["child", "c2", 250]]);
 r = run("fanout");

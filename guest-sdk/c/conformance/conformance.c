@@ -58,6 +58,12 @@ static wasmjobs_outcome handle(void) {
         if (h < 0) line("-", 1); else line(buf, h);
         return WASMJOBS_ACK;
     }
+    if (strcmp(payload, "trace") == 0) {
+        char buf[64];
+        line(buf, wasmjobs_meta(WASMJOBS_META_TRACE_ID, buf, sizeof buf));
+        line(buf, wasmjobs_meta(WASMJOBS_META_SPAN_ID, buf, sizeof buf));
+        return WASMJOBS_ACK;
+    }
     if (strcmp(payload, "spin") == 0) { /* until the host stops it */
         volatile unsigned spins = 0;
         for (;;) spins++;

@@ -20,7 +20,8 @@ int32_t wasmjobs__payload_read(void *buf, int32_t len) {
     return n;
 }
 int32_t wasmjobs__meta_read(int32_t key, void *buf, int32_t len) {
-    const char *v = key == 0 ? "01J" : key == 1 ? "mail" : key == 2 ? "m" : key == 3 ? "abc" : NULL;
+    const char *v = key == 0 ? "01J" : key == 1 ? "mail" : key == 2 ? "m" : key == 3 ? "abc"
+                  : key == 4 ? "4bf92f3577b34da6a3ce929d0e0e4736" : key == 5 ? "00f067aa0ba902b7" : NULL;
     if (!v) return WASMJOBS_NOT_FOUND;
     memcpy(buf, v, strlen(v) < (size_t)len ? strlen(v) : (size_t)len);
     return (int32_t)strlen(v);
@@ -250,6 +251,9 @@ int main(void) {
     assert(wasmjobs_payload_len() == 5);
     assert(wasmjobs_payload_read(buf, 3) == 3 && memcmp(buf, "hel", 3) == 0);
     assert(wasmjobs_meta(WASMJOBS_META_QUEUE, buf, sizeof buf) == 4 && memcmp(buf, "mail", 4) == 0);
+    assert(wasmjobs_meta(WASMJOBS_META_TRACE_ID, buf, sizeof buf) == 32 && memcmp(buf, "4bf92f35", 8) == 0);
+    assert(wasmjobs_meta(WASMJOBS_META_SPAN_ID, buf, sizeof buf) == 16 && memcmp(buf, "00f067aa", 8) == 0);
+    assert(wasmjobs_meta((wasmjobs_meta_key)6, buf, sizeof buf) == WASMJOBS_NOT_FOUND);
     /* sizes first: a small buffer gets a prefix and the full length */
     assert(wasmjobs_header("Trace-Id", buf, 4) == 16 && memcmp(buf, "0123", 4) == 0);
     assert(wasmjobs_header("trace-id", buf, sizeof buf) == WASMJOBS_NOT_FOUND);

@@ -105,6 +105,9 @@ func handle(job *wasmjobs.Job) error {
 		}
 		fmt.Fprintf(job, "%s\n%s\n%s\n%d\n%d\n%s\n", job.ID(), job.Queue(), job.Module(), job.Attempt(), job.MaxAttempts(), h)
 		return nil
+	case p == "trace":
+		fmt.Fprintf(job, "%s\n%s\n", job.TraceID(), job.SpanID())
+		return nil
 	case p == "spin": // until the host stops it
 		for spins = 0; ; spins++ {
 		}

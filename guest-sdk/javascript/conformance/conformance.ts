@@ -46,6 +46,10 @@ export default async function handle(job: Job): Promise<void> {
     job.output(`${job.id}\n${job.queue}\n${job.module}\n${job.attempt}\n${job.maxAttempts}\n${h ?? "-"}\n`);
     return;
   }
+  if (p === "trace") {
+    job.output(`${job.traceId}\n${job.spanId}\n`);
+    return;
+  }
   if (p === "spin") { // until the host stops it (its interrupt check)
     for (;;) spins++;
   }

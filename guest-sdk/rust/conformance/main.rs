@@ -32,6 +32,10 @@ fn handle(job: &Job) -> Result {
             job.output(text.as_bytes())?;
             Ok(())
         }
+        "trace" => {
+            job.output(format!("{}\n{}\n", job.trace_id(), job.span_id()).as_bytes())?;
+            Ok(())
+        }
         "spin" => loop {
             // until the host stops it
             SPINS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

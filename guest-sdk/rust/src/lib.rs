@@ -87,7 +87,8 @@ pub mod sys {
     #[derive(Default, Debug)]
     pub struct Host {
         pub payload: Vec<u8>,
-        pub meta: [String; 4],
+        /// Job id, queue, module, version, trace id, span id.
+        pub meta: [String; 6],
         pub headers: Vec<(String, String)>,
         pub attempt: i32,
         pub max_attempts: i32,
@@ -390,6 +391,13 @@ impl Job {
     pub fn module(&self) -> String { self.meta(2) }
     /// The running module's version (sha256).
     pub fn version(&self) -> String { self.meta(3) }
+    /// The trace id of the host's span the job runs in, as 32 lowercase hex digits, for
+    /// the handler's own telemetry or logs to join the host's trace; empty when the host
+    /// traces nothing.
+    pub fn trace_id(&self) -> String { self.meta(4) }
+    /// The span id of the host's span the job runs in, as 16 lowercase hex digits: the
+    /// parent of any span the handler reports; empty when the host traces nothing.
+    pub fn span_id(&self) -> String { self.meta(5) }
     /// The 1-based number of this execution.
     pub fn attempt(&self) -> i32 { unsafe { sys::attempt() } }
     /// How many executions are allowed.
@@ -926,7 +934,8 @@ mod tests {
             let mut h = h.borrow_mut();
             *h = sys::Host::default();
             h.payload = payload.as_bytes().to_vec();
-            h.meta = ["01J".into(), "mail".into(), "m".into(), "abc".into()];
+            h.meta = ["01J".into(), "mail".into(), "m".into(), "abc".into(),
+                "4bf92f3577b34da6a3ce929d0e0e4736".into(), "00f067aa0ba902b7".into()];
             h.headers = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
             h.attempt = 2;
             h.max_attempts = 5;
@@ -958,6 +967,7 @@ mod tests {
         let job = Job(());
         assert_eq!(job.text(), "héllo");
         assert_eq!((job.id(), job.queue(), job.module(), job.version()), ("01J".into(), "mail".into(), "m".into(), "abc".into()));
+        assert_eq!((job.trace_id(), job.span_id()), ("4bf92f3577b34da6a3ce929d0e0e4736".into(), "00f067aa0ba902b7".into()));
         assert_eq!((job.attempt(), job.max_attempts()), (2, 5));
         assert_eq!(job.header("Trace-Id"), Some(long), "a value longer than the first buffer is read whole");
         assert_eq!(job.header("trace-id"), None);

@@ -117,7 +117,7 @@ func Cases() []Case {
 		{Name: "echo of an empty payload", Module: "abi/echo",
 			Kind: "ack", Code: code(0), Settle: "ack"},
 		{Name: "metadata", Module: "abi/meta", Manifest: `queue = "mail"`, Attempt: 2, MaxAttempts: 5,
-			Kind: "ack", Code: code(0), Settle: "ack", Output: "{id}\nmail\nmeta\n{version}\n-1\n64\n2\n5\n"},
+			Kind: "ack", Code: code(0), Settle: "ack", Output: "{id}\nmail\nmeta\n{version}\n\n\n-1\n64\n0\n2\n5\n"},
 		{Name: "headers", Module: "abi/headers", Headers: map[string]string{"Trace-Id": "abc123", "Other": "x"},
 			Kind: "ack", Code: code(0), Settle: "ack", Output: "abc123\n-1\n06\n"},
 		{Name: "logs and stdio", Module: "abi/log",
@@ -157,6 +157,8 @@ func Cases() []Case {
 			Kind: "ack", Code: code(0), Settle: "ack", Output: "slept"},
 		{Name: "initialisation runs once, in order", Module: "abi/init_ok",
 			Kind: "ack", Code: code(0), Settle: "ack", Output: "1"},
+		{Name: "trace keys empty in init and with tracing off", Module: "abi/init_meta", Manifest: `isolation = "fresh"`,
+			Kind: "ack", Code: code(0), Settle: "ack", Output: "0\n0\n0\n0\n"},
 
 		{Name: "infinite loop times out", Module: "hostile/loop", Manifest: `timeout = "100ms"`,
 			Kind: "timeout", Settle: "retry", Reason: "timeout after 100ms"},

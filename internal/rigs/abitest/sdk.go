@@ -3,6 +3,7 @@ package abitest
 import (
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 )
@@ -30,6 +31,9 @@ type SDKCase struct {
 	Payload string
 	Headers map[string]string
 	Attempt int
+	// Traced runs the job under a recording span of the host: {trace_id} and {span_id}
+	// in Output stand for its ids (OutputWith).
+	Traced bool
 	// Round and Awaited make the job a resumed run (a fan-in): its round and how the
 	// children of its last wait ended.
 	Round    int
@@ -41,6 +45,12 @@ type SDKCase struct {
 	Output   string
 	Logs     []Log
 	Children []Child
+}
+
+// OutputWith is the output the case wants of a run under the span traceID and spanID
+// name (both empty for a run without one).
+func (c SDKCase) OutputWith(traceID, spanID string) string {
+	return strings.NewReplacer("{trace_id}", traceID, "{span_id}", spanID).Replace(c.Output)
 }
 
 // SDKCases returns the cross-language table. The module is loaded as "conformance" and
@@ -55,6 +65,10 @@ func SDKCases() []SDKCase {
 		{Payload: "meta", Headers: map[string]string{"X-Test": "yes"}, Attempt: 2, Kind: "ack", Code: code(0),
 			Output: SDKJobID + "\nconformance\nconformance\n2\n5\nyes\n"},
 		{Payload: "meta", Kind: "ack", Code: code(0), Output: SDKJobID + "\nconformance\nconformance\n1\n5\n-\n"},
+		// The trace context: the ids of the host's span the job runs in, as lowercase hex;
+		// both empty without one.
+		{Payload: "trace", Traced: true, Kind: "ack", Code: code(0), Output: "{trace_id}\n{span_id}\n"},
+		{Payload: "trace", Kind: "ack", Code: code(0), Output: "\n\n"},
 		{Payload: "children", Kind: "ack", Code: code(0), Children: []Child{{"child", "c1", 0, false}, {"child", "c2", 250, false}}},
 		// Fan-out: the awaited children and a plain one, staged in order, then WAIT.
 		{Payload: "fanout", Kind: "wait", Code: code(4), Output: "0 0\n",
