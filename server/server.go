@@ -67,6 +67,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
@@ -74,6 +76,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/app/metrics"
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
+	"github.com/wasmjobs/wasmjobs/internal/telemetry"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -158,6 +161,10 @@ type Config struct {
 	BackendName string
 	// Version is the host's version on the dashboard; empty shows none.
 	Version string
+	// TracerProvider, when set, traces the jobs: their runs, guest log lines and
+	// outbound HTTP (see host.Config.TracerProvider). Nil turns tracing off: no span
+	// is made. A *telemetry.Provider also gives the spans' event limit in force.
+	TracerProvider trace.TracerProvider
 }
 
 // FleetConfig follows the modules stream of a RabbitMQ fleet (`wasmjobs modules
@@ -324,7 +331,7 @@ func (s *Server) build() (err error) {
 	_, waits := s.b.(backend.DependentPublisher)
 	s.engine, err = host.NewEngine(ctx, host.Config{CacheDir: s.cfg.CacheDir, Logger: s.log,
 		HTTP: host.HTTPOptions{RootCAs: s.cfg.RootCAs, IdleConnsPerHost: s.cfg.Concurrency}, OnHTTPCall: s.met.HTTPCall,
-		NoWait: !waits, Backend: s.cfg.BackendName})
+		NoWait: !waits, Backend: s.cfg.BackendName, TracerProvider: s.cfg.TracerProvider, TraceEventLimit: eventLimit(s.cfg.TracerProvider)})
 	if err != nil {
 		return err
 	}
@@ -720,4 +727,13 @@ func onThisMachine(addr net.Addr) bool {
 func isRabbitMQ(b backend.Backend) bool {
 	_, ok := b.(*rabbitmq.Backend)
 	return ok
+}
+
+// eventLimit is the spans' event limit of tp, when it says (a *telemetry.Provider, as
+// `wasmjobs run` makes from OTEL_SPAN_EVENT_COUNT_LIMIT); 0, the default, otherwise.
+func eventLimit(tp trace.TracerProvider) int {
+	if p, ok := tp.(*telemetry.Provider); ok && p != nil {
+		return p.EventLimit
+	}
+	return 0
 }
