@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -222,38 +221,10 @@ func TestRunSpanOfACanary(t *testing.T) {
 	checkRunSpan(t, next, host.RoleCanary, run, proc)
 }
 
-// traceServer is a loopback server that records the trace headers each request came
-// with.
-type traceServer struct {
-	*outboundtest.Server
-	mu   sync.Mutex
-	seen []http.Header
-}
-
-func newTraceServer(t *testing.T) *traceServer {
-	s := &traceServer{}
-	s.Server = outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		s.seen = append(s.seen, http.Header{"Traceparent": r.Header.Values("Traceparent"), "Tracestate": r.Header.Values("Tracestate")})
-		s.mu.Unlock()
-		w.Write([]byte("ok"))
-	})
-	return s
-}
-
-func (s *traceServer) last() http.Header {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.seen) == 0 {
-		return nil
-	}
-	return s.seen[len(s.seen)-1]
-}
-
 // checkClientSpan checks a guest's GET of path on srv: one Client span, a child of
 // the run span, its URL without the query, and the server reached with that span's
 // traceparent alone, none of the guest's trace headers.
-func checkClientSpan(t *testing.T, tr traced, srv *traceServer, run tracetest.SpanStub, path string) {
+func checkClientSpan(t *testing.T, tr traced, srv *outboundtest.Server, run tracetest.SpanStub, path string) {
 	t.Helper()
 	var clients []tracetest.SpanStub
 	for _, s := range tr.exp.GetSpans() {
@@ -271,7 +242,7 @@ func checkClientSpan(t *testing.T, tr traced, srv *traceServer, run tracetest.Sp
 		t.Errorf("client span %s parent %v attributes %v: want GET, a child of the run %v, url.full without the query", c.Name, c.Parent.SpanID(), c.Attributes, run.SpanContext.SpanID())
 	}
 	want := fmt.Sprintf("00-%s-%s-01", c.SpanContext.TraceID(), c.SpanContext.SpanID())
-	if h := srv.last(); h == nil || len(h["Traceparent"]) != 1 || h.Get("Traceparent") != want || len(h["Tracestate"]) != 0 {
+	if h := srv.Last(); h == nil || len(h.Values("Traceparent")) != 1 || h.Get("Traceparent") != want || len(h.Values("Tracestate")) != 0 {
 		t.Errorf("the server saw %v, want traceparent %s alone", h, want)
 	}
 }
@@ -280,7 +251,7 @@ func checkClientSpan(t *testing.T, tr traced, srv *traceServer, run tracetest.Sp
 // request carries that span's traceparent in place of the one the guest set.
 func TestRunSpanOfOutboundHTTP(t *testing.T) {
 	t.Parallel()
-	srv := newTraceServer(t)
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	tr := newTraced(t, 0)
 	m := loadFile(t, tr.e, "abi/http_traceparent", fmt.Sprintf("[http]\nallow = [\"http://localhost:%s\"]\n", srv.Port))
 	res, rs, _ := tr.handle(t, host.NewHandler(m, nil), "http://localhost:"+srv.Port+"/x?token=secret")
@@ -294,7 +265,7 @@ func TestRunSpanOfOutboundHTTP(t *testing.T) {
 	if x := run(off, "http://localhost:"+srv.Port+"/"); x.Outcome != worker.Ack {
 		t.Fatalf("outcome %v %s", x.Outcome, x.Reason)
 	}
-	if h := srv.last(); h.Get("Traceparent") != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" || h.Get("Tracestate") != "guest=1" {
+	if h := srv.Last(); h.Get("Traceparent") != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" || h.Get("Tracestate") != "guest=1" {
 		t.Errorf("with tracing off the server saw %v, want the guest's headers", h)
 	}
 }
@@ -303,7 +274,7 @@ func TestRunSpanOfOutboundHTTP(t *testing.T) {
 // events, its fetch a Client span under it, a throw its error.
 func TestRunSpanOfAJSHandler(t *testing.T) {
 	t.Parallel()
-	srv := newTraceServer(t)
+	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	tr := newTraced(t, 0)
 	m := loadJS(t, tr.e, `var __wasmjobs_handler = { default: async function (job) {
   job.log.info("hello", 1);

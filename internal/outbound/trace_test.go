@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -27,24 +26,6 @@ func tracing(t *testing.T) (trace.Tracer, *tracetest.InMemoryExporter) {
 	return tp.Tracer("test"), exp
 }
 
-// hopLog records the trace headers each request reached a server with.
-type hopLog struct {
-	mu   sync.Mutex
-	hops []http.Header
-}
-
-func (l *hopLog) add(r *http.Request) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.hops = append(l.hops, http.Header{"Traceparent": r.Header.Values("Traceparent"), "Tracestate": r.Header.Values("Tracestate")})
-}
-
-func (l *hopLog) all() []http.Header {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]http.Header(nil), l.hops...)
-}
-
 // attrs returns a span's attributes by key.
 func attrs(s tracetest.SpanStub) map[attribute.Key]attribute.Value {
 	m := map[attribute.Key]attribute.Value{}
@@ -63,9 +44,7 @@ const guestParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 // Without one, the guest's headers go as they were.
 func TestRequestSpans(t *testing.T) {
 	t.Parallel()
-	var seen hopLog
 	srv := outboundtest.NewServer(t, false, func(w http.ResponseWriter, r *http.Request) {
-		seen.add(r)
 		switch r.URL.Path {
 		case "/hop":
 			http.Redirect(w, r, "/landed?next=1", http.StatusFound)
@@ -132,16 +111,16 @@ func TestRequestSpans(t *testing.T) {
 	if a := attrs(reqs[0]); a["server.address"].AsString() != "localhost" {
 		t.Errorf("server.address %v, want localhost", a["server.address"])
 	}
-	hops := seen.all()
+	hops := srv.Seen()
 	if len(hops) != 3 {
 		t.Fatalf("the server saw %d requests, want the redirect's two hops and the POST", len(hops))
 	}
 	for i, sp := range []tracetest.SpanStub{reqs[0], reqs[0], reqs[1]} {
 		wantTP := "00-" + sp.SpanContext.TraceID().String() + "-" + sp.SpanContext.SpanID().String() + "-01"
-		if tp := hops[i]["Traceparent"]; len(tp) != 1 || tp[0] != wantTP {
+		if tp := hops[i].Values("Traceparent"); len(tp) != 1 || tp[0] != wantTP {
 			t.Errorf("hop %d carried traceparent %q, want the client span's %s", i, tp, wantTP)
 		}
-		if ts := hops[i]["Tracestate"]; len(ts) != 0 {
+		if ts := hops[i].Values("Tracestate"); len(ts) != 0 {
 			t.Errorf("hop %d carried the guest's tracestate %q", i, ts)
 		}
 	}
@@ -154,7 +133,7 @@ func TestRequestSpans(t *testing.T) {
 	if n := len(exp.GetSpans()); n != 5 {
 		t.Errorf("%d spans after a request with tracing off, want still 5", n)
 	}
-	hops = seen.all()
+	hops = srv.Seen()
 	if last := hops[len(hops)-1]; last.Get("Traceparent") != guestParent || last.Get("Tracestate") != "guest=1" {
 		t.Errorf("with tracing off the server saw %v, want the guest's own headers", last)
 	}
