@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/rigs/abitest"
@@ -119,6 +121,33 @@ func BenchmarkGuests(b *testing.B) {
 			for b.Loop() {
 				if x := m.Run(ctx, job, nil); x.Outcome != worker.Ack {
 					b.Fatal(x.Reason)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRunTracing is the host's cost per job of the log module (nine log lines)
+// run through a Handler with tracing off, which must allocate no more than before
+// tracing existed (compare BenchmarkRunNoop and this "off" with the commit before
+// it), and on, to an SDK provider that exports nothing: the run span and its events.
+func BenchmarkRunTracing(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
+			cfg := host.Config{NoCache: true}
+			if on {
+				tp := sdktrace.NewTracerProvider()
+				b.Cleanup(func() { tp.Shutdown(context.Background()) })
+				cfg.TracerProvider = tp
+			}
+			e := newEngineWith(b, cfg)
+			h := host.NewHandler(loadFile(b, e, "abi/log", ""), nil)
+			job := &worker.Job{Envelope: backend.NewEnvelope("log", nil), Attempt: 1, MaxAttempts: 3}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if res := h.Handle(ctx, job); res.Outcome != worker.Ack {
+					b.Fatal(res.Reason)
 				}
 			}
 		})

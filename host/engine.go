@@ -11,6 +11,7 @@
 package host
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/x509"
@@ -30,9 +31,11 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
+	"github.com/wasmjobs/wasmjobs/internal/telemetry"
 )
 
 // Config configures an Engine. The zero value is usable.
@@ -61,6 +64,16 @@ type Config struct {
 	// Backend names the host's backend in those errors; empty means "the host's
 	// backend".
 	Backend string
+	// TracerProvider traces the jobs' runs: a `run <module>` span of each, a child of
+	// the span in the job's context (the worker's process span, given the module,
+	// its version and canary role), the guest's log lines its events, and a Client
+	// span of each outbound HTTP request, whose traceparent the request carries. Nil
+	// turns tracing off: no span is made.
+	TracerProvider trace.TracerProvider
+	// TraceEventLimit is how many events a span keeps (the provider's limit,
+	// OTEL_SPAN_EVENT_COUNT_LIMIT): the log lines of a run past it are counted in its
+	// span's wasmjobs.logs.dropped. Zero means telemetry.DefaultEventLimit.
+	TraceEventLimit int
 }
 
 // HTTPOptions are the host's settings for every module's outbound HTTP client. The zero
@@ -97,6 +110,10 @@ type Engine struct {
 	onHTTPCall func(HTTPCall)
 	// noWait, when not empty, says why the host cannot serve waits (Config.NoWait).
 	noWait string
+	// tracer makes the runs' spans; nil when tracing is off (Config.TracerProvider).
+	tracer trace.Tracer
+	// eventLimit is Config.TraceEventLimit, its default filled in.
+	eventLimit int
 
 	// runs counts the jobs running on the engine's modules; idle is closed when it
 	// falls to zero (both under runsMu). Close waits for them: wazero's runtime must not
@@ -172,12 +189,14 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 	// One registry of limiters for the engine: a module's [http.limits] hold across its
 	// versions (reloads, canaries), keyed by its name. Likewise the circuit breakers: a
 	// reload does not close an open one.
+	tracer := telemetry.Tracer(cfg.TracerProvider)
 	opts := outbound.Options{RootCAs: cfg.HTTP.RootCAs, IdleConnsPerHost: cfg.HTTP.IdleConnsPerHost,
-		Limiters: outbound.NewLimiters(), Breakers: outbound.NewBreakers()}
+		Limiters: outbound.NewLimiters(), Breakers: outbound.NewBreakers(), Tracer: tracer}
 	if cfg.HTTP.Resolver != nil {
 		opts.Resolver = cfg.HTTP.Resolver // left nil otherwise: the default resolver
 	}
-	e := &Engine{log: log, httpOpts: opts, onHTTPCall: cfg.OnHTTPCall}
+	e := &Engine{log: log, httpOpts: opts, onHTTPCall: cfg.OnHTTPCall, tracer: tracer,
+		eventLimit: cmp.Or(cfg.TraceEventLimit, telemetry.DefaultEventLimit)}
 	if cfg.NoWait {
 		name := "the host's backend"
 		if cfg.Backend != "" {

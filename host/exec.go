@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/wasmjobs/wasmjobs/abi"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
@@ -126,18 +128,24 @@ func (m *Module) Run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 		x.fail(CauseTrap, err.Error())
 		return x
 	}
-	return m.run(ctx, job, sink)
+	return m.run(ctx, job, sink, RoleCurrent)
 }
 
-// run executes a job counted in by begin.
-func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Execution {
+// run executes a job counted in by begin, on the module in role (RoleCurrent or
+// RoleCanary). With tracing on, the run is a span under ctx's.
+func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc, role string) Execution {
 	m.e.enter()
 	defer m.e.leave()
 	start := time.Now()
 	x := Execution{Module: m.name, Version: m.version}
+	var span trace.Span // nil when tracing is off: no span object on its path
+	if m.e.tracer != nil {
+		ctx, span = m.startRun(ctx, role)
+	}
 	if n, max := len(job.Envelope.Payload), m.manifest.Limits.MaxPayload; n > max {
 		m.release(nil, false)
 		x.Outcome, x.Reason = worker.DeadLetter, fmt.Sprintf("payload of %d bytes passes the module's limit of %d bytes", n, max)
+		endRun(span, &x, nil)
 		return x
 	}
 	// A JS job's one deadline covers a new VM's setup and the run.
@@ -156,12 +164,16 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 			f := cancelled(ctx)
 			x.fail(f.cause, f.reason)
 		}
+		endRun(span, &x, nil)
 		return x
 	}
 	if sink == nil {
 		sink = func(level slog.Level, msg string) { x.Logs = append(x.Logs, Log{level, msg}) }
 	}
 	inst.st.reset(job, m, sink)
+	if span != nil {
+		inst.st.traceRun(span, m.e.eventLimit)
+	}
 	inst.jobs++
 	var code int32
 	var fail *failure
@@ -199,6 +211,7 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc) Executi
 		x.Reason = st.reason
 		healthy = !inst.mod.IsClosed() && (inst.js == nil || inst.js.healthy(context.Background()))
 	}
+	endRun(span, &x, st)
 	st.reset(nil, m, m.defaultSink()) // drop the job's references while the instance idles
 	m.release(inst, healthy)
 	x.Duration = time.Since(start)

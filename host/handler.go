@@ -72,7 +72,7 @@ func (h *Handler) Handle(ctx context.Context, job *worker.Job) worker.Result {
 			lines = append(lines, level.String()+" "+msg)
 		}
 	}
-	x := m.run(ctx, job, sink)
+	x := m.run(ctx, job, sink, role)
 	res := m.Settle(&x, job, time.Now())
 	res.Logs = lines
 	if c != nil {

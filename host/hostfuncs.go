@@ -40,6 +40,12 @@ type callState struct {
 	abort    string // AssemblyScript's abort message
 	js       *jsVM  // the instance's JS VM, kept across calls; nil for an ABI v1 module
 	http     httpState
+
+	// span is the job's run span, whose events its log lines are (traceRun); nil
+	// when tracing is off or outside a job. events counts those added, up to
+	// eventLimit; eventsDropped those past it.
+	span                              trace.Span
+	events, eventsDropped, eventLimit int
 }
 
 // reset prepares the state for a new call. A session the last call left open is
@@ -95,7 +101,11 @@ func (st *callState) emit(level slog.Level, msg string) {
 	if max := st.limits.MaxLogMessage; len(msg) > max {
 		msg = msg[:max] + fmt.Sprintf("... (truncated %d bytes)", len(msg)-max)
 	}
-	st.sink(level, strings.ToValidUTF8(msg, "\uFFFD"))
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	st.sink(level, msg)
+	if st.span != nil {
+		st.event(level, msg)
+	}
 }
 
 // finish reports the log lines the limit dropped.

@@ -327,6 +327,9 @@ type failure struct {
 	reason string
 }
 
+// Error returns the failure's reason: a run's span records it as its error.
+func (f *failure) Error() string { return f.reason }
+
 // call runs f on the instance under timeout and classifies how it ended.
 func (inst *instance) call(ctx context.Context, f api.Function, timeout time.Duration) (int32, *failure) {
 	cctx, cancel := context.WithTimeout(ctx, timeout)

@@ -69,8 +69,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/wasmjobs/wasmjobs/internal/telemetry"
-
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
@@ -78,6 +76,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/app/metrics"
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
+	"github.com/wasmjobs/wasmjobs/internal/telemetry"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
@@ -341,7 +340,7 @@ func (s *Server) build() (err error) {
 	_, waits := s.b.(backend.DependentPublisher)
 	s.engine, err = host.NewEngine(ctx, host.Config{CacheDir: s.cfg.CacheDir, Logger: s.log,
 		HTTP: host.HTTPOptions{RootCAs: s.cfg.RootCAs, IdleConnsPerHost: s.cfg.Concurrency}, OnHTTPCall: s.met.HTTPCall,
-		NoWait: !waits, Backend: s.cfg.BackendName})
+		NoWait: !waits, Backend: s.cfg.BackendName, TracerProvider: s.cfg.TracerProvider, TraceEventLimit: eventLimit(s.cfg.TracerProvider)})
 	if err != nil {
 		return err
 	}
@@ -738,4 +737,13 @@ func onThisMachine(addr net.Addr) bool {
 func isRabbitMQ(b backend.Backend) bool {
 	_, ok := b.(*rabbitmq.Backend)
 	return ok
+}
+
+// eventLimit is the spans' event limit of tp, when it says (a *telemetry.Provider, as
+// `wasmjobs run` makes from OTEL_SPAN_EVENT_COUNT_LIMIT); 0, the default, otherwise.
+func eventLimit(tp trace.TracerProvider) int {
+	if p, ok := tp.(*telemetry.Provider); ok && p != nil {
+		return p.EventLimit
+	}
+	return 0
 }

@@ -259,12 +259,7 @@ func breakerOutcome(ctx context.Context, status int, err error) error {
 // case without a trailing dot (the grant's match ignores it too), the scheme's port
 // when the URL names none.
 func destination(u *url.URL) string {
-	scheme := strings.ToLower(u.Scheme)
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[scheme]
-	}
-	return scheme + "://" + net.JoinHostPort(strings.TrimSuffix(strings.ToLower(u.Hostname()), "."), port)
+	return strings.ToLower(u.Scheme) + "://" + net.JoinHostPort(strings.TrimSuffix(strings.ToLower(u.Hostname()), "."), portOf(u))
 }
 
 // BreakerState is one destination's circuit breaker, as an operator sees it.

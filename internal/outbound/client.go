@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"code.dny.dev/ssrf"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 )
 
@@ -47,6 +48,11 @@ type Options struct {
 	// Breakers holds the destinations' circuit breakers, shared by every client of
 	// one Scope; nil means the client's own.
 	Breakers *Breakers
+	// Tracer makes a Client span of each request, a child of the span in the
+	// context given to Session.Start, whose W3C traceparent every hop of the request
+	// carries in place of any the guest set. Nil turns tracing off: no span is made
+	// and requests go as the guest wrote them.
+	Tracer trace.Tracer
 }
 
 // Limiters holds the token buckets and concurrency caps of [http.limits] by scope and
@@ -105,6 +111,7 @@ type Client struct {
 	limits          map[*Entry]*entryLimit
 	breakers        *Breakers
 	scope           string
+	tracer          trace.Tracer // nil: tracing is off
 }
 
 // entryLimit enforces an entry's [http.limits] for the client's requests: a token
@@ -146,7 +153,7 @@ func NewClient(grant *Grant, opts Options) *Client {
 	private := ssrf.New(ssrf.WithAnyPort(), ssrf.WithAllowedV4Prefixes(v4...), ssrf.WithAllowedV6Prefixes(v6...))
 	c := &Client{grant: grant, strict: newTransport(strict, res, opts, grant.Timeout), private: newTransport(private, res, opts, grant.Timeout),
 		limits: map[*Entry]*entryLimit{}}
-	c.breakers, c.scope = opts.Breakers, opts.Scope
+	c.breakers, c.scope, c.tracer = opts.Breakers, opts.Scope, opts.Tracer
 	if c.breakers == nil {
 		c.breakers = NewBreakers()
 	}
@@ -233,13 +240,18 @@ func (t *grantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
-	if len(e.Header) > 0 {
+	if len(e.Header) > 0 || t.tracer != nil {
 		// A RoundTripper must not change the request it was given. The entry's
 		// headers go only to the entry's destinations: a redirect elsewhere does not
 		// carry them, since each hop comes here again.
 		req = req.Clone(req.Context())
 		for k, vs := range e.Header {
 			req.Header[k] = vs
+		}
+		if t.tracer != nil {
+			// Every hop, redirects too, carries the request's span (its context holds
+			// it: Session.Start put it there).
+			inject(req.Context(), req.Header)
 		}
 	}
 	// The slot is given back once: when the body is closed or read to its end, or

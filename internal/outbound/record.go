@@ -80,11 +80,7 @@ func Redact(rawURL string) string {
 
 // newRecord starts the record of a request to u.
 func newRecord(method string, u *url.URL) CallRecord {
-	scheme := strings.ToLower(u.Scheme)
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[scheme]
-	}
+	scheme, port := strings.ToLower(u.Scheme), portOf(u)
 	origin := scheme + "://" + strings.ToLower(u.Hostname())
 	if port != "" {
 		origin = scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
@@ -94,4 +90,13 @@ func newRecord(method string, u *url.URL) CallRecord {
 		path = path[:MaxRecordPath]
 	}
 	return CallRecord{Method: method, Origin: strings.ToValidUTF8(origin, "\uFFFD"), Path: strings.ToValidUTF8(path, "\uFFFD")}
+}
+
+// portOf returns u's port: the one it names, else its scheme's (80 or 443); "" for
+// another scheme naming none.
+func portOf(u *url.URL) string {
+	if port := u.Port(); port != "" {
+		return port
+	}
+	return map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Request is what a guest asks for.
@@ -112,6 +114,7 @@ type Call struct {
 	ended  chan struct{} // closed when the request's goroutine returned
 	idx    int           // its record's index in the session's records
 	start  time.Time
+	span   trace.Span // the request's Client span, ended by the first Close; nil when tracing is off
 
 	// Set before done is closed, read-only after.
 	resp *http.Response
@@ -209,8 +212,10 @@ func (s *Session) Start(ctx context.Context, req Request) (*Call, error) {
 		key = s.keyFor + "-" + strconv.Itoa(s.keyed)
 	}
 	rctx, cancel := context.WithTimeoutCause(context.WithValue(ctx, outageKey{}, s), g.Timeout, errGrantTimeout)
+	start := time.Now()
+	rctx, span := s.c.startSpan(rctx, req.Method, u, start)
 	c := &Call{s: s, held: int64(len(req.Body)), ctx: rctx, cancel: cancel, done: make(chan struct{}), ended: make(chan struct{}),
-		idx: len(s.records), start: time.Now()}
+		idx: len(s.records), start: start, span: span}
 	s.open[c] = struct{}{}
 	s.records = append(s.records, rec)
 	s.mu.Unlock()
@@ -400,8 +405,9 @@ func (c *Call) Close() {
 	}
 	c.closed = true
 	rec := CallRecord{Duration: c.took, Bytes: c.read}
+	failure := c.err
 	if e, ok := c.bodyErr.(*Error); ok {
-		rec.Error = e.Kind.Label()
+		rec.Error, failure = e.Kind.Label(), e
 	}
 	c.mu.Unlock()
 	if body != nil {
@@ -411,12 +417,19 @@ func (c *Call) Close() {
 	case early && c.resp == nil:
 		// The failure is the close's own cancellation (a head that came meanwhile
 		// is no failure).
-		rec.Error = CallCancelled
+		rec.Error, failure = CallCancelled, nil
 	case c.err != nil:
 		rec.Error = c.err.Kind.Label()
 	}
 	if c.resp != nil {
 		rec.Status = c.resp.StatusCode
+	}
+	if first && c.span != nil {
+		msg := "closed before its response came"
+		if failure != nil {
+			msg = failure.Error()
+		}
+		endSpan(c.span, rec, msg, c.start)
 	}
 	c.s.mu.Lock()
 	if _, open := c.s.open[c]; open {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,6 +63,25 @@ type Server struct {
 	Conns atomic.Int64
 	// Port is the port it listens on, on 127.0.0.1.
 	Port string
+
+	mu   sync.Mutex
+	seen []http.Header
+}
+
+// Seen returns the headers of the requests received, in order.
+func (s *Server) Seen() []http.Header {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]http.Header(nil), s.seen...)
+}
+
+// Last returns the headers of the last request received; nil before any.
+func (s *Server) Last() http.Header {
+	seen := s.Seen()
+	if len(seen) == 0 {
+		return nil
+	}
+	return seen[len(seen)-1]
 }
 
 // NewServer starts a Server serving h, over TLS (httptest's certificate) when tls is
@@ -72,6 +92,9 @@ func NewServer(t testing.TB, tls bool, h http.HandlerFunc) *Server {
 	hf := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.Hits.Add(1)
 		defer s.Ended.Add(1)
+		s.mu.Lock()
+		s.seen = append(s.seen, r.Header.Clone())
+		s.mu.Unlock()
 		h(w, r)
 	})
 	s.Server = httptest.NewUnstartedServer(hf)
