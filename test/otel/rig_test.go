@@ -118,8 +118,8 @@ func startCollector(t *testing.T) *collector {
 	c := &collector{grpcPort: freePort(t), httpPort: freePort(t), sink: new(consumertest.TracesSink)}
 	f := otlpreceiver.NewFactory()
 	cfg := f.CreateDefaultConfig().(*otlpreceiver.Config)
-	cfg.Protocols.GRPC.Get().NetAddr.Endpoint = fmt.Sprintf("127.0.0.1:%d", c.grpcPort)
-	cfg.Protocols.HTTP.Get().ServerConfig.NetAddr.Endpoint = fmt.Sprintf("127.0.0.1:%d", c.httpPort)
+	cfg.Protocols.GRPC.GetOrInsertDefault().NetAddr.Endpoint = fmt.Sprintf("127.0.0.1:%d", c.grpcPort)
+	cfg.Protocols.HTTP.GetOrInsertDefault().ServerConfig.NetAddr.Endpoint = fmt.Sprintf("127.0.0.1:%d", c.httpPort)
 	recv, err := f.CreateTraces(context.Background(), receivertest.NewNopSettings(f.Type()), cfg, c.sink)
 	if err != nil {
 		t.Fatal(err)
