@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"maps"
 	"strconv"
 )
@@ -21,21 +22,38 @@ const OutageHeader = "wasmjobs-outage-since"
 // attempt 1, no reason, no defers, ReplayHeader one more (ReplayedHeaders). Every
 // backend's ReplayDeadLetter goes through it, or through ReplayedHeaders when it
 // rewrites the headers of a message it does not decode.
-func Replayed(env *Envelope) {
+func Replayed(ctx context.Context, env *Envelope) {
 	env.Attempt, env.Reason, env.Defers = 1, "", 0
-	env.Headers = ReplayedHeaders(env.Headers)
+	env.Headers = ReplayedHeaders(ctx, env.Headers)
 }
 
 // ReplayedHeaders returns a copy of a dead letter's headers for its replay:
-// ReplayHeader one more than ReplayGeneration reads in h, OutageHeader dropped.
-func ReplayedHeaders(h map[string]string) map[string]string {
+// ReplayHeader one more than ReplayGeneration reads in h, OutageHeader dropped, and
+// the headers ctx carries for the replay (WithReplayHeaders) set.
+func ReplayedHeaders(ctx context.Context, h map[string]string) map[string]string {
 	out := maps.Clone(h)
 	if out == nil {
 		out = make(map[string]string, 1)
 	}
 	out[ReplayHeader] = strconv.Itoa(ReplayGeneration(h) + 1)
 	delete(out, OutageHeader)
+	if extra, ok := ctx.Value(replayHeadersKey{}).(map[string]string); ok {
+		maps.Copy(out, extra)
+	}
 	return out
+}
+
+type replayHeadersKey struct{}
+
+// WithReplayHeaders returns ctx carrying headers that a ReplayDeadLetter under it
+// sets on the replayed job (ReplayedHeaders), such as the replaying request's trace
+// context: request-scoped data that the backend passes on without reading it. Keys
+// should be reserved ("wasmjobs-"); an empty h changes nothing.
+func WithReplayHeaders(ctx context.Context, h map[string]string) context.Context {
+	if len(h) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, replayHeadersKey{}, h)
 }
 
 // ReplayGeneration returns how many times a job was replayed from its dead letters:

@@ -129,5 +129,6 @@ func (h *Handler) queueFor(m *Module) worker.Queue {
 		Backoff:        worker.Backoff{Base: man.BackoffBase, Cap: man.BackoffCap},
 		Rate:           rate.Limit(man.RateLimit.PerSecond),
 		Burst:          man.RateLimit.Burst,
+		TraceChild:     man.TraceChild,
 	}
 }

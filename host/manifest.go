@@ -108,6 +108,10 @@ type Manifest struct {
 	// awaited children: past it, it runs again with those that had not ended marked
 	// unfinished. Default: backend.DefaultWaitTimeout (24 h).
 	WaitTimeout time.Duration
+	// TraceChild makes the process span of each job a child of its enqueue's span
+	// (trace_parenting = "child"), rather than the root of a trace of its own that
+	// links to it ("link", the default): for queues whose jobs run at once.
+	TraceChild bool
 	// Isolation is pooled (default) or fresh.
 	Isolation Isolation
 	// RecycleAfter discards a pooled instance after this many jobs. Zero: never.
@@ -237,6 +241,7 @@ type manifestDoc struct {
 	Concurrency    any `toml:"concurrency"`
 	KeyConcurrency any `toml:"key_concurrency"`
 	WaitTimeout    any `toml:"wait_timeout"`
+	TraceParenting any `toml:"trace_parenting"`
 	Isolation      any `toml:"isolation"`
 	RecycleAfter   any `toml:"recycle_after"`
 	Timeout        any `toml:"timeout"`
@@ -306,6 +311,21 @@ var manifestFields = map[string]manifestField{
 	"timeout":         durationField(func(m *Manifest) *time.Duration { return &m.Limits.Timeout }),
 	"key_concurrency": intField(func(m *Manifest) *int { return &m.KeyConcurrency }, 1, 100_000),
 	"wait_timeout":    durationFieldUpTo(func(m *Manifest) *time.Duration { return &m.WaitTimeout }, "720h", maxWaitTimeout),
+	"trace_parenting": func(m *Manifest, v value) error {
+		s, err := v.str()
+		if err != nil {
+			return err
+		}
+		switch s {
+		case "link":
+			m.TraceChild = false
+		case "child":
+			m.TraceChild = true
+		default:
+			return fmt.Errorf("want \"link\" or \"child\", got %s", v.raw)
+		}
+		return nil
+	},
 	"isolation": func(m *Manifest, v value) error {
 		s, err := v.str()
 		if err != nil {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/wasmjobs/wasmjobs/internal/telemetry"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/app/api"
@@ -68,7 +70,7 @@ func (s *Server) newInspector() *inspect.Inspector {
 	return inspect.New(inspect.Config{
 		Backend: s.b, Registry: s.reg, Running: s.w.Running, Records: s.ops.recs, Rates: s.ops.rates,
 		Schedules: s.sched.List, RefusedPushes: s.refusedPushes, Refusal: s.refusal, Logger: s.log,
-		CancelRunning: s.w.Cancel,
+		CancelRunning: s.w.Cancel, Tracer: telemetry.Tracer(s.cfg.TracerProvider),
 	})
 }
 

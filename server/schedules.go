@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
@@ -22,7 +24,7 @@ import (
 // the leadership token. Overlap "skip" asks the job records where the backend keeps
 // them, and otherwise this host's memory of its jobs (recs, nil for none) together with
 // the queue's counts.
-func newScheduler(b backend.Backend, recs *inspect.Records, log *slog.Logger) *schedule.Scheduler {
+func newScheduler(b backend.Backend, recs *inspect.Records, log *slog.Logger, tracer trace.Tracer) *schedule.Scheduler {
 	var acquire schedule.Acquire
 	switch sb := b.(type) {
 	case *rabbitmq.Backend:
@@ -45,7 +47,7 @@ func newScheduler(b backend.Backend, recs *inspect.Records, log *slog.Logger) *s
 			return nil, nil, ctx.Err()
 		}
 	}
-	return schedule.New(schedule.Config{Acquire: acquire, Busy: busyFunc(b, recs), Logger: log})
+	return schedule.New(schedule.Config{Acquire: acquire, Busy: busyFunc(b, recs), Logger: log, Tracer: tracer})
 }
 
 var _ backend.SchedulePruner = historyStore{}

@@ -67,6 +67,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/wasmjobs/wasmjobs/internal/telemetry"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
@@ -158,6 +162,16 @@ type Config struct {
 	BackendName string
 	// Version is the host's version on the dashboard; empty shows none.
 	Version string
+	// TracerProvider, when set, traces jobs end to end: a send span for each enqueue
+	// (a child of the caller's, from the request's W3C traceparent), a process span
+	// for each run linking to it, and inside that the guest's run, its outbound
+	// requests, the settle and each child's send. Nil traces nothing and makes no
+	// span. A provider that reports DroppedSpans() uint64 has the count on /metrics
+	// (wasmjobs_trace_spans_dropped_total).
+	TracerProvider trace.TracerProvider
+	// TraceURL, when set, links each attempt's trace id on the dashboard to a trace UI:
+	// "{trace_id}" in it is replaced, as in https://ui.example/trace/{trace_id}.
+	TraceURL string
 }
 
 // FleetConfig follows the modules stream of a RabbitMQ fleet (`wasmjobs modules
@@ -288,6 +302,9 @@ func New(b backend.Backend, cfg Config) (*Server, error) {
 	}
 	s := &Server{b: b, cfg: cfg, log: cfg.Logger, met: metrics.New(), halted: make(chan struct{}), tlsCert: cert,
 		schedKick: make(chan struct{}, 1), startDone: make(chan struct{}), stopDone: make(chan struct{})}
+	if dp, ok := cfg.TracerProvider.(interface{ DroppedSpans() uint64 }); ok {
+		s.met.TraceDropped(dp.DroppedSpans)
+	}
 	if rr, ok := b.(backend.RecoveryReporter); ok {
 		rec := rr.Recovery()
 		s.log.Info("data directory opened", "data_dir", dataDir(b), "pending", rec.Ready, "delayed", rec.Delayed,
@@ -339,9 +356,10 @@ func (s *Server) build() (err error) {
 
 	s.ops = newOperator(s.b, s.cfg.History)
 	s.w = worker.New(s.b, worker.Config{
-		Concurrency: s.cfg.Concurrency,
-		Observer:    s.ops.observer(s.met, s.log),
-		Logger:      s.log,
+		Concurrency:    s.cfg.Concurrency,
+		Observer:       s.ops.observer(s.met, s.log),
+		Logger:         s.log,
+		TracerProvider: s.cfg.TracerProvider,
 	})
 	onEvent := func(ev host.RegistryEvent) {
 		s.met.ModuleEvent(ev)
@@ -356,7 +374,7 @@ func (s *Server) build() (err error) {
 	if err != nil {
 		return err
 	}
-	s.sched = newScheduler(s.b, s.ops.recs, s.log)
+	s.sched = newScheduler(s.b, s.ops.recs, s.log, telemetry.Tracer(s.cfg.TracerProvider))
 	s.insp = s.newInspector()
 	s.met.CountQueues(s.queueDepths)
 	s.handler = s.newHandler()

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
@@ -24,6 +26,8 @@ type Job struct {
 	// Awaited is how each child the job's last Wait awaited ended, in the order they
 	// were staged; nil on a first run.
 	Awaited []backend.AwaitResult
+
+	span trace.Span // the process span; nil when the worker traces nothing
 }
 
 // OutageSince returns when the outage the job waits out began: the time the worker

@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // EventKind names a moment in a job's life.
@@ -95,7 +97,9 @@ func LogObserver(log *slog.Logger) Observer {
 		case e.Kind == EventSettled && e.Settle == Ack:
 			level = slog.LevelDebug
 		}
-		ctx := context.Background()
+		// The job's span context, so that a log handler that joins logs to traces
+		// (trace_id, span_id) finds it.
+		ctx := trace.ContextWithSpanContext(context.Background(), e.Job.SpanContext())
 		if !log.Enabled(ctx, level) {
 			return
 		}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/backoff"
 )
@@ -42,15 +44,21 @@ func (w *Worker) process(qs *queueState, d backend.Delivery) {
 	if job.MaxAttempts <= 0 {
 		job.MaxAttempts = spec.MaxAttempts
 	}
+	base := w.handlerCtx
+	if w.tracer != nil {
+		base = w.startProcess(base, spec, job)
+	}
 	w.obs.Observe(Event{Kind: EventStarted, Job: job})
-	if err := readAwaited(w.handlerCtx, d, job); err != nil {
+	if err := readAwaited(base, d, job); err != nil {
 		// A resumed run without its children's results would decide blind: it fails,
 		// the retry way, and reads them again on its next delivery.
-		w.settle(spec, d, job, Result{}, 0, w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()}))
+		res := Result{Outcome: Failed, Reason: err.Error()}
+		p := w.plan(spec, job, res)
+		endProcess(job, res, p, w.settle(spec, d, job, Result{}, 0, p))
 		return
 	}
 	// execute, under a context of the job's own that Cancel can end
-	ctx, cancel := context.WithCancelCause(w.handlerCtx)
+	ctx, cancel := context.WithCancelCause(base)
 	r := w.runs.start(env.ID, cancel)
 	start := time.Now()
 	res := pol.handler.Handle(ctx, job)
@@ -66,7 +74,9 @@ func (w *Worker) process(qs *queueState, d backend.Delivery) {
 		p = w.plan(spec, job, res)
 	}
 	r.decide(p.settle)
-	w.runs.end(r, w.settle(spec, d, job, res, took, p))
+	err = w.settle(spec, d, job, res, took, p)
+	endProcess(job, res, p, err)
+	w.runs.end(r, err)
 }
 
 // readAwaited gives a resumed job (Round > 0) the results of its last wait.
@@ -175,7 +185,7 @@ func (w *Worker) plan(spec Queue, job *Job, res Result) plan {
 	case DeadLetter:
 		return plan{settle: DeadLetter, reason: reason}
 	case Wait:
-		pubs := childPublications(job, res.Children)
+		pubs := w.childPublications(job, res.Children)
 		var ids []string
 		for i, c := range res.Children {
 			if c.Await {
@@ -273,6 +283,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 		ctx, cancel = context.WithTimeout(ctx, w.cfg.SettleTimeout)
 		defer cancel()
 	}
+	span := w.startSettle(job)
 	var err error
 	// A backend whose deliveries settle atomically gets the children and the record in
 	// the settle's own write; any other gets today's publish-then-ack.
@@ -284,7 +295,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 	switch p.settle {
 	case Ack:
 		if atomic {
-			if err = ad.AckWith(ctx, childPublications(job, p.children), rec); err == nil || errors.Is(err, backend.ErrSettleUnknown) {
+			if err = ad.AckWith(ctx, w.childPublications(job, p.children), rec); err == nil || errors.Is(err, backend.ErrSettleUnknown) {
 				break // unknown: the ack may still land, so no second settle
 			}
 			if unsettleable(err) {
@@ -343,6 +354,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 		}
 		err = d.Ack(ctx) // the backend keeps nothing of a settled job: an ack says all
 	}
+	endSettle(span, job, p.settle, err)
 	ev := Event{Kind: EventSettled, Job: job, Result: res, Settle: p.settle, Reason: p.reason, Delay: p.delay, Duration: took}
 	if err != nil {
 		ev.Kind, ev.Err = EventSettleFailed, fmt.Errorf("%s job %s of queue %q: %w", p.settle, job.Envelope.ID, job.Envelope.Queue, err)
@@ -350,7 +362,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 		if errors.Is(err, backend.ErrSettleUnknown) {
 			msg = "settle outcome unknown: the write may still land, else the backend delivers the job again"
 		}
-		w.log.Error(msg, "job", job.Envelope.ID, "queue", job.Envelope.Queue, "settle", p.settle.String(), "error", err)
+		w.log.ErrorContext(trace.ContextWithSpanContext(context.Background(), job.SpanContext()), msg, "job", job.Envelope.ID, "queue", job.Envelope.Queue, "settle", p.settle.String(), "error", err)
 	}
 	w.obs.Observe(ev)
 	return ev.Err
@@ -405,7 +417,7 @@ func CallRecords(calls []Call) []backend.CallRecord {
 // payload, never from the attempt: when child k fails, the parent is retried and
 // publishes children 1 to k-1 again under the same ids, which a backend that knows ids
 // drops (see backend.Backend.Publish); a different child at the same index is a new job.
-func childPublications(job *Job, children []Child) []backend.Publication {
+func (w *Worker) childPublications(job *Job, children []Child) []backend.Publication {
 	if len(children) == 0 {
 		return nil
 	}
@@ -413,6 +425,7 @@ func childPublications(job *Job, children []Child) []backend.Publication {
 	for i, c := range children {
 		env := backend.NewEnvelope(c.Queue, c.Payload)
 		env.ID, env.Headers = backend.ChildID(job.Envelope.ID, job.Envelope.Round, i, c.Queue, c.Payload), c.Headers
+		w.traceChild(job, &env)
 		pubs[i] = backend.Publication{Envelope: env, Delay: c.Delay}
 	}
 	return pubs
@@ -421,7 +434,7 @@ func childPublications(job *Job, children []Child) []backend.Publication {
 // publishChildren publishes a job's children one by one, each confirmed by the backend:
 // the path for backends without an atomic ack.
 func (w *Worker) publishChildren(ctx context.Context, job *Job, children []Child) error {
-	for i, p := range childPublications(job, children) {
+	for i, p := range w.childPublications(job, children) {
 		if err := w.b.Publish(ctx, p.Envelope, p.Delay); err != nil {
 			return fmt.Errorf("publishing child job %d of %d to queue %q: %w", i+1, len(children), p.Envelope.Queue, err)
 		}

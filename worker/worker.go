@@ -24,11 +24,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/internal/backoff"
 	"github.com/wasmjobs/wasmjobs/internal/inflight"
+	"github.com/wasmjobs/wasmjobs/internal/telemetry"
 )
 
 // Defaults of Config and Queue.
@@ -81,6 +83,10 @@ type Config struct {
 	Observer Observer
 	// Logger receives the worker's own warnings and errors. Nil discards them.
 	Logger *slog.Logger
+	// TracerProvider, when set, traces every run: a process span (a new root linking
+	// to the job's enqueue, see Queue.TraceChild), with a settle span and a send span
+	// for each child job inside it. Nil traces nothing and makes no span.
+	TracerProvider trace.TracerProvider
 }
 
 // Queue is a queue a worker consumes, with its handler and policies.
@@ -127,15 +133,21 @@ type Queue struct {
 	// be taken at once, and then one each 1/Rate. Zero means 1 (jobs evenly spaced).
 	// Ignored without Rate.
 	Burst int
+	// TraceChild makes a job's process span a child of its enqueue's span rather than
+	// the root of a trace of its own that links to it: for queues whose jobs run at
+	// once, where one trace from request to run reads best. Ignored without
+	// Config.TracerProvider.
+	TraceChild bool
 }
 
 // Worker runs the jobs of its registered queues. Create it with New, register queues,
 // Start it, and Stop it to drain.
 type Worker struct {
-	b   backend.Backend
-	cfg Config
-	log *slog.Logger
-	obs Observer
+	tracer trace.Tracer // nil: tracing off
+	b      backend.Backend
+	cfg    Config
+	log    *slog.Logger
+	obs    Observer
 
 	slots chan struct{} // global capacity: a token per running job
 	wake  chan struct{} // buffered 1: queues or their capacity changed
@@ -267,6 +279,7 @@ func New(b backend.Backend, cfg Config) *Worker {
 	settleCtx, cancelSettles := context.WithCancel(context.Background())
 	stopCtx, cancelStop := context.WithCancel(context.Background())
 	return &Worker{
+		tracer:        telemetry.Tracer(cfg.TracerProvider),
 		b:             b,
 		cfg:           cfg,
 		log:           log,

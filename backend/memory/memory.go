@@ -422,7 +422,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	}
 	m := &message{env: q.dead[i].m.env, decodeErr: q.dead[i].m.decodeErr}
 	q.dead = slices.Delete(q.dead, i, i+1)
-	backend.Replayed(&m.env)
+	backend.Replayed(ctx, &m.env)
 	q.hold(m)
 	q.PushBack(m)
 	return nil

@@ -110,7 +110,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	if err != nil {
 		return err
 	}
-	backend.Replayed(&env)
+	backend.Replayed(ctx, &env)
 	batch := b.db.NewBatch()
 	batch.Delete(key, nil)
 	apply := func() {}

@@ -131,7 +131,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 			}
 		}
 		t := amqp.Table{}
-		for k, v := range backend.ReplayedHeaders(jobHeaders) {
+		for k, v := range backend.ReplayedHeaders(ctx, jobHeaders) {
 			t[k] = v
 		}
 		msg.Headers[hHeaders] = t

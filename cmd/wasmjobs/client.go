@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -93,6 +94,10 @@ type client struct {
 	base  *url.URL
 	token string
 	http  *http.Client
+	// trace is the caller's W3C trace context, from TRACEPARENT and TRACESTATE in the
+	// environment (as a CI system or a traced script sets them): sent with every
+	// request, so that the jobs it enqueues join the caller's trace.
+	traceparent, tracestate string
 }
 
 func (a *apiFlags) client(cmd *cobra.Command) (*client, error) {
@@ -103,7 +108,8 @@ func (a *apiFlags) client(cmd *cobra.Command) (*client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, usagef("--server %q: want a URL such as http://127.0.0.1:8080", a.server)
 	}
-	return &client{base: u, token: a.token, http: &http.Client{Timeout: 60 * time.Second}}, nil
+	return &client{base: u, token: a.token, http: &http.Client{Timeout: 60 * time.Second},
+		traceparent: os.Getenv("TRACEPARENT"), tracestate: os.Getenv("TRACESTATE")}, nil
 }
 
 // apiError is an error answered by the API.
@@ -136,6 +142,12 @@ func (c *client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.traceparent != "" {
+		req.Header.Set("Traceparent", c.traceparent)
+		if c.tracestate != "" {
+			req.Header.Set("Tracestate", c.tracestate)
+		}
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

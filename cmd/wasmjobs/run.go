@@ -25,11 +25,15 @@ import (
 	"github.com/wasmjobs/wasmjobs/internal/app/api"
 	"github.com/wasmjobs/wasmjobs/internal/app/fleet"
 	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
+	"github.com/wasmjobs/wasmjobs/internal/telemetry"
 	"github.com/wasmjobs/wasmjobs/server"
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 type runFlags struct {
+	drainStarted time.Time // when serve began to stop: the tracer's flush ends within the drain's budget
+	otlp         string
+	traceURL     string
 	modules      string
 	backend      string
 	concurrency  int
@@ -165,6 +169,8 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	fl.StringVar(&f.hostID, "host-id", "", "this host's name in its heartbeats on the modules stream, which `wasmjobs modules list --backend` shows (default: hostname-pid; env WASMJOBS_HOST_ID)")
 	fl.DurationVar(&f.moduleHeartbeat, "module-heartbeat", fleet.DefaultHeartbeat, "how often this host reports its serving versions on the modules stream")
 	fl.DurationVar(&f.republishEvery, "republish-every", fleet.DefaultRepublish, "re-publish a pushed module whose newest copy in the stream is older than this, so retention never drops it")
+	fl.StringVar(&f.otlp, "otlp", "", "export traces over OTLP to this collector, e.g. http://127.0.0.1:4318 (OTLP/HTTP; with OTEL_EXPORTER_OTLP_PROTOCOL=grpc, http://127.0.0.1:4317); empty: OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or no tracing (env WASMJOBS_OTLP)")
+	fl.StringVar(&f.traceURL, "trace-url", "", "a trace UI's URL with {trace_id} in it, e.g. https://ui.example/trace/{trace_id}: the dashboard links each attempt's trace id to it (env WASMJOBS_TRACE_URL)")
 	return cmd
 }
 
@@ -377,6 +383,14 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if err != nil {
 		return err
 	}
+	tp, err := f.tracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		log = slog.New(telemetry.LogHandler(log.Handler()))
+		defer func() { f.stopTracing(tp, log) }()
+	}
 
 	// From the first signal (or ctx's end) the host drains: runCtx ends, and serve
 	// stops the server. The goroutine ends with serve.
@@ -420,6 +434,10 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 		closeBackend(b, log)
 		return err
 	}
+	if tp != nil {
+		cfg.TracerProvider = tp
+	}
+	cfg.TraceURL = f.traceURL
 	srv, err := server.New(b, cfg)
 	if err != nil {
 		cfg.Listener.Close()
@@ -438,6 +456,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	case <-runCtx.Done():
 	case <-srv.Done(): // the store or the listener failed
 	}
+	f.drainStarted = time.Now()
 	err = srv.Stop(context.Background())
 	if err != nil && outOfTime(err) {
 		// A part (a broker that hangs, a settle it ignores) that did not stop within the

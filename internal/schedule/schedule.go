@@ -10,6 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/wasmjobs/wasmjobs/internal/telemetry"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
@@ -77,6 +83,9 @@ type Config struct {
 	// Retry is how long to wait after a failed acquire, read or publish before trying
 	// again. Zero means DefaultRetry.
 	Retry time.Duration
+	// Tracer, when set, makes each tick's publish a send span, the root of a trace of
+	// its own, whose context the tick's job carries; nil traces nothing.
+	Tracer trace.Tracer
 }
 
 // DefaultRetry is Config.Retry's default.
@@ -360,7 +369,22 @@ func (s *Scheduler) fire(ctx context.Context, store backend.ScheduleStore, e Ent
 		Attempt:    1,
 		EnqueuedAt: time.Now(),
 	}
-	if err := store.PublishTick(ctx, key, t, env); err != nil {
+	var span trace.Span
+	if s.cfg.Tracer != nil {
+		var sctx context.Context
+		sctx, span = s.cfg.Tracer.Start(ctx, "send "+e.Queue, trace.WithNewRoot(), trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(append(telemetry.Messaging(telemetry.OpSend, "send", e.Queue), telemetry.MessageID(env.ID),
+				attribute.String("wasmjobs.schedule", key))...))
+		env.Headers = telemetry.Inject(sctx, env.Headers)
+	}
+	err := store.PublishTick(ctx, key, t, env)
+	if span != nil {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("schedule: publishing a tick's job failed; trying again", "schedule", key, "tick", t, "id", env.ID, "error", err)
 		}

@@ -24,6 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wasmjobs/wasmjobs/internal/telemetry"
+
 	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
 	"github.com/wasmjobs/wasmjobs/internal/jobspec"
 )
@@ -146,8 +148,20 @@ func New(cfg Config) http.Handler {
 	})
 	// Outermost first: a foreign Host, a cross-site state change and a body that is not
 	// JSON are refused before the token is even looked at.
-	return inspect.Guard(requireJSON(s.auth(mux)), cfg.Loopback, func(w http.ResponseWriter, r *http.Request) {
+	return inspect.Guard(requireJSON(s.auth(traceContext(mux))), cfg.Loopback, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "cross-origin request refused: %s %s comes from another site (Origin %q)", r.Method, r.URL.Path, r.Header.Get("Origin"))
+	})
+}
+
+// traceContext gives the request's context the caller's span, from its W3C
+// traceparent and tracestate, if any: the parent of an enqueue's send span, the link of
+// a replay.
+func traceContext(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Traceparent") != "" {
+			r = r.WithContext(telemetry.FromHTTP(r.Context(), r.Header))
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 

@@ -63,10 +63,15 @@ func (in *Inspector) Enqueue(ctx context.Context, spec jobspec.Spec) (Enqueued, 
 	if err != nil {
 		return Enqueued{}, err
 	}
+	span := in.startSend(ctx, &pub.Envelope)
 	if pub.Key != "" {
-		return in.enqueueUnique(ctx, []backend.UniquePublication{pub}, false)
+		res, err := in.enqueueUnique(ctx, []backend.UniquePublication{pub}, false)
+		endSpan(span, err)
+		return res, err
 	}
-	if err := in.publish(ctx, pub.Envelope, pub.Delay); err != nil {
+	err = in.publish(ctx, pub.Envelope, pub.Delay)
+	endSpan(span, err)
+	if err != nil {
 		return Enqueued{}, err
 	}
 	return Enqueued{IDs: []string{pub.Envelope.ID}}, nil
@@ -93,6 +98,18 @@ func (in *Inspector) EnqueueBatch(ctx context.Context, specs []jobspec.Spec) (En
 		}
 		unique = unique || pubs[i].Key != ""
 	}
+	envs := make([]*backend.Envelope, len(pubs))
+	for i := range pubs {
+		envs[i] = &pubs[i].Envelope
+	}
+	span := in.startSend(ctx, envs...)
+	res, err := in.enqueueBatch(ctx, pubs, unique)
+	endSpan(span, err)
+	return res, err
+}
+
+// enqueueBatch publishes the checked jobs of EnqueueBatch.
+func (in *Inspector) enqueueBatch(ctx context.Context, pubs []backend.UniquePublication, unique bool) (Enqueued, error) {
 	if unique {
 		return in.enqueueUnique(ctx, pubs, true)
 	}

@@ -250,7 +250,14 @@ func (in *Inspector) publishGroup(ctx context.Context, gs backend.GroupStore, g 
 		}
 	}
 	g.State = backend.GroupRunning
-	if err := gs.PublishGroup(ctx, g, deps); err != nil {
+	envs := make([]*backend.Envelope, len(deps))
+	for i := range deps {
+		envs[i] = &deps[i].Envelope
+	}
+	span := in.startSend(ctx, envs...)
+	err := gs.PublishGroup(ctx, g, deps)
+	endSpan(span, err)
+	if err != nil {
 		for _, d := range deps {
 			in.mem.Forget(d.Envelope.ID)
 		}

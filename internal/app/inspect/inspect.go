@@ -16,6 +16,8 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/schedule"
@@ -54,6 +56,9 @@ type Config struct {
 	CancelRunning func(ctx context.Context, id string) error
 	// Logger logs what fails while reading (a queue's counts); nil discards.
 	Logger *slog.Logger
+	// Tracer, when set, makes a send span for each enqueue (one per request) whose
+	// context the jobs carry; nil traces nothing.
+	Tracer trace.Tracer
 }
 
 // CancelRunningWait bounds how long a cancel waits for a running job to stop and
@@ -72,8 +77,9 @@ type Checkpointer interface {
 // Inspector is the operator's view of one host. Its methods are safe for concurrent
 // use.
 type Inspector struct {
-	cfg Config
-	log *slog.Logger
+	tracer trace.Tracer // nil: tracing off
+	cfg    Config
+	log    *slog.Logger
 	// What the backend can do, asserted once; nil where it cannot.
 	stats      backend.StatsReader
 	dead       backend.DeadLetterStore
@@ -98,7 +104,7 @@ func New(cfg Config) *Inspector {
 	if cfg.Refusal == nil {
 		cfg.Refusal = func() error { return nil }
 	}
-	in := &Inspector{cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))}
+	in := &Inspector{cfg: cfg, log: cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)), tracer: cfg.Tracer}
 	b := cfg.Backend
 	in.stats, _ = b.(backend.StatsReader)
 	in.dead, _ = b.(backend.DeadLetterStore)

@@ -147,7 +147,7 @@ func (in *Inspector) ReplayDeadLetter(ctx context.Context, id, queue string) (st
 func (in *Inspector) replay(ctx context.Context, id, q string) error {
 	before, known := in.mem.get(id)
 	in.mem.Enqueued(backend.Envelope{ID: id, Queue: q, Attempt: 1}, false)
-	err := in.dead.ReplayDeadLetter(ctx, q, id)
+	err := in.dead.ReplayDeadLetter(in.replayContext(ctx), q, id)
 	switch {
 	case err != nil && known: // a failed action changes nothing: the job is still dead
 		in.mem.restore(id, before.rec)

@@ -171,3 +171,13 @@ func (m *Metrics) set(versions map[string]string, module, now, role string) {
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
+
+// TraceDropped exposes the spans the tracer provider dropped, as
+// wasmjobs_trace_spans_dropped_total: the queue full (a collector down or slow), a
+// failed export, a shutdown out of time. dropped reads the provider's count.
+func (m *Metrics) TraceDropped(dropped func() uint64) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "wasmjobs_trace_spans_dropped_total",
+		Help: "Trace spans dropped rather than exported: the export queue full (the collector down or slow), an export that failed, or a shutdown that ran out of time.",
+	}, func() float64 { return float64(dropped()) }))
+}
