@@ -74,8 +74,8 @@ func TestJourney(t *testing.T) {
 
 // journey checks the spans of one job of the steps guest.
 type journey struct {
-	t                *testing.T
-	spans            []span
+	t               *testing.T
+	spans           []span
 	work, child, id string
 }
 
@@ -347,7 +347,9 @@ func TestContextSurvivesSwap(t *testing.T) {
 // version returns the version the module name serves, as /v1/modules lists it.
 func (h *host) version(name string) string {
 	h.t.Helper()
-	var mods struct{ Modules []struct{ Name, Version string } }
+	var mods struct {
+		Modules []struct{ Name, Version string }
+	}
 	h.get("/v1/modules", &mods)
 	for _, m := range mods.Modules {
 		if m.Name == name {
