@@ -133,6 +133,9 @@ type JobRecord struct {
 	// MaxRecordCalls, and a record read back has them there only.
 	Calls        []CallRecord `json:"-"`
 	CallsDropped int          `json:"-"`
+	// TraceID is the trace id of the run a settle appends, kept with its attempt
+	// (AttemptRecord.TraceID) as Calls are.
+	TraceID string `json:"-"`
 	// Attempts are the job's settled attempts, oldest first, the latest
 	// MaxRecordAttempts of them: the backend appends one in each settle's write, from
 	// the run's module, version, role and times and the settle's state and reason. A
@@ -165,6 +168,8 @@ type AttemptRecord struct {
 	// the first MaxRecordCalls; CallsDropped counts the rest.
 	Calls        []CallRecord `json:"calls,omitempty"`
 	CallsDropped int          `json:"calls_dropped,omitempty"`
+	// TraceID is the trace of the run's process span (hex), when the host traced it.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // MaxRecordCalls is how many calls of one attempt a record keeps, the first.

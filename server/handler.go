@@ -93,8 +93,8 @@ func (s *Server) newHandler() http.Handler {
 	dash := ui.New(ui.Config{
 		Inspector: s.insp, Versions: s.ops.versions,
 		Token: cfg.Token, AuthLimiter: authLimit, Loopback: cfg.Loopback, Logger: s.log,
-		Validate: uploadValidator(s.checkEngine),
-		Host:     ui.HostInfo{Backend: name, DataDir: dataDir(s.b), Concurrency: cfg.Concurrency, Started: time.Now(), Version: cfg.Version},
+		Validate: uploadValidator(s.checkEngine), TraceURL: cfg.TraceURL,
+		Host: ui.HostInfo{Backend: name, DataDir: dataDir(s.b), Concurrency: cfg.Concurrency, Started: time.Now(), Version: cfg.Version},
 	})
 	root := http.NewServeMux()
 	root.Handle("/ui/", dash)

@@ -290,7 +290,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 	ad, atomic := d.(backend.AtomicDelivery)
 	var rec *backend.JobRecord
 	if atomic {
-		rec = runRecord(res, took)
+		rec = runRecord(job, res, took)
 	}
 	switch p.settle {
 	case Ack:
@@ -349,7 +349,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 	case Cancelled:
 		// Whatever the handler staged is dropped: a cancelled job publishes nothing.
 		if cd, ok := d.(backend.CancellableDelivery); ok {
-			err = cd.Cancel(ctx, p.reason, runRecord(res, took))
+			err = cd.Cancel(ctx, p.reason, runRecord(job, res, took))
 			break
 		}
 		err = d.Ack(ctx) // the backend keeps nothing of a settled job: an ack says all
@@ -392,11 +392,12 @@ func (w *Worker) failSettle(ctx context.Context, d backend.Delivery, p plan, rec
 
 // runRecord is what the worker knows of a run for the job's record: the backend adds
 // the job's identity, state, attempt and reason, and caps output and logs.
-func runRecord(res Result, took time.Duration) *backend.JobRecord {
+func runRecord(job *Job, res Result, took time.Duration) *backend.JobRecord {
 	end := time.Now()
 	return &backend.JobRecord{
 		Output: res.Output, Logs: res.Logs, Module: res.Handler, ModuleVersion: res.Version, ModuleRole: res.Role,
 		StartedAt: end.Add(-took), FinishedAt: end, Calls: CallRecords(res.Calls), CallsDropped: res.CallsDropped,
+		TraceID: job.TraceID(),
 	}
 }
 

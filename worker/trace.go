@@ -21,6 +21,15 @@ func (j *Job) SpanContext() trace.SpanContext {
 	return j.span.SpanContext()
 }
 
+// TraceID returns the hex trace id of the job's process span, "" when the worker traces
+// nothing: what the job's record keeps with the attempt.
+func (j *Job) TraceID() string {
+	if sc := j.SpanContext(); sc.IsValid() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
 // startProcess starts the job's process span: a new root linking to the context its
 // enqueue left in the job's headers (and to the request that replayed it, if one did),
 // or, for a queue with TraceChild, a child of that context. It returns the context the

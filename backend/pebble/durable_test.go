@@ -387,7 +387,7 @@ func TestReplayKeepsTheEarlierAttempts(t *testing.T) {
 	}
 }
 
-// Each settle keeps its run's calls with its attempt, the first MaxRecordCalls and a
+// Each settle keeps its run's calls and trace id with its attempt, the first MaxRecordCalls and a
 // count of the rest; they survive a reopen, and the next settle keeps them.
 func TestRecordKeepsEachAttemptsCalls(t *testing.T) {
 	t.Parallel()
@@ -407,9 +407,9 @@ func TestRecordKeepsEachAttemptsCalls(t *testing.T) {
 	rig.Must(t, err)
 	next := got
 	next.Attempt, next.Reason = got.Attempt+1, "503"
-	rig.Must(t, d.RetryWith(ctx, next, 0, &backend.JobRecord{Module: "mod", Calls: many, CallsDropped: 2}))
+	rig.Must(t, d.RetryWith(ctx, next, 0, &backend.JobRecord{Module: "mod", Calls: many, CallsDropped: 2, TraceID: "trace-1"}))
 	d = (<-s.Deliveries()).(backend.AtomicDelivery)
-	rig.Must(t, d.AckWith(ctx, nil, &backend.JobRecord{Module: "mod", Calls: []backend.CallRecord{ok, failed}}))
+	rig.Must(t, d.AckWith(ctx, nil, &backend.JobRecord{Module: "mod", Calls: []backend.CallRecord{ok, failed}, TraceID: "trace-2"}))
 	rec := recordAfterReopen(t, cfg, b, s, env.ID)
 	if len(rec.Attempts) != 2 || rec.Calls != nil {
 		t.Fatalf("record: %d attempts, calls %v; want 2 attempts and the calls with them only", len(rec.Attempts), rec.Calls)
@@ -420,5 +420,9 @@ func TestRecordKeepsEachAttemptsCalls(t *testing.T) {
 	}
 	if len(second.Calls) != 2 || second.Calls[0] != ok || second.Calls[1] != failed || second.CallsDropped != 0 {
 		t.Errorf("second attempt's calls: %+v (%d dropped), want %+v and %+v", second.Calls, second.CallsDropped, ok, failed)
+	}
+	// Each attempt keeps its run's trace id too (record encoding v4).
+	if first.TraceID != "trace-1" || second.TraceID != "trace-2" {
+		t.Errorf("the attempts' trace ids %q, %q; want trace-1, trace-2", first.TraceID, second.TraceID)
 	}
 }

@@ -127,17 +127,18 @@ func byTimeKey(at time.Time, id string) []byte {
 }
 
 // Encodings of a job record: v2 adds the module's role and the attempts after v1's
-// fields, v3 each attempt's calls after v2's. Records are written as v3 and read as
-// any of them.
+// fields, v3 each attempt's calls after v2's, v4 each attempt's trace id after v3's.
+// Records are written as v4 and read as any of them.
 const (
 	recordV1 byte = 1
 	recordV2 byte = 2
 	recordV3 byte = 3
+	recordV4 byte = 4
 )
 
 func encodeRecord(r *backend.JobRecord) []byte {
 	dst := make([]byte, 0, 128+len(r.Output))
-	dst = append(dst, recordV3)
+	dst = append(dst, recordV4)
 	dst = appendString(dst, r.ID)
 	dst = appendString(dst, r.Queue)
 	dst = appendString(dst, string(r.State))
@@ -191,6 +192,9 @@ func encodeRecord(r *backend.JobRecord) []byte {
 		}
 		dst = binary.AppendVarint(dst, int64(a.CallsDropped))
 	}
+	for _, a := range r.Attempts {
+		dst = appendString(dst, a.TraceID)
+	}
 	return dst
 }
 
@@ -198,7 +202,7 @@ func decodeRecord(b []byte) (backend.JobRecord, error) {
 	var rec backend.JobRecord
 	r := reader{b: b}
 	v := r.byte()
-	if r.err == nil && v != recordV1 && v != recordV2 && v != recordV3 {
+	if r.err == nil && (v < recordV1 || v > recordV4) {
 		return rec, fmt.Errorf("job record encoding version %d is not known to this build", v)
 	}
 	rec.ID = r.string()
@@ -244,6 +248,11 @@ func decodeRecord(b []byte) (backend.JobRecord, error) {
 				a.Calls = append(a.Calls, c)
 			}
 			a.CallsDropped = r.int()
+		}
+	}
+	if v >= recordV4 {
+		for i := range rec.Attempts {
+			rec.Attempts[i].TraceID = r.string()
 		}
 	}
 	return rec, r.finish("job record")
@@ -300,7 +309,7 @@ func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state ba
 	if rec.FinishedAt.IsZero() && state.Finished() {
 		rec.FinishedAt = now
 	}
-	calls, dropped := rec.Calls, rec.CallsDropped
+	calls, dropped, traceID := rec.Calls, rec.CallsDropped, rec.TraceID
 	if n := len(calls) - backend.MaxRecordCalls; n > 0 {
 		calls, dropped = calls[:backend.MaxRecordCalls], dropped+n
 	}
@@ -308,10 +317,11 @@ func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state ba
 		// Under the free-space reserve the calls are counted, not kept (as below).
 		calls, dropped = nil, dropped+len(calls)
 	}
-	rec.Calls, rec.CallsDropped = nil, 0 // kept with the attempt only
+	rec.Calls, rec.CallsDropped, rec.TraceID = nil, 0, "" // kept with the attempt only
 	rec.Attempts = append(b.priorAttempts(env.ID), backend.AttemptRecord{
 		Attempt: rec.Attempt, State: state, Reason: reason, Module: rec.Module, Version: rec.ModuleVersion,
 		Role: rec.ModuleRole, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt, Calls: calls, CallsDropped: dropped,
+		TraceID: traceID,
 	})
 	if n := len(rec.Attempts) - backend.MaxRecordAttempts; n > 0 {
 		rec.Attempts = rec.Attempts[n:]

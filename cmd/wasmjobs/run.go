@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -374,6 +375,11 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	}
 	if !inspect.IsLoopbackHost(f.listen) && f.tlsCert == "" && !f.insecureHTTP {
 		return usagef("--listen %s is beyond loopback: give --tls-cert and --tls-key so that the token does not cross the network in clear, or --insecure-http to serve plain HTTP all the same", f.listen)
+	}
+	if f.traceURL != "" {
+		if u, err := url.Parse(f.traceURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || !strings.Contains(f.traceURL, "{trace_id}") {
+			return usagef("--trace-url %q: want an http(s) URL with {trace_id} in it, such as https://ui.example/trace/{trace_id}", f.traceURL)
+		}
 	}
 	httpRoots, err := httpRootsFrom(f.httpCA)
 	if err != nil {

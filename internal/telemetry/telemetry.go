@@ -171,7 +171,9 @@ func FromHTTP(ctx context.Context, header interface{ Get(string) string }) conte
 	return w3c.Extract(ctx, getCarrier{header})
 }
 
-type getCarrier struct{ h interface{ Get(string) string } }
+type getCarrier struct {
+	h interface{ Get(string) string }
+}
 
 func (c getCarrier) Get(k string) string { return c.h.Get(k) }
 func (getCarrier) Set(string, string)    {}

@@ -72,6 +72,8 @@ type Attempt struct {
 	// HTTP requests), the first backend.MaxRecordCalls; CallsDropped counts the rest.
 	Calls        []backend.CallRecord `json:"calls,omitempty"`
 	CallsDropped int                  `json:"calls_dropped,omitempty"`
+	// TraceID is the trace of the attempt's process span, when the host traced it.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // view is a job record as the operator sees it. From the host's memory (hostMemory)
@@ -88,7 +90,7 @@ func view(rec backend.JobRecord, hostMemory bool) JobView {
 		st.Attempts = make([]Attempt, len(rec.Attempts))
 		for i, a := range rec.Attempts {
 			at := Attempt{Attempt: a.Attempt, Settle: settleOf(a.State), Reason: a.Reason, Module: a.Module,
-				Version: a.Version, Role: a.Role, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, Calls: a.Calls, CallsDropped: a.CallsDropped}
+				Version: a.Version, Role: a.Role, StartedAt: a.StartedAt, FinishedAt: a.FinishedAt, Calls: a.Calls, CallsDropped: a.CallsDropped, TraceID: a.TraceID}
 			if !a.StartedAt.IsZero() && a.FinishedAt.After(a.StartedAt) {
 				at.Duration = a.FinishedAt.Sub(a.StartedAt)
 			}

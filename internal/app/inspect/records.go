@@ -169,7 +169,7 @@ func (r *Records) Observe(e worker.Event) {
 		}
 		at := backend.AttemptRecord{Attempt: e.Job.Attempt, State: backend.JobState(e.Settle.String()), Reason: e.Reason,
 			Module: e.Result.Handler, Version: e.Result.Version, StartedAt: now.Add(-e.Duration), FinishedAt: now,
-			Calls: worker.CallRecords(e.Result.Calls), CallsDropped: e.Result.CallsDropped}
+			Calls: worker.CallRecords(e.Result.Calls), CallsDropped: e.Result.CallsDropped, TraceID: e.Job.TraceID()}
 		if n := len(at.Calls) - backend.MaxRecordCalls; n > 0 {
 			at.Calls, at.CallsDropped = at.Calls[:backend.MaxRecordCalls], at.CallsDropped+n
 		}

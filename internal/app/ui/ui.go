@@ -23,6 +23,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/wasmjobs/wasmjobs/internal/telemetry"
+
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
@@ -78,6 +80,9 @@ type Config struct {
 	// DefaultMaxDeadListed. Purge and replay-all act on all of them whatever it is.
 	MaxDeadListed int
 	Logger        *slog.Logger
+	// TraceURL, when set, links each attempt's trace id to a trace UI: its
+	// "{trace_id}" is replaced (telemetry.TraceURL). Empty shows the ids unlinked.
+	TraceURL string
 }
 
 type server struct {
@@ -107,6 +112,7 @@ func New(cfg Config) http.Handler {
 		"short": short, "maxAttempts": func() int { return backend.MaxRecordAttempts }, "time": timeTag, "spark": sparkline, "count": count, "pct": pct,
 		"payload": payloadText, "query": url.QueryEscape, "ago": ago, "path": url.PathEscape,
 		"jobURL": func(id string) string { return jobPath(id, "") }, "jobAction": jobPath,
+		"traceURL": func(id string) string { return telemetry.TraceURL(cfg.TraceURL, id) },
 	}).ParseFS(templateFS, "templates/*.html"))
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static")
