@@ -326,7 +326,9 @@ type hostConfig struct {
 // startHost starts `wasmjobs run` and waits until it serves; t's cleanup kills it.
 func startHost(t *testing.T, cfg hostConfig) *host {
 	t.Helper()
-	args := []string{"run", "--modules", cfg.modules, "--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--log-level", "debug"}
+	// Port 0: the host binds a free port itself and logs its URL, which is read below,
+	// so no other process can take the port between a pick and the bind.
+	args := []string{"run", "--modules", cfg.modules, "--listen", "127.0.0.1:0", "--log-level", "debug"}
 	if !slices.Contains(cfg.flags, "--backend") {
 		if cfg.data == "" {
 			cfg.data = t.TempDir()
