@@ -22,7 +22,7 @@ func newBenchCommand(g *globals) *cobra.Command {
 	var (
 		cfg                   bench.Config
 		native, json_, cmpNat bool
-		cmpRaw                bool
+		cmpRaw, cmpUntraced   bool
 		isolation, payload    string
 		cpuProfile            string
 		swaps, rounds         int
@@ -97,8 +97,11 @@ job. Any job that does not ack fails the run.`,
 			if cmd.Flags().Changed("payload") {
 				cfg.Payload = []byte(payload)
 			}
-			if rounds < 1 || (rounds > 1 && !cmpNat && !cmpRaw) {
-				return usagef("--rounds: want 1 or more, and more than 1 only with --compare-native or --compare-raw-amqp")
+			if cmpUntraced && (!cfg.Trace || cmpNat || cmpRaw) {
+				return usagef("--compare-untraced goes with --trace, and not with another baseline")
+			}
+			if rounds < 1 || (rounds > 1 && !cmpNat && !cmpRaw && !cmpUntraced) {
+				return usagef("--rounds: want 1 or more, and more than 1 only with --compare-native, --compare-raw-amqp or --compare-untraced")
 			}
 			cfg.CacheDir = g.cacheDir
 			ctx := cmd.Context()
@@ -107,7 +110,7 @@ job. Any job that does not ack fails the run.`,
 				return err
 			}
 			defer stop()
-			res, err := benchRounds(ctx, cfg, rounds, cmpNat, cmpRaw)
+			res, err := benchRounds(ctx, cfg, rounds, cmpNat, cmpRaw, cmpUntraced)
 			if err != nil {
 				return err
 			}
@@ -137,6 +140,9 @@ job. Any job that does not ack fails the run.`,
 				fmt.Fprintf(w, "  enqueue to settle: p50 %.2f ms, p90 %.2f ms, p99 %.2f ms\n", res.P50Ms, res.P90Ms, res.P99Ms)
 			}
 			fmt.Fprintf(w, "  %.3f CPU s per 1,000 jobs, peak RSS %.0f MB\n", res.CPUSPer1k, res.PeakRSSMB)
+			if cfg.Trace {
+				fmt.Fprintf(w, "  traced: %d spans received by the loopback OTLP receiver, %d dropped\n", res.Spans, res.DroppedSpans)
+			}
 			if cfg.HTTPDelay > 0 {
 				ideal := float64(max(cfg.Concurrency, 16)) / cfg.HTTPDelay.Seconds()
 				fmt.Fprintf(w, "  one GET a job to a server answering after %v: %.0f%% of the ideal %.0f jobs/s; RSS %.0f KB per job in flight\n",
@@ -175,6 +181,8 @@ job. Any job that does not ack fails the run.`,
 	fl.StringVar(&isolation, "isolation", "pooled", "pooled or fresh instances")
 	fl.BoolVar(&cmpNat, "compare-native", false, "also run the native no-op handler and print the ratio")
 	fl.BoolVar(&cmpRaw, "compare-raw-amqp", false, "also run a bare amqp091-go loop on the broker and print the ratio")
+	fl.BoolVar(&cfg.Trace, "trace", false, "trace the run end to end (every span sampled) and export the spans over OTLP/HTTP to a loopback receiver that counts them")
+	fl.BoolVar(&cmpUntraced, "compare-untraced", false, "with --trace: also run the same jobs untraced and print the ratio (traced over untraced)")
 	fl.IntVar(&rounds, "rounds", 1, "with a baseline: run and baseline this many times, alternating which goes first, and report each ratio and the median")
 	fl.BoolVar(&json_, "json", false, "print one JSON object")
 	fl.StringVar(&cpuProfile, "cpu-profile", "", "write a CPU profile of the run (and its baseline) to this file, for go tool pprof")
@@ -358,7 +366,7 @@ func benchSwaps(cmd *cobra.Command, module string, n int, asJSON bool) error {
 // in every other round (so that a machine growing busier or quieter during the rounds
 // does not favour one side). It returns the round of the median ratio, with every
 // round's figures in Rounds.
-func benchRounds(ctx context.Context, cfg bench.Config, rounds int, cmpNat, cmpRaw bool) (bench.Result, error) {
+func benchRounds(ctx context.Context, cfg bench.Config, rounds int, cmpNat, cmpRaw, cmpUntraced bool) (bench.Result, error) {
 	baseline := func() (string, float64, error) {
 		switch {
 		case cmpNat:
@@ -369,6 +377,14 @@ func benchRounds(ctx context.Context, cfg bench.Config, rounds int, cmpNat, cmpR
 				return "", 0, fmt.Errorf("the native baseline: %w", err)
 			}
 			return "native", nat.JobsPerSec, nil
+		case cmpUntraced:
+			base := cfg
+			base.Trace = false
+			plain, err := bench.Run(ctx, base)
+			if err != nil {
+				return "", 0, fmt.Errorf("the untraced baseline: %w", err)
+			}
+			return "untraced", plain.JobsPerSec, nil
 		case cmpRaw:
 			rate, err := bench.RawAMQP(ctx, cfg)
 			if err != nil {

@@ -131,7 +131,10 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
-	bsp := sdktrace.NewBatchSpanProcessor(&countingExporter{SpanExporter: exp, p: p}, sdktrace.WithMaxQueueSize(int(p.maxQueue)))
+	// The queue's bound is passed, not left to the SDK's own read of the variable, so
+	// that the drops counted here are the bound the batch processor has.
+	bsp := sdktrace.NewBatchSpanProcessor(&countingExporter{SpanExporter: exp, p: p}, sdktrace.WithMaxQueueSize(int(p.maxQueue)),
+		sdktrace.WithMaxExportBatchSize(min(int(p.maxQueue), envInt(getenv, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", sdktrace.DefaultMaxExportBatchSize))))
 	p.sdk = sdktrace.NewTracerProvider(
 		sdktrace.WithResource(res),
 		sdktrace.WithSpanProcessor(&boundedProcessor{SpanProcessor: bsp, p: p}),

@@ -16,6 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/wasmjobs/wasmjobs/internal/telemetry"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -65,6 +69,12 @@ type Config struct {
 	// Every client's idle-connection pool is sized to Concurrency.
 	HTTPDelay time.Duration
 
+	// Trace, when set, traces the run end to end as `wasmjobs run --otlp` does (a send
+	// span for each publish, the process span and what is inside it) and exports the
+	// spans over OTLP/HTTP to a loopback receiver of the run's own, which counts them:
+	// the cost of tracing, with no span dropped (Result.Spans, Result.DroppedSpans).
+	Trace bool
+
 	// beforePublish, when set, is called before the n-th publish (tests: a stall).
 	beforePublish func(n int64)
 }
@@ -89,6 +99,10 @@ type Result struct {
 	// set at its start, per job in flight (Concurrency): what a job costs in memory
 	// while it waits on its handler.
 	RSSPerJobKB float64 `json:"rss_per_job_kb"`
+	// Spans and DroppedSpans count, for a traced run (Config.Trace), the spans the
+	// receiver took and those the host dropped.
+	Spans        int64 `json:"spans,omitempty"`
+	DroppedSpans int64 `json:"dropped_spans,omitempty"`
 	// Baseline and Ratio are set when the run was compared with a baseline.
 	Baseline *Baseline `json:"baseline"`
 	Ratio    *float64  `json:"ratio"`
@@ -185,7 +199,7 @@ func openBackend(ctx context.Context, cfg Config) (b backend.Backend, cleanup fu
 }
 
 // handler returns the handler of a run and a function that releases it.
-func handler(ctx context.Context, cfg Config) (worker.Handler, func(), error) {
+func handler(ctx context.Context, cfg Config, tp trace.TracerProvider) (worker.Handler, func(), error) {
 	if cfg.Module == "" && cfg.HTTPDelay > 0 {
 		return nativeGet(cfg.Concurrency)
 	}
@@ -225,7 +239,17 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer cleanup()
 	defer b.Close(context.Background())
-	h, release, err := handler(ctx, cfg)
+	var tr *tracing
+	var tp trace.TracerProvider
+	var tracer trace.Tracer
+	if cfg.Trace {
+		if tr, err = startTracing(ctx); err != nil {
+			return Result{}, err
+		}
+		defer tr.stop()
+		tp, tracer = tr.tp, telemetry.Tracer(tr.tp)
+	}
+	h, release, err := handler(ctx, cfg, tp)
 	if err != nil {
 		return Result{}, err
 	}
@@ -246,7 +270,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var failed atomic.Int64
 	var scheduled sync.Map // with cfg.Rate: job id -> the time it was due to be published
 	done := make(chan struct{})
-	w := worker.New(b, worker.Config{Concurrency: cfg.Concurrency, Observer: worker.ObserverFunc(func(e worker.Event) {
+	w := worker.New(b, worker.Config{Concurrency: cfg.Concurrency, TracerProvider: tp, Observer: worker.ObserverFunc(func(e worker.Event) {
 		if e.Kind != worker.EventSettled {
 			return
 		}
@@ -297,7 +321,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				if cfg.beforePublish != nil {
 					cfg.beforePublish(n)
 				}
-				if err := b.Publish(ctx, env, 0); err != nil {
+				var span trace.Span
+				if tracer != nil {
+					var sctx context.Context
+					sctx, span = tracer.Start(ctx, "send "+queue, trace.WithSpanKind(trace.SpanKindProducer),
+						trace.WithAttributes(append(telemetry.Messaging(telemetry.OpSend, "send", queue), telemetry.MessageID(env.ID))...))
+					env.Headers = telemetry.Inject(sctx, env.Headers)
+				}
+				err := b.Publish(ctx, env, 0)
+				if span != nil {
+					span.End()
+				}
+				if err != nil {
 					pubOnce.Do(func() { pubErr = err })
 					return
 				}
@@ -326,6 +361,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w.Stop(stopCtx)
+	var spans, dropped int64
+	if tr != nil {
+		// Flushed after the timing: what the exporter sends at the end is not the run's.
+		if spans, dropped, err = tr.stop(); err != nil {
+			return Result{}, fmt.Errorf("flushing the spans: %w", err)
+		}
+	}
 	if n := failed.Load(); n > 0 {
 		return Result{}, fmt.Errorf("%d of %d jobs did not succeed: is %s a no-op handler?", n, cfg.Jobs, cfg.Module)
 	}
@@ -345,6 +387,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		PeakRSSMB:   peak,
 		PeakRSSOwn:  own,
 		RSSPerJobKB: max(0, peak-rss0) * 1024 / float64(cfg.Concurrency),
+		Spans:       spans, DroppedSpans: dropped,
 	}, nil
 }
 
