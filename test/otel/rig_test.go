@@ -73,8 +73,8 @@ func build(dir string) error {
 	}
 	rig.root = root
 	rig.binary = filepath.Join(dir, "wasmjobs")
-	// -race, as the main module's own tests build it (so after `make test` this is a
-	// build-cache hit), and so that the span code runs under the race detector here too.
+	// -race, as the main module's own tests build it (so after `make test` its packages
+	// are compiled already), and so that the span code runs under the race detector.
 	cmd := exec.Command("go", "build", "-race", "-o", rig.binary, "./cmd/wasmjobs")
 	cmd.Dir = rig.root
 	if out, err := cmd.CombinedOutput(); err != nil {

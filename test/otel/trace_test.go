@@ -349,7 +349,7 @@ func TestContextSurvivesSwap(t *testing.T) {
 	caller := newCaller(t)
 	var ids []string
 	for range 3 {
-		ids = append(ids, h.enqueue(jobJSON("work", srv.URL+"/step", `"delay": "3s"`), "traceparent", caller.traceparent()))
+		ids = append(ids, h.enqueue(jobJSON("work", srv.URL+"/step", `"delay": "5s"`), "traceparent", caller.traceparent()))
 	}
 	dir.add(t, "work", rig.steps, "2", "")
 	waitFor(t, "the new version", func() bool { return h.version("work") != v1 })
