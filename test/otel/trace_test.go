@@ -384,6 +384,47 @@ func (h *host) version(name string) string {
 	return ""
 }
 
+// TestFailedRunIsError: a run that traps has the error status on its process and run
+// spans, and is retried.
+func TestFailedRunIsError(t *testing.T) {
+	t.Parallel()
+	c := startCollector(t)
+	srv := newStepServer(t, script("trap", "ack"))
+	dir := modulesDir(t.TempDir())
+	dir.add(t, "work", rig.steps, "1", "backoff_base = \"10ms\"\n"+grant(srv))
+	h := startHost(t, hostConfig{modules: string(dir), env: c.env("http/protobuf")})
+	caller := newCaller(t)
+	id := h.enqueue(jobJSON("work", srv.URL+"/step"), "traceparent", caller.traceparent())
+	spans := c.waitSpans(t, "both runs", func(s []span) bool { return count("process work")(s) == 2 && count("run work")(s) == 2 })
+	j := journey{t: t, spans: spans, work: "work", id: id}
+	procs := j.processes(j.send(caller), []string{"1", "2"}, []string{"retry", "ack"})
+	for i, want := range []ptrace.StatusCode{ptrace.StatusCodeError, ptrace.StatusCodeUnset} {
+		run := j.childrenOf(procs[i], "run work")
+		if procs[i].Status != want || len(run) != 1 || run[0].Status != want {
+			t.Errorf("run %d: process span status %v, run spans %v; want status %v on both", i+1, procs[i].Status, run, want)
+		}
+	}
+}
+
+// TestTraceParentingChild: a queue whose manifest says trace_parenting = "child" runs
+// its jobs as children of their send span, in the caller's trace.
+func TestTraceParentingChild(t *testing.T) {
+	t.Parallel()
+	c := startCollector(t)
+	dir := modulesDir(t.TempDir())
+	dir.add(t, "now", rig.ack, "1", "trace_parenting = \"child\"\n")
+	h := startHost(t, hostConfig{modules: string(dir), env: c.env("http/protobuf")})
+	caller := newCaller(t)
+	id := h.enqueue(jobJSON("now", ""), "traceparent", caller.traceparent())
+	spans := c.waitSpans(t, "the run", func(s []span) bool { return count("process now")(s) == 1 })
+	j := journey{t: t, spans: spans, work: "now", id: id}
+	send := j.send(caller)
+	p := j.one(named(spans, "process now"), "process now")
+	if p.Trace != caller.Trace || p.Parent != send.ID {
+		t.Errorf("process now is in trace %s under %q, want a child of the send span %s/%s", p.Trace, p.Parent, send.Trace, send.ID)
+	}
+}
+
 // TestReservedHeadersRefused: a client cannot set the headers a job's trace context
 // crosses the queue in, on a single job or in a batch.
 func TestReservedHeadersRefused(t *testing.T) {

@@ -7,6 +7,7 @@
 ;;   "bury"           DEAD_LETTER
 ;;   "ack"            ACK
 ;;   "ack QUEUE"      enqueue one child job (payload "child") into QUEUE, then ACK
+;;   "trap"           trap (unreachable)
 ;; A failed request (or any other answer) is a RETRY after 50 ms with a reason.
 (module
   (import "wasmjobs" "payload_read" (func $payload_read (param i32 i32) (result i32)))
@@ -42,6 +43,8 @@
       (then (call $set_delay_ms (i64.const 50)) (return (i32.const 2))))
     (if (i32.eq (local.get $c) (i32.const 98)) ;; b
       (then (return (i32.const 3))))
+    (if (i32.eq (local.get $c) (i32.const 116)) ;; t
+      (then unreachable))
     (if (i32.eq (local.get $c) (i32.const 97)) ;; a
       (then
         (if (i32.gt_s (local.get $n) (i32.const 4))
