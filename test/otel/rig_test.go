@@ -323,8 +323,10 @@ type hostConfig struct {
 	flags   []string // more flags of run (--backend, --drain-timeout)
 }
 
-// startHost starts `wasmjobs run` and waits until it serves; t's cleanup kills it.
-func startHost(t *testing.T, cfg hostConfig) *host {
+// startHost starts `wasmjobs run` and waits until it serves; t's cleanup kills it. On
+// the default backend it sets cfg.data to a temporary directory when empty, so that a
+// second start with cfg finds the first one's data.
+func startHost(t *testing.T, cfg *hostConfig) *host {
 	t.Helper()
 	// Port 0: the host binds a free port itself and logs its URL, which is read below,
 	// so no other process can take the port between a pick and the bind.
@@ -513,6 +515,27 @@ func (d modulesDir) write(t *testing.T, name string, b []byte) {
 	if err := os.Rename(tmp, filepath.Join(string(d), name)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// module is one that a test's host serves: name.wasm, with its manifest.
+type module struct {
+	name     string
+	wasm     []byte
+	manifest string
+}
+
+// tracedHost starts a collector and a host exporting to it over proto, serving mods
+// (each tagged "1") from a new modules directory, with more flags of run; it returns
+// the host's config, for a second start or a change of its modules.
+func tracedHost(t *testing.T, proto string, mods []module, flags ...string) (*collector, *host, hostConfig) {
+	t.Helper()
+	c := startCollector(t)
+	dir := modulesDir(t.TempDir())
+	for _, m := range mods {
+		dir.add(t, m.name, m.wasm, "1", m.manifest)
+	}
+	cfg := hostConfig{modules: string(dir), env: c.env(proto), flags: flags}
+	return c, startHost(t, &cfg), cfg
 }
 
 // grant is a manifest granting outbound GETs to srv.

@@ -50,12 +50,8 @@ func TestJourney(t *testing.T) {
 				suffix := "-" + uniqueSuffix(t)
 				work, child = work+suffix, child+suffix
 			}
-			c := startCollector(t)
 			srv := newStepServer(t, script("retry", "defer", "ack "+child))
-			dir := modulesDir(t.TempDir())
-			dir.add(t, work, rig.steps, "1", grant(srv))
-			dir.add(t, child, rig.ack, "1", "")
-			h := startHost(t, hostConfig{modules: string(dir), env: c.env(tc.proto), flags: flags})
+			c, h, _ := tracedHost(t, tc.proto, []module{{work, rig.steps, grant(srv)}, {child, rig.ack, ""}}, flags...)
 			caller := newCaller(t)
 			id := h.enqueue(jobJSON(work, srv.URL+"/step?token="+querySecret), "traceparent", caller.traceparent())
 			spans := c.waitSpans(t, "the journey's spans", func(s []span) bool {
@@ -265,7 +261,6 @@ func checkLogs(t *testing.T, h *host, id string, procs []span) {
 // the send span exported before the kill.
 func TestContextSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	c := startCollector(t)
 	srv := newStepServer(t, func(n int, r *http.Request) string {
 		if n == 1 {
 			<-r.Context().Done() // held until the kill cuts the connection
@@ -273,18 +268,14 @@ func TestContextSurvivesRestart(t *testing.T) {
 		}
 		return "ack"
 	})
-	dir := modulesDir(t.TempDir())
-	dir.add(t, "work", rig.steps, "1", grant(srv))
-	dir.add(t, "child", rig.ack, "1", "")
-	cfg := hostConfig{modules: string(dir), data: t.TempDir(), env: c.env("http/protobuf")}
-	h := startHost(t, cfg)
+	c, h, cfg := tracedHost(t, "http/protobuf", []module{{"work", rig.steps, grant(srv)}})
 	caller := newCaller(t)
 	id := h.enqueue(jobJSON("work", srv.URL+"/step"), "traceparent", caller.traceparent())
 	c.waitSpans(t, "the send span", func(s []span) bool { return count("send work")(s) == 1 })
 	waitFor(t, "the run's GET", func() bool { return len(srv.received()) == 1 })
 	h.signal(syscall.SIGKILL, 30*time.Second)
 
-	h = startHost(t, cfg)
+	h = startHost(t, &cfg)
 	h.waitState(id, "succeeded")
 	spans := c.waitSpans(t, "the run after the restart", func(s []span) bool {
 		return len(withAttr(named(s, "process work"), "wasmjobs.settle", "ack")) == 1
@@ -301,11 +292,8 @@ func TestContextSurvivesRestart(t *testing.T) {
 // caller's span: the new run links to the original send span and to the replay.
 func TestContextSurvivesReplay(t *testing.T) {
 	t.Parallel()
-	c := startCollector(t)
 	srv := newStepServer(t, script("bury", "ack"))
-	dir := modulesDir(t.TempDir())
-	dir.add(t, "work", rig.steps, "1", grant(srv))
-	h := startHost(t, hostConfig{modules: string(dir), env: c.env("http/protobuf")})
+	c, h, _ := tracedHost(t, "http/protobuf", []module{{"work", rig.steps, grant(srv)}})
 	enqueuer, replayer := newCaller(t), newCaller(t)
 	id := h.enqueue(jobJSON("work", srv.URL+"/step"), "traceparent", enqueuer.traceparent())
 	h.waitState(id, "dead")
@@ -339,19 +327,15 @@ func TestContextSurvivesReplay(t *testing.T) {
 // version, each process span still linking to its job's send span.
 func TestContextSurvivesSwap(t *testing.T) {
 	t.Parallel()
-	c := startCollector(t)
 	srv := newStepServer(t, script())
-	dir := modulesDir(t.TempDir())
-	manifest := grant(srv) + "[rollout]\nstrategy = \"immediate\"\n"
-	dir.add(t, "work", rig.steps, "1", manifest)
-	h := startHost(t, hostConfig{modules: string(dir), env: c.env("http/protobuf")})
+	c, h, cfg := tracedHost(t, "http/protobuf", []module{{"work", rig.steps, grant(srv) + "[rollout]\nstrategy = \"immediate\"\n"}})
 	v1 := h.version("work")
 	caller := newCaller(t)
 	var ids []string
 	for range 3 {
 		ids = append(ids, h.enqueue(jobJSON("work", srv.URL+"/step", `"delay": "5s"`), "traceparent", caller.traceparent()))
 	}
-	dir.add(t, "work", rig.steps, "2", "")
+	modulesDir(cfg.modules).add(t, "work", rig.steps, "2", "")
 	waitFor(t, "the new version", func() bool { return h.version("work") != v1 })
 	v2 := h.version("work")
 	if n := len(srv.received()); n != 0 {
@@ -388,11 +372,8 @@ func (h *host) version(name string) string {
 // spans, and is retried.
 func TestFailedRunIsError(t *testing.T) {
 	t.Parallel()
-	c := startCollector(t)
 	srv := newStepServer(t, script("trap", "ack"))
-	dir := modulesDir(t.TempDir())
-	dir.add(t, "work", rig.steps, "1", "backoff_base = \"10ms\"\n"+grant(srv))
-	h := startHost(t, hostConfig{modules: string(dir), env: c.env("http/protobuf")})
+	c, h, _ := tracedHost(t, "http/protobuf", []module{{"work", rig.steps, "backoff_base = \"10ms\"\n" + grant(srv)}})
 	caller := newCaller(t)
 	id := h.enqueue(jobJSON("work", srv.URL+"/step"), "traceparent", caller.traceparent())
 	spans := c.waitSpans(t, "both runs", func(s []span) bool { return count("process work")(s) == 2 && count("run work")(s) == 2 })
@@ -410,10 +391,7 @@ func TestFailedRunIsError(t *testing.T) {
 // its jobs as children of their send span, in the caller's trace.
 func TestTraceParentingChild(t *testing.T) {
 	t.Parallel()
-	c := startCollector(t)
-	dir := modulesDir(t.TempDir())
-	dir.add(t, "now", rig.ack, "1", "trace_parenting = \"child\"\n")
-	h := startHost(t, hostConfig{modules: string(dir), env: c.env("http/protobuf")})
+	c, h, _ := tracedHost(t, "http/protobuf", []module{{"now", rig.ack, "trace_parenting = \"child\"\n"}})
 	caller := newCaller(t)
 	id := h.enqueue(jobJSON("now", ""), "traceparent", caller.traceparent())
 	spans := c.waitSpans(t, "the run", func(s []span) bool { return count("process now")(s) == 1 })
@@ -429,10 +407,7 @@ func TestTraceParentingChild(t *testing.T) {
 // crosses the queue in, on a single job or in a batch.
 func TestReservedHeadersRefused(t *testing.T) {
 	t.Parallel()
-	c := startCollector(t)
-	dir := modulesDir(t.TempDir())
-	dir.add(t, "child", rig.ack, "1", "")
-	h := startHost(t, hostConfig{modules: string(dir), env: c.env("http/protobuf")})
+	_, h, _ := tracedHost(t, "http/protobuf", []module{{"child", rig.ack, ""}})
 	forged := `"00-` + guestTrace + `-b7ad6b7169203331-01"`
 	for _, tc := range []struct{ name, path, body string }{
 		{"traceparent", "/v1/jobs", `{"queue": "child", "headers": {"wasmjobs-traceparent": ` + forged + `}}`},
@@ -485,7 +460,7 @@ func TestCollectorDownOrHung(t *testing.T) {
 			dir := modulesDir(t.TempDir())
 			dir.add(t, "fast", rig.ack, "1", "")
 			// Info: the debug level logs every job.
-			h := startHost(t, hostConfig{modules: string(dir), env: tc.env, flags: []string{"--drain-timeout", drain.String(), "--log-level", "info"}})
+			h := startHost(t, &hostConfig{modules: string(dir), env: tc.env, flags: []string{"--drain-timeout", drain.String(), "--log-level", "info"}})
 			h.runBatch("fast", 100, newCaller(t)) // warm-up: the first jobs pay for the instances' start
 			took := h.runBatch("fast", jobs, newCaller(t))
 			if tc.env == nil {
