@@ -55,7 +55,7 @@ func TestJourney(t *testing.T) {
 			caller := newCaller(t)
 			id := h.enqueue(jobJSON(work, srv.URL+"/step?token="+querySecret), "traceparent", caller.traceparent())
 			spans := c.waitSpans(t, "the journey's spans", func(s []span) bool {
-				return count("process "+work)(s) >= 3 && count("GET")(s) >= 3 && count("process "+child)(s) >= 1 &&
+				return count("process "+work)(s) >= 3 && count("run "+work)(s) >= 3 && count("GET")(s) >= 3 && count("process "+child)(s) >= 1 &&
 					count("settle "+child)(s) >= 1 && count("settle "+work)(s) >= 3
 			})
 			j := journey{t: t, spans: spans, work: work, child: child, id: id}
