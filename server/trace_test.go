@@ -25,7 +25,7 @@ func tracedHost(t *testing.T, file, manifest string) (*wasmjobstest.Host, *trace
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
-	h := wasmjobstest.NewHost(t, wasmjobstest.HostConfig{Server: server.Config{TracerProvider: tp}, NoStart: true})
+	h := wasmjobstest.NewHost(t, wasmjobstest.HostConfig{Server: server.Config{TracerProvider: tp, TraceURL: "https://ui.example/trace/{trace_id}"}, NoStart: true})
 	wasm, err := os.ReadFile("../testdata/abi/" + file)
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +113,17 @@ func TestEnqueueJoinsTheCallersTrace(t *testing.T) {
 	}
 	if len(job.Attempts) != 1 || job.Attempts[0].TraceID != proc.SpanContext.TraceID().String() {
 		t.Errorf("the job's attempts %+v, want one with trace id %s", job.Attempts, proc.SpanContext.TraceID())
+	}
+	// The dashboard's job page shows it, linked to the trace UI of Config.TraceURL.
+	page, err := http.Get(h.URL() + "/ui/jobs/" + res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer page.Body.Close()
+	html, _ := io.ReadAll(page.Body)
+	tid := proc.SpanContext.TraceID().String()
+	if want := `<a href="https://ui.example/trace/` + tid + `" rel="noreferrer"><code>` + tid + `</code></a>`; !strings.Contains(string(html), want) {
+		t.Errorf("the job page lacks %s", want)
 	}
 }
 
