@@ -162,6 +162,7 @@ type span struct {
 	Trace, ID, Parent string // hex; Parent "" for a root
 	Attrs             map[string]any
 	Links             []link
+	Events            []event
 	Status            ptrace.StatusCode
 	Start             time.Time
 }
@@ -169,6 +170,11 @@ type span struct {
 type link struct {
 	Trace, ID string
 	Attrs     map[string]any
+}
+
+type event struct {
+	Name  string
+	Attrs map[string]any
 }
 
 func (s span) String() string {
@@ -205,6 +211,9 @@ func (c *collector) spans() []span {
 					}
 					for _, l := range s.Links().All() {
 						sp.Links = append(sp.Links, link{l.TraceID().String(), l.SpanID().String(), l.Attributes().AsRaw()})
+					}
+					for _, e := range s.Events().All() {
+						sp.Events = append(sp.Events, event{e.Name(), e.Attributes().AsRaw()})
 					}
 					out = append(out, sp)
 				}

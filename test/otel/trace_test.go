@@ -141,6 +141,12 @@ func (j journey) calls(srv *stepServer, procs []span) {
 		get := j.one(j.childrenOf(runs[0], "GET"), fmt.Sprintf("run %d's GET", i+1))
 		j.check(get, ptrace.SpanKindClient, map[string]string{"http.request.method": "GET", "url.full": srv.URL + "/step",
 			"server.address": "127.0.0.1", "server.port": port, "http.response.status_code": "200"})
+		// The guest logs the answer it got: the run span's one event.
+		answer := srv.answer(i+1, nil)
+		if ev := runs[0].Events; len(ev) != 1 || ev[0].Name != "log" || fmt.Sprint(ev[0].Attrs["log.message"]) != answer ||
+			fmt.Sprint(ev[0].Attrs["log.severity"]) != "info" {
+			j.t.Errorf("run %d: the run span's events are %v, want one log event, info, %q", i+1, ev, answer)
+		}
 		if strings.Contains(calls[i].Traceparent, guestTrace) {
 			j.t.Errorf("run %d: the guest's own traceparent reached the server: %q", i+1, calls[i].Traceparent)
 		}

@@ -8,7 +8,8 @@
 ;;   "ack"            ACK
 ;;   "ack QUEUE"      enqueue one child job (payload "child") into QUEUE, then ACK
 ;;   "trap"           trap (unreachable)
-;; A failed request (or any other answer) is a RETRY after 50 ms with a reason.
+;; A failed request (or any other answer) is a RETRY after 50 ms with a reason. It logs
+;; the answer at info first.
 (module
   (import "wasmjobs" "payload_read" (func $payload_read (param i32 i32) (result i32)))
   (import "wasmjobs" "http_start" (func $http_start (param i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
@@ -18,6 +19,7 @@
   (import "wasmjobs" "enqueue" (func $enqueue (param i32 i32 i32 i32 i64) (result i32)))
   (import "wasmjobs" "set_reason" (func $set_reason (param i32 i32)))
   (import "wasmjobs" "set_delay_ms" (func $set_delay_ms (param i64)))
+  (import "wasmjobs" "log" (func $log (param i32 i32 i32)))
   (memory (export "memory") 1)
   (data (i32.const 4096) "GET")
   ;; 69 bytes: a guest's own traceparent, which must never reach the server.
@@ -36,7 +38,9 @@
           (then (local.set $n (call $http_body_read (local.get $h) (i32.const 8192) (i32.const 256)))))
         (drop (call $http_close (local.get $h)))))
     (if (i32.gt_s (local.get $n) (i32.const 0))
-      (then (local.set $c (i32.load8_u (i32.const 8192)))))
+      (then
+        (call $log (i32.const 1) (i32.const 8192) (local.get $n))
+        (local.set $c (i32.load8_u (i32.const 8192)))))
     (if (i32.eq (local.get $c) (i32.const 114)) ;; r
       (then (call $set_delay_ms (i64.const 50)) (return (i32.const 1))))
     (if (i32.eq (local.get $c) (i32.const 100)) ;; d
