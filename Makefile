@@ -1,7 +1,7 @@
 # wasmjobs: build and test. `make help` lists the targets.
 GO ?= go
 
-.PHONY: screenshots help broker cluster postgres fuzz guests gobench run test vet build cover bench bench-http bench-river testdata testdata-check examples soak
+.PHONY: screenshots help broker cluster postgres fuzz guests gobench run test test-otel vet build cover bench bench-http bench-river testdata testdata-check examples soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ test: vet ## vet, then every test with the race detector (RabbitMQ's with WASMJO
 	@# at a broker of your own, never at a shared one.
 	WASMJOBS_RABBIT_RESTART=1 $(GO) test -race -count=1 -timeout 30m -p 1 -run 'TestBrokerRestart' -v ./backend/rabbitmq/ ./cmd/wasmjobs/
 
+test-otel: ## the end-to-end trace tests: the built binary against the OpenTelemetry Collector's OTLP receiver (test/otel, a module of its own; needs wat2wasm, RabbitMQ's row WASMJOBS_AMQP_URL)
+	cd test/otel && $(GO) test -race -count=1 ./...
+
 vet: ## go vet, here and in the Go guest SDK and examples (built for wasip1)
 	$(GO) vet ./...
 	cd guest-sdk/go && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) vet ./...
@@ -38,6 +41,7 @@ vet: ## go vet, here and in the Go guest SDK and examples (built for wasip1)
 	cd examples/greet-go && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd examples/deliver-webhook && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd internal/tools/bench/riverpeer && $(GO) vet ./...
+	cd test/otel && $(GO) vet ./...
 
 build: ## build the wasmjobs command into bin/
 	$(GO) build -o bin/wasmjobs ./cmd/wasmjobs
