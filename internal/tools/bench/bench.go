@@ -216,7 +216,7 @@ func handler(ctx context.Context, cfg Config, tp trace.TracerProvider) (worker.H
 	}
 	man.Isolation = cfg.Isolation
 	e, err := host.NewEngine(ctx, host.Config{CacheDir: cfg.CacheDir, NoCache: cfg.CacheDir == "",
-		HTTP: host.HTTPOptions{IdleConnsPerHost: cfg.Concurrency}})
+		HTTP: host.HTTPOptions{IdleConnsPerHost: cfg.Concurrency}, TracerProvider: tp})
 	if err != nil {
 		return nil, nil, err
 	}
