@@ -90,7 +90,7 @@ func runSDKCase(t *testing.T, m *host.Module, c abitest.SDKCase) host.Execution 
 	var x host.Execution
 	want := c.Output
 	if c.Traced {
-		want = c.OutputWith(traced(t, func(ctx context.Context) { x = m.Run(ctx, job, nil) }))
+		want = c.OutputWith(underSpan(t, func(ctx context.Context) { x = m.Run(ctx, job, nil) }))
 	} else {
 		x = m.Run(context.Background(), job, nil)
 	}

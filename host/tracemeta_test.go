@@ -13,10 +13,10 @@ import (
 	"github.com/wasmjobs/wasmjobs/worker"
 )
 
-// traced runs fn under a recording span of a real tracer provider (the SDK's, its spans
+// underSpan runs fn under a recording span of a real tracer provider (the SDK's, its spans
 // kept by the in-memory exporter) and returns the ids of the span as exported, in the
 // lowercase hex meta_read gives.
-func traced(t testing.TB, fn func(ctx context.Context)) (traceID, spanID string) {
+func underSpan(t testing.TB, fn func(ctx context.Context)) (traceID, spanID string) {
 	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
@@ -55,7 +55,7 @@ func TestMetaReadsTheTraceContext(t *testing.T) {
 		t.Parallel()
 		job, handled := jobOf(meta, ""), jobOf(meta, "")
 		var got, gotHandled, gotInit string
-		traceID, spanID := traced(t, func(ctx context.Context) {
+		traceID, spanID := underSpan(t, func(ctx context.Context) {
 			got = string(meta.Run(ctx, job, nil).Output)
 			// As a worker runs it: through the handler, under the worker's context.
 			gotHandled = string(host.NewHandler(meta, nil).Handle(ctx, handled).Output)
