@@ -65,10 +65,15 @@ type Server struct {
 	Port string
 
 	mu   sync.Mutex
-	seen []http.Header
+	seen []http.Header // the latest MaxSeen
 }
 
-// Seen returns the headers of the requests received, in order.
+// MaxSeen is how many requests' headers a Server keeps, the latest: a soak sends it
+// thousands, and a rig that kept them all would look like a leak in the host.
+const MaxSeen = 16
+
+// Seen returns the headers of the latest requests received (at most MaxSeen), in
+// order.
 func (s *Server) Seen() []http.Header {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -93,6 +98,9 @@ func NewServer(t testing.TB, tls bool, h http.HandlerFunc) *Server {
 		s.Hits.Add(1)
 		defer s.Ended.Add(1)
 		s.mu.Lock()
+		if len(s.seen) == MaxSeen {
+			s.seen = append(s.seen[:0], s.seen[1:]...)
+		}
 		s.seen = append(s.seen, r.Header.Clone())
 		s.mu.Unlock()
 		h(w, r)
