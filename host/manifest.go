@@ -311,36 +311,13 @@ var manifestFields = map[string]manifestField{
 	"timeout":         durationField(func(m *Manifest) *time.Duration { return &m.Limits.Timeout }),
 	"key_concurrency": intField(func(m *Manifest) *int { return &m.KeyConcurrency }, 1, 100_000),
 	"wait_timeout":    durationFieldUpTo(func(m *Manifest) *time.Duration { return &m.WaitTimeout }, "720h", maxWaitTimeout),
-	"trace_parenting": func(m *Manifest, v value) error {
-		s, err := v.str()
-		if err != nil {
-			return err
-		}
-		switch s {
-		case "link":
-			m.TraceChild = false
-		case "child":
-			m.TraceChild = true
-		default:
-			return fmt.Errorf("want \"link\" or \"child\", got %s", v.raw)
-		}
-		return nil
-	},
-	"isolation": func(m *Manifest, v value) error {
-		s, err := v.str()
-		if err != nil {
-			return err
-		}
-		switch s {
-		case "pooled":
-			m.Isolation = Pooled
-		case "fresh":
+	"trace_parenting": choiceField("link", "child", func(m *Manifest, child bool) { m.TraceChild = child }),
+	"isolation": choiceField("pooled", "fresh", func(m *Manifest, fresh bool) {
+		m.Isolation = Pooled
+		if fresh {
 			m.Isolation = Fresh
-		default:
-			return fmt.Errorf("want \"pooled\" or \"fresh\", got %s", v.raw)
 		}
-		return nil
-	},
+	}),
 	"memory": func(m *Manifest, v value) error {
 		n, err := v.size()
 		if err != nil {
@@ -400,6 +377,21 @@ var manifestFields = map[string]manifestField{
 // ManifestFields lists the fields a manifest may set, sorted.
 func ManifestFields() []string {
 	return slices.Sorted(maps.Keys(manifestFields))
+}
+
+// choiceField decodes a string that is one of two words, and sets the second or not.
+func choiceField(first, second string, set func(m *Manifest, second bool)) manifestField {
+	return func(m *Manifest, v value) error {
+		s, err := v.str()
+		if err != nil {
+			return err
+		}
+		if s != first && s != second {
+			return fmt.Errorf("want %q or %q, got %s", first, second, v.raw)
+		}
+		set(m, s == second)
+		return nil
+	}
 }
 
 func intField(field func(*Manifest) *int, lo, hi int) manifestField {

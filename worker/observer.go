@@ -99,7 +99,10 @@ func LogObserver(log *slog.Logger) Observer {
 		}
 		// The job's span context, so that a log handler that joins logs to traces
 		// (trace_id, span_id) finds it.
-		ctx := trace.ContextWithSpanContext(context.Background(), e.Job.SpanContext())
+		ctx := context.Background()
+		if sc := e.Job.SpanContext(); sc.IsValid() { // no context made with tracing off
+			ctx = trace.ContextWithSpanContext(ctx, sc)
+		}
 		if !log.Enabled(ctx, level) {
 			return
 		}

@@ -116,21 +116,13 @@ func endSettle(s trace.Span, job *Job, settle Outcome, err error) {
 func (w *Worker) traceChild(job *Job, env *backend.Envelope) {
 	if job.span == nil {
 		if env.Headers[telemetry.ParentHeader] != "" || env.Headers[telemetry.StateHeader] != "" {
-			env.Headers = telemetry.Inject(context.Background(), cloneHeaders(env.Headers))
+			env.Headers = telemetry.Inject(context.Background(), env.Headers)
 		}
 		return
 	}
 	ctx := trace.ContextWithSpan(context.Background(), job.span)
 	ctx, s := w.tracer.Start(ctx, "send "+env.Queue, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(append(telemetry.Messaging(telemetry.OpSend, "send", env.Queue), telemetry.MessageID(env.ID))...))
-	env.Headers = telemetry.Inject(ctx, cloneHeaders(env.Headers))
+	env.Headers = telemetry.Inject(ctx, env.Headers)
 	s.End()
-}
-
-func cloneHeaders(h map[string]string) map[string]string {
-	out := make(map[string]string, len(h)+2)
-	for k, v := range h {
-		out[k] = v
-	}
-	return out
 }

@@ -32,7 +32,6 @@ import (
 )
 
 type runFlags struct {
-	drainStarted time.Time // when serve began to stop: the tracer's flush ends within the drain's budget
 	otlp         string
 	traceURL     string
 	modules      string
@@ -389,13 +388,16 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if err != nil {
 		return err
 	}
+	// drainStarted is when serve began to stop: the tracer's flush ends within the
+	// drain's budget from then.
+	var drainStarted time.Time
 	tp, err := f.tracing(ctx, log)
 	if err != nil {
 		return err
 	}
 	if tp != nil {
 		log = slog.New(telemetry.LogHandler(log.Handler()))
-		defer func() { f.stopTracing(tp, log) }()
+		defer func() { f.stopTracing(tp, log, drainStarted) }()
 	}
 
 	// From the first signal (or ctx's end) the host drains: runCtx ends, and serve
@@ -462,7 +464,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	case <-runCtx.Done():
 	case <-srv.Done(): // the store or the listener failed
 	}
-	f.drainStarted = time.Now()
+	drainStarted = time.Now()
 	err = srv.Stop(context.Background())
 	if err != nil && outOfTime(err) {
 		// A part (a broker that hangs, a settle it ignores) that did not stop within the

@@ -37,11 +37,12 @@ func (f *runFlags) tracing(ctx context.Context, log *slog.Logger) (*telemetry.Pr
 }
 
 // stopTracing flushes the spans left and stops the exporter, within what is left of
-// the drain's budget (--drain-timeout and server.CloseGrace from the drain's start):
+// the drain's budget (--drain-timeout and server.CloseGrace from drainStarted, now
+// when zero: serve stopped before its drain):
 // an exporter that cannot reach its collector otherwise retries for a minute. What it
 // could not send by then is dropped and counted.
-func (f *runFlags) stopTracing(tp *telemetry.Provider, log *slog.Logger) {
-	start := f.drainStarted
+func (f *runFlags) stopTracing(tp *telemetry.Provider, log *slog.Logger, drainStarted time.Time) {
+	start := drainStarted
 	if start.IsZero() {
 		start = time.Now()
 	}

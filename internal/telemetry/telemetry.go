@@ -9,6 +9,8 @@ package telemetry
 
 import (
 	"context"
+	"maps"
+	"net/http"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -87,20 +89,18 @@ func BatchCount(n int) attribute.KeyValue { return semconv.MessagingBatchMessage
 
 var w3c = propagation.TraceContext{}
 
-// Inject returns h with the reserved trace headers set from ctx's span, or removed when
-// ctx holds no valid span context. h is changed in place when it is not nil; other
-// headers are left alone.
+// Inject returns a copy of h with the reserved trace headers set from ctx's span, or
+// removed when ctx holds no valid span context; h itself, which may be shared (a
+// handler's staged headers, a schedule's), is not changed.
 func Inject(ctx context.Context, h map[string]string) map[string]string {
-	delete(h, ParentHeader)
-	delete(h, StateHeader)
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return h
+	out := make(map[string]string, len(h)+2)
+	maps.Copy(out, h)
+	delete(out, ParentHeader)
+	delete(out, StateHeader)
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		w3c.Inject(ctx, headerCarrier{out, ParentHeader, StateHeader})
 	}
-	if h == nil {
-		h = make(map[string]string, 2)
-	}
-	w3c.Inject(ctx, headerCarrier{h, ParentHeader, StateHeader})
-	return h
+	return out
 }
 
 // Extract returns the span context a job's reserved headers hold (remote), invalid
@@ -167,14 +167,6 @@ func (c headerCarrier) Keys() []string { return []string{"traceparent", "tracest
 // FromHTTP returns ctx with the remote span context of a request's W3C traceparent and
 // tracestate, as the API and the CLI's TRACEPARENT take them; ctx unchanged when there
 // is none or it does not parse.
-func FromHTTP(ctx context.Context, header interface{ Get(string) string }) context.Context {
-	return w3c.Extract(ctx, getCarrier{header})
+func FromHTTP(ctx context.Context, h http.Header) context.Context {
+	return w3c.Extract(ctx, propagation.HeaderCarrier(h))
 }
-
-type getCarrier struct {
-	h interface{ Get(string) string }
-}
-
-func (c getCarrier) Get(k string) string { return c.h.Get(k) }
-func (getCarrier) Set(string, string)    {}
-func (getCarrier) Keys() []string        { return []string{"traceparent", "tracestate"} }

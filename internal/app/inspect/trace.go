@@ -40,7 +40,7 @@ func (in *Inspector) startSend(ctx context.Context, envs ...*backend.Envelope) t
 	}
 	ctx, span := in.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 	for _, e := range envs {
-		e.Headers = telemetry.Inject(ctx, cloneHeaders(e.Headers))
+		e.Headers = telemetry.Inject(ctx, e.Headers)
 	}
 	return span
 }
@@ -55,14 +55,6 @@ func endSpan(span trace.Span, err error) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
-}
-
-func cloneHeaders(h map[string]string) map[string]string {
-	out := make(map[string]string, len(h)+2)
-	for k, v := range h {
-		out[k] = v
-	}
-	return out
 }
 
 // replayContext carries the replaying request's span to the backend, which keeps it in
