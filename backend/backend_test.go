@@ -2,8 +2,10 @@ package backend_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -229,5 +231,29 @@ func TestCapAwaitTotal(t *testing.T) {
 		if len(res[i].Output) != want.n || res[i].OutputTruncated != want.truncated {
 			t.Errorf("result %d: %d bytes, truncated %v; want %d, %v", i, len(res[i].Output), res[i].OutputTruncated, want.n, want.truncated)
 		}
+	}
+}
+
+// A replay counts one replay more, drops the outage's start, sets the headers its
+// context carries and removes those it carries as "", leaving the dead letter's own
+// headers unchanged.
+func TestReplayedHeaders(t *testing.T) {
+	t.Parallel()
+	dead := map[string]string{"x": "1", backend.ReplayHeader: "2", backend.OutageHeader: "123", "wasmjobs-a": "old", "wasmjobs-b": "old"}
+	for name, c := range map[string]struct {
+		extra map[string]string
+		want  map[string]string
+	}{
+		"no extra": {nil, map[string]string{"x": "1", backend.ReplayHeader: "3", "wasmjobs-a": "old", "wasmjobs-b": "old"}},
+		"set and remove": {map[string]string{"wasmjobs-a": "new", "wasmjobs-b": "", "wasmjobs-c": ""},
+			map[string]string{"x": "1", backend.ReplayHeader: "3", "wasmjobs-a": "new"}},
+	} {
+		got := backend.ReplayedHeaders(backend.WithReplayHeaders(context.Background(), c.extra), dead)
+		if !maps.Equal(got, c.want) {
+			t.Errorf("%s: ReplayedHeaders = %v, want %v", name, got, c.want)
+		}
+	}
+	if dead["wasmjobs-a"] != "old" || len(dead) != 5 {
+		t.Errorf("the dead letter's headers changed: %v", dead)
 	}
 }

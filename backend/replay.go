@@ -29,7 +29,8 @@ func Replayed(ctx context.Context, env *Envelope) {
 
 // ReplayedHeaders returns a copy of a dead letter's headers for its replay:
 // ReplayHeader one more than ReplayGeneration reads in h, OutageHeader dropped, and
-// the headers ctx carries for the replay (WithReplayHeaders) set.
+// the headers ctx carries for the replay (WithReplayHeaders) set, or removed where
+// their value is "".
 func ReplayedHeaders(ctx context.Context, h map[string]string) map[string]string {
 	out := maps.Clone(h)
 	if out == nil {
@@ -38,7 +39,13 @@ func ReplayedHeaders(ctx context.Context, h map[string]string) map[string]string
 	out[ReplayHeader] = strconv.Itoa(ReplayGeneration(h) + 1)
 	delete(out, OutageHeader)
 	if extra, ok := ctx.Value(replayHeadersKey{}).(map[string]string); ok {
-		maps.Copy(out, extra)
+		for k, v := range extra {
+			if v == "" {
+				delete(out, k)
+			} else {
+				out[k] = v
+			}
+		}
 	}
 	return out
 }
@@ -48,7 +55,9 @@ type replayHeadersKey struct{}
 // WithReplayHeaders returns ctx carrying headers that a ReplayDeadLetter under it
 // sets on the replayed job (ReplayedHeaders), such as the replaying request's trace
 // context: request-scoped data that the backend passes on without reading it. Keys
-// should be reserved ("wasmjobs-"); an empty h changes nothing.
+// should be reserved ("wasmjobs-"); a key whose value is "" is removed from the
+// replayed job (what an earlier replay set does not outlive the next); an empty h
+// changes nothing.
 func WithReplayHeaders(ctx context.Context, h map[string]string) context.Context {
 	if len(h) == 0 {
 		return ctx

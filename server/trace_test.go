@@ -128,7 +128,8 @@ func TestEnqueueJoinsTheCallersTrace(t *testing.T) {
 }
 
 // A replayed dead letter's next run links to its original enqueue and to the request
-// that replayed it.
+// that replayed it; replayed again by a request without a trace, its run links to the
+// enqueue alone, not to the first replayer.
 func TestReplayLinksToTheReplayingRequest(t *testing.T) {
 	t.Parallel()
 	h, exp := tracedHost(t, "dead_letter.wasm", "max_attempts = 1\nenqueue = [\"child\"]\n")
@@ -151,6 +152,15 @@ func TestReplayLinksToTheReplayingRequest(t *testing.T) {
 	}
 	if links[send.SpanContext.SpanID().String()] != callerTrace || links[replaySpan] != replayTrace || len(links) != 2 {
 		t.Errorf("the replayed run links to %v; want the enqueue's send span %s and the replaying request's %s", links, send.SpanContext.SpanID(), replaySpan)
+	}
+	h.WaitState(res.ID, "dead")
+	if status, body := post(t, h.URL()+"/v1/dead-letters/"+res.ID+"/replay", "", ""); status >= 300 {
+		t.Fatalf("second replay: %d %s", status, body)
+	}
+	procs = spansNamed(t, exp, "process work", 3)
+	slices.SortFunc(procs, func(a, b tracetest.SpanStub) int { return a.StartTime.Compare(b.StartTime) })
+	if l := procs[2].Links; len(l) != 1 || l[0].SpanContext.SpanID() != send.SpanContext.SpanID() {
+		t.Errorf("the run replayed without a trace links to %+v; want the enqueue's send span %s alone", l, send.SpanContext.SpanID())
 	}
 }
 

@@ -27,7 +27,8 @@ type Job struct {
 	// were staged; nil on a first run.
 	Awaited []backend.AwaitResult
 
-	span trace.Span // the process span; nil when the worker traces nothing
+	span  trace.Span   // the process span; nil when the worker traces nothing
+	sends []trace.Span // its children's send spans, ended by the settle that publishes them
 }
 
 // OutageSince returns when the outage the job waits out began: the time the worker

@@ -32,9 +32,15 @@ func (w *Worker) process(qs *queueState, d backend.Delivery) {
 	if err != nil {
 		// decode: a message that cannot be decoded is dead-lettered with the reason. It
 		// starts like any job, so that every observer sees started before settled.
+		// Traced, it has a process span like any job, an error saying why.
+		spec := qs.policy.Load().spec
 		job := &Job{Envelope: env, Attempt: max(env.Attempt, 1)}
+		if w.tracer != nil {
+			w.startProcess(w.handlerCtx, spec, job)
+		}
 		w.obs.Observe(Event{Kind: EventStarted, Job: job})
-		w.settle(qs.policy.Load().spec, d, job, Result{}, 0, plan{settle: DeadLetter, reason: err.Error()})
+		p := plan{settle: DeadLetter, reason: err.Error()}
+		endProcess(job, Result{Outcome: Failed, Reason: p.reason}, p, w.settle(spec, d, job, Result{}, 0, p))
 		return
 	}
 	// extract
@@ -268,6 +274,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 	w.mu.Lock()
 	if w.abandoned {
 		w.mu.Unlock()
+		endSends(job, p.settle, errAbandoned)
 		w.obs.Observe(Event{Kind: EventAbandoned, Job: job, Result: res, Settle: p.settle, Reason: p.reason, Duration: took})
 		return errAbandoned
 	}
@@ -302,12 +309,14 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 				break // no settle can succeed: the backend delivers the job again, or has it settled
 			}
 			// Nothing was written: the job is failed the retry way, as below.
+			endSends(job, p.settle, err)
 			p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
 			err = w.failSettle(ctx, d, p, rec)
 			break
 		}
 		if err = w.publishChildren(ctx, job, p.children); err != nil {
 			// A child that cannot be published fails the job: the retry way.
+			endSends(job, p.settle, err)
 			p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
 			err = w.failSettle(ctx, d, p, rec)
 			break
@@ -344,6 +353,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 			break // unknown: the wait may still land, so no second settle
 		}
 		// Nothing was written: the job is failed the retry way, as an ack's is.
+		endSends(job, p.settle, err)
 		p = w.plan(spec, job, Result{Outcome: Failed, Reason: err.Error()})
 		err = w.failSettle(ctx, d, p, rec)
 	case Cancelled:
@@ -354,6 +364,7 @@ func (w *Worker) settle(spec Queue, d backend.Delivery, job *Job, res Result, to
 		}
 		err = d.Ack(ctx) // the backend keeps nothing of a settled job: an ack says all
 	}
+	endSends(job, p.settle, err)
 	endSettle(span, job, p.settle, err)
 	ev := Event{Kind: EventSettled, Job: job, Result: res, Settle: p.settle, Reason: p.reason, Delay: p.delay, Duration: took}
 	if err != nil {

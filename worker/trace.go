@@ -110,13 +110,17 @@ func endSettle(s trace.Span, job *Job, settle Outcome, err error) {
 }
 
 // traceChild gives a child's envelope the context of a send span of its own, a child
-// of the parent's process span, so that the child's process span links back; with no
-// span it clears whatever reserved trace headers the child was given, which nobody
-// but the worker may set.
+// of the parent's process span, so that the child's process span links back; the span
+// ends with the settle that publishes the child (endSends). With no span it clears
+// whatever reserved trace headers the child was given, which nobody but the worker
+// may set.
 func (w *Worker) traceChild(job *Job, env *backend.Envelope) {
 	if job.span == nil {
-		if env.Headers[telemetry.ParentHeader] != "" || env.Headers[telemetry.StateHeader] != "" {
-			env.Headers = telemetry.Inject(context.Background(), env.Headers)
+		for _, k := range [...]string{telemetry.ParentHeader, telemetry.StateHeader, telemetry.ReplayParentHeader} {
+			if _, ok := env.Headers[k]; ok {
+				env.Headers = telemetry.Inject(context.Background(), env.Headers)
+				break
+			}
 		}
 		return
 	}
@@ -124,5 +128,22 @@ func (w *Worker) traceChild(job *Job, env *backend.Envelope) {
 	ctx, s := w.tracer.Start(ctx, "send "+env.Queue, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(append(telemetry.Messaging(telemetry.OpSend, "send", env.Queue), telemetry.MessageID(env.ID))...))
 	env.Headers = telemetry.Inject(ctx, env.Headers)
-	s.End()
+	job.sends = append(job.sends, s)
+}
+
+// endSends ends the job's send spans when its settle is done: without an error when
+// settle published the children (an ack or a wait that succeeded), else with err, or
+// with the settle that took the children's place (a failure's retry publishes none).
+func endSends(job *Job, settle Outcome, err error) {
+	for _, s := range job.sends {
+		switch {
+		case err != nil:
+			s.RecordError(err)
+			s.SetStatus(codes.Error, err.Error())
+		case settle != Ack && settle != Wait:
+			s.SetStatus(codes.Error, "not sent: the job settled as "+settle.String())
+		}
+		s.End()
+	}
+	job.sends = nil
 }

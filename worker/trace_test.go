@@ -2,10 +2,12 @@ package worker_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -34,7 +36,8 @@ func attr(s tracetest.SpanStub, key string) (string, bool) {
 
 // The process span of each run is a root of its own trace that links to the enqueue's
 // span; the settle and each child's send are its children, and the child's process span
-// links back to that send. A retry, a defer and an ack are attempts 1, 2 and 2.
+// links back to that send (and to nothing else). A retry, a defer and an ack are
+// attempts 1, 2 and 2.
 func TestTraceFollowsTheJob(t *testing.T) {
 	for _, child := range []bool{false, true} {
 		name := map[bool]string{false: "link", true: "child"}[child]
@@ -52,7 +55,9 @@ func TestTraceFollowsTheJob(t *testing.T) {
 					case 2:
 						return worker.Result{Outcome: worker.Defer, Delay: time.Millisecond}
 					}
-					return worker.Result{Children: []worker.Child{{Queue: "kids", Payload: []byte("k")}}}
+					// A handler cannot make its child look replayed: the header goes.
+					return worker.Result{Children: []worker.Child{{Queue: "kids", Payload: []byte("k"),
+						Headers: map[string]string{telemetry.ReplayParentHeader: "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01"}}}}
 				})
 				r := newRig(t, worker.Config{TracerProvider: tp},
 					worker.Queue{Name: "q", Handler: h, TraceChild: child},
@@ -136,7 +141,8 @@ func TestTraceFollowsTheJob(t *testing.T) {
 func TestTraceOffMakesNoSpan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		got := make(chan backend.Envelope, 2)
-		forged := map[string]string{telemetry.ParentHeader: "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01", "x": "y"}
+		forged := map[string]string{telemetry.ParentHeader: "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01",
+			telemetry.StateHeader: "k=v", telemetry.ReplayParentHeader: "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01", "x": "y"}
 		h := worker.HandlerFunc(func(ctx context.Context, j *worker.Job) worker.Result {
 			if trace.SpanContextFromContext(ctx).IsValid() || j.SpanContext().IsValid() {
 				t.Errorf("a span without a tracer provider")
@@ -150,8 +156,74 @@ func TestTraceOffMakesNoSpan(t *testing.T) {
 		r := newRig(t, worker.Config{}, worker.Queue{Name: "q", Handler: h}, worker.Queue{Name: "kids", Handler: h})
 		r.publish("q", "p")
 		env := <-got
-		if _, ok := env.Headers[telemetry.ParentHeader]; ok || env.Headers["x"] != "y" {
-			t.Fatalf("the child's headers %v: want the forged traceparent gone, the rest kept", env.Headers)
+		if len(env.Headers) != 1 || env.Headers["x"] != "y" {
+			t.Fatalf("the child's headers %v: want the forged trace headers gone, the rest kept", env.Headers)
+		}
+	})
+}
+
+// A child's send span ends when the child is published, or not: a child to a queue
+// that does not exist fails its parent's settle, and its send span ends with that
+// error; the retried parent's child is sent, and its span ends without one.
+func TestTraceChildSendShowsThePublish(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tp, exp := spanRecorder(t)
+		var runs runLog
+		h := runs.handler(func(ctx context.Context, j *worker.Job) worker.Result {
+			if j.Attempt == 1 {
+				return worker.Result{Children: []worker.Child{{Queue: "nowhere", Payload: []byte("k")}}}
+			}
+			return worker.Result{Children: []worker.Child{{Queue: "kids", Payload: []byte("k")}}}
+		})
+		r := newRig(t, worker.Config{TracerProvider: tp}, worker.Queue{Name: "q", Handler: h},
+			worker.Queue{Name: "kids", Handler: worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{} })})
+		r.publish("q", "p")
+		for r.eventsOf(worker.EventSettled) < 3 {
+			time.Sleep(time.Millisecond)
+		}
+		synctest.Wait()
+		var failed, sent []tracetest.SpanStub
+		for _, s := range exp.GetSpans() {
+			switch s.Name {
+			case "send nowhere":
+				failed = append(failed, s)
+			case "send kids":
+				sent = append(sent, s)
+			}
+		}
+		if len(failed) != 1 || failed[0].Status.Code != codes.Error || !strings.Contains(failed[0].Status.Description, "unknown queue") {
+			t.Errorf("the unpublishable child's send spans %+v; want one, its status the publish's error", failed)
+		}
+		if len(sent) != 1 || sent[0].Status.Code == codes.Error {
+			t.Errorf("the published child's send spans %+v; want one, not an error", sent)
+		}
+	})
+}
+
+// A message that cannot be decoded has a process span too, an error saying why, with
+// its settle (the dead letter) inside it.
+func TestTraceUndecodableMessage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tp, exp := spanRecorder(t)
+		r := newRig(t, worker.Config{TracerProvider: tp}, worker.Queue{Name: "q", Handler: worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{} })})
+		if err := r.b.InjectMalformed(context.Background(), "q", []byte("garbage"), "attempt header is not a number"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		var proc, settle tracetest.SpanStub
+		for _, s := range exp.GetSpans() {
+			switch s.Name {
+			case "process q":
+				proc = s
+			case "settle q":
+				settle = s
+			}
+		}
+		if proc.Status.Code != codes.Error || !strings.Contains(proc.Status.Description, "attempt header is not a number") {
+			t.Fatalf("the undecodable message's process span %+v; want an error naming what is malformed", proc)
+		}
+		if a, _ := attr(proc, "wasmjobs.settle"); a != worker.DeadLetter.String() || settle.Parent.SpanID() != proc.SpanContext.SpanID() {
+			t.Errorf("process span settled %q, settle span under %v; want %s, under the process span", a, settle.Parent.SpanID(), worker.DeadLetter)
 		}
 	})
 }

@@ -59,6 +59,12 @@ type Provider struct {
 	sdk      *sdktrace.TracerProvider
 	dropped  atomic.Uint64
 	inFlight atomic.Int64 // spans handed to the batch processor and not yet exported
+	// shutMu orders the last exports' accounting against Shutdown's, which counts
+	// every span still in flight as dropped: an export that ends later (the
+	// shutdown ran out of time first) changes no count, else its spans would count
+	// twice.
+	shutMu   sync.Mutex
+	shut     bool
 	maxQueue int64
 	log      *slog.Logger
 	warned   sync.Once
@@ -123,8 +129,10 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		resource.WithTelemetrySDK(),
 		resource.WithFromEnv(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, last so they win
 	)
-	if err != nil && res == nil {
-		return nil, fmt.Errorf("telemetry: the resource: %w", err)
+	if err != nil {
+		// The SDK would go on with what it could parse; a setting that is silently
+		// half-applied is worse than a host that says which one is wrong.
+		return nil, fmt.Errorf("telemetry: the resource from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (key=value pairs separated by commas, values percent-encoded): %w", err)
 	}
 	p := &Provider{Protocol: proto, log: cfg.Logger, maxQueue: int64(envInt(getenv, "OTEL_BSP_MAX_QUEUE_SIZE", DefaultMaxQueueSize)),
 		EventLimit: envInt(getenv, "OTEL_SPAN_EVENT_COUNT_LIMIT", DefaultEventLimit)}
@@ -170,10 +178,17 @@ func (p *Provider) drop(n int, why string) {
 }
 
 // Shutdown flushes what is queued and stops the exporter, within ctx: the spans it
-// could not send by then are dropped and counted.
+// could not send by then are dropped and counted, even those an export still under way
+// delivers later. A span that ends after Shutdown (a job abandoned at the drain
+// deadline, whose run ends afterwards) is not exported, and not counted either: the
+// SDK's provider, shut down, hands it to no processor.
 func (p *Provider) Shutdown(ctx context.Context) error {
 	err := p.sdk.Shutdown(ctx)
-	if left := p.inFlight.Swap(0); left > 0 {
+	p.shutMu.Lock()
+	p.shut = true
+	left := p.inFlight.Swap(0)
+	p.shutMu.Unlock()
+	if left > 0 {
 		p.drop(int(left), "the shutdown ran out of time")
 	}
 	return err
@@ -207,8 +222,13 @@ type countingExporter struct {
 
 func (c *countingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
 	err := c.SpanExporter.ExportSpans(ctx, spans)
-	c.p.inFlight.Add(-int64(len(spans)))
-	if err != nil {
+	c.p.shutMu.Lock()
+	late := c.p.shut // Shutdown counted these spans already
+	if !late {
+		c.p.inFlight.Add(-int64(len(spans)))
+	}
+	c.p.shutMu.Unlock()
+	if err != nil && !late {
 		c.p.drop(len(spans), "an export failed: "+err.Error())
 	}
 	return err

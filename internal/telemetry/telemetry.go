@@ -89,14 +89,17 @@ func BatchCount(n int) attribute.KeyValue { return semconv.MessagingBatchMessage
 
 var w3c = propagation.TraceContext{}
 
-// Inject returns a copy of h with the reserved trace headers set from ctx's span, or
-// removed when ctx holds no valid span context; h itself, which may be shared (a
-// handler's staged headers, a schedule's), is not changed.
+// Inject returns a copy of h for a job about to be sent: the reserved trace headers
+// set from ctx's span, or removed when ctx holds no valid span context, and
+// ReplayParentHeader removed, since a job just sent was replayed by nobody (whatever
+// a handler staged for its child). h itself, which may be shared (a handler's staged
+// headers, a schedule's), is not changed.
 func Inject(ctx context.Context, h map[string]string) map[string]string {
 	out := make(map[string]string, len(h)+2)
 	maps.Copy(out, h)
 	delete(out, ParentHeader)
 	delete(out, StateHeader)
+	delete(out, ReplayParentHeader)
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		w3c.Inject(ctx, headerCarrier{out, ParentHeader, StateHeader})
 	}
@@ -114,14 +117,15 @@ func ExtractReplay(h map[string]string) trace.SpanContext {
 	return extract(h, ReplayParentHeader, "")
 }
 
-// InjectReplay returns the header that carries ctx's span as the replaying request's,
-// nil when ctx holds none.
+// InjectReplay returns the header that carries ctx's span as the replaying request's:
+// ReplayParentHeader set to it, or to "" when ctx holds none, which a replay takes
+// for "remove" (backend.WithReplayHeaders), so that a job replayed by an untraced
+// request does not keep linking to an earlier replayer.
 func InjectReplay(ctx context.Context) map[string]string {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return nil
+	h := map[string]string{ReplayParentHeader: ""}
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		w3c.Inject(ctx, headerCarrier{h, ReplayParentHeader, ""})
 	}
-	h := make(map[string]string, 1)
-	w3c.Inject(ctx, headerCarrier{h, ReplayParentHeader, ""})
 	return h
 }
 

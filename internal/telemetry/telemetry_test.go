@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,19 +51,43 @@ func TestNewRefusesWhatItCannotHonour(t *testing.T) {
 	}
 }
 
+// A malformed OTEL_RESOURCE_ATTRIBUTES stops the host with an error naming it, rather
+// than leaving the resource half-read. Not parallel: it sets the process environment,
+// which the SDK reads.
+func TestNewRefusesAMalformedResource(t *testing.T) {
+	for _, v := range []string{"region", "region=eu,team"} {
+		t.Setenv("OTEL_RESOURCE_ATTRIBUTES", v)
+		tp, err := telemetry.New(context.Background(), telemetry.Config{Endpoint: "http://127.0.0.1:4318", Getenv: env(nil)})
+		if err == nil || tp != nil || !strings.Contains(err.Error(), "OTEL_RESOURCE_ATTRIBUTES") {
+			t.Errorf("OTEL_RESOURCE_ATTRIBUTES=%q: New = %v, %v; want an error naming the variable", v, tp, err)
+		}
+	}
+	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "region=eu,team=jobs")
+	tp, err := telemetry.New(context.Background(), telemetry.Config{Endpoint: "http://127.0.0.1:4318", Getenv: env(nil)})
+	if err != nil || tp == nil {
+		t.Fatalf("a well-formed OTEL_RESOURCE_ATTRIBUTES: New = %v, %v", tp, err)
+	}
+	tp.Shutdown(context.Background())
+}
+
 // A collector that hangs never blocks a span's end: past the bounded queue spans are
 // dropped and counted, and Shutdown returns by its deadline.
 func TestHangingCollectorDropsAndCounts(t *testing.T) {
 	t.Parallel()
 	hang := make(chan struct{})
+	refused := make(chan struct{}, 100)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-hang:
+			// Refused, late: an export still under way when the shutdown gave up.
+			http.Error(w, "refused", http.StatusBadRequest)
+			refused <- struct{}{}
 		case <-r.Context().Done():
 		}
 	}))
 	defer srv.Close()
-	defer close(hang)
+	closeHang := sync.OnceFunc(func() { close(hang) })
+	defer closeHang()
 	tp, err := telemetry.New(context.Background(), telemetry.Config{Endpoint: srv.URL, Getenv: env(map[string]string{
 		"OTEL_BSP_MAX_QUEUE_SIZE": "10", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "5", "OTEL_BSP_SCHEDULE_DELAY": "10"})})
 	if err != nil || tp == nil {
@@ -88,6 +114,13 @@ func TestHangingCollectorDropsAndCounts(t *testing.T) {
 	}
 	if n := tp.DroppedSpans(); n != 200 {
 		t.Errorf("after the shutdown, DroppedSpans = %d, want all 200: none was exported", n)
+	}
+	// The export the shutdown left hanging fails now: its spans were counted already.
+	closeHang()
+	<-refused
+	time.Sleep(100 * time.Millisecond) // for the exporter to count, if it would
+	if n := tp.DroppedSpans(); n != 200 {
+		t.Errorf("after the late export failed, DroppedSpans = %d, want still 200: its spans counted twice", n)
 	}
 }
 

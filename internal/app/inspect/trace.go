@@ -59,10 +59,12 @@ func endSpan(span trace.Span, err error) {
 
 // replayContext carries the replaying request's span to the backend, which keeps it in
 // the replayed job's headers (telemetry.ReplayParentHeader) so that its next process
-// span links to the request as well as to the original enqueue.
+// span links to the request as well as to the original enqueue. Untraced (no tracer,
+// or a request without a span) it removes the header, so that the replayed job's span
+// does not link to an earlier replayer.
 func (in *Inspector) replayContext(ctx context.Context) context.Context {
 	if in.tracer == nil {
-		return ctx
+		ctx = trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 	}
 	return backend.WithReplayHeaders(ctx, telemetry.InjectReplay(ctx))
 }
