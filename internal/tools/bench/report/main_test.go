@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wasmjobs/wasmjobs/internal/rigs/abitest"
 	"github.com/wasmjobs/wasmjobs/internal/tools/bench"
 	"github.com/wasmjobs/wasmjobs/internal/tools/bench/measure"
 )
@@ -272,5 +273,85 @@ func TestWriteSectionsNamesTheFile(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(fresh); string(b) != block(sectionMatrix, "# Benchmarks\n")+"\n"+block(sectionHTTP, "## HTTP\n") {
 		t.Fatalf("a new file:\n%s", b)
+	}
+}
+
+// TestBenchmarksKeepsItsHandSections splices every section of the report over the
+// repository's BENCHMARKS.md: each section the report writes is already marked there (so
+// a run replaces it rather than adding a second one), and every section measured by hand
+// survives, byte for byte.
+func TestBenchmarksKeepsItsHandSections(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(abitest.Dir(), "..", "BENCHMARKS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	segs, err := parseSections(doc)
+	if err != nil {
+		t.Fatalf("BENCHMARKS.md: %v", err)
+	}
+	// The heading each section the report writes starts with; River's is absent while
+	// no run has had a Postgres, and a run puts it after the hot swaps.
+	headings := map[string]string{
+		sectionMatrix:    "# Benchmarks\n",
+		sectionColdStart: "## Go guest cold start\n",
+		sectionHotSwap:   "## Hot swap\n",
+		sectionHTTP:      "## Outbound HTTP: one GET a job\n",
+	}
+	var hand []string
+	marked := map[string]bool{}
+	for _, s := range segs {
+		if s.name == "" {
+			hand = append(hand, s.text)
+			for name, h := range headings {
+				if strings.HasPrefix(s.text, h) || strings.Contains(s.text, "\n"+h) {
+					t.Errorf("BENCHMARKS.md has %q outside its %s markers", strings.TrimSpace(h), openMarker(name))
+				}
+			}
+			continue
+		}
+		marked[s.name] = true
+		if h, ok := headings[s.name]; ok && !strings.HasPrefix(s.text, h) {
+			t.Errorf("BENCHMARKS.md's section %q starts %q, not with %q", s.name, strings.SplitN(s.text, "\n", 2)[0], strings.TrimSpace(h))
+		}
+	}
+	for name := range headings {
+		if !marked[name] {
+			t.Errorf("BENCHMARKS.md has no %s: a run would add a second %q", openMarker(name), strings.TrimSpace(headings[name]))
+		}
+	}
+
+	sections := map[string]string{}
+	for _, name := range sectionOrder() {
+		sections[name] = "## " + name + ", generated\n\nnew figures\n"
+	}
+	out, err := spliceSections(doc, sectionOrder(), sections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var byHand []string
+	for _, line := range strings.Split(doc, "\n") {
+		if strings.HasPrefix(line, "## ") && (strings.Contains(line, "measured by hand") || strings.Contains(line, "a separate run")) {
+			byHand = append(byHand, line)
+		}
+	}
+	if len(byHand) < 5 {
+		t.Fatalf("BENCHMARKS.md has %d headings measured by hand, want at least 5: %q", len(byHand), byHand)
+	}
+	for _, h := range byHand {
+		if strings.Count(out, "\n"+h+"\n") != 1 {
+			t.Errorf("after a splice, %q is not there once", h)
+		}
+	}
+	for _, text := range hand {
+		if !strings.Contains(out, text) {
+			t.Errorf("after a splice, the hand-written text starting %q is not there whole", strings.SplitN(strings.TrimSpace(text), "\n", 2)[0])
+		}
+	}
+	for _, name := range sectionOrder() {
+		if !strings.Contains(out, block(name, sections[name])) {
+			t.Errorf("after a splice, the section %q is not its new one", name)
+		}
 	}
 }
