@@ -49,7 +49,7 @@ build: ## build the wasmjobs command into bin/
 cover: ## coverage per package
 	$(GO) test -count=1 -cover ./...
 
-bench: guests build ## run the benchmark matrix, each row its own bin/wasmjobs process, and write BENCHMARKS.md (RabbitMQ rows need WASMJOBS_AMQP_URL; River rows WASMJOBS_PG_URL or a local postgresql)
+bench: guests build ## run the benchmark matrix, each row its own bin/wasmjobs process, and replace its generated sections of BENCHMARKS.md in place, keeping the ones measured by hand (RabbitMQ rows need WASMJOBS_AMQP_URL; River rows WASMJOBS_PG_URL or a local postgresql)
 	$(GO) run ./internal/tools/bench/report -bin bin/wasmjobs BENCHMARKS.md
 
 bench-http: guests build ## the outbound HTTP rows alone (one GET a job to a server answering after 50 ms, concurrency 256 and 1,000, each SDK, native, River): replaces their section of BENCHMARKS.md

@@ -105,8 +105,8 @@ func httpSection(ctx context.Context, bin string, guests []httpGuest, jobs int) 
 // concurrency.
 func formatHTTPSection(rows []httpRow, jobs int, load0, load1, riverNote string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%s\n## Outbound HTTP: one GET a job\n\nWritten by `make bench-http` (internal/tools/bench/report -http) on %s, on %d cores (%s); load average %s before, %s after. ",
-		httpMarker, time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpuModel(), load0, load1)
+	fmt.Fprintf(&b, "## Outbound HTTP: one GET a job\n\nWritten by `make bench-http` (internal/tools/bench/report -http) on %s, on %d cores (%s); load average %s before, %s after. ",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), cpuModel(), load0, load1)
 	fmt.Fprintf(&b, "Each row is %d jobs, each one GET to a loopback server (in the row's process) that answers after %v, on the durable default (Pebble, a temporary data directory), every job inserted before the worker starts and the work alone timed (River's `-n` shape). ", jobs, httpDelay)
 	b.WriteString("A module runs the conformance case `http-get:URL` under a grant of loopback: a GET, its status, headers and whole body read through its SDK; the native handler makes the same GET with net/http; River's worker too. Every client keeps as many idle connections as the concurrency. ")
 	b.WriteString("The ideal is concurrency / 50 ms. p50 and p99 run from each job's insert to its settle, so they include the wait behind the whole backlog (not a latency a user sees). Peak RSS is the row's process (Postgres not counted for River); RSS per job is its growth over the run divided by the jobs in flight.\n\n")
@@ -147,49 +147,7 @@ func formatHTTPSection(rows []httpRow, jobs int, load0, load1, riverNote string)
 		fmt.Fprintf(&b, "- %d, %s: `%s`\n", r.concurrency, r.what, r.command)
 	}
 	b.WriteString(riverNote)
-	b.WriteString(httpMarker + "\n")
 	return b.String()
-}
-
-// httpMarker brackets the outbound HTTP section, so that `make bench-http` replaces it
-// in place and `make bench` keeps it.
-const httpMarker = "<!-- outbound-http -->"
-
-// httpSectionBounds returns where doc's outbound HTTP section starts (at the newline
-// before its first marker) and ends (after the newline that follows its second), or
-// ok false when doc has none.
-func httpSectionBounds(doc string) (start, end int, ok bool) {
-	i := strings.Index(doc, "\n"+httpMarker)
-	if i < 0 {
-		return 0, 0, false
-	}
-	rest := i + 1 + len(httpMarker)
-	j := strings.Index(doc[rest:], httpMarker)
-	if j < 0 {
-		return 0, 0, false
-	}
-	end = rest + j + len(httpMarker)
-	if end < len(doc) && doc[end] == '\n' {
-		end++
-	}
-	return i, end, true
-}
-
-// spliceHTTPSection returns doc with its outbound HTTP section replaced by section, or
-// with section appended when it has none.
-func spliceHTTPSection(doc, section string) string {
-	if start, end, ok := httpSectionBounds(doc); ok {
-		return doc[:start] + section + doc[end:]
-	}
-	return strings.TrimRight(doc, "\n") + "\n" + section
-}
-
-// httpSectionOf returns doc's outbound HTTP section, or "" when it has none.
-func httpSectionOf(doc string) string {
-	if start, end, ok := httpSectionBounds(doc); ok {
-		return doc[start:end]
-	}
-	return ""
 }
 
 // loadAverage is the one-minute load average, as /proc/loadavg gives it.

@@ -1,7 +1,9 @@
-// Command report runs the benchmark matrix of `make bench` and writes BENCHMARKS.md from
-// scratch: every figure in it comes from this run. Each row is a `wasmjobs bench --json`
-// child process of its own, so that its peak RSS is its own. It expects `make guests`
-// to have built the guest modules, and measures RabbitMQ when WASMJOBS_AMQP_URL is set.
+// Command report runs the benchmark matrix of `make bench` and writes its sections of
+// BENCHMARKS.md in place: each one between its own pair of generated-section markers,
+// every figure in it from this run, and the rest of the file (the sections measured by
+// hand) kept as it was. Each row is a `wasmjobs bench --json` child process of its own,
+// so that its peak RSS is its own. It expects `make guests` to have built the guest
+// modules, and measures RabbitMQ when WASMJOBS_AMQP_URL is set.
 package main
 
 import (
@@ -117,6 +119,10 @@ func main() {
 	if err := os.Chdir(filepath.Join(abitest.Dir(), "..")); err != nil {
 		log.Fatal(err)
 	}
+	// A file whose markers are wrong fails now, not after the whole matrix has run.
+	if _, err := readSections(out); err != nil {
+		log.Fatal(err)
+	}
 	if *httpOnly {
 		n := 100_000
 		if *jobs > 0 {
@@ -129,11 +135,7 @@ func main() {
 			{"Go guest (SDK, net/http)", rel(guest("go-conformance"))},
 			{"TypeScript guest (fetch)", rel(guest("typescript-conformance"))},
 		}, n)
-		old, err := os.ReadFile(out)
-		if err != nil && !os.IsNotExist(err) {
-			log.Fatal(err)
-		}
-		if err := os.WriteFile(out, []byte(spliceHTTPSection(string(old), section)), 0o644); err != nil {
+		if err := writeSections(out, map[string]string{sectionHTTP: section}); err != nil {
 			log.Fatal(err)
 		}
 		log.Printf("wrote the outbound HTTP section of %s", out)
@@ -194,10 +196,26 @@ func main() {
 		log.Fatalf("hot swaps: %v", err)
 	}
 
+	// The outbound HTTP section is make bench-http's: this run leaves it as it is.
+	sections := map[string]string{
+		sectionMatrix:    matrixSection(rows, url, *jobs),
+		sectionColdStart: coldStartSection(fileMB(guest("go-conformance")), cold, warm),
+		sectionHotSwap:   swapSection(swaps),
+		sectionRiver:     riverSection(ctx, riverShapes()),
+	}
+	if err := writeSections(out, sections); err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("wrote %s", out)
+}
+
+// matrixSection is the file's title and intro, the matrix's table of rows and their
+// commands, and a note when the RabbitMQ rows could not run (url empty).
+func matrixSection(rows []row, url string, jobs int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `make bench` (internal/tools/bench/report) on %s; every figure below comes from that run.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	if *jobs > 0 {
-		fmt.Fprintf(&b, "**A quick check, not a measurement: every row ran %d jobs (`-jobs %d`).**\n\n", *jobs, *jobs)
+	fmt.Fprintf(&b, "# Benchmarks\n\nThe sections between `<!-- generated:NAME -->` markers are written by `make bench` (internal/tools/bench/report) on %s, every figure in them from that run (the outbound HTTP one by `make bench-http`); a run replaces them in place and keeps the rest, the sections measured by hand, as they are.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+	if jobs > 0 {
+		fmt.Fprintf(&b, "**A quick check, not a measurement: every row ran %d jobs (`-jobs %d`).**\n\n", jobs, jobs)
 	}
 	fmt.Fprintf(&b, "Machine: %d cores (%s), %s, %s/%s. Times on it are noisy: compare ratios from one run.\n\n", runtime.NumCPU(), cpuModel(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	b.WriteString("Each row is its own `wasmjobs bench` process (the command below), so its peak RSS is its own: the resident high-water mark of the row's run, before any baseline runs. ")
@@ -217,21 +235,19 @@ func main() {
 	for _, r := range rows {
 		fmt.Fprintf(&b, "- %s: `%s`\n", r.what, r.command(url))
 	}
-	fmt.Fprintf(&b, "\n## Go guest cold start\n\nThe Go conformance module (%.1f MB), compiled and initialised by a new engine, as a restarted host would (median of 5):\n\n", fileMB(guest("go-conformance")))
-	fmt.Fprintf(&b, "| cache | ready in |\n|---|---|\n| none | %v |\n| warm on-disk compilation cache | %v |\n", cold.Round(time.Millisecond), warm.Round(time.Millisecond))
-	b.WriteString(swapSection(swaps))
-	b.WriteString(riverSection(ctx, riverShapes()))
-	// The outbound HTTP rows are make bench-http's: keep the section the file has.
-	if old, err := os.ReadFile(out); err == nil {
-		b.WriteString(httpSectionOf(string(old)))
-	}
 	if url == "" {
 		b.WriteString("\nRabbitMQ rows are missing: WASMJOBS_AMQP_URL was not set (`export WASMJOBS_AMQP_URL=$(scripts/rabbitmq.sh start)`).\n")
 	}
-	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
-		log.Fatal(err)
-	}
-	log.Printf("wrote %s", out)
+	return b.String()
+}
+
+// coldStartSection gives the Go module's (of mb MB) time to ready, without a cache and
+// with a warm one.
+func coldStartSection(mb float64, cold, warm time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Go guest cold start\n\nThe Go conformance module (%.1f MB), compiled and initialised by a new engine, as a restarted host would (median of 5):\n\n", mb)
+	fmt.Fprintf(&b, "| cache | ready in |\n|---|---|\n| none | %v |\n| warm on-disk compilation cache | %v |\n", cold.Round(time.Millisecond), warm.Round(time.Millisecond))
+	return b.String()
 }
 
 // swapSection describes the hot swaps: the total and each part, by percentile.
