@@ -115,8 +115,8 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	batch.Delete(key, nil)
 	apply := func() {}
 	if owned { // else a job with this id is held already: the dead letter just goes
-		apply = b.stage(batch, q, env, 0, false)
-		// The fresh record keeps the earlier runs' attempts: the job's page lists them.
+		apply = b.stageAt(batch, q, env, 0, false, 0, false)
+		// The new record keeps the earlier runs' attempts: the job's page lists them.
 		b.stageRecordAttempts(batch, env, 0, false, b.priorAttempts(env.ID))
 	}
 	return b.commit(ctx, batch, pebbledb.Sync, "replay", queue, func() {

@@ -21,6 +21,8 @@ type delayed struct {
 	// (see item), which it holds while it waits.
 	ckey string
 	line uint64
+	// fresh: the job's record holds no attempts yet (see item).
+	fresh bool
 }
 
 type delayHeap []*delayed
@@ -130,7 +132,7 @@ func (x *delayIndex) fire() {
 		seq := b.seq.Add(1)
 		batch.Delete(dl.key, nil)
 		batch.Set(readyKey(dl.q.name, dl.priority, seq), value, nil)
-		items = append(items, &item{seq: seq, priority: dl.priority, id: dl.id, ckey: dl.ckey, line: dl.line})
+		items = append(items, &item{seq: seq, priority: dl.priority, id: dl.id, ckey: dl.ckey, line: dl.line, fresh: dl.fresh})
 	}
 	// A release lost in a crash is released again after the restart: no fsync of its own.
 	if err := b.apply(batch, pebbledb.NoSync); err != nil {

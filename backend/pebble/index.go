@@ -45,6 +45,13 @@ type item struct {
 	redelivered bool
 	ckey        string
 	line        uint64
+	// fresh says that the job's record holds no attempt yet (a publish wrote it), so
+	// that its first settle need not read the record back to append to its attempts.
+	fresh bool
+	// value is the job's stored value, kept in memory from its publish to its first
+	// delivery while the backend's budget for them allows (hotValues); nil otherwise,
+	// when the delivery reads it from the store.
+	value []byte
 }
 
 func (q *queue) key(it *item) []byte { return readyKey(q.name, it.priority, it.seq) }

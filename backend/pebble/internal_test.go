@@ -63,8 +63,14 @@ func TestUnreadableJobIsNotHandedOut(t *testing.T) {
 	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "j1", Queue: "q", Payload: []byte("x")}, 0))
 	q, _ := b.queues.Lookup("q")
 	key := q.keyOf("j1")
-	// The read fails: here the key is gone underneath the index.
+	// The read fails: here the key is gone underneath the index, and the value its
+	// publish kept in memory is forgotten, as past the budget for them.
 	rig.Must(t, b.db.Delete(key, pebbledb.Sync))
+	q.Lock()
+	for it := range q.All() {
+		b.hot.take(it)
+	}
+	q.Unlock()
 	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q"})
 	rig.Must(t, err)
 	for d := range s.Deliveries() {
@@ -579,4 +585,44 @@ func oneRecordedJob(t *testing.T, settle func(b *Backend, next func() backend.De
 	settle(b, func() backend.Delivery { return <-s.Deliveries() })
 	s.Drop()
 	return b
+}
+
+// A ready job's value is kept in memory from its publish to its delivery while the
+// budget allows; past it the delivery reads the value from the store, and either way
+// the job comes out whole and the budget's count goes back to zero.
+func TestHotValuesStayWithinTheirBudget(t *testing.T) {
+	t.Parallel()
+	var h hotValues
+	if h.keep(make([]byte, maxHotBytes+1)) != nil || h.bytes.Load() != 0 {
+		t.Fatalf("a value past the whole budget was kept (%d bytes counted)", h.bytes.Load())
+	}
+	it := &item{value: h.keep(make([]byte, maxHotBytes-10))}
+	if it.value == nil || h.keep(make([]byte, 11)) != nil {
+		t.Fatal("the budget did not fill, or overflowed")
+	}
+	if v := h.take(it); len(v) != maxHotBytes-10 || it.value != nil || h.bytes.Load() != 0 || h.take(it) != nil {
+		t.Fatalf("take: %d bytes, %d still counted", len(v), h.bytes.Load())
+	}
+
+	ctx := context.Background()
+	b := openMem(t, nil, Config{})
+	rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "kept", Queue: "q", Payload: []byte("a")}, 0))
+	b.hot.bytes.Add(maxHotBytes) // the budget is full now
+	rig.Must(t, b.Publish(ctx, backend.Envelope{ID: "read", Queue: "q", Payload: []byte("b")}, 0))
+	b.hot.bytes.Add(-maxHotBytes)
+	s, err := b.Consume(ctx, backend.QueueConfig{Name: "q", Prefetch: 2})
+	rig.Must(t, err)
+	for _, want := range []string{"kept", "read"} {
+		d := <-s.Deliveries()
+		env, err := d.Envelope()
+		if err != nil || env.ID != want || string(env.Payload) != map[string]string{"kept": "a", "read": "b"}[want] {
+			t.Fatalf("delivery %s: %+v, %v", want, env, err)
+		}
+		rig.Must(t, d.Ack(ctx))
+	}
+	if n := b.hot.bytes.Load(); n != 0 {
+		t.Errorf("%d bytes still counted after both deliveries", n)
+	}
+	s.Drop()
 }

@@ -290,6 +290,7 @@ func (b *Backend) removeWaitingAs(ctx context.Context, rec backend.JobRecord, de
 	}
 	// A retry without a delay is ready at once: look in both indexes.
 	if it := q.take(rec.ID); it != nil {
+		b.hot.take(it) // it leaves the index; put back, it reads its value from the store
 		batch.Delete(q.key(it), nil)
 		endedDone, endedUndo = b.stageEnded(batch, resultOf(rec.ID, q.name, backend.JobCancelled, reason, nil, false))
 		return b.commit(ctx, batch, pebbledb.Sync, "cancel job", q.name, done, func() { endedUndo(); q.Push(it) })

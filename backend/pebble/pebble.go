@@ -124,6 +124,7 @@ type Backend struct {
 	db          *pebbledb.DB
 	lock        *pebbledb.Lock
 	seq         atomic.Uint64
+	hot         hotValues // ready jobs' values kept in memory until delivered
 	recovered   Recovered
 	space       *spaceGuard
 	records     recordConfig

@@ -318,7 +318,11 @@ func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state ba
 		calls, dropped = nil, dropped+len(calls)
 	}
 	rec.Calls, rec.CallsDropped, rec.TraceID = nil, 0, "" // kept with the attempt only
-	rec.Attempts = append(b.priorAttempts(env.ID), backend.AttemptRecord{
+	var prior []backend.AttemptRecord
+	if !d.it.fresh {
+		prior = b.priorAttempts(env.ID)
+	}
+	rec.Attempts = append(prior, backend.AttemptRecord{
 		Attempt: rec.Attempt, State: state, Reason: reason, Module: rec.Module, Version: rec.ModuleVersion,
 		Role: rec.ModuleRole, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt, Calls: calls, CallsDropped: dropped,
 		TraceID: traceID,

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/internal/stream"
@@ -48,7 +49,12 @@ func (b *Backend) deliver(q *queue, c *stream.Claim[*item]) (backend.Delivery, e
 	d := &delivery{b: b, q: q, c: c, it: it, redelivered: it.redelivered}
 	// Nobody else touches a claimed job's key, so it is read outside the lock.
 	d.key = q.key(it)
-	raw, err := b.get(d.key)
+	// Kept since its publish, the value goes to this delivery: should the stream end
+	// before the settle, the next delivery reads it from the store.
+	raw, err := b.hot.take(it), error(nil)
+	if raw == nil {
+		raw, err = b.get(d.key)
+	}
 	if err != nil {
 		// The index holds a job the store cannot give: the store is damaged or the
 		// engine is failing. Handing the job out without its value would let the
@@ -105,4 +111,35 @@ func (d *delivery) Envelope() (backend.Envelope, error) {
 	env := d.env.Clone()
 	env.Redelivered = d.redelivered
 	return env, d.decodeErr
+}
+
+// hotValues bounds the bytes of the ready jobs' values kept in memory (item.value):
+// a job delivered soon after its publish, as most are, is then not read back from the
+// store, which for a backlog flushed from the memtable means a table read and a block
+// decoded per job.
+type hotValues struct {
+	bytes atomic.Int64
+}
+
+// maxHotBytes is hotValues' budget: past it, new jobs' values are read at delivery.
+const maxHotBytes = 32 << 20
+
+// keep returns v if the budget has room for it (counted until take), else nil.
+func (h *hotValues) keep(v []byte) []byte {
+	if h.bytes.Add(int64(len(v))) > maxHotBytes {
+		h.bytes.Add(-int64(len(v)))
+		return nil
+	}
+	return v
+}
+
+// take returns the value it keeps, if any, and frees its room: the item is being
+// delivered or leaves the index.
+func (h *hotValues) take(it *item) []byte {
+	v := it.value
+	if v != nil {
+		it.value = nil
+		h.bytes.Add(-int64(len(v)))
+	}
+	return v
 }

@@ -561,7 +561,7 @@ func (b *Backend) releaseNow(ctx context.Context, w *waiter) error {
 		env.Round++
 	}
 	batch.Delete(waitingKey(w.id), nil)
-	applyJob := b.stageAt(batch, q, env, meta.delay, false, 0)
+	applyJob := b.stageAt(batch, q, env, meta.delay, false, 0, false)
 	state := backend.JobPending
 	if meta.delay > 0 {
 		state = backend.JobDelayed
@@ -834,7 +834,7 @@ func (b *Backend) stageDecided(batch *pebbledb.Batch, ws []*waiter) (apply, undo
 			if err != nil {
 				return nil, nil, err
 			}
-			applyJob := b.stageAt(batch, q, w.env, w.meta.delay, false, 0)
+			applyJob := b.stageAt(batch, q, w.env, w.meta.delay, false, 0, false)
 			state := backend.JobPending
 			if w.meta.delay > 0 {
 				state = backend.JobDelayed

@@ -160,15 +160,17 @@ func (b *Backend) stagePublications(ctx context.Context, batch *pebbledb.Batch, 
 	return apply, undo, ids, nil
 }
 
-// stage adds env to batch as a fresh ready or delayed job of q and returns what to do
-// to the in-memory index once the batch is committed.
+// stage adds env to batch as a new ready or delayed job of q, whose record the same
+// batch writes without attempts (stageRecord), and returns what to do to the in-memory
+// index once the batch is committed.
 func (b *Backend) stage(batch *pebbledb.Batch, q *queue, env backend.Envelope, delay time.Duration, deferred bool) func() {
-	return b.stageAt(batch, q, env, delay, deferred, 0)
+	return b.stageAt(batch, q, env, delay, deferred, 0, true)
 }
 
 // stageAt is stage for a job whose place in its key's line is line: that of the job
-// it republishes, or zero for a fresh job, whose place is its sequence.
-func (b *Backend) stageAt(batch *pebbledb.Batch, q *queue, env backend.Envelope, delay time.Duration, deferred bool, line uint64) func() {
+// it republishes, or zero for a new one, whose place is its sequence; fresh says that
+// its record holds no attempts (see item).
+func (b *Backend) stageAt(batch *pebbledb.Batch, q *queue, env backend.Envelope, delay time.Duration, deferred bool, line uint64, fresh bool) func() {
 	seq := b.seq.Add(1)
 	if line == 0 {
 		line = seq
@@ -178,13 +180,16 @@ func (b *Backend) stageAt(batch *pebbledb.Batch, q *queue, env backend.Envelope,
 	delay = backend.RoundUp(delay, b.granularity)
 	if delay <= 0 {
 		batch.Set(readyKey(q.name, priority, seq), value, nil)
-		it := &item{seq: seq, priority: priority, id: env.ID, ckey: env.Key, line: line}
-		return func() { q.Push(it) }
+		it := &item{seq: seq, priority: priority, id: env.ID, ckey: env.Key, line: line, fresh: fresh}
+		return func() {
+			it.value = b.hot.keep(value)
+			q.Push(it)
+		}
 	}
 	due := time.Now().Add(delay)
 	key := delayedKey(due, seq, deferred, priority, q.name)
 	batch.Set(key, value, nil)
-	dl := &delayed{due: due, key: key, q: q, id: env.ID, priority: priority, deferred: deferred, ckey: env.Key, line: line}
+	dl := &delayed{due: due, key: key, q: q, id: env.ID, priority: priority, deferred: deferred, ckey: env.Key, line: line, fresh: fresh}
 	return func() { b.delays.add(dl) }
 }
 
@@ -433,7 +438,7 @@ func (d *delivery) republish(ctx context.Context, op string, next backend.Envelo
 		if moved {
 			line = 0
 		}
-		apply := b.stageAt(batch, q, next, delay, deferred, line)
+		apply := b.stageAt(batch, q, next, delay, deferred, line, false)
 		state := backend.JobRetrying
 		if deferred {
 			state = backend.JobDeferred

@@ -60,6 +60,11 @@ type Config struct {
 	// that stalls (a slow fsync) delays the jobs behind it, and that delay is part of
 	// their latency (no coordinated omission).
 	Rate float64
+	// PublishBatch, when positive, publishes the jobs in batches of this many through
+	// the backend's batch path (backend.BatchPublisher), one batch after another from
+	// a single publisher, as River's bench inserts with InsertMany; zero publishes one
+	// job a call from several publishers. Not with Rate.
+	PublishBatch int
 
 	// HTTPDelay, when positive, makes every job one GET to a loopback server the run
 	// starts, which answers 200 after HTTPDelay. A module is loaded with a grant of that
@@ -87,7 +92,12 @@ type Result struct {
 	P50Ms      float64 `json:"p50_ms"`
 	P90Ms      float64 `json:"p90_ms"`
 	P99Ms      float64 `json:"p99_ms"`
-	CPUSPer1k  float64 `json:"cpu_s_per_1k"`
+	// PublishP50Ms and PublishP99Ms are how long a publish call took to return (a
+	// durable backend's: until the job is on disk), per call: per batch with
+	// PublishBatch.
+	PublishP50Ms float64 `json:"publish_p50_ms"`
+	PublishP99Ms float64 `json:"publish_p99_ms"`
+	CPUSPer1k    float64 `json:"cpu_s_per_1k"`
 	// PeakRSSMB is the peak resident set of this run: the process's high-water mark,
 	// reset to the current resident set when the run starts (Linux's
 	// /proc/self/clear_refs), so it is this run's peak and not the process's peak so
@@ -305,7 +315,38 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var pubErr error
 	var pubOnce sync.Once
 	next := atomic.Int64{}
-	for range cfg.publishers() {
+	var pubMu sync.Mutex
+	var pubTimes []time.Duration // each publish call's
+	timed := func(t0 time.Time) {
+		d := time.Since(t0)
+		pubMu.Lock()
+		pubTimes = append(pubTimes, d)
+		pubMu.Unlock()
+	}
+	publishers := cfg.publishers()
+	if cfg.PublishBatch > 0 {
+		bp, ok := b.(backend.BatchPublisher)
+		if !ok {
+			return Result{}, fmt.Errorf("--publish-batch: the %s backend has no batch publish", cfg.Backend)
+		}
+		publishers = 0
+		wg.Go(func() {
+			for sent := 0; sent < cfg.Jobs; {
+				pubs := make([]backend.Publication, min(cfg.PublishBatch, cfg.Jobs-sent))
+				for i := range pubs {
+					pubs[i].Envelope = backend.NewEnvelope(queue, payload)
+				}
+				t0 := time.Now()
+				if err := bp.PublishBatch(ctx, pubs); err != nil {
+					pubOnce.Do(func() { pubErr = err })
+					return
+				}
+				timed(t0)
+				sent += len(pubs)
+			}
+		})
+	}
+	for range publishers {
 		wg.Go(func() {
 			for {
 				n := next.Add(1)
@@ -328,7 +369,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 						trace.WithAttributes(append(telemetry.Messaging(telemetry.OpSend, "send", queue), telemetry.MessageID(env.ID))...))
 					env.Headers = telemetry.Inject(sctx, env.Headers)
 				}
+				t0 := time.Now()
 				err := b.Publish(ctx, env, 0)
+				timed(t0)
 				if span != nil {
 					span.End()
 				}
@@ -373,22 +416,31 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	peak := peakRSSMB()
 	slices.Sort(latencies)
-	pct := func(p float64) float64 {
-		return float64(latencies[min(len(latencies)-1, int(p*float64(len(latencies))))].Microseconds()) / 1000
-	}
+	pct := func(p float64) float64 { return percentileMs(latencies, p) }
+	slices.Sort(pubTimes)
 	return Result{
-		Jobs:        cfg.Jobs,
-		Seconds:     elapsed.Seconds(),
-		JobsPerSec:  float64(cfg.Jobs) / elapsed.Seconds(),
-		P50Ms:       pct(0.50),
-		P90Ms:       pct(0.90),
-		P99Ms:       pct(0.99),
-		CPUSPer1k:   cpu / float64(cfg.Jobs) * 1000,
-		PeakRSSMB:   peak,
-		PeakRSSOwn:  own,
-		RSSPerJobKB: max(0, peak-rss0) * 1024 / float64(cfg.Concurrency),
-		Spans:       spans, DroppedSpans: dropped,
+		Jobs:         cfg.Jobs,
+		Seconds:      elapsed.Seconds(),
+		JobsPerSec:   float64(cfg.Jobs) / elapsed.Seconds(),
+		P50Ms:        pct(0.50),
+		P90Ms:        pct(0.90),
+		P99Ms:        pct(0.99),
+		PublishP50Ms: percentileMs(pubTimes, 0.50),
+		PublishP99Ms: percentileMs(pubTimes, 0.99),
+		CPUSPer1k:    cpu / float64(cfg.Jobs) * 1000,
+		PeakRSSMB:    peak,
+		PeakRSSOwn:   own,
+		RSSPerJobKB:  max(0, peak-rss0) * 1024 / float64(cfg.Concurrency),
+		Spans:        spans, DroppedSpans: dropped,
 	}, nil
+}
+
+// percentileMs is the p-th percentile of sorted, in milliseconds; 0 when it is empty.
+func percentileMs(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return float64(sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]) / float64(time.Millisecond)
 }
 
 func cpuSeconds() float64 {

@@ -29,13 +29,14 @@ func TestRunMeasuresEveryJob(t *testing.T) {
 		{Jobs: 500, Module: ack, Backend: "pebble", DataDir: t.TempDir()},
 		{Jobs: 500, Backend: "pebble", InsertFirst: true},
 		{Jobs: 200, Backend: "pebble", Rate: 2000},
+		{Jobs: 1000, Backend: "pebble", PublishBatch: 300},
 	} {
 		res, err := Run(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Jobs != cfg.Jobs || res.JobsPerSec <= 0 || res.Seconds <= 0 || res.P50Ms > res.P90Ms || res.P90Ms > res.P99Ms ||
-			res.CPUSPer1k <= 0 || res.Baseline != nil {
+			res.CPUSPer1k <= 0 || res.Baseline != nil || res.PublishP50Ms <= 0 || res.PublishP50Ms > res.PublishP99Ms {
 			t.Fatalf("%+v: %+v", cfg, res)
 		}
 		res.Compare("native", res.JobsPerSec*2)
