@@ -626,3 +626,32 @@ func TestHotValuesStayWithinTheirBudget(t *testing.T) {
 	}
 	s.Drop()
 }
+
+// The memtable is DefaultMemTableSize unless Config says otherwise: 6 MiB of jobs
+// stay in memory at the default and are flushed to a table under Pebble's own 4 MiB.
+func TestMemTableSize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, c := range []struct {
+		size    int64
+		flushed bool
+	}{{0, false}, {4 << 20, true}} {
+		b := openMem(t, nil, Config{MemTableSize: c.size})
+		rig.Must(t, b.Declare(ctx, backend.QueueConfig{Name: "q"}))
+		for range 10 {
+			pubs := make([]backend.Publication, 500)
+			for i := range pubs {
+				pubs[i].Envelope = backend.NewEnvelope("q", make([]byte, 1000))
+			}
+			rig.Must(t, b.PublishBatch(ctx, pubs))
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for c.flushed && b.db.Metrics().Flush.Count == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := b.db.Metrics().Flush.Count > 0; got != c.flushed {
+			t.Errorf("MemTableSize %d: flushed %v, want %v", c.size, got, c.flushed)
+		}
+		rig.Close(t, b)
+	}
+}
