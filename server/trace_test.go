@@ -162,6 +162,20 @@ func TestReplayLinksToTheReplayingRequest(t *testing.T) {
 	if l := procs[2].Links; len(l) != 1 || l[0].SpanContext.SpanID() != send.SpanContext.SpanID() {
 		t.Errorf("the run replayed without a trace links to %+v; want the enqueue's send span %s alone", l, send.SpanContext.SpanID())
 	}
+	// A dead job retried from its page (POST /v1/jobs/{id}/retry) is replayed too.
+	h.WaitState(res.ID, "dead")
+	if status, body := post(t, h.URL()+"/v1/jobs/"+res.ID+"/retry", "00-"+replayTrace+"-"+callerSpan+"-01", ""); status >= 300 {
+		t.Fatalf("retry: %d %s", status, body)
+	}
+	procs = spansNamed(t, exp, "process work", 4)
+	slices.SortFunc(procs, func(a, b tracetest.SpanStub) int { return a.StartTime.Compare(b.StartTime) })
+	links = map[string]string{}
+	for _, l := range procs[3].Links {
+		links[l.SpanContext.SpanID().String()] = l.SpanContext.TraceID().String()
+	}
+	if links[callerSpan] != replayTrace || len(links) != 2 {
+		t.Errorf("the run retried from the job's page links to %v; want the enqueue's send span and the retrying request's %s", links, callerSpan)
+	}
 }
 
 // A client cannot set the reserved headers the trace context travels in.

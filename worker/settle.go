@@ -445,10 +445,22 @@ func (w *Worker) childPublications(job *Job, children []Child) []backend.Publica
 
 // publishChildren publishes a job's children one by one, each confirmed by the backend:
 // the path for backends without an atomic ack.
+// Each child's send span ends with its own publish: those published before a failure
+// were sent, whatever becomes of the parent.
 func (w *Worker) publishChildren(ctx context.Context, job *Job, children []Child) error {
-	for i, p := range w.childPublications(job, children) {
+	pubs := w.childPublications(job, children)
+	sends := job.sends
+	job.sends = nil
+	for i, p := range pubs {
 		if err := w.b.Publish(ctx, p.Envelope, p.Delay); err != nil {
-			return fmt.Errorf("publishing child job %d of %d to queue %q: %w", i+1, len(children), p.Envelope.Queue, err)
+			err = fmt.Errorf("publishing child job %d of %d to queue %q: %w", i+1, len(children), p.Envelope.Queue, err)
+			if i < len(sends) {
+				job.sends = sends[i:] // this one and the rest: endSends gives them err
+			}
+			return err
+		}
+		if i < len(sends) {
+			sends[i].End()
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -66,7 +67,7 @@ func TestTraceFollowsTheJob(t *testing.T) {
 				sent := r.publish("q", "p", func(e *backend.Envelope) {
 					e.Headers = telemetry.Inject(trace.ContextWithSpanContext(context.Background(), caller), e.Headers)
 				})
-				for r.eventsOf(worker.EventSettled) < 4 {
+				for i := 0; r.eventsOf(worker.EventSettled) < 4 && i < 100000; i++ {
 					time.Sleep(time.Millisecond)
 				}
 				synctest.Wait()
@@ -164,40 +165,55 @@ func TestTraceOffMakesNoSpan(t *testing.T) {
 
 // A child's send span ends when the child is published, or not: a child to a queue
 // that does not exist fails its parent's settle, and its send span ends with that
-// error; the retried parent's child is sent, and its span ends without one.
+// error. The child staged before it is an error too where the settle is atomic (it
+// was not published either), and no error where children are published one by one
+// (it was sent). The retried parent's child is sent, and its span ends without one.
 func TestTraceChildSendShowsThePublish(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		tp, exp := spanRecorder(t)
-		var runs runLog
-		h := runs.handler(func(ctx context.Context, j *worker.Job) worker.Result {
-			if j.Attempt == 1 {
-				return worker.Result{Children: []worker.Child{{Queue: "nowhere", Payload: []byte("k")}}}
-			}
-			return worker.Result{Children: []worker.Child{{Queue: "kids", Payload: []byte("k")}}}
+	for _, c := range []struct {
+		name       string
+		wrap       func(backend.Backend) backend.Backend
+		firstError bool // the first attempt's child published before the failing one
+		settles    int
+	}{
+		{"atomic", nil, true, 3},
+		{"one by one", plainDeliveries, false, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tp, exp := spanRecorder(t)
+				var runs runLog
+				h := runs.handler(func(ctx context.Context, j *worker.Job) worker.Result {
+					if j.Attempt == 1 {
+						return worker.Result{Children: []worker.Child{{Queue: "kids", Payload: []byte("k")}, {Queue: "nowhere", Payload: []byte("k")}}}
+					}
+					return worker.Result{Children: []worker.Child{{Queue: "kids", Payload: []byte("k2")}}}
+				})
+				r := newRigOn(t, c.wrap, worker.Config{TracerProvider: tp}, worker.Queue{Name: "q", Handler: h},
+					worker.Queue{Name: "kids", Handler: worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{} })})
+				r.publish("q", "p")
+				for i := 0; r.eventsOf(worker.EventSettled) < c.settles && i < 1_000_000; i++ {
+					time.Sleep(time.Millisecond)
+				}
+				synctest.Wait()
+				var failed, sent []tracetest.SpanStub
+				for _, s := range exp.GetSpans() {
+					switch s.Name {
+					case "send nowhere":
+						failed = append(failed, s)
+					case "send kids":
+						sent = append(sent, s)
+					}
+				}
+				if len(failed) != 1 || failed[0].Status.Code != codes.Error || !strings.Contains(failed[0].Status.Description, "unknown queue") {
+					t.Errorf("the unpublishable child's send spans %+v; want one, its status the publish's error", failed)
+				}
+				slices.SortFunc(sent, func(a, b tracetest.SpanStub) int { return a.StartTime.Compare(b.StartTime) })
+				if len(sent) != 2 || (sent[0].Status.Code == codes.Error) != c.firstError || sent[1].Status.Code == codes.Error {
+					t.Errorf("the other children's send spans %+v; want two, the first an error: %v, the second not", sent, c.firstError)
+				}
+			})
 		})
-		r := newRig(t, worker.Config{TracerProvider: tp}, worker.Queue{Name: "q", Handler: h},
-			worker.Queue{Name: "kids", Handler: worker.HandlerFunc(func(context.Context, *worker.Job) worker.Result { return worker.Result{} })})
-		r.publish("q", "p")
-		for r.eventsOf(worker.EventSettled) < 3 {
-			time.Sleep(time.Millisecond)
-		}
-		synctest.Wait()
-		var failed, sent []tracetest.SpanStub
-		for _, s := range exp.GetSpans() {
-			switch s.Name {
-			case "send nowhere":
-				failed = append(failed, s)
-			case "send kids":
-				sent = append(sent, s)
-			}
-		}
-		if len(failed) != 1 || failed[0].Status.Code != codes.Error || !strings.Contains(failed[0].Status.Description, "unknown queue") {
-			t.Errorf("the unpublishable child's send spans %+v; want one, its status the publish's error", failed)
-		}
-		if len(sent) != 1 || sent[0].Status.Code == codes.Error {
-			t.Errorf("the published child's send spans %+v; want one, not an error", sent)
-		}
-	})
+	}
 }
 
 // A message that cannot be decoded has a process span too, an error saying why, with

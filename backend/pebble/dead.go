@@ -63,7 +63,7 @@ func (b *Backend) scanDead(queue string, fn func(key, value []byte) (bool, error
 	return nil
 }
 
-// ReplayDeadLetter puts the dead letter with job id id back on its queue as a fresh
+// ReplayDeadLetter puts the dead letter with job id id back on its queue as a new
 // job (attempt 1, no reason, no defers, one replay more: backend.Replayed), in one
 // synced batch.
 func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error {

@@ -426,3 +426,59 @@ func TestRecordKeepsEachAttemptsCalls(t *testing.T) {
 		t.Errorf("the attempts' trace ids %q, %q; want trace-1, trace-2", first.TraceID, second.TraceID)
 	}
 }
+
+// A job retried at once and still ready when the store is reopened keeps its first
+// attempt: the settle after the reopen reads the record back and appends to it.
+func TestRecordKeepsTheAttemptsAcrossAReopen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := onMem(pebblebackend.Config{})
+	env := backend.NewEnvelope("jobs", []byte("x"))
+	b, s := jobStream(t, cfg, env)
+	d := (<-s.Deliveries()).(backend.AtomicDelivery)
+	next, err := d.Envelope()
+	rig.Must(t, err)
+	next.Attempt, next.Reason = 2, "try again"
+	rig.Must(t, d.RetryWith(ctx, next, 0, &backend.JobRecord{Module: "mod", ModuleVersion: "v1"}))
+	s.Drop()
+	rig.Close(t, b)
+	b = open(t, cfg)
+	defer rig.Close(t, b)
+	s = rig.Consume(t, b, backend.QueueConfig{Name: "jobs", Prefetch: 1})
+	d = (<-s.Deliveries()).(backend.AtomicDelivery)
+	rig.Must(t, d.AckWith(ctx, nil, &backend.JobRecord{Module: "mod", ModuleVersion: "v2"}))
+	s.Drop()
+	rec, err := b.JobRecord(ctx, env.ID)
+	rig.Must(t, err)
+	if len(rec.Attempts) != 2 || rec.Attempts[0].Version != "v1" || rec.Attempts[1].Version != "v2" {
+		t.Fatalf("the record keeps %+v, want the retried run on v1 and the ack on v2", rec.Attempts)
+	}
+}
+
+// A job that waited for a child and is resumed keeps the attempt of its run before the
+// wait: its settle after the resume reads the record back and appends to it.
+func TestRecordKeepsTheAttemptBeforeAWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	env := backend.NewEnvelope("jobs", []byte("parent"))
+	b, s := jobStream(t, onMem(pebblebackend.Config{}), env)
+	defer rig.Close(t, b)
+	d := (<-s.Deliveries()).(backend.WaitingDelivery)
+	child := backend.NewEnvelope("jobs", []byte("child"))
+	rig.Must(t, d.WaitWith(ctx, []backend.Publication{{Envelope: child}}, backend.Await{IDs: []string{child.ID}}, &backend.JobRecord{Module: "mod", ModuleVersion: "v1"}))
+	c := (<-s.Deliveries()).(backend.AtomicDelivery)
+	rig.Must(t, c.AckWith(ctx, nil, nil))
+	resumed := (<-s.Deliveries()).(backend.AtomicDelivery)
+	got, err := resumed.Envelope()
+	rig.Must(t, err)
+	if got.ID != env.ID || got.Round != 1 {
+		t.Fatalf("after the child's ack, delivered %s at round %d; want the parent, resumed", got.ID, got.Round)
+	}
+	rig.Must(t, resumed.AckWith(ctx, nil, &backend.JobRecord{Module: "mod", ModuleVersion: "v2"}))
+	s.Drop()
+	rec, err := b.JobRecord(ctx, env.ID)
+	rig.Must(t, err)
+	if len(rec.Attempts) != 2 || rec.Attempts[0].Version != "v1" || rec.Attempts[1].Version != "v2" {
+		t.Fatalf("the record keeps %+v, want the run that waited (v1) and the resumed one (v2)", rec.Attempts)
+	}
+}

@@ -48,9 +48,11 @@ type item struct {
 	// fresh says that the job's record holds no attempt yet (a publish wrote it), so
 	// that its first settle need not read the record back to append to its attempts.
 	fresh bool
-	// value is the job's stored value, kept in memory from its publish to its first
-	// delivery while the backend's budget for them allows (hotValues); nil otherwise,
-	// when the delivery reads it from the store.
+	// value is the job's stored value, kept in memory from the write that made it
+	// ready (a publish, a retry, a waiting job's release) to its first delivery while
+	// the backend's budget for them allows (hotValues); nil otherwise (past the
+	// budget, a delayed job come due, a job loaded at Open), when the delivery reads
+	// it from the store.
 	value []byte
 }
 

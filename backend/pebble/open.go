@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -18,9 +17,6 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/internal/stream"
 )
-
-// walMinSyncInterval is Pebble's WALMinSyncInterval (see Open).
-const walMinSyncInterval = 200 * time.Microsecond
 
 // Open opens (or creates) the data directory cfg.Dir, takes its lock and rebuilds the
 // in-memory indexes with one scan. It fails with ErrLocked when the directory is in use,
@@ -91,12 +87,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		Lock:         lock,
 		Cache:        cache,
 		MemTableSize: uint64(cmp.Or(max(cfg.MemTableSize, 0), DefaultMemTableSize)),
-		// Concurrent publishes share a sync; waiting up to this long after the last
-		// one makes their groups bigger under load (a fifth more jobs/s when 64
-		// publishers publish one job a call), and adds nothing to a publish when
-		// syncs are further apart, as at 1,000 jobs/s.
-		WALMinSyncInterval: func() time.Duration { return walMinSyncInterval },
-		Logger:             pebbleLogger{log},
+		Logger:       pebbleLogger{log},
 		EventListener: &pebbledb.EventListener{
 			DataCorruption: func(info pebbledb.DataCorruptionInfo) {
 				b.corruption.Store(&info)

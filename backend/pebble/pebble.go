@@ -104,8 +104,10 @@ type Config struct {
 	// DefaultCacheSize.
 	CacheSize int64
 	// MemTableSize is the size of each memtable in bytes: up to two are held in
-	// memory, and the last one's log is replayed when the directory is opened. Zero
-	// means DefaultMemTableSize.
+	// memory (a third kept for reuse), and the last one's log is replayed when the
+	// directory is opened. Pebble reserves them in the block cache, so CacheSize
+	// should be well above three of them: the defaults leave 16 MiB of its 64 for
+	// blocks. Zero means DefaultMemTableSize.
 	MemTableSize int64
 	// Records configures the job records (see JobRecord).
 	Records RecordConfig

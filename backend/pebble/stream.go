@@ -124,10 +124,11 @@ type hotValues struct {
 // maxHotBytes is hotValues' budget: past it, new jobs' values are read at delivery.
 const maxHotBytes = 32 << 20
 
-// keep returns v if the budget has room for it (counted until take), else nil.
+// keep returns v if the budget has room for it (its capacity, what it holds of
+// memory, counted until take), else nil.
 func (h *hotValues) keep(v []byte) []byte {
-	if h.bytes.Add(int64(len(v))) > maxHotBytes {
-		h.bytes.Add(-int64(len(v)))
+	if h.bytes.Add(int64(cap(v))) > maxHotBytes {
+		h.bytes.Add(-int64(cap(v)))
 		return nil
 	}
 	return v
@@ -139,7 +140,7 @@ func (h *hotValues) take(it *item) []byte {
 	v := it.value
 	if v != nil {
 		it.value = nil
-		h.bytes.Add(-int64(len(v)))
+		h.bytes.Add(-int64(cap(v)))
 	}
 	return v
 }

@@ -91,8 +91,8 @@ job. Any job that does not ack fails the run.`,
 			if cfg.Rate < 0 || (cfg.Rate > 0 && cfg.InsertFirst) {
 				return usagef("--rate: want a positive rate, and not with --insert-first")
 			}
-			if cfg.PublishBatch < 0 || (cfg.PublishBatch > 0 && (cfg.Rate > 0 || cfg.Trace || cfg.HTTPDelay > 0 || isAMQP(cfg.Backend))) {
-				return usagef("--publish-batch: want a positive batch size, on memory or pebble, and not with --rate, --trace or --http-delay")
+			if cfg.PublishBatch < 0 || (cfg.PublishBatch > 0 && (cfg.Rate > 0 || cfg.Trace || cfg.HTTPDelay > 0 || cfg.Backend != "pebble")) {
+				return usagef("--publish-batch: want a positive batch size, on pebble (the backend with a batch publish), and not with --rate, --trace or --http-delay")
 			}
 			if cfg.Jobs < 0 || cfg.Concurrency < 0 || cfg.PayloadSize < 0 {
 				return usagef("--jobs, --concurrency and --payload-size must not be negative")

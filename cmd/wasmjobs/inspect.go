@@ -14,10 +14,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/app/fleet"
 	"github.com/wasmjobs/wasmjobs/internal/app/inspect"
+	"github.com/wasmjobs/wasmjobs/internal/telemetry"
 )
 
 func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
@@ -264,7 +266,9 @@ func newDLQCommand() *cobra.Command {
 				return nil
 			}
 			return rf.via(cmd, func(b *rabbitmq.Backend) error {
-				return replayAll(func(id string) error { return b.ReplayDeadLetter(cmd.Context(), args[0], id) })
+				// Untraced, the replay drops the link an earlier replayer left.
+				ctx := backend.WithReplayHeaders(cmd.Context(), telemetry.InjectReplay(cmd.Context()))
+				return replayAll(func(id string) error { return b.ReplayDeadLetter(ctx, args[0], id) })
 			}, func(c *client) error {
 				return replayAll(func(id string) error {
 					return c.do(cmd.Context(), "POST", "/v1/dead-letters/"+url.PathEscape(id)+"/replay", url.Values{"queue": {args[0]}}, nil, nil)

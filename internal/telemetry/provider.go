@@ -93,9 +93,19 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if endpoint == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
 		return nil, nil
 	}
+	// The resource first: an error there leaves no exporter to shut down.
+	res, err := resource.New(ctx,
+		resource.WithAttributes(semconv.ServiceName("wasmjobs"), semconv.ServiceVersion(cmp.Or(cfg.Version, "dev"))),
+		resource.WithTelemetrySDK(),
+		resource.WithFromEnv(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, last so they win
+	)
+	if err != nil {
+		// The SDK would go on with what it could parse; a setting that is silently
+		// half-applied is worse than a host that says which one is wrong.
+		return nil, fmt.Errorf("telemetry: the resource from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (key=value pairs separated by commas, values percent-encoded): %w", err)
+	}
 	proto := cmp.Or(strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")), strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_PROTOCOL")), "http/protobuf")
 	var exp sdktrace.SpanExporter
-	var err error
 	switch proto {
 	case "grpc":
 		var opts []otlptracegrpc.Option
@@ -123,16 +133,6 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: the OTLP exporter: %w", err)
-	}
-	res, err := resource.New(ctx,
-		resource.WithAttributes(semconv.ServiceName("wasmjobs"), semconv.ServiceVersion(cmp.Or(cfg.Version, "dev"))),
-		resource.WithTelemetrySDK(),
-		resource.WithFromEnv(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, last so they win
-	)
-	if err != nil {
-		// The SDK would go on with what it could parse; a setting that is silently
-		// half-applied is worse than a host that says which one is wrong.
-		return nil, fmt.Errorf("telemetry: the resource from OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES (key=value pairs separated by commas, values percent-encoded): %w", err)
 	}
 	p := &Provider{Protocol: proto, log: cfg.Logger, maxQueue: int64(envInt(getenv, "OTEL_BSP_MAX_QUEUE_SIZE", DefaultMaxQueueSize)),
 		EventLimit: envInt(getenv, "OTEL_SPAN_EVENT_COUNT_LIMIT", DefaultEventLimit)}

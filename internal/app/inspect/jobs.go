@@ -219,7 +219,7 @@ func (in *Inspector) Act(ctx context.Context, id string, a Action) error {
 			}
 		}
 	case ActionRetry:
-		err = c.RetryJobNow(ctx, id)
+		err = c.RetryJobNow(in.replayContext(ctx), id) // a dead job's retry is a replay
 	case ActionDelete:
 		err = c.DeleteJob(ctx, id)
 	}

@@ -249,6 +249,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer cleanup()
 	defer b.Close(context.Background())
+	bp, batches := b.(backend.BatchPublisher)
+	if cfg.PublishBatch > 0 && !batches {
+		return Result{}, fmt.Errorf("publishing in batches: the %s backend has no batch publish (backend.BatchPublisher)", cfg.Backend)
+	}
 	var tr *tracing
 	var tp trace.TracerProvider
 	var tracer trace.Tracer
@@ -299,6 +303,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			close(done)
 		}
 	})})
+	// Stopped once, on every return: an error after the start leaves no worker running.
+	stopWorker := sync.OnceFunc(func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		w.Stop(stopCtx)
+	})
+	defer stopWorker()
 	if err := w.Register(ctx, worker.Queue{Name: queue, Handler: h}); err != nil {
 		return Result{}, err
 	}
@@ -325,10 +336,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	publishers := cfg.publishers()
 	if cfg.PublishBatch > 0 {
-		bp, ok := b.(backend.BatchPublisher)
-		if !ok {
-			return Result{}, fmt.Errorf("--publish-batch: the %s backend has no batch publish", cfg.Backend)
-		}
 		publishers = 0
 		wg.Go(func() {
 			for sent := 0; sent < cfg.Jobs; {
@@ -401,9 +408,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	elapsed := time.Since(start)
 	cpu := cpuSeconds() - cpu0
-	stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	w.Stop(stopCtx)
+	stopWorker()
 	var spans, dropped int64
 	if tr != nil {
 		// Flushed after the timing: what the exporter sends at the end is not the run's.

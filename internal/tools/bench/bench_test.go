@@ -229,3 +229,13 @@ func TestFanInMeasuresBothSides(t *testing.T) {
 		}
 	}
 }
+
+// Publishing in batches needs a backend that has a batch publish: on one without, the
+// run says so before anything starts.
+func TestRunRefusesBatchesWithoutABatchPublish(t *testing.T) {
+	t.Parallel()
+	_, err := Run(context.Background(), Config{Jobs: 10, PublishBatch: 5})
+	if err == nil || !strings.Contains(err.Error(), "no batch publish") {
+		t.Fatalf("err = %v, want one naming the missing batch publish", err)
+	}
+}
