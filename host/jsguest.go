@@ -47,7 +47,7 @@ const (
 	jsOpLog         = 7  // (level, msg)
 	jsOpOutput      = 8  // (string | ArrayBuffer) -> status
 	jsOpEnqueue     = 9  // (queue, string | ArrayBuffer, delayMs, await) -> status
-	jsOpSettle      = 10 // (code, reason, delayMs); code -1: a failure with reason
+	jsOpSettle      = 10 // (code, reason, delayMs); code -1: a failure with reason; () alone: an ack
 	jsOpLoadError   = 11 // (msg): the bundle did not load
 
 	// Outbound HTTP and timers: fetch, AbortSignal and setTimeout.
@@ -937,6 +937,12 @@ func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args [
 		}
 		return vm.number(ctx, float64(s))
 	case jsOpSettle:
+		if len(args) == 1 { // a plain ack: no code, reason or delay to read
+			if !vm.settled {
+				vm.settled, vm.code, st.reason = true, 0, ""
+			}
+			return 0, nil
+		}
 		code, err := vm.argNumber(ctx, arg(1))
 		if err != nil {
 			return 0, err
