@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strings"
 	"sync"
 	"time"
@@ -198,6 +199,15 @@ type jsVM struct {
 	scratch uint32 // 4 bytes of guest memory for out-lengths
 	limit   uint32 // QuickJS's memory limit in bytes
 
+	// boxed says a JSValue is the engine's 64-bit NaN-boxed word, its tag in the high
+	// half (checked at setup on undefined): an int or undefined argument is then read
+	// from guest memory, without the two calls of qjs_is_number and qjs_get_float64.
+	boxed bool
+	// buf is guest memory kept for the bytes of a value passed in (jsBufMax at most):
+	// the engine's constructors copy them, so one buffer serves every value, without a
+	// malloc and a free each.
+	buf, bufCap uint32
+
 	// Per call.
 	deadline    time.Time
 	done        <-chan struct{}
@@ -228,6 +238,16 @@ const jsMaxStack = 512 << 10
 
 // jsMinHeap is the least memory QuickJS may have; a smaller manifest limit is refused.
 const jsMinHeap = 4 << 20
+
+// jsBufMax bounds the guest buffer a VM keeps for values passed in (jsVM.buf); a larger
+// value gets memory of its own for the call.
+const jsBufMax = 64 << 10
+
+// The tags of the engine's NaN-boxed JSValue (quickjs.h) the adapter reads itself.
+const (
+	jsTagInt       = 0
+	jsTagUndefined = 3
+)
 
 // errJSSetupTimeout is a JS VM's setup that passed the job's deadline.
 var errJSSetupTimeout = errors.New("timeout")
@@ -348,6 +368,9 @@ func (vm *jsVM) setup(ctx context.Context, m *Module) error {
 	}
 	if vm.undef, err = vm.call(ctx, "qjs_get_undefined"); err != nil {
 		return err
+	}
+	if w, ok := vm.mem.ReadUint64Le(vm.undef); ok && w == jsTagUndefined<<32 {
+		vm.boxed = true
 	}
 	global, err := vm.call(ctx, "qjs_get_global")
 	if err != nil {
@@ -573,6 +596,12 @@ func (vm *jsVM) callJS(ctx context.Context, name string, params ...uint64) (thre
 	if err != nil {
 		return false, err
 	}
+	if w, ok := vm.mem.ReadUint64Le(res); vm.boxed && ok && w == jsTagUndefined<<32 {
+		// What the prelude's functions return: no exception, and nothing to free but
+		// the result's cell.
+		_, err := vm.call(ctx, "free", uint64(res))
+		return false, err
+	}
 	if exc, err := vm.isException(ctx, res); err != nil || exc {
 		if err == nil {
 			err = vm.uncatchable(ctx)
@@ -646,23 +675,57 @@ func (vm *jsVM) newString(ctx context.Context, fns map[string]api.Function, b []
 }
 
 func (vm *jsVM) newBytes(ctx context.Context, fns map[string]api.Function, ctor string, b []byte) (uint32, error) {
-	res, err := fns["malloc"].Call(ctx, uint64(max(len(b), 1)))
-	if err != nil {
+	p, own, err := vm.bytesIn(ctx, fns, len(b))
+	if err != nil || p == 0 {
 		return 0, err
 	}
-	p := uint32(res[0])
-	if p == 0 || !vm.mem.Write(p, b) {
+	if !vm.mem.Write(p, b) {
 		vm.hostFail = "out of memory passing a value to the handler"
 		return 0, nil
 	}
-	res, err = fns[ctor].Call(ctx, uint64(p), uint64(len(b)))
+	res, err := fns[ctor].Call(ctx, uint64(p), uint64(len(b)))
 	if err != nil {
 		return 0, err
 	}
-	if _, err := fns["free"].Call(ctx, uint64(p)); err != nil {
-		return 0, err
+	if own {
+		if _, err := fns["free"].Call(ctx, uint64(p)); err != nil {
+			return 0, err
+		}
 	}
 	return uint32(res[0]), nil
+}
+
+// bytesIn returns guest memory for n bytes passed in: the VM's buffer, grown (in
+// powers of two, up to jsBufMax) when n passes it, or for a larger n memory of the
+// call's own (own: the caller frees it). p is 0 with vm.hostFail set when the guest's
+// memory is exhausted.
+func (vm *jsVM) bytesIn(ctx context.Context, fns map[string]api.Function, n int) (p uint32, own bool, err error) {
+	if vm.buf != 0 && uint64(n) <= uint64(vm.bufCap) {
+		return vm.buf, false, nil
+	}
+	size := uint64(max(n, 1))
+	own = size > jsBufMax
+	if !own {
+		size = max(256, uint64(1)<<bits.Len64(size-1))
+	}
+	res, err := fns["malloc"].Call(ctx, size)
+	if err != nil {
+		return 0, false, err
+	}
+	if p = uint32(res[0]); p == 0 {
+		vm.hostFail = "out of memory passing a value to the handler"
+		return 0, false, nil
+	}
+	if own {
+		return p, true, nil
+	}
+	if vm.buf != 0 {
+		if _, err := fns["free"].Call(ctx, uint64(vm.buf)); err != nil {
+			return 0, false, err
+		}
+	}
+	vm.buf, vm.bufCap = p, uint32(size)
+	return p, false, nil
 }
 
 func (vm *jsVM) in1(ctx context.Context, name string, params ...uint64) (uint64, error) {
@@ -768,6 +831,16 @@ func (vm *jsVM) argBytesUpTo(ctx context.Context, v uint32, most int64) (b []byt
 
 // argNumber reads a number argument; NaN for any other type.
 func (vm *jsVM) argNumber(ctx context.Context, v uint32) (float64, error) {
+	if vm.boxed {
+		if w, ok := vm.mem.ReadUint64Le(v); ok {
+			switch w >> 32 {
+			case jsTagInt:
+				return float64(int32(uint32(w))), nil
+			case jsTagUndefined:
+				return math.NaN(), nil
+			}
+		}
+	}
 	if is, err := vm.in1(ctx, "qjs_is_number", uint64(v)); err != nil || is == 0 {
 		return math.NaN(), err
 	}
@@ -850,7 +923,11 @@ func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args [
 	case jsOpPayload:
 		return vm.newBytes(ctx, vm.in, "qjs_new_uint8_array", st.payload())
 	case jsOpText:
-		return vm.newString(ctx, vm.in, []byte(strings.ToValidUTF8(string(st.payload()), "\uFFFD")))
+		b := st.payload()
+		if !utf8.Valid(b) {
+			b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
+		}
+		return vm.newString(ctx, vm.in, b)
 	case jsOpMeta:
 		k, err := vm.argNumber(ctx, arg(1))
 		if err != nil || k != math.Trunc(k) || !(k >= 0 && k <= float64(abi.MetaSpanID)) {

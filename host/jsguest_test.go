@@ -404,3 +404,33 @@ func TestJSJobObjectEndsWithItsJob(t *testing.T) {
 		t.Errorf("an earlier job's object acted on the second job: output %q, logs %v", x.Output, x.Logs)
 	}
 }
+
+// TestJSEmptyValuesPassIn: an empty payload, as text and as bytes, is an empty string
+// and an empty Uint8Array in a new VM's first job and after longer values, whether the
+// bundle is small or larger than the buffer a VM keeps for values passed in.
+func TestJSEmptyValuesPassIn(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	const src = `var __wasmjobs_handler = { default: function (job) {
+  job.output(JSON.stringify(job.text) + " " + (job.payload instanceof Uint8Array) + " " + job.payload.length + ";");
+} };`
+	for _, tc := range []struct{ src, iso string }{
+		{src, ""},
+		{src, `isolation = "fresh"`},
+		{src + "\n// " + strings.Repeat("x", 100<<10) + "\n", ""},
+	} {
+		iso := tc.iso
+		m := loadJS(t, e, tc.src, iso)
+		var got strings.Builder
+		for _, p := range []string{"", "abc", ""} {
+			x := run(m, p)
+			if x.Outcome != worker.Ack {
+				t.Fatalf("%q: payload %q: %s %q", iso, p, x.Ending(), x.Reason)
+			}
+			got.Write(x.Output)
+		}
+		if want := `"" true 0;"abc" true 3;"" true 0;`; got.String() != want {
+			t.Errorf("%q: %q, want %q", iso, got.String(), want)
+		}
+	}
+}
