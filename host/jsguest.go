@@ -108,6 +108,14 @@ var jsExports = map[string]funcType{
 	"free":                      {[]api.ValueType{i32}, nil},
 }
 
+// jsBytecodeExports are the engine's exports that compile and load bytecode, with their
+// types: with both, the prelude is parsed once per module (jsVM.prelude); an engine
+// without them has it evaluated from source by each VM.
+var jsBytecodeExports = map[string]funcType{
+	"qjs_compile":       {[]api.ValueType{i32, i32, i32, i32, i32, i32}, []api.ValueType{i32}},
+	"qjs_eval_bytecode": {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
+}
+
 // jsEnvImports are the env functions the engine imports, with their types.
 var jsEnvImports = map[string]funcType{
 	"host_call":                {[]api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i32}},
@@ -181,6 +189,13 @@ func (m *Module) validateJS() error {
 		if !sameTypes(def.ParamTypes(), t.params) || !sameTypes(def.ResultTypes(), t.results) {
 			return fmt.Errorf("export %q has type %s, want %s", name,
 				signature(def.ParamTypes(), def.ResultTypes()), signature(t.params, t.results))
+		}
+	}
+	m.jsBytecode = true
+	for name, t := range jsBytecodeExports {
+		def, ok := fns[name]
+		if !ok || !sameTypes(def.ParamTypes(), t.params) || !sameTypes(def.ResultTypes(), t.results) {
+			m.jsBytecode = false
 		}
 	}
 	return m.checkImportsAndMemory(true)
@@ -261,6 +276,11 @@ func newJSVM(ctx context.Context, inst *instance, m *Module, deadline time.Time)
 	for name := range jsExports {
 		vm.fn[name] = inst.mod.ExportedFunction(name)
 		vm.in[name] = inst.mod.ExportedFunction(name)
+	}
+	if m.jsBytecode {
+		for name := range jsBytecodeExports {
+			vm.fn[name] = inst.mod.ExportedFunction(name)
+		}
 	}
 	inst.st.js = vm
 	// At load, the engine's start and the bundle's evaluation take a few milliseconds,
@@ -394,7 +414,7 @@ func (vm *jsVM) setup(ctx context.Context, m *Module) error {
 	if _, err := vm.call(ctx, "qjs_free_value", uint64(fn)); err != nil {
 		return err
 	}
-	if err := vm.eval(ctx, jsPrelude, "wasmjobs-prelude.js"); err != nil {
+	if err := vm.prelude(ctx, m); err != nil {
 		return err
 	}
 	load, err := vm.global(ctx, global, "__wasmjobs_load")
@@ -451,6 +471,86 @@ func (vm *jsVM) global(ctx context.Context, global uint32, name string) (uint32,
 	}
 	_, err = vm.call(ctx, "free", uint64(c))
 	return v, err
+}
+
+// jsPreludeFile is the prelude's file name in stack traces.
+const jsPreludeFile = "wasmjobs-prelude.js"
+
+// prelude evaluates the host's prelude at global scope, from the bytecode the module's
+// first VM compiled: parsing its source took most of a VM's setup (14 of 21 ms here),
+// which a pooled VM pays every recycle_after jobs and a fresh one every job.
+func (vm *jsVM) prelude(ctx context.Context, m *Module) error {
+	if !m.jsBytecode {
+		return vm.eval(ctx, jsPrelude, jsPreludeFile)
+	}
+	bc := m.jsPrelude.Load()
+	if bc == nil {
+		b, err := vm.compile(ctx, jsPrelude, jsPreludeFile)
+		if err != nil || b == nil {
+			return err
+		}
+		bc = &b
+		m.jsPrelude.Store(bc)
+	}
+	p, own, err := vm.bytesIn(ctx, vm.fn, len(*bc))
+	if err != nil {
+		return err
+	}
+	if p == 0 || !vm.mem.Write(p, *bc) {
+		return &jsSetupError{"loading the JS handler: out of memory"}
+	}
+	res, err := vm.call(ctx, "qjs_eval_bytecode", uint64(p), uint64(len(*bc)))
+	if err != nil {
+		return err
+	}
+	if own {
+		if _, err := vm.call(ctx, "free", uint64(p)); err != nil {
+			return err
+		}
+	}
+	if exc, err := vm.takeException(ctx, res); err != nil {
+		return err
+	} else if exc {
+		return &jsSetupError{"evaluating the host's JS prelude failed"}
+	}
+	return nil
+}
+
+// compile compiles trusted source (the prelude) to the engine's bytecode, as a script.
+func (vm *jsVM) compile(ctx context.Context, src, file string) ([]byte, error) {
+	code, err := vm.cstring(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	fname, err := vm.cstring(ctx, file)
+	if err != nil {
+		return nil, err
+	}
+	p, err := vm.call(ctx, "qjs_compile", uint64(code), uint64(len(src)), uint64(fname), 0, 0, uint64(vm.scratch))
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range []uint32{code, fname} {
+		if _, err := vm.call(ctx, "free", uint64(q)); err != nil {
+			return nil, err
+		}
+	}
+	if p == 0 {
+		if e, err := vm.call(ctx, "qjs_get_exception"); err != nil {
+			return nil, err
+		} else if _, err := vm.call(ctx, "qjs_free_value", uint64(e)); err != nil {
+			return nil, err
+		}
+		return nil, &jsSetupError{"evaluating the host's JS prelude failed"}
+	}
+	n, okn := vm.mem.ReadUint32Le(vm.scratch)
+	b, okb := vm.mem.Read(p, n)
+	if !okn || !okb {
+		return nil, fmt.Errorf("reading the prelude's bytecode: %d bytes at %#x are outside the guest's memory", n, p)
+	}
+	b = bytes.Clone(b)
+	_, err = vm.call(ctx, "free", uint64(p))
+	return b, err
 }
 
 // eval evaluates trusted source (the prelude) at global scope.
