@@ -153,3 +153,31 @@ func BenchmarkRunTracing(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkJSPooled is the cost per job of the TypeScript conformance handler's no-op
+// case ("ack") on a warm pooled VM (build it with make guests): what the prelude, the
+// adapter's host calls and the engine spend on a job that does nothing.
+func BenchmarkJSPooled(b *testing.B) {
+	path, ok := abitest.Guest("typescript-conformance")
+	if !ok {
+		b.Skip("typescript-conformance.wasm is not built: run make guests")
+	}
+	wasm, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := newEngine(b)
+	m, err := e.Load(context.Background(), "conformance", wasm, host.Manifest{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(m.Retire)
+	job := &worker.Job{Envelope: backend.NewEnvelope("conformance", []byte("ack")), Attempt: 1, MaxAttempts: 3}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if x := m.Run(ctx, job, nil); x.Outcome != worker.Ack {
+			b.Fatal(x.Reason)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strings"
 	"sync"
 	"time"
@@ -47,7 +48,7 @@ const (
 	jsOpLog         = 7  // (level, msg)
 	jsOpOutput      = 8  // (string | ArrayBuffer) -> status
 	jsOpEnqueue     = 9  // (queue, string | ArrayBuffer, delayMs, await) -> status
-	jsOpSettle      = 10 // (code, reason, delayMs); code -1: a failure with reason
+	jsOpSettle      = 10 // (code, reason, delayMs); code -1: a failure with reason; () alone: an ack
 	jsOpLoadError   = 11 // (msg): the bundle did not load
 
 	// Outbound HTTP and timers: fetch, AbortSignal and setTimeout.
@@ -105,6 +106,14 @@ var jsExports = map[string]funcType{
 	"qjs_new_promise":           {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
 	"malloc":                    {[]api.ValueType{i32}, []api.ValueType{i32}},
 	"free":                      {[]api.ValueType{i32}, nil},
+}
+
+// jsBytecodeExports are the engine's exports that compile and load bytecode, with their
+// types: with both, the prelude is parsed once per module (jsVM.prelude); an engine
+// without them has it evaluated from source by each VM.
+var jsBytecodeExports = map[string]funcType{
+	"qjs_compile":       {[]api.ValueType{i32, i32, i32, i32, i32, i32}, []api.ValueType{i32}},
+	"qjs_eval_bytecode": {[]api.ValueType{i32, i32}, []api.ValueType{i32}},
 }
 
 // jsEnvImports are the env functions the engine imports, with their types.
@@ -182,6 +191,13 @@ func (m *Module) validateJS() error {
 				signature(def.ParamTypes(), def.ResultTypes()), signature(t.params, t.results))
 		}
 	}
+	m.jsBytecode = true
+	for name, t := range jsBytecodeExports {
+		def, ok := fns[name]
+		if !ok || !sameTypes(def.ParamTypes(), t.params) || !sameTypes(def.ResultTypes(), t.results) {
+			m.jsBytecode = false
+		}
+	}
 	return m.checkImportsAndMemory(true)
 }
 
@@ -197,6 +213,15 @@ type jsVM struct {
 	run     uint32 // a JSValue* of __wasmjobs_run, kept
 	scratch uint32 // 4 bytes of guest memory for out-lengths
 	limit   uint32 // QuickJS's memory limit in bytes
+
+	// boxed says a JSValue is the engine's 64-bit NaN-boxed word, its tag in the high
+	// half (checked at setup on undefined): an int or undefined argument is then read
+	// from guest memory, without the two calls of qjs_is_number and qjs_get_float64.
+	boxed bool
+	// buf is guest memory kept for the bytes of a value passed in (jsBufMax at most):
+	// the engine's constructors copy them, so one buffer serves every value, without a
+	// malloc and a free each.
+	buf, bufCap uint32
 
 	// Per call.
 	deadline    time.Time
@@ -229,6 +254,16 @@ const jsMaxStack = 512 << 10
 // jsMinHeap is the least memory QuickJS may have; a smaller manifest limit is refused.
 const jsMinHeap = 4 << 20
 
+// jsBufMax bounds the guest buffer a VM keeps for values passed in (jsVM.buf); a larger
+// value gets memory of its own for the call.
+const jsBufMax = 64 << 10
+
+// The tags of the engine's NaN-boxed JSValue (quickjs.h) the adapter reads itself.
+const (
+	jsTagInt       = 0
+	jsTagUndefined = 3
+)
+
 // errJSSetupTimeout is a JS VM's setup that passed the job's deadline.
 var errJSSetupTimeout = errors.New("timeout")
 
@@ -241,6 +276,11 @@ func newJSVM(ctx context.Context, inst *instance, m *Module, deadline time.Time)
 	for name := range jsExports {
 		vm.fn[name] = inst.mod.ExportedFunction(name)
 		vm.in[name] = inst.mod.ExportedFunction(name)
+	}
+	if m.jsBytecode {
+		for name := range jsBytecodeExports {
+			vm.fn[name] = inst.mod.ExportedFunction(name)
+		}
 	}
 	inst.st.js = vm
 	// At load, the engine's start and the bundle's evaluation take a few milliseconds,
@@ -349,6 +389,9 @@ func (vm *jsVM) setup(ctx context.Context, m *Module) error {
 	if vm.undef, err = vm.call(ctx, "qjs_get_undefined"); err != nil {
 		return err
 	}
+	if w, ok := vm.mem.ReadUint64Le(vm.undef); ok && w == jsTagUndefined<<32 {
+		vm.boxed = true
+	}
 	global, err := vm.call(ctx, "qjs_get_global")
 	if err != nil {
 		return err
@@ -371,7 +414,7 @@ func (vm *jsVM) setup(ctx context.Context, m *Module) error {
 	if _, err := vm.call(ctx, "qjs_free_value", uint64(fn)); err != nil {
 		return err
 	}
-	if err := vm.eval(ctx, jsPrelude, "wasmjobs-prelude.js"); err != nil {
+	if err := vm.prelude(ctx, m); err != nil {
 		return err
 	}
 	load, err := vm.global(ctx, global, "__wasmjobs_load")
@@ -428,6 +471,86 @@ func (vm *jsVM) global(ctx context.Context, global uint32, name string) (uint32,
 	}
 	_, err = vm.call(ctx, "free", uint64(c))
 	return v, err
+}
+
+// jsPreludeFile is the prelude's file name in stack traces.
+const jsPreludeFile = "wasmjobs-prelude.js"
+
+// prelude evaluates the host's prelude at global scope, from the bytecode the module's
+// first VM compiled: parsing its source took most of a VM's setup (14 of 21 ms here),
+// which a pooled VM pays every recycle_after jobs and a fresh one every job.
+func (vm *jsVM) prelude(ctx context.Context, m *Module) error {
+	if !m.jsBytecode {
+		return vm.eval(ctx, jsPrelude, jsPreludeFile)
+	}
+	bc := m.jsPrelude.Load()
+	if bc == nil {
+		b, err := vm.compile(ctx, jsPrelude, jsPreludeFile)
+		if err != nil || b == nil {
+			return err
+		}
+		bc = &b
+		m.jsPrelude.Store(bc)
+	}
+	p, own, err := vm.bytesIn(ctx, vm.fn, len(*bc))
+	if err != nil {
+		return err
+	}
+	if p == 0 || !vm.mem.Write(p, *bc) {
+		return &jsSetupError{"loading the JS handler: out of memory"}
+	}
+	res, err := vm.call(ctx, "qjs_eval_bytecode", uint64(p), uint64(len(*bc)))
+	if err != nil {
+		return err
+	}
+	if own {
+		if _, err := vm.call(ctx, "free", uint64(p)); err != nil {
+			return err
+		}
+	}
+	if exc, err := vm.takeException(ctx, res); err != nil {
+		return err
+	} else if exc {
+		return &jsSetupError{"evaluating the host's JS prelude failed"}
+	}
+	return nil
+}
+
+// compile compiles trusted source (the prelude) to the engine's bytecode, as a script.
+func (vm *jsVM) compile(ctx context.Context, src, file string) ([]byte, error) {
+	code, err := vm.cstring(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	fname, err := vm.cstring(ctx, file)
+	if err != nil {
+		return nil, err
+	}
+	p, err := vm.call(ctx, "qjs_compile", uint64(code), uint64(len(src)), uint64(fname), 0, 0, uint64(vm.scratch))
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range []uint32{code, fname} {
+		if _, err := vm.call(ctx, "free", uint64(q)); err != nil {
+			return nil, err
+		}
+	}
+	if p == 0 {
+		if e, err := vm.call(ctx, "qjs_get_exception"); err != nil {
+			return nil, err
+		} else if _, err := vm.call(ctx, "qjs_free_value", uint64(e)); err != nil {
+			return nil, err
+		}
+		return nil, &jsSetupError{"evaluating the host's JS prelude failed"}
+	}
+	n, okn := vm.mem.ReadUint32Le(vm.scratch)
+	b, okb := vm.mem.Read(p, n)
+	if !okn || !okb {
+		return nil, fmt.Errorf("reading the prelude's bytecode: %d bytes at %#x are outside the guest's memory", n, p)
+	}
+	b = bytes.Clone(b)
+	_, err = vm.call(ctx, "free", uint64(p))
+	return b, err
 }
 
 // eval evaluates trusted source (the prelude) at global scope.
@@ -573,6 +696,12 @@ func (vm *jsVM) callJS(ctx context.Context, name string, params ...uint64) (thre
 	if err != nil {
 		return false, err
 	}
+	if w, ok := vm.mem.ReadUint64Le(res); vm.boxed && ok && w == jsTagUndefined<<32 {
+		// What the prelude's functions return: no exception, and nothing to free but
+		// the result's cell.
+		_, err := vm.call(ctx, "free", uint64(res))
+		return false, err
+	}
 	if exc, err := vm.isException(ctx, res); err != nil || exc {
 		if err == nil {
 			err = vm.uncatchable(ctx)
@@ -646,23 +775,57 @@ func (vm *jsVM) newString(ctx context.Context, fns map[string]api.Function, b []
 }
 
 func (vm *jsVM) newBytes(ctx context.Context, fns map[string]api.Function, ctor string, b []byte) (uint32, error) {
-	res, err := fns["malloc"].Call(ctx, uint64(max(len(b), 1)))
-	if err != nil {
+	p, own, err := vm.bytesIn(ctx, fns, len(b))
+	if err != nil || p == 0 {
 		return 0, err
 	}
-	p := uint32(res[0])
-	if p == 0 || !vm.mem.Write(p, b) {
+	if !vm.mem.Write(p, b) {
 		vm.hostFail = "out of memory passing a value to the handler"
 		return 0, nil
 	}
-	res, err = fns[ctor].Call(ctx, uint64(p), uint64(len(b)))
+	res, err := fns[ctor].Call(ctx, uint64(p), uint64(len(b)))
 	if err != nil {
 		return 0, err
 	}
-	if _, err := fns["free"].Call(ctx, uint64(p)); err != nil {
-		return 0, err
+	if own {
+		if _, err := fns["free"].Call(ctx, uint64(p)); err != nil {
+			return 0, err
+		}
 	}
 	return uint32(res[0]), nil
+}
+
+// bytesIn returns guest memory for n bytes passed in: the VM's buffer, grown (in
+// powers of two, up to jsBufMax) when n passes it, or for a larger n memory of the
+// call's own (own: the caller frees it). p is 0 with vm.hostFail set when the guest's
+// memory is exhausted.
+func (vm *jsVM) bytesIn(ctx context.Context, fns map[string]api.Function, n int) (p uint32, own bool, err error) {
+	if vm.buf != 0 && uint64(n) <= uint64(vm.bufCap) {
+		return vm.buf, false, nil
+	}
+	size := uint64(max(n, 1))
+	own = size > jsBufMax
+	if !own {
+		size = max(256, uint64(1)<<bits.Len64(size-1))
+	}
+	res, err := fns["malloc"].Call(ctx, size)
+	if err != nil {
+		return 0, false, err
+	}
+	if p = uint32(res[0]); p == 0 {
+		vm.hostFail = "out of memory passing a value to the handler"
+		return 0, false, nil
+	}
+	if own {
+		return p, true, nil
+	}
+	if vm.buf != 0 {
+		if _, err := fns["free"].Call(ctx, uint64(vm.buf)); err != nil {
+			return 0, false, err
+		}
+	}
+	vm.buf, vm.bufCap = p, uint32(size)
+	return p, false, nil
 }
 
 func (vm *jsVM) in1(ctx context.Context, name string, params ...uint64) (uint64, error) {
@@ -768,6 +931,16 @@ func (vm *jsVM) argBytesUpTo(ctx context.Context, v uint32, most int64) (b []byt
 
 // argNumber reads a number argument; NaN for any other type.
 func (vm *jsVM) argNumber(ctx context.Context, v uint32) (float64, error) {
+	if vm.boxed {
+		if w, ok := vm.mem.ReadUint64Le(v); ok {
+			switch w >> 32 {
+			case jsTagInt:
+				return float64(int32(uint32(w))), nil
+			case jsTagUndefined:
+				return math.NaN(), nil
+			}
+		}
+	}
 	if is, err := vm.in1(ctx, "qjs_is_number", uint64(v)); err != nil || is == 0 {
 		return math.NaN(), err
 	}
@@ -850,7 +1023,11 @@ func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args [
 	case jsOpPayload:
 		return vm.newBytes(ctx, vm.in, "qjs_new_uint8_array", st.payload())
 	case jsOpText:
-		return vm.newString(ctx, vm.in, []byte(strings.ToValidUTF8(string(st.payload()), "\uFFFD")))
+		b := st.payload()
+		if !utf8.Valid(b) {
+			b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
+		}
+		return vm.newString(ctx, vm.in, b)
 	case jsOpMeta:
 		k, err := vm.argNumber(ctx, arg(1))
 		if err != nil || k != math.Trunc(k) || !(k >= 0 && k <= float64(abi.MetaSpanID)) {
@@ -937,6 +1114,12 @@ func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args [
 		}
 		return vm.number(ctx, float64(s))
 	case jsOpSettle:
+		if len(args) == 1 { // a plain ack: no code, reason or delay to read
+			if !vm.settled {
+				vm.settled, vm.code, st.reason = true, 0, ""
+			}
+			return 0, nil
+		}
 		code, err := vm.argNumber(ctx, arg(1))
 		if err != nil {
 			return 0, err

@@ -356,3 +356,81 @@ func TestJSEnqueueAwaitOption(t *testing.T) {
 		})
 	}
 }
+
+// TestJSJobObjectEndsWithItsJob: a pooled VM's next job cannot act through an earlier
+// job's object, whichever way the handler kept it (the object, a method taken from it,
+// its log, an object made from it), while the running job's object serves every way.
+func TestJSJobObjectEndsWithItsJob(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	const src = `var __wasmjobs_handler = { default: function (job) {
+  const kept = globalThis.kept;
+  if (!kept) {
+    globalThis.kept = { job, output: job.output, log: job.log, info: job.log.info, derived: Object.create(job) };
+    const { text, output } = job;
+    output(text + " " + Object.create(job).text + " " + JSON.stringify(job).length + " " + (job.output === job.output));
+    return;
+  }
+  const uses = {
+    text: () => kept.job.text,
+    id: () => kept.job.id,
+    output: () => kept.job.output("LEAK"),
+    taken: () => kept.output("LEAK"),
+    log: () => kept.log.info("LEAK"),
+    taken_log: () => kept.info("LEAK"),
+    derived: () => kept.derived.queue,
+    json: () => kept.job.json(),
+  };
+  for (const k of Object.keys(uses)) {
+    try { uses[k](); job.output(k + ": no error\n"); } catch (e) { job.output(k + ": " + e.message + "\n"); }
+  }
+} };`
+	m := loadJS(t, e, src, "")
+	x := run(m, "first")
+	if x.Outcome != worker.Ack || !strings.HasPrefix(string(x.Output), "first first ") || !strings.HasSuffix(string(x.Output), " true") {
+		t.Fatalf("first job: %s %q, output %q", x.Ending(), x.Reason, x.Output)
+	}
+	x = run(m, "second")
+	if x.Outcome != worker.Ack {
+		t.Fatalf("second job: %s %q", x.Ending(), x.Reason)
+	}
+	const stale = "this job has settled: its job object cannot be used in a later job"
+	for _, k := range []string{"text", "id", "output", "taken", "log", "taken_log", "derived", "json"} {
+		if want := k + ": " + stale + "\n"; !strings.Contains(string(x.Output), want) {
+			t.Errorf("second job's output %q lacks %q", x.Output, want)
+		}
+	}
+	if strings.Contains(string(x.Output), "LEAK") || len(x.Logs) != 0 {
+		t.Errorf("an earlier job's object acted on the second job: output %q, logs %v", x.Output, x.Logs)
+	}
+}
+
+// TestJSEmptyValuesPassIn: an empty payload, as text and as bytes, is an empty string
+// and an empty Uint8Array in a new VM's first job and after longer values, whether the
+// bundle is small or larger than the buffer a VM keeps for values passed in.
+func TestJSEmptyValuesPassIn(t *testing.T) {
+	t.Parallel()
+	e := newEngine(t)
+	const src = `var __wasmjobs_handler = { default: function (job) {
+  job.output(JSON.stringify(job.text) + " " + (job.payload instanceof Uint8Array) + " " + job.payload.length + ";");
+} };`
+	for _, tc := range []struct{ src, iso string }{
+		{src, ""},
+		{src, `isolation = "fresh"`},
+		{src + "\n// " + strings.Repeat("x", 100<<10) + "\n", ""},
+	} {
+		iso := tc.iso
+		m := loadJS(t, e, tc.src, iso)
+		var got strings.Builder
+		for _, p := range []string{"", "abc", ""} {
+			x := run(m, p)
+			if x.Outcome != worker.Ack {
+				t.Fatalf("%q: payload %q: %s %q", iso, p, x.Ending(), x.Reason)
+			}
+			got.Write(x.Output)
+		}
+		if want := `"" true 0;"abc" true 3;"" true 0;`; got.String() != want {
+			t.Errorf("%q: %q, want %q", iso, got.String(), want)
+		}
+	}
+}

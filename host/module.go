@@ -53,6 +53,11 @@ type Module struct {
 	// jsInterrupts counts the JS runs QuickJS's interrupt handler stopped (a test
 	// tells them from wazero's backstop by it).
 	jsInterrupts atomic.Int64
+	// jsPrelude is the host's JS prelude compiled to the module's engine's bytecode,
+	// by its first VM: each VM then loads it instead of parsing the source again.
+	jsPrelude atomic.Pointer[[]byte]
+	// jsBytecode says the module's engine compiles and loads bytecode (jsBytecodeExports).
+	jsBytecode bool
 }
 
 // Name returns the module's name: its file name without .wasm.

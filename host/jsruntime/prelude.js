@@ -35,65 +35,124 @@
 
   const statusNames = { "-2": "bad argument", "-3": "limit exceeded", "-4": "not permitted" };
 
-  // makeJob returns the job object of one job and the function that ends its life: a
-  // pooled VM runs many jobs, and a promise or callback the handler left behind must
-  // not act on a later job through a stale object.
-  function makeJob() {
-    let payload, textValue, children, live = true;
-    const host = function () {
-      if (!live) throw new Error("this job has settled: its job object cannot be used in a later job");
-      return hostFn.apply(undefined, arguments);
+  // The job object. A pooled VM runs many jobs, and a promise or callback the handler
+  // left behind must not act on a later job through a stale object: every member
+  // checks that its job is the one running (current; null between jobs). Made per
+  // job, an object of its own seventeen properties, each a closure, was most of a
+  // no-op job's time in the engine; so the job object is a frozen object of its own
+  // with nothing of its own, its members accessors of one prototype made once, and a
+  // method (a function the handler may take away and call later) is made for its job
+  // the first time it is read. The caches below are the running job's.
+  let current = null;
+  let payload, textValue, children, log, fJson, fHeader, fOutput, fEnqueue, fRound, fChildren;
+  // Taken now, as stringify: a handler may replace the globals.
+  const apply = Reflect.apply, create = Object.create, freeze = Object.freeze, protoOf = Object.getPrototypeOf;
+  function staleError() {
+    return new Error("this job has settled: its job object cannot be used in a later job");
+  }
+  // mine reports whether o is the running job's object (or made from it, as
+  // Object.create(job) is).
+  function mine(o) {
+    for (; current !== null && o !== null && (typeof o === "object" || typeof o === "function"); o = protoOf(o)) {
+      if (o === current) return true;
+    }
+    return false;
+  }
+  function check(o) {
+    if (!mine(o)) throw staleError();
+  }
+  // A method read from a settled job's object: calling it throws, as before.
+  const staleMethod = function () { throw staleError(); };
+  // bound makes f the running job's method: it throws once that job has settled.
+  function bound(f) {
+    const j = current;
+    return function () {
+      if (j !== current) throw staleError();
+      return apply(f, undefined, arguments);
     };
-    const getText = function () { return textValue === undefined ? (textValue = host(2)) : textValue; };
-    const log = {
-      debug: function () { host(7, 0, text(arguments)); },
-      info: function () { host(7, 1, text(arguments)); },
-      warn: function () { host(7, 2, text(arguments)); },
-      error: function () { host(7, 3, text(arguments)); },
-    };
-    const job = Object.freeze({
-      get id() { return host(3, 0); },
-      get queue() { return host(3, 1); },
-      get module() { return host(3, 2); },
-      get version() { return host(3, 3); },
-      // The host's span the job runs in, as lowercase hex; "" with tracing off.
-      get traceId() { return host(3, 4); },
-      get spanId() { return host(3, 5); },
-      get attempt() { return host(4); },
-      get maxAttempts() { return host(5); },
-      get payload() { return payload === undefined ? (payload = host(1)) : payload; },
-      get text() { return getText(); },
-      json: function () { return JSON.parse(getText()); },
-      header: function (key) { return host(6, String(key)); },
-      output: function (data) { return host(8, bytesOf(data)) >= 0; },
-      log: Object.freeze(log),
-      enqueue: function (queue, data, options) {
-        let delay = 0;
-        if (options != null && options.delay != null) {
-          delay = Number(options.delay);
-          if (!Number.isFinite(delay) || delay < 0) throw new RangeError("enqueue: delay must be a non-negative number of milliseconds, got " + options.delay);
-          delay = Math.floor(delay);
-        }
-        // A truthy non-boolean would otherwise stage a plain child, and the job would
-        // fail only later, at its WAIT, far from the mistake.
-        let awaited = 0;
-        if (options != null && options.await != null) {
-          if (typeof options.await !== "boolean") throw new TypeError("enqueue: the await option must be a boolean, got a " + typeof options.await);
-          awaited = options.await ? 1 : 0;
-        }
-        const st = host(9, String(queue), bytesOf(data), delay, awaited);
-        if (st < 0) throw new RangeError("enqueue into " + stringify(String(queue)) + ": " + (statusNames[st] || "status " + st));
-      },
-      // round is 0 on a first run, n on the run after the job's n-th wait.
-      round: function () { return host(22); },
-      // children are how the children the last wait awaited ended, in the order they
-      // were enqueued: [] on a first run.
-      children: function () {
-        if (children === undefined) children = Object.freeze(JSON.parse(host(23)).map(function (c) { return Object.freeze(c); }));
+  }
+  function getText() { return textValue === undefined ? (textValue = host(2)) : textValue; }
+  function logAt(level) {
+    return bound(function () { host(7, level, text(arguments)); });
+  }
+  function enqueueJob(queue, data, options) {
+    let delay = 0;
+    if (options != null && options.delay != null) {
+      delay = Number(options.delay);
+      if (!Number.isFinite(delay) || delay < 0) throw new RangeError("enqueue: delay must be a non-negative number of milliseconds, got " + options.delay);
+      delay = Math.floor(delay);
+    }
+    // A truthy non-boolean would otherwise stage a plain child, and the job would
+    // fail only later, at its WAIT, far from the mistake.
+    let awaited = 0;
+    if (options != null && options.await != null) {
+      if (typeof options.await !== "boolean") throw new TypeError("enqueue: the await option must be a boolean, got a " + typeof options.await);
+      awaited = options.await ? 1 : 0;
+    }
+    const st = host(9, String(queue), bytesOf(data), delay, awaited);
+    if (st < 0) throw new RangeError("enqueue into " + stringify(String(queue)) + ": " + (statusNames[st] || "status " + st));
+  }
+  const jobKeys = ["id", "queue", "module", "version", "traceId", "spanId", "attempt", "maxAttempts", "payload", "text", "log"];
+  const JobProto = {
+    get id() { check(this); return host(3, 0); },
+    get queue() { check(this); return host(3, 1); },
+    get module() { check(this); return host(3, 2); },
+    get version() { check(this); return host(3, 3); },
+    // The host's span the job runs in, as lowercase hex; "" with tracing off.
+    get traceId() { check(this); return host(3, 4); },
+    get spanId() { check(this); return host(3, 5); },
+    get attempt() { check(this); return host(4); },
+    get maxAttempts() { check(this); return host(5); },
+    get payload() { check(this); return payload === undefined ? (payload = host(1)) : payload; },
+    get text() { check(this); return getText(); },
+    get json() {
+      return !mine(this) ? staleMethod : fJson || (fJson = bound(function () { return JSON.parse(getText()); }));
+    },
+    get header() {
+      return !mine(this) ? staleMethod : fHeader || (fHeader = bound(function (key) { return host(6, String(key)); }));
+    },
+    get output() {
+      return !mine(this) ? staleMethod : fOutput || (fOutput = bound(function (data) { return host(8, bytesOf(data)) >= 0; }));
+    },
+    get log() {
+      check(this);
+      return log || (log = freeze({ debug: logAt(0), info: logAt(1), warn: logAt(2), error: logAt(3) }));
+    },
+    get enqueue() {
+      return !mine(this) ? staleMethod : fEnqueue || (fEnqueue = bound(enqueueJob));
+    },
+    // round is 0 on a first run, n on the run after the job's n-th wait.
+    get round() {
+      return !mine(this) ? staleMethod : fRound || (fRound = bound(function () { return host(22); }));
+    },
+    // children are how the children the last wait awaited ended, in the order they
+    // were enqueued: [] on a first run.
+    get children() {
+      return !mine(this) ? staleMethod : fChildren || (fChildren = bound(function () {
+        if (children === undefined) children = freeze(JSON.parse(host(23)).map(function (c) { return freeze(c); }));
         return children;
-      },
-    });
-    return { job: job, end: function () { live = false; } };
+      }));
+    },
+  };
+  // JSON.stringify(job) gives the job's values, as it did when they were its own.
+  Object.defineProperty(JobProto, "toJSON", {
+    value: function () {
+      check(this);
+      const o = {};
+      for (let i = 0; i < jobKeys.length; i++) o[jobKeys[i]] = this[jobKeys[i]];
+      return o;
+    },
+  });
+  freeze(JobProto);
+
+  // startJob makes the job object of a new job, and endJob ends its life.
+  function startJob() {
+    payload = textValue = children = log = fJson = fHeader = fOutput = fEnqueue = fRound = fChildren = undefined;
+    current = freeze(create(JobProto));
+    return current;
+  }
+  function endJob() {
+    current = null;
   }
 
   // describe turns a thrown value into the reason of a failure: "unreachable" for
@@ -545,6 +604,11 @@
     }
   };
 
+  // A plain ack is op 10 alone (host/jsguest.go): the code, reason and delay of the
+  // other outcomes would be three values more to read.
+  function settleOk() { endJob(); host(10); }
+  function settleFailed(e) { endJob(); settleError(e); }
+
   // __wasmjobs_run runs one job; the host then runs the pending jobs of the VM until
   // the handler's promise settles, and reads the outcome it was given through op 10.
   // While the promise waits on a fetch or a timer, the host waits on them (the drive
@@ -553,22 +617,22 @@
     // The requests and timers of an earlier job were dropped by the host when it
     // settled: a handle number now names this job's request, never that one.
     epoch++;
-    timers.clear();
-    for (const l of Array.from(listening)) unlisten(l);
-    const j = makeJob();
+    if (timers.size !== 0) timers.clear();
+    if (listening.size !== 0) for (const l of Array.from(listening)) unlisten(l);
+    const job = startJob();
     let p;
     try {
-      p = handler(j.job);
+      p = handler(job);
     } catch (e) {
-      j.end();
-      settleError(e);
+      settleFailed(e);
       return;
     }
     if (p !== null && typeof p === "object" && typeof p.then === "function") {
-      Promise.resolve(p).then(function () { j.end(); host(10, 0, "", -1); }, function (e) { j.end(); settleError(e); });
+      // Only this job's reactions can run: a VM whose handler left its promise
+      // unsettled, or promise work queued, is not given another job.
+      Promise.resolve(p).then(settleOk, settleFailed);
     } else {
-      j.end();
-      host(10, 0, "", -1);
+      settleOk();
     }
   };
 })();
