@@ -486,8 +486,14 @@ func (vm *jsVM) prelude(ctx context.Context, m *Module) error {
 	bc := m.jsPrelude.Load()
 	if bc == nil {
 		b, err := vm.compile(ctx, jsPrelude, jsPreludeFile)
-		if err != nil || b == nil {
+		switch {
+		case err != nil:
 			return err
+		case b == nil:
+			// The engine would not compile it (or made more bytecode than the prelude
+			// can be): this VM evaluates the source, and so does the next, which tries
+			// again.
+			return vm.eval(ctx, jsPrelude, jsPreludeFile)
 		}
 		bc = &b
 		m.jsPrelude.Store(bc)
@@ -516,7 +522,17 @@ func (vm *jsVM) prelude(ctx context.Context, m *Module) error {
 	return nil
 }
 
-// compile compiles trusted source (the prelude) to the engine's bytecode, as a script.
+// maxPreludeBytecode bounds the bytecode compile keeps: the prelude's is a few tens of
+// KiB, and an engine (the module's own, not trusted) that claims more than this is not
+// copied out of its memory, let alone into every later VM.
+const maxPreludeBytecode = 1 << 20
+
+// compile compiles trusted source (the prelude) to the engine's bytecode, as a script:
+// nil (and no error) when the engine could not compile it, or claims more than
+// maxPreludeBytecode, for the caller to evaluate the source instead. The bytecode is
+// freed with the engine's free, not through the runtime that allocated it, so the
+// runtime's memory count keeps its size for the VM's life (tens of KiB of a limit of
+// several MiB): the engine exports no way to free it through the runtime.
 func (vm *jsVM) compile(ctx context.Context, src, file string) ([]byte, error) {
 	code, err := vm.cstring(ctx, src)
 	if err != nil {
@@ -541,9 +557,13 @@ func (vm *jsVM) compile(ctx context.Context, src, file string) ([]byte, error) {
 		} else if _, err := vm.call(ctx, "qjs_free_value", uint64(e)); err != nil {
 			return nil, err
 		}
-		return nil, &jsSetupError{"evaluating the host's JS prelude failed"}
+		return nil, nil
 	}
 	n, okn := vm.mem.ReadUint32Le(vm.scratch)
+	if okn && n > maxPreludeBytecode {
+		_, err = vm.call(ctx, "free", uint64(p))
+		return nil, err
+	}
 	b, okb := vm.mem.Read(p, n)
 	if !okn || !okb {
 		return nil, fmt.Errorf("reading the prelude's bytecode: %d bytes at %#x are outside the guest's memory", n, p)

@@ -368,7 +368,9 @@ func TestJSJobObjectEndsWithItsJob(t *testing.T) {
   if (!kept) {
     globalThis.kept = { job, output: job.output, log: job.log, info: job.log.info, derived: Object.create(job) };
     const { text, output } = job;
-    output(text + " " + Object.create(job).text + " " + JSON.stringify(job).length + " " + (job.output === job.output));
+    let proxied;
+    try { proxied = new Proxy(job, {}).id; } catch (e) { proxied = e.message; }
+    output(text + " " + Object.create(job).text + " " + Object.keys(JSON.parse(JSON.stringify(job))).join(",") + " " + (job.output === job.output) + "\n" + proxied);
     return;
   }
   const uses = {
@@ -386,15 +388,17 @@ func TestJSJobObjectEndsWithItsJob(t *testing.T) {
   }
 } };`
 	m := loadJS(t, e, src, "")
+	const stale = "this job has settled: its job object cannot be used in a later job (nor can a Proxy of the job object: use the object itself)"
 	x := run(m, "first")
-	if x.Outcome != worker.Ack || !strings.HasPrefix(string(x.Output), "first first ") || !strings.HasSuffix(string(x.Output), " true") {
-		t.Fatalf("first job: %s %q, output %q", x.Ending(), x.Reason, x.Output)
+	// JSON.stringify(job) gives every field, in order; a Proxy of the job is refused,
+	// saying so, even while its job runs.
+	if want := "first first id,queue,module,version,traceId,spanId,attempt,maxAttempts,payload,text,log true\n" + stale; x.Outcome != worker.Ack || string(x.Output) != want {
+		t.Fatalf("first job: %s %q, output %q, want %q", x.Ending(), x.Reason, x.Output, want)
 	}
 	x = run(m, "second")
 	if x.Outcome != worker.Ack {
 		t.Fatalf("second job: %s %q", x.Ending(), x.Reason)
 	}
-	const stale = "this job has settled: its job object cannot be used in a later job"
 	for _, k := range []string{"text", "id", "output", "taken", "log", "taken_log", "derived", "json"} {
 		if want := k + ": " + stale + "\n"; !strings.Contains(string(x.Output), want) {
 			t.Errorf("second job's output %q lacks %q", x.Output, want)

@@ -48,7 +48,7 @@
   // Taken now, as stringify: a handler may replace the globals.
   const apply = Reflect.apply, create = Object.create, freeze = Object.freeze, protoOf = Object.getPrototypeOf;
   function staleError() {
-    return new Error("this job has settled: its job object cannot be used in a later job");
+    return new Error("this job has settled: its job object cannot be used in a later job (nor can a Proxy of the job object: use the object itself)");
   }
   // mine reports whether o is the running job's object (or made from it, as
   // Object.create(job) is).
