@@ -326,17 +326,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	var pubErr error
 	var pubOnce sync.Once
 	next := atomic.Int64{}
-	var pubMu sync.Mutex
-	var pubTimes []time.Duration // each publish call's
-	timed := func(t0 time.Time) {
-		d := time.Since(t0)
-		pubMu.Lock()
-		pubTimes = append(pubTimes, d)
-		pubMu.Unlock()
-	}
 	publishers := cfg.publishers()
 	if cfg.PublishBatch > 0 {
 		publishers = 0
+	}
+	// Each publisher times its calls into a slice of its own, merged after they end:
+	// no lock shared by the publishes being measured.
+	times := make([][]time.Duration, max(publishers, 1))
+	if cfg.PublishBatch > 0 {
 		wg.Go(func() {
 			for sent := 0; sent < cfg.Jobs; {
 				pubs := make([]backend.Publication, min(cfg.PublishBatch, cfg.Jobs-sent))
@@ -348,12 +345,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 					pubOnce.Do(func() { pubErr = err })
 					return
 				}
-				timed(t0)
+				times[0] = append(times[0], time.Since(t0))
 				sent += len(pubs)
 			}
 		})
 	}
-	for range publishers {
+	for p := range publishers {
 		wg.Go(func() {
 			for {
 				n := next.Add(1)
@@ -378,7 +375,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				}
 				t0 := time.Now()
 				err := b.Publish(ctx, env, 0)
-				timed(t0)
+				times[p] = append(times[p], time.Since(t0))
 				if span != nil {
 					span.End()
 				}
@@ -422,6 +419,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	peak := peakRSSMB()
 	slices.Sort(latencies)
 	pct := func(p float64) float64 { return percentileMs(latencies, p) }
+	pubTimes := slices.Concat(times...)
 	slices.Sort(pubTimes)
 	return Result{
 		Jobs:         cfg.Jobs,
