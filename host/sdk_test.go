@@ -505,44 +505,69 @@ func TestSDKsCancelledInARequest(t *testing.T) {
 	for _, lang := range abitest.HTTPLanguages {
 		t.Run(lang, func(t *testing.T) { // one at a time: they share the server's signals
 			m := loadHTTPConformance(t, e, lang)
-			within := cancelWithin(lang)
-			ctx, cancel := context.WithCancelCause(context.Background())
-			defer cancel(nil)
-			done := make(chan host.Execution, 1)
-			go func() {
-				env := backend.NewEnvelope("conformance", []byte("http-get:"+srv.URL+"/"))
-				done <- m.Run(ctx, &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 5}, nil)
-			}()
-			select {
-			case <-seen:
-			case <-time.After(30 * time.Second):
-				t.Fatal("the request never reached the server")
-			}
-			cancelAndCheck(t, cancel, done, within)
-			select {
-			case <-ended:
-			case <-time.After(5 * time.Second):
-				t.Fatal("the server's request was not aborted")
-			}
+			cancelledPromptly(t, cancelWithin(lang), func() (context.CancelCauseFunc, <-chan host.Execution) {
+				ctx, cancel := context.WithCancelCause(context.Background())
+				done := make(chan host.Execution, 1)
+				go func() {
+					env := backend.NewEnvelope("conformance", []byte("http-get:"+srv.URL+"/"))
+					done <- m.Run(ctx, &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 5}, nil)
+				}()
+				select {
+				case <-seen:
+				case <-time.After(30 * time.Second):
+					t.Fatal("the request never reached the server")
+				}
+				return cancel, done
+			}, func() {
+				select {
+				case <-ended:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the server's request was not aborted")
+				}
+			})
 		})
 	}
 }
 
-// cancelAndCheck cancels a run as an operator does, and checks that it ends (on done)
-// within, as cancelled by an operator.
-func cancelAndCheck(t *testing.T, cancel context.CancelCauseFunc, done <-chan host.Execution, within time.Duration) {
+// cancelledPromptly checks that a run cancelled as an operator cancels it ends as
+// cancelled by an operator within of the cancel. start begins a run and returns its
+// cancel and the channel its Execution arrives on once the run is well inside the
+// handler; after, when not nil, checks what must follow each ended run.
+//
+// A run that ends late is tried again, up to three runs: what is measured is the stop's
+// mechanism (the close on the context's end, the guest's next check, the request's
+// abort), and on a two-core machine running the whole suite under the race detector one
+// run can wait that long for a CPU (CI saw 187 ms once, against 100-150 ms). A stop that
+// does not work ends every run late, or never, and still fails. A wrong ending fails at
+// once.
+func cancelledPromptly(t *testing.T, within time.Duration, start func() (context.CancelCauseFunc, <-chan host.Execution), after func()) {
 	t.Helper()
-	at := time.Now()
-	cancel(worker.ErrCancelled)
-	x := <-done
-	took := time.Since(at)
-	t.Logf("ended %v after the cancel", took)
-	if took > within {
-		t.Errorf("the run ended %v after the cancel, want within %v", took, within)
+	const runs = 3
+	var late []time.Duration
+	for range runs {
+		cancel, done := start()
+		at := time.Now()
+		cancel(worker.ErrCancelled)
+		var x host.Execution
+		select {
+		case x = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the run had not ended 30s after the cancel")
+		}
+		took := time.Since(at)
+		t.Logf("ended %v after the cancel", took)
+		if x.Cause != host.CauseCancelled || x.Reason != "cancelled by an operator" {
+			t.Fatalf("%s %q output %q, want cancelled by an operator", x.Ending(), x.Reason, x.Output)
+		}
+		if after != nil {
+			after()
+		}
+		if took <= within {
+			return
+		}
+		late = append(late, took)
 	}
-	if x.Cause != host.CauseCancelled || x.Reason != "cancelled by an operator" {
-		t.Errorf("%s %q output %q, want cancelled by an operator", x.Ending(), x.Reason, x.Output)
-	}
+	t.Errorf("each of %d runs ended late after its cancel (%v), want within %v", runs, late, within)
 }
 
 // cancelWithin is how soon a run of lang's handler ends after an operator's cancel:
@@ -578,21 +603,21 @@ func TestSDKsCancelledWhileSpinningOrAsleep(t *testing.T) {
 				continue
 			}
 			t.Run(lang+"/"+payload, func(t *testing.T) {
-				within := cancelWithin(lang)
-				ctx, cancel := context.WithCancelCause(context.Background())
-				defer cancel(nil)
-				done := make(chan host.Execution, 1)
-				started := time.Now()
-				go func() {
-					env := backend.NewEnvelope("conformance", []byte(payload))
-					done <- m.Run(ctx, &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 5}, nil)
-				}()
-				select {
-				case x := <-done:
-					t.Fatalf("the %s run ended by itself after %v: %s %q", payload, time.Since(started), x.Ending(), x.Reason)
-				case <-time.After(300 * time.Millisecond): // well inside the handler by now
-				}
-				cancelAndCheck(t, cancel, done, within)
+				cancelledPromptly(t, cancelWithin(lang), func() (context.CancelCauseFunc, <-chan host.Execution) {
+					ctx, cancel := context.WithCancelCause(context.Background())
+					done := make(chan host.Execution, 1)
+					started := time.Now()
+					go func() {
+						env := backend.NewEnvelope("conformance", []byte(payload))
+						done <- m.Run(ctx, &worker.Job{Envelope: env, Attempt: 1, MaxAttempts: 5}, nil)
+					}()
+					select {
+					case x := <-done:
+						t.Fatalf("the %s run ended by itself after %v: %s %q", payload, time.Since(started), x.Ending(), x.Reason)
+					case <-time.After(300 * time.Millisecond): // well inside the handler by now
+					}
+					return cancel, done
+				}, nil)
 			})
 		}
 	}
