@@ -359,7 +359,7 @@ func (vm *jsVM) newPending(ctx context.Context, p jsPending) (uint32, error) {
 
 // dropWhere frees the resolving functions of the pending promises that match, which
 // then never settle, and forgets them.
-func (vm *jsVM) dropWhere(ctx context.Context, fns map[string]api.Function, match func(*jsPending) bool) error {
+func (vm *jsVM) dropWhere(ctx context.Context, fns *jsFuncs, match func(*jsPending) bool) error {
 	var err error
 	vm.pending = slices.DeleteFunc(vm.pending, func(p jsPending) bool {
 		if !match(&p) {
@@ -375,15 +375,15 @@ func (vm *jsVM) dropWhere(ctx context.Context, fns map[string]api.Function, matc
 }
 
 // dropPending drops every pending promise: the call that made them has ended.
-func (vm *jsVM) dropPending(ctx context.Context, fns map[string]api.Function) error {
+func (vm *jsVM) dropPending(ctx context.Context, fns *jsFuncs) error {
 	return vm.dropWhere(ctx, fns, func(*jsPending) bool { return true })
 }
 
-func (vm *jsVM) freeResolvers(ctx context.Context, fns map[string]api.Function, p jsPending) error {
-	if _, err := fns["qjs_free_value"].Call(ctx, uint64(p.resolve)); err != nil {
+func (vm *jsVM) freeResolvers(ctx context.Context, fns *jsFuncs, p jsPending) error {
+	if _, err := fns.get("qjs_free_value").Call(ctx, uint64(p.resolve)); err != nil {
 		return err
 	}
-	_, err := fns["qjs_free_value"].Call(ctx, uint64(p.reject))
+	_, err := fns.get("qjs_free_value").Call(ctx, uint64(p.reject))
 	return err
 }
 
@@ -463,7 +463,7 @@ func (vm *jsVM) wait(ctx context.Context) error {
 // number runs no JS, it queues the promise's reactions as jobs.
 func (vm *jsVM) settlePending(ctx context.Context, p jsPending, value float64) error {
 	defer vm.freeResolvers(ctx, vm.fn, p)
-	num, err := vm.fn["qjs_new_number"].Call(ctx, api.EncodeF64(value))
+	num, err := vm.fn.get("qjs_new_number").Call(ctx, api.EncodeF64(value))
 	if err != nil {
 		return err
 	}

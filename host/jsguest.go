@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -66,7 +67,10 @@ const (
 	// Fan-out and fan-in.
 	jsOpRound    = 22 // () -> number
 	jsOpChildren = 23 // () -> JSON of [{id, queue, state, reason, output, truncated}]
-	jsOpLast     = jsOpChildren
+
+	// The seed of Math.random.
+	jsOpRandom = 24 // () -> Uint8Array of 16 random bytes
+	jsOpLast   = jsOpRandom
 )
 
 // jsHostName is the name the host function is registered under in the engine.
@@ -206,8 +210,8 @@ func (m *Module) validateJS() error {
 type jsVM struct {
 	inst *instance
 	mem  api.Memory
-	fn   map[string]api.Function // outer calls
-	in   map[string]api.Function // calls from within host_call
+	fn   *jsFuncs // outer calls
+	in   *jsFuncs // calls from within host_call
 
 	undef   uint32 // a JSValue* of undefined, kept
 	run     uint32 // a JSValue* of __wasmjobs_run, kept
@@ -272,17 +276,7 @@ var errJSSetupTimeout = errors.New("timeout")
 // it runs until the job's deadline; at load (deadline zero) it gets the manifest's
 // timeout but at least jsSetupMin.
 func newJSVM(ctx context.Context, inst *instance, m *Module, deadline time.Time) (*jsVM, error) {
-	vm := &jsVM{inst: inst, mem: inst.mod.Memory(), fn: map[string]api.Function{}, in: map[string]api.Function{}}
-	for name := range jsExports {
-		vm.fn[name] = inst.mod.ExportedFunction(name)
-		vm.in[name] = inst.mod.ExportedFunction(name)
-	}
-	if m.jsBytecode {
-		for name := range jsBytecodeExports {
-			vm.fn[name] = inst.mod.ExportedFunction(name)
-		}
-	}
-	inst.st.js = vm
+	vm := bindJSVM(inst, m)
 	// At load, the engine's start and the bundle's evaluation take a few milliseconds,
 	// more on a loaded machine (compiling): they get at least jsSetupMin, whatever the
 	// job's timeout. In a job, the job's timeout is a promise: setup and run share it.
@@ -322,12 +316,105 @@ func newJSVM(ctx context.Context, inst *instance, m *Module, deadline time.Time)
 	return vm, nil
 }
 
+// bindJSVM is a VM of the engine in inst, not yet set up, and the instance's calls
+// pointed at it.
+func bindJSVM(inst *instance, m *Module) *jsVM {
+	vm := &jsVM{inst: inst, mem: inst.mod.Memory(), fn: newJSFuncs(inst.mod), in: newJSFuncs(inst.mod)}
+	inst.st.js = vm
+	return vm
+}
+
+// jsFuncs are the engine's exported functions for one kind of call (a VM keeps two
+// sets: a wazero Function is not reentrant, and host_call calls the engine from within
+// a call), each made at its first use: a VM uses a few of the engine's fifty-odd in most
+// jobs, and making them all was a tenth of a fresh VM's start.
+type jsFuncs struct {
+	mod api.Module
+	fns map[string]api.Function
+}
+
+func newJSFuncs(mod api.Module) *jsFuncs {
+	return &jsFuncs{mod: mod, fns: make(map[string]api.Function, 16)}
+}
+
+// get returns the export name (the load checked that the engine has it).
+func (f *jsFuncs) get(name string) api.Function {
+	fn, ok := f.fns[name]
+	if !ok {
+		fn = f.mod.ExportedFunction(name)
+		f.fns[name] = fn
+	}
+	return fn
+}
+
+// jsStackPointer is the engine's one mutable global (wasi-libc's C stack pointer),
+// which a snapshot keeps beside the memory.
+const jsStackPointer = "__stack_pointer"
+
+// jsSnapshot is a JS VM as its set-up left it, before any job: the engine's whole
+// memory (QuickJS's runtime and context, the prelude, the handler's bundle evaluated),
+// its stack pointer, and the guest addresses the adapter keeps. A Fresh module's VMs
+// start from it (restore): a copy of memory in place of the engine's start, the
+// prelude and the bundle, milliseconds each job. Nothing of a job is in it: it is taken
+// from the VM the module's load sets up, which runs none.
+type jsSnapshot struct {
+	mem []byte
+	sp  uint64
+	// What setup leaves in the VM, all addresses in mem.
+	undef, run, scratch, argv, buf, bufCap, limit uint32
+	boxed                                         bool
+}
+
+// snapshot takes vm's snapshot, or reports that it cannot: an engine without an
+// exported mutable stack pointer (its state would not all be in its memory).
+func (vm *jsVM) snapshot() (*jsSnapshot, bool) {
+	sp, ok := vm.inst.mod.ExportedGlobal(jsStackPointer).(api.MutableGlobal)
+	if !ok {
+		return nil, false
+	}
+	b, ok := vm.mem.Read(0, vm.mem.Size())
+	if !ok {
+		return nil, false
+	}
+	return &jsSnapshot{
+		mem: bytes.Clone(b), sp: sp.Get(),
+		undef: vm.undef, run: vm.run, scratch: vm.scratch, argv: vm.argv, buf: vm.buf, bufCap: vm.bufCap, limit: vm.limit,
+		boxed: vm.boxed,
+	}, true
+}
+
+// restore makes the engine in inst, just instantiated and not initialised, the VM s was
+// taken from: its memory grown to the snapshot's size and overwritten whole, its stack
+// pointer set. Math.random is seeded again at the VM's first draw (the prelude's
+// __wasmjobs_load left it unseeded), so fresh VMs never share its numbers.
+func (s *jsSnapshot) restore(inst *instance, m *Module) error {
+	mem := inst.mod.Memory()
+	if have, want := uint64(mem.Size()), uint64(len(s.mem)); want > have {
+		if _, ok := mem.Grow(uint32((want - have) / 65536)); !ok {
+			return fmt.Errorf("starting the JS VM from its snapshot: memory cannot grow to the snapshot's %d bytes", want)
+		}
+	}
+	if !mem.Write(0, s.mem) {
+		return fmt.Errorf("starting the JS VM from its snapshot: %d bytes do not fit its memory of %d", len(s.mem), mem.Size())
+	}
+	sp, ok := inst.mod.ExportedGlobal(jsStackPointer).(api.MutableGlobal)
+	if !ok {
+		return fmt.Errorf("starting the JS VM from its snapshot: no mutable global %q", jsStackPointer)
+	}
+	sp.Set(s.sp)
+	vm := bindJSVM(inst, m)
+	vm.undef, vm.run, vm.scratch, vm.argv, vm.buf, vm.bufCap, vm.limit = s.undef, s.run, s.scratch, s.argv, s.buf, s.bufCap, s.limit
+	vm.boxed = s.boxed
+	inst.js = vm
+	return nil
+}
+
 type jsSetupError struct{ msg string }
 
 func (e *jsSetupError) Error() string { return e.msg }
 
 func (vm *jsVM) call(ctx context.Context, name string, params ...uint64) (uint32, error) {
-	res, err := vm.fn[name].Call(ctx, params...)
+	res, err := vm.fn.get(name).Call(ctx, params...)
 	if err != nil {
 		return 0, err
 	}
@@ -790,11 +877,11 @@ func (vm *jsVM) healthy(ctx context.Context) bool {
 // to the engine's trampoline (it frees it), or 0 with vm.hostFail set when the guest's
 // memory is exhausted.
 
-func (vm *jsVM) newString(ctx context.Context, fns map[string]api.Function, b []byte) (uint32, error) {
+func (vm *jsVM) newString(ctx context.Context, fns *jsFuncs, b []byte) (uint32, error) {
 	return vm.newBytes(ctx, fns, "qjs_new_string", b)
 }
 
-func (vm *jsVM) newBytes(ctx context.Context, fns map[string]api.Function, ctor string, b []byte) (uint32, error) {
+func (vm *jsVM) newBytes(ctx context.Context, fns *jsFuncs, ctor string, b []byte) (uint32, error) {
 	p, own, err := vm.bytesIn(ctx, fns, len(b))
 	if err != nil || p == 0 {
 		return 0, err
@@ -803,12 +890,12 @@ func (vm *jsVM) newBytes(ctx context.Context, fns map[string]api.Function, ctor 
 		vm.hostFail = "out of memory passing a value to the handler"
 		return 0, nil
 	}
-	res, err := fns[ctor].Call(ctx, uint64(p), uint64(len(b)))
+	res, err := fns.get(ctor).Call(ctx, uint64(p), uint64(len(b)))
 	if err != nil {
 		return 0, err
 	}
 	if own {
-		if _, err := fns["free"].Call(ctx, uint64(p)); err != nil {
+		if _, err := fns.get("free").Call(ctx, uint64(p)); err != nil {
 			return 0, err
 		}
 	}
@@ -819,7 +906,7 @@ func (vm *jsVM) newBytes(ctx context.Context, fns map[string]api.Function, ctor 
 // powers of two, up to jsBufMax) when n passes it, or for a larger n memory of the
 // call's own (own: the caller frees it). p is 0 with vm.hostFail set when the guest's
 // memory is exhausted.
-func (vm *jsVM) bytesIn(ctx context.Context, fns map[string]api.Function, n int) (p uint32, own bool, err error) {
+func (vm *jsVM) bytesIn(ctx context.Context, fns *jsFuncs, n int) (p uint32, own bool, err error) {
 	if vm.buf != 0 && uint64(n) <= uint64(vm.bufCap) {
 		return vm.buf, false, nil
 	}
@@ -828,7 +915,7 @@ func (vm *jsVM) bytesIn(ctx context.Context, fns map[string]api.Function, n int)
 	if !own {
 		size = max(256, uint64(1)<<bits.Len64(size-1))
 	}
-	res, err := fns["malloc"].Call(ctx, size)
+	res, err := fns.get("malloc").Call(ctx, size)
 	if err != nil {
 		return 0, false, err
 	}
@@ -840,7 +927,7 @@ func (vm *jsVM) bytesIn(ctx context.Context, fns map[string]api.Function, n int)
 		return p, true, nil
 	}
 	if vm.buf != 0 {
-		if _, err := fns["free"].Call(ctx, uint64(vm.buf)); err != nil {
+		if _, err := fns.get("free").Call(ctx, uint64(vm.buf)); err != nil {
 			return 0, false, err
 		}
 	}
@@ -849,7 +936,7 @@ func (vm *jsVM) bytesIn(ctx context.Context, fns map[string]api.Function, n int)
 }
 
 func (vm *jsVM) in1(ctx context.Context, name string, params ...uint64) (uint64, error) {
-	res, err := vm.in[name].Call(ctx, params...)
+	res, err := vm.in.get(name).Call(ctx, params...)
 	if err != nil || len(res) == 0 {
 		return 0, err
 	}
@@ -1028,6 +1115,10 @@ func (vm *jsVM) hostCall(ctx context.Context, st *callState, name string, args [
 		return vm.fetchOp(ctx, st, int(opf), arg)
 	}
 	switch int(opf) {
+	case jsOpRandom:
+		var seed [16]byte
+		rand.Read(seed[:]) // never fails (crypto/rand)
+		return vm.newBytes(ctx, vm.in, "qjs_new_uint8_array", seed[:])
 	case jsOpRound:
 		n := 0
 		if st.job != nil {

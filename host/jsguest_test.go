@@ -2,6 +2,7 @@ package host_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -108,15 +109,25 @@ var jsHostileCases = []jsHostileCase{
 }
 
 // TestJSHostileHandlersFailCleanly runs each hostile case of a JS handler, each
-// followed by a normal job on the same module: the case ends as wanted (an infinite
-// loop at its deadline, a memory bomb in a clean failure), and the module serves on.
+// followed by a normal job on the same module, on pooled VMs and on fresh ones (started
+// from the load's snapshot): the case ends as wanted (an infinite loop at its deadline,
+// a memory bomb in a clean failure), and the module serves on.
 func TestJSHostileHandlersFailCleanly(t *testing.T) {
 	t.Parallel()
+	for _, isolation := range []string{"pooled", "fresh"} {
+		t.Run(isolation, func(t *testing.T) {
+			t.Parallel()
+			hostileHandlersFailCleanly(t, "isolation = \""+isolation+"\"\n")
+		})
+	}
+}
+
+func hostileHandlersFailCleanly(t *testing.T, isolation string) {
 	e := newEngine(t)
 	// The loops run on a module with a short timeout; the other cases get one that a
 	// loaded machine under -race does not reach (the same bytes: compiled once).
-	loops := loadJS(t, e, jsHostile, "timeout = \"1s\"\nmemory = \"8MiB\"")
-	rest := loadJS(t, e, jsHostile, "timeout = \"2m\"\nmemory = \"8MiB\"\nmax_output = \"64KiB\"")
+	loops := loadJS(t, e, jsHostile, isolation+"timeout = \"1s\"\nmemory = \"8MiB\"")
+	rest := loadJS(t, e, jsHostile, isolation+"timeout = \"2m\"\nmemory = \"8MiB\"\nmax_output = \"64KiB\"")
 	for _, tc := range jsHostileCases {
 		m := rest
 		if tc.kind == "timeout" {
@@ -306,17 +317,90 @@ func TestJSLeftoverPromiseWorkStaysInItsJob(t *testing.T) {
 	}
 }
 
-// TestJSTimeoutCoversVMSetup: under fresh isolation each job starts a VM, and a slow
-// top level counts against the job's timeout (Load alone gets jsSetupMin).
+// TestJSTimeoutCoversVMSetup: a VM a job starts counts its set-up (a slow top level)
+// against the job's timeout, as a pooled module's replacement VM does (Load alone gets
+// jsSetupMin); a fresh VM starts from the load's snapshot, so the top level is the
+// load's cost, never a job's.
 func TestJSTimeoutCoversVMSetup(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t)
 	const src = `var __wasmjobs_handler = { default() {} };
 const end = Date.now() + 3000; while (Date.now() < end) {}`
-	m := loadJS(t, e, src, "timeout = \"100ms\"\nisolation = \"fresh\"")
+	// recycle_after = 1: the load's VM serves the first job, the second starts its own.
+	m := loadJS(t, e, src, "timeout = \"100ms\"\nrecycle_after = 1")
+	if x := run(m, ""); x.Outcome != worker.Ack {
+		t.Fatalf("the load's VM: %s %q, want an ack", x.Ending(), x.Reason)
+	}
 	x := run(m, "")
 	if x.Cause != host.CauseTimeout || !strings.Contains(x.Reason, "timeout after 100ms") {
 		t.Fatalf("%s %q after %v, want a timeout after 100ms", x.Ending(), x.Reason, x.Duration)
+	}
+	fresh := loadJS(t, e, src, "timeout = \"100ms\"\nisolation = \"fresh\"")
+	for i := range 3 {
+		if x := run(fresh, ""); x.Outcome != worker.Ack {
+			t.Fatalf("fresh job %d: %s %q after %v, want an ack (its VM from the snapshot)", i+1, x.Ending(), x.Reason, x.Duration)
+		}
+	}
+}
+
+// TestJSFreshVMsFromTheSnapshot: a fresh VM starts from the snapshot the load took
+// after the bundle's top level ran, before any job: what a job changes (its globals, a
+// polluted Object.prototype, a replaced JSON.parse) never reaches the next job; values
+// the top level computed are the same in every job (Math.random's there too); and
+// Math.random draws from a seed of the VM's own, so no two VMs share its numbers.
+func TestJSFreshVMsFromTheSnapshot(t *testing.T) {
+	t.Parallel()
+	const src = `const atLoad = Math.random();
+globalThis.n = 0;
+var __wasmjobs_handler = { default(job) {
+  globalThis.n++;
+  const polluted = ({}).polluted !== undefined || JSON.parse === null;
+  if (job.text === "tamper") { Object.prototype.polluted = 1; JSON.parse = null; }
+  job.output(JSON.stringify({ n: globalThis.n, atLoad, polluted, r: [Math.random(), Math.random()] }));
+} };`
+	type out struct {
+		N        int
+		AtLoad   float64
+		Polluted bool
+		R        []float64
+	}
+	for _, tc := range []struct {
+		isolation string
+		wantN     []int
+	}{
+		{"fresh", []int{1, 1, 1, 1, 1, 1}},
+		{"pooled", []int{1, 2, 3, 4, 5, 6}},
+	} {
+		m := loadJS(t, newEngine(t), src, "isolation = \""+tc.isolation+"\"")
+		var outs []out
+		for i := range len(tc.wantN) {
+			x := run(m, map[bool]string{true: "tamper"}[i%2 == 0])
+			var o out
+			if x.Outcome != worker.Ack || json.Unmarshal(x.Output, &o) != nil {
+				t.Fatalf("%s job %d: %s %q %q", tc.isolation, i+1, x.Ending(), x.Reason, x.Output)
+			}
+			if o.N != tc.wantN[i] || (tc.isolation == "fresh" && o.Polluted) {
+				t.Fatalf("%s job %d: %+v; want n %d and, fresh, nothing of the job before", tc.isolation, i+1, o, tc.wantN[i])
+			}
+			if i > 0 && o.AtLoad != outs[0].AtLoad {
+				t.Fatalf("%s job %d: the top level's value %v, job 1's %v: want one value", tc.isolation, i+1, o.AtLoad, outs[0].AtLoad)
+			}
+			outs = append(outs, o)
+		}
+		seen := map[float64]int{}
+		for i, o := range outs {
+			for _, r := range append(o.R, o.AtLoad) {
+				if r < 0 || r >= 1 {
+					t.Fatalf("%s job %d: Math.random gave %v", tc.isolation, i+1, r)
+				}
+			}
+			for _, r := range o.R {
+				if j, ok := seen[r]; ok {
+					t.Fatalf("%s: jobs %d and %d drew the same number %v from Math.random", tc.isolation, j, i+1, r)
+				}
+				seen[r] = i + 1
+			}
+		}
 	}
 }
 

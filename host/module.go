@@ -58,6 +58,10 @@ type Module struct {
 	jsPrelude atomic.Pointer[[]byte]
 	// jsBytecode says the module's engine compiles and loads bytecode (jsBytecodeExports).
 	jsBytecode bool
+	// jsSnap is a Fresh JS module's VM as the load set it up, which each job's VM
+	// starts from; nil for others (and for an engine that cannot be snapshotted). Set
+	// before the module is shared, read only after.
+	jsSnap *jsSnapshot
 }
 
 // Name returns the module's name: its file name without .wasm.
@@ -156,6 +160,10 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 		return nil, invalid("%v", err)
 	}
 	if man.Isolation == Fresh {
+		if inst.js != nil {
+			// Fresh JS VMs start from this one's memory, set up and never given a job.
+			m.jsSnap, _ = inst.js.snapshot()
+		}
 		inst.close(ctx) // it proved the module initialises; fresh jobs never reuse it
 	} else {
 		m.idle = append(m.idle, inst)
@@ -283,8 +291,12 @@ func (m *Module) instantiate(ctx context.Context, deadline time.Time) (*instance
 		cfg = cfg.WithFSConfig(fs)
 	}
 	limit := uint64(m.manifest.Limits.MemoryPages) * 65536
+	var hint uint64 // a snapshot's memory is its size at once: no grow then copies it
+	if m.jsSnap != nil {
+		hint = uint64(len(m.jsSnap.mem))
+	}
 	ictx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(cap, max uint64) experimental.LinearMemory {
-		return &limitedMemory{limit: limit}
+		return &limitedMemory{limit: limit, hint: hint}
 	}))
 	mod, err := m.e.rt.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
@@ -292,6 +304,14 @@ func (m *Module) instantiate(ctx context.Context, deadline time.Time) (*instance
 	}
 	inst.mod = mod
 	inst.handle = mod.ExportedFunction(abi.ExportHandle)
+	if m.jsSnap != nil {
+		// Its initialisation and set-up are in the snapshot's memory.
+		if err := m.jsSnap.restore(inst, m); err != nil {
+			mod.Close(ctx)
+			return nil, err
+		}
+		return inst, nil
+	}
 	for _, fn := range []string{abi.ExportInitialize, abi.ExportInit} {
 		f := mod.ExportedFunction(fn)
 		if f == nil {
@@ -507,6 +527,7 @@ func (m *Module) closeCompiled(ctx context.Context) {
 type limitedMemory struct {
 	buf   []byte
 	limit uint64
+	hint  uint64 // the capacity to give the first allocation, within limit
 }
 
 func (l *limitedMemory) Reallocate(size uint64) []byte {
@@ -518,7 +539,7 @@ func (l *limitedMemory) Reallocate(size uint64) []byte {
 		return l.buf
 	}
 	// Grow geometrically, within the limit, so that repeated grows copy little.
-	newCap := max(size, min(2*uint64(cap(l.buf)), l.limit))
+	newCap := max(size, min(max(2*uint64(cap(l.buf)), l.hint), l.limit))
 	buf := make([]byte, size, newCap)
 	copy(buf, l.buf)
 	l.buf = buf

@@ -587,6 +587,35 @@
   }
   if (DOMEx === DOMException) defineGlobal("DOMException", DOMException);
 
+  // Math.random, seeded for each VM from the host's randomness (xoshiro128**). QuickJS
+  // seeds its own from the clock when the VM starts, and fresh VMs start from one copy
+  // of a VM's memory taken after its set-up: every one of them would draw the same
+  // numbers. The seed is drawn at the VM's first call in a job: __wasmjobs_load forgets
+  // the one the bundle's top level may have used.
+  const imul = Math.imul;
+  let s0 = 0, s1 = 0, s2 = 0, s3 = 0, seeded = false;
+  function rotl(x, k) { return (x << k) | (x >>> (32 - k)); }
+  function next() {
+    const r = imul(rotl(imul(s1, 5), 7), 9) >>> 0;
+    const t = s1 << 9;
+    s2 ^= s0; s3 ^= s1; s1 ^= s2; s0 ^= s3; s2 ^= t; s3 = rotl(s3, 11);
+    return r;
+  }
+  function seed() {
+    const b = host(24);
+    s0 = b[0] | (b[1] << 8) | (b[2] << 16) | (b[3] << 24);
+    s1 = b[4] | (b[5] << 8) | (b[6] << 16) | (b[7] << 24);
+    s2 = b[8] | (b[9] << 8) | (b[10] << 16) | (b[11] << 24);
+    s3 = b[12] | (b[13] << 8) | (b[14] << 16) | (b[15] << 24);
+    if ((s0 | s1 | s2 | s3) === 0) s0 = 1; // the one state the generator cannot leave
+    seeded = true;
+  }
+  Math.random = function random() {
+    if (!seeded) seed();
+    // 53 bits: 27 of one draw and 26 of the next, as a double in [0, 1).
+    return ((next() >>> 5) * 67108864 + (next() >>> 6)) / 9007199254740992;
+  };
+
   let handler;
 
   // __wasmjobs_load evaluates the handler's bundle (an IIFE that sets the global
@@ -602,6 +631,7 @@
     } catch (e) {
       host(11, "evaluating the handler: " + describe(e));
     }
+    seeded = false;
   };
 
   // A plain ack is op 10 alone (host/jsguest.go): the code, reason and delay of the
