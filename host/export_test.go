@@ -1,6 +1,9 @@
 package host
 
 import (
+	"bytes"
+	"context"
+	"slices"
 	"time"
 
 	"github.com/wasmjobs/wasmjobs/internal/outbound"
@@ -35,3 +38,28 @@ var RateLimitDefer = rateLimitDefer
 
 // GrantOf is m's [http] grant as the module's client takes it, header values included.
 func GrantOf(m Manifest) *outbound.Grant { return m.http }
+
+// FreshJSMemory starts a VM of m, a fresh JS module, as a job does, and reports whether
+// its memory is one an ended VM left, whether every byte of it is the snapshot's, and
+// whether grow pages grown then are all zero; then releases it as a job's run does.
+func FreshJSMemory(m *Module, grow uint32) (reused, asSnapshot, grownZero bool, err error) {
+	if err := m.begin(); err != nil {
+		return false, false, false, err
+	}
+	inst, err := m.instantiate(context.Background(), time.Now().Add(time.Minute))
+	if err != nil {
+		m.release(nil, false)
+		return false, false, false, err
+	}
+	defer m.release(inst, false)
+	reused = inst.memory.dirty
+	mem := inst.mod.Memory()
+	b, _ := mem.Read(0, mem.Size())
+	asSnapshot = m.jsSnap != nil && bytes.Equal(b, m.jsSnap.mem)
+	from := mem.Size()
+	if _, ok := mem.Grow(grow); ok {
+		g, _ := mem.Read(from, mem.Size()-from)
+		grownZero = len(g) > 0 && !slices.ContainsFunc(g, func(c byte) bool { return c != 0 })
+	}
+	return reused, asSnapshot, grownZero, nil
+}

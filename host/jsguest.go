@@ -394,9 +394,12 @@ func (s *jsSnapshot) restore(inst *instance, m *Module) error {
 			return fmt.Errorf("starting the JS VM from its snapshot: memory cannot grow to the snapshot's %d bytes", want)
 		}
 	}
-	if !mem.Write(0, s.mem) {
-		return fmt.Errorf("starting the JS VM from its snapshot: %d bytes do not fit its memory of %d", len(s.mem), mem.Size())
+	if mem.Size() != uint32(len(s.mem)) || !mem.Write(0, s.mem) {
+		return fmt.Errorf("starting the JS VM from its snapshot: its %d bytes are not its memory's %d", len(s.mem), mem.Size())
 	}
+	// Every byte the guest can see is the snapshot's: a reused memory's are zeroed as it
+	// grows from here.
+	inst.memory.overwrite = 0
 	sp, ok := inst.mod.ExportedGlobal(jsStackPointer).(api.MutableGlobal)
 	if !ok {
 		return fmt.Errorf("starting the JS VM from its snapshot: no mutable global %q", jsStackPointer)

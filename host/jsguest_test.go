@@ -343,6 +343,35 @@ const end = Date.now() + 3000; while (Date.now() < end) {}`
 	}
 }
 
+// TestJSFreshVMMemoryIsNeverAnotherJobs: a fresh VM may start in the memory of one that
+// ended (nothing to zero or collect a job), but all it sees is the snapshot's bytes, and
+// memory it grows is zero, where the VM before filled 8 MiB of its own with 0xAB.
+func TestJSFreshVMMemoryIsNeverAnotherJobs(t *testing.T) {
+	t.Parallel()
+	const src = `var __wasmjobs_handler = { default(job) { globalThis.kept = new Uint8Array(8 << 20).fill(0xab); } };`
+	m := loadJS(t, newEngine(t), src, "isolation = \"fresh\"\nmemory = \"32MiB\"")
+	// The ended VM's memory waits in a sync.Pool, which a garbage collection between
+	// the two may empty: a few tries.
+	for try := 1; ; try++ {
+		if x := run(m, ""); x.Outcome != worker.Ack {
+			t.Fatalf("the filling job: %s %q", x.Ending(), x.Reason)
+		}
+		reused, asSnapshot, grownZero, err := host.FreshJSMemory(m, 64) // 4 MiB: within the memory the VM before grew to
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !asSnapshot || !grownZero {
+			t.Fatalf("a fresh VM (in reused memory: %v): every byte the snapshot's %v, 4 MiB grown all zero %v; want both", reused, asSnapshot, grownZero)
+		}
+		if reused {
+			return
+		}
+		if try == 5 {
+			t.Fatal("no fresh VM started in the memory of the one before, in 5 tries")
+		}
+	}
+}
+
 // TestJSFreshVMsFromTheSnapshot: a fresh VM starts from the snapshot the load took
 // after the bundle's top level ran, before any job: what a job changes (its globals, a
 // polluted Object.prototype, a replaced JSON.parse) never reaches the next job; values
@@ -356,13 +385,14 @@ var __wasmjobs_handler = { default(job) {
   globalThis.n++;
   const polluted = ({}).polluted !== undefined || JSON.parse === null;
   if (job.text === "tamper") { Object.prototype.polluted = 1; JSON.parse = null; }
-  job.output(JSON.stringify({ n: globalThis.n, atLoad, polluted, r: [Math.random(), Math.random()] }));
+  job.output(JSON.stringify({ n: globalThis.n, atLoad, polluted, r: [Math.random(), Math.random()], proto: Math.random.prototype !== undefined }));
 } };`
 	type out struct {
 		N        int
 		AtLoad   float64
 		Polluted bool
 		R        []float64
+		Proto    bool // Math.random has a prototype: a constructor, which the built-in is not
 	}
 	for _, tc := range []struct {
 		isolation string
@@ -379,8 +409,8 @@ var __wasmjobs_handler = { default(job) {
 			if x.Outcome != worker.Ack || json.Unmarshal(x.Output, &o) != nil {
 				t.Fatalf("%s job %d: %s %q %q", tc.isolation, i+1, x.Ending(), x.Reason, x.Output)
 			}
-			if o.N != tc.wantN[i] || (tc.isolation == "fresh" && o.Polluted) {
-				t.Fatalf("%s job %d: %+v; want n %d and, fresh, nothing of the job before", tc.isolation, i+1, o, tc.wantN[i])
+			if o.N != tc.wantN[i] || (tc.isolation == "fresh" && o.Polluted) || o.Proto {
+				t.Fatalf("%s job %d: %+v; want n %d, Math.random no constructor and, fresh, nothing of the job before", tc.isolation, i+1, o, tc.wantN[i])
 			}
 			if i > 0 && o.AtLoad != outs[0].AtLoad {
 				t.Fatalf("%s job %d: the top level's value %v, job 1's %v: want one value", tc.isolation, i+1, o.AtLoad, outs[0].AtLoad)

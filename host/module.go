@@ -62,6 +62,9 @@ type Module struct {
 	// starts from; nil for others (and for an engine that cannot be snapshotted). Set
 	// before the module is shared, read only after.
 	jsSnap *jsSnapshot
+	// spare holds the memory (*[]byte) of fresh JS VMs that ended, for the next ones:
+	// no megabytes zeroed and collected a job.
+	spare sync.Pool
 }
 
 // Name returns the module's name: its file name without .wasm.
@@ -162,7 +165,11 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 	if man.Isolation == Fresh {
 		if inst.js != nil {
 			// Fresh JS VMs start from this one's memory, set up and never given a job.
-			m.jsSnap, _ = inst.js.snapshot()
+			var ok bool
+			if m.jsSnap, ok = inst.js.snapshot(); !ok {
+				e.log.Warn("fresh JS VMs of this module run the engine's start, the prelude and the bundle in every job: its engine exports no mutable "+jsStackPointer+", so it cannot be snapshotted",
+					"module", name, "version", m.version)
+			}
 		}
 		inst.close(ctx) // it proved the module initialises; fresh jobs never reuse it
 	} else {
@@ -243,6 +250,7 @@ type instance struct {
 	jobs   int
 	ctx    context.Context // the current call's, for sleep
 	js     *jsVM           // a JS handler's VM; nil for an ABI v1 module
+	memory *limitedMemory  // its linear memory's bytes
 	// interrupts is its module's jsInterrupts.
 	interrupts *atomic.Int64
 }
@@ -291,12 +299,19 @@ func (m *Module) instantiate(ctx context.Context, deadline time.Time) (*instance
 		cfg = cfg.WithFSConfig(fs)
 	}
 	limit := uint64(m.manifest.Limits.MemoryPages) * 65536
-	var hint uint64 // a snapshot's memory is its size at once: no grow then copies it
+	lm := &limitedMemory{limit: limit}
 	if m.jsSnap != nil {
-		hint = uint64(len(m.jsSnap.mem))
+		// The snapshot's memory is its size at once (no grow copies it), in the memory of
+		// a VM of the module that ended when there is one (nothing to zero: restore
+		// overwrites every byte the guest can see before it runs).
+		lm.hint = uint64(len(m.jsSnap.mem))
+		if b, ok := m.spare.Get().(*[]byte); ok {
+			lm.reuse, lm.overwrite = *b, lm.hint
+		}
 	}
+	inst.memory = lm
 	ictx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(cap, max uint64) experimental.LinearMemory {
-		return &limitedMemory{limit: limit, hint: hint}
+		return lm
 	}))
 	mod, err := m.e.rt.InstantiateModule(ictx, m.compiled, cfg)
 	if err != nil {
@@ -476,7 +491,17 @@ func (m *Module) release(inst *instance, healthy bool) {
 	last := m.retired && m.inUse == 0
 	m.mu.Unlock()
 	if inst != nil && !keep {
+		// A fresh JS VM's memory serves the next one: its run has returned, and nothing
+		// else touches a VM's memory outside its runs (a JS run waits for its body reads).
+		spare := m.jsSnap != nil && inst.memory.buf != nil
+		var b []byte
+		if spare {
+			b = inst.memory.buf[:cap(inst.memory.buf)]
+		}
 		inst.close(ctx)
+		if spare {
+			m.spare.Put(&b)
+		}
 	}
 	if last {
 		m.closeCompiled(ctx)
@@ -528,21 +553,39 @@ type limitedMemory struct {
 	buf   []byte
 	limit uint64
 	hint  uint64 // the capacity to give the first allocation, within limit
+
+	// reuse is the memory of an instance that ended, for the first allocation: its
+	// bytes are another VM's. Those below overwrite are not zeroed, because the caller
+	// overwrites them before the guest runs (it sets overwrite to 0 then); every other
+	// byte the guest is given is zeroed first, as Wasm requires of new memory.
+	reuse     []byte
+	overwrite uint64
+	dirty     bool // buf's bytes past its length are not all zero
 }
 
 func (l *limitedMemory) Reallocate(size uint64) []byte {
 	if size > l.limit && l.buf != nil {
 		return nil
 	}
+	if l.buf == nil && l.reuse != nil {
+		if size <= uint64(cap(l.reuse)) {
+			l.buf, l.dirty = l.reuse[:0], true
+		}
+		l.reuse = nil
+	}
 	if size <= uint64(cap(l.buf)) {
+		from := uint64(len(l.buf))
 		l.buf = l.buf[:size]
+		if l.dirty && size > max(from, l.overwrite) {
+			clear(l.buf[max(from, l.overwrite):])
+		}
 		return l.buf
 	}
 	// Grow geometrically, within the limit, so that repeated grows copy little.
 	newCap := max(size, min(max(2*uint64(cap(l.buf)), l.hint), l.limit))
 	buf := make([]byte, size, newCap)
 	copy(buf, l.buf)
-	l.buf = buf
+	l.buf, l.dirty = buf, false
 	return buf
 }
 

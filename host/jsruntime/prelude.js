@@ -587,7 +587,8 @@
   }
   if (DOMEx === DOMException) defineGlobal("DOMException", DOMException);
 
-  // Math.random, seeded for each VM from the host's randomness (xoshiro128**). QuickJS
+  // Math.random, seeded for each VM from the host's randomness (xoshiro128**, which is
+  // not a cryptographic generator, as QuickJS's own is not). QuickJS
   // seeds its own from the clock when the VM starts, and fresh VMs start from one copy
   // of a VM's memory taken after its set-up: every one of them would draw the same
   // numbers. The seed is drawn at the VM's first call in a job: __wasmjobs_load forgets
@@ -610,11 +611,14 @@
     if ((s0 | s1 | s2 | s3) === 0) s0 = 1; // the one state the generator cannot leave
     seeded = true;
   }
-  Math.random = function random() {
-    if (!seeded) seed();
-    // 53 bits: 27 of one draw and 26 of the next, as a double in [0, 1).
-    return ((next() >>> 5) * 67108864 + (next() >>> 6)) / 9007199254740992;
-  };
+  // A method, as the built-in is: not a constructor, no prototype.
+  Math.random = ({
+    random() {
+      if (!seeded) seed();
+      // 53 bits: 27 of one draw and 26 of the next, as a double in [0, 1).
+      return ((next() >>> 5) * 67108864 + (next() >>> 6)) / 9007199254740992;
+    },
+  }).random;
 
   let handler;
 
