@@ -389,6 +389,10 @@ func (vm *jsVM) snapshot() (*jsSnapshot, bool) {
 // __wasmjobs_load left it unseeded), so fresh VMs never share its numbers.
 func (s *jsSnapshot) restore(inst *instance, m *Module) error {
 	mem := inst.mod.Memory()
+	// The bytes up to the snapshot's size are overwritten below, before the guest runs:
+	// a reused memory's need no zeroing as it grows to them.
+	inst.memory.setOverwrite(uint64(len(s.mem)))
+	defer inst.memory.setOverwrite(0)
 	if have, want := uint64(mem.Size()), uint64(len(s.mem)); want > have {
 		if _, ok := mem.Grow(uint32((want - have) / 65536)); !ok {
 			return fmt.Errorf("starting the JS VM from its snapshot: memory cannot grow to the snapshot's %d bytes", want)
@@ -397,9 +401,6 @@ func (s *jsSnapshot) restore(inst *instance, m *Module) error {
 	if mem.Size() != uint32(len(s.mem)) || !mem.Write(0, s.mem) {
 		return fmt.Errorf("starting the JS VM from its snapshot: its %d bytes are not its memory's %d", len(s.mem), mem.Size())
 	}
-	// Every byte the guest can see is the snapshot's: a reused memory's are zeroed as it
-	// grows from here.
-	inst.memory.overwrite = 0
 	sp, ok := inst.mod.ExportedGlobal(jsStackPointer).(api.MutableGlobal)
 	if !ok {
 		return fmt.Errorf("starting the JS VM from its snapshot: no mutable global %q", jsStackPointer)

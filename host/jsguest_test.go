@@ -345,10 +345,10 @@ const end = Date.now() + 3000; while (Date.now() < end) {}`
 
 // TestJSFreshVMMemoryIsNeverAnotherJobs: a fresh VM may start in the memory of one that
 // ended (nothing to zero or collect a job), but all it sees is the snapshot's bytes, and
-// memory it grows is zero, where the VM before filled 8 MiB of its own with 0xAB.
+// memory it grows is zero, where the VM before filled 3 MiB of its own with 0xAB.
 func TestJSFreshVMMemoryIsNeverAnotherJobs(t *testing.T) {
 	t.Parallel()
-	const src = `var __wasmjobs_handler = { default(job) { globalThis.kept = new Uint8Array(8 << 20).fill(0xab); } };`
+	const src = `var __wasmjobs_handler = { default(job) { globalThis.kept = new Uint8Array(3 << 20).fill(0xab); } };`
 	m := loadJS(t, newEngine(t), src, "isolation = \"fresh\"\nmemory = \"32MiB\"")
 	// The ended VM's memory waits in a sync.Pool, which a garbage collection between
 	// the two may empty: a few tries.
@@ -356,12 +356,12 @@ func TestJSFreshVMMemoryIsNeverAnotherJobs(t *testing.T) {
 		if x := run(m, ""); x.Outcome != worker.Ack {
 			t.Fatalf("the filling job: %s %q", x.Ending(), x.Reason)
 		}
-		reused, asSnapshot, grownZero, err := host.FreshJSMemory(m, 64) // 4 MiB: within the memory the VM before grew to
+		reused, asSnapshot, grownZero, err := host.FreshJSMemory(m, 32) // 2 MiB: within the memory the VM before grew to
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !asSnapshot || !grownZero {
-			t.Fatalf("a fresh VM (in reused memory: %v): every byte the snapshot's %v, 4 MiB grown all zero %v; want both", reused, asSnapshot, grownZero)
+			t.Fatalf("a fresh VM (in reused memory: %v): every byte the snapshot's %v, 2 MiB grown all zero %v; want both", reused, asSnapshot, grownZero)
 		}
 		if reused {
 			return

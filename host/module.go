@@ -255,8 +255,11 @@ type instance struct {
 	interrupts *atomic.Int64
 }
 
-// sleep is the instance's WASI sleep: it ends early when the call's context ends, so
-// that a guest asleep in poll_oneoff still stops at its time limit.
+// sleep is the instance's WASI sleep: when the call's context ends first, it ends the
+// guest there, as wazero's close on the context's end would at the guest's next check
+// (the exit code says which end: a cancel or the deadline). Returning early instead left
+// a Go guest's runtime to find its timer not due and sleep again, spinning through
+// poll_oneoff until that check came: on a loaded machine, up to seconds after a cancel.
 func (inst *instance) sleep(ns int64) {
 	ctx := inst.ctx
 	if ctx == nil {
@@ -267,6 +270,13 @@ func (inst *instance) sleep(ns int64) {
 	select {
 	case <-t.C:
 	case <-ctx.Done():
+		code := uint32(sys.ExitCodeContextCanceled)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			code = sys.ExitCodeDeadlineExceeded
+		}
+		// As WASI's proc_exit ends a guest from within a host function.
+		_ = inst.mod.CloseWithExitCode(context.Background(), code)
+		panic(sys.NewExitError(code))
 	}
 }
 
@@ -302,11 +312,12 @@ func (m *Module) instantiate(ctx context.Context, deadline time.Time) (*instance
 	lm := &limitedMemory{limit: limit}
 	if m.jsSnap != nil {
 		// The snapshot's memory is its size at once (no grow copies it), in the memory of
-		// a VM of the module that ended when there is one (nothing to zero: restore
-		// overwrites every byte the guest can see before it runs).
+		// a VM of the module that ended when there is one. Instantiation zeroes what it
+		// is given (a start function runs in it); restore's grow to the snapshot's size
+		// does not, since restore overwrites those bytes before the guest runs again.
 		lm.hint = uint64(len(m.jsSnap.mem))
 		if b, ok := m.spare.Get().(*[]byte); ok {
-			lm.reuse, lm.overwrite = *b, lm.hint
+			lm.reuse = *b
 		}
 	}
 	inst.memory = lm
@@ -493,13 +504,14 @@ func (m *Module) release(inst *instance, healthy bool) {
 	if inst != nil && !keep {
 		// A fresh JS VM's memory serves the next one: its run has returned, and nothing
 		// else touches a VM's memory outside its runs (a JS run waits for its body reads).
-		spare := m.jsSnap != nil && inst.memory.buf != nil
+		// Taken before the close, whose Free would drop it; not one that grew well past
+		// the snapshot (a pool of them would hold the manifest's limit each).
 		var b []byte
-		if spare {
-			b = inst.memory.buf[:cap(inst.memory.buf)]
+		if m.jsSnap != nil {
+			b = inst.memory.take(4 * uint64(len(m.jsSnap.mem)))
 		}
 		inst.close(ctx)
-		if spare {
+		if b != nil {
 			m.spare.Put(&b)
 		}
 	}
@@ -550,20 +562,39 @@ func (m *Module) closeCompiled(ctx context.Context) {
 // limitedMemory backs an instance's linear memory and refuses to grow past limit, so
 // that memory.grow returns -1 to the guest.
 type limitedMemory struct {
+	// mu guards buf against a Free from another goroutine (the runtime's close while a
+	// run ends) racing take.
+	mu    sync.Mutex
 	buf   []byte
 	limit uint64
 	hint  uint64 // the capacity to give the first allocation, within limit
 
 	// reuse is the memory of an instance that ended, for the first allocation: its
-	// bytes are another VM's. Those below overwrite are not zeroed, because the caller
-	// overwrites them before the guest runs (it sets overwrite to 0 then); every other
-	// byte the guest is given is zeroed first, as Wasm requires of new memory.
+	// bytes are another VM's, and every byte of it the guest is given is zeroed first,
+	// as Wasm requires of new memory, except those below overwrite, which the caller
+	// sets only while it overwrites them itself (restore) and puts back to 0 before
+	// the guest runs.
 	reuse     []byte
 	overwrite uint64
 	dirty     bool // buf's bytes past its length are not all zero
 }
 
+// take returns the memory's bytes, at their whole capacity, for another instance,
+// and forgets them; nil when they were freed, or when their capacity passes most.
+func (l *limitedMemory) take(most uint64) []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buf
+	if b == nil || uint64(cap(b)) > most {
+		return nil
+	}
+	l.buf = nil
+	return b[:cap(b)]
+}
+
 func (l *limitedMemory) Reallocate(size uint64) []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if size > l.limit && l.buf != nil {
 		return nil
 	}
@@ -589,7 +620,18 @@ func (l *limitedMemory) Reallocate(size uint64) []byte {
 	return buf
 }
 
-func (l *limitedMemory) Free() { l.buf = nil }
+// setOverwrite sets overwrite (see reuse).
+func (l *limitedMemory) setOverwrite(n uint64) {
+	l.mu.Lock()
+	l.overwrite = n
+	l.mu.Unlock()
+}
+
+func (l *limitedMemory) Free() {
+	l.mu.Lock()
+	l.buf = nil
+	l.mu.Unlock()
+}
 
 // lineWriter turns a guest's stdout or stderr into log lines of the current call.
 type lineWriter struct {
