@@ -212,20 +212,7 @@ type jsVM struct {
 	mem  api.Memory
 	fn   *jsFuncs // outer calls
 	in   *jsFuncs // calls from within host_call
-
-	undef   uint32 // a JSValue* of undefined, kept
-	run     uint32 // a JSValue* of __wasmjobs_run, kept
-	scratch uint32 // 4 bytes of guest memory for out-lengths
-	limit   uint32 // QuickJS's memory limit in bytes
-
-	// boxed says a JSValue is the engine's 64-bit NaN-boxed word, its tag in the high
-	// half (checked at setup on undefined): an int or undefined argument is then read
-	// from guest memory, without the two calls of qjs_is_number and qjs_get_float64.
-	boxed bool
-	// buf is guest memory kept for the bytes of a value passed in (jsBufMax at most):
-	// the engine's constructors copy them, so one buffer serves every value, without a
-	// malloc and a free each.
-	buf, bufCap uint32
+	jsGuestRefs
 
 	// Per call.
 	deadline    time.Time
@@ -246,7 +233,25 @@ type jsVM struct {
 	startErr string            // why the last fetch was refused before it had a handle
 	bodies   map[int32]*jsBody // the bodies being read, by handle
 	reads    sync.WaitGroup    // the chunk reads of bodies under way
-	argv     uint32            // 4 bytes of guest memory: the argument of a resolve
+}
+
+// jsGuestRefs is what the adapter keeps of a VM's guest memory: addresses in it and
+// what set-up found there. A snapshot keeps them with the memory they point into.
+type jsGuestRefs struct {
+	undef   uint32 // a JSValue* of undefined, kept
+	run     uint32 // a JSValue* of __wasmjobs_run, kept
+	scratch uint32 // 4 bytes of guest memory for out-lengths
+	argv    uint32 // 4 bytes of guest memory: the argument of a resolve
+	limit   uint32 // QuickJS's memory limit in bytes
+
+	// boxed says a JSValue is the engine's 64-bit NaN-boxed word, its tag in the high
+	// half (checked at setup on undefined): an int or undefined argument is then read
+	// from guest memory, without the two calls of qjs_is_number and qjs_get_float64.
+	boxed bool
+	// buf is guest memory kept for the bytes of a value passed in (jsBufMax at most):
+	// the engine's constructors copy them, so one buffer serves every value, without a
+	// malloc and a free each.
+	buf, bufCap uint32
 }
 
 // jsSetupMin is the least time a JS VM's setup gets (newJSVM).
@@ -358,11 +363,9 @@ const jsStackPointer = "__stack_pointer"
 // prelude and the bundle, milliseconds each job. Nothing of a job is in it: it is taken
 // from the VM the module's load sets up, which runs none.
 type jsSnapshot struct {
-	mem []byte
-	sp  uint64
-	// What setup leaves in the VM, all addresses in mem.
-	undef, run, scratch, argv, buf, bufCap, limit uint32
-	boxed                                         bool
+	mem  []byte
+	sp   uint64
+	refs jsGuestRefs // into mem
 }
 
 // snapshot takes vm's snapshot, or reports that it cannot: an engine without an
@@ -376,11 +379,7 @@ func (vm *jsVM) snapshot() (*jsSnapshot, bool) {
 	if !ok {
 		return nil, false
 	}
-	return &jsSnapshot{
-		mem: bytes.Clone(b), sp: sp.Get(),
-		undef: vm.undef, run: vm.run, scratch: vm.scratch, argv: vm.argv, buf: vm.buf, bufCap: vm.bufCap, limit: vm.limit,
-		boxed: vm.boxed,
-	}, true
+	return &jsSnapshot{mem: bytes.Clone(b), sp: sp.Get(), refs: vm.jsGuestRefs}, true
 }
 
 // restore makes the engine in inst, just instantiated and not initialised, the VM s was
@@ -407,8 +406,7 @@ func (s *jsSnapshot) restore(inst *instance, m *Module) error {
 	}
 	sp.Set(s.sp)
 	vm := bindJSVM(inst, m)
-	vm.undef, vm.run, vm.scratch, vm.argv, vm.buf, vm.bufCap, vm.limit = s.undef, s.run, s.scratch, s.argv, s.buf, s.bufCap, s.limit
-	vm.boxed = s.boxed
+	vm.jsGuestRefs = s.refs
 	inst.js = vm
 	return nil
 }
