@@ -29,6 +29,11 @@ const (
 	// ExportInit, a () -> i32 function, is called once per instance after
 	// _initialize; a non-zero result makes the module invalid (optional).
 	ExportInit = "wasmjobs_init"
+	// ExportServe, a () -> () function added to ABI v1, runs many jobs in one call:
+	// it loops on FuncNextJob, running a job each time that returns 1, and returns
+	// when it returns 0 (optional; a module that exports it still exports
+	// ExportHandle, and behaves the same whichever the host calls).
+	ExportServe = "wasmjobs_serve"
 )
 
 // Outcome codes returned by wasmjobs_handle. Any other value is a failure.
@@ -87,6 +92,11 @@ const (
 	FuncSetDelayMs  = "set_delay_ms" // (ms i64) -> ()
 	FuncOutputWrite = "output_write" // (buf, buf_len i32) -> i32
 	FuncEnqueue     = "enqueue"      // (queue, queue_len, payload, payload_len i32, delay_ms i64) -> i32
+	// FuncNextJob, added to ABI v1 for ExportServe, passes the outcome code of the job
+	// it last returned 1 for (ignored on the first call) and waits for the next: 1
+	// when there is one to run, 0 when wasmjobs_serve is to return. Outside
+	// wasmjobs_serve it returns 0 at once.
+	FuncNextJob = "next_job" // (outcome i32) -> i32
 )
 
 // Host functions of fan-out and fan-in, added to ABI v1 (SPEC.md, "Fan-out and

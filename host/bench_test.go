@@ -14,19 +14,25 @@ import (
 )
 
 // BenchmarkRunNoop is the host's cost per job of a no-op WAT module: on a warm pooled
-// instance, and on a fresh instance per job.
+// instance called once a job, on one serving its jobs in one call (wasmjobs_serve), and
+// on a fresh instance per job. Each job has a context of its own, as a worker's does.
 func BenchmarkRunNoop(b *testing.B) {
-	for _, iso := range []string{"pooled", "fresh"} {
-		b.Run(iso, func(b *testing.B) {
+	for _, c := range []struct{ name, module, iso string }{
+		{"pooled", "abi/ack", "pooled"},
+		{"served", "abi/ack_serve", "pooled"},
+		{"fresh", "abi/ack", "fresh"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
 			e := newEngine(b)
-			m := loadFile(b, e, "abi/ack", `isolation = "`+iso+`"`)
+			m := loadFile(b, e, c.module, `isolation = "`+c.iso+`"`)
 			job := &worker.Job{Envelope: backend.NewEnvelope("ack", []byte(`{"n":1}`)), Attempt: 1, MaxAttempts: 3}
-			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
+				ctx, cancel := context.WithCancelCause(context.Background())
 				if x := m.Run(ctx, job, nil); x.Outcome != worker.Ack {
 					b.Fatal(x.Reason)
 				}
+				cancel(nil)
 			}
 		})
 	}

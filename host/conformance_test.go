@@ -68,11 +68,30 @@ func jobFor(c abitest.Case, m *host.Module) *worker.Job {
 var levelNames = map[string]string{"DEBUG": "debug", "INFO": "info", "WARN": "warn", "ERROR": "error"}
 
 // TestConformance drives every module of testdata through the host and checks exactly
-// what comes out. The command's tests run the same table through `wasmjobs invoke`.
+// what comes out, twice on each module: in both modes of a host's calls (a module that
+// exports wasmjobs_serve served, and called once a job under Config.NoServe), each a
+// second time, so that a pooled instance's second job, served by the same loop, is
+// checked too. The command's tests run the same table through `wasmjobs invoke`.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	e := newEngine(t)
+	for _, mode := range []struct {
+		name string
+		cfg  host.Config
+	}{{"served", host.Config{NoCache: true}}, {"called", host.Config{NoCache: true, NoServe: true}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			conformance(t, newEngineWith(t, mode.cfg), !mode.cfg.NoServe)
+		})
+	}
+}
+
+// conformance runs the table on e, which serves modules that export wasmjobs_serve or
+// does not.
+func conformance(t *testing.T, e *host.Engine, serves bool) {
 	for _, c := range abitest.Cases() {
+		if c.ServeOnly && !serves {
+			continue
+		}
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
 			m, err := load(t, e, c)
@@ -86,49 +105,57 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("Load: %v", err)
 			}
 			defer m.Retire()
-			job := jobFor(c, m)
-			x := m.Run(context.Background(), job, nil)
-			settle, reason := worker.Decide(job, x.Result(), m.Manifest().MaxDefers)
-			if x.Ending() != c.Kind || settle.String() != c.Settle || reason != c.Reason {
-				t.Errorf("kind %s, settle %s, reason %q; want %s, %s, %q", x.Ending(), settle, reason, c.Kind, c.Settle, c.Reason)
-			}
-			if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
-				t.Errorf("code %v, want %v", deref(x.Code), deref(c.Code))
-			}
-			var delay *int64
-			if x.Delay != nil {
-				d := x.Delay.Milliseconds()
-				delay = &d
-			}
-			if (delay == nil) != (c.DelayMs == nil) || (delay != nil && *delay != *c.DelayMs) {
-				t.Errorf("delay %v, want %v", deref(delay), deref(c.DelayMs))
-			}
-			if !c.OutputMatches(string(x.Output), job.Envelope.ID, m.Version(), m.Queue()) {
-				t.Errorf("output %q, want %q", shorten(string(x.Output)), shorten(c.Output))
-			}
-			if len(x.Logs) != len(c.Logs) {
-				t.Fatalf("%d log lines, want %d: %v", len(x.Logs), len(c.Logs), x.Logs)
-			}
-			for i, l := range x.Logs {
-				if got := (abitest.Log{Level: levelNames[l.Level.String()], Msg: l.Msg}); got != c.Logs[i] {
-					t.Errorf("log %d = %+v, want %+v", i, got, c.Logs[i])
-				}
-			}
-			var children []abitest.Child
-			if settle == worker.Ack || settle == worker.Wait {
-				for _, ch := range x.Result().Children {
-					children = append(children, abitest.Child{Queue: ch.Queue, Payload: string(ch.Payload), DelayMs: ch.Delay.Milliseconds(), Await: ch.Await})
-				}
-			}
-			if len(children) != len(c.Enqueued) {
-				t.Fatalf("enqueued %v, want %v", children, c.Enqueued)
-			}
-			for i := range children {
-				if children[i] != c.Enqueued[i] {
-					t.Errorf("child %d = %+v, want %+v", i, children[i], c.Enqueued[i])
-				}
+			conformanceRun(t, c, m)
+			if !c.Stateful {
+				conformanceRun(t, c, m)
 			}
 		})
+	}
+}
+
+// conformanceRun runs the case's job on m and checks what comes out.
+func conformanceRun(t *testing.T, c abitest.Case, m *host.Module) {
+	job := jobFor(c, m)
+	x := m.Run(context.Background(), job, nil)
+	settle, reason := worker.Decide(job, x.Result(), m.Manifest().MaxDefers)
+	if x.Ending() != c.Kind || settle.String() != c.Settle || reason != c.Reason {
+		t.Errorf("kind %s, settle %s, reason %q; want %s, %s, %q", x.Ending(), settle, reason, c.Kind, c.Settle, c.Reason)
+	}
+	if (x.Code == nil) != (c.Code == nil) || (x.Code != nil && *x.Code != *c.Code) {
+		t.Errorf("code %v, want %v", deref(x.Code), deref(c.Code))
+	}
+	var delay *int64
+	if x.Delay != nil {
+		d := x.Delay.Milliseconds()
+		delay = &d
+	}
+	if (delay == nil) != (c.DelayMs == nil) || (delay != nil && *delay != *c.DelayMs) {
+		t.Errorf("delay %v, want %v", deref(delay), deref(c.DelayMs))
+	}
+	if !c.OutputMatches(string(x.Output), job.Envelope.ID, m.Version(), m.Queue()) {
+		t.Errorf("output %q, want %q", shorten(string(x.Output)), shorten(c.Output))
+	}
+	if len(x.Logs) != len(c.Logs) {
+		t.Fatalf("%d log lines, want %d: %v", len(x.Logs), len(c.Logs), x.Logs)
+	}
+	for i, l := range x.Logs {
+		if got := (abitest.Log{Level: levelNames[l.Level.String()], Msg: l.Msg}); got != c.Logs[i] {
+			t.Errorf("log %d = %+v, want %+v", i, got, c.Logs[i])
+		}
+	}
+	var children []abitest.Child
+	if settle == worker.Ack || settle == worker.Wait {
+		for _, ch := range x.Result().Children {
+			children = append(children, abitest.Child{Queue: ch.Queue, Payload: string(ch.Payload), DelayMs: ch.Delay.Milliseconds(), Await: ch.Await})
+		}
+	}
+	if len(children) != len(c.Enqueued) {
+		t.Fatalf("enqueued %v, want %v", children, c.Enqueued)
+	}
+	for i := range children {
+		if children[i] != c.Enqueued[i] {
+			t.Errorf("child %d = %+v, want %+v", i, children[i], c.Enqueued[i])
+		}
 	}
 }
 

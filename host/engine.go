@@ -74,6 +74,10 @@ type Config struct {
 	// OTEL_SPAN_EVENT_COUNT_LIMIT): the log lines of a run past it are counted in its
 	// span's wasmjobs.logs.dropped. Zero means telemetry.DefaultEventLimit.
 	TraceEventLimit int
+	// NoServe calls a module's wasmjobs_handle once for each job even when it exports
+	// wasmjobs_serve, the loop that runs a pooled instance's jobs in one call: for
+	// telling a serve loop's fault from a handler's (the conformance suite runs both).
+	NoServe bool
 }
 
 // HTTPOptions are the host's settings for every module's outbound HTTP client. The zero
@@ -115,20 +119,27 @@ type Engine struct {
 	// eventLimit is Config.TraceEventLimit, its default filled in.
 	eventLimit int
 
-	// runs counts the jobs running on the engine's modules; idle is closed when it
-	// falls to zero (both under runsMu). Close waits for them: wazero's runtime must not
+	// runs counts the jobs running on the engine's modules; idle, made by a waiter
+	// (waitRuns) while jobs run, is closed when it falls to zero (all under runsMu):
+	// not made a job, when no one waits. Close waits for them: wazero's runtime must not
 	// close under a guest still inside a host function (its WASI file table, say).
 	runsMu sync.Mutex
 	runs   int
 	idle   chan struct{}
+
+	// noServe is Config.NoServe.
+	noServe bool
+	// serveCtx is the parent of every serve loop's context: Close ends it, and waits
+	// for serves, the loops running, before the runtime closes under them.
+	serveCtx    context.Context
+	serveCancel context.CancelFunc
+	serves      sync.WaitGroup
+	loops       atomic.Int64 // the serve loops running, for tests
 }
 
 // enter counts a job in; leave counts it out.
 func (e *Engine) enter() {
 	e.runsMu.Lock()
-	if e.runs == 0 {
-		e.idle = make(chan struct{})
-	}
 	e.runs++
 	e.runsMu.Unlock()
 }
@@ -136,8 +147,9 @@ func (e *Engine) enter() {
 func (e *Engine) leave() {
 	e.runsMu.Lock()
 	e.runs--
-	if e.runs == 0 {
+	if e.runs == 0 && e.idle != nil {
 		close(e.idle)
+		e.idle = nil
 	}
 	e.runsMu.Unlock()
 }
@@ -149,6 +161,9 @@ func (e *Engine) waitRuns(ctx context.Context) (int, error) {
 	if e.runs == 0 {
 		e.runsMu.Unlock()
 		return 0, nil
+	}
+	if e.idle == nil {
+		e.idle = make(chan struct{})
 	}
 	idle := e.idle
 	e.runsMu.Unlock()
@@ -196,7 +211,8 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 		opts.Resolver = cfg.HTTP.Resolver // left nil otherwise: the default resolver
 	}
 	e := &Engine{log: log, httpOpts: opts, onHTTPCall: cfg.OnHTTPCall, tracer: tracer,
-		eventLimit: cmp.Or(cfg.TraceEventLimit, telemetry.DefaultEventLimit)}
+		eventLimit: cmp.Or(cfg.TraceEventLimit, telemetry.DefaultEventLimit), noServe: cfg.NoServe}
+	e.serveCtx, e.serveCancel = context.WithCancel(context.WithoutCancel(ctx))
 	if cfg.NoWait {
 		name := "the host's backend"
 		if cfg.Backend != "" {
@@ -253,6 +269,20 @@ func NewEngine(ctx context.Context, cfg Config) (*Engine, error) {
 func (e *Engine) Close(ctx context.Context) error {
 	if n, err := e.waitRuns(ctx); err != nil {
 		e.log.Warn("closing the engine under jobs still running", "running", n, "error", err)
+	}
+	// The idle instances' serve loops wait inside a host function, and must return
+	// before the runtime closes; they return at once, a running job's at the guest's
+	// next check.
+	e.serveCancel()
+	loops := make(chan struct{})
+	go func() {
+		e.serves.Wait()
+		close(loops)
+	}()
+	select {
+	case <-loops:
+	case <-ctx.Done():
+		e.log.Warn("closing the engine under serve loops still running", "running", e.loops.Load(), "error", ctx.Err())
 	}
 	err := e.rt.Close(ctx)
 	if e.cache != nil {

@@ -167,23 +167,24 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc, role st
 		endRun(span, &x, nil)
 		return x
 	}
-	if sink == nil {
-		sink = func(level slog.Level, msg string) { x.Logs = append(x.Logs, Log{level, msg}) }
-	}
-	inst.st.reset(job, m, sink)
+	inst.st.reset(job, m, sink) // a nil sink keeps the lines for x.Logs
 	if span != nil {
 		inst.st.traceRun(span, m.e.eventLimit)
 	}
 	inst.jobs++
 	var code int32
 	var fail *failure
-	if inst.js != nil {
+	switch {
+	case inst.js != nil:
 		code, fail = inst.js.runJob(ctx, deadline, m.manifest.Limits.Timeout)
-	} else {
+	case inst.serve != nil:
+		code, fail = inst.serveJob(ctx, m.manifest.Limits.Timeout)
+	default:
 		code, fail = inst.call(ctx, inst.handle, m.manifest.Limits.Timeout)
 	}
 	st := &inst.st
 	st.finish()
+	x.Logs = st.logs
 	x.Calls = m.calls(st.http.end())
 	x.Output, x.Children, x.Outage, x.RateLimited, x.DestinationFailed = st.output, st.children, st.http.outage, st.http.limited, st.http.failed
 	if st.delayMs >= 0 {
@@ -209,10 +210,10 @@ func (m *Module) run(ctx context.Context, job *worker.Job, sink LogFunc, role st
 		x.Code = &code
 		x.Outcome = [...]worker.Outcome{worker.Ack, worker.Retry, worker.Defer, worker.DeadLetter, worker.Wait}[code]
 		x.Reason = st.reason
-		healthy = !inst.mod.IsClosed() && (inst.js == nil || inst.js.healthy(context.Background()))
+		healthy = inst.alive() && (inst.js == nil || inst.js.healthy(context.Background()))
 	}
 	endRun(span, &x, st)
-	st.reset(nil, m, m.defaultSink()) // drop the job's references while the instance idles
+	st.reset(nil, m, m.initSink) // drop the job's references while the instance idles
 	m.release(inst, healthy)
 	x.Duration = time.Since(start)
 	return x

@@ -63,3 +63,6 @@ func FreshJSMemory(m *Module, grow uint32) (reused, asSnapshot, grownZero bool, 
 	}
 	return reused, asSnapshot, grownZero, nil
 }
+
+// ServeLoops reports how many serve loops run on e.
+func ServeLoops(e *Engine) int64 { return e.loops.Load() }

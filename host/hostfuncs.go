@@ -28,7 +28,8 @@ type callState struct {
 	meta    [4]string // job id, queue, module name, module version
 	limits  *Limits
 	allowed map[string]bool // queues it may enqueue into; nil: any
-	sink    LogFunc
+	sink    LogFunc         // nil: the lines are kept in logs
+	logs    []Log
 	noWait  bool // the host cannot serve waits (Config.NoWait)
 
 	reason   string
@@ -102,7 +103,7 @@ func (st *callState) emit(level slog.Level, msg string) {
 		msg = msg[:max] + fmt.Sprintf("... (truncated %d bytes)", len(msg)-max)
 	}
 	msg = strings.ToValidUTF8(msg, "\uFFFD")
-	st.sink(level, msg)
+	st.log(level, msg)
 	if st.span != nil {
 		st.event(level, msg)
 	}
@@ -111,9 +112,18 @@ func (st *callState) emit(level slog.Level, msg string) {
 // finish reports the log lines the limit dropped.
 func (st *callState) finish() {
 	if st.dropped > 0 {
-		st.sink(slog.LevelWarn, fmt.Sprintf("%d log lines dropped (limit %d per job)", st.dropped, st.limits.MaxLogLines))
+		st.log(slog.LevelWarn, fmt.Sprintf("%d log lines dropped (limit %d per job)", st.dropped, st.limits.MaxLogLines))
 		st.dropped = 0
 	}
+}
+
+// log sends a line to the sink, or keeps it in logs when there is none.
+func (st *callState) log(level slog.Level, msg string) {
+	if st.sink == nil {
+		st.logs = append(st.logs, Log{level, msg})
+		return
+	}
+	st.sink(level, msg)
 }
 
 // stateKey finds the callState in a call's context.
@@ -134,7 +144,13 @@ func (c *callContext) Value(key any) any {
 }
 
 func stateOf(ctx context.Context) *callState {
-	if c, ok := ctx.(*callContext); ok {
+	switch c := ctx.(type) {
+	case *callContext:
+		return c.st
+	case *serveContext:
+		if c.loop.stopped {
+			return &c.loop.dead
+		}
 		return c.st
 	}
 	st, _ := ctx.Value(stateKey{}).(*callState)
@@ -170,6 +186,7 @@ type hostFunc struct {
 
 // hostFuncs are ABI v1's host functions, by name: these, and those of outbound HTTP.
 var hostFuncs = withHTTPHostFuncs(map[string]hostFunc{
+	abi.FuncNextJob: {funcType{[]api.ValueType{i32}, []api.ValueType{i32}}, nextJob},
 	abi.FuncPayloadLen: {funcType{nil, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		stack[0] = uint64(uint32(len(stateOf(ctx).payload())))
 	}},

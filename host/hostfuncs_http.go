@@ -266,7 +266,9 @@ func (st *callState) httpStart(ctx context.Context, method, url, headers, body [
 // withHTTPHostFuncs returns funcs with the host functions of outbound HTTP added.
 func withHTTPHostFuncs(funcs map[string]hostFunc) map[string]hostFunc {
 	fn := func(params []api.ValueType, f api.GoModuleFunc) hostFunc {
-		return hostFunc{funcType{params, []api.ValueType{i32}}, f}
+		return hostFunc{funcType{params, []api.ValueType{i32}}, func(ctx context.Context, mod api.Module, stack []uint64) {
+			f(requestContext(ctx), mod, stack)
+		}}
 	}
 	funcs[abi.FuncHTTPStart] = fn([]api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}, func(ctx context.Context, mod api.Module, stack []uint64) {
 		method := guestBytes(mod, abi.FuncHTTPStart, stack[0], stack[1])

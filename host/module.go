@@ -40,9 +40,11 @@ type Module struct {
 	allowed  map[string]bool
 	compiled wazero.CompiledModule
 	hasInit  bool   // exports wasmjobs_init
+	hasServe bool   // exports wasmjobs_serve
 	jsSource []byte // a JS handler's bundle (the JSSection); nil for an ABI v1 module
 	loadedAt time.Time
 	http     *outbound.Client // the [http] grant's client; nil without a grant
+	initSink LogFunc          // logInit
 
 	mu      sync.Mutex
 	idle    []*instance
@@ -136,6 +138,7 @@ func (e *Engine) Load(ctx context.Context, name string, wasm []byte, man Manifes
 		loadedAt: time.Now(),
 		closed:   make(chan struct{}),
 	}
+	m.initSink = m.logInit
 	if isJS {
 		m.jsSource = append([]byte{}, jsSource...) // empty but not nil: validateJS names it
 	}
@@ -212,6 +215,10 @@ func (m *Module) validate() error {
 		}
 	}
 	m.hasInit = fns[abi.ExportInit] != nil
+	var err error
+	if m.hasServe, err = serveExport(fns, m.compiled.ImportedFunctions()); err != nil {
+		return err
+	}
 	if _, ok := fns["_start"]; ok && fns[abi.ExportInitialize] == nil {
 		return errors.New("exports _start (a WASI command): build it as a reactor (Go: -buildmode=c-shared; C: -mexec-model=reactor)")
 	}
@@ -250,6 +257,7 @@ type instance struct {
 	jobs   int
 	ctx    context.Context // the current call's, for sleep
 	js     *jsVM           // a JS handler's VM; nil for an ABI v1 module
+	serve  *serveLoop      // its serve loop; nil when it is called once for each job
 	memory *limitedMemory  // its linear memory's bytes
 	// interrupts is its module's jsInterrupts.
 	interrupts *atomic.Int64
@@ -286,7 +294,7 @@ func (inst *instance) sleep(ns int64) {
 // jsSetupMin, see newJSVM).
 func (m *Module) instantiate(ctx context.Context, deadline time.Time) (*instance, error) {
 	inst := &instance{interrupts: &m.jsInterrupts}
-	inst.st.reset(nil, m, m.defaultSink())
+	inst.st.reset(nil, m, m.initSink)
 	inst.stdout = lineWriter{st: &inst.st, level: slog.LevelInfo}
 	inst.stderr = lineWriter{st: &inst.st, level: slog.LevelWarn}
 	cfg := wazero.NewModuleConfig().
@@ -362,14 +370,20 @@ func (m *Module) instantiate(ctx context.Context, deadline time.Time) (*instance
 		}
 		inst.js = vm
 	}
+	if m.hasServe && m.manifest.Isolation == Pooled && !m.e.noServe {
+		// One call for the instance's jobs; a fresh instance runs one job, called.
+		if err := inst.startServe(ctx, m, mod.ExportedFunction(abi.ExportServe), m.manifest.Limits.Timeout); err != nil {
+			mod.Close(ctx)
+			return nil, err
+		}
+	}
 	return inst, nil
 }
 
-// defaultSink sends logs of calls without a job (initialisation) to the engine's logger.
-func (m *Module) defaultSink() LogFunc {
-	return func(level slog.Level, msg string) {
-		m.e.log.Log(context.Background(), level, msg, "module", m.name, "version", m.version)
-	}
+// logInit sends logs of calls without a job (initialisation) to the engine's logger;
+// initSink is it, made once.
+func (m *Module) logInit(level slog.Level, msg string) {
+	m.e.log.Log(context.Background(), level, msg, "module", m.name, "version", m.version)
 }
 
 // failure is a call that did not return normally.
@@ -446,9 +460,18 @@ func classify(ctx context.Context, err error, timeout time.Duration) *failure {
 	return &failure{CauseTrap, "trap: " + msg}
 }
 
-// close ends the instance.
+// close ends the instance, and its serve loop first.
 func (inst *instance) close(ctx context.Context) {
+	if inst.serve != nil {
+		inst.serve.stop()
+	}
 	inst.mod.Close(ctx)
+}
+
+// alive reports whether the instance can take another job: its module is open, and
+// its serve loop, if it has one, was not ended.
+func (inst *instance) alive() bool {
+	return !inst.mod.IsClosed() && (inst.serve == nil || !inst.serve.killed && inst.serve.ctx.Err() == nil)
 }
 
 // errRetired is returned by begin for a module that was retired: the caller takes the
@@ -533,12 +556,27 @@ func (m *Module) Retire() {
 	m.idle = nil
 	last := m.inUse == 0
 	m.mu.Unlock()
+	closeAll := func() {
+		for _, inst := range idle {
+			inst.close(context.Background())
+		}
+		if last {
+			m.closeCompiled(context.Background())
+		}
+	}
 	for _, inst := range idle {
-		inst.close(context.Background())
+		if inst.serve != nil {
+			// Closing a served instance waits for its loop's call to return, which is
+			// guest code: the loops all end at once, and the caller (a registry under
+			// its lock) does not wait for them; Done says when they have.
+			inst.serve.cancel()
+		}
 	}
-	if last {
-		m.closeCompiled(context.Background())
+	if len(idle) > 0 && idle[0].serve != nil {
+		go closeAll()
+		return
 	}
+	closeAll()
 }
 
 // Done is closed when a retired module has been closed.

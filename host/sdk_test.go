@@ -107,14 +107,39 @@ func runSDKCase(t *testing.T, m *host.Module, c abitest.SDKCase) host.Execution 
 }
 
 // TestSDKConformance runs every language's conformance handler through the host on the
-// same table: the results must be the table's, hence identical across languages.
+// same table: the results must be the table's, hence identical across languages. It
+// runs in both modes of the host's calls: served (every SDK but JavaScript's exports
+// wasmjobs_serve, and its instance must be served) and called once a job
+// (Config.NoServe).
 func TestSDKConformance(t *testing.T) {
 	t.Parallel()
-	e := newEngine(t)
+	for _, noServe := range []bool{false, true} {
+		mode := map[bool]string{false: "served", true: "called"}[noServe]
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			sdkConformance(t, newEngineWith(t, host.Config{NoCache: true, NoServe: noServe}), !noServe)
+		})
+	}
+}
+
+// sdkConformance runs the SDK table on e, each language's module on an engine of its
+// own when served, so that its serve loop can be counted.
+func sdkConformance(t *testing.T, e *host.Engine, served bool) {
 	for _, lang := range abitest.Languages {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
+			e := e
+			if served {
+				e = newEngine(t)
+			}
 			m := loadModule(t, e, "conformance", guestModule(t, lang+"-conformance"), host.Manifest{MaxAttempts: 5})
+			want := int64(0)
+			if served && lang != "typescript" {
+				want = 1
+			}
+			if n := host.ServeLoops(e); n != want {
+				t.Fatalf("%d serve loops after the load, want %d (a served SDK's module exports wasmjobs_serve)", n, want)
+			}
 			for _, c := range abitest.SDKCases() {
 				x := runSDKCase(t, m, c)
 				var logs []abitest.Log

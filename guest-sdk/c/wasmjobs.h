@@ -92,6 +92,7 @@ WASMJOBS_IMPORT(enqueue) int32_t wasmjobs__enqueue(const void *queue, int32_t qu
  * only on a host whose backend keeps waiting jobs. */
 WASMJOBS_IMPORT(enqueue_awaited) int32_t wasmjobs__enqueue_awaited(const void *queue, int32_t queue_len, const void *payload, int32_t payload_len, int64_t delay_ms);
 WASMJOBS_IMPORT(round) int32_t wasmjobs__round(void);
+WASMJOBS_IMPORT(next_job) int32_t wasmjobs__next_job(int32_t outcome);
 WASMJOBS_IMPORT(children_len) int32_t wasmjobs__children_len(void);
 WASMJOBS_IMPORT(child_read) int32_t wasmjobs__child_read(int32_t index, int32_t field, void *buf, int32_t len);
 
@@ -562,9 +563,15 @@ static inline wasmjobs_outcome wasmjobs_retry_after(const wasmjobs_http_response
 static inline void wasmjobs_trap(void) { __builtin_trap(); }
 
 /* Registers fn, a function (void) -> wasmjobs_outcome, as the module's handler and
- * exports what ABI v1 requires. Use it once, at file scope. */
+ * exports what ABI v1 requires, with wasmjobs_serve: the loop in which a host may run
+ * a pooled instance's jobs in one call instead of calling wasmjobs_handle once a job
+ * (fn cannot tell which). Use it once, at file scope. */
 #define WASMJOBS_HANDLER(fn)                                                            \
     __attribute__((export_name("wasmjobs_abi_v1"))) void wasmjobs_abi_v1_marker(void) {} \
-    __attribute__((export_name("wasmjobs_handle"))) int32_t wasmjobs_handle_export(void) { return (int32_t)(fn)(); }
+    __attribute__((export_name("wasmjobs_handle"))) int32_t wasmjobs_handle_export(void) { return (int32_t)(fn)(); } \
+    __attribute__((export_name("wasmjobs_serve"))) void wasmjobs_serve_export(void) {   \
+        int32_t outcome = 0;                                                            \
+        while (wasmjobs__next_job(outcome) != 0) outcome = (int32_t)(fn)();             \
+    }
 
 #endif /* WASMJOBS_H */

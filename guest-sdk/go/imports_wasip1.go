@@ -59,6 +59,20 @@ func abiV1() {}
 //go:wasmexport wasmjobs_handle
 func handle() int32 { return run() }
 
+//go:wasmimport wasmjobs next_job
+func nextJob(outcome int32) int32
+
+// serve runs the jobs a host hands a pooled instance in one call, each as handle
+// would; the host may call handle once a job instead.
+//
+//go:wasmexport wasmjobs_serve
+func serve() {
+	var outcome int32
+	for nextJob(outcome) != 0 {
+		outcome = run()
+	}
+}
+
 // ptr points at a string's bytes (nil for an empty one: the host reads nothing).
 func ptr(s string) *byte { return unsafe.StringData(s) }
 

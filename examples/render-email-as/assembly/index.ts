@@ -5,7 +5,7 @@
 // a value dead-letters the job (the sender must fix it). The rendered email goes to the
 // output, and to the queue "send-email" as a child job.
 import { Job, Outcome, handle, deadLetter } from "../../../guest-sdk/assemblyscript/assembly/index";
-export { wasmjobs_abi_v1, wasmjobs_handle } from "../../../guest-sdk/assemblyscript/assembly/index";
+export { wasmjobs_abi_v1, wasmjobs_handle, wasmjobs_serve } from "../../../guest-sdk/assemblyscript/assembly/index";
 
 const templates = new Map<string, string>();
 templates.set("welcome", "Subject: Welcome, {{name}}!\n\nHello {{name}},\n\nyour account {{account}} is ready.\n");

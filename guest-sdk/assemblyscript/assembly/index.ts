@@ -1,7 +1,7 @@
 // wasmjobs-sdk: write wasmjobs job handlers in AssemblyScript (guest ABI v1).
 //
 //   import { Job, Outcome, handle, retry } from "wasmjobs-sdk";
-//   export { wasmjobs_abi_v1, wasmjobs_handle } from "wasmjobs-sdk";
+//   export { wasmjobs_abi_v1, wasmjobs_handle, wasmjobs_serve } from "wasmjobs-sdk";
 //
 //   handle((job: Job): Outcome => {
 //     job.output("Hello, " + job.text() + "!");
@@ -11,6 +11,7 @@
 // Build: npx asc handler.ts -o handler.wasm --optimize --runtime incremental
 
 @external("wasmjobs", "payload_len") declare function payload_len(): i32;
+@external("wasmjobs", "next_job") declare function next_job(outcome: i32): i32;
 @external("wasmjobs", "payload_read") declare function payload_read(buf: usize, len: i32): i32;
 @external("wasmjobs", "meta_read") declare function meta_read(key: i32, buf: usize, len: i32): i32;
 @external("wasmjobs", "attempt") declare function attempt_(): i32;
@@ -623,4 +624,14 @@ export function wasmjobs_handle(): i32 {
     return deadLetter("no handler registered: call handle() at the top level");
   }
   return h(new Job());
+}
+
+/** Runs the jobs a host hands a pooled instance in one call, each as wasmjobs_handle
+ * does: re-export it too, and the host may serve the module instead of calling it once
+ * a job (a handler cannot tell which). */
+export function wasmjobs_serve(): void {
+  let outcome: i32 = 0;
+  while (next_job(outcome) != 0) {
+    outcome = wasmjobs_handle();
+  }
 }

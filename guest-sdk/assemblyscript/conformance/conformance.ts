@@ -1,7 +1,7 @@
 // The conformance handler in AssemblyScript: its payload names a case of the
 // cross-language table (internal/rigs/abitest/sdk.go, and sdk_http.go for the HTTP cases).
 import { Job, Level, Outcome, Request, handle, retry, defer, deadLetter, trap, retryAfter, waitForChildren } from "../assembly/index";
-export { wasmjobs_abi_v1, wasmjobs_handle } from "../assembly/index";
+export { wasmjobs_abi_v1, wasmjobs_handle, wasmjobs_serve } from "../assembly/index";
 
 /** Sends req and acks with "STATUS\nX-REPLY\nBODY", or "error CODE" on a failure. */
 // spins counts the case "spin"'s turns, so that its loop does something.

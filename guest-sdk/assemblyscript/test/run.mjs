@@ -13,9 +13,11 @@ const NOW_MS = 784111777000n;
 
 // run runs one job; responses are the stand-in host's answers to the job's requests,
 // in order: { status, error, headers, url, body, chunk, bodyError }.
-function run(payload, headers = {}, responses = [], round = 0, awaited = []) {
+// serve runs the job through wasmjobs_serve instead: next_job hands it over once, and
+// the outcome passed back is its code.
+function run(payload, headers = {}, responses = [], round = 0, awaited = [], serve = false) {
   const job = { payload: enc.encode(payload), meta: ["01JOB", "conformance", "conformance", "v", "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"], headers, awaitedIdx: [],
-    logs: [], reason: null, delay: null, output: [], children: [], requests: [], closed: [] };
+    logs: [], reason: null, delay: null, output: [], children: [], requests: [], closed: [], nexts: [] };
   let mem;
   const bytesAt = (p, n) => new Uint8Array(mem.buffer, p, n);
   const copyOut = (src, p, n) => { bytesAt(p, Math.min(n, src.length)).set(src.subarray(0, Math.min(n, src.length))); };
@@ -37,6 +39,8 @@ function run(payload, headers = {}, responses = [], round = 0, awaited = []) {
     enqueue: (qp, qn, pp, pn, d) => { job.children.push([dec.decode(bytesAt(qp, qn)), dec.decode(bytesAt(pp, pn)), Number(d)]); return 0; },
     enqueue_awaited: (qp, qn, pp, pn, d) => { wasmjobs.enqueue(qp, qn, pp, pn, d); job.awaitedIdx.push(job.children.length - 1); return 0; },
     round: () => round,
+    // A loop of one job: the outcome comes back with the second call, which ends it.
+    next_job: (outcome) => { job.nexts.push(outcome); return job.nexts.length === 1 ? 1 : 0; },
     children_len: () => awaited.length,
     // awaited: per child [id, queue, state, reason, output, truncated (0 or 1)].
     child_read: (i, f, p, n) => {
@@ -80,7 +84,13 @@ function run(payload, headers = {}, responses = [], round = 0, awaited = []) {
   const inst = new WebAssembly.Instance(new WebAssembly.Module(bytes), { wasmjobs, env, wasi_snapshot_preview1 });
   mem = inst.exports.memory;
   try {
-    job.code = inst.exports.wasmjobs_handle();
+    if (serve) {
+      inst.exports.wasmjobs_serve();
+      assert.equal(job.nexts.length, 2, "wasmjobs_serve asked for a job after the end");
+      job.code = job.nexts[1];
+    } else {
+      job.code = inst.exports.wasmjobs_handle();
+    }
   } catch (e) {
     job.trap = String(e);
   }
@@ -164,4 +174,8 @@ for (const [value, kind, reason, delay] of [
 }
 r = run("http-retry-after:http://h/echo", {}, [{ ...echo }]);
 assert.deepEqual([r.code, r.text], [0, "201"]);
+for (const [payload, code] of [["ack", 0], ["retry", 1]]) {
+  r = run(payload, {}, [], 0, [], true);
+  assert.equal(r.code, code, `served ${payload}`);
+}
 console.log("AssemblyScript SDK: all checks passed");

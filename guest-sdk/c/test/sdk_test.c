@@ -58,6 +58,12 @@ int32_t wasmjobs__enqueue_awaited(const void *q, int32_t ql, const void *p, int3
 /* The stand-in host's last wait: two children. */
 static const char *awaited[2][5] = {{"01JA", "render", "succeeded", "", "page one"}, {"01JB", "render", "dead", "no page", ""}};
 int32_t wasmjobs__round(void) { return 1; }
+/* The stand-in host's serve loop: two jobs, then the end; it keeps the outcomes passed. */
+static int32_t next_calls, next_outcomes[3];
+int32_t wasmjobs__next_job(int32_t outcome) {
+    next_outcomes[next_calls] = outcome;
+    return ++next_calls <= 2;
+}
 int32_t wasmjobs__children_len(void) { return 2; }
 int32_t wasmjobs__child_read(int32_t index, int32_t field, void *buf, int32_t len) {
     if (index < 0 || index >= 2) return WASMJOBS_NOT_FOUND;
@@ -243,11 +249,21 @@ static void http_tests(void) {
     assert(delay == -1 && strcmp(reason, "http 429") == 0);
 }
 
-static wasmjobs_outcome handle(void) { return WASMJOBS_ACK; }
+static int handled;
+static wasmjobs_outcome handle(void) { return ++handled == 1 ? WASMJOBS_RETRY : WASMJOBS_ACK; }
 WASMJOBS_HANDLER(handle)
+
+/* wasmjobs_serve runs a job each time next_job returns 1, passing its outcome on with
+ * the next call, and returns at 0. */
+static void test_serve(void) {
+    wasmjobs_serve_export();
+    assert(handled == 2 && next_calls == 3);
+    assert(next_outcomes[1] == WASMJOBS_RETRY && next_outcomes[2] == WASMJOBS_ACK);
+}
 
 int main(void) {
     char buf[8];
+    test_serve();
     assert(wasmjobs_payload_len() == 5);
     assert(wasmjobs_payload_read(buf, 3) == 3 && memcmp(buf, "hel", 3) == 0);
     assert(wasmjobs_meta(WASMJOBS_META_QUEUE, buf, sizeof buf) == 4 && memcmp(buf, "mail", 4) == 0);

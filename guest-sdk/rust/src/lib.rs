@@ -48,6 +48,7 @@ mod sys {
         // Fan-out and fan-in: imported only by a module that calls them.
         pub fn enqueue_awaited(queue: *const u8, queue_len: i32, payload: *const u8, payload_len: i32, delay_ms: i64) -> i32;
         pub fn round() -> i32;
+        pub fn next_job(outcome: i32) -> i32;
         pub fn children_len() -> i32;
         pub fn child_read(index: i32, field: i32, buf: *mut u8, len: i32) -> i32;
         pub fn http_start(method: *const u8, method_len: i32, url: *const u8, url_len: i32, headers: *const u8, headers_len: i32, body: *const u8, body_len: i32) -> i32;
@@ -189,6 +190,9 @@ pub mod sys {
         s
     }
     pub unsafe fn round() -> i32 { HOST.with(|h| h.borrow().round) }
+    // Outside a host's wasmjobs_serve next_job returns 0: the tests run no loop.
+    #[allow(dead_code)]
+    pub unsafe fn next_job(_outcome: i32) -> i32 { 0 }
     pub unsafe fn children_len() -> i32 { HOST.with(|h| h.borrow().awaited.len() as i32) }
     pub unsafe fn child_read(index: i32, field: i32, buf: *mut u8, len: i32) -> i32 {
         HOST.with(|h| {
@@ -922,7 +926,22 @@ macro_rules! handler {
         pub extern "C" fn wasmjobs_handle() -> i32 {
             $crate::run($f)
         }
+
+        #[no_mangle]
+        pub extern "C" fn wasmjobs_serve() {
+            $crate::serve($f)
+        }
     };
+}
+
+/// Runs the jobs a host hands a pooled instance in one call of `wasmjobs_serve`, each
+/// as [`run`] would: [`handler!`] exports it. The host may call `wasmjobs_handle` once
+/// a job instead; a handler cannot tell which.
+pub fn serve(f: fn(&Job) -> Result) {
+    let mut outcome = 0;
+    while unsafe { sys::next_job(outcome) } != 0 {
+        outcome = run(f);
+    }
 }
 
 #[cfg(test)]

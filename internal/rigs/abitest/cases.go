@@ -45,6 +45,12 @@ type Case struct {
 
 	// Invalid, when set, is a fragment of the error that must reject the module at load.
 	Invalid string
+	// Stateful says the module's output counts what its instance has run: a second
+	// job on the same instance has another, so the case is run once on an instance.
+	Stateful bool
+	// ServeOnly says the case is the serve loop's (wasmjobs_serve): a host that calls a
+	// module once a job (host.Config.NoServe) never starts one, so it does not apply.
+	ServeOnly bool
 
 	// What must come out.
 	Kind   string
@@ -98,6 +104,7 @@ func Cases() []Case {
 
 	cases := []Case{
 		{Name: "ack", Module: "abi/ack", Kind: "ack", Code: code(0), Settle: "ack"},
+		{Name: "ack served", Module: "abi/ack_serve", Kind: "ack", Code: code(0), Settle: "ack"},
 		{Name: "retry with reason and delay", Module: "abi/retry", MaxAttempts: 3,
 			Kind: "retry", Code: code(1), Settle: "retry", Reason: "try later", DelayMs: ms(1500)},
 		{Name: "retry at the last attempt dead-letters", Module: "abi/retry", Attempt: 3, MaxAttempts: 3,
@@ -155,7 +162,7 @@ func Cases() []Case {
 			Kind: "ack", Code: code(0), Settle: "ack", Output: strings.Repeat("\x00", 600)},
 		{Name: "sleep, then ack", Module: "abi/sleep_ms", Payload: "20",
 			Kind: "ack", Code: code(0), Settle: "ack", Output: "slept"},
-		{Name: "initialisation runs once, in order", Module: "abi/init_ok",
+		{Name: "initialisation runs once, in order", Module: "abi/init_ok", Stateful: true,
 			Kind: "ack", Code: code(0), Settle: "ack", Output: "1"},
 		{Name: "trace keys empty in init and with tracing off", Module: "abi/init_meta", Manifest: `isolation = "fresh"`,
 			Kind: "ack", Code: code(0), Settle: "ack", Output: "0\n0\n0\n0\n"},
@@ -197,24 +204,31 @@ func Cases() []Case {
 		cases = append(cases, Case{Name: fmt.Sprintf("out-of-bounds pointer %s (%s)", oob.sel, oob.fn), Module: module,
 			Payload: oob.sel, Kind: "trap", Settle: "retry", Reason: "trap: invalid memory access in " + oob.fn})
 	}
-	for _, bad := range []struct{ module, manifest, err string }{
-		{"hostile/no_marker", "", `missing export "wasmjobs_abi_v1": not an ABI v1 module`},
-		{"hostile/no_handle", "", `missing export "wasmjobs_handle"`},
-		{"hostile/no_memory", "", `missing export "memory" (a memory)`},
-		{"hostile/wrong_handle", "", `export "wasmjobs_handle" has type (i32) -> (i32), want () -> (i32)`},
-		{"hostile/wrong_init_type", "", `export "wasmjobs_init" has type () -> (), want () -> (i32)`},
-		{"hostile/bad_import", "", "imports wasmjobs.launch_missiles, which ABI v1 does not define"},
-		{"hostile/wrong_import_type", "", "imports wasmjobs.payload_len as (i32) -> (i64), want () -> (i32)"},
-		{"hostile/foreign_import", "", "imports os.system, which the host does not provide"},
-		{"hostile/command", "", "exports _start (a WASI command): build it as a reactor"},
-		{"hostile/big_memory", "", "memory starts at 2048 pages, above the limit of 1024 pages"},
-		{"hostile/init_trap", "", "_initialize failed: trap: unreachable"},
-		{"hostile/init_fail", "", "wasmjobs_init returned 5"},
-		{"hostile/init_loop", `timeout = "100ms"`, "wasmjobs_init failed: timeout after 100ms"},
-		{"hostile/not_wasm", "", "not a wasm module"},
-		{"hostile/truncated", "", "invalid module truncated"},
+	for _, bad := range []struct {
+		module, manifest, err string
+		serveOnly             bool
+	}{
+		{"hostile/no_marker", "", `missing export "wasmjobs_abi_v1": not an ABI v1 module`, false},
+		{"hostile/no_handle", "", `missing export "wasmjobs_handle"`, false},
+		{"hostile/no_memory", "", `missing export "memory" (a memory)`, false},
+		{"hostile/wrong_handle", "", `export "wasmjobs_handle" has type (i32) -> (i32), want () -> (i32)`, false},
+		{"hostile/wrong_init_type", "", `export "wasmjobs_init" has type () -> (), want () -> (i32)`, false},
+		{"hostile/bad_import", "", "imports wasmjobs.launch_missiles, which ABI v1 does not define", false},
+		{"hostile/wrong_import_type", "", "imports wasmjobs.payload_len as (i32) -> (i64), want () -> (i32)", false},
+		{"hostile/foreign_import", "", "imports os.system, which the host does not provide", false},
+		{"hostile/command", "", "exports _start (a WASI command): build it as a reactor", false},
+		{"hostile/big_memory", "", "memory starts at 2048 pages, above the limit of 1024 pages", false},
+		{"hostile/init_trap", "", "_initialize failed: trap: unreachable", false},
+		{"hostile/init_fail", "", "wasmjobs_init returned 5", false},
+		{"hostile/init_loop", `timeout = "100ms"`, "wasmjobs_init failed: timeout after 100ms", false},
+		{"hostile/serve_wrong_type", "", `export "wasmjobs_serve" has type () -> (i32), want () -> ()`, false},
+		{"hostile/serve_no_next_job", "", `exports "wasmjobs_serve" without importing wasmjobs.next_job`, false},
+		{"hostile/serve_no_ask", `timeout = "100ms"`, "wasmjobs_serve did not ask for a job (next_job) within the timeout of 100ms", true},
+		{"hostile/serve_return_early", "", "wasmjobs_serve returned before it asked for a job (next_job)", true},
+		{"hostile/not_wasm", "", "not a wasm module", false},
+		{"hostile/truncated", "", "invalid module truncated", false},
 	} {
-		cases = append(cases, Case{Name: "invalid " + filepath.Base(bad.module), Module: bad.module, Manifest: bad.manifest, Invalid: bad.err})
+		cases = append(cases, Case{Name: "invalid " + filepath.Base(bad.module), Module: bad.module, Manifest: bad.manifest, Invalid: bad.err, ServeOnly: bad.serveOnly})
 	}
 	return cases
 }

@@ -160,6 +160,7 @@ func main() {
 	}
 	add("native Go no-op handler", 0, "bench", "--native")
 	add("WAT no-op, pooled", 0, "bench", "--module", rel(ack), "--compare-native")
+	add("WAT no-op, pooled, served (wasmjobs_serve)", 0, "bench", "--module", rel(filepath.Join(abitest.Dir(), "abi", "ack_serve.wasm")), "--compare-native")
 	add("WAT no-op, fresh instance per job", 20_000, "bench", "--module", rel(ack), "--isolation", "fresh")
 	add("C no-op, fresh instance per job", 20_000, "bench", "--module", rel(guest("c-conformance")), "--payload", "ack", "--isolation", "fresh")
 	for _, lang := range abitest.Languages {
