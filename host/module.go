@@ -554,29 +554,34 @@ func (m *Module) Retire() {
 	m.retired = true
 	idle := m.idle
 	m.idle = nil
+	// Closing a served instance waits for its loop's call to return, which is guest
+	// code: the loops all end at once, and the caller (a registry under its lock) does
+	// not wait for them. Their closing counts as a job in use, so that Done (closed by
+	// the last release) says when they have ended.
+	served := len(idle) > 0 && idle[0].serve != nil
+	if served {
+		m.inUse++
+	}
 	last := m.inUse == 0
 	m.mu.Unlock()
-	closeAll := func() {
+	if served {
 		for _, inst := range idle {
-			inst.close(context.Background())
-		}
-		if last {
-			m.closeCompiled(context.Background())
-		}
-	}
-	for _, inst := range idle {
-		if inst.serve != nil {
-			// Closing a served instance waits for its loop's call to return, which is
-			// guest code: the loops all end at once, and the caller (a registry under
-			// its lock) does not wait for them; Done says when they have.
 			inst.serve.cancel()
 		}
-	}
-	if len(idle) > 0 && idle[0].serve != nil {
-		go closeAll()
+		go func() {
+			for _, inst := range idle {
+				inst.close(context.Background())
+			}
+			m.release(nil, false)
+		}()
 		return
 	}
-	closeAll()
+	for _, inst := range idle {
+		inst.close(context.Background())
+	}
+	if last {
+		m.closeCompiled(context.Background())
+	}
 }
 
 // Done is closed when a retired module has been closed.
@@ -674,6 +679,7 @@ func (l *limitedMemory) Free() {
 // lineWriter turns a guest's stdout or stderr into log lines of the current call.
 type lineWriter struct {
 	st       *callState
+	loop     *serveLoop // the instance's serve loop, if it has one: once it has stopped, lines are dropped
 	level    slog.Level
 	buf      []byte
 	skipping bool // the current line passed the message limit: drop to its end
@@ -681,6 +687,9 @@ type lineWriter struct {
 
 func (w *lineWriter) Write(p []byte) (int, error) {
 	n := len(p)
+	if w.loop != nil && w.loop.stopped {
+		return n, nil // a guest running on past next_job's 0 writes to no job
+	}
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		chunk := p

@@ -123,6 +123,9 @@ func requestContext(ctx context.Context) context.Context {
 		return ctx
 	}
 	s := c.loop
+	if s.stopped {
+		return &callContext{Context: s.ctx, st: &s.dead}
+	}
 	if s.jobCtx == nil {
 		return &c.callContext
 	}
@@ -157,12 +160,13 @@ func (inst *instance) startServe(ctx context.Context, m *Module, fn api.Function
 	inst.serve = s
 	inst.ctx = lctx // sleep ends with the loop
 	cctx := &serveContext{callContext: callContext{Context: lctx, st: &inst.st}, loop: s}
+	inst.stdout.loop, inst.stderr.loop = s, s
 	e.serves.Add(1)
 	e.loops.Add(1)
 	go func() {
 		defer e.serves.Done()
-		defer e.loops.Add(-1)
 		defer close(s.exited)
+		defer e.loops.Add(-1) // counted out before exited: a stop that returned has no loop left
 		_, err := fn.Call(cctx)
 		s.err = err
 		if s.inJob {
@@ -173,7 +177,11 @@ func (inst *instance) startServe(ctx context.Context, m *Module, fn api.Function
 	defer t.Stop()
 	select {
 	case <-ready:
-		inst.st.http.close() // as a call's, the requests it made before its first job end
+		// As a call's, the requests and the partial lines it left before its first job
+		// end there: the guest waits in next_job.
+		inst.st.http.close()
+		inst.stdout.flush()
+		inst.stderr.flush()
 		return nil
 	case <-s.exited:
 	case <-t.C:
@@ -251,13 +259,17 @@ func (inst *instance) serveJob(ctx context.Context, timeout time.Duration) (int3
 		s.killed = true
 		return 0, errServeEnded
 	}
+	done := ctx.Done() // nil once it has ended the loop: a closed channel is ready for ever
 wait:
 	for {
 		select {
 		case r = <-s.result:
 			break wait
-		case <-ctx.Done():
-			why = ended(ctx, timeout)
+		case <-done:
+			done = nil
+			if why == nil { // a timeout that came first stays the failure
+				why = ended(ctx, timeout)
+			}
 			s.kill()
 		case <-s.timer.C:
 			s.armed = false

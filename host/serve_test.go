@@ -86,7 +86,7 @@ func TestServeLoopNotServed(t *testing.T) {
 
 // TestServeLoopRunOn: a guest that runs host functions on past next_job's 0 (its loop
 // ended by a cancel just as it passed its outcome on, or by the engine's close) writes
-// into no job: the job's output is what it wrote before (run under -race, a write into
+// into no job, its output, logs and stdout alike: the job's are what it wrote before (run under -race, a write into
 // the job's state as the host reads it is a race).
 func TestServeLoopRunOn(t *testing.T) {
 	t.Parallel()
@@ -95,11 +95,11 @@ func TestServeLoopRunOn(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(worker.ErrCancelled) // ended before the hand-over: the guest passes ACK into a loop already ended
 	x := m.Run(ctx, jobOf(m, ""), nil)
-	if x.Ending() != "cancelled" || len(x.Output) != 0 {
-		t.Fatalf("%s %q output of %d bytes; want cancelled, none", x.Ending(), x.Reason, len(x.Output))
+	if x.Ending() != "cancelled" || len(x.Output) != 0 || len(x.Logs) != 0 {
+		t.Fatalf("%s %q output of %d bytes, logs %v; want cancelled, none", x.Ending(), x.Reason, len(x.Output), x.Logs)
 	}
-	if x := run(m, ""); x.Ending() != "ack" || len(x.Output) != 0 {
-		t.Fatalf("the next job: %s %q output of %d bytes; want ack, none", x.Ending(), x.Reason, len(x.Output))
+	if x := run(m, ""); x.Ending() != "ack" || len(x.Output) != 0 || len(x.Logs) != 0 {
+		t.Fatalf("the next job: %s %q output of %d bytes, logs %v; want ack, none", x.Ending(), x.Reason, len(x.Output), x.Logs)
 	}
 }
 
