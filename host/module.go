@@ -429,6 +429,11 @@ func cancelled(ctx context.Context) *failure {
 	return &failure{CauseTimeout, "cancelled: the host is shutting down"}
 }
 
+// timedOut is the failure of a run whose limit of timeout passed.
+func timedOut(timeout time.Duration) *failure {
+	return &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
+}
+
 // classify names how a call under ctx failed.
 func classify(ctx context.Context, err error, timeout time.Duration) *failure {
 	var exit *sys.ExitError
@@ -438,7 +443,7 @@ func classify(ctx context.Context, err error, timeout time.Duration) *failure {
 	case errors.As(err, &exit):
 		switch exit.ExitCode() {
 		case sys.ExitCodeDeadlineExceeded:
-			return &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
+			return timedOut(timeout)
 		case sys.ExitCodeContextCanceled:
 			return cancelled(ctx)
 		}
@@ -448,7 +453,7 @@ func classify(ctx context.Context, err error, timeout time.Duration) *failure {
 	case errors.As(err, &abort):
 		return &failure{CauseTrap, "trap: " + abort.msg}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
+		return timedOut(timeout)
 	case errors.Is(err, context.Canceled):
 		return cancelled(ctx)
 	}

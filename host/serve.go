@@ -78,7 +78,7 @@ type serveResult struct {
 
 // errServeReturned is the failure of a job during which wasmjobs_serve returned
 // instead of passing its outcome to next_job.
-var errServeReturned = errors.New("wasmjobs_serve returned while it ran a job, without passing its outcome to next_job")
+var errServeReturned = &failure{CauseTrap, "wasmjobs_serve returned while it ran a job, without passing its outcome to next_job"}
 
 // serveContext is the context of the call of wasmjobs_serve, as its host functions see
 // it: it ends with the loop, and it carries the current job's deadline and values (its
@@ -278,7 +278,7 @@ wait:
 				s.armed = true
 				continue
 			}
-			why = &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
+			why = timedOut(timeout)
 			s.kill()
 		}
 	}
@@ -290,7 +290,7 @@ wait:
 		case ctx.Err() != nil:
 			why = ended(ctx, timeout)
 		case !time.Now().Before(deadline):
-			why = &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
+			why = timedOut(timeout)
 		case s.ctx.Err() != nil:
 			why = errServeEnded // the engine closed as the job ended
 		}
@@ -318,7 +318,7 @@ wait:
 	case why != nil:
 		return 0, why
 	case r.err == nil:
-		return 0, &failure{CauseTrap, errServeReturned.Error()}
+		return 0, errServeReturned
 	}
 	return 0, classify(ctx, r.err, timeout)
 }
@@ -327,7 +327,7 @@ wait:
 // (worker.Deadline's), as a call's would be, else cancelled.
 func ended(ctx context.Context, timeout time.Duration) *failure {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return &failure{CauseTimeout, fmt.Sprintf("timeout after %v", timeout)}
+		return timedOut(timeout)
 	}
 	return cancelled(ctx)
 }
