@@ -118,13 +118,13 @@ func TestServeLoopJobDeadline(t *testing.T) {
 
 // TestServeLoopInitNotCounted: a job's timeout runs from its hand-over, as a call's
 // runs from the call: making its instance (here its wasmjobs_init, which sleeps) does
-// not count. The module's instances each sleep 300 ms in init, and each of its jobs
-// gets a new one (recycle_after = 1) past the first; the job sleeps 300 ms too, within
-// its 500 ms.
+// not count. The module's instances each sleep 700 ms in init, and each of its jobs
+// gets a new one (recycle_after = 1) past the first; the job sleeps 400 ms, within its
+// 1 s.
 func TestServeLoopInitNotCounted(t *testing.T) {
 	t.Parallel()
 	e := newEngine(t)
-	m := loadModule(t, e, "serve", testdataModule(t, "hostile/serve_slow_init"), manifestOf(t, "timeout = \"500ms\"\nrecycle_after = 1"))
+	m := loadModule(t, e, "serve", testdataModule(t, "hostile/serve_slow_init"), manifestOf(t, "timeout = \"1s\"\nrecycle_after = 1"))
 	for i := range 3 {
 		if x := run(m, ""); x.Ending() != "ack" {
 			t.Fatalf("job %d: %s %q; want ack", i, x.Ending(), x.Reason)
