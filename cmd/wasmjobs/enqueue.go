@@ -120,7 +120,7 @@ func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
 	if f.backend != "" && !isAMQP(f.backend) {
 		return usagef("--backend %q: want an amqp:// URL (or enqueue through --server)", f.backend)
 	}
-	if err := checkQueueType(cmd, f.backend, f.queueType); err != nil {
+	if err := checkBackendFlags(cmd, f.backend, f.queueType); err != nil {
 		return err
 	}
 	if f.count < 1 {

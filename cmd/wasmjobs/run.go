@@ -22,6 +22,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
+	"github.com/wasmjobs/wasmjobs/backend/postgres"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/internal/app/api"
 	"github.com/wasmjobs/wasmjobs/internal/app/fleet"
@@ -48,6 +49,8 @@ type runFlags struct {
 	recordsAge   time.Duration
 	backupDir    string
 	queueType    string
+	pgSchema     string
+	pgLease      time.Duration
 	tlsCert      string
 	tlsKey       string
 	insecureHTTP bool
@@ -71,8 +74,8 @@ var envDefaults = map[string]string{
 	"log-level": "WASMJOBS_LOG_LEVEL", "token": "WASMJOBS_TOKEN", "history": "WASMJOBS_HISTORY",
 	"server": "WASMJOBS_SERVER", "data-dir": "WASMJOBS_DATA_DIR", "records-max": "WASMJOBS_RECORDS_MAX",
 	"records-max-age": "WASMJOBS_RECORDS_MAX_AGE", "backup-dir": "WASMJOBS_BACKUP_DIR",
-	"queue-type": "WASMJOBS_QUEUE_TYPE",
-	"tls-cert":   "WASMJOBS_TLS_CERT", "tls-key": "WASMJOBS_TLS_KEY", "http-ca": "WASMJOBS_HTTP_CA",
+	"queue-type": "WASMJOBS_QUEUE_TYPE", "pg-schema": "WASMJOBS_PG_SCHEMA", "pg-lease": "WASMJOBS_PG_LEASE",
+	"tls-cert": "WASMJOBS_TLS_CERT", "tls-key": "WASMJOBS_TLS_KEY", "http-ca": "WASMJOBS_HTTP_CA",
 	"module-stream": "WASMJOBS_MODULE_STREAM", "trust-key": "WASMJOBS_TRUST_KEY", "host-id": "WASMJOBS_HOST_ID",
 }
 
@@ -139,7 +142,7 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 			if err := pebbleOnlyFlags(cmd, f.backend); err != nil {
 				return err
 			}
-			if err := checkQueueType(cmd, f.backend, f.queueType); err != nil {
+			if err := checkBackendFlags(cmd, f.backend, f.queueType); err != nil {
 				return err
 			}
 			return f.run(cmd.Context(), g, cmd.ErrOrStderr())
@@ -147,7 +150,9 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.modules, "modules", "", "the modules directory (required; env WASMJOBS_MODULES)")
-	fl.StringVar(&f.backend, "backend", "pebble", "pebble (durable, in --data-dir), memory (nothing survives a stop), or RabbitMQ: amqp://user:pass@host:5672/vhost, or the comma-separated URLs of a cluster's nodes (env WASMJOBS_BACKEND)")
+	fl.StringVar(&f.backend, "backend", "pebble", "pebble (durable, in --data-dir), memory (nothing survives a stop), RabbitMQ: amqp://user:pass@host:5672/vhost, or the comma-separated URLs of a cluster's nodes, or PostgreSQL: postgres://user:pass@host:5432/db (env WASMJOBS_BACKEND)")
+	fl.DurationVar(&f.pgLease, "pg-lease", postgres.DefaultLease, "on a PostgreSQL --backend: how long a job's claim lasts unless this host renews it (every third of it); a host dead or cut off longer loses its jobs to the others (env WASMJOBS_PG_LEASE)")
+	fl.StringVar(&f.pgSchema, "pg-schema", postgres.DefaultSchema, "on a PostgreSQL --backend: the schema of wasmjobs' tables, so that it can share a database (env WASMJOBS_PG_SCHEMA)")
 	fl.StringVar(&f.queueType, "queue-type", string(rabbitmq.Classic), "RabbitMQ queues: classic (priorities, one node) or quorum (replicated over a cluster, no priorities) (env WASMJOBS_QUEUE_TYPE)")
 	fl.StringVar(&f.dataDir, "data-dir", defaultDataDir, "the pebble backend's data directory, owned by one run at a time (env WASMJOBS_DATA_DIR)")
 	fl.IntVar(&f.recordsMax, "records-max", pebble.DefaultRecordMaxCount, "finished job records the pebble backend keeps for GET /v1/jobs/{id}, the newest; 0 keeps none (env WASMJOBS_RECORDS_MAX)")
@@ -190,15 +195,25 @@ func pebbleOnlyFlags(cmd *cobra.Command, spec string) error {
 	return nil
 }
 
-// checkQueueType refuses an unknown --queue-type, and one given on the command line with
-// a backend other than RabbitMQ (its environment variable is not refused, as with the
-// pebble flags).
-func checkQueueType(cmd *cobra.Command, spec, queueType string) error {
+// checkBackendFlags refuses an unknown --queue-type, one given on the command line with
+// a backend other than RabbitMQ, and --pg-schema or --pg-lease given with a backend
+// other than PostgreSQL (their environment variables are not refused, as with the pebble flags).
+func checkBackendFlags(cmd *cobra.Command, spec, queueType string) error {
 	if _, err := rabbitmq.ParseQueueType(queueType); err != nil {
 		return usagef("--queue-type: %v", err)
 	}
 	if cmd.Flags().Changed("queue-type") && !isAMQP(spec) {
 		return usagef("--queue-type is for a RabbitMQ --backend (amqp://...), not %q", redact(spec))
+	}
+	if f := cmd.Flags().Lookup("pg-schema"); f != nil && isPostgres(spec) {
+		if err := postgres.CheckSchema(f.Value.String()); err != nil {
+			return usagef("--pg-schema: %v", err)
+		}
+	}
+	for _, name := range []string{"pg-schema", "pg-lease"} {
+		if cmd.Flags().Changed(name) && !isPostgres(spec) {
+			return usagef("--%s is for a PostgreSQL --backend (postgres://...), not %q", name, redact(spec))
+		}
 	}
 	return nil
 }
@@ -219,6 +234,11 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return nil, usagef("--log-format %q: want text or json", format)
 }
 
+// isPostgres reports whether a --backend value names a PostgreSQL database.
+func isPostgres(spec string) bool {
+	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://")
+}
+
 // isAMQP reports whether a --backend value names a RabbitMQ broker.
 func isAMQP(spec string) bool {
 	return strings.HasPrefix(spec, "amqp://") || strings.HasPrefix(spec, "amqps://")
@@ -235,6 +255,8 @@ type backendSpec struct {
 	dataDir   string
 	records   pebble.RecordConfig
 	queueType rabbitmq.QueueType
+	pgSchema  string
+	pgLease   time.Duration
 }
 
 // amqpURLs splits a --backend of several comma-separated node URLs. It splits only
@@ -280,8 +302,16 @@ func openBackend(ctx context.Context, bs backendSpec, log *slog.Logger) (backend
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		return rabbitmq.Open(ctx, rabbitmq.Config{URLs: amqpURLs(bs.spec), QueueType: bs.queueType, Logger: log})
+	case isPostgres(bs.spec):
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		b, err := postgres.Open(ctx, postgres.Config{URL: bs.spec, Schema: bs.pgSchema, Lease: bs.pgLease, Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("--backend %s: %w", redact(bs.spec), err)
+		}
+		return b, nil
 	}
-	return nil, usagef("--backend %q: want pebble, memory or an amqp:// URL", bs.spec)
+	return nil, usagef("--backend %q: want pebble, memory, an amqp:// URL or a postgres:// URL", bs.spec)
 }
 
 // redact hides the password of a --backend value for messages.
@@ -292,6 +322,12 @@ func redact(spec string) string {
 			urls[i] = rabbitmq.Redact(u)
 		}
 		return strings.Join(urls, ",")
+	}
+	if isPostgres(spec) {
+		if u, err := url.Parse(spec); err == nil {
+			return u.Redacted()
+		}
+		return "postgres://(a URL that does not parse)"
 	}
 	return spec
 }
@@ -429,7 +465,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if open == nil {
 		open = openBackend
 	}
-	b, err := open(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig(), queueType: rabbitmq.QueueType(f.queueType)}, log)
+	b, err := open(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig(), queueType: rabbitmq.QueueType(f.queueType), pgSchema: f.pgSchema, pgLease: f.pgLease}, log)
 	if err != nil {
 		if runCtx.Err() != nil { // a signal during the connection: nothing served yet
 			log.Info("wasmjobs stopped before it served")

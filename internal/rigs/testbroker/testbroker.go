@@ -1,6 +1,7 @@
 // Package testbroker finds the RabbitMQ broker of the tests (WASMJOBS_AMQP_URL, as
 // scripts/rabbitmq.sh start prints it) and works it behind the backends' back for
-// them: a reader of a queue, a proxy to cut, the deletion of a test's queues.
+// them: a reader of a queue, a proxy to cut, the deletion of a test's queues. It finds
+// the tests' PostgreSQL too (WASMJOBS_PG_URL, as scripts/postgres.sh start prints it).
 package testbroker
 
 import (
@@ -24,6 +25,14 @@ func ClusterURLs(t testing.TB) string {
 	t.Helper()
 	return fromEnv(t, "WASMJOBS_AMQP_CLUSTER", "CI must start the cluster with scripts/rabbitmq-cluster.sh start",
 		"no cluster: start one with scripts/rabbitmq-cluster.sh start and export WASMJOBS_AMQP_CLUSTER=$(scripts/rabbitmq-cluster.sh url)")
+}
+
+// PostgresURL returns the tests' PostgreSQL URL, WASMJOBS_PG_URL. Without one the test
+// is skipped, except under CI (CI=true), where a missing database fails it.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	return fromEnv(t, "WASMJOBS_PG_URL", "CI must start PostgreSQL with scripts/postgres.sh start",
+		"no PostgreSQL: start one with scripts/postgres.sh start and export WASMJOBS_PG_URL=$(scripts/postgres.sh url)")
 }
 
 // RestartOptIn is the variable that lets a test restart the broker: it must be 1.

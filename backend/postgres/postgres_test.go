@@ -1,0 +1,337 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"github.com/wasmjobs/wasmjobs/backend"
+	"github.com/wasmjobs/wasmjobs/backend/backendtest"
+	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
+	"github.com/wasmjobs/wasmjobs/backend/postgres"
+	"github.com/wasmjobs/wasmjobs/internal/rigs/testbroker"
+)
+
+// TestMain fails the package's tests if any goroutine outlives them: a closed backend
+// leaves no stream, listener or put-back behind.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testSchema returns a schema of the test's own on the tests' database, dropped when
+// the test ends, and the database's URL.
+func testSchema(t *testing.T) (url, schema string) {
+	t.Helper()
+	url = testbroker.PostgresURL(t)
+	var b [4]byte
+	rand.Read(b[:])
+	schema = "wasmjobs_test_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Logf("dropping schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			t.Logf("dropping schema %s: %v", schema, err)
+		}
+	})
+	return url, schema
+}
+
+// open opens a backend on the test's schema, closed when the test ends.
+func open(t *testing.T, cfg postgres.Config) *postgres.Backend {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := postgres.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rig.Close(t, b) })
+	return b
+}
+
+func TestContract(t *testing.T) {
+	url, schema := testSchema(t)
+	backendtest.Run(t, backendtest.Options{
+		New: func(t *testing.T) backend.Backend {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			b, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		},
+		Parallel: true,
+	})
+}
+
+// exec runs sql on the tests' database, as an operator (or the passing of time) would
+// behind the backends' back.
+func exec(t *testing.T, url, sql string, args ...any) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tag, err := conn.Exec(ctx, sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return tag.RowsAffected()
+}
+
+// receive waits for the stream's next delivery.
+func receive(t *testing.T, s backend.Stream, within time.Duration) (backend.Delivery, backend.Envelope) {
+	t.Helper()
+	select {
+	case d, ok := <-s.Deliveries():
+		if !ok {
+			t.Fatalf("stream ended: %v", s.Err())
+		}
+		env, err := d.Envelope()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, env
+	case <-time.After(within):
+		t.Fatalf("no delivery within %v", within)
+	}
+	return nil, backend.Envelope{}
+}
+
+// TestLapsedClaimIsRescuedAndFenced: a claim whose lease lapsed (here moved into the
+// past, as a host cut off for longer than the lease would leave it) is taken by
+// another host's stream, redelivered at the attempt it had; the first host's settle
+// is then refused (its claim token is stale) and changes nothing, while the new
+// holder's settle lands.
+func TestLapsedClaimIsRescuedAndFenced(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	a := open(t, postgres.Config{URL: url, Schema: schema, Host: "a"})
+	b := open(t, postgres.Config{URL: url, Schema: schema, Host: "b", Poll: 50 * time.Millisecond})
+	q := backend.QueueConfig{Name: "fenced"}
+	sa := rig.Consume(t, a, q)
+	env := backend.NewEnvelope(q.Name, []byte("x"))
+	env.Attempt = 3
+	rig.Must(t, a.Publish(ctx, env, 0))
+	da, _ := receive(t, sa, 10*time.Second)
+
+	sb := rig.Consume(t, b, q)
+	if n := exec(t, url, `UPDATE `+schema+`.jobs SET lease_until = now() - interval '1 second' WHERE claimed_by = 'a'`); n != 1 {
+		t.Fatalf("%d claims of a, want 1", n)
+	}
+	db, got := receive(t, sb, 10*time.Second)
+	if got.ID != env.ID || !got.Redelivered || got.Attempt != 3 {
+		t.Fatalf("rescued %+v, want %s redelivered at attempt 3", got, env.ID)
+	}
+	if err := da.Ack(ctx); !errors.Is(err, backend.ErrStreamClosed) {
+		t.Fatalf("the lapsed claim's ack: %v, want ErrStreamClosed", err)
+	}
+	if st, err := b.QueueStats(ctx, q.Name); err != nil || st.Unacked != 1 {
+		t.Fatalf("after the stale ack: %+v %v, want the job still claimed by b", st, err)
+	}
+	rig.Must(t, db.Ack(ctx))
+	if st, err := b.QueueStats(ctx, q.Name); err != nil || st != (backend.QueueStats{}) {
+		t.Fatalf("after b's ack: %+v %v, want nothing", st, err)
+	}
+}
+
+// TestCrashLoopEndsInTheDeadLetters: a job whose claim lapses again after
+// MaxRescues rescues is dead-lettered with a reason that says why, instead of
+// killing host after host.
+func TestCrashLoopEndsInTheDeadLetters(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	b := open(t, postgres.Config{URL: url, Schema: schema, Poll: 20 * time.Millisecond, MaxRescues: 2})
+	q := backend.QueueConfig{Name: "loop"}
+	s := rig.Consume(t, b, q)
+	env := backend.NewEnvelope(q.Name, []byte("x"))
+	rig.Must(t, b.Publish(ctx, env, 0))
+	for i := range 3 {
+		_, got := receive(t, s, 10*time.Second)
+		if got.Redelivered != (i > 0) {
+			t.Fatalf("claim %d: redelivered %v", i+1, got.Redelivered)
+		}
+		exec(t, url, `UPDATE `+schema+`.jobs SET lease_until = now() - interval '1 second'`)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		dead, err := b.DeadLetters(ctx, q.Name, 0)
+		rig.Must(t, err)
+		if len(dead) == 1 {
+			if dead[0].Envelope.ID != env.ID || !strings.Contains(dead[0].Reason, "lapsed 3 times") || !strings.Contains(dead[0].Reason, "crash loop") {
+				t.Fatalf("dead letter %+v", dead[0])
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no dead letter after three lapses: %d", len(dead))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestNotifiedWithinMilliseconds: a job published through one backend reaches a
+// stream of another (a second host) by its notification, long before its poll.
+func TestNotifiedWithinMilliseconds(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	pub := open(t, postgres.Config{URL: url, Schema: schema})
+	sub := open(t, postgres.Config{URL: url, Schema: schema, Poll: time.Hour})
+	q := backend.QueueConfig{Name: "notified"}
+	rig.Must(t, pub.Declare(ctx, q))
+	s := rig.Consume(t, sub, q)
+	time.Sleep(200 * time.Millisecond) // the stream's first look (empty) is over: only a notification wakes it now
+	var worst time.Duration
+	for range 20 {
+		start := time.Now()
+		rig.Must(t, pub.Publish(ctx, backend.NewEnvelope(q.Name, nil), 0))
+		d, _ := receive(t, s, 10*time.Second)
+		worst = max(worst, time.Since(start))
+		rig.Must(t, d.Ack(ctx))
+	}
+	if worst > 2*time.Second {
+		t.Fatalf("slowest publish to delivery %v, want well under the hour's poll", worst)
+	}
+	t.Logf("slowest publish to delivery of 20: %v", worst)
+}
+
+// TestSchemaNewerThanTheBinaryIsRefused: a schema migrated by a newer wasmjobs is
+// refused at Open, naming both versions.
+func TestSchemaNewerThanTheBinaryIsRefused(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	open(t, postgres.Config{URL: url, Schema: schema})
+	exec(t, url, `INSERT INTO `+schema+`.migrations (version) VALUES (99)`)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema})
+	if !errors.Is(err, postgres.ErrSchemaTooNew) || !strings.Contains(err.Error(), "version 99") || !strings.Contains(err.Error(), fmt.Sprint(postgres.SchemaVersion)) {
+		t.Fatalf("Open on a newer schema: %v, want ErrSchemaTooNew naming 99 and %d", err, postgres.SchemaVersion)
+	}
+}
+
+// TestConfigRefused: bad configuration is refused at Open, naming the problem.
+func TestConfigRefused(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg  postgres.Config
+		want string
+	}{
+		{postgres.Config{URL: "postgres://x@/db", Schema: "Bad-Name"}, `schema "Bad-Name"`},
+		{postgres.Config{URL: "postgres://x@/db", Lease: time.Microsecond}, "lease"},
+		{postgres.Config{URL: "::not a url"}, "the database URL"},
+	} {
+		_, err := postgres.Open(context.Background(), tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%+v): %v, want an error naming %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+// TestFailedSettlePutsTheJobBack: a settle the database refuses (here a trigger that
+// fails every delete, as a database in trouble might) leaves the job unsettled and no
+// longer the stream's: it comes back, redelivered, instead of holding its prefetch
+// slot, its lease renewed, for as long as the host lives; settling the old delivery
+// again is refused, since the job went back.
+func TestFailedSettlePutsTheJobBack(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	b := open(t, postgres.Config{URL: url, Schema: schema})
+	q := backend.QueueConfig{Name: "refused", Prefetch: 1}
+	s := rig.Consume(t, b, q)
+	env := backend.NewEnvelope(q.Name, []byte("x"))
+	rig.Must(t, b.Publish(ctx, env, 0))
+	d, _ := receive(t, s, 10*time.Second)
+	exec(t, url, `CREATE FUNCTION `+schema+`.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
+		CREATE TRIGGER refuse BEFORE DELETE ON `+schema+`.jobs FOR EACH ROW EXECUTE FUNCTION `+schema+`.refuse()`)
+	err := d.Ack(ctx)
+	var te *backend.TransportError
+	if !errors.As(err, &te) || !strings.Contains(err.Error(), "refused by the test") {
+		t.Fatalf("ack against the trigger: %v, want the database's refusal", err)
+	}
+	exec(t, url, `DROP TRIGGER refuse ON `+schema+`.jobs`)
+	again, got := receive(t, s, 10*time.Second)
+	if got.ID != env.ID || !got.Redelivered {
+		t.Fatalf("after the refused ack: %+v, want %s again, redelivered", got, env.ID)
+	}
+	if err := d.Ack(ctx); !errors.Is(err, backend.ErrStreamClosed) {
+		t.Fatalf("the old delivery's second ack: %v, want ErrStreamClosed", err)
+	}
+	rig.Must(t, again.Ack(ctx))
+}
+
+// TestSettleUnknownPutsTheJobBack: a settle whose context ends while its write waits
+// (here on a row lock the test holds) returns ErrSettleUnknown, and the job is never
+// left stuck claimed: either the write landed after all (the cancel reached the
+// database after the lock went) and the job is gone, or the put-back that follows
+// landed and the job comes back, redelivered.
+func TestSettleUnknownPutsTheJobBack(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	b := open(t, postgres.Config{URL: url, Schema: schema})
+	q := backend.QueueConfig{Name: "unknown", Prefetch: 1}
+	s := rig.Consume(t, b, q)
+	env := backend.NewEnvelope(q.Name, []byte("x"))
+	rig.Must(t, b.Publish(ctx, env, 0))
+	d, _ := receive(t, s, 10*time.Second)
+
+	conn, err := pgx.Connect(ctx, url)
+	rig.Must(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	rig.Must(t, err)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+schema+`.jobs FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := d.Ack(short); !errors.Is(err, backend.ErrSettleUnknown) {
+		t.Fatalf("ack under the lock: %v, want ErrSettleUnknown", err)
+	}
+	if err := d.Ack(ctx); !errors.Is(err, backend.ErrAlreadySettled) {
+		t.Fatalf("a second ack: %v, want ErrAlreadySettled", err)
+	}
+	rig.Must(t, tx.Rollback(ctx))
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case again := <-s.Deliveries():
+			got, _ := again.Envelope()
+			if got.ID != env.ID || !got.Redelivered {
+				t.Fatalf("after the unknown ack: %+v, want %s again, redelivered", got, env.ID)
+			}
+			rig.Must(t, again.Ack(ctx))
+			return
+		case <-time.After(20 * time.Millisecond):
+			if st, err := b.QueueStats(ctx, q.Name); err == nil && st == (backend.QueueStats{}) {
+				return // the ack landed after all
+			}
+		case <-deadline:
+			st, err := b.QueueStats(ctx, q.Name)
+			t.Fatalf("10 s after the unknown ack: stats %+v %v; want the job back or gone", st, err)
+		}
+	}
+}

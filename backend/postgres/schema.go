@@ -1,0 +1,132 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrSchemaTooNew is returned by Open when the database's schema was migrated by a
+// newer wasmjobs than this one: its tables may mean what this binary does not know.
+var ErrSchemaTooNew = errors.New("the database's wasmjobs schema is newer than this binary")
+
+// schemaPattern is what a schema name may be: a plain, unquoted PostgreSQL identifier,
+// so that it reads the same in psql as here.
+var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// migrations are the schema's versions, in order: migrations[i] takes the schema from
+// version i to i+1. {s} stands for the quoted schema name. A migration is never changed
+// once released; a change is a new one.
+//
+// The jobs table holds every job the queues hold: ready (state 0, due at due_at, which
+// comes from the database's clock) or claimed (state 1) by a host until lease_until,
+// under claim_token, which every settle names so that a claim that lapsed and was taken
+// by another host cannot be settled by the first (fencing). enqueued_at is Unix
+// nanoseconds: timestamptz keeps microseconds, and an envelope comes back exact.
+var migrations = []string{
+	`CREATE TABLE {s}.queues (
+		name text PRIMARY KEY,
+		priority_levels int NOT NULL,
+		declared_at timestamptz NOT NULL DEFAULT now()
+	);
+	CREATE TABLE {s}.jobs (
+		seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		queue text NOT NULL,
+		id text NOT NULL,
+		state smallint NOT NULL,
+		priority smallint NOT NULL,
+		due_at timestamptz NOT NULL,
+		deferred boolean NOT NULL,
+		redelivered boolean NOT NULL DEFAULT false,
+		rescues int NOT NULL DEFAULT 0,
+		claim_token bigint,
+		claimed_by text,
+		lease_until timestamptz,
+		payload bytea NOT NULL,
+		headers jsonb,
+		attempt int NOT NULL,
+		max_attempts int NOT NULL,
+		defers int NOT NULL,
+		enqueued_at bigint NOT NULL,
+		reason text NOT NULL,
+		key text NOT NULL,
+		round int NOT NULL,
+		UNIQUE (queue, id)
+	);
+	CREATE INDEX jobs_ready ON {s}.jobs (queue, priority DESC, due_at, seq) WHERE state = 0;
+	CREATE INDEX jobs_due ON {s}.jobs (queue, due_at) WHERE state = 0;
+	CREATE INDEX jobs_leases ON {s}.jobs (queue, lease_until) WHERE state = 1;
+	CREATE TABLE {s}.dead (
+		seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+		queue text NOT NULL,
+		id text NOT NULL,
+		priority smallint NOT NULL,
+		payload bytea NOT NULL,
+		headers jsonb,
+		attempt int NOT NULL,
+		max_attempts int NOT NULL,
+		defers int NOT NULL,
+		enqueued_at bigint NOT NULL,
+		reason text NOT NULL,
+		key text NOT NULL,
+		round int NOT NULL,
+		dead_reason text NOT NULL,
+		dead_at timestamptz NOT NULL DEFAULT now()
+	);
+	CREATE INDEX dead_by_queue ON {s}.dead (queue, seq);`,
+}
+
+// SchemaVersion is the schema version this binary migrates to: one per migration.
+const SchemaVersion = 1
+
+// migrate brings the schema up to SchemaVersion under an advisory lock, so that hosts
+// starting together apply each migration once, and refuses a schema newer than this
+// binary's.
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrating schema %s: %w", schema, err)
+	}
+	defer conn.Release()
+	// One lock per schema name: hosts of another schema in the same database do not wait.
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, "wasmjobs.migrate."+schema); err != nil {
+		return fmt.Errorf("migrating schema %s: taking the migration lock: %w", schema, err)
+	}
+	defer func() {
+		// On a fresh context: the lock must go even when ctx has ended, or the session
+		// (returned to the pool) would hold it.
+		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, "wasmjobs.migrate."+schema); err != nil {
+			conn.Conn().Close(context.Background()) // a closed session drops its locks
+		}
+	}()
+	q := pgx.Identifier{schema}.Sanitize()
+	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+q+`;
+		CREATE TABLE IF NOT EXISTS `+q+`.migrations (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("migrating schema %s: %w", schema, err)
+	}
+	var have int
+	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+q+`.migrations`).Scan(&have); err != nil {
+		return fmt.Errorf("migrating schema %s: reading its version: %w", schema, err)
+	}
+	if have > SchemaVersion {
+		return fmt.Errorf("%w: schema %s is at version %d, this binary knows versions up to %d: run a wasmjobs at least as new as the one that migrated it", ErrSchemaTooNew, schema, have, SchemaVersion)
+	}
+	for v := have; v < SchemaVersion; v++ {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, strings.ReplaceAll(migrations[v], "{s}", q)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+q+`.migrations (version) VALUES ($1)`, v+1)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migrating schema %s to version %d: %w", schema, v+1, err)
+		}
+	}
+	return nil
+}
