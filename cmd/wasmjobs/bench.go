@@ -79,8 +79,8 @@ job. Any job that does not ack fails the run.`,
 			default:
 				return usagef("--isolation %q: want pooled or fresh", isolation)
 			}
-			if cfg.Backend != "memory" && cfg.Backend != "pebble" && !isAMQP(cfg.Backend) {
-				return usagef("--backend %q: want memory, pebble or an amqp:// URL", cfg.Backend)
+			if cfg.Backend != "memory" && cfg.Backend != "pebble" && !isAMQP(cfg.Backend) && !isPostgres(cfg.Backend) {
+				return usagef("--backend %q: want memory, pebble, an amqp:// URL or a postgres:// URL", cfg.Backend)
 			}
 			if cfg.DataDir != "" && cfg.Backend != "pebble" {
 				return usagef("--data-dir is for --backend pebble")
@@ -91,8 +91,8 @@ job. Any job that does not ack fails the run.`,
 			if cfg.Rate < 0 || (cfg.Rate > 0 && cfg.InsertFirst) {
 				return usagef("--rate: want a positive rate, and not with --insert-first")
 			}
-			if cfg.PublishBatch < 0 || (cfg.PublishBatch > 0 && (cfg.Rate > 0 || cfg.Trace || cfg.HTTPDelay > 0 || cfg.Backend != "pebble")) {
-				return usagef("--publish-batch: want a positive batch size, on pebble (the backend with a batch publish), and not with --rate, --trace or --http-delay")
+			if cfg.PublishBatch < 0 || (cfg.PublishBatch > 0 && (cfg.Rate > 0 || cfg.Trace || cfg.HTTPDelay > 0 || (cfg.Backend != "pebble" && !isPostgres(cfg.Backend)))) {
+				return usagef("--publish-batch: want a positive batch size, on pebble or postgres (the backends with a batch publish), and not with --rate, --trace or --http-delay")
 			}
 			if cfg.Jobs < 0 || cfg.Concurrency < 0 || cfg.PayloadSize < 0 {
 				return usagef("--jobs, --concurrency and --payload-size must not be negative")
@@ -175,7 +175,7 @@ job. Any job that does not ack fails the run.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&cfg.Backend, "backend", "memory", "memory, pebble or an amqp:// URL")
+	fl.StringVar(&cfg.Backend, "backend", "memory", "memory, pebble, an amqp:// URL (a fresh run's queues) or a postgres:// URL (a schema of the run's own, dropped after it)")
 	fl.Float64Var(&cfg.Rate, "rate", 0, "publish at most this many jobs a second, for latency at a moderate load (default: as fast as they go)")
 	fl.IntVar(&cfg.PublishBatch, "publish-batch", 0, "publish the jobs in batches of this many from one publisher, through the backend's batch path (River's bench inserts 5,000 a batch); 0: one job a call from several publishers")
 	fl.BoolVar(&cfg.InsertFirst, "insert-first", false, "publish every job before the worker starts and time the work alone (River's bench -n shape)")

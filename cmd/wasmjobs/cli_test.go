@@ -155,7 +155,7 @@ func TestRunAndClientBadUsage(t *testing.T) {
 		{"bench with two handlers", nil, []string{"bench", "--native", "--module", "x.wasm"}, "give either --module M.wasm or --native"},
 		{"bench with a bad isolation", nil, []string{"bench", "--native", "--isolation", "shared"}, `--isolation "shared": want pooled or fresh`},
 		{"bench raw amqp on memory", nil, []string{"bench", "--native", "--compare-raw-amqp"}, "--compare-raw-amqp needs --backend amqp://..."},
-		{"bench on a bad backend", nil, []string{"bench", "--native", "--backend", "redis://x"}, `--backend "redis://x": want memory, pebble or an amqp:// URL`},
+		{"bench on a bad backend", nil, []string{"bench", "--native", "--backend", "redis://x"}, `--backend "redis://x": want memory, pebble, an amqp:// URL or a postgres:// URL`},
 		{"bench swaps with jobs", nil, []string{"bench", "--module", "x.wasm", "--swaps", "5", "--jobs", "9"}, "--swaps takes only --module and --json, not --jobs"},
 		{"bench rounds without a baseline", nil, []string{"bench", "--native", "--rounds", "3"}, "--rounds: want 1 or more, and more than 1 only with --compare-native, --compare-raw-amqp or --compare-untraced"},
 		{"bench untraced baseline without tracing", nil, []string{"bench", "--native", "--compare-untraced"}, "--compare-untraced goes with --trace"},

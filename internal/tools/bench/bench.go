@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -20,11 +21,13 @@ import (
 
 	"github.com/wasmjobs/wasmjobs/internal/telemetry"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 	"github.com/wasmjobs/wasmjobs/backend/memory"
 	"github.com/wasmjobs/wasmjobs/backend/pebble"
+	"github.com/wasmjobs/wasmjobs/backend/postgres"
 	"github.com/wasmjobs/wasmjobs/backend/rabbitmq"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/tools/bench/measure"
@@ -33,7 +36,7 @@ import (
 
 // Config is one run.
 type Config struct {
-	// Backend is "memory", "pebble" or an amqp:// URL.
+	// Backend is "memory", "pebble", an amqp:// URL or a postgres:// URL.
 	Backend string
 	// DataDir is the pebble backend's data directory; empty means a temporary one,
 	// removed after the run.
@@ -204,8 +207,34 @@ func openBackend(ctx context.Context, cfg Config) (b backend.Backend, cleanup fu
 		}
 		return pb, cleanup, nil
 	}
+	if strings.HasPrefix(cfg.Backend, "postgres://") || strings.HasPrefix(cfg.Backend, "postgresql://") {
+		return openPostgres(ctx, cfg.Backend)
+	}
 	rb, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: cfg.Backend})
 	return rb, func() {}, err
+}
+
+// openPostgres opens the PostgreSQL backend at url in a schema of the run's own, which
+// cleanup drops: a run starts on empty tables and leaves nothing behind.
+func openPostgres(ctx context.Context, url string) (backend.Backend, func(), error) {
+	schema := "wasmjobs_bench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	pb, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema})
+	if err != nil {
+		return nil, nil, err
+	}
+	return pb, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: dropping schema %s: %v\n", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: dropping schema %s: %v\n", schema, err)
+		}
+	}, nil
 }
 
 // handler returns the handler of a run and a function that releases it.
