@@ -90,6 +90,8 @@ type Backend struct {
 	s       string // the quoted schema name, for statements
 	channel string // the LISTEN/NOTIFY channel of the schema
 
+	acks acks // the acknowledgements' batches
+
 	mu      sync.Mutex
 	levels  map[string]int // declared queues seen, by name: their priority levels
 	streams map[string]map[*stream]struct{}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -333,5 +334,57 @@ func TestSettleUnknownPutsTheJobBack(t *testing.T) {
 			st, err := b.QueueStats(ctx, q.Name)
 			t.Fatalf("10 s after the unknown ack: stats %+v %v; want the job back or gone", st, err)
 		}
+	}
+}
+
+// TestBatchedAcksAnswerEachClaim: acknowledgements made at once go to the database
+// together, and each learns its own answer: those whose claim token went stale (here
+// changed behind the backend's back, as another host's rescue would) are refused and
+// leave their rows, the others delete theirs.
+func TestBatchedAcksAnswerEachClaim(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	b := open(t, postgres.Config{URL: url, Schema: schema})
+	q := backend.QueueConfig{Name: "batched", Prefetch: 40}
+	s := rig.Consume(t, b, q)
+	var pubs []backend.Publication
+	for i := range 40 {
+		pubs = append(pubs, backend.Publication{Envelope: backend.NewEnvelope(q.Name, []byte(fmt.Sprint(i)))})
+	}
+	rig.Must(t, b.PublishBatch(ctx, pubs))
+	ds := make(map[string]backend.Delivery)
+	for range 40 {
+		d, env := receive(t, s, 10*time.Second)
+		ds[string(env.Payload)] = d
+	}
+	stale := exec(t, url, `UPDATE `+schema+`.jobs SET claim_token = claim_token + 1 WHERE convert_from(payload, 'UTF8')::int % 2 = 0`)
+	if stale != 20 {
+		t.Fatalf("%d claims made stale, want 20", stale)
+	}
+	errs := make(map[string]error)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for p, d := range ds {
+		wg.Go(func() {
+			err := d.Ack(ctx)
+			mu.Lock()
+			errs[p] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for p, err := range errs {
+		var i int
+		fmt.Sscan(p, &i)
+		if i%2 == 0 && !errors.Is(err, backend.ErrStreamClosed) {
+			t.Errorf("job %s, stale: ack %v, want ErrStreamClosed", p, err)
+		}
+		if i%2 == 1 && err != nil {
+			t.Errorf("job %s: ack %v", p, err)
+		}
+	}
+	if st, err := b.QueueStats(ctx, q.Name); err != nil || st.Unacked != 20 {
+		t.Fatalf("after the acks: %+v %v, want the 20 stale claims left", st, err)
 	}
 }

@@ -311,8 +311,7 @@ func (s *stream) fetch(n int) ([]*delivery, time.Duration, error) {
 	ctx, cancel := s.callCtx()
 	defer cancel()
 	token := rand.Int64()
-	batch := &pgx.Batch{}
-	batch.Queue(`WITH c AS (
+	rows, err := s.b.pool.Query(ctx, `WITH c AS (
 			SELECT seq FROM `+s.b.s+`.jobs WHERE queue = $1 AND state = 0 AND due_at <= now()
 			ORDER BY priority DESC, due_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED)
 		UPDATE `+s.b.s+`.jobs j SET state = 1, claim_token = $3, claimed_by = $4,
@@ -321,11 +320,6 @@ func (s *stream) fetch(n int) ([]*delivery, time.Duration, error) {
 		RETURNING j.seq, j.priority, j.due_at, j.id, j.redelivered, j.payload, j.headers, j.attempt,
 			j.max_attempts, j.defers, j.enqueued_at, j.reason, j.key, j.round`,
 		s.queue, n, token, s.b.cfg.Host, s.b.cfg.Lease.Microseconds())
-	batch.Queue(`SELECT extract(epoch FROM min(due_at) - now())::float8 FROM `+s.b.s+`.jobs
-		WHERE queue = $1 AND state = 0 AND due_at > now()`, s.queue)
-	br := s.b.pool.SendBatch(ctx, batch)
-	defer br.Close()
-	rows, err := br.Query()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -352,14 +346,16 @@ func (s *stream) fetch(n int) ([]*delivery, time.Duration, error) {
 		got = append(got, claimed{d, due})
 	}
 	if err := rows.Err(); err != nil {
+		// The claims may have landed: their leases put them back.
 		return nil, 0, err
 	}
+	// Only a queue that ran dry has a next due time worth a round trip.
 	var secs *float64
-	if err := br.QueryRow().Scan(&secs); err != nil {
-		return nil, 0, err
-	}
-	if err := br.Close(); err != nil {
-		return nil, 0, err
+	if len(got) < n {
+		if err := s.b.pool.QueryRow(ctx, `SELECT extract(epoch FROM min(due_at) - now())::float8 FROM `+s.b.s+`.jobs
+			WHERE queue = $1 AND state = 0 AND due_at > now()`, s.queue).Scan(&secs); err != nil {
+			secs = nil // the poll looks again
+		}
 	}
 	slices.SortFunc(got, func(a, b claimed) int {
 		return cmp.Or(cmp.Compare(b.d.env.Priority, a.d.env.Priority), a.due.Compare(b.due), cmp.Compare(a.d.seq, b.d.seq))
@@ -525,11 +521,10 @@ func (d *delivery) putBack() {
 	d.s.b.background(func() { d.s.release([]*delivery{d}) })
 }
 
-// Ack deletes the job.
+// Ack deletes the job, in a batch with the acks of the same moment.
 func (d *delivery) Ack(ctx context.Context) error {
 	return d.settle(ctx, "ack", func(ctx context.Context) (bool, error) {
-		tag, err := d.s.b.pool.Exec(ctx, `DELETE FROM `+d.s.b.s+`.jobs WHERE seq = $1 AND claim_token = $2 AND state = 1`, d.seq, d.token)
-		return tag.RowsAffected() == 1, err
+		return d.s.b.ack(ctx, d.seq, d.token)
 	})
 }
 
