@@ -131,6 +131,17 @@ type Delivery interface {
 	DeadLetter(ctx context.Context, reason string) error
 }
 
+// LeasedDelivery is implemented by deliveries held under a lease that the backend
+// renews while the job runs, and that can lapse (the PostgreSQL backend's, when its
+// host cannot reach the database for most of the lease): Lost is closed once the
+// delivery is no longer the consumer's, before another consumer can take its job, and
+// its settle is then refused. The worker stops the job's handler when it closes,
+// rather than let it run on beside the job's next delivery.
+type LeasedDelivery interface {
+	Delivery
+	Lost() <-chan struct{}
+}
+
 // DeadLetter is a message that was dead-lettered, with why.
 type DeadLetter struct {
 	// Envelope is the message as it was when it was dead-lettered. For a message that

@@ -13,6 +13,12 @@ import (
 // record keeps.
 var ErrCancelled = errors.New("cancelled by an operator")
 
+// ErrLost is the cause (context.Cause) of a running job's handler context when the
+// backend took the job's delivery back while it ran (backend.LeasedDelivery: a lease
+// the host could not renew): another worker may run the job now, so the handler is
+// stopped, and its settle is refused.
+var ErrLost = errors.New("the job's claim was lost: the backend took it back while it ran")
+
 // ErrNotRunning is wrapped by Cancel's error when the job is not running on this
 // worker: never taken here, settled already, or waiting in its queue.
 var ErrNotRunning = errors.New("the job is not running on this worker")

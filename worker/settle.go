@@ -65,10 +65,12 @@ func (w *Worker) process(qs *queueState, d backend.Delivery) {
 	}
 	// execute, under a context of the job's own that Cancel can end
 	ctx, cancel := context.WithCancelCause(base)
+	unwatch := watchLost(d, cancel)
 	r := w.runs.start(env.ID, cancel)
 	start := time.Now()
 	res := pol.handler.Handle(ctx, job)
 	took := time.Since(start)
+	unwatch()
 	cancelled := w.runs.returned(r)
 	cancel(nil)
 	// acknowledge: a job cancelled while it ran settles as cancelled, whatever its
@@ -83,6 +85,26 @@ func (w *Worker) process(qs *queueState, d backend.Delivery) {
 	err = w.settle(spec, d, job, res, took, p)
 	endProcess(job, res, p, err)
 	w.runs.end(r, err)
+}
+
+// watchLost ends the handler's context with ErrLost when d is a
+// backend.LeasedDelivery whose claim is lost while the handler runs; the returned
+// function stops watching. Its settle is then refused, and the job is the backend's
+// to deliver again.
+func watchLost(d backend.Delivery, cancel context.CancelCauseFunc) (unwatch func()) {
+	ld, ok := d.(backend.LeasedDelivery)
+	if !ok {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ld.Lost():
+			cancel(ErrLost)
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
 }
 
 // readAwaited gives a resumed job (Round > 0) the results of its last wait.

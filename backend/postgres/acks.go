@@ -88,7 +88,7 @@ func (b *Backend) deleteClaimed(batch []*ackReq) (map[int64]bool, error) {
 		seqs[i], toks[i] = r.seq, r.token
 	}
 	rows, err := b.pool.Query(ctx, `DELETE FROM `+b.s+`.jobs j USING unnest($1::bigint[], $2::bigint[]) AS c(seq, tok)
-		WHERE j.seq = c.seq AND j.claim_token = c.tok AND j.state = 1 RETURNING j.seq`, seqs, toks)
+		WHERE j.seq = c.seq AND j.claim_token = c.tok AND j.state = 1 AND j.lease_until > now() RETURNING j.seq`, seqs, toks)
 	if err != nil {
 		return nil, err
 	}

@@ -31,10 +31,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -45,7 +48,8 @@ const (
 	// DefaultSchema is the schema of the tables when Config.Schema is empty.
 	DefaultSchema = "wasmjobs"
 	// DefaultLease is how long a claim lasts without renewal when Config.Lease is zero:
-	// a job of a host that died is rescued within it and a poll.
+	// a job of a host that died is rescued within it and a poll, by a host consuming its
+	// queue.
 	DefaultLease = 30 * time.Second
 	// DefaultPoll is how often a stream looks at its queue with no notification, when
 	// Config.Poll is zero: the bound on a job's wait when notifications are lost.
@@ -122,8 +126,8 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	cfg.Lease = cmp.Or(cfg.Lease, DefaultLease)
 	cfg.Poll = cmp.Or(cfg.Poll, DefaultPoll)
 	cfg.MaxRescues = cmp.Or(cfg.MaxRescues, DefaultMaxRescues)
-	if cfg.Lease < 3*granularity || cfg.Poll < granularity || cfg.MaxRescues < 0 {
-		return nil, fmt.Errorf("postgres: lease %v, poll %v, max rescues %d: want a lease of at least 3 ms, a poll of at least 1 ms, rescues of at least 0", cfg.Lease, cfg.Poll, cfg.MaxRescues)
+	if cfg.Lease < time.Second || cfg.Poll < granularity || cfg.MaxRescues < 0 {
+		return nil, fmt.Errorf("postgres: lease %v, poll %v, max rescues %d: want a lease of at least 1s, a poll of at least 1ms, rescues of at least 0", cfg.Lease, cfg.Poll, cfg.MaxRescues)
 	}
 	if cfg.Host == "" {
 		h, _ := os.Hostname()
@@ -136,6 +140,22 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: the database URL: %w", err)
+	}
+	// Renewals wait for a connection behind publishes and settles, and a renewal that
+	// waits too long ends its stream: at least 8, unless the URL says (pool_max_conns).
+	if !strings.Contains(cfg.URL, "pool_max_conns") {
+		pc.MaxConns = max(pc.MaxConns, 8)
+	}
+	// The listener's connection keeps pgx's own handling: a wait for a notification is
+	// no query that a cancel request could end, and its connection just closes.
+	lc := pc.ConnConfig.Copy()
+	// A call whose context ends is cancelled on the server too (a cancel request), not
+	// only dropped by the client: a settle given up on must not land later, and a
+	// cancelled wait must not hold its locks on. A server that does not answer the
+	// cancel within 100 ms loses the connection instead: a call past its context costs
+	// at most that.
+	pc.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 100 * time.Millisecond}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
@@ -165,14 +185,14 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		stopLn:  stopLn,
 	}
 	b.wg.Add(1)
-	go b.listen(ln, pc.ConnConfig)
+	go b.listen(ln, lc)
 	return b, nil
 }
 
 // CheckSchema reports whether name can be Config.Schema, and if not, why.
 func CheckSchema(name string) error {
 	if !schemaPattern.MatchString(name) {
-		return fmt.Errorf("postgres: schema %q: want a lowercase identifier (letters, digits, '_'; at most 63)", name)
+		return fmt.Errorf("postgres: schema %q: want a lowercase identifier (letters, digits, '_'; at most 54, so that its notification channel fits PostgreSQL's 63)", name)
 	}
 	return nil
 }
@@ -247,7 +267,7 @@ func (b *Backend) queueLevels(ctx context.Context, name string) (int, error) {
 		return 0, backend.UnknownQueue(name)
 	}
 	if err != nil {
-		return 0, b.transport("declare", name, err)
+		return 0, b.transport("look up", name, err)
 	}
 	b.mu.Lock()
 	b.levels[name] = levels
@@ -277,7 +297,8 @@ func (b *Backend) PublishBatch(ctx context.Context, pubs []backend.Publication) 
 func (b *Backend) insertJob() string {
 	return `INSERT INTO ` + b.s + `.jobs (queue, id, state, priority, due_at, deferred,
 		payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round)
-		VALUES ($1, $2, 0, $3, now() + $4 * interval '1 microsecond', $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+		VALUES ($1, $2, CASE WHEN $4::bigint > 0 THEN 2 ELSE 0 END, $3, now() + $4::bigint * interval '1 microsecond',
+			$5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 		ON CONFLICT (queue, id) DO NOTHING`
 }
 
@@ -289,15 +310,32 @@ func jobArgs(env backend.Envelope, levels int, delay time.Duration, deferred boo
 	}
 	var headers any
 	if len(env.Headers) > 0 {
-		headers = env.Headers
+		h := make(map[string]string, len(env.Headers))
+		for k, v := range env.Headers {
+			h[pgText(k)] = pgText(v)
+		}
+		headers = h
+	}
+	if env.ID == "" { // a job of its own, as on the other backends, not a repeat of ""
+		env.ID = backend.NewID()
 	}
 	var enq int64
 	if !env.EnqueuedAt.IsZero() {
 		enq = env.EnqueuedAt.UnixNano()
 	}
-	return []any{env.Queue, env.ID, min(int(env.Priority), levels),
+	return []any{env.Queue, pgText(env.ID), min(int(env.Priority), levels),
 		backend.RoundUp(delay, granularity).Microseconds(), deferred,
-		payload, headers, env.Attempt, env.MaxAttempts, env.Defers, enq, env.Reason, env.Key, env.Round}
+		payload, headers, env.Attempt, env.MaxAttempts, env.Defers, enq, pgText(env.Reason), pgText(env.Key), env.Round}
+}
+
+// pgText returns s with every NUL replaced by U+FFFD: PostgreSQL's text and jsonb
+// cannot hold a NUL, and a reason a guest wrote with one would otherwise fail its every
+// settle (and the job come back for ever).
+func pgText(s string) string {
+	if strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
 }
 
 // publish inserts pubs in one transaction and notifies their queues.
@@ -335,10 +373,10 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 	}
 	var st backend.QueueStats
 	err := b.pool.QueryRow(ctx, `SELECT
-			count(*) FILTER (WHERE state = 0 AND due_at <= now()),
+			count(*) FILTER (WHERE state = 0 OR (state = 2 AND due_at <= now())),
 			count(*) FILTER (WHERE state = 1),
-			count(*) FILTER (WHERE state = 0 AND due_at > now() AND NOT deferred),
-			count(*) FILTER (WHERE state = 0 AND due_at > now() AND deferred),
+			count(*) FILTER (WHERE state = 2 AND due_at > now() AND NOT deferred),
+			count(*) FILTER (WHERE state = 2 AND due_at > now() AND deferred),
 			(SELECT count(*) FROM `+b.s+`.dead WHERE queue = $1)
 		FROM `+b.s+`.jobs WHERE queue = $1`, queue).Scan(&st.Pending, &st.Unacked, &st.Delayed, &st.Deferred, &st.Dead)
 	if err != nil {
@@ -373,7 +411,21 @@ func (b *Backend) Close(ctx context.Context) error {
 	if first {
 		<-finished // quick once bg has ended: every wait in them is under it
 		b.stopBg()
-		b.pool.Close()
+		// The pool's Close waits for every connection in use to come back: a call
+		// under a caller's context that does not end (a database that stopped
+		// answering) would keep it. Past ctx, it finishes in the background.
+		closed := make(chan struct{})
+		go func() {
+			b.pool.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("postgres: closing: connections still in use: %w", ctx.Err())
+			}
+		}
 	}
 	return err
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend/internal/rig"
 	"github.com/wasmjobs/wasmjobs/backend/postgres"
 	"github.com/wasmjobs/wasmjobs/internal/rigs/testbroker"
+	"github.com/wasmjobs/wasmjobs/worker"
 )
 
 // TestMain fails the package's tests if any goroutine outlives them: a closed backend
@@ -126,7 +127,8 @@ func TestLapsedClaimIsRescuedAndFenced(t *testing.T) {
 	t.Parallel()
 	url, schema := testSchema(t)
 	ctx := context.Background()
-	a := open(t, postgres.Config{URL: url, Schema: schema, Host: "a"})
+	// a never looks again by itself (its poll an hour), so only b can take the job back.
+	a := open(t, postgres.Config{URL: url, Schema: schema, Host: "a", Poll: time.Hour})
 	b := open(t, postgres.Config{URL: url, Schema: schema, Host: "b", Poll: 50 * time.Millisecond})
 	q := backend.QueueConfig{Name: "fenced"}
 	sa := rig.Consume(t, a, q)
@@ -240,7 +242,8 @@ func TestConfigRefused(t *testing.T) {
 		want string
 	}{
 		{postgres.Config{URL: "postgres://x@/db", Schema: "Bad-Name"}, `schema "Bad-Name"`},
-		{postgres.Config{URL: "postgres://x@/db", Lease: time.Microsecond}, "lease"},
+		{postgres.Config{URL: "postgres://x@/db", Lease: time.Millisecond}, "want a lease of at least 1s"},
+		{postgres.Config{URL: "postgres://x@/db", Schema: strings.Repeat("s", 55)}, "at most 54"},
 		{postgres.Config{URL: "::not a url"}, "the database URL"},
 	} {
 		_, err := postgres.Open(context.Background(), tc.cfg)
@@ -387,4 +390,134 @@ func TestBatchedAcksAnswerEachClaim(t *testing.T) {
 	if st, err := b.QueueStats(ctx, q.Name); err != nil || st.Unacked != 20 {
 		t.Fatalf("after the acks: %+v %v, want the 20 stale claims left", st, err)
 	}
+}
+
+// TestNULInTextIsKept: a reason, a header, a key or an id with a NUL (a guest's reason
+// may hold one; PostgreSQL's text cannot) is stored with U+FFFD in its place, and the
+// settle lands, rather than failing every time and bringing the job back for ever.
+func TestNULInTextIsKept(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	b := open(t, postgres.Config{URL: url, Schema: schema})
+	q := backend.QueueConfig{Name: "nul"}
+	s := rig.Consume(t, b, q)
+	env := backend.NewEnvelope(q.Name, []byte("x"))
+	env.Headers = map[string]string{"h\x00": "v\x00"}
+	env.Key = "k\x00"
+	rig.Must(t, b.Publish(ctx, env, 0))
+	d, got := receive(t, s, 10*time.Second)
+	if got.Headers["h\uFFFD"] != "v\uFFFD" || got.Key != "k\uFFFD" {
+		t.Fatalf("published with NULs: headers %q key %q", got.Headers, got.Key)
+	}
+	next := got
+	next.Attempt, next.Reason = 2, "failed:\x00 here"
+	rig.Must(t, d.Retry(ctx, next, 0))
+	d, got = receive(t, s, 10*time.Second)
+	if got.Reason != "failed:\uFFFD here" || got.Attempt != 2 {
+		t.Fatalf("retried with a NUL in its reason: %+v", got)
+	}
+	rig.Must(t, d.DeadLetter(ctx, "dead:\x00"))
+	dead, err := b.DeadLetters(ctx, q.Name, 0)
+	if err != nil || len(dead) != 1 || dead[0].Reason != "dead:\uFFFD" {
+		t.Fatalf("dead letters %+v %v", dead, err)
+	}
+}
+
+// TestRetryToAQueueHoldingTheIDFails: a retry onto another queue that holds a job of
+// the same id is no repeat to drop: it fails, the job goes back where it was, and
+// nothing is lost.
+func TestRetryToAQueueHoldingTheIDFails(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	b := open(t, postgres.Config{URL: url, Schema: schema})
+	q, other := backend.QueueConfig{Name: "from"}, backend.QueueConfig{Name: "to"}
+	rig.Must(t, b.Declare(ctx, other))
+	s := rig.Consume(t, b, q)
+	env := backend.NewEnvelope(q.Name, []byte("x"))
+	rig.Must(t, b.Publish(ctx, env, 0))
+	held := env
+	held.Queue, held.Payload = other.Name, []byte("already there")
+	rig.Must(t, b.Publish(ctx, held, 0))
+	d, got := receive(t, s, 10*time.Second)
+	next := got
+	next.Queue = other.Name
+	if err := d.Retry(ctx, next, 0); err == nil || !strings.Contains(err.Error(), "holds a job of id") {
+		t.Fatalf("retry onto a queue holding the id: %v, want it refused", err)
+	}
+	again, got := receive(t, s, 10*time.Second)
+	if got.ID != env.ID || string(got.Payload) != "x" {
+		t.Fatalf("after the refused retry: %+v, want the job back on its queue", got)
+	}
+	rig.Must(t, again.Ack(ctx))
+	if st, err := b.QueueStats(ctx, other.Name); err != nil || st.Pending != 1 {
+		t.Fatalf("the other queue: %+v %v, want its own job alone", st, err)
+	}
+}
+
+// TestLeaseLostStopsTheJobs: a host that stops reaching the database (its connections
+// frozen behind a proxy) loses its claims at half their lease, while they are still
+// its own: the running job's handler is stopped (worker.ErrLost) before the lease runs
+// out, another host takes the job once it has, redelivered, and the first host's
+// stream ends with ErrLeaseLost.
+func TestLeaseLostStopsTheJobs(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	proxy, viaProxy := testbroker.NewPostgresProxy(t, url)
+	const lease = 3 * time.Second
+	a := open(t, postgres.Config{URL: viaProxy, Schema: schema, Host: "a", Lease: lease})
+	t.Cleanup(proxy.Thaw) // before a's Close, which the cleanups run after this one
+	b := open(t, postgres.Config{URL: url, Schema: schema, Host: "b", Poll: 50 * time.Millisecond})
+	q := backend.QueueConfig{Name: "leased", PriorityLevels: 2} // declared by the worker's Register
+
+	started := make(chan struct{})
+	stopped := make(chan error, 1)
+	w := worker.New(a, worker.Config{Concurrency: 1})
+	rig.Must(t, w.Register(ctx, worker.Queue{Name: q.Name, PriorityLevels: q.PriorityLevels, Handler: worker.HandlerFunc(func(ctx context.Context, _ *worker.Job) worker.Result {
+		close(started)
+		<-ctx.Done()
+		stopped <- context.Cause(ctx)
+		return worker.Result{Outcome: worker.Failed, Reason: "stopped"}
+	})}))
+	rig.Must(t, w.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		w.Stop(sctx)
+	})
+	env := backend.NewEnvelope(q.Name, []byte("x"))
+	rig.Must(t, b.Publish(ctx, env, 0))
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job never started on a")
+	}
+	proxy.Freeze()
+	frozen := time.Now()
+	select {
+	case cause := <-stopped:
+		if !errors.Is(cause, worker.ErrLost) {
+			t.Fatalf("the handler's context ended with %v, want worker.ErrLost", cause)
+		}
+	case <-time.After(2 * lease):
+		t.Fatal("the handler was not stopped")
+	}
+	took := time.Since(frozen)
+	var leaseLeft float64
+	conn, err := pgx.Connect(ctx, url)
+	rig.Must(t, err)
+	defer conn.Close(ctx)
+	rig.Must(t, conn.QueryRow(ctx, `SELECT extract(epoch FROM lease_until - now()) FROM `+schema+`.jobs WHERE id = $1`, env.ID).Scan(&leaseLeft))
+	if leaseLeft <= 0 {
+		t.Fatalf("the handler stopped %v after the freeze, its lease already over (%.3f s left): another host could have run the job beside it", took, leaseLeft)
+	}
+	sb := rig.Consume(t, b, q)
+	db, got := receive(t, sb, 2*lease)
+	if got.ID != env.ID || !got.Redelivered {
+		t.Fatalf("b took %+v, want %s redelivered", got, env.ID)
+	}
+	rig.Must(t, db.Ack(ctx))
+	t.Logf("handler stopped %v after the freeze with %.2f s of its lease left", took.Round(time.Millisecond), leaseLeft)
 }

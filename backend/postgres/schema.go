@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,18 +17,22 @@ import (
 var ErrSchemaTooNew = errors.New("the database's wasmjobs schema is newer than this binary")
 
 // schemaPattern is what a schema name may be: a plain, unquoted PostgreSQL identifier,
-// so that it reads the same in psql as here.
-var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+// so that it reads the same in psql as here, short enough that "wasmjobs." and it fit
+// a notification channel's 63 bytes.
+var schemaPattern = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,53}$`)
 
 // migrations are the schema's versions, in order: migrations[i] takes the schema from
 // version i to i+1. {s} stands for the quoted schema name. A migration is never changed
 // once released; a change is a new one.
 //
-// The jobs table holds every job the queues hold: ready (state 0, due at due_at, which
-// comes from the database's clock) or claimed (state 1) by a host until lease_until,
-// under claim_token, which every settle names so that a claim that lapsed and was taken
-// by another host cannot be settled by the first (fencing). enqueued_at is Unix
-// nanoseconds: timestamptz keeps microseconds, and an envelope comes back exact.
+// The jobs table holds every job the queues hold: waiting for its due time (state 2,
+// due_at by the database's clock), ready (state 0, in the order priority, due_at, seq)
+// or claimed (state 1) by a host until lease_until, under claim_token, which every
+// settle names so that a claim that lapsed and was taken by another host cannot be
+// settled by the first (fencing). Waiting and ready rows have indexes of their own, so
+// that neither the claim nor the next due time ever scans past rows of the other kind
+// (a queue's thousands of deferred jobs, say). enqueued_at is Unix nanoseconds:
+// timestamptz keeps microseconds, and an envelope comes back exact.
 var migrations = []string{
 	`CREATE TABLE {s}.queues (
 		name text PRIMARY KEY,
@@ -59,7 +64,7 @@ var migrations = []string{
 		UNIQUE (queue, id)
 	);
 	CREATE INDEX jobs_ready ON {s}.jobs (queue, priority DESC, due_at, seq) WHERE state = 0;
-	CREATE INDEX jobs_due ON {s}.jobs (queue, due_at) WHERE state = 0;
+	CREATE INDEX jobs_waiting ON {s}.jobs (queue, due_at) WHERE state = 2;
 	CREATE INDEX jobs_leases ON {s}.jobs (queue, lease_until) WHERE state = 1;
 	CREATE TABLE {s}.dead (
 		seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -100,7 +105,9 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	defer func() {
 		// On a fresh context: the lock must go even when ctx has ended, or the session
 		// (returned to the pool) would hold it.
-		if _, err := conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, "wasmjobs.migrate."+schema); err != nil {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, "wasmjobs.migrate."+schema); err != nil {
 			conn.Conn().Close(context.Background()) // a closed session drops its locks
 		}
 	}()

@@ -17,9 +17,10 @@ import (
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-// ErrLeaseLost ends a stream that could not renew its claims within the lease: they
-// may have been rescued by another host, so it hands out nothing more, and its
-// deliveries' settles are refused (backend.ErrStreamClosed) unless their claims held.
+// ErrLeaseLost ends a stream that could not renew its claims for half their lease: it
+// hands out nothing more, and every delivery it held is lost (backend.LeasedDelivery),
+// so that the handlers stop before another host can take the jobs; their settles are
+// refused (backend.ErrStreamClosed), and their leases put the jobs back.
 var ErrLeaseLost = errors.New("postgres: the stream's claims could not be renewed within their lease")
 
 // releaseTimeout bounds the put-back of a stream's claims when it ends: past it, their
@@ -164,19 +165,30 @@ func (s *stream) run() {
 	defer timer.Stop()
 	renew := time.NewTicker(cfg.Lease / 3)
 	defer renew.Stop()
+	// renewed is when the last renewal that succeeded was sent: every claim the stream
+	// holds is leased at least until then plus the lease, by the database's clock.
 	renewed := time.Now()
 	var rescued time.Time
 	var buf []*delivery
 	failing := false // the last call to the database failed: log its recovery
 	for {
+		// Half the lease without a renewal (two renewals failed): stop now, while the
+		// claims are still ours, so that the jobs' handlers have stopped before another
+		// host can take them. Checked on every turn: a turn waits at most a poll, or
+		// three calls of dbTimeout (a tenth of the lease) each.
+		if since := time.Since(renewed); since >= cfg.Lease/2 {
+			s.end(fmt.Errorf("%w: no renewal for %v of the %v lease: queue %q", ErrLeaseLost, since.Round(time.Millisecond), cfg.Lease, s.queue))
+			return
+		}
+		// Rescue on its own schedule, whether or not the stream has room: a full
+		// stream's host still puts a dead host's jobs back for the others.
+		if time.Since(rescued) >= cfg.Poll {
+			s.rescue()
+			rescued = time.Now() // failed or not: the next poll tries again
+		}
 		wait := cfg.Poll
 		if len(buf) == 0 {
 			if n := s.room(); n > 0 {
-				if time.Since(rescued) >= cfg.Poll {
-					if err := s.rescue(); err == nil {
-						rescued = time.Now()
-					}
-				}
 				got, next, err := s.fetch(n)
 				switch {
 				case err != nil && s.ctx.Err() == nil && !s.b.isClosed():
@@ -200,9 +212,10 @@ func (s *stream) run() {
 		var d backend.Delivery
 		if len(buf) > 0 {
 			out, d = s.ch, buf[0]
-		} else {
-			timer.Reset(wait)
 		}
+		// Wake at the poll, at the next due job, and at the moment the claims would be
+		// lost, whichever comes first.
+		timer.Reset(max(min(wait, time.Until(renewed.Add(cfg.Lease/2))), time.Millisecond))
 		var err error
 		select {
 		case out <- d:
@@ -213,14 +226,11 @@ func (s *stream) run() {
 		case <-timer.C:
 			continue
 		case <-renew.C:
+			sent := time.Now()
 			if s.renew() == nil {
-				renewed = time.Now()
-				continue
+				renewed = sent
 			}
-			if time.Since(renewed) <= cfg.Lease {
-				continue
-			}
-			err = fmt.Errorf("%w (%v): queue %q", ErrLeaseLost, cfg.Lease, s.queue)
+			continue
 		case <-s.stop:
 		case <-s.b.done:
 			err = backend.ErrShutDown
@@ -232,15 +242,17 @@ func (s *stream) run() {
 	}
 }
 
-// end ends the stream with err and puts back every claim it holds: at once after a
-// Drop or a Close, in the background when the stream's context has ended (a worker's
-// shutdown does not wait on the database for it).
+// end ends the stream with err, loses every delivery it holds and puts their jobs
+// back: at once after a Drop or a Close, in the background when the stream's context
+// has ended (a worker's shutdown does not wait on the database for it), and not at all
+// after ErrLeaseLost (the database is out of reach; the leases will).
 func (s *stream) end(err error) {
 	s.mu.Lock()
 	s.ended, s.err = true, err
 	held := make([]*delivery, 0, len(s.held))
 	for d := range s.held {
 		held = append(held, d)
+		close(d.lost) // once: a delivery leaves held once
 	}
 	clear(s.held)
 	s.mu.Unlock()
@@ -250,8 +262,8 @@ func (s *stream) end(err error) {
 		delete(s.b.streams, s.queue)
 	}
 	s.b.mu.Unlock()
-	if len(held) == 0 {
-		return
+	if len(held) == 0 || errors.Is(err, ErrLeaseLost) {
+		return // a database out of reach: the leases put the jobs back
 	}
 	if s.ctx.Err() != nil && !errors.Is(err, backend.ErrShutDown) && s.b.background(func() { s.release(held) }) {
 		return
@@ -277,6 +289,20 @@ func (s *stream) release(held []*delivery) {
 	}
 }
 
+// releaseToken puts back whatever a fetch that failed claimed under token.
+func (s *stream) releaseToken(token int64) {
+	ctx, cancel := context.WithTimeout(s.b.bg, releaseTimeout)
+	defer cancel()
+	_, err := s.b.pool.Exec(ctx, `UPDATE `+s.b.s+`.jobs SET state = 0, redelivered = true,
+			claim_token = NULL, claimed_by = NULL, lease_until = NULL
+		WHERE queue = $1 AND state = 1 AND claim_token = $2`, s.queue, token)
+	if err != nil {
+		s.b.log.Warn("postgres: putting back what a failed fetch claimed failed; their leases will", slog.String("queue", s.queue), slog.Any("error", err))
+	} else {
+		s.b.wakeQueue(s.queue)
+	}
+}
+
 // claimsOf returns the rows and claim tokens of ds.
 func claimsOf(ds []*delivery) (seqs, toks []int64) {
 	for _, d := range ds {
@@ -287,8 +313,9 @@ func claimsOf(ds []*delivery) (seqs, toks []int64) {
 }
 
 // dbTimeout bounds one of the stream's own calls to the database, so that a database
-// that stops answering does not stop the stream from seeing its end.
-func (s *stream) dbTimeout() time.Duration { return max(s.b.cfg.Lease/3, 5*time.Second) }
+// that stops answering does not keep the stream from seeing its end or its lease
+// running out: a tenth of the lease.
+func (s *stream) dbTimeout() time.Duration { return s.b.cfg.Lease / 10 }
 
 // callCtx is the context of one of the stream's own calls: it ends with the stream's
 // context, on Drop, at the backend's close, or after dbTimeout.
@@ -311,8 +338,16 @@ func (s *stream) fetch(n int) ([]*delivery, time.Duration, error) {
 	ctx, cancel := s.callCtx()
 	defer cancel()
 	token := rand.Int64()
-	rows, err := s.b.pool.Query(ctx, `WITH c AS (
-			SELECT seq FROM `+s.b.s+`.jobs WHERE queue = $1 AND state = 0 AND due_at <= now()
+	// One round trip, one implicit transaction, three statements, each seeing what
+	// the one before did: the waiting jobs now due become ready (a bounded batch; the
+	// next fetch takes the rest), the ready ones are claimed, and the next due time is
+	// read.
+	batch := &pgx.Batch{}
+	batch.Queue(`UPDATE `+s.b.s+`.jobs SET state = 0 WHERE seq IN (
+			SELECT seq FROM `+s.b.s+`.jobs WHERE queue = $1 AND state = 2 AND due_at <= now()
+			ORDER BY due_at LIMIT 1000 FOR UPDATE SKIP LOCKED)`, s.queue)
+	batch.Queue(`WITH c AS (
+			SELECT seq FROM `+s.b.s+`.jobs WHERE queue = $1 AND state = 0
 			ORDER BY priority DESC, due_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED)
 		UPDATE `+s.b.s+`.jobs j SET state = 1, claim_token = $3, claimed_by = $4,
 			lease_until = now() + $5 * interval '1 microsecond'
@@ -320,6 +355,22 @@ func (s *stream) fetch(n int) ([]*delivery, time.Duration, error) {
 		RETURNING j.seq, j.priority, j.due_at, j.id, j.redelivered, j.payload, j.headers, j.attempt,
 			j.max_attempts, j.defers, j.enqueued_at, j.reason, j.key, j.round`,
 		s.queue, n, token, s.b.cfg.Host, s.b.cfg.Lease.Microseconds())
+	batch.Queue(`SELECT extract(epoch FROM min(due_at) - now())::float8 FROM `+s.b.s+`.jobs
+		WHERE queue = $1 AND state = 2`, s.queue)
+	br := s.b.pool.SendBatch(ctx, batch)
+	defer br.Close()
+	ok := false
+	defer func() {
+		if !ok {
+			// The claims may have landed, their rows unread: put them back, by the
+			// fetch's token, rather than leave them to their lease.
+			s.b.background(func() { s.releaseToken(token) })
+		}
+	}()
+	if _, err := br.Exec(); err != nil {
+		return nil, 0, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -329,7 +380,7 @@ func (s *stream) fetch(n int) ([]*delivery, time.Duration, error) {
 	}
 	var got []claimed
 	for rows.Next() {
-		d := &delivery{s: s, token: token}
+		d := &delivery{s: s, token: token, lost: make(chan struct{})}
 		var prio int16
 		var due time.Time
 		var enq int64
@@ -346,17 +397,16 @@ func (s *stream) fetch(n int) ([]*delivery, time.Duration, error) {
 		got = append(got, claimed{d, due})
 	}
 	if err := rows.Err(); err != nil {
-		// The claims may have landed: their leases put them back.
 		return nil, 0, err
 	}
-	// Only a queue that ran dry has a next due time worth a round trip.
 	var secs *float64
-	if len(got) < n {
-		if err := s.b.pool.QueryRow(ctx, `SELECT extract(epoch FROM min(due_at) - now())::float8 FROM `+s.b.s+`.jobs
-			WHERE queue = $1 AND state = 0 AND due_at > now()`, s.queue).Scan(&secs); err != nil {
-			secs = nil // the poll looks again
-		}
+	if err := br.QueryRow().Scan(&secs); err != nil {
+		return nil, 0, err
 	}
+	if err := br.Close(); err != nil {
+		return nil, 0, err
+	}
+	ok = true
 	slices.SortFunc(got, func(a, b claimed) int {
 		return cmp.Or(cmp.Compare(b.d.env.Priority, a.d.env.Priority), a.due.Compare(b.due), cmp.Compare(a.d.seq, b.d.seq))
 	})
@@ -380,7 +430,8 @@ func (s *stream) fetch(n int) ([]*delivery, time.Duration, error) {
 	return out, next, nil
 }
 
-// renew extends the leases of the stream's claims.
+// renew extends the leases of the stream's claims. A claim it finds no longer the
+// stream's (a lease that lapsed, and another host's rescue took it) is lost at once.
 func (s *stream) renew() error {
 	s.mu.Lock()
 	held := make([]*delivery, 0, len(s.held))
@@ -394,19 +445,45 @@ func (s *stream) renew() error {
 	ctx, cancel := s.callCtx()
 	defer cancel()
 	seqs, toks := claimsOf(held)
-	_, err := s.b.pool.Exec(ctx, `UPDATE `+s.b.s+`.jobs j SET lease_until = now() + $3 * interval '1 microsecond'
+	rows, err := s.b.pool.Query(ctx, `UPDATE `+s.b.s+`.jobs j SET lease_until = now() + $3 * interval '1 microsecond'
 		FROM unnest($1::bigint[], $2::bigint[]) AS c(seq, tok)
-		WHERE j.seq = c.seq AND j.claim_token = c.tok AND j.state = 1`, seqs, toks, s.b.cfg.Lease.Microseconds())
-	if err != nil && s.ctx.Err() == nil {
-		s.b.log.Warn("postgres: renewing claims failed", slog.String("queue", s.queue), slog.Int("claims", len(held)), slog.Any("error", err))
+		WHERE j.seq = c.seq AND j.claim_token = c.tok AND j.state = 1 RETURNING j.seq`, seqs, toks, s.b.cfg.Lease.Microseconds())
+	renewed := make(map[int64]bool, len(held))
+	if err == nil {
+		for rows.Next() {
+			var seq int64
+			if err = rows.Scan(&seq); err != nil {
+				break
+			}
+			renewed[seq] = true
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
 	}
-	return err
+	if err != nil {
+		if s.ctx.Err() == nil {
+			s.b.log.Warn("postgres: renewing claims failed", slog.String("queue", s.queue), slog.Int("claims", len(held)), slog.Any("error", err))
+		}
+		return err
+	}
+	s.mu.Lock()
+	for _, d := range held {
+		if _, ok := s.held[d]; ok && !renewed[d.seq] {
+			// Settled meanwhile (its row gone), or taken: either way not ours.
+			delete(s.held, d)
+			close(d.lost)
+		}
+	}
+	s.mu.Unlock()
+	return nil
 }
 
 // rescue puts back the queue's claims whose lease has expired, whoever held them,
 // marked redelivered at the attempt they had; a job rescued MaxRescues times already
 // goes to the dead letters instead.
-func (s *stream) rescue() error {
+func (s *stream) rescue() {
 	ctx, cancel := s.callCtx()
 	defer cancel()
 	batch := &pgx.Batch{}
@@ -415,7 +492,7 @@ func (s *stream) rescue() error {
 			RETURNING queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round, rescues)
 		INSERT INTO `+s.b.s+`.dead (queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round, dead_reason)
 		SELECT queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round,
-			format('its claim lapsed %s times without a settle (its host died or lost the database while it ran each time): a crash loop, dead-lettered', rescues + 1)
+			format('its claim lapsed %s times without a settle (its host died, hung or lost the database while it held it, each time): dead-lettered as a crash loop', rescues + 1)
 		FROM gone`, s.queue, s.b.cfg.MaxRescues)
 	batch.Queue(`UPDATE `+s.b.s+`.jobs SET state = 0, redelivered = true, rescues = rescues + 1,
 			claim_token = NULL, claimed_by = NULL, lease_until = NULL
@@ -424,7 +501,6 @@ func (s *stream) rescue() error {
 	if err != nil && s.ctx.Err() == nil && !s.b.isClosed() {
 		s.b.log.Warn("postgres: rescuing lapsed claims failed", slog.String("queue", s.queue), slog.Any("error", err))
 	}
-	return err
 }
 
 // forget takes d out of the stream's claims, freeing its prefetch slot. It reports
@@ -454,7 +530,8 @@ type delivery struct {
 	seq   int64
 	token int64
 	env   backend.Envelope
-	state atomic.Int32 // deliveryOpen, deliverySettling or deliverySettled
+	lost  chan struct{} // closed when the stream ends holding it
+	state atomic.Int32  // deliveryOpen, deliverySettling or deliverySettled
 }
 
 // A delivery's states.
@@ -464,7 +541,12 @@ const (
 	deliverySettled
 )
 
-var _ backend.Delivery = (*delivery)(nil)
+var _ backend.LeasedDelivery = (*delivery)(nil)
+
+// Lost is closed when the delivery's stream ends before it is settled: its lease could
+// not be renewed (ErrLeaseLost), or the stream was dropped or its backend closed. The
+// job is no longer this consumer's.
+func (d *delivery) Lost() <-chan struct{} { return d.lost }
 
 // Envelope returns the job.
 func (d *delivery) Envelope() (backend.Envelope, error) { return d.env, nil }
@@ -538,10 +620,15 @@ func (d *delivery) Defer(ctx context.Context, next backend.Envelope, delay time.
 	return d.replace(ctx, "defer", next, delay, true)
 }
 
-// replace settles the delivery by deleting its row and inserting next in the same
-// statement: the insert happens only when the delete did, so a lapsed claim publishes
-// nothing.
+// replace settles the delivery by putting next in its job's place: in the row itself
+// when next is the same job on the same queue (a retry, a defer), else by inserting
+// next and deleting the row in one statement, the delete only if the insert happened,
+// so that a retry to a queue that holds next's id already leaves the job where it was
+// (and fails) rather than dropping it as a repeat.
 func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope, delay time.Duration, deferred bool) error {
+	if d.state.Load() != deliveryOpen {
+		return fmt.Errorf("%s of job %s: %w", op, d.env.ID, backend.ErrAlreadySettled)
+	}
 	if err := backend.CheckDelay(delay, backend.MaxDelay); err != nil {
 		return err
 	}
@@ -550,31 +637,52 @@ func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope
 	if err != nil {
 		return err
 	}
+	args := append(jobArgs(next, levels, delay, deferred), d.seq, d.token)
+	inPlace := next.Queue == d.env.Queue && next.ID == d.env.ID
 	return d.settle(ctx, op, func(ctx context.Context) (bool, error) {
 		batch := &pgx.Batch{}
-		batch.Queue(`WITH gone AS (
-				DELETE FROM `+b.s+`.jobs WHERE seq = $15 AND claim_token = $16 AND state = 1 RETURNING 1),
-			ins AS (
-				INSERT INTO `+b.s+`.jobs (queue, id, state, priority, due_at, deferred,
-					payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round)
-				SELECT $1::text, $2::text, 0, $3::smallint, now() + $4::bigint * interval '1 microsecond', $5::boolean,
-					$6::bytea, $7::jsonb, $8::int, $9::int, $10::int, $11::bigint, $12::text, $13::text, $14::int
-				FROM gone ON CONFLICT (queue, id) DO NOTHING)
-			SELECT count(*) FROM gone`, append(jobArgs(next, levels, delay, deferred), d.seq, d.token)...)
+		if inPlace {
+			batch.Queue(`WITH r AS (
+					UPDATE `+b.s+`.jobs SET state = CASE WHEN $4::bigint > 0 THEN 2 ELSE 0 END, priority = $3::smallint,
+						due_at = now() + $4::bigint * interval '1 microsecond', deferred = $5::boolean,
+						payload = $6::bytea, headers = $7::jsonb, attempt = $8::int, max_attempts = $9::int,
+						defers = $10::int, enqueued_at = $11::bigint, reason = $12::text, key = $13::text, round = $14::int,
+						redelivered = false, rescues = 0, claim_token = NULL, claimed_by = NULL, lease_until = NULL
+					WHERE seq = $15 AND claim_token = $16 AND state = 1 AND lease_until > now()
+						AND queue = $1::text AND id = $2::text
+					RETURNING 1)
+				SELECT count(*), count(*) FROM r`, args...)
+		} else {
+			batch.Queue(`WITH claim AS (
+					SELECT 1 FROM `+b.s+`.jobs WHERE seq = $15 AND claim_token = $16 AND state = 1 AND lease_until > now() FOR UPDATE),
+				ins AS (
+					INSERT INTO `+b.s+`.jobs (queue, id, state, priority, due_at, deferred,
+						payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round)
+					SELECT $1::text, $2::text, CASE WHEN $4::bigint > 0 THEN 2 ELSE 0 END, $3::smallint,
+						now() + $4::bigint * interval '1 microsecond', $5::boolean,
+						$6::bytea, $7::jsonb, $8::int, $9::int, $10::int, $11::bigint, $12::text, $13::text, $14::int
+					FROM claim ON CONFLICT (queue, id) DO NOTHING RETURNING 1),
+				gone AS (
+					DELETE FROM `+b.s+`.jobs WHERE seq = $15 AND claim_token = $16 AND EXISTS (SELECT 1 FROM ins) RETURNING 1)
+				SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM gone)`, args...)
+		}
 		batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, next.Queue)
 		br := b.pool.SendBatch(ctx, batch)
-		var n int
-		if err := br.QueryRow().Scan(&n); err != nil {
+		var claimed, done int
+		if err := br.QueryRow().Scan(&claimed, &done); err != nil {
 			br.Close()
 			return false, err
 		}
 		if err := br.Close(); err != nil {
 			return false, err
 		}
-		if n == 1 {
+		if claimed == 1 && done == 0 {
+			return false, fmt.Errorf("queue %q holds a job of id %s already: the %s is not a repeat to drop, so the job stays where it was", next.Queue, next.ID, op)
+		}
+		if done == 1 {
 			b.wakeQueue(next.Queue)
 		}
-		return n == 1, nil
+		return done == 1, nil
 	})
 }
 
@@ -583,11 +691,11 @@ func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
 	return d.settle(ctx, "dead-letter", func(ctx context.Context) (bool, error) {
 		b := d.s.b
 		tag, err := b.pool.Exec(ctx, `WITH gone AS (
-				DELETE FROM `+b.s+`.jobs WHERE seq = $1 AND claim_token = $2 AND state = 1
+				DELETE FROM `+b.s+`.jobs WHERE seq = $1 AND claim_token = $2 AND state = 1 AND lease_until > now()
 				RETURNING queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round)
 			INSERT INTO `+b.s+`.dead (queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round, dead_reason)
 			SELECT queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round, $3 FROM gone`,
-			d.seq, d.token, reason)
+			d.seq, d.token, pgText(reason))
 		return tag.RowsAffected() == 1, err
 	})
 }

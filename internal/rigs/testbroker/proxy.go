@@ -3,6 +3,7 @@ package testbroker
 import (
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,9 +12,10 @@ import (
 // Proxy is a loopback TCP proxy to a broker that a test can cut: an outage of that
 // test's connections alone, without disturbing the broker other tests share.
 type Proxy struct {
-	t      testing.TB
-	target string
-	ln     net.Listener
+	t       testing.TB
+	network string // of target: "tcp", or "unix" for a socket
+	target  string
+	ln      net.Listener
 
 	mu     sync.Mutex
 	thawed *sync.Cond // signalled when frozen or cut change
@@ -34,11 +36,43 @@ func NewProxy(t testing.TB, brokerURL string) *Proxy {
 	if err != nil {
 		t.Fatalf("broker URL: %v", err)
 	}
+	return newProxy(t, "tcp", u.Host)
+}
+
+// NewPostgresProxy is NewProxy for the tests' PostgreSQL at pgURL, which a client
+// reaches over its unix socket (host=/dir&port=N, as scripts/postgres.sh prints it): the
+// proxy listens on loopback TCP and forwards to the socket, so the server still sees
+// a local connection of the test's own user (Debian's peer authentication). It
+// returns the proxy and the URL that goes through it.
+func NewPostgresProxy(t testing.TB, pgURL string) (*Proxy, string) {
+	t.Helper()
+	u, err := url.Parse(pgURL)
+	if err != nil {
+		t.Fatalf("PostgreSQL URL: %v", err)
+	}
+	q := u.Query()
+	dir, port := q.Get("host"), q.Get("port")
+	if dir == "" || !strings.HasPrefix(dir, "/") {
+		t.Fatalf("PostgreSQL URL %q: want a unix socket directory in host=", pgURL)
+	}
+	if port == "" {
+		port = "5432"
+	}
+	p := newProxy(t, "unix", dir+"/.s.PGSQL."+port)
+	q.Del("host")
+	q.Del("port")
+	q.Set("sslmode", "disable")
+	u.Host = p.ln.Addr().String()
+	u.RawQuery = q.Encode()
+	return p, u.String()
+}
+
+func newProxy(t testing.TB, network, target string) *Proxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{t: t, target: u.Host, ln: ln, conns: make(map[net.Conn]bool),
+	p := &Proxy{t: t, network: network, target: target, ln: ln, conns: make(map[net.Conn]bool),
 		cutCh: make(chan struct{}), lagSet: make(chan struct{})}
 	p.thawed = sync.NewCond(&p.mu)
 	p.wg.Add(1)
@@ -64,7 +98,7 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		up, err := net.Dial("tcp", p.target)
+		up, err := net.Dial(p.network, p.target)
 		if err != nil {
 			c.Close()
 			continue
