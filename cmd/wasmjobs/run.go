@@ -171,7 +171,7 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	fl.IntVar(&f.history, "history", api.DefaultHistory, "recent jobs whose state GET /v1/jobs/{id} reports on the memory and RabbitMQ backends, and whose attempts the dashboard lists (env WASMJOBS_HISTORY)")
 	fl.StringVar(&f.moduleStream, "module-stream", fleet.DefaultStream, "on a RabbitMQ --backend: the stream of pushed modules (`wasmjobs modules push`) this host follows and writes into --modules; empty follows none (env WASMJOBS_MODULE_STREAM)")
 	fl.StringVar(&f.trustKey, "trust-key", "", "take only module pushes signed by this ed25519 public key (from `wasmjobs modules keygen`); others are refused and listed in /v1/modules (env WASMJOBS_TRUST_KEY)")
-	fl.StringVar(&f.hostID, "host-id", "", "this host's name in its heartbeats on the modules stream, which `wasmjobs modules list --backend` shows (default: hostname-pid; env WASMJOBS_HOST_ID)")
+	fl.StringVar(&f.hostID, "host-id", "", "this host's name in its heartbeats on the modules stream, which `wasmjobs modules list --backend` shows, and on PostgreSQL in the claims it holds (default: hostname-pid; env WASMJOBS_HOST_ID)")
 	fl.DurationVar(&f.moduleHeartbeat, "module-heartbeat", fleet.DefaultHeartbeat, "how often this host reports its serving versions on the modules stream")
 	fl.DurationVar(&f.republishEvery, "republish-every", fleet.DefaultRepublish, "re-publish a pushed module whose newest copy in the stream is older than this, so retention never drops it")
 	fl.StringVar(&f.otlp, "otlp", "", "export traces over OTLP to this collector, e.g. http://127.0.0.1:4318 (OTLP/HTTP; with OTEL_EXPORTER_OTLP_PROTOCOL=grpc, http://127.0.0.1:4317); empty: OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or no tracing (env WASMJOBS_OTLP)")
@@ -257,6 +257,7 @@ type backendSpec struct {
 	queueType rabbitmq.QueueType
 	pgSchema  string
 	pgLease   time.Duration
+	hostID    string
 }
 
 // amqpURLs splits a --backend of several comma-separated node URLs. It splits only
@@ -305,7 +306,7 @@ func openBackend(ctx context.Context, bs backendSpec, log *slog.Logger) (backend
 	case isPostgres(bs.spec):
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		b, err := postgres.Open(ctx, postgres.Config{URL: bs.spec, Schema: bs.pgSchema, Lease: bs.pgLease, Logger: log})
+		b, err := postgres.Open(ctx, postgres.Config{URL: bs.spec, Schema: bs.pgSchema, Lease: bs.pgLease, Host: bs.hostID, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("--backend %s: %w", redact(bs.spec), err)
 		}
@@ -465,7 +466,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if open == nil {
 		open = openBackend
 	}
-	b, err := open(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig(), queueType: rabbitmq.QueueType(f.queueType), pgSchema: f.pgSchema, pgLease: f.pgLease}, log)
+	b, err := open(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig(), queueType: rabbitmq.QueueType(f.queueType), pgSchema: f.pgSchema, pgLease: f.pgLease, hostID: f.hostID}, log)
 	if err != nil {
 		if runCtx.Err() != nil { // a signal during the connection: nothing served yet
 			log.Info("wasmjobs stopped before it served")

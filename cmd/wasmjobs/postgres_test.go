@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wasmjobs/wasmjobs/internal/rigs/testbroker"
+)
+
+// witness is a loopback server that the jobs' guests call (abi/http_get, GET
+// ?job=N): a call lasts the job's 20 ms, and the witness counts the calls of each job
+// and every moment two calls of one job were open at once. A call from a host that
+// died is closed with its process (its connection ends), so two open calls are two
+// live runs.
+type witness struct {
+	mu       sync.Mutex
+	open     map[int]int
+	calls    map[int]int
+	overlaps int
+}
+
+func (w *witness) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	n, err := strconv.Atoi(r.URL.Query().Get("job"))
+	if err != nil {
+		http.Error(rw, "no job", http.StatusBadRequest)
+		return
+	}
+	w.mu.Lock()
+	w.open[n]++
+	if w.open[n] > 1 {
+		w.overlaps++
+	}
+	w.mu.Unlock()
+	select {
+	case <-time.After(20 * time.Millisecond):
+	case <-r.Context().Done():
+	}
+	w.mu.Lock()
+	w.open[n]--
+	if r.Context().Err() == nil {
+		w.calls[n]++
+	}
+	w.mu.Unlock()
+}
+
+// done counts the jobs whose call completed at least once.
+func (w *witness) done() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.calls)
+}
+
+// TestPostgresTwoHostsOneKilled runs two real hosts on one PostgreSQL database, 20,000
+// jobs of 20 ms each (a call to a witness), and kills one host with SIGKILL a third of
+// the way: every job enqueued succeeds, the dead host's claims are rescued within the
+// lease and 5 s, and no job ever runs on two live hosts at once.
+func TestPostgresTwoHostsOneKilled(t *testing.T) {
+	t.Parallel()
+	url := testbroker.PostgresURL(t)
+	schema := "wasmjobs_twohosts_" + uniqueSuffix()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+		conn.Close(context.Background())
+	})
+	count := func(where string) int {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.jobs WHERE `+where).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	w := &witness{open: make(map[int]int), calls: make(map[int]int)}
+	srv := httptest.NewServer(w)
+	t.Cleanup(srv.Close)
+	const jobs, lease = 20_000, 3 * time.Second
+	hosts := make([]*hostProc, 2)
+	for i, id := range []string{"a", "b"} {
+		dir := t.TempDir()
+		writeManifest(t, dir, "witnessed", fmt.Sprintf("[http]\nallow = [%q]\n", srv.URL))
+		installModule(t, dir, "abi/http_get", "witnessed", "v1")
+		hosts[i] = startHost(t, dir, "--backend", url, "--pg-schema", schema, "--pg-lease", lease.String(),
+			"--host-id", id, "--concurrency", "16", "--log-level", "info")
+	}
+	var lines strings.Builder
+	for n := range jobs {
+		fmt.Fprintf(&lines, "%s/?job=%d\n", srv.URL, n)
+	}
+	if r := wasmjobs(t, lines.String(), "enqueue", "witnessed", "-", "--lines", "-q", "--server", hosts[0].url); r.code != 0 {
+		t.Fatalf("enqueue: %d %s", r.code, r.stderr)
+	}
+
+	waitForLong(t, "a third of the jobs", 2*time.Minute, func() bool { return w.done() >= jobs/3 })
+	hosts[0].cmd.Process.Signal(syscall.SIGKILL)
+	<-hosts[0].done
+	killed := time.Now()
+	held := count("state = 1 AND claimed_by = 'a'")
+	waitForLong(t, "the dead host's claims rescued", lease+5*time.Second, func() bool { return count("claimed_by = 'a'") == 0 })
+	rescued := time.Since(killed)
+	waitForLong(t, "every job done", 3*time.Minute, func() bool { return w.done() == jobs && count("true") == 0 })
+	var dead int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.dead`).Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	twice := 0
+	for _, c := range w.calls {
+		if c > 1 {
+			twice++
+		}
+	}
+	t.Logf("killed a with %d claims held after %d of %d jobs; rescued %v after the kill; %d jobs called twice (at most the claims held)", held, jobs/3, jobs, rescued.Round(time.Millisecond), twice)
+	if dead != 0 || w.overlaps != 0 || twice > held {
+		t.Fatalf("%d dead letters, %d moments a job ran on two live hosts at once, %d jobs called twice (the dead host held %d); want none, none, at most those held", dead, w.overlaps, twice, held)
+	}
+}
