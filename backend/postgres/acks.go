@@ -1,9 +1,14 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 )
@@ -45,10 +50,15 @@ func (b *Backend) ack(ctx context.Context, seq, token int64) (bool, error) {
 	b.acks.running = true
 	b.acks.mu.Unlock()
 	if start && !b.background(b.flushAcks) {
+		// Closed: answer every ack that gathered behind this one, or it would wait for
+		// a batch that never runs.
 		b.acks.mu.Lock()
-		b.acks.running = false
+		pending := b.acks.pending
+		b.acks.pending, b.acks.running = nil, false
 		b.acks.mu.Unlock()
-		return false, backend.ErrShutDown
+		for _, r := range pending {
+			r.done <- ackResult{err: backend.ErrShutDown}
+		}
 	}
 	select {
 	case r := <-req.done:
@@ -72,34 +82,58 @@ func (b *Backend) flushAcks() {
 		b.acks.mu.Unlock()
 		deleted, err := b.deleteClaimed(batch)
 		for _, r := range batch {
-			r.done <- ackResult{ok: deleted[r.seq], err: err}
+			r.done <- ackResult{ok: deleted[claim{r.seq, r.token}], err: err}
 		}
 	}
 }
 
-// deleteClaimed deletes the rows of batch still claimed under their tokens and
-// returns those it deleted.
-func (b *Backend) deleteClaimed(batch []*ackReq) (map[int64]bool, error) {
+// claim names one claim of a row: the row and the token it was claimed under.
+type claim struct{ seq, token int64 }
+
+// deleteClaimed deletes the rows of batch still claimed under their tokens, in the
+// rows' order (as renewals lock them, so the two never deadlock), and returns the
+// claims it deleted. A deadlock or serialization failure the database reports anyway
+// is tried again, twice: the statement did nothing.
+func (b *Backend) deleteClaimed(batch []*ackReq) (map[claim]bool, error) {
 	ctx, cancel := context.WithTimeout(b.bg, ackTimeout)
 	defer cancel()
-	seqs := make([]int64, len(batch))
-	toks := make([]int64, len(batch))
-	for i, r := range batch {
+	sorted := slices.SortedFunc(slices.Values(batch), func(x, y *ackReq) int { return cmp.Compare(x.seq, y.seq) })
+	seqs := make([]int64, len(sorted))
+	toks := make([]int64, len(sorted))
+	for i, r := range sorted {
 		seqs[i], toks[i] = r.seq, r.token
 	}
+	for try := 1; ; try++ {
+		deleted, err := b.deleteRows(ctx, seqs, toks)
+		if try < 3 && retryable(err) {
+			continue
+		}
+		return deleted, err
+	}
+}
+
+// deleteRows is one try of deleteClaimed.
+func (b *Backend) deleteRows(ctx context.Context, seqs, toks []int64) (map[claim]bool, error) {
 	rows, err := b.pool.Query(ctx, `DELETE FROM `+b.s+`.jobs j USING unnest($1::bigint[], $2::bigint[]) AS c(seq, tok)
-		WHERE j.seq = c.seq AND j.claim_token = c.tok AND j.state = 1 AND j.lease_until > now() RETURNING j.seq`, seqs, toks)
+		WHERE j.seq = c.seq AND j.claim_token = c.tok AND j.state = 1 AND j.lease_until > now() RETURNING j.seq, j.claim_token`, seqs, toks)
 	if err != nil {
 		return nil, err
 	}
-	deleted := make(map[int64]bool, len(batch))
+	deleted := make(map[claim]bool, len(seqs))
 	for rows.Next() {
-		var seq int64
-		if err := rows.Scan(&seq); err != nil {
+		var c claim
+		if err := rows.Scan(&c.seq, &c.token); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		deleted[seq] = true
+		deleted[c] = true
 	}
 	return deleted, rows.Err()
+}
+
+// retryable reports whether err is PostgreSQL's deadlock or serialization failure,
+// after which the statement did nothing and may run again.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }

@@ -71,7 +71,7 @@ type Config struct {
 	// Schema holds the backend's tables: a lowercase identifier. Empty means
 	// DefaultSchema.
 	Schema string
-	// Lease is how long a claim lasts without renewal; hosts renew theirs every third
+	// Lease is how long a claim lasts without renewal; hosts renew theirs every sixth
 	// of it. Zero means DefaultLease.
 	Lease time.Duration
 	// Poll is how often a stream looks at its queue without a notification. Zero
@@ -153,8 +153,13 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	// of 200,000 jobs at c=64 went at 3,800-4,800 jobs/s so and at 10,000-13,000 with
 	// bitmap scans off. No statement of this backend wants one, so its sessions (only
 	// they) go without, unless the URL's options say otherwise.
+	// Set after connecting, not as a startup parameter, which a pooler such as
+	// PgBouncer would refuse.
 	if _, set := pc.ConnConfig.RuntimeParams["enable_bitmapscan"]; !set && !strings.Contains(cfg.URL, "enable_bitmapscan") {
-		pc.ConnConfig.RuntimeParams["enable_bitmapscan"] = "off"
+		pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+			_, err := c.Exec(ctx, `SET enable_bitmapscan = off`)
+			return err
+		}
 	}
 	// The listener's connection keeps pgx's own handling: a wait for a notification is
 	// no query that a cancel request could end, and its connection just closes.
@@ -322,7 +327,8 @@ func (b *Backend) insertJobs() string {
 			df, pl, h::jsonb, a, ma, de, e, r, k, ro
 		FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[], $5::boolean[], $6::bytea[], $7::text[],
 			$8::int[], $9::int[], $10::int[], $11::bigint[], $12::text[], $13::text[], $14::int[])
-			AS t(q, i, p, d, df, pl, h, a, ma, de, e, r, k, ro)
+			WITH ORDINALITY AS t(q, i, p, d, df, pl, h, a, ma, de, e, r, k, ro, ord)
+		ORDER BY ord
 		ON CONFLICT (queue, id) DO NOTHING`
 }
 

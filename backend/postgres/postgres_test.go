@@ -447,7 +447,7 @@ func TestRetryToAQueueHoldingTheIDFails(t *testing.T) {
 	d, got := receive(t, s, 10*time.Second)
 	next := got
 	next.Queue = other.Name
-	if err := d.Retry(ctx, next, 0); err == nil || !strings.Contains(err.Error(), "holds a job of id") {
+	if err := d.Retry(ctx, next, 0); err == nil || !strings.Contains(err.Error(), "holds a job of that id") {
 		t.Fatalf("retry onto a queue holding the id: %v, want it refused", err)
 	}
 	again, got := receive(t, s, 10*time.Second)
@@ -461,8 +461,8 @@ func TestRetryToAQueueHoldingTheIDFails(t *testing.T) {
 }
 
 // TestLeaseLostStopsTheJobs: a host that stops reaching the database (its connections
-// frozen behind a proxy) loses its claims at half their lease, while they are still
-// its own: the running job's handler is stopped (worker.ErrLost) before the lease runs
+// frozen behind a proxy) loses its claims at two thirds of their lease, while they are
+// still its own: the running job's handler is stopped (worker.ErrLost) before the lease runs
 // out, another host takes the job once it has, redelivered, and the first host's
 // stream ends with ErrLeaseLost.
 func TestLeaseLostStopsTheJobs(t *testing.T) {
@@ -470,7 +470,7 @@ func TestLeaseLostStopsTheJobs(t *testing.T) {
 	url, schema := testSchema(t)
 	ctx := context.Background()
 	proxy, viaProxy := testbroker.NewPostgresProxy(t, url)
-	const lease = 3 * time.Second
+	const lease = 6 * time.Second
 	a := open(t, postgres.Config{URL: viaProxy, Schema: schema, Host: "a", Lease: lease})
 	t.Cleanup(proxy.Thaw) // before a's Close, which the cleanups run after this one
 	b := open(t, postgres.Config{URL: url, Schema: schema, Host: "b", Poll: 50 * time.Millisecond})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 )
@@ -115,6 +116,9 @@ type stream struct {
 	dropOnce sync.Once
 	finished chan struct{} // closed when run returns
 
+	// run's own: whether the last renewal or rescue failed, so that an outage logs once
+	renewFailing, rescueFailing bool
+
 	mu    sync.Mutex
 	held  map[*delivery]struct{} // claimed and not settled: buffered, on offer or out
 	ended bool
@@ -163,7 +167,7 @@ func (s *stream) run() {
 	cfg := s.b.cfg
 	timer := time.NewTimer(cfg.Poll)
 	defer timer.Stop()
-	renew := time.NewTicker(cfg.Lease / 3)
+	renew := time.NewTicker(cfg.Lease / 6)
 	defer renew.Stop()
 	// renewed is when the last renewal that succeeded was sent: every claim the stream
 	// holds is leased at least until then plus the lease, by the database's clock.
@@ -172,11 +176,12 @@ func (s *stream) run() {
 	var buf []*delivery
 	failing := false // the last call to the database failed: log its recovery
 	for {
-		// Half the lease without a renewal (two renewals failed): stop now, while the
-		// claims are still ours, so that the jobs' handlers have stopped before another
-		// host can take them. Checked on every turn: a turn waits at most a poll, or
-		// three calls of dbTimeout (a tenth of the lease) each.
-		if since := time.Since(renewed); since >= cfg.Lease/2 {
+		// Two thirds of the lease without a renewal (three renewals failed, a sixth of
+		// the lease apart): stop now, while the claims are still ours, so that the jobs'
+		// handlers have stopped before another host can take them. Checked on every
+		// turn: a turn waits at most until then, or for a call of dbTimeout (a tenth of
+		// the lease) in flight.
+		if since := time.Since(renewed); since >= lostAfter(cfg.Lease) {
 			s.end(fmt.Errorf("%w: no renewal for %v of the %v lease: queue %q", ErrLeaseLost, since.Round(time.Millisecond), cfg.Lease, s.queue))
 			return
 		}
@@ -208,6 +213,9 @@ func (s *stream) run() {
 				}
 			}
 		}
+		// A renewal may have found a buffered claim taken: it is not the stream's to
+		// hand out.
+		buf = slices.DeleteFunc(buf, (*delivery).isLost)
 		var out chan<- backend.Delivery
 		var d backend.Delivery
 		if len(buf) > 0 {
@@ -215,7 +223,7 @@ func (s *stream) run() {
 		}
 		// Wake at the poll, at the next due job, and at the moment the claims would be
 		// lost, whichever comes first.
-		timer.Reset(max(min(wait, time.Until(renewed.Add(cfg.Lease/2))), time.Millisecond))
+		timer.Reset(max(min(wait, time.Until(renewed.Add(lostAfter(cfg.Lease)))), time.Millisecond))
 		var err error
 		select {
 		case out <- d:
@@ -241,6 +249,10 @@ func (s *stream) run() {
 		return
 	}
 }
+
+// lostAfter is how long a stream goes without a renewal before it gives its claims up:
+// two thirds of the lease, a third to spare for the handlers to stop.
+func lostAfter(lease time.Duration) time.Duration { return lease * 2 / 3 }
 
 // end ends the stream with err, loses every delivery it holds and puts their jobs
 // back: at once after a Drop or a Close, in the background when the stream's context
@@ -360,14 +372,15 @@ func (s *stream) fetch(n int) ([]*delivery, time.Duration, error) {
 	br := s.b.pool.SendBatch(ctx, batch)
 	defer br.Close()
 	ok := false
+	var err error
 	defer func() {
-		if !ok {
+		if !ok && !pgconn.SafeToRetry(err) { // SafeToRetry: nothing reached the server
 			// The claims may have landed, their rows unread: put them back, by the
 			// fetch's token, rather than leave them to their lease.
 			s.b.background(func() { s.releaseToken(token) })
 		}
 	}()
-	if _, err := br.Exec(); err != nil {
+	if _, err = br.Exec(); err != nil {
 		return nil, 0, err
 	}
 	rows, err := br.Query()
@@ -436,12 +449,18 @@ func (s *stream) renew() error {
 	s.mu.Lock()
 	held := make([]*delivery, 0, len(s.held))
 	for d := range s.held {
-		held = append(held, d)
+		// One being settled is left out: its settle holds its row's lock, which the
+		// renewal would wait for, and ends the claim either way.
+		if d.state.Load() == deliveryOpen {
+			held = append(held, d)
+		}
 	}
 	s.mu.Unlock()
 	if len(held) == 0 {
 		return nil
 	}
+	// In the rows' order, as the acks' batches lock them: the two never deadlock.
+	slices.SortFunc(held, func(x, y *delivery) int { return cmp.Compare(x.seq, y.seq) })
 	ctx, cancel := s.callCtx()
 	defer cancel()
 	seqs, toks := claimsOf(held)
@@ -463,11 +482,13 @@ func (s *stream) renew() error {
 		}
 	}
 	if err != nil {
-		if s.ctx.Err() == nil {
-			s.b.log.Warn("postgres: renewing claims failed", slog.String("queue", s.queue), slog.Int("claims", len(held)), slog.Any("error", err))
+		if s.ctx.Err() == nil && !s.renewFailing {
+			s.b.log.Warn("postgres: renewing claims failed; trying again every sixth of the lease", slog.String("queue", s.queue), slog.Int("claims", len(held)), slog.Any("error", err))
 		}
+		s.renewFailing = true
 		return err
 	}
+	s.renewFailing = false
 	s.mu.Lock()
 	for _, d := range held {
 		if _, ok := s.held[d]; ok && !renewed[d.seq] {
@@ -498,9 +519,10 @@ func (s *stream) rescue() {
 			claim_token = NULL, claimed_by = NULL, lease_until = NULL
 		WHERE queue = $1 AND state = 1 AND lease_until < now()`, s.queue)
 	err := s.b.pool.SendBatch(ctx, batch).Close()
-	if err != nil && s.ctx.Err() == nil && !s.b.isClosed() {
-		s.b.log.Warn("postgres: rescuing lapsed claims failed", slog.String("queue", s.queue), slog.Any("error", err))
+	if err != nil && s.ctx.Err() == nil && !s.b.isClosed() && !s.rescueFailing {
+		s.b.log.Warn("postgres: rescuing lapsed claims failed; trying again every poll", slog.String("queue", s.queue), slog.Any("error", err))
 	}
+	s.rescueFailing = err != nil
 }
 
 // forget takes d out of the stream's claims, freeing its prefetch slot. It reports
@@ -543,10 +565,20 @@ const (
 
 var _ backend.LeasedDelivery = (*delivery)(nil)
 
-// Lost is closed when the delivery's stream ends before it is settled: its lease could
-// not be renewed (ErrLeaseLost), or the stream was dropped or its backend closed. The
-// job is no longer this consumer's.
+// Lost is closed when the delivery's claim is no longer the consumer's: its stream
+// ended before it was settled (ErrLeaseLost, a Drop, the backend's Close), or a
+// renewal found the claim taken. A settle racing either may close it after it landed.
 func (d *delivery) Lost() <-chan struct{} { return d.lost }
+
+// isLost reports whether Lost is closed.
+func (d *delivery) isLost() bool {
+	select {
+	case <-d.lost:
+		return true
+	default:
+		return false
+	}
+}
 
 // Envelope returns the job.
 func (d *delivery) Envelope() (backend.Envelope, error) { return d.env, nil }
@@ -575,6 +607,10 @@ func (d *delivery) settle(ctx context.Context, op string, write func(ctx context
 		d.state.Store(deliverySettled)
 		d.putBack()
 		return fmt.Errorf("%s of job %s: %w: %w", op, d.env.ID, backend.ErrSettleUnknown, err)
+	case errors.Is(err, errIDHeld):
+		d.state.Store(deliveryOpen)
+		d.putBack()
+		return fmt.Errorf("%s of job %s: %w", op, d.env.ID, err)
 	case err != nil:
 		// Unsettled, and no longer the stream's: nobody may be going to settle it again
 		// (a worker leaves it to the backend to deliver it again), and a claim the
@@ -620,11 +656,15 @@ func (d *delivery) Defer(ctx context.Context, next backend.Envelope, delay time.
 	return d.replace(ctx, "defer", next, delay, true)
 }
 
+// errIDHeld refuses a retry or defer onto a queue that holds a job of next's id.
+var errIDHeld = errors.New("the queue holds a job of that id already")
+
 // replace settles the delivery by putting next in its job's place: in the row itself
 // when next is the same job on the same queue (a retry, a defer), else by inserting
 // next and deleting the row in one statement, the delete only if the insert happened,
-// so that a retry to a queue that holds next's id already leaves the job where it was
-// (and fails) rather than dropping it as a repeat.
+// so that a retry to a queue that holds next's id already fails (errIDHeld) and puts
+// the job back as it was, rather than dropping next as a repeat. The worker's retries
+// and defers are the same job on the same queue: only an API caller's can meet this.
 func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope, delay time.Duration, deferred bool) error {
 	if d.state.Load() != deliveryOpen {
 		return fmt.Errorf("%s of job %s: %w", op, d.env.ID, backend.ErrAlreadySettled)
@@ -677,7 +717,7 @@ func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope
 			return false, err
 		}
 		if claimed == 1 && done == 0 {
-			return false, fmt.Errorf("queue %q holds a job of id %s already: the %s is not a repeat to drop, so the job stays where it was", next.Queue, next.ID, op)
+			return false, fmt.Errorf("%w: queue %q, id %s: the %s is not a repeat to drop, so the job goes back to its queue, as it was", errIDHeld, next.Queue, next.ID, op)
 		}
 		if done == 1 {
 			b.wakeQueue(next.Queue)

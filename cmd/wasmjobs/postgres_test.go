@@ -88,7 +88,7 @@ func TestPostgresTwoHostsOneKilled(t *testing.T) {
 	w := &witness{open: make(map[int]int), calls: make(map[int]int)}
 	srv := httptest.NewServer(w)
 	t.Cleanup(srv.Close)
-	const jobs, lease = 20_000, 3 * time.Second
+	const jobs, lease = 20_000, 5 * time.Second
 	hosts := make([]*hostProc, 2)
 	for i, id := range []string{"a", "b"} {
 		dir := t.TempDir()
