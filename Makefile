@@ -18,7 +18,7 @@ postgres: ## start Debian's PostgreSQL without systemd (apt-get installs it if m
 run: ## build, start wasmjobs run with the example handler, enqueue demo jobs; Ctrl-C stops
 	GO=$(GO) scripts/demo.sh
 
-test: vet ## vet, then every test with the race detector (RabbitMQ's with WASMJOBS_AMQP_URL set, the cluster test with WASMJOBS_AMQP_CLUSTER)
+test: vet ## vet, then every test with the race detector (RabbitMQ's with WASMJOBS_AMQP_URL set, the cluster test with WASMJOBS_AMQP_CLUSTER, PostgreSQL's with WASMJOBS_PG_URL)
 	@# -timeout 30m: cmd/wasmjobs runs real hosts, builds Go guests and takes 8-10 min on
 	@# a loaded two-core machine, near go test's default of 10 min.
 	$(GO) test -race -count=1 -timeout 30m -skip 'TestBrokerRestart' ./...

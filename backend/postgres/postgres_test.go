@@ -118,6 +118,35 @@ func receive(t *testing.T, s backend.Stream, within time.Duration) (backend.Deli
 	return nil, backend.Envelope{}
 }
 
+// taken is a job published on a fresh queue of a backend on the test's own schema and
+// taken from the queue's stream: the start of most of the tests below.
+type taken struct {
+	url, schema string
+	b           *postgres.Backend
+	q           backend.QueueConfig
+	s           backend.Stream
+	env         backend.Envelope
+	d           backend.Delivery
+}
+
+// takeOne publishes env (a fresh one when its ID is empty) to q on a new backend of
+// cfg (URL and Schema filled in) and receives it.
+func takeOne(t *testing.T, cfg postgres.Config, q backend.QueueConfig, env backend.Envelope) taken {
+	t.Helper()
+	var tk taken
+	tk.url, tk.schema = testSchema(t)
+	cfg.URL, cfg.Schema = tk.url, tk.schema
+	tk.b, tk.q = open(t, cfg), q
+	tk.s = rig.Consume(t, tk.b, q)
+	if env.ID == "" {
+		env = backend.NewEnvelope(q.Name, []byte("x"))
+	}
+	tk.env = env
+	rig.Must(t, tk.b.Publish(context.Background(), env, 0))
+	tk.d, _ = receive(t, tk.s, 10*time.Second)
+	return tk
+}
+
 // TestLapsedClaimIsRescuedAndFenced: a claim whose lease lapsed (here moved into the
 // past, as a host cut off for longer than the lease would leave it) is taken by
 // another host's stream, redelivered at the attempt it had; the first host's settle
@@ -260,14 +289,9 @@ func TestConfigRefused(t *testing.T) {
 // again is refused, since the job went back.
 func TestFailedSettlePutsTheJobBack(t *testing.T) {
 	t.Parallel()
-	url, schema := testSchema(t)
 	ctx := context.Background()
-	b := open(t, postgres.Config{URL: url, Schema: schema})
-	q := backend.QueueConfig{Name: "refused", Prefetch: 1}
-	s := rig.Consume(t, b, q)
-	env := backend.NewEnvelope(q.Name, []byte("x"))
-	rig.Must(t, b.Publish(ctx, env, 0))
-	d, _ := receive(t, s, 10*time.Second)
+	tk := takeOne(t, postgres.Config{}, backend.QueueConfig{Name: "refused", Prefetch: 1}, backend.Envelope{})
+	url, schema, s, env, d := tk.url, tk.schema, tk.s, tk.env, tk.d
 	exec(t, url, `CREATE FUNCTION `+schema+`.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
 		CREATE TRIGGER refuse BEFORE DELETE ON `+schema+`.jobs FOR EACH ROW EXECUTE FUNCTION `+schema+`.refuse()`)
 	err := d.Ack(ctx)
@@ -293,14 +317,9 @@ func TestFailedSettlePutsTheJobBack(t *testing.T) {
 // put-back that follows landed and the job comes back, redelivered.
 func TestSettleUnknownPutsTheJobBack(t *testing.T) {
 	t.Parallel()
-	url, schema := testSchema(t)
 	ctx := context.Background()
-	b := open(t, postgres.Config{URL: url, Schema: schema})
-	q := backend.QueueConfig{Name: "unknown", Prefetch: 1}
-	s := rig.Consume(t, b, q)
-	env := backend.NewEnvelope(q.Name, []byte("x"))
-	rig.Must(t, b.Publish(ctx, env, 0))
-	d, _ := receive(t, s, 10*time.Second)
+	tk := takeOne(t, postgres.Config{}, backend.QueueConfig{Name: "unknown", Prefetch: 1}, backend.Envelope{})
+	url, schema, b, q, s, env, d := tk.url, tk.schema, tk.b, tk.q, tk.s, tk.env, tk.d
 
 	conn, err := pgx.Connect(ctx, url)
 	rig.Must(t, err)
@@ -401,16 +420,13 @@ func TestBatchedAcksAnswerEachClaim(t *testing.T) {
 // settle lands, rather than failing every time and bringing the job back for ever.
 func TestNULInTextIsKept(t *testing.T) {
 	t.Parallel()
-	url, schema := testSchema(t)
 	ctx := context.Background()
-	b := open(t, postgres.Config{URL: url, Schema: schema})
-	q := backend.QueueConfig{Name: "nul"}
-	s := rig.Consume(t, b, q)
-	env := backend.NewEnvelope(q.Name, []byte("x"))
+	env := backend.NewEnvelope("nul", []byte("x"))
 	env.Headers = map[string]string{"h\x00": "v\x00"}
 	env.Key = "k\x00"
-	rig.Must(t, b.Publish(ctx, env, 0))
-	d, got := receive(t, s, 10*time.Second)
+	tk := takeOne(t, postgres.Config{}, backend.QueueConfig{Name: "nul"}, env)
+	b, q, s, d := tk.b, tk.q, tk.s, tk.d
+	got, _ := d.Envelope()
 	if got.Headers["h\uFFFD"] != "v\uFFFD" || got.Key != "k\uFFFD" {
 		t.Fatalf("published with NULs: headers %q key %q", got.Headers, got.Key)
 	}
