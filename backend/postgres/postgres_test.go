@@ -541,3 +541,94 @@ func TestLeaseLostStopsTheJobs(t *testing.T) {
 	rig.Must(t, db.Ack(ctx))
 	t.Logf("handler stopped %v after the freeze with %.2f s of its lease left", took.Round(time.Millisecond), leaseLeft)
 }
+
+// TestOutageRiddenOut: a host whose database stops answering for a while (its
+// connections frozen behind a proxy, for less than the lease) carries on by itself once
+// it answers again: every job is done and nothing is dead-lettered; and a drain during
+// an outage still ends within its deadline (plus the worker's grace), the jobs it could
+// not settle left to their leases.
+func TestOutageRiddenOut(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	proxy, viaProxy := testbroker.NewPostgresProxy(t, url)
+	a := open(t, postgres.Config{URL: viaProxy, Schema: schema, Poll: 100 * time.Millisecond})
+	t.Cleanup(proxy.Thaw)
+	pub := open(t, postgres.Config{URL: url, Schema: schema})
+	q := backend.QueueConfig{Name: "outage", PriorityLevels: 2}
+	rig.Must(t, pub.Declare(ctx, q))
+
+	var mu sync.Mutex
+	done := make(map[string]int)
+	w := worker.New(a, worker.Config{Concurrency: 4})
+	rig.Must(t, w.Register(ctx, worker.Queue{Name: q.Name, PriorityLevels: q.PriorityLevels, Handler: worker.HandlerFunc(func(ctx context.Context, job *worker.Job) worker.Result {
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return worker.Result{Outcome: worker.Failed, Reason: "stopped"}
+		}
+		mu.Lock()
+		done[job.Envelope.ID]++
+		mu.Unlock()
+		return worker.Result{}
+	})}))
+	rig.Must(t, w.Start(ctx))
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			w.Stop(context.Background())
+		}
+	})
+	const jobs = 300
+	var pubs []backend.Publication
+	for range jobs {
+		pubs = append(pubs, backend.Publication{Envelope: backend.NewEnvelope(q.Name, nil)})
+	}
+	rig.Must(t, pub.PublishBatch(ctx, pubs))
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(done)
+	}
+	waitUntil := func(what string, within time.Duration, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %v (%d jobs done)", what, within, count())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitUntil("a third done", 30*time.Second, func() bool { return count() >= jobs/3 })
+	proxy.Freeze()
+	time.Sleep(5 * time.Second) // under the 30 s lease: the claims stay the host's
+	proxy.Thaw()
+	waitUntil("every job done after the outage", 60*time.Second, func() bool {
+		st, err := pub.QueueStats(ctx, q.Name)
+		return count() == jobs && err == nil && st == (backend.QueueStats{})
+	})
+
+	// A drain while the database is away: a job in flight, its settle frozen.
+	rig.Must(t, pub.Publish(ctx, backend.NewEnvelope(q.Name, nil), 0))
+	waitUntil("the last job taken", 30*time.Second, func() bool {
+		st, err := pub.QueueStats(ctx, q.Name)
+		return err == nil && st.Unacked == 1
+	})
+	proxy.Freeze()
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	w.Stop(sctx)
+	stopped = true
+	if took := time.Since(start); took > 2*time.Second+3*time.Second {
+		t.Fatalf("the drain during the outage took %v, past its 2 s and the worker's grace", took)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range done {
+		if n > 2 {
+			t.Fatalf("job %s done %d times", id, n)
+		}
+	}
+}
