@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -22,8 +20,7 @@ func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]b
 	if limit > 0 {
 		lim = limit
 	}
-	rows, err := b.pool.Query(ctx, `SELECT id, priority, payload, headers, attempt, max_attempts, defers,
-			enqueued_at, reason, key, round, dead_reason, dead_at
+	rows, err := b.pool.Query(ctx, `SELECT dead_reason, dead_at, `+envColumns+`
 		FROM `+b.s+`.dead WHERE queue = $1 ORDER BY seq LIMIT $2`, queue, lim)
 	if err != nil {
 		return nil, b.transport("dead letters", queue, err)
@@ -31,18 +28,12 @@ func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]b
 	var out []backend.DeadLetter
 	for rows.Next() {
 		var dl backend.DeadLetter
-		env := &dl.Envelope
-		var prio int16
-		var enq int64
-		if err := rows.Scan(&env.ID, &prio, &env.Payload, &env.Headers, &env.Attempt, &env.MaxAttempts, &env.Defers,
-			&enq, &env.Reason, &env.Key, &env.Round, &dl.Reason, &dl.At); err != nil {
+		e := envScan{env: &dl.Envelope}
+		if err := rows.Scan(e.dest(&dl.Reason, &dl.At)...); err != nil {
 			rows.Close()
 			return nil, b.transport("dead letters", queue, err)
 		}
-		env.Queue, env.Priority = queue, uint8(prio)
-		if enq != 0 {
-			env.EnqueuedAt = time.Unix(0, enq)
-		}
+		e.done(queue)
 		out = append(out, dl)
 	}
 	if err := rows.Err(); err != nil {
@@ -50,9 +41,6 @@ func (b *Backend) DeadLetters(ctx context.Context, queue string, limit int) ([]b
 	}
 	return out, nil
 }
-
-// errHeld refuses a replay whose job id the queue holds already.
-var errHeld = errors.New("the queue holds a job of that id")
 
 // ReplayDeadLetter moves the oldest dead letter of id back onto its queue as a fresh
 // job (backend.Replayed: attempt 1, no reason, no defers, one replay more), in one
@@ -64,31 +52,24 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 	}
 	err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		var seq int64
-		var prio int16
-		var enq int64
-		env := backend.Envelope{Queue: queue}
-		err := tx.QueryRow(ctx, `SELECT seq, id, priority, payload, headers, attempt, max_attempts, defers,
-				enqueued_at, reason, key, round
-			FROM `+b.s+`.dead WHERE queue = $1 AND id = $2 ORDER BY seq LIMIT 1 FOR UPDATE`, queue, id).Scan(
-			&seq, &env.ID, &prio, &env.Payload, &env.Headers, &env.Attempt, &env.MaxAttempts, &env.Defers,
-			&enq, &env.Reason, &env.Key, &env.Round)
+		var env backend.Envelope
+		e := envScan{env: &env}
+		err := tx.QueryRow(ctx, `SELECT seq, `+envColumns+`
+			FROM `+b.s+`.dead WHERE queue = $1 AND id = $2 ORDER BY seq LIMIT 1 FOR UPDATE`, queue, id).Scan(e.dest(&seq)...)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("dead letter %q of queue %q: %w", id, queue, backend.ErrNotFound)
 		}
 		if err != nil {
 			return err
 		}
-		env.Priority = uint8(prio)
-		if enq != 0 {
-			env.EnqueuedAt = time.Unix(0, enq)
-		}
+		e.done(queue)
 		backend.Replayed(ctx, &env)
-		tag, err := tx.Exec(ctx, b.insertJob(), jobArgs(env, levels, 0, false)...)
+		tag, err := tx.Exec(ctx, b.insertJob(), newJobRow(env, levels, 0, false).args()...)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("replaying dead letter %q of queue %q: %w: settle or delete that one first", id, queue, errHeld)
+			return fmt.Errorf("replaying dead letter %q of queue %q: %w: settle or delete that one first", id, queue, errIDHeld)
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM `+b.s+`.dead WHERE seq = $1`, seq); err != nil {
 			return err
@@ -97,7 +78,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 		return err
 	})
 	switch {
-	case errors.Is(err, backend.ErrNotFound), errors.Is(err, errHeld):
+	case errors.Is(err, backend.ErrNotFound), errors.Is(err, errIDHeld):
 		return err
 	case err != nil:
 		return b.transport("replay", queue, err)
@@ -117,53 +98,4 @@ func (b *Backend) PurgeDeadLetters(ctx context.Context, queue string) (int, erro
 		return 0, b.transport("purge", queue, err)
 	}
 	return int(tag.RowsAffected()), nil
-}
-
-// listen keeps a connection of its own LISTENing on the schema's channel and wakes
-// the streams of each queue notified, until ctx ends. After every (re)connect it wakes
-// every stream: what was notified while it was away is lost.
-func (b *Backend) listen(ctx context.Context, cc *pgx.ConnConfig) {
-	defer b.wg.Done()
-	pause := 100 * time.Millisecond
-	for {
-		err := b.listenOnce(ctx, cc, func() { pause = 100 * time.Millisecond })
-		if ctx.Err() != nil {
-			return
-		}
-		b.log.Warn("postgres: the notification listener lost its connection; streams poll meanwhile", slog.Any("error", err), slog.Duration("retry_in", pause))
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		pause = min(2*pause, max(b.cfg.Poll, 5*time.Second))
-	}
-}
-
-// listenOnce connects, LISTENs (calling listening then) and waits for notifications
-// until the connection fails or ctx ends.
-func (b *Backend) listenOnce(ctx context.Context, cc *pgx.ConnConfig, listening func()) error {
-	conn, err := pgx.ConnectConfig(ctx, cc.Copy())
-	if err != nil {
-		return err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		conn.Close(cctx)
-	}()
-	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{b.channel}.Sanitize()); err != nil {
-		return err
-	}
-	listening()
-	b.wakeAll()
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		b.wakeQueue(n.Payload)
-	}
 }

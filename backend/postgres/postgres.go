@@ -27,7 +27,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -105,7 +104,8 @@ type Backend struct {
 	wg      sync.WaitGroup     // the streams, the listener and background releases
 	bg      context.Context    // of the streams' releases: ends when Close gives up waiting
 	stopBg  context.CancelFunc // ends bg
-	stopLn  context.CancelFunc // ends the listener
+	live    context.Context    // ends when Close begins: the listener and the streams' own calls
+	endLive context.CancelFunc // ends live
 }
 
 var (
@@ -185,7 +185,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
-	ln, stopLn := context.WithCancel(bg)
+	live, endLive := context.WithCancel(bg)
 	b := &Backend{
 		cfg:     cfg,
 		log:     log,
@@ -197,11 +197,18 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		done:    make(chan struct{}),
 		bg:      bg,
 		stopBg:  stopBg,
-		stopLn:  stopLn,
+		live:    live,
+		endLive: endLive,
 	}
 	b.wg.Add(1)
-	go b.listen(ln, lc)
+	go b.listen(live, lc)
 	return b, nil
+}
+
+// IsURL reports whether spec is a PostgreSQL connection URL (postgres:// or
+// postgresql://): how a host's --backend names a database.
+func IsURL(spec string) bool {
+	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://")
 }
 
 // CheckSchema reports whether name can be Config.Schema, and if not, why.
@@ -307,8 +314,8 @@ func (b *Backend) PublishBatch(ctx context.Context, pubs []backend.Publication) 
 	return b.publish(ctx, pubs, false)
 }
 
-// insertJob is the statement that puts one job on its queue; its arguments are
-// jobArgs'. A repeat of an id the queue holds does nothing.
+// insertJob is the statement that puts one job on its queue; its arguments are a
+// jobRow's args. A repeat of an id the queue holds does nothing.
 func (b *Backend) insertJob() string {
 	return `INSERT INTO ` + b.s + `.jobs (queue, id, state, priority, due_at, deferred,
 		payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round)
@@ -317,8 +324,8 @@ func (b *Backend) insertJob() string {
 		ON CONFLICT (queue, id) DO NOTHING`
 }
 
-// insertJobs is insertJob for many jobs in one statement, its arguments columns' (an
-// array per column of jobArgs), so that a batch of thousands costs one statement's
+// insertJobs is insertJob for many jobs in one statement, its arguments their rows'
+// columns (an array a column), so that a batch of thousands costs one statement's
 // parse and plan, not thousands.
 func (b *Backend) insertJobs() string {
 	return `INSERT INTO ` + b.s + `.jobs (queue, id, state, priority, due_at, deferred,
@@ -332,73 +339,6 @@ func (b *Backend) insertJobs() string {
 		ON CONFLICT (queue, id) DO NOTHING`
 }
 
-// columns turns rows of jobArgs into insertJobs' arguments: one array a column, the
-// headers as JSON text (NULL for none).
-func columns(rows [][]any) ([]any, error) {
-	n := len(rows)
-	var (
-		queues, ids, reasons, keys = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		prios                      = make([]int16, n)
-		delays, enqs               = make([]int64, n), make([]int64, n)
-		deferreds                  = make([]bool, n)
-		payloads                   = make([][]byte, n)
-		headers                    = make([]*string, n)
-		attempts, maxes, defers    = make([]int32, n), make([]int32, n), make([]int32, n)
-		rounds                     = make([]int32, n)
-	)
-	for i, r := range rows {
-		queues[i], ids[i], prios[i] = r[0].(string), r[1].(string), int16(r[2].(int))
-		delays[i], deferreds[i], payloads[i] = r[3].(int64), r[4].(bool), r[5].([]byte)
-		if h, ok := r[6].(map[string]string); ok {
-			j, err := json.Marshal(h)
-			if err != nil {
-				return nil, fmt.Errorf("postgres: a job's headers: %w", err)
-			}
-			js := string(j)
-			headers[i] = &js
-		}
-		attempts[i], maxes[i], defers[i] = int32(r[7].(int)), int32(r[8].(int)), int32(r[9].(int))
-		enqs[i], reasons[i], keys[i], rounds[i] = r[10].(int64), r[11].(string), r[12].(string), int32(r[13].(int))
-	}
-	return []any{queues, ids, prios, delays, deferreds, payloads, headers, attempts, maxes, defers, enqs, reasons, keys, rounds}, nil
-}
-
-// jobArgs are insertJob's arguments for env on a queue of levels priority levels.
-func jobArgs(env backend.Envelope, levels int, delay time.Duration, deferred bool) []any {
-	payload := env.Payload
-	if payload == nil {
-		payload = []byte{}
-	}
-	var headers any
-	if len(env.Headers) > 0 {
-		h := make(map[string]string, len(env.Headers))
-		for k, v := range env.Headers {
-			h[pgText(k)] = pgText(v)
-		}
-		headers = h
-	}
-	if env.ID == "" { // a job of its own, as on the other backends, not a repeat of ""
-		env.ID = backend.NewID()
-	}
-	var enq int64
-	if !env.EnqueuedAt.IsZero() {
-		enq = env.EnqueuedAt.UnixNano()
-	}
-	return []any{env.Queue, pgText(env.ID), min(int(env.Priority), levels),
-		backend.RoundUp(delay, granularity).Microseconds(), deferred,
-		payload, headers, env.Attempt, env.MaxAttempts, env.Defers, enq, pgText(env.Reason), pgText(env.Key), env.Round}
-}
-
-// pgText returns s with every NUL replaced by U+FFFD: PostgreSQL's text and jsonb
-// cannot hold a NUL, and a reason a guest wrote with one would otherwise fail its every
-// settle (and the job come back for ever).
-func pgText(s string) string {
-	if strings.IndexByte(s, 0) < 0 {
-		return s
-	}
-	return strings.ReplaceAll(s, "\x00", "\uFFFD")
-}
-
 // publish inserts pubs in one transaction and notifies their queues.
 func (b *Backend) publish(ctx context.Context, pubs []backend.Publication, deferred bool) error {
 	if len(pubs) == 0 {
@@ -406,7 +346,7 @@ func (b *Backend) publish(ctx context.Context, pubs []backend.Publication, defer
 	}
 	batch := &pgx.Batch{}
 	queues := make(map[string]bool)
-	rows := make([][]any, 0, len(pubs))
+	rows := make([]jobRow, 0, len(pubs))
 	for _, p := range pubs {
 		if err := backend.CheckDelay(p.Delay, backend.MaxDelay); err != nil {
 			return err
@@ -415,11 +355,11 @@ func (b *Backend) publish(ctx context.Context, pubs []backend.Publication, defer
 		if err != nil {
 			return err
 		}
-		rows = append(rows, jobArgs(p.Envelope, levels, p.Delay, deferred))
+		rows = append(rows, newJobRow(p.Envelope, levels, p.Delay, deferred))
 		queues[p.Envelope.Queue] = true
 	}
 	if len(rows) == 1 {
-		batch.Queue(b.insertJob(), rows[0]...)
+		batch.Queue(b.insertJob(), rows[0].args()...)
 	} else {
 		cols, err := columns(rows)
 		if err != nil {
@@ -465,7 +405,7 @@ func (b *Backend) Close(ctx context.Context) error {
 	b.mu.Unlock()
 	if first {
 		close(b.done) // the streams end, putting back what they hold
-		b.stopLn()
+		b.endLive()
 	}
 	finished := make(chan struct{})
 	go func() {

@@ -41,10 +41,13 @@ func (b *Backend) Consume(ctx context.Context, q backend.QueueConfig) (backend.S
 	if _, err := b.queueLevels(ctx, q.Name); err != nil {
 		return nil, err
 	}
+	calls, endCalls := context.WithCancel(ctx)
 	s := &stream{
 		b:        b,
 		queue:    q.Name,
 		ctx:      ctx,
+		calls:    calls,
+		endCalls: endCalls,
 		prefetch: q.Prefetch,
 		ch:       make(chan backend.Delivery),
 		wake:     make(chan struct{}, 1),
@@ -55,8 +58,10 @@ func (b *Backend) Consume(ctx context.Context, q backend.QueueConfig) (backend.S
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
+		endCalls()
 		return nil, backend.ErrShutDown
 	}
+	s.unhook = context.AfterFunc(b.live, endCalls)
 	if b.streams[q.Name] == nil {
 		b.streams[q.Name] = make(map[*stream]struct{})
 	}
@@ -109,6 +114,9 @@ type stream struct {
 	b        *Backend
 	queue    string
 	ctx      context.Context
+	calls    context.Context    // of the stream's own calls: ends with ctx, on Drop, at Close
+	endCalls context.CancelFunc // ends calls
+	unhook   func() bool        // stops Close ending calls
 	prefetch int
 	ch       chan backend.Delivery
 	wake     chan struct{} // buffered 1: look at the queue again
@@ -142,7 +150,10 @@ func (s *stream) Err() error {
 // Drop ends the stream and waits until its claims are back on the queue (or, for a
 // stream whose context has ended, until their put-back is under way).
 func (s *stream) Drop() {
-	s.dropOnce.Do(func() { close(s.stop) })
+	s.dropOnce.Do(func() {
+		close(s.stop)
+		s.endCalls()
+	})
 	<-s.finished
 }
 
@@ -162,6 +173,8 @@ func (s *stream) room() int {
 
 func (s *stream) run() {
 	defer s.b.wg.Done()
+	defer s.unhook()
+	defer s.endCalls()
 	defer close(s.finished)
 	defer close(s.ch)
 	cfg := s.b.cfg
@@ -332,16 +345,7 @@ func (s *stream) dbTimeout() time.Duration { return s.b.cfg.Lease / 10 }
 // callCtx is the context of one of the stream's own calls: it ends with the stream's
 // context, on Drop, at the backend's close, or after dbTimeout.
 func (s *stream) callCtx() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.dbTimeout())
-	go func() {
-		select {
-		case <-s.stop:
-		case <-s.b.done:
-		case <-ctx.Done():
-		}
-		cancel()
-	}()
-	return ctx, cancel
+	return context.WithTimeout(s.calls, s.dbTimeout())
 }
 
 // fetch claims up to n ready jobs, highest priority first, in the order they became
@@ -364,8 +368,7 @@ func (s *stream) fetch(n int) ([]*delivery, time.Duration, error) {
 		UPDATE `+s.b.s+`.jobs j SET state = 1, claim_token = $3, claimed_by = $4,
 			lease_until = now() + $5 * interval '1 microsecond'
 		FROM c WHERE j.seq = c.seq
-		RETURNING j.seq, j.priority, j.due_at, j.id, j.redelivered, j.payload, j.headers, j.attempt,
-			j.max_attempts, j.defers, j.enqueued_at, j.reason, j.key, j.round`,
+		RETURNING j.seq, j.due_at, j.redelivered, `+envColumns,
 		s.queue, n, token, s.b.cfg.Host, s.b.cfg.Lease.Microseconds())
 	batch.Queue(`SELECT extract(epoch FROM min(due_at) - now())::float8 FROM `+s.b.s+`.jobs
 		WHERE queue = $1 AND state = 2`, s.queue)
@@ -394,19 +397,13 @@ func (s *stream) fetch(n int) ([]*delivery, time.Duration, error) {
 	var got []claimed
 	for rows.Next() {
 		d := &delivery{s: s, token: token, lost: make(chan struct{})}
-		var prio int16
 		var due time.Time
-		var enq int64
-		env := &d.env
-		if err := rows.Scan(&d.seq, &prio, &due, &env.ID, &env.Redelivered, &env.Payload, &env.Headers,
-			&env.Attempt, &env.MaxAttempts, &env.Defers, &enq, &env.Reason, &env.Key, &env.Round); err != nil {
+		e := envScan{env: &d.env}
+		if err := rows.Scan(e.dest(&d.seq, &due, &d.env.Redelivered)...); err != nil {
 			rows.Close()
 			return nil, 0, err
 		}
-		env.Queue, env.Priority = s.queue, uint8(prio)
-		if enq != 0 {
-			env.EnqueuedAt = time.Unix(0, enq)
-		}
+		e.done(s.queue)
 		got = append(got, claimed{d, due})
 	}
 	if err := rows.Err(); err != nil {
@@ -656,7 +653,8 @@ func (d *delivery) Defer(ctx context.Context, next backend.Envelope, delay time.
 	return d.replace(ctx, "defer", next, delay, true)
 }
 
-// errIDHeld refuses a retry or defer onto a queue that holds a job of next's id.
+// errIDHeld refuses a retry, a defer or a replay onto a queue that holds a job of the
+// same id: none is a repeat to drop.
 var errIDHeld = errors.New("the queue holds a job of that id already")
 
 // replace settles the delivery by putting next in its job's place: in the row itself
@@ -677,7 +675,7 @@ func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope
 	if err != nil {
 		return err
 	}
-	args := append(jobArgs(next, levels, delay, deferred), d.seq, d.token)
+	args := append(newJobRow(next, levels, delay, deferred).args(), d.seq, d.token)
 	inPlace := next.Queue == d.env.Queue && next.ID == d.env.ID
 	return d.settle(ctx, op, func(ctx context.Context) (bool, error) {
 		batch := &pgx.Batch{}

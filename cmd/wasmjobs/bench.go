@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/wasmjobs/wasmjobs/backend/postgres"
 	"github.com/wasmjobs/wasmjobs/host"
 	"github.com/wasmjobs/wasmjobs/internal/tools/bench"
 )
@@ -79,7 +80,7 @@ job. Any job that does not ack fails the run.`,
 			default:
 				return usagef("--isolation %q: want pooled or fresh", isolation)
 			}
-			if cfg.Backend != "memory" && cfg.Backend != "pebble" && !isAMQP(cfg.Backend) && !isPostgres(cfg.Backend) {
+			if cfg.Backend != "memory" && cfg.Backend != "pebble" && !isAMQP(cfg.Backend) && !postgres.IsURL(cfg.Backend) {
 				return usagef("--backend %q: want memory, pebble, an amqp:// URL or a postgres:// URL", cfg.Backend)
 			}
 			if cfg.DataDir != "" && cfg.Backend != "pebble" {
@@ -91,7 +92,7 @@ job. Any job that does not ack fails the run.`,
 			if cfg.Rate < 0 || (cfg.Rate > 0 && cfg.InsertFirst) {
 				return usagef("--rate: want a positive rate, and not with --insert-first")
 			}
-			if cfg.PublishBatch < 0 || (cfg.PublishBatch > 0 && (cfg.Rate > 0 || cfg.Trace || cfg.HTTPDelay > 0 || (cfg.Backend != "pebble" && !isPostgres(cfg.Backend)))) {
+			if cfg.PublishBatch < 0 || (cfg.PublishBatch > 0 && (cfg.Rate > 0 || cfg.Trace || cfg.HTTPDelay > 0 || (cfg.Backend != "pebble" && !postgres.IsURL(cfg.Backend)))) {
 				return usagef("--publish-batch: want a positive batch size, on pebble or postgres (the backends with a batch publish), and not with --rate, --trace or --http-delay")
 			}
 			if cfg.Jobs < 0 || cfg.Concurrency < 0 || cfg.PayloadSize < 0 {

@@ -205,13 +205,13 @@ func checkBackendFlags(cmd *cobra.Command, spec, queueType string) error {
 	if cmd.Flags().Changed("queue-type") && !isAMQP(spec) {
 		return usagef("--queue-type is for a RabbitMQ --backend (amqp://...), not %q", redact(spec))
 	}
-	if f := cmd.Flags().Lookup("pg-schema"); f != nil && isPostgres(spec) {
+	if f := cmd.Flags().Lookup("pg-schema"); f != nil && postgres.IsURL(spec) {
 		if err := postgres.CheckSchema(f.Value.String()); err != nil {
 			return usagef("--pg-schema: %v", err)
 		}
 	}
 	for _, name := range []string{"pg-schema", "pg-lease"} {
-		if cmd.Flags().Changed(name) && !isPostgres(spec) {
+		if cmd.Flags().Changed(name) && !postgres.IsURL(spec) {
 			return usagef("--%s is for a PostgreSQL --backend (postgres://...), not %q", name, redact(spec))
 		}
 	}
@@ -232,11 +232,6 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, usagef("--log-format %q: want text or json", format)
-}
-
-// isPostgres reports whether a --backend value names a PostgreSQL database.
-func isPostgres(spec string) bool {
-	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://")
 }
 
 // isAMQP reports whether a --backend value names a RabbitMQ broker.
@@ -303,7 +298,7 @@ func openBackend(ctx context.Context, bs backendSpec, log *slog.Logger) (backend
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		return rabbitmq.Open(ctx, rabbitmq.Config{URLs: amqpURLs(bs.spec), QueueType: bs.queueType, Logger: log})
-	case isPostgres(bs.spec):
+	case postgres.IsURL(bs.spec):
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		b, err := postgres.Open(ctx, postgres.Config{URL: bs.spec, Schema: bs.pgSchema, Lease: bs.pgLease, Host: bs.hostID, Logger: log})
@@ -324,7 +319,7 @@ func redact(spec string) string {
 		}
 		return strings.Join(urls, ",")
 	}
-	if isPostgres(spec) {
+	if postgres.IsURL(spec) {
 		if u, err := url.Parse(spec); err == nil {
 			return u.Redacted()
 		}

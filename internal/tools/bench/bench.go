@@ -11,7 +11,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -207,7 +206,7 @@ func openBackend(ctx context.Context, cfg Config) (b backend.Backend, cleanup fu
 		}
 		return pb, cleanup, nil
 	}
-	if strings.HasPrefix(cfg.Backend, "postgres://") || strings.HasPrefix(cfg.Backend, "postgresql://") {
+	if postgres.IsURL(cfg.Backend) {
 		return openPostgres(ctx, cfg.Backend)
 	}
 	rb, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: cfg.Backend})
