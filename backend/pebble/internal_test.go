@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
-	"unicode/utf8"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -186,30 +184,6 @@ func TestSecondCloseWaitsForTheStore(t *testing.T) {
 	case <-b.storeClosed:
 	default:
 		t.Fatal("Close returned before the store was closed")
-	}
-}
-
-// capRecord wrote the cut lines into the caller's Logs slice, and cut inside a rune.
-func TestCapRecordKeepsTheCallersLogsAndRunes(t *testing.T) {
-	t.Parallel()
-	b := &Backend{records: RecordConfig{MaxLogLine: 4, MaxOutput: 2}.normalize()}
-	logs := []string{"ok", "hé€x", "abcdef", "€€"}
-	want := slices.Clone(logs)
-	rec := backend.JobRecord{Logs: logs, Output: []byte("output")}
-	b.capRecord(&rec)
-	if !slices.Equal(logs, want) {
-		t.Errorf("the caller's Logs were changed: %q, was %q", logs, want)
-	}
-	if got := []string{"ok", "hé", "abcd", "€"}; !slices.Equal(rec.Logs, got) || !rec.LogsTruncated {
-		t.Errorf("capped logs %q (truncated %v), want %q", rec.Logs, rec.LogsTruncated, got)
-	}
-	for _, l := range rec.Logs {
-		if !utf8.ValidString(l) {
-			t.Errorf("capped line %q is not valid UTF-8", l)
-		}
-	}
-	if string(rec.Output) != "ou" || !rec.OutputTruncated {
-		t.Errorf("capped output %q", rec.Output)
 	}
 }
 

@@ -44,7 +44,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		fs:          fs,
 		log:         log,
 		granularity: backend.ClampGranularity(cfg.Granularity, log),
-		records:     cfg.Records.normalize(),
+		records:     normalizeRecords(cfg.Records),
 		declaring:   make(map[string]*declaration),
 		done:        make(chan struct{}),
 		failCh:      make(chan struct{}),

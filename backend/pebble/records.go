@@ -5,86 +5,51 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 )
 
-// Defaults of RecordConfig.
+// The job records' defaults and configuration are the backend package's, which the
+// postgres backend shares.
 const (
-	// DefaultRecordMaxCount is how many finished job records are kept at most.
-	DefaultRecordMaxCount = 100_000
-	// DefaultRecordMaxAge is how long a finished job record is kept at most.
-	DefaultRecordMaxAge = 7 * 24 * time.Hour
-	// DefaultRecordMaxOutput caps the output kept in a record, in bytes.
-	DefaultRecordMaxOutput = 64 << 10
-	// DefaultRecordMaxLogLines caps the guest log lines kept in a record.
-	DefaultRecordMaxLogLines = 100
-	// DefaultRecordMaxLogLine caps one log line, in bytes.
-	DefaultRecordMaxLogLine = 1024
-	// DefaultRecordPruneInterval is how often finished records are pruned.
-	DefaultRecordPruneInterval = time.Minute
+	// DefaultRecordMaxCount is backend.DefaultRecordMaxCount.
+	DefaultRecordMaxCount = backend.DefaultRecordMaxCount
+	// DefaultRecordMaxAge is backend.DefaultRecordMaxAge.
+	DefaultRecordMaxAge = backend.DefaultRecordMaxAge
+	// DefaultRecordMaxOutput is backend.DefaultRecordMaxOutput.
+	DefaultRecordMaxOutput = backend.DefaultRecordMaxOutput
+	// DefaultRecordMaxLogLines is backend.DefaultRecordMaxLogLines.
+	DefaultRecordMaxLogLines = backend.DefaultRecordMaxLogLines
+	// DefaultRecordMaxLogLine is backend.DefaultRecordMaxLogLine.
+	DefaultRecordMaxLogLine = backend.DefaultRecordMaxLogLine
+	// DefaultRecordPruneInterval is backend.DefaultRecordPruneInterval.
+	DefaultRecordPruneInterval = backend.DefaultRecordPruneInterval
 )
 
 // RecordConfig configures the job records the backend keeps (backend.JobRecord). A
 // job's record is written in the same batch as its publish and each of its settles;
-// records of finished jobs (succeeded or dead) are pruned, oldest first, past MaxCount
-// or MaxAge. Records of jobs still held are never pruned.
-type RecordConfig struct {
-	// MaxCount is how many finished records are kept. Zero means DefaultRecordMaxCount;
-	// a negative value keeps none.
-	MaxCount int
-	// MaxAge is how long a finished record is kept. Zero means DefaultRecordMaxAge; a
-	// negative value keeps them regardless of age.
-	MaxAge time.Duration
-	// MaxOutput caps a record's output in bytes. Zero means DefaultRecordMaxOutput; a
-	// negative value keeps no output.
-	MaxOutput int
-	// MaxLogLines caps a record's log lines, the first ones kept. Zero means
-	// DefaultRecordMaxLogLines; a negative value keeps none.
-	MaxLogLines int
-	// MaxLogLine caps one log line in bytes. Zero means DefaultRecordMaxLogLine.
-	MaxLogLine int
-	// PruneInterval is how often finished records are pruned (also whenever their count
-	// passes MaxCount by an eighth). Zero means DefaultRecordPruneInterval.
-	PruneInterval time.Duration
-}
+// records of finished jobs (succeeded, dead or cancelled) are pruned, oldest first,
+// past MaxCount or MaxAge, every PruneInterval and whenever their count passes MaxCount
+// by an eighth. Records of jobs still held are never pruned.
+type RecordConfig = backend.RecordConfig
 
+// recordConfig is a RecordConfig with its defaults filled in.
 type recordConfig struct {
-	maxCount, maxOutput, maxLogLines, maxLogLine int
-	maxAge, interval                             time.Duration
+	maxCount         int           // 0 keeps none
+	maxAge, interval time.Duration // maxAge < 0 keeps them regardless of age
+	caps             backend.RecordCaps
 }
 
-func (c RecordConfig) normalize() recordConfig {
-	pick := func(v, def int) int {
-		switch {
-		case v == 0:
-			return def
-		case v < 0:
-			return 0
-		}
-		return v
+func normalizeRecords(c RecordConfig) recordConfig {
+	n, age, interval := c.Retention()
+	if age == 0 {
+		age = -1
 	}
-	r := recordConfig{
-		maxCount:    pick(c.MaxCount, DefaultRecordMaxCount),
-		maxOutput:   pick(c.MaxOutput, DefaultRecordMaxOutput),
-		maxLogLines: pick(c.MaxLogLines, DefaultRecordMaxLogLines),
-		maxLogLine:  pick(c.MaxLogLine, DefaultRecordMaxLogLine),
-		maxAge:      c.MaxAge,
-		interval:    c.PruneInterval,
-	}
-	if r.maxAge == 0 {
-		r.maxAge = DefaultRecordMaxAge
-	}
-	if r.interval <= 0 {
-		r.interval = DefaultRecordPruneInterval
-	}
-	return r
+	return recordConfig{maxCount: n, maxAge: age, interval: interval, caps: c.Caps()}
 }
 
 // recordIndex counts the finished records (their by-time keys) and wakes the pruner.
@@ -330,7 +295,7 @@ func (b *Backend) stageSettleRecord(batch *pebbledb.Batch, d *delivery, state ba
 	if n := len(rec.Attempts) - backend.MaxRecordAttempts; n > 0 {
 		rec.Attempts = rec.Attempts[n:]
 	}
-	b.capRecord(&rec)
+	b.records.caps.Apply(&rec)
 	if b.space.check() != nil {
 		// Under the free-space reserve a settle writes as little as it can.
 		rec.Output, rec.OutputTruncated = nil, rec.OutputTruncated || len(rec.Output) > 0
@@ -359,41 +324,6 @@ func (b *Backend) priorAttempts(id string) []backend.AttemptRecord {
 		return nil
 	}
 	return rec.Attempts
-}
-
-// capRecord cuts rec's output and log lines to the caps. The caller's slices are never
-// written: the log lines are cloned once, if one of them is cut. A line is cut at a rune
-// boundary, so that it stays valid UTF-8.
-func (b *Backend) capRecord(rec *backend.JobRecord) {
-	c := b.records
-	if len(rec.Output) > c.maxOutput {
-		rec.Output, rec.OutputTruncated = rec.Output[:c.maxOutput], true
-	}
-	if len(rec.Logs) > c.maxLogLines {
-		rec.Logs, rec.LogsTruncated = rec.Logs[:c.maxLogLines], true
-	}
-	cloned := false
-	for i, l := range rec.Logs {
-		if len(l) <= c.maxLogLine {
-			continue
-		}
-		if !cloned {
-			rec.Logs, cloned = slices.Clone(rec.Logs), true
-		}
-		rec.Logs[i], rec.LogsTruncated = cutUTF8(l, c.maxLogLine), true
-	}
-}
-
-// cutUTF8 returns the longest prefix of s of at most n bytes that does not end inside a
-// multi-byte rune.
-func cutUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // JobRecord returns the record of the job with id id. A job handed to a consumer and
