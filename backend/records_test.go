@@ -30,4 +30,3 @@ func TestRecordCapsKeepTheCallersLogsAndRunes(t *testing.T) {
 		t.Errorf("capped output %q", rec.Output)
 	}
 }
-
