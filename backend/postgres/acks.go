@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/wasmjobs/wasmjobs/backend"
 )
@@ -30,6 +31,7 @@ type acks struct {
 // ackReq is one acknowledgement waiting for its batch.
 type ackReq struct {
 	seq, token int64
+	rec        *runRecord     // what the row keeps as its record
 	done       chan ackResult // buffered 1
 }
 
@@ -40,10 +42,11 @@ type ackResult struct {
 	err error
 }
 
-// ack deletes the claimed row seq if it is still claimed under token, in the next
-// batch. It returns when the batch has, or when ctx ends (the ack may still land).
-func (b *Backend) ack(ctx context.Context, seq, token int64) (bool, error) {
-	req := &ackReq{seq: seq, token: token, done: make(chan ackResult, 1)}
+// ack finishes the claimed row seq, writing rec as its record (or deletes it, when no
+// records are kept), if it is still claimed under token, in the next batch. It returns
+// when the batch has, or when ctx ends (the ack may still land).
+func (b *Backend) ack(ctx context.Context, seq, token int64, rec *runRecord) (bool, error) {
+	req := &ackReq{seq: seq, token: token, rec: rec, done: make(chan ackResult, 1)}
 	b.acks.mu.Lock()
 	b.acks.pending = append(b.acks.pending, req)
 	start := !b.acks.running
@@ -80,7 +83,7 @@ func (b *Backend) flushAcks() {
 			return
 		}
 		b.acks.mu.Unlock()
-		deleted, err := b.deleteClaimed(batch)
+		deleted, err := b.finishClaimed(batch)
 		for _, r := range batch {
 			r.done <- ackResult{ok: deleted[claim{r.seq, r.token}], err: err}
 		}
@@ -90,36 +93,71 @@ func (b *Backend) flushAcks() {
 // claim names one claim of a row: the row and the token it was claimed under.
 type claim struct{ seq, token int64 }
 
-// deleteClaimed deletes the rows of batch still claimed under their tokens, in the
+// finishClaimed finishes the rows of batch still claimed under their tokens, in the
 // rows' order (as renewals lock them, so the two never deadlock), and returns the
-// claims it deleted. A deadlock or serialization failure the database reports anyway
+// claims it finished. A deadlock or serialization failure the database reports anyway
 // is tried again, twice: the statement did nothing.
-func (b *Backend) deleteClaimed(batch []*ackReq) (map[claim]bool, error) {
+func (b *Backend) finishClaimed(batch []*ackReq) (map[claim]bool, error) {
 	ctx, cancel := context.WithTimeout(b.bg, ackTimeout)
 	defer cancel()
 	sorted := slices.SortedFunc(slices.Values(batch), func(x, y *ackReq) int { return cmp.Compare(x.seq, y.seq) })
-	seqs := make([]int64, len(sorted))
-	toks := make([]int64, len(sorted))
+	n := len(sorted)
+	seqs, toks := make([]int64, n), make([]int64, n)
 	for i, r := range sorted {
 		seqs[i], toks[i] = r.seq, r.token
 	}
+	sql, args := `DELETE FROM `+b.s+`.jobs j USING unnest($1::bigint[], $2::bigint[]) AS c(seq, tok)
+		WHERE j.seq = c.seq AND j.claim_token = c.tok AND j.state = 1 AND j.lease_until > now() RETURNING j.seq, c.tok`,
+		[]any{seqs, toks}
+	if b.maxCount > 0 {
+		sql, args = b.finishRows(), append(args, recordColumnsOf(sorted)...)
+	}
 	for try := 1; ; try++ {
-		deleted, err := b.deleteRows(ctx, seqs, toks)
+		finished, err := b.finishRows1(ctx, sql, args)
 		if try < 3 && retryable(err) {
 			continue
 		}
-		return deleted, err
+		return finished, err
 	}
 }
 
-// deleteRows is one try of deleteClaimed.
-func (b *Backend) deleteRows(ctx context.Context, seqs, toks []int64) (map[claim]bool, error) {
-	rows, err := b.pool.Query(ctx, `DELETE FROM `+b.s+`.jobs j USING unnest($1::bigint[], $2::bigint[]) AS c(seq, tok)
-		WHERE j.seq = c.seq AND j.claim_token = c.tok AND j.state = 1 AND j.lease_until > now() RETURNING j.seq, j.claim_token`, seqs, toks)
+// finishRows is the statement that finishes a batch's rows as succeeded, writing each
+// its record: its arguments are the claims and recordColumnsOf's arrays.
+func (b *Backend) finishRows() string {
+	return `UPDATE ` + b.s + `.jobs j SET state = 3, ` + recordSet([12]string{`'succeeded'::text`, `c.outc`, `c.out`, `c.outt`, `c.lg`, `c.lgt`,
+		`c.m`, `c.mv`, `c.mr`, `c.st`, `c.fin`, `c.att`}) + `, claim_token = NULL, claimed_by = NULL, lease_until = NULL
+		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bytea[], $5::boolean[], $6::text[], $7::boolean[],
+			$8::text[], $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::text[])
+			AS c(seq, tok, outc, out, outt, lg, lgt, m, mv, mr, st, fin, att)
+		WHERE j.seq = c.seq AND j.claim_token = c.tok AND j.state = 1 AND j.lease_until > now() RETURNING j.seq, c.tok`
+}
+
+// recordColumnsOf are finishRows' record arguments for batch: an array a column.
+func recordColumnsOf(batch []*ackReq) []any {
+	n := len(batch)
+	var (
+		outcomes, logs     = make([]*string, n), make([]*string, n)
+		outputs            = make([][]byte, n)
+		outTrunc, logTrunc = make([]bool, n), make([]bool, n)
+		mods, vers, roles  = make([]string, n), make([]string, n), make([]string, n)
+		started, finished  = make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
+		attempts           = make([]string, n)
+	)
+	for i, r := range batch {
+		rr := r.rec
+		outcomes[i], outputs[i], outTrunc[i], logs[i], logTrunc[i] = rr.outcome, rr.output, rr.outTrunc, rr.logs, rr.logTrunc
+		mods[i], vers[i], roles[i], started[i], finished[i], attempts[i] = rr.module, rr.version, rr.role, rr.started, rr.finished, rr.attempt
+	}
+	return []any{outcomes, outputs, outTrunc, logs, logTrunc, mods, vers, roles, started, finished, attempts}
+}
+
+// finishRows1 is one try of finishClaimed's statement sql.
+func (b *Backend) finishRows1(ctx context.Context, sql string, args []any) (map[claim]bool, error) {
+	rows, err := b.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
-	deleted := make(map[claim]bool, len(seqs))
+	deleted := make(map[claim]bool)
 	for rows.Next() {
 		var c claim
 		if err := rows.Scan(&c.seq, &c.token); err != nil {

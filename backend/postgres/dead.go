@@ -64,7 +64,7 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 		}
 		e.done(queue)
 		backend.Replayed(ctx, &env)
-		tag, err := tx.Exec(ctx, b.insertJob(), newJobRow(env, levels, 0, false).args()...)
+		tag, err := tx.Exec(ctx, b.insertJob(true), newJobRow(env, levels, 0, false).args()...)
 		if err != nil {
 			return err
 		}

@@ -18,10 +18,15 @@
 // The tables live in a schema of their own (Config.Schema), migrated at Open under an
 // advisory lock; a schema newer than the binary is refused (ErrSchemaTooNew).
 //
+// A job's row is its record too (backend.JobRecordReader, JobLister, JobController,
+// JobEnvelopeReader): a settle writes the run into the row it settles, in the same
+// statement, and a finished job's row stays, finished, until retention prunes it
+// (Config.Records), every host pruning the same rows.
+//
 // This backend implements the contract, priorities (backend.CapPriority), batch
-// publishes, dead letters and stats. It lacks, for now, what the embedded backend keeps
-// beside the queues: job records, listing and control, unique keys, concurrency keys,
-// schedules, and jobs that wait for other jobs.
+// publishes, atomic and cancellable settles, job records, listing and control, dead
+// letters and stats. It lacks, for now, unique keys, concurrency keys, schedules, and
+// jobs that wait for other jobs.
 package postgres
 
 import (
@@ -82,6 +87,12 @@ type Config struct {
 	// Host names this backend in the claims it holds, for an operator reading the
 	// table. Empty means the hostname and the process id.
 	Host string
+	// Records configures the job records: a job's row stays, finished, as its record
+	// after it succeeded, died or was cancelled, until retention prunes it, oldest
+	// first, past Records.MaxCount or Records.MaxAge (a negative MaxCount keeps none:
+	// an ack deletes its row, and the other finished rows go at the next prune).
+	// Zero fields mean backend's defaults.
+	Records backend.RecordConfig
 	// Logger receives the backend's warnings. Nil discards them.
 	Logger *slog.Logger
 }
@@ -95,6 +106,11 @@ type Backend struct {
 	channel string // the LISTEN/NOTIFY channel of the schema
 
 	acks acks // the acknowledgements' batches
+
+	caps       backend.RecordCaps // what a record keeps of a run
+	maxCount   int                // finished records kept; 0: none (acks delete their rows)
+	maxAge     time.Duration      // how long a finished record is kept; 0: regardless of age
+	pruneEvery time.Duration      // how often finished records are pruned
 
 	mu      sync.Mutex
 	levels  map[string]int // declared queues seen, by name: their priority levels
@@ -199,9 +215,12 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		stopBg:  stopBg,
 		live:    live,
 		endLive: endLive,
+		caps:    cfg.Records.Caps(),
 	}
-	b.wg.Add(1)
+	b.maxCount, b.maxAge, b.pruneEvery = cfg.Records.Retention()
+	b.wg.Add(2)
 	go b.listen(live, lc)
+	go b.pruneLoop(live)
 	return b, nil
 }
 
@@ -314,29 +333,66 @@ func (b *Backend) PublishBatch(ctx context.Context, pubs []backend.Publication) 
 	return b.publish(ctx, pubs, false)
 }
 
+// insertColumns are the columns an insert of a job writes.
+const insertColumns = `queue, id, state, priority, due_at, deferred, payload, headers, attempt, max_attempts,
+	defers, enqueued_at, reason, key, round, status`
+
+// revive is the upsert's tail: a job whose id the queue holds is a repeat and changes
+// nothing, unless its row is only a finished job's record, which the new job replaces
+// (keeping its attempts when keep says so: a replayed dead letter lists its runs).
+func revive(keep bool) string {
+	attempts := `NULL`
+	if keep {
+		attempts = `j.attempts`
+	}
+	return ` ON CONFLICT (queue, id) DO UPDATE SET state = EXCLUDED.state, priority = EXCLUDED.priority,
+		due_at = EXCLUDED.due_at, deferred = EXCLUDED.deferred, redelivered = false, rescues = 0,
+		claim_token = NULL, claimed_by = NULL, lease_until = NULL, payload = EXCLUDED.payload,
+		headers = EXCLUDED.headers, attempt = EXCLUDED.attempt, max_attempts = EXCLUDED.max_attempts,
+		defers = EXCLUDED.defers, enqueued_at = EXCLUDED.enqueued_at, reason = EXCLUDED.reason,
+		key = EXCLUDED.key, round = EXCLUDED.round, status = EXCLUDED.status, outcome = NULL, output = NULL,
+		output_truncated = false, logs = NULL, logs_truncated = false, module = NULL, module_version = NULL,
+		module_role = NULL, started_at = NULL, finished_at = NULL, updated_at = now(), children = NULL,
+		attempts = ` + attempts + `
+		WHERE j.state = 3`
+}
+
+// newState and newStatus are the state and the record's state of a job inserted due
+// after d microseconds, deferred or not.
+func newState(d string) string { return `CASE WHEN ` + d + ` > 0 THEN 2 ELSE 0 END` }
+func newStatus(d, df string) string {
+	return `CASE WHEN ` + d + ` > 0 AND ` + df + ` THEN 'deferred' WHEN ` + d + ` > 0 THEN 'delayed' ELSE 'pending' END`
+}
+
 // insertJob is the statement that puts one job on its queue; its arguments are a
-// jobRow's args. A repeat of an id the queue holds does nothing.
-func (b *Backend) insertJob() string {
-	return `INSERT INTO ` + b.s + `.jobs (queue, id, state, priority, due_at, deferred,
-		payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round)
-		VALUES ($1, $2, CASE WHEN $4::bigint > 0 THEN 2 ELSE 0 END, $3, now() + $4::bigint * interval '1 microsecond',
-			$5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-		ON CONFLICT (queue, id) DO NOTHING`
+// jobRow's args. A repeat of an id the queue holds does nothing (revive).
+func (b *Backend) insertJob(keep bool) string {
+	return `INSERT INTO ` + b.s + `.jobs AS j (` + insertColumns + `)
+		VALUES ($1, $2, ` + newState(`$4::bigint`) + `, $3, now() + $4::bigint * interval '1 microsecond',
+			$5, $6, $7, $8, $9, $10, $11, $12, $13, $14, ` + newStatus(`$4::bigint`, `$5::boolean`) + `)` + revive(keep)
 }
 
 // insertJobs is insertJob for many jobs in one statement, its arguments their rows'
-// columns (an array a column), so that a batch of thousands costs one statement's
-// parse and plan, not thousands.
-func (b *Backend) insertJobs() string {
-	return `INSERT INTO ` + b.s + `.jobs (queue, id, state, priority, due_at, deferred,
-		payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round)
-		SELECT q, i, CASE WHEN d > 0 THEN 2 ELSE 0 END, p, now() + d * interval '1 microsecond',
-			df, pl, h::jsonb, a, ma, de, e, r, k, ro
-		FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[], $5::boolean[], $6::bytea[], $7::text[],
-			$8::int[], $9::int[], $10::int[], $11::bigint[], $12::text[], $13::text[], $14::int[])
+// columns (an array a column) from $p on, so that a batch of thousands costs one
+// statement's parse and plan, not thousands. cond, when not empty, is a condition the
+// insert needs (a settle's claim). The rows' ids must be distinct: an upsert cannot
+// touch one row twice.
+func (b *Backend) insertJobs(p int, cond string) string {
+	ps := make([]any, 14)
+	for i := range ps {
+		ps[i] = p + i
+	}
+	if cond == "" {
+		cond = "true"
+	}
+	return `INSERT INTO ` + b.s + `.jobs AS j (` + insertColumns + `)
+		SELECT q, i, ` + newState(`d`) + `, p, now() + d * interval '1 microsecond',
+			df, pl, h::jsonb, a, ma, de, e, r, k, ro, ` + newStatus(`d`, `df`) + `
+		FROM ` + fmt.Sprintf(`unnest($%d::text[], $%d::text[], $%d::smallint[], $%d::bigint[], $%d::boolean[], $%d::bytea[], $%d::text[],
+			$%d::int[], $%d::int[], $%d::int[], $%d::bigint[], $%d::text[], $%d::text[], $%d::int[])`, ps...) + `
 			WITH ORDINALITY AS t(q, i, p, d, df, pl, h, a, ma, de, e, r, k, ro, ord)
-		ORDER BY ord
-		ON CONFLICT (queue, id) DO NOTHING`
+		WHERE ` + cond + `
+		ORDER BY ord` + revive(false)
 }
 
 // publish inserts pubs in one transaction and notifies their queues.
@@ -358,14 +414,15 @@ func (b *Backend) publish(ctx context.Context, pubs []backend.Publication, defer
 		rows = append(rows, newJobRow(p.Envelope, levels, p.Delay, deferred))
 		queues[p.Envelope.Queue] = true
 	}
+	rows = distinct(rows)
 	if len(rows) == 1 {
-		batch.Queue(b.insertJob(), rows[0].args()...)
+		batch.Queue(b.insertJob(false), rows[0].args()...)
 	} else {
 		cols, err := columns(rows)
 		if err != nil {
 			return err
 		}
-		batch.Queue(b.insertJobs(), cols...)
+		batch.Queue(b.insertJobs(1, ""), cols...)
 	}
 	for q := range queues {
 		batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, q)
@@ -383,13 +440,15 @@ func (b *Backend) QueueStats(ctx context.Context, queue string) (backend.QueueSt
 		return backend.QueueStats{}, err
 	}
 	var st backend.QueueStats
+	// One count a state, each on its state's index: the finished rows (the records)
+	// are never walked.
 	err := b.pool.QueryRow(ctx, `SELECT
-			count(*) FILTER (WHERE state = 0 OR (state = 2 AND due_at <= now())),
-			count(*) FILTER (WHERE state = 1),
-			count(*) FILTER (WHERE state = 2 AND due_at > now() AND NOT deferred),
-			count(*) FILTER (WHERE state = 2 AND due_at > now() AND deferred),
-			(SELECT count(*) FROM `+b.s+`.dead WHERE queue = $1)
-		FROM `+b.s+`.jobs WHERE queue = $1`, queue).Scan(&st.Pending, &st.Unacked, &st.Delayed, &st.Deferred, &st.Dead)
+			(SELECT count(*) FROM `+b.s+`.jobs WHERE queue = $1 AND state = 0)
+				+ (SELECT count(*) FROM `+b.s+`.jobs WHERE queue = $1 AND state = 2 AND due_at <= now()),
+			(SELECT count(*) FROM `+b.s+`.jobs WHERE queue = $1 AND state = 1),
+			(SELECT count(*) FROM `+b.s+`.jobs WHERE queue = $1 AND state = 2 AND due_at > now() AND NOT deferred),
+			(SELECT count(*) FROM `+b.s+`.jobs WHERE queue = $1 AND state = 2 AND due_at > now() AND deferred),
+			(SELECT count(*) FROM `+b.s+`.dead WHERE queue = $1)`, queue).Scan(&st.Pending, &st.Unacked, &st.Delayed, &st.Deferred, &st.Dead)
 	if err != nil {
 		return backend.QueueStats{}, b.transport("stats", queue, err)
 	}

@@ -283,7 +283,7 @@ func TestConfigRefused(t *testing.T) {
 }
 
 // TestFailedSettlePutsTheJobBack: a settle the database refuses (here a trigger that
-// fails every delete, as a database in trouble might) leaves the job unsettled and no
+// fails every ack, as a database in trouble might) leaves the job unsettled and no
 // longer the stream's: it comes back, redelivered, instead of holding its prefetch
 // slot, its lease renewed, for as long as the host lives; settling the old delivery
 // again is refused, since the job went back.
@@ -293,7 +293,7 @@ func TestFailedSettlePutsTheJobBack(t *testing.T) {
 	tk := takeOne(t, postgres.Config{}, backend.QueueConfig{Name: "refused", Prefetch: 1}, backend.Envelope{})
 	url, schema, s, env, d := tk.url, tk.schema, tk.s, tk.env, tk.d
 	exec(t, url, `CREATE FUNCTION `+schema+`.refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
-		CREATE TRIGGER refuse BEFORE DELETE ON `+schema+`.jobs FOR EACH ROW EXECUTE FUNCTION `+schema+`.refuse()`)
+		CREATE TRIGGER refuse BEFORE UPDATE ON `+schema+`.jobs FOR EACH ROW WHEN (NEW.state = 3) EXECUTE FUNCTION `+schema+`.refuse()`)
 	err := d.Ack(ctx)
 	var te *backend.TransportError
 	if !errors.As(err, &te) || !strings.Contains(err.Error(), "refused by the test") {
@@ -637,5 +637,52 @@ func TestOutageRiddenOut(t *testing.T) {
 		if n > 2 {
 			t.Fatalf("job %s done %d times", id, n)
 		}
+	}
+}
+
+// TestRecordsPrunedPastTheirCount: finished rows past Records.MaxCount go at the next
+// prune, the oldest first, and with MaxCount negative an ack keeps no record at all.
+func TestRecordsPrunedPastTheirCount(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		maxCount int
+		kept     int
+	}{{"two kept", 2, 2}, {"none kept", -1, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			url, schema := testSchema(t)
+			b := open(t, postgres.Config{URL: url, Schema: schema, Records: backend.RecordConfig{MaxCount: tc.maxCount, PruneInterval: 50 * time.Millisecond}})
+			q := backend.QueueConfig{Name: "pruned", Prefetch: 8}
+			rig.Must(t, b.Declare(ctx, q))
+			s := rig.Consume(t, b, q)
+			var ids []string
+			for i := range 5 {
+				env := backend.NewEnvelope(q.Name, []byte(fmt.Sprint(i)))
+				rig.Must(t, b.Publish(ctx, env, 0))
+				d, _ := receive(t, s, 10*time.Second)
+				rig.Must(t, d.Ack(ctx))
+				ids = append(ids, env.ID)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				var have []string
+				for _, id := range ids {
+					if _, err := b.JobRecord(ctx, id); err == nil {
+						have = append(have, id)
+					} else if !errors.Is(err, backend.ErrNotFound) {
+						t.Fatal(err)
+					}
+				}
+				if len(have) == tc.kept && (tc.kept == 0 || strings.Join(have, " ") == strings.Join(ids[len(ids)-tc.kept:], " ")) {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("records kept %v of %v, want the newest %d", have, ids, tc.kept)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }

@@ -51,6 +51,21 @@ func newJobRow(env backend.Envelope, levels int, delay time.Duration, deferred b
 	return r
 }
 
+// distinct returns rows without the repeats of an earlier row's queue and id, which
+// one statement's upsert could not take (nor would keep: a repeat is dropped).
+func distinct(rows []jobRow) []jobRow {
+	type qid struct{ queue, id string }
+	seen := make(map[qid]bool, len(rows))
+	out := rows[:0:0]
+	for _, r := range rows {
+		if k := (qid{r.queue, r.id}); !seen[k] {
+			seen[k] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // args are insertJob's arguments ($1-$14), which replace's statements share.
 func (r jobRow) args() []any {
 	var headers any

@@ -84,10 +84,37 @@ var migrations = []string{
 		dead_at timestamptz NOT NULL DEFAULT now()
 	);
 	CREATE INDEX dead_by_queue ON {s}.dead (queue, seq);`,
+	// Version 2: job records. A job's row is its record too: a settle that finishes
+	// the job (an ack, a dead letter, a cancel) leaves the row in state 3, finished,
+	// with what the run left, until retention prunes it, and a retry or defer writes the
+	// run into the row it puts back. status is the record's state except running, which
+	// is state 1; outcome is the record's reason where it is not the envelope's (a dead
+	// letter's, a cancel's; "" for an ack). Ids compare byte-wise (COLLATE "C"), so
+	// that a queue's listing walks its index newest first whatever the database's
+	// locale.
+	`ALTER TABLE {s}.jobs ALTER COLUMN id TYPE text COLLATE "C";
+	ALTER TABLE {s}.dead ALTER COLUMN id TYPE text COLLATE "C";
+	ALTER TABLE {s}.jobs
+		ADD COLUMN status text NOT NULL DEFAULT 'pending',
+		ADD COLUMN outcome text,
+		ADD COLUMN output bytea,
+		ADD COLUMN output_truncated boolean NOT NULL DEFAULT false,
+		ADD COLUMN logs jsonb,
+		ADD COLUMN logs_truncated boolean NOT NULL DEFAULT false,
+		ADD COLUMN module text,
+		ADD COLUMN module_version text,
+		ADD COLUMN module_role text,
+		ADD COLUMN started_at timestamptz,
+		ADD COLUMN finished_at timestamptz,
+		ADD COLUMN updated_at timestamptz NOT NULL DEFAULT now(),
+		ADD COLUMN children text[],
+		ADD COLUMN attempts jsonb;
+	CREATE INDEX jobs_id ON {s}.jobs (id);
+	CREATE INDEX jobs_finished ON {s}.jobs (finished_at) WHERE state = 3;`,
 }
 
 // SchemaVersion is the schema version this binary migrates to: one per migration.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migrate brings the schema up to SchemaVersion under an advisory lock, so that hosts
 // starting together apply each migration once, and refuses a schema newer than this

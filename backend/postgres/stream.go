@@ -505,12 +505,18 @@ func (s *stream) rescue() {
 	ctx, cancel := s.callCtx()
 	defer cancel()
 	batch := &pgx.Batch{}
+	// The crash loop's rows stay as their records, dead, the lapse appended as an
+	// attempt.
+	const why = `format('its claim lapsed %s times without a settle (its host died, hung or lost the database while it held it, each time): dead-lettered as a crash loop', rescues + 1)`
 	batch.Queue(`WITH gone AS (
-			DELETE FROM `+s.b.s+`.jobs WHERE queue = $1 AND state = 1 AND lease_until < now() AND rescues >= $2
-			RETURNING queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round, rescues)
+			UPDATE `+s.b.s+`.jobs SET state = 3, status = 'dead', outcome = `+why+`, finished_at = now(), updated_at = now(),
+				attempts = `+appendAttempt(`jsonb_build_array(jsonb_build_object('attempt', greatest(attempt, 1), 'state', 'dead',
+					'reason', `+why+`, 'finished_at', now()))`)+`,
+				claim_token = NULL, claimed_by = NULL, lease_until = NULL
+			WHERE queue = $1 AND state = 1 AND lease_until < now() AND rescues >= $2
+			RETURNING queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round, outcome)
 		INSERT INTO `+s.b.s+`.dead (queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round, dead_reason)
-		SELECT queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round,
-			format('its claim lapsed %s times without a settle (its host died, hung or lost the database while it held it, each time): dead-lettered as a crash loop', rescues + 1)
+		SELECT queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round, outcome
 		FROM gone`, s.queue, s.b.cfg.MaxRescues)
 	batch.Queue(`UPDATE `+s.b.s+`.jobs SET state = 0, redelivered = true, rescues = rescues + 1,
 			claim_token = NULL, claimed_by = NULL, lease_until = NULL
@@ -636,21 +642,103 @@ func (d *delivery) putBack() {
 	d.s.b.background(func() { d.s.release([]*delivery{d}) })
 }
 
-// Ack deletes the job, in a batch with the acks of the same moment.
-func (d *delivery) Ack(ctx context.Context) error {
+var (
+	_ backend.AtomicDelivery      = (*delivery)(nil)
+	_ backend.CancellableDelivery = (*delivery)(nil)
+)
+
+// Ack finishes the job: its row stays as its record, succeeded (or goes, when no
+// records are kept), in a batch with the acks of the same moment.
+func (d *delivery) Ack(ctx context.Context) error { return d.AckWith(ctx, nil, nil) }
+
+// AckWith acknowledges the job and publishes children in one statement: the children
+// only if the claim still held. A child to an undeclared queue fails it with nothing
+// written; a child whose id its queue holds is not published again.
+func (d *delivery) AckWith(ctx context.Context, children []backend.Publication, rec *backend.JobRecord) error {
+	if d.state.Load() != deliveryOpen {
+		return fmt.Errorf("ack of job %s: %w", d.env.ID, backend.ErrAlreadySettled)
+	}
+	b := d.s.b
+	rr, err := b.newRunRecord(d.env, backend.JobSucceeded, "", true, rec)
+	if err != nil {
+		return err
+	}
+	if len(children) == 0 {
+		return d.settle(ctx, "ack", func(ctx context.Context) (bool, error) {
+			return b.ack(ctx, d.seq, d.token, &rr)
+		})
+	}
+	rows := make([]jobRow, 0, len(children))
+	queues := make(map[string]bool)
+	for _, c := range children {
+		if err := backend.CheckDelay(c.Delay, backend.MaxDelay); err != nil {
+			return err
+		}
+		levels, err := b.queueLevels(ctx, c.Envelope.Queue)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, newJobRow(c.Envelope, levels, c.Delay, false))
+		queues[c.Envelope.Queue] = true
+	}
+	rows = distinct(rows)
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.id
+	}
+	cols, err := columns(rows)
+	if err != nil {
+		return err
+	}
+	args := append(append(rr.args(), ids, d.seq, d.token), cols...)
 	return d.settle(ctx, "ack", func(ctx context.Context) (bool, error) {
-		return d.s.b.ack(ctx, d.seq, d.token)
+		batch := &pgx.Batch{}
+		batch.Queue(`WITH c AS (
+				UPDATE `+b.s+`.jobs SET state = 3, `+recordSet(recordParams(1))+`, children = $13::text[],
+					claim_token = NULL, claimed_by = NULL, lease_until = NULL
+				WHERE seq = $14 AND claim_token = $15 AND state = 1 AND lease_until > now()
+				RETURNING 1),
+			ins AS (`+b.insertJobs(16, `EXISTS (SELECT 1 FROM c)`)+`)
+			SELECT count(*) FROM c`, args...)
+		for q := range queues {
+			batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, q)
+		}
+		br := b.pool.SendBatch(ctx, batch)
+		var n int
+		if err := br.QueryRow().Scan(&n); err != nil {
+			br.Close()
+			return false, err
+		}
+		if err := br.Close(); err != nil {
+			return false, err
+		}
+		if n == 1 {
+			for q := range queues {
+				b.wakeQueue(q)
+			}
+		}
+		return n == 1, nil
 	})
 }
 
-// Retry puts next on its queue after delay and deletes this job, in one transaction.
+// Retry puts next on its queue after delay in this job's place, in one statement.
 func (d *delivery) Retry(ctx context.Context, next backend.Envelope, delay time.Duration) error {
-	return d.replace(ctx, "retry", next, delay, false)
+	return d.RetryWith(ctx, next, delay, nil)
 }
 
-// Defer holds next for delay and deletes this job, in one transaction.
+// RetryWith is Retry, writing rec's run into the job's record.
+func (d *delivery) RetryWith(ctx context.Context, next backend.Envelope, delay time.Duration, rec *backend.JobRecord) error {
+	return d.replace(ctx, "retry", next, delay, false, rec)
+}
+
+// Defer holds next for delay in this job's place, in one statement.
 func (d *delivery) Defer(ctx context.Context, next backend.Envelope, delay time.Duration) error {
-	return d.replace(ctx, "defer", next, delay, true)
+	return d.DeferWith(ctx, next, delay, nil)
+}
+
+// DeferWith is Defer, writing rec's run into the job's record.
+func (d *delivery) DeferWith(ctx context.Context, next backend.Envelope, delay time.Duration, rec *backend.JobRecord) error {
+	return d.replace(ctx, "defer", next, delay, true, rec)
 }
 
 // errIDHeld refuses a retry, a defer or a replay onto a queue that holds a job of the
@@ -663,7 +751,7 @@ var errIDHeld = errors.New("the queue holds a job of that id already")
 // so that a retry to a queue that holds next's id already fails (errIDHeld) and puts
 // the job back as it was, rather than dropping next as a repeat. The worker's retries
 // and defers are the same job on the same queue: only an API caller's can meet this.
-func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope, delay time.Duration, deferred bool) error {
+func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope, delay time.Duration, deferred bool, rec *backend.JobRecord) error {
 	if d.state.Load() != deliveryOpen {
 		return fmt.Errorf("%s of job %s: %w", op, d.env.ID, backend.ErrAlreadySettled)
 	}
@@ -675,8 +763,19 @@ func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope
 	if err != nil {
 		return err
 	}
+	state := backend.JobRetrying
+	if deferred {
+		state = backend.JobDeferred
+	}
+	rr, err := b.newRunRecord(d.env, state, next.Reason, false, rec)
+	if err != nil {
+		return err
+	}
 	args := append(newJobRow(next, levels, delay, deferred).args(), d.seq, d.token)
 	inPlace := next.Queue == d.env.Queue && next.ID == d.env.ID
+	if inPlace {
+		args = append(args, rr.args()...)
+	}
 	return d.settle(ctx, op, func(ctx context.Context) (bool, error) {
 		batch := &pgx.Batch{}
 		if inPlace {
@@ -685,7 +784,8 @@ func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope
 						due_at = now() + $4::bigint * interval '1 microsecond', deferred = $5::boolean,
 						payload = $6::bytea, headers = $7::jsonb, attempt = $8::int, max_attempts = $9::int,
 						defers = $10::int, enqueued_at = $11::bigint, reason = $12::text, key = $13::text, round = $14::int,
-						redelivered = false, rescues = 0, claim_token = NULL, claimed_by = NULL, lease_until = NULL
+						redelivered = false, rescues = 0, claim_token = NULL, claimed_by = NULL, lease_until = NULL,
+						`+recordSet(recordParams(17))+`
 					WHERE seq = $15 AND claim_token = $16 AND state = 1 AND lease_until > now()
 						AND queue = $1::text AND id = $2::text
 					RETURNING 1)
@@ -694,12 +794,12 @@ func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope
 			batch.Queue(`WITH claim AS (
 					SELECT 1 FROM `+b.s+`.jobs WHERE seq = $15 AND claim_token = $16 AND state = 1 AND lease_until > now() FOR UPDATE),
 				ins AS (
-					INSERT INTO `+b.s+`.jobs (queue, id, state, priority, due_at, deferred,
-						payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round)
-					SELECT $1::text, $2::text, CASE WHEN $4::bigint > 0 THEN 2 ELSE 0 END, $3::smallint,
+					INSERT INTO `+b.s+`.jobs AS j (`+insertColumns+`)
+					SELECT $1::text, $2::text, `+newState(`$4::bigint`)+`, $3::smallint,
 						now() + $4::bigint * interval '1 microsecond', $5::boolean,
-						$6::bytea, $7::jsonb, $8::int, $9::int, $10::int, $11::bigint, $12::text, $13::text, $14::int
-					FROM claim ON CONFLICT (queue, id) DO NOTHING RETURNING 1),
+						$6::bytea, $7::jsonb, $8::int, $9::int, $10::int, $11::bigint, $12::text, $13::text, $14::int,
+						`+newStatus(`$4::bigint`, `$5::boolean`)+`
+					FROM claim`+revive(false)+` RETURNING 1),
 				gone AS (
 					DELETE FROM `+b.s+`.jobs WHERE seq = $15 AND claim_token = $16 AND EXISTS (SELECT 1 FROM ins) RETURNING 1)
 				SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM gone)`, args...)
@@ -724,16 +824,52 @@ func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope
 	})
 }
 
-// DeadLetter moves the job to its queue's dead letters with reason.
+// DeadLetter moves the job to its queue's dead letters with reason; its row stays as
+// its record, dead.
 func (d *delivery) DeadLetter(ctx context.Context, reason string) error {
+	return d.DeadLetterWith(ctx, reason, nil)
+}
+
+// DeadLetterWith is DeadLetter, writing rec's run into the job's record.
+func (d *delivery) DeadLetterWith(ctx context.Context, reason string, rec *backend.JobRecord) error {
+	if d.state.Load() != deliveryOpen {
+		return fmt.Errorf("dead-letter of job %s: %w", d.env.ID, backend.ErrAlreadySettled)
+	}
+	b := d.s.b
+	rr, err := b.newRunRecord(d.env, backend.JobDead, reason, true, rec)
+	if err != nil {
+		return err
+	}
+	args := append(rr.args(), d.seq, d.token)
 	return d.settle(ctx, "dead-letter", func(ctx context.Context) (bool, error) {
-		b := d.s.b
 		tag, err := b.pool.Exec(ctx, `WITH gone AS (
-				DELETE FROM `+b.s+`.jobs WHERE seq = $1 AND claim_token = $2 AND state = 1 AND lease_until > now()
-				RETURNING queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round)
+				UPDATE `+b.s+`.jobs SET state = 3, `+recordSet(recordParams(1))+`,
+					claim_token = NULL, claimed_by = NULL, lease_until = NULL
+				WHERE seq = $13 AND claim_token = $14 AND state = 1 AND lease_until > now()
+				RETURNING queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round, outcome)
 			INSERT INTO `+b.s+`.dead (queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round, dead_reason)
-			SELECT queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round, $3 FROM gone`,
-			d.seq, d.token, pgText(reason))
+			SELECT queue, id, priority, payload, headers, attempt, max_attempts, defers, enqueued_at, reason, key, round, outcome FROM gone`,
+			args...)
+		return tag.RowsAffected() == 1, err
+	})
+}
+
+// Cancel settles the job as cancelled: it leaves its queue for good, its row stays as
+// its record, cancelled with reason.
+func (d *delivery) Cancel(ctx context.Context, reason string, rec *backend.JobRecord) error {
+	if d.state.Load() != deliveryOpen {
+		return fmt.Errorf("cancel of job %s: %w", d.env.ID, backend.ErrAlreadySettled)
+	}
+	b := d.s.b
+	rr, err := b.newRunRecord(d.env, backend.JobCancelled, reason, true, rec)
+	if err != nil {
+		return err
+	}
+	args := append(rr.args(), d.seq, d.token)
+	return d.settle(ctx, "cancel", func(ctx context.Context) (bool, error) {
+		tag, err := b.pool.Exec(ctx, `UPDATE `+b.s+`.jobs SET state = 3, `+recordSet(recordParams(1))+`,
+				claim_token = NULL, claimed_by = NULL, lease_until = NULL
+			WHERE seq = $13 AND claim_token = $14 AND state = 1 AND lease_until > now()`, args...)
 		return tag.RowsAffected() == 1, err
 	})
 }

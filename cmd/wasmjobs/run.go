@@ -155,8 +155,8 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	fl.StringVar(&f.pgSchema, "pg-schema", postgres.DefaultSchema, "on a PostgreSQL --backend: the schema of wasmjobs' tables, so that it can share a database (env WASMJOBS_PG_SCHEMA)")
 	fl.StringVar(&f.queueType, "queue-type", string(rabbitmq.Classic), "RabbitMQ queues: classic (priorities, one node) or quorum (replicated over a cluster, no priorities) (env WASMJOBS_QUEUE_TYPE)")
 	fl.StringVar(&f.dataDir, "data-dir", defaultDataDir, "the pebble backend's data directory, owned by one run at a time (env WASMJOBS_DATA_DIR)")
-	fl.IntVar(&f.recordsMax, "records-max", pebble.DefaultRecordMaxCount, "finished job records the pebble backend keeps for GET /v1/jobs/{id}, the newest; 0 keeps none (env WASMJOBS_RECORDS_MAX)")
-	fl.DurationVar(&f.recordsAge, "records-max-age", pebble.DefaultRecordMaxAge, "how long the pebble backend keeps a finished job's record; 0 keeps them regardless of age (env WASMJOBS_RECORDS_MAX_AGE)")
+	fl.IntVar(&f.recordsMax, "records-max", pebble.DefaultRecordMaxCount, "finished job records the pebble and postgres backends keep for GET /v1/jobs/{id}, the newest; 0 keeps none (env WASMJOBS_RECORDS_MAX)")
+	fl.DurationVar(&f.recordsAge, "records-max-age", pebble.DefaultRecordMaxAge, "how long the pebble and postgres backends keep a finished job's record; 0 keeps them regardless of age (env WASMJOBS_RECORDS_MAX_AGE)")
 	fl.StringVar(&f.backupDir, "backup-dir", "", "the directory `wasmjobs backup NAME` writes backups into (made 0700 if missing); empty turns backups off (env WASMJOBS_BACKUP_DIR)")
 	fl.IntVar(&f.concurrency, "concurrency", worker.DefaultConcurrency, "jobs running at once over all queues (env WASMJOBS_CONCURRENCY)")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the HTTP API; beyond loopback it needs --token (env WASMJOBS_LISTEN)")
@@ -188,6 +188,9 @@ func pebbleOnlyFlags(cmd *cobra.Command, spec string) error {
 		return nil
 	}
 	for _, name := range []string{"data-dir", "records-max", "records-max-age", "backup-dir"} {
+		if postgres.IsURL(spec) && (name == "records-max" || name == "records-max-age") {
+			continue // the postgres backend keeps job records too
+		}
 		if cmd.Flags().Changed(name) {
 			return usagef("--%s is for --backend pebble; --backend %s keeps no data directory", name, redact(spec))
 		}
@@ -301,7 +304,7 @@ func openBackend(ctx context.Context, bs backendSpec, log *slog.Logger) (backend
 	case postgres.IsURL(bs.spec):
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		b, err := postgres.Open(ctx, postgres.Config{URL: bs.spec, Schema: bs.pgSchema, Lease: bs.pgLease, Host: bs.hostID, Logger: log})
+		b, err := postgres.Open(ctx, postgres.Config{URL: bs.spec, Schema: bs.pgSchema, Lease: bs.pgLease, Host: bs.hostID, Records: bs.records, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("--backend %s: %w", redact(bs.spec), err)
 		}

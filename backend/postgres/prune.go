@@ -1,0 +1,87 @@
+package postgres
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"time"
+)
+
+// pruneBatch is how many finished rows one prune statement deletes: small enough that
+// no statement holds its locks for long, on rows no consumer waits for anyway.
+const pruneBatch = 1000
+
+// pruneLoop prunes the finished rows (the records) past their retention every
+// pruneEvery, until ctx ends. Every host prunes: the statements are idempotent (the
+// rows past the age, the rows past the newest maxCount), so hosts pruning at once
+// delete no more than one would.
+func (b *Backend) pruneLoop(ctx context.Context) {
+	defer b.wg.Done()
+	t := time.NewTicker(b.pruneEvery)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, err := b.prune(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			b.log.Warn("postgres: pruning job records failed; trying again every prune interval", slog.Any("error", err))
+			failing = true
+		case err == nil:
+			failing = false
+		}
+	}
+}
+
+// prune deletes the finished rows older than maxAge and those past the newest
+// maxCount, a batch at a time, and reports how many it deleted.
+func (b *Backend) prune(ctx context.Context) (int64, error) {
+	var total int64
+	if b.maxAge > 0 {
+		for {
+			n, err := b.pruneStep(ctx, `DELETE FROM `+b.s+`.jobs WHERE seq IN (
+				SELECT seq FROM `+b.s+`.jobs WHERE state = 3 AND finished_at < now() - $1 * interval '1 microsecond'
+				ORDER BY finished_at LIMIT `+strconv.Itoa(pruneBatch)+` FOR UPDATE SKIP LOCKED)`, b.maxAge.Microseconds())
+			total += n
+			if err != nil || n < pruneBatch {
+				if err != nil {
+					return total, err
+				}
+				break
+			}
+		}
+	}
+	var finished int
+	ctx1, cancel := context.WithTimeout(ctx, b.cfg.Lease)
+	err := b.pool.QueryRow(ctx1, `SELECT count(*) FROM `+b.s+`.jobs WHERE state = 3`).Scan(&finished)
+	cancel()
+	if err != nil {
+		return total, err
+	}
+	for excess := finished - b.maxCount; excess > 0; excess -= pruneBatch {
+		// The rows past the newest maxCount: the same rows whichever host asks.
+		n, err := b.pruneStep(ctx, `DELETE FROM `+b.s+`.jobs WHERE seq IN (
+			SELECT seq FROM `+b.s+`.jobs WHERE state = 3 ORDER BY finished_at DESC, seq DESC
+			OFFSET $1 LIMIT `+strconv.Itoa(pruneBatch)+` FOR UPDATE SKIP LOCKED)`, b.maxCount)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return total, nil
+}
+
+// pruneStep runs one prune statement, bounded by a lease.
+func (b *Backend) pruneStep(ctx context.Context, sql string, args ...any) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Lease)
+	defer cancel()
+	tag, err := b.pool.Exec(ctx, sql, args...)
+	return tag.RowsAffected(), err
+}
