@@ -112,7 +112,10 @@ func TestPostgresTwoHostsOneKilled(t *testing.T) {
 	held := count("state = 1 AND claimed_by = 'a'")
 	waitForLong(t, "the dead host's claims rescued", lease+5*time.Second, func() bool { return count("claimed_by = 'a'") == 0 })
 	rescued := time.Since(killed)
-	waitForLong(t, "every job done", 3*time.Minute, func() bool { return w.done() == jobs && count("true") == 0 })
+	waitForLong(t, "every job done", 3*time.Minute, func() bool { return w.done() == jobs && count("state <> 3") == 0 })
+	if n := count("state = 3 AND status = 'succeeded'"); n != jobs {
+		t.Fatalf("%d jobs recorded succeeded, want %d", n, jobs)
+	}
 	var dead int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.dead`).Scan(&dead); err != nil {
 		t.Fatal(err)
