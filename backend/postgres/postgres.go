@@ -23,9 +23,14 @@
 // statement, and a finished job's row stays, finished, until retention prunes it
 // (Config.Records), every host pruning the same rows.
 //
+// Unique keys (backend.UniquePublisher) are rows of their own, taken by their primary
+// key in the publish's transaction, so that they hold exactly across hosts; a trigger
+// ends a key's hold in the transaction of whatever statement finishes or deletes its
+// job.
+//
 // This backend implements the contract, priorities (backend.CapPriority), batch
-// publishes, atomic and cancellable settles, job records, listing and control, dead
-// letters and stats. It lacks, for now, unique keys, concurrency keys, schedules, and
+// publishes, atomic and cancellable settles, job records, listing and control, unique
+// keys, dead letters and stats. It lacks, for now, concurrency keys, schedules, and
 // jobs that wait for other jobs.
 package postgres
 
@@ -339,7 +344,8 @@ const insertColumns = `queue, id, state, priority, due_at, deferred, payload, he
 
 // revive is the upsert's tail: a job whose id the queue holds is a repeat and changes
 // nothing, unless its row is only a finished job's record, which the new job replaces
-// (keeping its attempts when keep says so: a replayed dead letter lists its runs).
+// (keeping its attempts when keep says so: a replayed dead letter lists its runs),
+// holding a unique key only if the insert says so.
 func revive(keep bool) string {
 	attempts := `NULL`
 	if keep {
@@ -353,7 +359,7 @@ func revive(keep bool) string {
 		key = EXCLUDED.key, round = EXCLUDED.round, status = EXCLUDED.status, outcome = NULL, output = NULL,
 		output_truncated = false, logs = NULL, logs_truncated = false, module = NULL, module_version = NULL,
 		module_role = NULL, started_at = NULL, finished_at = NULL, updated_at = now(), children = NULL,
-		attempts = ` + attempts + `
+		holds_key = EXCLUDED.holds_key, attempts = ` + attempts + `
 		WHERE j.state = 3`
 }
 
@@ -400,21 +406,11 @@ func (b *Backend) publish(ctx context.Context, pubs []backend.Publication, defer
 	if len(pubs) == 0 {
 		return nil
 	}
-	batch := &pgx.Batch{}
-	queues := make(map[string]bool)
-	rows := make([]jobRow, 0, len(pubs))
-	for _, p := range pubs {
-		if err := backend.CheckDelay(p.Delay, backend.MaxDelay); err != nil {
-			return err
-		}
-		levels, err := b.queueLevels(ctx, p.Envelope.Queue)
-		if err != nil {
-			return err
-		}
-		rows = append(rows, newJobRow(p.Envelope, levels, p.Delay, deferred))
-		queues[p.Envelope.Queue] = true
+	rows, queues, err := b.jobRows(ctx, pubs, deferred)
+	if err != nil {
+		return err
 	}
-	rows = distinct(rows)
+	batch := &pgx.Batch{}
 	if len(rows) == 1 {
 		batch.Queue(b.insertJob(false), rows[0].args()...)
 	} else {

@@ -686,3 +686,128 @@ func TestRecordsPrunedPastTheirCount(t *testing.T) {
 		})
 	}
 }
+
+// TestUniqueKeysExactAcrossHosts: two backends on one schema (two hosts) publish one
+// key 500 times each, all at once: one job is queued and every other publish names
+// it. Its hold then outlives the job as the key's For says, whether the finished row
+// stays as a record or the ack deletes it (no records kept), and a key held for
+// nothing after its job is free again once the job is acknowledged; a retry that puts
+// another id in the job's place hands the key to it.
+func TestUniqueKeysExactAcrossHosts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		records backend.RecordConfig
+	}{
+		{"records kept", backend.RecordConfig{}},
+		{"no records", backend.RecordConfig{MaxCount: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			url, schema := testSchema(t)
+			ctx := context.Background()
+			hosts := []*postgres.Backend{
+				open(t, postgres.Config{URL: url, Schema: schema, Host: "a", Records: tc.records}),
+				open(t, postgres.Config{URL: url, Schema: schema, Host: "b", Records: tc.records}),
+			}
+			q := backend.QueueConfig{Name: "unique", Prefetch: 1}
+			rig.Must(t, hosts[0].Declare(ctx, q))
+			unique := func(b *postgres.Backend, key string, hold time.Duration) backend.UniqueResult {
+				t.Helper()
+				res, err := b.PublishUnique(ctx, []backend.UniquePublication{{
+					Publication: backend.Publication{Envelope: backend.NewEnvelope(q.Name, []byte(key))}, Key: key, For: hold}})
+				if err != nil || len(res) != 1 {
+					t.Fatalf("PublishUnique(%q): %v %v", key, res, err)
+				}
+				return res[0]
+			}
+			const each = 500
+			results := make([]backend.UniqueResult, 2*each)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range results {
+				wg.Go(func() {
+					<-start
+					results[i] = unique(hosts[i%2], "one", time.Hour)
+				})
+			}
+			close(start)
+			wg.Wait()
+			var queued []string
+			for _, r := range results {
+				if !r.Duplicate {
+					queued = append(queued, r.ID)
+				}
+			}
+			if len(queued) != 1 {
+				t.Fatalf("%d jobs queued of one key from two hosts, want 1", len(queued))
+			}
+			for i, r := range results {
+				if r.ID != queued[0] {
+					t.Fatalf("publish %d names %s, not the queued %s", i, r.ID, queued[0])
+				}
+			}
+			s := rig.Consume(t, hosts[1], q)
+			d, _ := receive(t, s, 10*time.Second)
+			rig.Must(t, d.Ack(ctx))
+			if r := unique(hosts[0], "one", time.Hour); !r.Duplicate || r.ID != queued[0] {
+				t.Fatalf("after the ack, within the hold: %+v, want a duplicate of %s", r, queued[0])
+			}
+
+			// Held for nothing after its job: free once the job is acknowledged.
+			first := unique(hosts[0], "brief", 0)
+			d, _ = receive(t, s, 10*time.Second)
+			if r := unique(hosts[1], "brief", 0); !r.Duplicate || r.ID != first.ID {
+				t.Fatalf("while running: %+v, want a duplicate of %s", r, first.ID)
+			}
+			rig.Must(t, d.Ack(ctx))
+			if r := unique(hosts[1], "brief", 0); r.Duplicate {
+				t.Fatalf("after the ack of a key held for nothing after: %+v, want a new job", r)
+			}
+			d, _ = receive(t, s, 10*time.Second)
+			rig.Must(t, d.Ack(ctx))
+
+			// A retry under another id takes the key with it.
+			held := unique(hosts[0], "moved", 0)
+			d, env := receive(t, s, 10*time.Second)
+			next := env
+			next.ID = backend.NewEnvelope(q.Name, nil).ID
+			rig.Must(t, d.Retry(ctx, next, time.Hour))
+			if r := unique(hosts[1], "moved", 0); !r.Duplicate || r.ID != next.ID {
+				t.Fatalf("after a retry as %s: %+v, want a duplicate of the retry (the first was %s)", next.ID, r, held.ID)
+			}
+		})
+	}
+}
+
+// TestEndedUniqueKeysArePruned: a key whose hold has ended leaves its table at the next
+// prune, while a key still held (its job waiting) stays.
+func TestEndedUniqueKeysArePruned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, schema := testSchema(t)
+	b := open(t, postgres.Config{URL: url, Schema: schema, Records: backend.RecordConfig{PruneInterval: 50 * time.Millisecond}})
+	q := backend.QueueConfig{Name: "keys"}
+	rig.Must(t, b.Declare(ctx, q))
+	for _, key := range []string{"ended", "held"} {
+		_, err := b.PublishUnique(ctx, []backend.UniquePublication{{
+			Publication: backend.Publication{Envelope: backend.NewEnvelope(q.Name, []byte(key))}, Key: key, For: time.Millisecond}})
+		rig.Must(t, err)
+	}
+	s := rig.Consume(t, b, q)
+	d, env := receive(t, s, 10*time.Second)
+	rig.Must(t, d.Ack(ctx))
+	ended := string(env.Payload)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		all := exec(t, url, `SELECT 1 FROM `+schema+`.unique_keys`)
+		gone := exec(t, url, `SELECT 1 FROM `+schema+`.unique_keys WHERE key = $1`, ended) == 0
+		if all == 1 && gone {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d unique keys left after %q's hold ended (it gone: %v), want only the other", all, ended, gone)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -11,8 +11,8 @@ import (
 // no statement holds its locks for long, on rows no consumer waits for anyway.
 const pruneBatch = 1000
 
-// pruneLoop prunes the finished rows (the records) past their retention every
-// pruneEvery, until ctx ends. Every host prunes: the statements are idempotent (the
+// pruneLoop prunes the finished rows (the records) past their retention, and the
+// unique keys whose hold has ended, every pruneEvery, until ctx ends. Every host prunes: the statements are idempotent (the
 // rows past the age, the rows past the newest maxCount), so hosts pruning at once
 // delete no more than one would.
 func (b *Backend) pruneLoop(ctx context.Context) {
@@ -27,9 +27,12 @@ func (b *Backend) pruneLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		_, err := b.prune(ctx)
+		if _, kerr := b.pruneKeys(ctx); err == nil {
+			err = kerr
+		}
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
-			b.log.Warn("postgres: pruning job records failed; trying again every prune interval", slog.Any("error", err))
+			b.log.Warn("postgres: pruning job records or unique keys failed; trying again every prune interval", slog.Any("error", err))
 			failing = true
 		case err == nil:
 			failing = false

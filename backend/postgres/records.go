@@ -377,15 +377,11 @@ func (b *Backend) RetryJobNow(ctx context.Context, id string) error {
 		batch := &pgx.Batch{}
 		batch.Queue(`UPDATE `+b.s+`.jobs SET state = 0, due_at = now(), updated_at = now() WHERE seq = $1 AND state = 2`, h.seq)
 		batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, h.queue)
-		br := b.pool.SendBatch(ctx, batch)
-		tag, err := br.Exec()
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
+		n, err := b.firstCount(ctx, batch)
 		if err != nil {
 			return b.transport("retry now", h.queue, err)
 		}
-		if tag.RowsAffected() == 1 {
+		if n == 1 {
 			b.wakeQueue(h.queue)
 			return nil
 		}
@@ -409,15 +405,11 @@ func (b *Backend) DeleteJob(ctx context.Context, id string) error {
 	if h.state == rowFinished && h.status == string(backend.JobDead) {
 		batch.Queue(`DELETE FROM `+b.s+`.dead WHERE queue = $1 AND id = $2`, h.queue, id)
 	}
-	br := b.pool.SendBatch(ctx, batch)
-	tag, err := br.Exec()
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	n, err := b.firstCount(ctx, batch)
 	if err != nil {
 		return b.transport("delete", h.queue, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		return fmt.Errorf("job %q of queue %q was taken meanwhile: it can be deleted once it settles: %w", id, h.queue, backend.ErrJobState)
 	}
 	return nil
@@ -446,4 +438,15 @@ func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope,
 	}
 	e.done(queue)
 	return env, nil
+}
+
+// firstCount sends batch, in one implicit transaction, and returns the rows its first
+// statement affected.
+func (b *Backend) firstCount(ctx context.Context, batch *pgx.Batch) (int64, error) {
+	br := b.pool.SendBatch(ctx, batch)
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag.RowsAffected(), err
 }

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -49,6 +50,25 @@ func newJobRow(env backend.Envelope, levels int, delay time.Duration, deferred b
 		r.enqueuedAt = env.EnqueuedAt.UnixNano()
 	}
 	return r
+}
+
+// jobRows checks pubs' delays and queues and returns their rows, without repeats
+// (distinct), and the set of their queues.
+func (b *Backend) jobRows(ctx context.Context, pubs []backend.Publication, deferred bool) ([]jobRow, map[string]bool, error) {
+	queues := make(map[string]bool)
+	rows := make([]jobRow, 0, len(pubs))
+	for _, p := range pubs {
+		if err := backend.CheckDelay(p.Delay, backend.MaxDelay); err != nil {
+			return nil, nil, err
+		}
+		levels, err := b.queueLevels(ctx, p.Envelope.Queue)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows = append(rows, newJobRow(p.Envelope, levels, p.Delay, deferred))
+		queues[p.Envelope.Queue] = true
+	}
+	return distinct(rows), queues, nil
 }
 
 // distinct returns rows without the repeats of an earlier row's queue and id, which

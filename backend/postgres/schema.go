@@ -111,10 +111,44 @@ var migrations = []string{
 		ADD COLUMN attempts jsonb;
 	CREATE INDEX jobs_id ON {s}.jobs (id);
 	CREATE INDEX jobs_finished ON {s}.jobs (finished_at) WHERE state = 3;`,
+	// Version 3: unique keys. A key of a queue is held by one job (job_queue, job_id)
+	// while it lives (until NULL) and, once it finished, until its hold ends. A job
+	// that holds a key says so (holds_key), so that the trigger, which ends the hold
+	// whatever statement finishes or deletes the job (an ack, a batched ack, a dead
+	// letter, a cancel, a crash loop's rescue, a delete), fires for those rows alone:
+	// a finish starts the hold's clock, and so does the delete of a claimed job's row
+	// (its ack, where no records are kept); the delete of a waiting job frees its key.
+	// The trigger runs in the statement's transaction: a key and its job never disagree.
+	`ALTER TABLE {s}.jobs ADD COLUMN holds_key boolean NOT NULL DEFAULT false;
+	CREATE TABLE {s}.unique_keys (
+		queue text NOT NULL,
+		key text COLLATE "C" NOT NULL,
+		job_queue text NOT NULL,
+		job_id text COLLATE "C" NOT NULL,
+		hold_us bigint NOT NULL,
+		until timestamptz,
+		PRIMARY KEY (queue, key)
+	);
+	CREATE INDEX unique_keys_job ON {s}.unique_keys (job_queue, job_id) WHERE until IS NULL;
+	CREATE INDEX unique_keys_until ON {s}.unique_keys (until) WHERE until IS NOT NULL;
+	CREATE FUNCTION {s}.unique_key_end() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF TG_OP = 'DELETE' AND OLD.state <> 1 THEN
+			DELETE FROM {s}.unique_keys WHERE job_queue = OLD.queue AND job_id = OLD.id AND until IS NULL;
+		ELSE
+			UPDATE {s}.unique_keys SET until = now() + hold_us * interval '1 microsecond'
+				WHERE job_queue = OLD.queue AND job_id = OLD.id AND until IS NULL;
+		END IF;
+		RETURN NULL;
+	END $$;
+	CREATE TRIGGER jobs_unique_finish AFTER UPDATE OF state ON {s}.jobs FOR EACH ROW
+		WHEN (NEW.state = 3 AND OLD.state <> 3 AND OLD.holds_key) EXECUTE FUNCTION {s}.unique_key_end();
+	CREATE TRIGGER jobs_unique_delete AFTER DELETE ON {s}.jobs FOR EACH ROW
+		WHEN (OLD.state <> 3 AND OLD.holds_key) EXECUTE FUNCTION {s}.unique_key_end();`,
 }
 
 // SchemaVersion is the schema version this binary migrates to: one per migration.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migrate brings the schema up to SchemaVersion under an advisory lock, so that hosts
 // starting together apply each migration once, and refuses a schema newer than this

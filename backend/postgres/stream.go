@@ -668,20 +668,10 @@ func (d *delivery) AckWith(ctx context.Context, children []backend.Publication, 
 			return b.ack(ctx, d.seq, d.token, &rr)
 		})
 	}
-	rows := make([]jobRow, 0, len(children))
-	queues := make(map[string]bool)
-	for _, c := range children {
-		if err := backend.CheckDelay(c.Delay, backend.MaxDelay); err != nil {
-			return err
-		}
-		levels, err := b.queueLevels(ctx, c.Envelope.Queue)
-		if err != nil {
-			return err
-		}
-		rows = append(rows, newJobRow(c.Envelope, levels, c.Delay, false))
-		queues[c.Envelope.Queue] = true
+	rows, queues, err := b.jobRows(ctx, children, false)
+	if err != nil {
+		return err
 	}
-	rows = distinct(rows)
 	ids := make([]string, len(rows))
 	for i, r := range rows {
 		ids[i] = r.id
@@ -775,6 +765,8 @@ func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope
 	inPlace := next.Queue == d.env.Queue && next.ID == d.env.ID
 	if inPlace {
 		args = append(args, rr.args()...)
+	} else {
+		args = append(args, d.env.Queue, d.env.ID)
 	}
 	return d.settle(ctx, op, func(ctx context.Context) (bool, error) {
 		batch := &pgx.Batch{}
@@ -791,15 +783,19 @@ func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope
 					RETURNING 1)
 				SELECT count(*), count(*) FROM r`, args...)
 		} else {
+			// A unique key the job holds moves to next, which takes the job's place.
 			batch.Queue(`WITH claim AS (
-					SELECT 1 FROM `+b.s+`.jobs WHERE seq = $15 AND claim_token = $16 AND state = 1 AND lease_until > now() FOR UPDATE),
+					SELECT holds_key FROM `+b.s+`.jobs WHERE seq = $15 AND claim_token = $16 AND state = 1 AND lease_until > now() FOR UPDATE),
 				ins AS (
-					INSERT INTO `+b.s+`.jobs AS j (`+insertColumns+`)
+					INSERT INTO `+b.s+`.jobs AS j (`+insertColumns+`, holds_key)
 					SELECT $1::text, $2::text, `+newState(`$4::bigint`)+`, $3::smallint,
 						now() + $4::bigint * interval '1 microsecond', $5::boolean,
 						$6::bytea, $7::jsonb, $8::int, $9::int, $10::int, $11::bigint, $12::text, $13::text, $14::int,
-						`+newStatus(`$4::bigint`, `$5::boolean`)+`
+						`+newStatus(`$4::bigint`, `$5::boolean`)+`, holds_key
 					FROM claim`+revive(false)+` RETURNING 1),
+				moved AS (
+					UPDATE `+b.s+`.unique_keys SET job_queue = $1::text, job_id = $2::text
+					WHERE job_queue = $17::text AND job_id = $18::text AND until IS NULL AND EXISTS (SELECT 1 FROM ins)),
 				gone AS (
 					DELETE FROM `+b.s+`.jobs WHERE seq = $15 AND claim_token = $16 AND EXISTS (SELECT 1 FROM ins) RETURNING 1)
 				SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM gone)`, args...)

@@ -133,7 +133,7 @@ func (f *enqueueFlags) run(cmd *cobra.Command, args []string) error {
 		return usagef("--unique-for %v without --unique-key: give the key the hold is for", f.uniqueFor)
 	}
 	if f.uniqueKey != "" && f.backend != "" {
-		return usagef("--unique-key with --backend %s: RabbitMQ cannot keep unique keys (hosts share no lock and cannot look a job up by key); enqueue through a host on the pebble or memory backend (--server)", f.backend)
+		return usagef("--unique-key with --backend %s: RabbitMQ cannot keep unique keys (hosts share no lock and cannot look a job up by key); enqueue through a host on the pebble, memory or PostgreSQL backend (--server)", f.backend)
 	}
 	headers, err := parseHeaders(f.headers)
 	if err != nil {
