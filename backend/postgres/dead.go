@@ -64,11 +64,11 @@ func (b *Backend) ReplayDeadLetter(ctx context.Context, queue, id string) error 
 		}
 		e.done(queue)
 		backend.Replayed(ctx, &env)
-		tag, err := tx.Exec(ctx, b.insertJob(true), newJobRow(env, levels, 0, false).args()...)
-		if err != nil {
+		var put int
+		if err := tx.QueryRow(ctx, b.insertJob(true), newJobRow(env, levels, 0, false).args()...).Scan(&put); err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
+		if put == 0 {
 			return fmt.Errorf("replaying dead letter %q of queue %q: %w: settle or delete that one first", id, queue, errIDHeld)
 		}
 		if _, err := tx.Exec(ctx, `DELETE FROM `+b.s+`.dead WHERE seq = $1`, seq); err != nil {

@@ -21,7 +21,8 @@
 // A job's row is its record too (backend.JobRecordReader, JobLister, JobController,
 // JobEnvelopeReader): a settle writes the run into the row it settles, in the same
 // statement, and a finished job's row stays, finished, until retention prunes it
-// (Config.Records), every host pruning the same rows.
+// (Config.Records) by the database's clock; every host prunes, each skipping the rows
+// another is deleting.
 //
 // Unique keys (backend.UniquePublisher) are rows of their own, taken by their primary
 // key in the publish's transaction, so that they hold exactly across hosts; a trigger
@@ -340,28 +341,93 @@ func (b *Backend) PublishBatch(ctx context.Context, pubs []backend.Publication) 
 
 // insertColumns are the columns an insert of a job writes.
 const insertColumns = `queue, id, state, priority, due_at, deferred, payload, headers, attempt, max_attempts,
-	defers, enqueued_at, reason, key, round, status`
+	defers, enqueued_at, reason, key, round, status, holds_key`
 
-// revive is the upsert's tail: a job whose id the queue holds is a repeat and changes
-// nothing, unless its row is only a finished job's record, which the new job replaces
-// (keeping its attempts when keep says so: a replayed dead letter lists its runs),
-// holding a unique key only if the insert says so.
-func revive(keep bool) string {
+// sourceColumns are the columns of the jobs an upsert puts (its CTE t), in a jobRow's
+// args' order, then the row's place in the input (ord) and whether it takes a unique
+// key (hk).
+const sourceColumns = `q, i, p, d, df, pl, h, a, ma, de, e, r, k, ro, ord, hk`
+
+// oneSource is the source of an upsert of one job from a jobRow's args ($1-$14), from
+// rel (a CTE of one row, or "" for none) and taking a unique key where hk says so.
+func oneSource(rel, hk string) string {
+	from := ``
+	if rel != "" {
+		from = ` FROM ` + rel
+	}
+	return `SELECT $1::text, $2::text, $3::smallint, $4::bigint, $5::boolean, $6::bytea, $7::jsonb,
+		$8::int, $9::int, $10::int, $11::bigint, $12::text, $13::text, $14::int, 1::bigint, ` + hk + from
+}
+
+// manySource is the source of an upsert of many jobs from their rows' columns (an
+// array a column, from $p on), if cond holds: a batch of thousands costs one
+// statement's parse and plan, not thousands. With keys, a 15th array says which take
+// a unique key.
+func manySource(p int, cond string, keys bool) string {
+	n, hk := 14, `false`
+	if keys {
+		n, hk = 15, `hk`
+	}
+	ps := make([]any, n)
+	for i := range ps {
+		ps[i] = p + i
+	}
+	if cond == "" {
+		cond = "true"
+	}
+	arrays := fmt.Sprintf(`$%d::text[], $%d::text[], $%d::smallint[], $%d::bigint[], $%d::boolean[], $%d::bytea[], $%d::text[],
+		$%d::int[], $%d::int[], $%d::int[], $%d::bigint[], $%d::text[], $%d::text[], $%d::int[]`, ps[:14]...)
+	cols := `q, i, p, d, df, pl, h, a, ma, de, e, r, k, ro`
+	if keys {
+		arrays += fmt.Sprintf(`, $%d::boolean[]`, ps[14])
+		cols += `, hk`
+	}
+	return `SELECT q, i, p, d, df, pl, h, a, ma, de, e, r, k, ro, ord, ` + hk + `
+		FROM unnest(` + arrays + `) WITH ORDINALITY AS u(` + cols + `, ord) WHERE ` + cond
+}
+
+// upsert is the common table expressions that put the jobs of source (a query of
+// sourceColumns) on their queues: t, the source; old, the finished rows (records) of
+// their ids, locked; ins, the new ids, inserted; rev, the records revived as the new
+// jobs (keeping their attempts when keep says so: a replayed dead letter lists its
+// runs). A repeat of an id the queue holds live is dropped, and no live row is ever
+// locked, so that a repeat publish never waits for nor deadlocks with a claim's
+// renewal or settle. The records are locked before the insert runs (ins reads old), so
+// that a prune cannot delete one between the insert finding it and its revival (the
+// prune skips locked rows); in seq order, so that two publishes of the same ids never
+// wait for each other. The source's ids must be distinct. A statement built on it
+// counts the jobs put as (SELECT count(*) FROM ins) + (SELECT count(*) FROM rev).
+func (b *Backend) upsert(source string, keep bool) string {
 	attempts := `NULL`
 	if keep {
 		attempts = `j.attempts`
 	}
-	return ` ON CONFLICT (queue, id) DO UPDATE SET state = EXCLUDED.state, priority = EXCLUDED.priority,
-		due_at = EXCLUDED.due_at, deferred = EXCLUDED.deferred, redelivered = false, rescues = 0,
-		claim_token = NULL, claimed_by = NULL, lease_until = NULL, payload = EXCLUDED.payload,
-		headers = EXCLUDED.headers, attempt = EXCLUDED.attempt, max_attempts = EXCLUDED.max_attempts,
-		defers = EXCLUDED.defers, enqueued_at = EXCLUDED.enqueued_at, reason = EXCLUDED.reason,
-		key = EXCLUDED.key, round = EXCLUDED.round, status = EXCLUDED.status, outcome = NULL, output = NULL,
-		output_truncated = false, logs = NULL, logs_truncated = false, module = NULL, module_version = NULL,
-		module_role = NULL, started_at = NULL, finished_at = NULL, updated_at = now(), children = NULL,
-		holds_key = EXCLUDED.holds_key, attempts = ` + attempts + `
-		WHERE j.state = 3`
+	return `t (` + sourceColumns + `) AS (` + source + `),
+	old AS (
+		SELECT j.seq, j.queue, j.id FROM ` + b.s + `.jobs j JOIN t ON j.queue = t.q AND j.id = t.i
+		WHERE j.state = 3 ORDER BY j.seq FOR UPDATE OF j),
+	ins AS (
+		INSERT INTO ` + b.s + `.jobs AS j (` + insertColumns + `)
+		SELECT q, i, ` + newState(`d`) + `, p, now() + d * interval '1 microsecond',
+			df, pl, h::jsonb, a, ma, de, e, r, k, ro, ` + newStatus(`d`, `df`) + `, hk
+		FROM t WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.queue = t.q AND old.id = t.i)
+		ORDER BY ord
+		ON CONFLICT (queue, id) DO NOTHING RETURNING queue, id),
+	rev AS (
+		UPDATE ` + b.s + `.jobs j SET state = ` + newState(`t.d`) + `, priority = t.p,
+			due_at = now() + t.d * interval '1 microsecond', deferred = t.df, redelivered = false, rescues = 0,
+			claim_token = NULL, claimed_by = NULL, lease_until = NULL, payload = t.pl, headers = t.h::jsonb,
+			attempt = t.a, max_attempts = t.ma, defers = t.de, enqueued_at = t.e, reason = t.r, key = t.k,
+			round = t.ro, status = ` + newStatus(`t.d`, `t.df`) + `, outcome = NULL, output = NULL,
+			output_truncated = false, logs = NULL, logs_truncated = false, module = NULL, module_version = NULL,
+			module_role = NULL, started_at = NULL, finished_at = NULL, updated_at = now(), children = NULL,
+			holds_key = t.hk, attempts = ` + attempts + `
+		FROM old JOIN t ON old.queue = t.q AND old.id = t.i
+		WHERE j.seq = old.seq RETURNING j.queue, j.id)`
 }
+
+// putCount is the tail of a statement built on upsert: how many jobs it put.
+const putCount = ` SELECT (SELECT count(*) FROM ins) + (SELECT count(*) FROM rev)`
 
 // newState and newStatus are the state and the record's state of a job inserted due
 // after d microseconds, deferred or not.
@@ -370,35 +436,15 @@ func newStatus(d, df string) string {
 	return `CASE WHEN ` + d + ` > 0 AND ` + df + ` THEN 'deferred' WHEN ` + d + ` > 0 THEN 'delayed' ELSE 'pending' END`
 }
 
-// insertJob is the statement that puts one job on its queue; its arguments are a
-// jobRow's args. A repeat of an id the queue holds does nothing (revive).
+// insertJob is the statement that puts one job on its queue and counts it (0 for a
+// repeat of an id the queue holds live); its arguments are a jobRow's args.
 func (b *Backend) insertJob(keep bool) string {
-	return `INSERT INTO ` + b.s + `.jobs AS j (` + insertColumns + `)
-		VALUES ($1, $2, ` + newState(`$4::bigint`) + `, $3, now() + $4::bigint * interval '1 microsecond',
-			$5, $6, $7, $8, $9, $10, $11, $12, $13, $14, ` + newStatus(`$4::bigint`, `$5::boolean`) + `)` + revive(keep)
+	return `WITH ` + b.upsert(oneSource("", "false"), keep) + putCount
 }
 
-// insertJobs is insertJob for many jobs in one statement, its arguments their rows'
-// columns (an array a column) from $p on, so that a batch of thousands costs one
-// statement's parse and plan, not thousands. cond, when not empty, is a condition the
-// insert needs (a settle's claim). The rows' ids must be distinct: an upsert cannot
-// touch one row twice.
-func (b *Backend) insertJobs(p int, cond string) string {
-	ps := make([]any, 14)
-	for i := range ps {
-		ps[i] = p + i
-	}
-	if cond == "" {
-		cond = "true"
-	}
-	return `INSERT INTO ` + b.s + `.jobs AS j (` + insertColumns + `)
-		SELECT q, i, ` + newState(`d`) + `, p, now() + d * interval '1 microsecond',
-			df, pl, h::jsonb, a, ma, de, e, r, k, ro, ` + newStatus(`d`, `df`) + `
-		FROM ` + fmt.Sprintf(`unnest($%d::text[], $%d::text[], $%d::smallint[], $%d::bigint[], $%d::boolean[], $%d::bytea[], $%d::text[],
-			$%d::int[], $%d::int[], $%d::int[], $%d::bigint[], $%d::text[], $%d::text[], $%d::int[])`, ps...) + `
-			WITH ORDINALITY AS t(q, i, p, d, df, pl, h, a, ma, de, e, r, k, ro, ord)
-		WHERE ` + cond + `
-		ORDER BY ord` + revive(false)
+// insertJobs is insertJob for many jobs, its arguments their rows' columns.
+func (b *Backend) insertJobs() string {
+	return `WITH ` + b.upsert(manySource(1, "", false), false) + putCount
 }
 
 // publish inserts pubs in one transaction and notifies their queues.
@@ -418,7 +464,7 @@ func (b *Backend) publish(ctx context.Context, pubs []backend.Publication, defer
 		if err != nil {
 			return err
 		}
-		batch.Queue(b.insertJobs(1, ""), cols...)
+		batch.Queue(b.insertJobs(), cols...)
 	}
 	for q := range queues {
 		batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, q)

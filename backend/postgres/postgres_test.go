@@ -366,7 +366,7 @@ func TestSettleUnknownPutsTheJobBack(t *testing.T) {
 // TestBatchedAcksAnswerEachClaim: acknowledgements made at once go to the database
 // together, and each learns its own answer: those whose claim token went stale (here
 // changed behind the backend's back, as another host's rescue would) are refused and
-// leave their rows, the others delete theirs.
+// stay claimed, the others finish theirs.
 func TestBatchedAcksAnswerEachClaim(t *testing.T) {
 	t.Parallel()
 	url, schema := testSchema(t)
@@ -809,5 +809,166 @@ func TestEndedUniqueKeysArePruned(t *testing.T) {
 			t.Fatalf("%d unique keys left after %q's hold ended (it gone: %v), want only the other", all, ended, gone)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRepeatPublishLocksNoLiveRow: a repeat publish of an id the queue holds live (a
+// parent's children published again) neither waits for nor takes that row's lock, so
+// it can never stall or deadlock with the claim's renewal or settle; here the row is
+// locked by another transaction the whole time, and every kind of publish returns.
+func TestRepeatPublishLocksNoLiveRow(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	b := open(t, postgres.Config{URL: url, Schema: schema})
+	q := backend.QueueConfig{Name: "locked"}
+	s := rig.Consume(t, b, q)
+	env := backend.NewEnvelope(q.Name, []byte("x"))
+	rig.Must(t, b.Publish(ctx, env, 0))
+	d, _ := receive(t, s, 10*time.Second)
+	conn, err := pgx.Connect(ctx, url)
+	rig.Must(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	rig.Must(t, err)
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+schema+`.jobs WHERE id = $1 FOR UPDATE`, env.ID); err != nil {
+		t.Fatal(err)
+	}
+	other := backend.NewEnvelope(q.Name, []byte("y"))
+	for _, tc := range []struct {
+		name string
+		pub  func(ctx context.Context) error
+	}{
+		{"Publish", func(ctx context.Context) error { return b.Publish(ctx, env, 0) }},
+		{"PublishBatch", func(ctx context.Context) error {
+			return b.PublishBatch(ctx, []backend.Publication{{Envelope: env}, {Envelope: other}})
+		}},
+		{"PublishUnique", func(ctx context.Context) error {
+			_, err := b.PublishUnique(ctx, []backend.UniquePublication{{Publication: backend.Publication{Envelope: env}, Key: "k"}})
+			return err
+		}},
+	} {
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := tc.pub(pctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s of a held id while its row is locked: %v, want it dropped at once", tc.name, err)
+		}
+	}
+	rig.Must(t, tx.Rollback(ctx))
+	rig.Must(t, d.Ack(ctx))
+	d, got := receive(t, s, 10*time.Second)
+	if got.ID != other.ID {
+		t.Fatalf("after the repeats, delivered %s, want only the other job, %s", got.ID, other.ID)
+	}
+	rig.Must(t, d.Ack(ctx))
+	if st, err := b.QueueStats(ctx, q.Name); err != nil || st != (backend.QueueStats{}) {
+		t.Fatalf("after the repeats and the acks: %+v %v, want nothing left", st, err)
+	}
+	// The unique publish of the held id was dropped as a repeat, so it took no key.
+	res, err := b.PublishUnique(ctx, []backend.UniquePublication{{Publication: backend.Publication{Envelope: backend.NewEnvelope(q.Name, nil)}, Key: "k"}})
+	if err != nil || res[0].Duplicate {
+		t.Fatalf("a publish of the key the dropped repeat named: %+v %v, want a new job", res, err)
+	}
+}
+
+// TestRecordsPrunedByTheDatabasesAge: a record goes once it is older than
+// Records.MaxAge by the database's clock, whatever finish time the host's clock wrote
+// into it: a host whose clock is hours behind does not get its records pruned early.
+func TestRecordsPrunedByTheDatabasesAge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, schema := testSchema(t)
+	b := open(t, postgres.Config{URL: url, Schema: schema, Records: backend.RecordConfig{MaxAge: time.Hour, PruneInterval: 50 * time.Millisecond}})
+	q := backend.QueueConfig{Name: "aged", Prefetch: 2}
+	rig.Must(t, b.Declare(ctx, q))
+	s := rig.Consume(t, b, q)
+	var ids []string
+	for range 2 {
+		env := backend.NewEnvelope(q.Name, nil)
+		rig.Must(t, b.Publish(ctx, env, 0))
+		d, _ := receive(t, s, 10*time.Second)
+		// The host's clock says the run ended three hours ago.
+		rig.Must(t, d.(backend.AtomicDelivery).AckWith(ctx, nil, &backend.JobRecord{FinishedAt: time.Now().Add(-3 * time.Hour)}))
+		ids = append(ids, env.ID)
+	}
+	// The database ages one of them past the hour.
+	if n := exec(t, url, `UPDATE `+schema+`.jobs SET updated_at = now() - interval '2 hours' WHERE id = $1`, ids[0]); n != 1 {
+		t.Fatalf("aged %d rows, want 1", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err0 := b.JobRecord(ctx, ids[0])
+		if errors.Is(err0, backend.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the record two hours old by the database: %v, want it pruned", err0)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := b.JobRecord(ctx, ids[1]); err != nil {
+		t.Fatalf("the record the host's clock dated three hours back: %v, want it kept", err)
+	}
+}
+
+// TestJobEnvelopeIsWhatARetryReplays: of a job that died twice (published again after
+// its first death), the envelope shown is the dead letter a retry now replays.
+func TestJobEnvelopeIsWhatARetryReplays(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, schema := testSchema(t)
+	b := open(t, postgres.Config{URL: url, Schema: schema})
+	q := backend.QueueConfig{Name: "twice"}
+	rig.Must(t, b.Declare(ctx, q))
+	s := rig.Consume(t, b, q)
+	env := backend.NewEnvelope(q.Name, []byte("a"))
+	for _, p := range []string{"a", "b"} {
+		env.Payload = []byte(p)
+		rig.Must(t, b.Publish(ctx, env, 0))
+		d, _ := receive(t, s, 10*time.Second)
+		rig.Must(t, d.DeadLetter(ctx, "died "+p))
+	}
+	shown, err := b.JobEnvelope(ctx, env.ID)
+	rig.Must(t, err)
+	rig.Must(t, b.RetryJobNow(ctx, env.ID))
+	_, replayed := receive(t, s, 10*time.Second)
+	if string(shown.Payload) != string(replayed.Payload) {
+		t.Fatalf("JobEnvelope showed %q, the retry replayed %q: want the same", shown.Payload, replayed.Payload)
+	}
+}
+
+// TestListJobsPagesPastTheScanBound: a page as large as the scan's bound still says
+// where the next one starts.
+func TestListJobsPagesPastTheScanBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, schema := testSchema(t)
+	b := open(t, postgres.Config{URL: url, Schema: schema})
+	q := backend.QueueConfig{Name: "many"}
+	rig.Must(t, b.Declare(ctx, q))
+	const n = 10_001 // one past the scan's bound
+	pubs := make([]backend.Publication, n)
+	for i := range pubs {
+		pubs[i] = backend.Publication{Envelope: backend.NewEnvelope(q.Name, nil)}
+	}
+	rig.Must(t, b.PublishBatch(ctx, pubs))
+	seen := 0
+	f := backend.JobFilter{Limit: n}
+	for pages := 0; ; pages++ {
+		page, err := b.ListJobs(ctx, q.Name, f)
+		rig.Must(t, err)
+		seen += len(page.Jobs)
+		if page.Next == "" {
+			break
+		}
+		if pages > 3 {
+			t.Fatalf("more than %d pages", pages)
+		}
+		f.Cursor = page.Next
+	}
+	if seen != n {
+		t.Fatalf("listed %d jobs over the pages, want %d", seen, n)
 	}
 }

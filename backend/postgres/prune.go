@@ -2,9 +2,12 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // pruneBatch is how many finished rows one prune statement deletes: small enough that
@@ -41,44 +44,53 @@ func (b *Backend) pruneLoop(ctx context.Context) {
 }
 
 // prune deletes the finished rows older than maxAge and those past the newest
-// maxCount, a batch at a time, and reports how many it deleted.
+// maxCount, a batch at a time, and reports how many it deleted. Age and order are by
+// the database's clock (updated_at, set by the write that finished the row), not by a
+// host's: a host whose clock is behind must not get its records pruned early.
 func (b *Backend) prune(ctx context.Context) (int64, error) {
 	var total int64
 	if b.maxAge > 0 {
 		for {
 			n, err := b.pruneStep(ctx, `DELETE FROM `+b.s+`.jobs WHERE seq IN (
-				SELECT seq FROM `+b.s+`.jobs WHERE state = 3 AND finished_at < now() - $1 * interval '1 microsecond'
-				ORDER BY finished_at LIMIT `+strconv.Itoa(pruneBatch)+` FOR UPDATE SKIP LOCKED)`, b.maxAge.Microseconds())
+				SELECT seq FROM `+b.s+`.jobs WHERE state = 3 AND updated_at < now() - $1 * interval '1 microsecond'
+				ORDER BY updated_at, seq LIMIT `+strconv.Itoa(pruneBatch)+` FOR UPDATE SKIP LOCKED)`, b.maxAge.Microseconds())
 			total += n
-			if err != nil || n < pruneBatch {
-				if err != nil {
-					return total, err
-				}
+			if err != nil {
+				return total, err
+			}
+			if n < pruneBatch {
 				break
 			}
 		}
 	}
-	var finished int
-	ctx1, cancel := context.WithTimeout(ctx, b.cfg.Lease)
-	err := b.pool.QueryRow(ctx1, `SELECT count(*) FROM `+b.s+`.jobs WHERE state = 3`).Scan(&finished)
-	cancel()
-	if err != nil {
-		return total, err
-	}
-	for excess := finished - b.maxCount; excess > 0; excess -= pruneBatch {
-		// The rows past the newest maxCount: the same rows whichever host asks.
+	for {
+		// The newest row past the newest maxCount, read without a lock (a locking
+		// read would lock every row its OFFSET skips, the records kept among them),
+		// then the rows at or past it, oldest first, a batch at a time: the same rows
+		// whichever host asks, but for those another host is pruning (skipped).
+		var at time.Time
+		var seq int64
+		ctx1, cancel := context.WithTimeout(ctx, b.cfg.Lease)
+		err := b.pool.QueryRow(ctx1, `SELECT updated_at, seq FROM `+b.s+`.jobs WHERE state = 3
+			ORDER BY updated_at DESC, seq DESC OFFSET $1 LIMIT 1`, b.maxCount).Scan(&at, &seq)
+		cancel()
+		if errors.Is(err, pgx.ErrNoRows) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
 		n, err := b.pruneStep(ctx, `DELETE FROM `+b.s+`.jobs WHERE seq IN (
-			SELECT seq FROM `+b.s+`.jobs WHERE state = 3 ORDER BY finished_at DESC, seq DESC
-			OFFSET $1 LIMIT `+strconv.Itoa(pruneBatch)+` FOR UPDATE SKIP LOCKED)`, b.maxCount)
+			SELECT seq FROM `+b.s+`.jobs WHERE state = 3 AND (updated_at, seq) <= ($1, $2)
+			ORDER BY updated_at, seq LIMIT `+strconv.Itoa(pruneBatch)+` FOR UPDATE SKIP LOCKED)`, at, seq)
 		total += n
 		if err != nil {
 			return total, err
 		}
-		if n == 0 {
-			break
+		if n < pruneBatch {
+			return total, nil
 		}
 	}
-	return total, nil
 }
 
 // pruneStep runs one prune statement, bounded by a lease.

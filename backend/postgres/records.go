@@ -224,7 +224,7 @@ func (b *Backend) JobRecord(ctx context.Context, id string) (backend.JobRecord, 
 		return backend.JobRecord{}, backend.ErrShutDown
 	}
 	rec, err := scanRecord(b.pool.QueryRow(ctx, `SELECT `+recordColumns+` FROM `+b.s+`.jobs
-		WHERE id = $1 ORDER BY updated_at DESC LIMIT 1`, id))
+		WHERE id = $1 ORDER BY updated_at DESC, seq DESC LIMIT 1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return backend.JobRecord{}, fmt.Errorf("job %q: %w", id, backend.ErrNotFound)
 	}
@@ -240,7 +240,9 @@ func (b *Backend) ListJobs(ctx context.Context, queue string, f backend.JobFilte
 	if _, err := b.queueLevels(ctx, queue); err != nil {
 		return backend.JobPage{}, err
 	}
-	limit := min(f.Limit, maxListScan)
+	// One less than the scan's bound, so that a full scan can still say a next page
+	// exists.
+	limit := min(f.Limit, maxListScan-1)
 	if limit <= 0 {
 		limit = backend.DefaultJobPage
 	}
@@ -322,7 +324,7 @@ func (b *Backend) lookUp(ctx context.Context, id string) (heldJob, error) {
 	}
 	var h heldJob
 	err := b.pool.QueryRow(ctx, `SELECT seq, queue, state, status FROM `+b.s+`.jobs
-		WHERE id = $1 ORDER BY updated_at DESC LIMIT 1`, id).Scan(&h.seq, &h.queue, &h.state, &h.status)
+		WHERE id = $1 ORDER BY updated_at DESC, seq DESC LIMIT 1`, id).Scan(&h.seq, &h.queue, &h.state, &h.status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return heldJob{}, fmt.Errorf("job %q: %w", id, backend.ErrNotFound)
 	}
@@ -358,7 +360,7 @@ func (b *Backend) CancelJob(ctx context.Context, id string) error {
 		if tag.RowsAffected() == 1 {
 			return nil
 		}
-		h.state, h.status = rowClaimed, "" // taken meanwhile
+		return fmt.Errorf("job %q of queue %q was taken or finished meanwhile: only a job that waits can be cancelled: %w", id, h.queue, backend.ErrJobState)
 	}
 	return fmt.Errorf("job %q of queue %q is %s: only a job that waits can be cancelled: %w", id, h.queue, h.stateOf(), backend.ErrJobState)
 }
@@ -367,12 +369,20 @@ func (b *Backend) CancelJob(ctx context.Context, id string) error {
 // now, or replays a dead letter.
 func (b *Backend) RetryJobNow(ctx context.Context, id string) error {
 	h, err := b.lookUp(ctx, id)
+	if errors.Is(err, backend.ErrNotFound) {
+		// No record (pruned, or none kept), but maybe a dead letter.
+		if q, derr := b.deadQueue(ctx, id); derr == nil {
+			return b.ReplayDeadLetter(ctx, q, id)
+		}
+	}
 	if err != nil {
 		return err
 	}
 	switch {
 	case h.state == rowFinished && h.status == string(backend.JobDead):
 		return b.ReplayDeadLetter(ctx, h.queue, id)
+	case h.state == rowReady:
+		return fmt.Errorf("job %q of queue %q is due already: %w", id, h.queue, backend.ErrJobState)
 	case h.state == rowWaiting:
 		batch := &pgx.Batch{}
 		batch.Queue(`UPDATE `+b.s+`.jobs SET state = 0, due_at = now(), updated_at = now() WHERE seq = $1 AND state = 2`, h.seq)
@@ -401,7 +411,9 @@ func (b *Backend) DeleteJob(ctx context.Context, id string) error {
 		return fmt.Errorf("job %q of queue %q is running: it can be deleted once it settles: %w", id, h.queue, backend.ErrJobState)
 	}
 	batch := &pgx.Batch{}
-	batch.Queue(`DELETE FROM `+b.s+`.jobs WHERE seq = $1 AND state <> 1`, h.seq)
+	// Only the row as it was looked up: one revived meanwhile (a publish, a replay) is
+	// a new job, not the one asked for.
+	batch.Queue(`DELETE FROM `+b.s+`.jobs WHERE seq = $1 AND state = $2 AND status = $3`, h.seq, h.state, h.status)
 	if h.state == rowFinished && h.status == string(backend.JobDead) {
 		batch.Queue(`DELETE FROM `+b.s+`.dead WHERE queue = $1 AND id = $2`, h.queue, id)
 	}
@@ -410,34 +422,56 @@ func (b *Backend) DeleteJob(ctx context.Context, id string) error {
 		return b.transport("delete", h.queue, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("job %q of queue %q was taken meanwhile: it can be deleted once it settles: %w", id, h.queue, backend.ErrJobState)
+		return fmt.Errorf("job %q of queue %q changed meanwhile (it was taken, finished or published again): look again: %w", id, h.queue, backend.ErrJobState)
 	}
 	return nil
 }
 
-// JobEnvelope returns the envelope of the job id while it waits, or of its latest dead
-// letter.
+// JobEnvelope returns the envelope of the job id while it waits, or, once it died, of
+// its oldest dead letter: the one a retry now replays. A running job or one that
+// finished otherwise has none (ErrNotFound).
 func (b *Backend) JobEnvelope(ctx context.Context, id string) (backend.Envelope, error) {
-	if b.isClosed() {
-		return backend.Envelope{}, backend.ErrShutDown
-	}
+	h, err := b.lookUp(ctx, id)
 	var env backend.Envelope
-	var queue string
 	e := envScan{env: &env}
-	err := b.pool.QueryRow(ctx, `SELECT queue, `+envColumns+` FROM (
-			(SELECT 0 AS src, updated_at AS at, queue, `+envColumns+` FROM `+b.s+`.jobs WHERE id = $1 AND state IN (0, 2)
-				ORDER BY updated_at DESC LIMIT 1)
-			UNION ALL
-			(SELECT 1, dead_at, queue, `+envColumns+` FROM `+b.s+`.dead WHERE id = $1 ORDER BY seq DESC LIMIT 1)) AS e
-		ORDER BY src LIMIT 1`, id).Scan(e.dest(&queue)...)
+	switch {
+	case errors.Is(err, backend.ErrNotFound):
+		// No record (pruned, or none kept), but maybe a dead letter.
+		var queue string
+		err = b.pool.QueryRow(ctx, `SELECT queue, `+envColumns+` FROM `+b.s+`.dead WHERE id = $1
+			ORDER BY seq LIMIT 1`, id).Scan(e.dest(&queue)...)
+		h.queue = queue
+	case err != nil:
+		return backend.Envelope{}, err
+	case h.state == rowReady || h.state == rowWaiting:
+		err = b.pool.QueryRow(ctx, `SELECT `+envColumns+` FROM `+b.s+`.jobs WHERE seq = $1 AND state IN (0, 2)`, h.seq).Scan(e.dest()...)
+	case h.state == rowFinished && h.status == string(backend.JobDead):
+		err = b.pool.QueryRow(ctx, `SELECT `+envColumns+` FROM `+b.s+`.dead WHERE queue = $1 AND id = $2
+			ORDER BY seq LIMIT 1`, h.queue, id).Scan(e.dest()...)
+	default:
+		return backend.Envelope{}, fmt.Errorf("job %q of queue %q is %s: no waiting job or dead letter of that id: %w", id, h.queue, h.stateOf(), backend.ErrNotFound)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return backend.Envelope{}, fmt.Errorf("job %q: no waiting job or dead letter of that id: %w", id, backend.ErrNotFound)
 	}
 	if err != nil {
-		return backend.Envelope{}, b.transport("job envelope", "", err)
+		return backend.Envelope{}, b.transport("job envelope", h.queue, err)
 	}
-	e.done(queue)
+	e.done(h.queue)
 	return env, nil
+}
+
+// deadQueue returns the queue of the oldest dead letter of id, or ErrNotFound.
+func (b *Backend) deadQueue(ctx context.Context, id string) (string, error) {
+	var queue string
+	err := b.pool.QueryRow(ctx, `SELECT queue FROM `+b.s+`.dead WHERE id = $1 ORDER BY seq LIMIT 1`, id).Scan(&queue)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("job %q: %w", id, backend.ErrNotFound)
+	}
+	if err != nil {
+		return "", b.transport("look up a dead letter", "", err)
+	}
+	return queue, nil
 }
 
 // firstCount sends batch, in one implicit transaction, and returns the rows its first

@@ -74,7 +74,6 @@ func (b *Backend) jobRows(ctx context.Context, pubs []backend.Publication, defer
 // distinct returns rows without the repeats of an earlier row's queue and id, which
 // one statement's upsert could not take (nor would keep: a repeat is dropped).
 func distinct(rows []jobRow) []jobRow {
-	type qid struct{ queue, id string }
 	seen := make(map[qid]bool, len(rows))
 	out := rows[:0:0]
 	for _, r := range rows {

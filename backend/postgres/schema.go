@@ -109,8 +109,15 @@ var migrations = []string{
 		ADD COLUMN updated_at timestamptz NOT NULL DEFAULT now(),
 		ADD COLUMN children text[],
 		ADD COLUMN attempts jsonb;
+	UPDATE {s}.jobs SET status = CASE
+		WHEN state = 1 THEN 'pending'
+		WHEN state = 2 AND deferred THEN 'deferred'
+		WHEN attempt > 1 THEN 'retrying'
+		WHEN state = 2 THEN 'delayed'
+		ELSE 'pending' END;
 	CREATE INDEX jobs_id ON {s}.jobs (id);
-	CREATE INDEX jobs_finished ON {s}.jobs (finished_at) WHERE state = 3;`,
+	CREATE INDEX jobs_finished ON {s}.jobs (updated_at, seq) WHERE state = 3;
+	CREATE INDEX dead_id ON {s}.dead (id, seq);`,
 	// Version 3: unique keys. A key of a queue is held by one job (job_queue, job_id)
 	// while it lives (until NULL) and, once it finished, until its hold ends. A job
 	// that holds a key says so (holds_key), so that the trigger, which ends the hold

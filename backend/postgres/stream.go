@@ -688,7 +688,7 @@ func (d *delivery) AckWith(ctx context.Context, children []backend.Publication, 
 					claim_token = NULL, claimed_by = NULL, lease_until = NULL
 				WHERE seq = $14 AND claim_token = $15 AND state = 1 AND lease_until > now()
 				RETURNING 1),
-			ins AS (`+b.insertJobs(16, `EXISTS (SELECT 1 FROM c)`)+`)
+			`+b.upsert(manySource(16, `EXISTS (SELECT 1 FROM c)`, false), false)+`
 			SELECT count(*) FROM c`, args...)
 		for q := range queues {
 			batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, q)
@@ -786,18 +786,13 @@ func (d *delivery) replace(ctx context.Context, op string, next backend.Envelope
 			// A unique key the job holds moves to next, which takes the job's place.
 			batch.Queue(`WITH claim AS (
 					SELECT holds_key FROM `+b.s+`.jobs WHERE seq = $15 AND claim_token = $16 AND state = 1 AND lease_until > now() FOR UPDATE),
-				ins AS (
-					INSERT INTO `+b.s+`.jobs AS j (`+insertColumns+`, holds_key)
-					SELECT $1::text, $2::text, `+newState(`$4::bigint`)+`, $3::smallint,
-						now() + $4::bigint * interval '1 microsecond', $5::boolean,
-						$6::bytea, $7::jsonb, $8::int, $9::int, $10::int, $11::bigint, $12::text, $13::text, $14::int,
-						`+newStatus(`$4::bigint`, `$5::boolean`)+`, holds_key
-					FROM claim`+revive(false)+` RETURNING 1),
+				`+b.upsert(oneSource(`claim`, `claim.holds_key`), false)+`,
+				put AS (SELECT 1 WHERE EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM rev)),
 				moved AS (
 					UPDATE `+b.s+`.unique_keys SET job_queue = $1::text, job_id = $2::text
-					WHERE job_queue = $17::text AND job_id = $18::text AND until IS NULL AND EXISTS (SELECT 1 FROM ins)),
+					WHERE job_queue = $17::text AND job_id = $18::text AND until IS NULL AND EXISTS (SELECT 1 FROM put)),
 				gone AS (
-					DELETE FROM `+b.s+`.jobs WHERE seq = $15 AND claim_token = $16 AND EXISTS (SELECT 1 FROM ins) RETURNING 1)
+					DELETE FROM `+b.s+`.jobs WHERE seq = $15 AND claim_token = $16 AND EXISTS (SELECT 1 FROM put) RETURNING 1)
 				SELECT (SELECT count(*) FROM claim), (SELECT count(*) FROM gone)`, args...)
 		}
 		batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, next.Queue)

@@ -23,8 +23,11 @@ const uniqueTries = 5
 // errKeyMoved is a try of PublishUnique that met a key freed under it.
 var errKeyMoved = errors.New("a unique key changed hands while it was published")
 
-// qkey is a unique key of a queue.
-type qkey struct{ queue, key string }
+// qkey is a unique key of a queue; qid a job of a queue.
+type (
+	qkey struct{ queue, key string }
+	qid  struct{ queue, id string }
+)
 
 // PublishUnique publishes, in one transaction, every publication whose key its queue
 // does not hold, with the keys they take (see backend.UniquePublisher): all of them or
@@ -144,7 +147,7 @@ func (b *Backend) publishUnique(ctx context.Context, pubs []backend.UniquePublic
 			}
 		}
 		var queued []backend.Publication
-		var mark []string // queue, id pairs of the jobs that take a key
+		takes := make(map[qid]qkey) // the jobs that take a key, and the key
 		for i, p := range pubs {
 			out[i].ID = p.Envelope.ID
 			if p.Key == "" {
@@ -154,7 +157,7 @@ func (b *Backend) publishUnique(ctx context.Context, pubs []backend.UniquePublic
 			k := qkey{p.Envelope.Queue, p.Key}
 			if taken[k] && first[k] == i {
 				queued = append(queued, p.Publication)
-				mark = append(mark, p.Envelope.Queue, p.Envelope.ID)
+				takes[qid{p.Envelope.Queue, p.Envelope.ID}] = k
 				continue
 			}
 			out[i].Duplicate = true
@@ -172,20 +175,31 @@ func (b *Backend) publishUnique(ctx context.Context, pubs []backend.UniquePublic
 			return err
 		}
 		queues = qs
-		batch := &pgx.Batch{}
 		cols, err := columns(rows)
 		if err != nil {
 			return err
 		}
-		batch.Queue(b.insertJobs(1, ""), cols...)
-		if len(mark) > 0 {
-			mq, mi := make([]string, 0, len(mark)/2), make([]string, 0, len(mark)/2)
-			for i := 0; i < len(mark); i += 2 {
-				mq, mi = append(mq, mark[i]), append(mi, mark[i+1])
+		hk := make([]bool, len(rows))
+		for i, r := range rows {
+			_, hk[i] = takes[qid{r.queue, r.id}]
+		}
+		put, err := b.putIDs(ctx, tx, append(cols, hk))
+		if err != nil {
+			return err
+		}
+		// A job not put (a repeat of an id its queue holds live, dropped as any repeat
+		// is) holds no key: the key it took is let go, so that a key is only ever held
+		// by a job that knows it (holds_key) and whose end ends the hold.
+		var freeQ, freeK, freeI []string
+		for id, k := range takes {
+			if !put[id] {
+				freeQ, freeK, freeI = append(freeQ, k.queue), append(freeK, k.key), append(freeI, id.id)
 			}
-			// The jobs that took a key hold it: their finish or delete ends its hold.
-			batch.Queue(`UPDATE `+b.s+`.jobs j SET holds_key = true FROM unnest($1::text[], $2::text[]) AS t(q, i)
-				WHERE j.queue = t.q AND j.id = t.i AND j.state <> 3`, mq, mi)
+		}
+		batch := &pgx.Batch{}
+		if len(freeQ) > 0 {
+			batch.Queue(`DELETE FROM `+b.s+`.unique_keys u USING unnest($1::text[], $2::text[], $3::text[]) AS t(q, k, i)
+				WHERE u.queue = t.q AND u.key = t.k AND u.job_id = t.i`, freeQ, freeK, freeI)
 		}
 		for q := range queues {
 			batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, q)
@@ -221,4 +235,24 @@ func (b *Backend) pruneKeys(ctx context.Context) (int64, error) {
 			return total, nil
 		}
 	}
+}
+
+// putIDs upserts the jobs of cols (their rows' columns, then which take a unique key)
+// in tx and returns the jobs it put: those not dropped as repeats.
+func (b *Backend) putIDs(ctx context.Context, tx pgx.Tx, cols []any) (map[qid]bool, error) {
+	rows, err := tx.Query(ctx, `WITH `+b.upsert(manySource(1, "", true), false)+`
+		SELECT queue, id FROM ins UNION ALL SELECT queue, id FROM rev`, cols...)
+	if err != nil {
+		return nil, err
+	}
+	put := make(map[qid]bool)
+	for rows.Next() {
+		var id qid
+		if err := rows.Scan(&id.queue, &id.id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		put[id] = true
+	}
+	return put, rows.Err()
 }

@@ -39,7 +39,7 @@ func TestInvokeBadUsage(t *testing.T) {
 		{"bad manifest", []string{"invoke", badManifest}, `echo.toml:3:1: field timeout: want a duration from 1ms to 24h such as "30s", got "soon"`},
 		{"validate without paths", []string{"modules", "validate"}, "want validate PATH..., got 0 arguments"},
 		{"data-dir on memory", []string{"run", "--modules", dir, "--backend", "memory", "--data-dir", dir}, "--data-dir is for --backend pebble"},
-		{"records on amqp", []string{"run", "--modules", dir, "--backend", "amqp://u:secret@127.0.0.1:1/", "--records-max", "5"}, "--records-max is for --backend pebble; --backend amqp://u:xxxxx@127.0.0.1:1/"},
+		{"records on amqp", []string{"run", "--modules", dir, "--backend", "amqp://u:secret@127.0.0.1:1/", "--records-max", "5"}, "--records-max is for --backend pebble or a postgres:// URL; --backend amqp://u:xxxxx@127.0.0.1:1/ keeps no job records"},
 		{"backup-dir on memory", []string{"run", "--modules", dir, "--backend", "memory", "--backup-dir", dir}, "--backup-dir is for --backend pebble"},
 		{"backup-dir in data-dir", []string{"run", "--modules", dir, "--data-dir", dir, "--backup-dir", filepath.Join(dir, "b")}, "is inside --data-dir"},
 	} {

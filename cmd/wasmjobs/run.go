@@ -192,6 +192,9 @@ func pebbleOnlyFlags(cmd *cobra.Command, spec string) error {
 			continue // the postgres backend keeps job records too
 		}
 		if cmd.Flags().Changed(name) {
+			if name == "records-max" || name == "records-max-age" {
+				return usagef("--%s is for --backend pebble or a postgres:// URL; --backend %s keeps no job records", name, redact(spec))
+			}
 			return usagef("--%s is for --backend pebble; --backend %s keeps no data directory", name, redact(spec))
 		}
 	}
