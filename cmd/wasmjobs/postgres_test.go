@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -131,5 +132,84 @@ func TestPostgresTwoHostsOneKilled(t *testing.T) {
 	t.Logf("killed a with %d claims held after %d of %d jobs; rescued %v after the kill; %d jobs called twice (at most the claims held)", held, jobs/3, jobs, rescued.Round(time.Millisecond), twice)
 	if dead != 0 || w.overlaps != 0 || twice > held {
 		t.Fatalf("%d dead letters, %d moments a job ran on two live hosts at once, %d jobs called twice (the dead host held %d); want none, none, at most those held", dead, w.overlaps, twice, held)
+	}
+}
+
+// TestPostgresUniqueAcrossTwoHosts: two real hosts on one database take 1,000
+// enqueues of one unique key at once, half each: one job is queued and runs, and every
+// other enqueue answers a duplicate naming it, on either host, within its unique_for
+// and after its job succeeded.
+func TestPostgresUniqueAcrossTwoHosts(t *testing.T) {
+	t.Parallel()
+	url := testbroker.PostgresURL(t)
+	schema := "wasmjobs_unique_" + uniqueSuffix()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, url); err == nil {
+			conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+			conn.Close(ctx)
+		}
+	})
+	hosts := make([]*hostProc, 2)
+	for i, id := range []string{"a", "b"} {
+		hosts[i] = startEchoHost(t, "--backend", url, "--pg-schema", schema, "--host-id", id, "--log-level", "info")
+	}
+	const n = 1000
+	body := `{"queue":"echo","payload":"once","unique_key":"one","unique_for":"1h"}`
+	type answer struct {
+		code      int
+		id        string
+		duplicate bool
+		err       error
+	}
+	answers := make([]answer, n)
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			resp, err := client.Post(hosts[i%2].url+"/v1/jobs", "application/json", strings.NewReader(body))
+			if err != nil {
+				answers[i].err = err
+				return
+			}
+			defer resp.Body.Close()
+			var r struct {
+				ID        string
+				Duplicate bool
+			}
+			answers[i].code, answers[i].err = resp.StatusCode, json.NewDecoder(resp.Body).Decode(&r)
+			answers[i].id, answers[i].duplicate = r.ID, r.Duplicate
+		})
+	}
+	close(start)
+	wg.Wait()
+	var queued []string
+	for i, a := range answers {
+		switch {
+		case a.err != nil:
+			t.Fatalf("enqueue %d: %v", i, a.err)
+		case a.code == http.StatusAccepted && !a.duplicate:
+			queued = append(queued, a.id)
+		case a.code != http.StatusOK || !a.duplicate:
+			t.Fatalf("enqueue %d: %d %+v, want 202 or a 200 duplicate", i, a.code, a)
+		}
+	}
+	if len(queued) != 1 {
+		t.Fatalf("%d jobs queued of one unique key from two hosts, want 1", len(queued))
+	}
+	for i, a := range answers {
+		if a.id != queued[0] {
+			t.Fatalf("enqueue %d names %s, not the queued %s", i, a.id, queued[0])
+		}
+	}
+	waitForLong(t, "the unique job succeeded", time.Minute, func() bool { return hosts[1].job(queued[0]).State == "succeeded" })
+	for _, h := range hosts {
+		code, out := h.post("/v1/jobs", body)
+		if code != http.StatusOK || !strings.Contains(out, queued[0]) {
+			t.Fatalf("an enqueue after the job succeeded, within unique_for: %d %s, want a duplicate of %s", code, out, queued[0])
+		}
 	}
 }
