@@ -5,6 +5,7 @@
 #   scripts/postgres.sh start   install (apt-get) if missing, create the cluster if there is
 #                               none, start it, create the role and the database, print the URL
 #   scripts/postgres.sh stop    stop the cluster
+#   scripts/postgres.sh drop    stop the cluster and delete it, its data with it
 #   scripts/postgres.sh url     print the URL (export it as WASMJOBS_PG_URL)
 #
 # The cluster is Debian's own (`pg_ctlcluster VERSION main start`, the newest installed
@@ -91,9 +92,18 @@ stop() {
   fi
 }
 
+drop() {
+  local v
+  v=$(version)
+  if [ -n "$v" ] && [ -n "$(port "$v")" ]; then
+    pg_dropcluster --stop "$v" "$CLUSTER" >&2
+  fi
+}
+
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
+  drop) drop ;;
   url) url ;;
-  *) echo "usage: $0 start|stop|url" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|drop|url" >&2; exit 2 ;;
 esac

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -210,6 +214,117 @@ func TestPostgresUniqueAcrossTwoHosts(t *testing.T) {
 		code, out := h.post("/v1/jobs", body)
 		if code != http.StatusOK || !strings.Contains(out, queued[0]) {
 			t.Fatalf("an enqueue after the job succeeded, within unique_for: %d %s, want a duplicate of %s", code, out, queued[0])
+		}
+	}
+}
+
+// pgScriptPath is the path of scripts/postgres.sh.
+func pgScriptPath() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "scripts", "postgres.sh")
+}
+
+// pgCluster runs scripts/postgres.sh with args on the test's own cluster and returns
+// its output.
+func pgCluster(t *testing.T, cluster string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(pgScriptPath(), args...)
+	cmd.Env = append(os.Environ(), "WASMJOBS_PG_CLUSTER="+cluster)
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("postgres.sh %s (cluster %s): %v\n%s%s", strings.Join(args, " "), cluster, err, out, stderr)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestPostgresStoppedForTwentySeconds runs two real hosts on a PostgreSQL cluster of
+// the test's own (scripts/postgres.sh, so that no other test loses its database) and
+// stops the cluster for 20 s a third of the way through 3,000 jobs of 20 ms (a call to
+// the witness): one host under a 60 s lease (the outage is shorter), one under a 5 s
+// lease (the outage is longer, so it gives its claims up). A third host is drained by
+// SIGTERM during the outage and exits within its drain timeout and the 2 s after it.
+// Once the cluster is back, both hosts reconnect by themselves, every job succeeds,
+// none is dead-lettered, and no job ever runs on two live hosts at once.
+func TestPostgresStoppedForTwentySeconds(t *testing.T) {
+	t.Parallel()
+	testbroker.PostgresURL(t) // PostgreSQL is installed, or the test skips (fails under CI)
+	cluster := "wasmjobs_outage_" + uniqueSuffix()
+	url := pgCluster(t, cluster, "start")
+	t.Cleanup(func() { pgCluster(t, cluster, "drop") })
+	ctx := context.Background()
+	count := func(where string) int {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(cctx, url)
+		if err != nil {
+			return -1
+		}
+		defer conn.Close(ctx)
+		var n int
+		if err := conn.QueryRow(cctx, `SELECT count(*) FROM wasmjobs.`+where).Scan(&n); err != nil {
+			return -1
+		}
+		return n
+	}
+
+	w := &witness{open: make(map[int]int), calls: make(map[int]int)}
+	srv := httptest.NewServer(w)
+	t.Cleanup(srv.Close)
+	const jobs = 3000
+	start := func(lease string, flags ...string) *hostProc {
+		dir := t.TempDir()
+		writeManifest(t, dir, "witnessed", fmt.Sprintf("[http]\nallow = [%q]\n", srv.URL))
+		installModule(t, dir, "abi/http_get", "witnessed", "v1")
+		return startHost(t, dir, append([]string{"--backend", url, "--pg-lease", lease, "--concurrency", "16", "--log-level", "info"}, flags...)...)
+	}
+	long, short := start("60s", "--host-id", "long"), start("5s", "--host-id", "short")
+	drained := start("60s", "--host-id", "drained", "--drain-timeout", "3s")
+	var lines strings.Builder
+	for n := range jobs {
+		fmt.Fprintf(&lines, "%s/?job=%d\n", srv.URL, n)
+	}
+	if r := wasmjobs(t, lines.String(), "enqueue", "witnessed", "-", "--lines", "-q", "--server", long.url); r.code != 0 {
+		t.Fatalf("enqueue: %d %s", r.code, r.stderr)
+	}
+	waitForLong(t, "a third of the jobs", 2*time.Minute, func() bool { return w.done() >= jobs/3 })
+	pgCluster(t, cluster, "stop")
+	stopped := time.Now()
+	drained.cmd.Process.Signal(syscall.SIGTERM)
+	if err := drained.exited(3*time.Second + 2*time.Second + 2*time.Second); err != nil {
+		t.Logf("the drained host exited: %v", err)
+	}
+	t.Logf("the host drained during the outage exited %v after its SIGTERM", time.Since(stopped).Round(time.Millisecond))
+	time.Sleep(20*time.Second - time.Since(stopped))
+	pgCluster(t, cluster, "start")
+	waitForLong(t, "every job done", 3*time.Minute, func() bool {
+		return w.done() == jobs && count(`jobs WHERE state <> 3`) == 0
+	})
+	if n := count(`jobs WHERE state = 3 AND status = 'succeeded'`); n != jobs {
+		t.Fatalf("%d jobs recorded succeeded, want %d", n, jobs)
+	}
+	dead := count(`dead`)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	twice := 0
+	for _, c := range w.calls {
+		if c > 1 {
+			twice++
+		}
+	}
+	t.Logf("%d jobs through a 20 s stop of the database: %d called twice", jobs, twice)
+	if dead != 0 || w.overlaps != 0 {
+		t.Fatalf("%d dead letters, %d moments a job ran on two live hosts at once; want none and none", dead, w.overlaps)
+	}
+	for _, h := range []*hostProc{long, short} {
+		select {
+		case err := <-h.done:
+			t.Fatalf("a host exited during the outage: %v\n%s", err, h.log())
+		default:
 		}
 	}
 }
