@@ -41,7 +41,8 @@
 // by key within their queue, exactly), JobLister, JobController and JobEnvelopeReader
 // (an operator's view of the held jobs), ScheduleStore and SchedulePruner (the ticks of
 // periodic jobs), DeadLetterStore and StatsReader; an embedded backend also tells its
-// host what it is (DirReporter, QueueKeeper, HealthReporter, RecoveryReporter), and
+// host what it is (DirReporter, QueueKeeper, HealthReporter, RecoveryReporter), a
+// store may say how much it holds (StoreReporter), and
 // CapabilityReporter says which parts of the contract a backend lacks. Callers
 // type-assert and fall back to the plain contract (the API refuses a unique job where
 // there is none to fall to).

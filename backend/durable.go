@@ -325,3 +325,23 @@ type JobEnvelopeReader interface {
 	// ErrNotFound when the backend holds no such job waiting or dead.
 	JobEnvelope(ctx context.Context, id string) (Envelope, error)
 }
+
+// StoreReporter is implemented by backends that can say how much their store holds
+// beyond the queues' counts (StatsReader), for the host's metrics.
+type StoreReporter interface {
+	// StoreStats reads the store's sizes now.
+	StoreStats(ctx context.Context) (StoreStats, error)
+}
+
+// StoreStats is what a store holds, as StoreReporter reads it.
+type StoreStats struct {
+	// Bytes is the size on disk of each of the store's tables, by name, their indexes
+	// and any out-of-line storage included.
+	Bytes map[string]int64
+	// Records counts the finished jobs' records kept.
+	Records int
+	// UniqueKeys counts the unique keys kept, held or ended and not yet pruned.
+	UniqueKeys int
+	// Pruned counts the records and keys this backend pruned since it opened.
+	Pruned uint64
+}

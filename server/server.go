@@ -376,6 +376,14 @@ func (s *Server) build() (err error) {
 	s.sched = newScheduler(s.b, s.ops.recs, s.log, telemetry.Tracer(s.cfg.TracerProvider))
 	s.insp = s.newInspector()
 	s.met.CountQueues(s.queueDepths)
+	if sr, ok := s.b.(backend.StoreReporter); ok {
+		s.met.ReadStore(func() (backend.StoreStats, bool) {
+			ctx, cancel := context.WithTimeout(s.runCtx, 2*time.Second)
+			defer cancel()
+			st, err := sr.StoreStats(ctx)
+			return st, err == nil
+		})
+	}
 	s.handler = s.newHandler()
 	s.parts = s.components()
 	return nil

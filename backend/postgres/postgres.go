@@ -44,6 +44,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -117,6 +118,7 @@ type Backend struct {
 	maxCount   int                // finished records kept; 0: none (acks delete their rows)
 	maxAge     time.Duration      // how long a finished record is kept; 0: regardless of age
 	pruneEvery time.Duration      // how often finished records are pruned
+	pruned     atomic.Uint64      // records and unique keys pruned since Open
 
 	mu      sync.Mutex
 	levels  map[string]int // declared queues seen, by name: their priority levels

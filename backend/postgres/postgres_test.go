@@ -676,6 +676,14 @@ func TestRecordsPrunedPastTheirCount(t *testing.T) {
 					}
 				}
 				if len(have) == tc.kept && (tc.kept == 0 || strings.Join(have, " ") == strings.Join(ids[len(ids)-tc.kept:], " ")) {
+					st, err := b.StoreStats(ctx)
+					rig.Must(t, err)
+					if st.Records != tc.kept || st.Bytes["jobs"] <= 0 || st.Bytes["unique_keys"] <= 0 {
+						t.Fatalf("store stats %+v, want %d records and the tables' sizes", st, tc.kept)
+					}
+					if want := uint64(len(ids) - tc.kept); tc.maxCount > 0 && st.Pruned != want {
+						t.Fatalf("store stats say %d pruned, want %d", st.Pruned, want)
+					}
 					return
 				}
 				if time.Now().After(deadline) {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/wasmjobs/wasmjobs/backend"
 )
 
 // pruneBatch is how many finished rows one prune statement deletes: small enough that
@@ -29,10 +31,12 @@ func (b *Backend) pruneLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		_, err := b.prune(ctx)
-		if _, kerr := b.pruneKeys(ctx); err == nil {
+		n, err := b.prune(ctx)
+		k, kerr := b.pruneKeys(ctx)
+		if err == nil {
 			err = kerr
 		}
+		b.pruned.Add(uint64(n + k))
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			b.log.Warn("postgres: pruning job records or unique keys failed; trying again every prune interval", slog.Any("error", err))
@@ -99,4 +103,35 @@ func (b *Backend) pruneStep(ctx context.Context, sql string, args ...any) (int64
 	defer cancel()
 	tag, err := b.pool.Exec(ctx, sql, args...)
 	return tag.RowsAffected(), err
+}
+
+var _ backend.StoreReporter = (*Backend)(nil)
+
+// StoreStats reads the sizes of the schema's tables (pg_total_relation_size: indexes
+// and TOAST included), the finished rows kept as records and the unique keys, in one
+// statement, each count on an index.
+func (b *Backend) StoreStats(ctx context.Context) (backend.StoreStats, error) {
+	if b.isClosed() {
+		return backend.StoreStats{}, backend.ErrShutDown
+	}
+	st := backend.StoreStats{Bytes: make(map[string]int64), Pruned: b.pruned.Load()}
+	var names []string
+	var sizes []int64
+	err := b.pool.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM `+b.s+`.jobs WHERE state = 3),
+			(SELECT count(*) FROM `+b.s+`.unique_keys),
+			(SELECT coalesce(array_agg(c.relname::text ORDER BY c.relname), '{}') FROM pg_class c
+				JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'),
+			(SELECT coalesce(array_agg(pg_total_relation_size(c.oid) ORDER BY c.relname), '{}') FROM pg_class c
+				JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r')`,
+		b.cfg.Schema).Scan(&st.Records, &st.UniqueKeys, &names, &sizes)
+	if err != nil {
+		return backend.StoreStats{}, b.transport("store stats", "", err)
+	}
+	for i, name := range names {
+		if i < len(sizes) {
+			st.Bytes[name] = sizes[i]
+		}
+	}
+	return st, nil
 }

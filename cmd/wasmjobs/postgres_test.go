@@ -216,6 +216,15 @@ func TestPostgresUniqueAcrossTwoHosts(t *testing.T) {
 			t.Fatalf("an enqueue after the job succeeded, within unique_for: %d %s, want a duplicate of %s", code, out, queued[0])
 		}
 	}
+	// Either host's metrics read the one store.
+	for _, h := range hosts {
+		m := h.metrics()
+		for _, want := range []string{"wasmjobs_store_unique_keys 1\n", "wasmjobs_store_job_records 1\n", `wasmjobs_store_bytes{table="jobs"}`} {
+			if !strings.Contains(m, want) {
+				t.Fatalf("metrics without %q:\n%s", want, m)
+			}
+		}
+	}
 }
 
 // pgScriptPath is the path of scripts/postgres.sh.
