@@ -94,6 +94,9 @@ type Config struct {
 	// Host names this backend in the claims it holds, for an operator reading the
 	// table. Empty means the hostname and the process id.
 	Host string
+	// NoMigrate makes Open refuse a schema older than this binary's (ErrSchemaTooOld)
+	// instead of migrating it, for operators who apply migrations by hand (Migrate).
+	NoMigrate bool
 	// Records configures the job records: a job's row stays, finished, as its record
 	// after it succeeded, died or was cancelled, until retention prunes it, oldest
 	// first, past Records.MaxCount or Records.MaxAge (a negative MaxCount keeps none:
@@ -140,9 +143,10 @@ var (
 	_ backend.CapabilityReporter = (*Backend)(nil)
 )
 
-// Open connects to the database at cfg.URL, migrates the schema and starts the
-// listener. It fails when the URL is unusable, the database unreachable within ctx, or
-// the schema newer than this binary's (ErrSchemaTooNew).
+// Open connects to the database at cfg.URL, migrates the schema (unless
+// cfg.NoMigrate) and starts the listener. It fails when the URL is unusable, the
+// database unreachable within ctx, or the schema newer than this binary's
+// (ErrSchemaTooNew), or with NoMigrate older (ErrSchemaTooOld).
 func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	cfg.Schema = cmp.Or(cfg.Schema, DefaultSchema)
 	if err := CheckSchema(cfg.Schema); err != nil {
@@ -204,7 +208,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 		pool.Close()
 		return nil, &backend.TransportError{Op: "connect", Err: err}
 	}
-	if err := migrate(ctx, pool, cfg.Schema); err != nil {
+	if err := migrate(ctx, pool, cfg.Schema, cfg.NoMigrate); err != nil {
 		pool.Close()
 		return nil, err
 	}

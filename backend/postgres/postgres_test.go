@@ -980,3 +980,46 @@ func TestListJobsPagesPastTheScanBound(t *testing.T) {
 		t.Fatalf("listed %d jobs over the pages, want %d", seen, n)
 	}
 }
+
+// TestMigrateDownAndUpKeepsTheQueuedJobs: an operator takes the schema down to version
+// 1 and up again by hand (Migrate): a job that waited survives both ways, a host that
+// migrates nothing (NoMigrate) refuses the older schema, naming both versions, and
+// serves once it is up again.
+func TestMigrateDownAndUpKeepsTheQueuedJobs(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	b, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema})
+	rig.Must(t, err)
+	q := backend.QueueConfig{Name: "kept"}
+	rig.Must(t, b.Declare(ctx, q))
+	env := backend.NewEnvelope(q.Name, []byte("waits"))
+	rig.Must(t, b.Publish(ctx, env, 0))
+	rig.Must(t, b.Close(ctx))
+
+	for _, step := range []struct{ to, from int }{{1, postgres.SchemaVersion}, {postgres.SchemaVersion, 1}} {
+		from, err := postgres.Migrate(ctx, url, schema, step.to)
+		if err != nil || from != step.from {
+			t.Fatalf("Migrate to %d: from %d, %v; want from %d", step.to, from, err, step.from)
+		}
+		if v, err := postgres.SchemaVersionOf(ctx, url, schema); err != nil || v != step.to {
+			t.Fatalf("after Migrate to %d: version %d, %v", step.to, v, err)
+		}
+		if step.to == 1 {
+			_, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema, NoMigrate: true})
+			if !errors.Is(err, postgres.ErrSchemaTooOld) || !strings.Contains(err.Error(), "version 1") || !strings.Contains(err.Error(), fmt.Sprint(postgres.SchemaVersion)) {
+				t.Fatalf("Open without migrating a version 1 schema: %v, want ErrSchemaTooOld naming both versions", err)
+			}
+		}
+	}
+	if _, err := postgres.Migrate(ctx, url, schema, 0); err == nil {
+		t.Fatal("Migrate to version 0: no error, want one (drop the schema instead)")
+	}
+	b = open(t, postgres.Config{URL: url, Schema: schema, NoMigrate: true})
+	s := rig.Consume(t, b, q)
+	d, got := receive(t, s, 10*time.Second)
+	if got.ID != env.ID || string(got.Payload) != "waits" {
+		t.Fatalf("after down and up: %s %q, want the job that waited", got.ID, got.Payload)
+	}
+	rig.Must(t, d.Ack(ctx))
+}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wasmjobs/wasmjobs/backend"
 )
 
 // ErrSchemaTooNew is returned by Open when the database's schema was migrated by a
@@ -154,54 +157,174 @@ var migrations = []string{
 		WHEN (OLD.state <> 3 AND OLD.holds_key) EXECUTE FUNCTION {s}.unique_key_end();`,
 }
 
+// downs undo migrations: downs[i] takes the schema from version i+2 back to i+1. There
+// is none below version 1: the first version is the tables themselves, which an
+// operator drops with the schema (DROP SCHEMA ... CASCADE). Going down from version 2
+// deletes the finished jobs' records, which version 1 cannot hold.
+var downs = []string{
+	`DROP INDEX {s}.jobs_id, {s}.jobs_finished, {s}.dead_id;
+	DELETE FROM {s}.jobs WHERE state = 3;
+	ALTER TABLE {s}.jobs
+		DROP COLUMN status, DROP COLUMN outcome, DROP COLUMN output, DROP COLUMN output_truncated,
+		DROP COLUMN logs, DROP COLUMN logs_truncated, DROP COLUMN module, DROP COLUMN module_version,
+		DROP COLUMN module_role, DROP COLUMN started_at, DROP COLUMN finished_at, DROP COLUMN updated_at,
+		DROP COLUMN children, DROP COLUMN attempts;
+	ALTER TABLE {s}.jobs ALTER COLUMN id TYPE text COLLATE "default";
+	ALTER TABLE {s}.dead ALTER COLUMN id TYPE text COLLATE "default";`,
+	`DROP TRIGGER jobs_unique_finish ON {s}.jobs;
+	DROP TRIGGER jobs_unique_delete ON {s}.jobs;
+	DROP FUNCTION {s}.unique_key_end();
+	DROP TABLE {s}.unique_keys;
+	ALTER TABLE {s}.jobs DROP COLUMN holds_key;`,
+}
+
 // SchemaVersion is the schema version this binary migrates to: one per migration.
 const SchemaVersion = 3
 
+// ErrSchemaTooOld is returned by Open with Config.NoMigrate when the schema is older
+// than this binary's: an operator migrates it first (Migrate, wasmjobs migrate up).
+var ErrSchemaTooOld = errors.New("the database's wasmjobs schema is older than this binary")
+
+// migrationLock names the advisory lock of schema's migrations: one per schema name, so
+// that hosts of another schema in the same database do not wait.
+func migrationLock(schema string) string { return "wasmjobs.migrate." + schema }
+
 // migrate brings the schema up to SchemaVersion under an advisory lock, so that hosts
 // starting together apply each migration once, and refuses a schema newer than this
-// binary's.
-func migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+// binary's; with check only, it refuses an older one too (ErrSchemaTooOld) and changes
+// nothing.
+func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, check bool) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("migrating schema %s: %w", schema, err)
 	}
 	defer conn.Release()
-	// One lock per schema name: hosts of another schema in the same database do not wait.
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, "wasmjobs.migrate."+schema); err != nil {
-		return fmt.Errorf("migrating schema %s: taking the migration lock: %w", schema, err)
+	if check {
+		have, err := versionOf(ctx, conn.Conn(), schema)
+		if err != nil {
+			return err
+		}
+		switch {
+		case have > SchemaVersion:
+			return tooNew(schema, have)
+		case have < SchemaVersion:
+			return fmt.Errorf("%w: schema %s is at version %d, this binary needs version %d: run wasmjobs migrate up, or start without --pg-migrate=false", ErrSchemaTooOld, schema, have, SchemaVersion)
+		}
+		return nil
+	}
+	_, err = migrateConn(ctx, conn.Conn(), schema, SchemaVersion, false)
+	return err
+}
+
+func tooNew(schema string, have int) error {
+	return fmt.Errorf("%w: schema %s is at version %d, this binary knows versions up to %d: run a wasmjobs at least as new as the one that migrated it", ErrSchemaTooNew, schema, have, SchemaVersion)
+}
+
+// versionOf reads schema's version: 0 for a schema (or migrations table) not there.
+func versionOf(ctx context.Context, conn *pgx.Conn, schema string) (int, error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{schema, "migrations"}.Sanitize()).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("reading the version of schema %s: %w", schema, err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var have int
+	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+pgx.Identifier{schema}.Sanitize()+`.migrations`).Scan(&have); err != nil {
+		return 0, fmt.Errorf("reading the version of schema %s: %w", schema, err)
+	}
+	return have, nil
+}
+
+// migrateConn takes schema to version to, up or (only when down allows) down, one
+// migration a transaction, under the schema's advisory lock, and returns the version
+// it found.
+func migrateConn(ctx context.Context, conn *pgx.Conn, schema string, to int, down bool) (int, error) {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, migrationLock(schema)); err != nil {
+		return 0, fmt.Errorf("migrating schema %s: taking the migration lock: %w", schema, err)
 	}
 	defer func() {
 		// On a fresh context: the lock must go even when ctx has ended, or the session
 		// (returned to the pool) would hold it.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, "wasmjobs.migrate."+schema); err != nil {
-			conn.Conn().Close(context.Background()) // a closed session drops its locks
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, migrationLock(schema)); err != nil {
+			conn.Close(context.Background()) // a closed session drops its locks
 		}
 	}()
 	q := pgx.Identifier{schema}.Sanitize()
 	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+q+`;
 		CREATE TABLE IF NOT EXISTS `+q+`.migrations (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("migrating schema %s: %w", schema, err)
+		return 0, fmt.Errorf("migrating schema %s: %w", schema, err)
 	}
-	var have int
-	if err := conn.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+q+`.migrations`).Scan(&have); err != nil {
-		return fmt.Errorf("migrating schema %s: reading its version: %w", schema, err)
+	have, err := versionOf(ctx, conn, schema)
+	if err != nil {
+		return 0, err
 	}
 	if have > SchemaVersion {
-		return fmt.Errorf("%w: schema %s is at version %d, this binary knows versions up to %d: run a wasmjobs at least as new as the one that migrated it", ErrSchemaTooNew, schema, have, SchemaVersion)
+		return have, tooNew(schema, have)
 	}
-	for v := have; v < SchemaVersion; v++ {
+	if have > to && !down {
+		return have, nil // newer than asked, not older than this binary: nothing to do
+	}
+	step := func(v int, sql, version string, args ...any) error {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, strings.ReplaceAll(migrations[v], "{s}", q)); err != nil {
+			if _, err := tx.Exec(ctx, strings.ReplaceAll(sql, "{s}", q)); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO `+q+`.migrations (version) VALUES ($1)`, v+1)
+			_, err := tx.Exec(ctx, version, args...)
 			return err
 		})
 		if err != nil {
-			return fmt.Errorf("migrating schema %s to version %d: %w", schema, v+1, err)
+			return fmt.Errorf("migrating schema %s to version %d: %w", schema, v, err)
+		}
+		return nil
+	}
+	for v := have; v < to; v++ {
+		if err := step(v+1, migrations[v], `INSERT INTO `+q+`.migrations (version) VALUES ($1)`, v+1); err != nil {
+			return have, err
 		}
 	}
-	return nil
+	for v := have; v > to; v-- {
+		if err := step(v-1, downs[v-2], `DELETE FROM `+q+`.migrations WHERE version = $1`, v); err != nil {
+			return have, err
+		}
+	}
+	return have, nil
+}
+
+// SchemaVersionOf returns the version of schema (DefaultSchema when empty) in the
+// database at url: 0 when it was never migrated.
+func SchemaVersionOf(ctx context.Context, url, schema string) (int, error) {
+	schema = cmp.Or(schema, DefaultSchema)
+	if err := CheckSchema(schema); err != nil {
+		return 0, err
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, &backend.TransportError{Op: "connect", Err: err}
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return versionOf(ctx, conn, schema)
+}
+
+// Migrate takes schema (DefaultSchema when empty) in the database at url to version
+// to, up or down, one migration a transaction, under the lock Open's migrations take,
+// and returns the version it found. to must be between 1 and SchemaVersion: below
+// version 1 there is no schema (drop it with DROP SCHEMA ... CASCADE). Hosts running on
+// the schema while it goes down would misread it: stop them first.
+func Migrate(ctx context.Context, url, schema string, to int) (int, error) {
+	schema = cmp.Or(schema, DefaultSchema)
+	if err := CheckSchema(schema); err != nil {
+		return 0, err
+	}
+	if to < 1 || to > SchemaVersion {
+		return 0, fmt.Errorf("postgres: migrating schema %s to version %d: this binary knows versions 1 to %d", schema, to, SchemaVersion)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, &backend.TransportError{Op: "connect", Err: err}
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return migrateConn(ctx, conn, schema, to, true)
 }
