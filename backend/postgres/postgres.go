@@ -183,9 +183,20 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	// they) go without, unless the URL's options say otherwise.
 	// Set after connecting, not as a startup parameter, which a pooler such as
 	// PgBouncer would refuse.
-	if _, set := pc.ConnConfig.RuntimeParams["enable_bitmapscan"]; !set && !strings.Contains(cfg.URL, "enable_bitmapscan") {
+	// Hash and merge joins likewise: every join of this backend is of a few ids (a
+	// batch, a claim, a page) with a table through its index, but the planner, told
+	// that a batch publish's array holds 5,000 ids, would hash the whole jobs table to
+	// meet them (a second a batch at 200,000 records kept).
+	var sets []string
+	for _, p := range []string{"enable_bitmapscan", "enable_hashjoin", "enable_mergejoin"} {
+		if _, set := pc.ConnConfig.RuntimeParams[p]; !set && !strings.Contains(cfg.URL, p) {
+			sets = append(sets, `SET `+p+` = off`)
+		}
+	}
+	if len(sets) > 0 {
+		sql := strings.Join(sets, "; ")
 		pc.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-			_, err := c.Exec(ctx, `SET enable_bitmapscan = off`)
+			_, err := c.Exec(ctx, sql)
 			return err
 		}
 	}
@@ -396,13 +407,18 @@ func manySource(p int, cond string, keys bool) string {
 // sourceColumns) on their queues: t, the source; old, the finished rows (records) of
 // their ids, locked; ins, the new ids, inserted; rev, the records revived as the new
 // jobs (keeping their attempts when keep says so: a replayed dead letter lists its
-// runs). A repeat of an id the queue holds live is dropped, and no live row is ever
-// locked, so that a repeat publish never waits for nor deadlocks with a claim's
-// renewal or settle. The records are locked before the insert runs (ins reads old), so
+// runs). A repeat of an id the queue holds live is dropped: found in the statement's
+// snapshot (a lookup a row, on the (queue, id) index, whatever the planner thinks of
+// the table), it is left out of the insert, so that the publish neither locks nor waits
+// for that row (a renewal or settle may hold it); only a live row committed after the
+// snapshot and being changed at that moment makes the insert's conflict check wait
+// for that change. The records are locked before the insert runs (ins reads old), so
 // that a prune cannot delete one between the insert finding it and its revival (the
-// prune skips locked rows); in seq order, so that two publishes of the same ids never
-// wait for each other. The source's ids must be distinct. A statement built on it
-// counts the jobs put as (SELECT count(*) FROM ins) + (SELECT count(*) FROM rev).
+// prune skips locked rows), in seq order, so that two publishes locking the same
+// records never deadlock. Two publishes inserting the same new ids in other orders
+// can deadlock; the database then fails one, which did nothing, and its caller tries
+// again (retryable). The source's ids must be distinct. A statement built on it counts
+// the jobs put as (SELECT count(*) FROM ins) + (SELECT count(*) FROM rev).
 func (b *Backend) upsert(source string, keep bool) string {
 	attempts := `NULL`
 	if keep {
@@ -410,26 +426,26 @@ func (b *Backend) upsert(source string, keep bool) string {
 	}
 	return `t (` + sourceColumns + `) AS (` + source + `),
 	old AS (
-		SELECT j.seq, j.queue, j.id FROM ` + b.s + `.jobs j JOIN t ON j.queue = t.q AND j.id = t.i
+		SELECT j.seq, t.* FROM ` + b.s + `.jobs j JOIN t ON j.queue = t.q AND j.id = t.i
 		WHERE j.state = 3 ORDER BY j.seq FOR UPDATE OF j),
 	ins AS (
 		INSERT INTO ` + b.s + `.jobs AS j (` + insertColumns + `)
 		SELECT q, i, ` + newState(`d`) + `, p, now() + d * interval '1 microsecond',
 			df, pl, h::jsonb, a, ma, de, e, r, k, ro, ` + newStatus(`d`, `df`) + `, hk
-		FROM t WHERE NOT EXISTS (SELECT 1 FROM old WHERE old.queue = t.q AND old.id = t.i)
+		FROM t WHERE ord NOT IN (SELECT ord FROM old)
+			AND coalesce((SELECT x.state FROM ` + b.s + `.jobs x WHERE x.queue = t.q AND x.id = t.i), 3) = 3
 		ORDER BY ord
 		ON CONFLICT (queue, id) DO NOTHING RETURNING queue, id),
 	rev AS (
-		UPDATE ` + b.s + `.jobs j SET state = ` + newState(`t.d`) + `, priority = t.p,
-			due_at = now() + t.d * interval '1 microsecond', deferred = t.df, redelivered = false, rescues = 0,
-			claim_token = NULL, claimed_by = NULL, lease_until = NULL, payload = t.pl, headers = t.h::jsonb,
-			attempt = t.a, max_attempts = t.ma, defers = t.de, enqueued_at = t.e, reason = t.r, key = t.k,
-			round = t.ro, status = ` + newStatus(`t.d`, `t.df`) + `, outcome = NULL, output = NULL,
+		UPDATE ` + b.s + `.jobs j SET state = ` + newState(`o.d`) + `, priority = o.p,
+			due_at = now() + o.d * interval '1 microsecond', deferred = o.df, redelivered = false, rescues = 0,
+			claim_token = NULL, claimed_by = NULL, lease_until = NULL, payload = o.pl, headers = o.h::jsonb,
+			attempt = o.a, max_attempts = o.ma, defers = o.de, enqueued_at = o.e, reason = o.r, key = o.k,
+			round = o.ro, status = ` + newStatus(`o.d`, `o.df`) + `, outcome = NULL, output = NULL,
 			output_truncated = false, logs = NULL, logs_truncated = false, module = NULL, module_version = NULL,
 			module_role = NULL, started_at = NULL, finished_at = NULL, updated_at = now(), children = NULL,
-			holds_key = t.hk, attempts = ` + attempts + `
-		FROM old JOIN t ON old.queue = t.q AND old.id = t.i
-		WHERE j.seq = old.seq RETURNING j.queue, j.id)`
+			holds_key = o.hk, attempts = ` + attempts + `
+		FROM old o WHERE j.seq = o.seq RETURNING j.queue, j.id)`
 }
 
 // putCount is the tail of a statement built on upsert: how many jobs it put.
@@ -475,11 +491,18 @@ func (b *Backend) publish(ctx context.Context, pubs []backend.Publication, defer
 	for q := range queues {
 		batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, q)
 	}
-	// A batch outside a transaction runs in one implicit transaction: all or nothing.
-	if err := b.pool.SendBatch(ctx, batch).Close(); err != nil {
-		return b.transport("publish", pubs[0].Envelope.Queue, err)
+	// A batch outside a transaction runs in one implicit transaction: all or nothing. A
+	// deadlock with another publish of the same new ids did nothing: tried again, twice.
+	for try := 1; ; try++ {
+		err := b.pool.SendBatch(ctx, batch).Close()
+		if try < 3 && retryable(err) {
+			continue
+		}
+		if err != nil {
+			return b.transport("publish", pubs[0].Envelope.Queue, err)
+		}
+		return nil
 	}
-	return nil
 }
 
 // QueueStats counts the queue's jobs by state, by the database's clock.

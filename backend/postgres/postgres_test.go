@@ -840,7 +840,9 @@ func TestRepeatPublishLocksNoLiveRow(t *testing.T) {
 	tx, err := conn.Begin(ctx)
 	rig.Must(t, err)
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+schema+`.jobs WHERE id = $1 FOR UPDATE`, env.ID); err != nil {
+	// As a renewal does: an update in flight, which an insert's conflict check on the
+	// row would wait for.
+	if _, err := tx.Exec(ctx, `UPDATE `+schema+`.jobs SET lease_until = lease_until WHERE id = $1`, env.ID); err != nil {
 		t.Fatal(err)
 	}
 	other := backend.NewEnvelope(q.Name, []byte("y"))
@@ -878,6 +880,72 @@ func TestRepeatPublishLocksNoLiveRow(t *testing.T) {
 	res, err := b.PublishUnique(ctx, []backend.UniquePublication{{Publication: backend.Publication{Envelope: backend.NewEnvelope(q.Name, nil)}, Key: "k"}})
 	if err != nil || res[0].Duplicate {
 		t.Fatalf("a publish of the key the dropped repeat named: %+v %v, want a new job", res, err)
+	}
+}
+
+// TestUniquePublishNeverBlocksTheHoldersSettle: a unique publish that finds its key
+// held reads the holder and locks nothing of it, so the holder's ack (whose trigger
+// ends the key's hold) lands at once even while that publish's transaction is still
+// open (here held up by a record of another of its jobs, locked by someone else).
+// And two publications of one id with two keys, the id held live, leave no key held.
+func TestUniquePublishNeverBlocksTheHoldersSettle(t *testing.T) {
+	t.Parallel()
+	url, schema := testSchema(t)
+	ctx := context.Background()
+	b := open(t, postgres.Config{URL: url, Schema: schema})
+	q := backend.QueueConfig{Name: "held", Prefetch: 1}
+	rig.Must(t, b.Declare(ctx, q))
+	s := rig.Consume(t, b, q)
+	unique := func(env backend.Envelope, key string) backend.UniquePublication {
+		return backend.UniquePublication{Publication: backend.Publication{Envelope: env}, Key: key, For: time.Hour}
+	}
+	// A record, y, whose row another transaction will hold.
+	y := backend.NewEnvelope(q.Name, []byte("y"))
+	rig.Must(t, b.Publish(ctx, y, 0))
+	d, _ := receive(t, s, 10*time.Second)
+	rig.Must(t, d.Ack(ctx))
+	// The key's holder, running.
+	holder := backend.NewEnvelope(q.Name, []byte("holder"))
+	if _, err := b.PublishUnique(ctx, []backend.UniquePublication{unique(holder, "k")}); err != nil {
+		t.Fatal(err)
+	}
+	dh, _ := receive(t, s, 10*time.Second)
+
+	conn, err := pgx.Connect(ctx, url)
+	rig.Must(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	rig.Must(t, err)
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+schema+`.jobs WHERE id = $1 FOR UPDATE`, y.ID); err != nil {
+		t.Fatal(err)
+	}
+	published := make(chan error, 1)
+	go func() {
+		_, err := b.PublishUnique(ctx, []backend.UniquePublication{unique(backend.NewEnvelope(q.Name, nil), "k"), {Publication: backend.Publication{Envelope: y}}})
+		published <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the publish has read the key and waits on y
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err = dh.Ack(actx)
+	cancel()
+	if err != nil {
+		t.Fatalf("the holder's ack while a duplicate publish is open: %v, want it landed at once", err)
+	}
+	rig.Must(t, tx.Rollback(ctx))
+	rig.Must(t, <-published)
+
+	// Two publications of one id, held live, with two keys: neither key stays held.
+	x := backend.NewEnvelope(q.Name, []byte("x"))
+	rig.Must(t, b.Publish(ctx, x, 0))
+	res, err := b.PublishUnique(ctx, []backend.UniquePublication{unique(x, "k1"), unique(x, "k2")})
+	if err != nil || !res[0].Duplicate || !res[1].Duplicate {
+		t.Fatalf("unique publishes of a held id: %+v %v, want both duplicates (nothing queued)", res, err)
+	}
+	for _, key := range []string{"k1", "k2"} {
+		if n := exec(t, url, `SELECT 1 FROM `+schema+`.unique_keys WHERE key = $1`, key); n != 0 {
+			t.Fatalf("key %s left held by a publish that queued nothing", key)
+		}
 	}
 }
 

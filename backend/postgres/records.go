@@ -371,8 +371,12 @@ func (b *Backend) RetryJobNow(ctx context.Context, id string) error {
 	h, err := b.lookUp(ctx, id)
 	if errors.Is(err, backend.ErrNotFound) {
 		// No record (pruned, or none kept), but maybe a dead letter.
-		if q, derr := b.deadQueue(ctx, id); derr == nil {
+		q, derr := b.deadQueue(ctx, id)
+		if derr == nil {
 			return b.ReplayDeadLetter(ctx, q, id)
+		}
+		if !errors.Is(derr, backend.ErrNotFound) {
+			return derr
 		}
 	}
 	if err != nil {
@@ -410,15 +414,23 @@ func (b *Backend) DeleteJob(ctx context.Context, id string) error {
 	if h.state == rowClaimed {
 		return fmt.Errorf("job %q of queue %q is running: it can be deleted once it settles: %w", id, h.queue, backend.ErrJobState)
 	}
-	batch := &pgx.Batch{}
 	// Only the row as it was looked up: one revived meanwhile (a publish, a replay) is
-	// a new job, not the one asked for.
-	batch.Queue(`DELETE FROM `+b.s+`.jobs WHERE seq = $1 AND state = $2 AND status = $3`, h.seq, h.state, h.status)
-	if h.state == rowFinished && h.status == string(backend.JobDead) {
-		batch.Queue(`DELETE FROM `+b.s+`.dead WHERE queue = $1 AND id = $2`, h.queue, id)
+	// a new job, not the one asked for; a job that waits may have come due meanwhile.
+	// A dead job's dead letters go with its row, only if the row went.
+	match, args := `state IN (0, 2)`, []any{h.seq}
+	if h.state == rowFinished {
+		match, args = `state = 3 AND status = $2`, append(args, h.status)
 	}
-	n, err := b.firstCount(ctx, batch)
-	if err != nil {
+	sql := `DELETE FROM ` + b.s + `.jobs WHERE seq = $1 AND ` + match
+	if h.state == rowFinished && h.status == string(backend.JobDead) {
+		sql = `WITH j AS (` + sql + ` RETURNING queue, id),
+			d AS (DELETE FROM ` + b.s + `.dead x USING j WHERE x.queue = j.queue AND x.id = j.id)
+			SELECT count(*) FROM j`
+	} else {
+		sql = `WITH j AS (` + sql + ` RETURNING 1) SELECT count(*) FROM j`
+	}
+	var n int
+	if err := b.pool.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
 		return b.transport("delete", h.queue, err)
 	}
 	if n == 0 {

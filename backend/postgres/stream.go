@@ -682,33 +682,47 @@ func (d *delivery) AckWith(ctx context.Context, children []backend.Publication, 
 	}
 	args := append(append(rr.args(), ids, d.seq, d.token), cols...)
 	return d.settle(ctx, "ack", func(ctx context.Context) (bool, error) {
-		batch := &pgx.Batch{}
-		batch.Queue(`WITH c AS (
-				UPDATE `+b.s+`.jobs SET state = 3, `+recordSet(recordParams(1))+`, children = $13::text[],
-					claim_token = NULL, claimed_by = NULL, lease_until = NULL
-				WHERE seq = $14 AND claim_token = $15 AND state = 1 AND lease_until > now()
-				RETURNING 1),
-			`+b.upsert(manySource(16, `EXISTS (SELECT 1 FROM c)`, false), false)+`
-			SELECT count(*) FROM c`, args...)
-		for q := range queues {
-			batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, q)
-		}
-		br := b.pool.SendBatch(ctx, batch)
-		var n int
-		if err := br.QueryRow().Scan(&n); err != nil {
-			br.Close()
-			return false, err
-		}
-		if err := br.Close(); err != nil {
-			return false, err
-		}
-		if n == 1 {
-			for q := range queues {
-				b.wakeQueue(q)
+		// A deadlock with a publish of the same new ids did nothing: tried again, twice.
+		for try := 1; ; try++ {
+			ok, err := d.ackWith1(ctx, args, queues)
+			if try < 3 && retryable(err) {
+				continue
 			}
+			return ok, err
 		}
-		return n == 1, nil
 	})
+}
+
+// ackWith1 is one try of AckWith's statement, its arguments args, the children's
+// queues queues.
+func (d *delivery) ackWith1(ctx context.Context, args []any, queues map[string]bool) (bool, error) {
+	b := d.s.b
+	batch := &pgx.Batch{}
+	batch.Queue(`WITH c AS (
+			UPDATE `+b.s+`.jobs SET state = 3, `+recordSet(recordParams(1))+`, children = $13::text[],
+				claim_token = NULL, claimed_by = NULL, lease_until = NULL
+			WHERE seq = $14 AND claim_token = $15 AND state = 1 AND lease_until > now()
+			RETURNING 1),
+		`+b.upsert(manySource(16, `EXISTS (SELECT 1 FROM c)`, false), false)+`
+		SELECT count(*) FROM c`, args...)
+	for q := range queues {
+		batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, q)
+	}
+	br := b.pool.SendBatch(ctx, batch)
+	var n int
+	if err := br.QueryRow().Scan(&n); err != nil {
+		br.Close()
+		return false, err
+	}
+	if err := br.Close(); err != nil {
+		return false, err
+	}
+	if n == 1 {
+		for q := range queues {
+			b.wakeQueue(q)
+		}
+	}
+	return n == 1, nil
 }
 
 // Retry puts next on its queue after delay in this job's place, in one statement.

@@ -15,9 +15,9 @@ import (
 
 var _ backend.UniquePublisher = (*Backend)(nil)
 
-// uniqueTries bounds PublishUnique's attempts when a key it found held is gone by the
-// time it reads who holds it (the holder finished and its hold ended in between):
-// each try starts over, and a key that keeps changing hands that fast is an error.
+// uniqueTries bounds PublishUnique's tries: a try starts over when a key it found held
+// is gone, or its hold ended, by the time it reads who holds it, or when the database
+// broke a deadlock by failing it (the try did nothing).
 const uniqueTries = 5
 
 // errKeyMoved is a try of PublishUnique that met a key freed under it.
@@ -31,26 +31,39 @@ type (
 
 // PublishUnique publishes, in one transaction, every publication whose key its queue
 // does not hold, with the keys they take (see backend.UniquePublisher): all of them or
-// none. A key is taken by an insert into its table's primary key, so that of
-// concurrent publications of one key, on any number of hosts, the database lets one
-// through; the others wait for its transaction and find the key held.
+// none. A key no row holds is taken by an insert into its table's primary key, so that
+// of concurrent publications of one key, on any number of hosts, the database lets one
+// through and the others wait for its transaction and find the key held; a key whose
+// hold has ended is taken by locking its row, which nothing else locks. A key still
+// held is only read, never locked: its job's settle, which ends the hold, must never
+// wait for a publish.
 func (b *Backend) PublishUnique(ctx context.Context, pubs []backend.UniquePublication) ([]backend.UniqueResult, error) {
 	plain := make([]backend.Publication, len(pubs))
 	for i, p := range pubs {
 		plain[i] = p.Publication
 	}
-	// The checks of PublishBatch, before anything is written.
-	if _, _, err := b.jobRows(ctx, plain, false); err != nil {
-		return nil, err
+	// The checks of PublishBatch, before anything is written; rows[i] is pubs[i]'s.
+	rows := make([]jobRow, len(pubs))
+	for i, p := range plain {
+		one, _, err := b.jobRows(ctx, []backend.Publication{p}, false)
+		if err != nil {
+			return nil, err
+		}
+		rows[i] = one[0]
 	}
 	if len(pubs) == 0 {
 		return nil, nil
 	}
-	// A key's first publication in pubs is the one that may take it.
+	// A key's first publication in pubs is the one that may take it; a repeat of an
+	// earlier publication's id takes none (one statement puts one job an id).
 	first := make(map[qkey]int)
+	seen := make(map[qid]bool)
 	var keys []qkey
 	for i, p := range pubs {
-		if p.Key == "" {
+		id := qid{p.Envelope.Queue, p.Envelope.ID}
+		repeat := seen[id]
+		seen[id] = true
+		if p.Key == "" || repeat {
 			continue
 		}
 		k := qkey{p.Envelope.Queue, p.Key}
@@ -59,140 +72,88 @@ func (b *Backend) PublishUnique(ctx context.Context, pubs []backend.UniquePublic
 			keys = append(keys, k)
 		}
 	}
-	// Taken in one order by every publisher, so that two batches taking the same keys
-	// cannot wait for each other.
+	// Taken in one order by every publisher, so that two publishes taking the same keys
+	// never wait for each other in a cycle.
 	slices.SortFunc(keys, func(a, c qkey) int { return cmp.Or(cmp.Compare(a.queue, c.queue), cmp.Compare(a.key, c.key)) })
 	var out []backend.UniqueResult
 	var err error
-	for range uniqueTries {
-		out, err = b.publishUnique(ctx, pubs, first, keys)
-		if !errors.Is(err, errKeyMoved) {
-			break
+	for try := 1; ; try++ {
+		out, err = b.publishUnique(ctx, pubs, rows, first, keys)
+		if try < uniqueTries && (errors.Is(err, errKeyMoved) || retryable(err)) {
+			continue
 		}
+		break
+	}
+	if errors.Is(err, errKeyMoved) {
+		return nil, fmt.Errorf("publish unique to %q: %w, %d times running", pubs[0].Envelope.Queue, err, uniqueTries)
 	}
 	if err != nil {
-		return nil, err
+		return nil, b.transport("publish unique", pubs[0].Envelope.Queue, err)
 	}
 	return out, nil
 }
 
 // publishUnique is one try of PublishUnique, in one transaction.
-func (b *Backend) publishUnique(ctx context.Context, pubs []backend.UniquePublication, first map[qkey]int, keys []qkey) ([]backend.UniqueResult, error) {
+func (b *Backend) publishUnique(ctx context.Context, pubs []backend.UniquePublication, rows []jobRow, first map[qkey]int, keys []qkey) ([]backend.UniqueResult, error) {
 	out := make([]backend.UniqueResult, len(pubs))
 	var queues map[string]bool // of the jobs queued
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		holder := make(map[qkey]string, len(keys))
-		taken := make(map[qkey]bool, len(keys))
-		if len(keys) > 0 {
-			n := len(keys)
-			queues, ks, jobIDs, holds := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
-			for i, k := range keys {
-				p := pubs[first[k]]
-				queues[i], ks[i], jobIDs[i], holds[i] = k.queue, k.key, p.Envelope.ID, max(p.For, 0).Microseconds()
-			}
-			// A key is free when no row holds it or its hold has ended; a row being
-			// taken by another transaction makes this one wait for its end.
-			rows, err := tx.Query(ctx, `INSERT INTO `+b.s+`.unique_keys AS u (queue, key, job_queue, job_id, hold_us)
-				SELECT q, k, q, i, h FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS t(q, k, i, h, ord)
-				ORDER BY ord
-				ON CONFLICT (queue, key) DO UPDATE SET job_queue = EXCLUDED.job_queue, job_id = EXCLUDED.job_id,
-					hold_us = EXCLUDED.hold_us, until = NULL
-				WHERE u.until IS NOT NULL AND u.until <= now()
-				RETURNING queue, key`, queues, ks, jobIDs, holds)
-			if err != nil {
-				return err
-			}
-			for rows.Next() {
-				var k qkey
-				if err := rows.Scan(&k.queue, &k.key); err != nil {
-					rows.Close()
-					return err
-				}
-				taken[k] = true
-			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			// The keys held already: who holds them, by a read that sees what the
-			// transactions this one waited for committed.
-			var heldQ, heldK []string
-			for _, k := range keys {
-				if !taken[k] {
-					heldQ, heldK = append(heldQ, k.queue), append(heldK, k.key)
-				}
-			}
-			if len(heldQ) > 0 {
-				rows, err := tx.Query(ctx, `SELECT u.queue, u.key, u.job_id FROM `+b.s+`.unique_keys u
-					JOIN unnest($1::text[], $2::text[]) AS t(q, k) ON u.queue = t.q AND u.key = t.k`, heldQ, heldK)
-				if err != nil {
-					return err
-				}
-				for rows.Next() {
-					var k qkey
-					var id string
-					if err := rows.Scan(&k.queue, &k.key, &id); err != nil {
-						rows.Close()
-						return err
-					}
-					holder[k] = id
-				}
-				if err := rows.Err(); err != nil {
-					return err
-				}
-				for i := range heldQ {
-					if _, ok := holder[qkey{heldQ[i], heldK[i]}]; !ok {
-						return errKeyMoved
-					}
-				}
-			}
+		taken, holder, err := b.takeKeys(ctx, tx, pubs, first, keys)
+		if err != nil {
+			return err
 		}
-		var queued []backend.Publication
+		var put []jobRow
+		var hk []bool
 		takes := make(map[qid]qkey) // the jobs that take a key, and the key
+		seen := make(map[qid]bool)
+		queues = make(map[string]bool)
 		for i, p := range pubs {
+			id := qid{p.Envelope.Queue, p.Envelope.ID}
 			out[i].ID = p.Envelope.ID
-			if p.Key == "" {
-				queued = append(queued, p.Publication)
+			if seen[id] {
+				out[i].Duplicate = true // a repeat of an earlier publication's id
 				continue
 			}
+			seen[id] = true
 			k := qkey{p.Envelope.Queue, p.Key}
-			if taken[k] && first[k] == i {
-				queued = append(queued, p.Publication)
-				takes[qid{p.Envelope.Queue, p.Envelope.ID}] = k
+			switch {
+			case p.Key == "":
+			case taken[k] && first[k] == i:
+				takes[id] = k
+			case taken[k]:
+				out[i] = backend.UniqueResult{ID: pubs[first[k]].Envelope.ID, Duplicate: true} // a repeat of the key within pubs
+				continue
+			default:
+				out[i] = backend.UniqueResult{ID: holder[k], Duplicate: true}
 				continue
 			}
-			out[i].Duplicate = true
-			if taken[k] {
-				out[i].ID = pubs[first[k]].Envelope.ID // a repeat of the key within pubs
-			} else {
-				out[i].ID = holder[k]
-			}
+			_, holds := takes[id]
+			put, hk = append(put, rows[i]), append(hk, holds)
+			queues[p.Envelope.Queue] = true
 		}
-		if len(queued) == 0 {
+		if len(put) == 0 {
 			return nil
 		}
-		rows, qs, err := b.jobRows(ctx, queued, false)
+		cols, err := columns(put)
 		if err != nil {
 			return err
 		}
-		queues = qs
-		cols, err := columns(rows)
-		if err != nil {
-			return err
-		}
-		hk := make([]bool, len(rows))
-		for i, r := range rows {
-			_, hk[i] = takes[qid{r.queue, r.id}]
-		}
-		put, err := b.putIDs(ctx, tx, append(cols, hk))
+		done, err := b.putIDs(ctx, tx, append(cols, hk))
 		if err != nil {
 			return err
 		}
 		// A job not put (a repeat of an id its queue holds live, dropped as any repeat
 		// is) holds no key: the key it took is let go, so that a key is only ever held
-		// by a job that knows it (holds_key) and whose end ends the hold.
+		// by a job that knows it (holds_key) and whose end ends the hold; it is
+		// reported a duplicate, of itself, since nothing was queued.
 		var freeQ, freeK, freeI []string
-		for id, k := range takes {
-			if !put[id] {
+		for i, p := range pubs {
+			id := qid{p.Envelope.Queue, p.Envelope.ID}
+			if out[i].Duplicate || done[id] {
+				continue
+			}
+			out[i].Duplicate = true
+			if k, ok := takes[id]; ok {
 				freeQ, freeK, freeI = append(freeQ, k.queue), append(freeK, k.key), append(freeI, id.id)
 			}
 		}
@@ -207,10 +168,7 @@ func (b *Backend) publishUnique(ctx context.Context, pubs []backend.UniquePublic
 		return tx.SendBatch(ctx, batch).Close()
 	})
 	if err != nil {
-		if errors.Is(err, errKeyMoved) {
-			return nil, err
-		}
-		return nil, b.transport("publish unique", pubs[0].Envelope.Queue, err)
+		return nil, err
 	}
 	for q := range queues {
 		b.wakeQueue(q)
@@ -218,23 +176,104 @@ func (b *Backend) publishUnique(ctx context.Context, pubs []backend.UniquePublic
 	return out, nil
 }
 
-// pruneKeys deletes the unique keys whose hold has ended, a batch at a time, and
-// reports how many it deleted; a key being taken again meanwhile is skipped (SKIP
-// LOCKED), and the retake keeps it.
-func (b *Backend) pruneKeys(ctx context.Context) (int64, error) {
-	var total int64
-	for {
-		n, err := b.pruneStep(ctx, `DELETE FROM `+b.s+`.unique_keys WHERE (queue, key) IN (
-			SELECT queue, key FROM `+b.s+`.unique_keys WHERE until IS NOT NULL AND until <= now()
-			LIMIT `+strconv.Itoa(pruneBatch)+` FOR UPDATE SKIP LOCKED)`)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("pruning unique keys: %w", err)
+// takeKeys takes, in tx, those of keys that are free, for their first publication in
+// pubs, and reads who holds the others. A key no row holds is inserted (a concurrent
+// insert of it makes this one wait for that transaction, then find it held); a key
+// whose hold ended is taken by locking its row, which no settle ever locks (a settle
+// only ends holds that run). A key held is read without a lock: errKeyMoved if, by
+// the read, its row went or its hold ended (the caller tries again).
+func (b *Backend) takeKeys(ctx context.Context, tx pgx.Tx, pubs []backend.UniquePublication, first map[qkey]int, keys []qkey) (map[qkey]bool, map[qkey]string, error) {
+	taken := make(map[qkey]bool, len(keys))
+	holder := make(map[qkey]string, len(keys))
+	if len(keys) == 0 {
+		return taken, holder, nil
+	}
+	args := func(ks []qkey) []any {
+		n := len(ks)
+		queues, names, ids, holds := make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
+		for i, k := range ks {
+			p := pubs[first[k]]
+			queues[i], names[i], ids[i], holds[i] = k.queue, k.key, p.Envelope.ID, max(p.For, 0).Microseconds()
 		}
-		if n < pruneBatch {
-			return total, nil
+		return []any{queues, names, ids, holds}
+	}
+	collect := func(sql string, ks []qkey) error {
+		rows, err := tx.Query(ctx, sql, args(ks)...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var k qkey
+			if err := rows.Scan(&k.queue, &k.key); err != nil {
+				rows.Close()
+				return err
+			}
+			taken[k] = true
+		}
+		return rows.Err()
+	}
+	rest := func() []qkey {
+		var r []qkey
+		for _, k := range keys {
+			if !taken[k] {
+				r = append(r, k)
+			}
+		}
+		return r
+	}
+	if err := collect(`INSERT INTO `+b.s+`.unique_keys (queue, key, job_queue, job_id, hold_us)
+		SELECT q, k, q, i, h FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS t(q, k, i, h, ord)
+		ORDER BY ord
+		ON CONFLICT (queue, key) DO NOTHING RETURNING queue, key`, keys); err != nil {
+		return nil, nil, err
+	}
+	// The hold's end is compared with the clock, not the transaction's start: a hold
+	// that ended (the end is its finishing transaction's start) after this transaction
+	// began has ended.
+	if ended := rest(); len(ended) > 0 {
+		if err := collect(`WITH t AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS t(q, k, i, h)),
+			l AS (
+				SELECT u.queue, u.key, t.i, t.h FROM `+b.s+`.unique_keys u JOIN t ON u.queue = t.q AND u.key = t.k
+				WHERE u.until IS NOT NULL AND u.until <= clock_timestamp()
+				ORDER BY u.queue, u.key FOR UPDATE OF u)
+			UPDATE `+b.s+`.unique_keys u SET job_queue = l.queue, job_id = l.i, hold_us = l.h, until = NULL
+			FROM l WHERE u.queue = l.queue AND u.key = l.key
+			RETURNING u.queue, u.key`, ended); err != nil {
+			return nil, nil, err
 		}
 	}
+	held := rest()
+	if len(held) == 0 {
+		return taken, holder, nil
+	}
+	hq, hk := make([]string, len(held)), make([]string, len(held))
+	for i, k := range held {
+		hq[i], hk[i] = k.queue, k.key
+	}
+	rows, err := tx.Query(ctx, `SELECT u.queue, u.key, u.job_id FROM `+b.s+`.unique_keys u
+		JOIN unnest($1::text[], $2::text[]) AS t(q, k) ON u.queue = t.q AND u.key = t.k
+		WHERE u.until IS NULL OR u.until > clock_timestamp()`, hq, hk)
+	if err != nil {
+		return nil, nil, err
+	}
+	for rows.Next() {
+		var k qkey
+		var id string
+		if err := rows.Scan(&k.queue, &k.key, &id); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		holder[k] = id
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	for _, k := range held {
+		if _, ok := holder[k]; !ok {
+			return nil, nil, errKeyMoved
+		}
+	}
+	return taken, holder, nil
 }
 
 // putIDs upserts the jobs of cols (their rows' columns, then which take a unique key)
@@ -255,4 +294,23 @@ func (b *Backend) putIDs(ctx context.Context, tx pgx.Tx, cols []any) (map[qid]bo
 		put[id] = true
 	}
 	return put, rows.Err()
+}
+
+// pruneKeys deletes the unique keys whose hold has ended, a batch at a time, and
+// reports how many it deleted; a key being taken again meanwhile is skipped (SKIP
+// LOCKED), and the retake keeps it.
+func (b *Backend) pruneKeys(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		n, err := b.pruneStep(ctx, `DELETE FROM `+b.s+`.unique_keys WHERE (queue, key) IN (
+			SELECT queue, key FROM `+b.s+`.unique_keys WHERE until IS NOT NULL AND until <= now()
+			LIMIT `+strconv.Itoa(pruneBatch)+` FOR UPDATE SKIP LOCKED)`)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("pruning unique keys: %w", err)
+		}
+		if n < pruneBatch {
+			return total, nil
+		}
+	}
 }

@@ -54,7 +54,7 @@ the default payload limit: only a host knows a module's manifest).
 With --unique-key K the job is unique in its queue: while a job of the same key waits,
 runs or retries, or finished less than --unique-for ago, the enqueue queues nothing and
 prints the id of the job that holds the key, with a note on standard error (the API
-answers 200 with "duplicate": true). Exact on the memory and pebble backends; a host on
+answers 200 with "duplicate": true). Exact on the memory, pebble and PostgreSQL backends; a host on
 RabbitMQ refuses unique jobs (501), and so does --backend amqp://.
 
 With --key K the jobs share the concurrency key K: a queue whose module sets
