@@ -91,7 +91,7 @@ Try a module without any queue:
 	root.PersistentFlags().StringVar(&g.cacheDir, "cache-dir", os.Getenv("WASMJOBS_CACHE_DIR"),
 		"where compiled modules are cached across runs (default: the user cache dir; env WASMJOBS_CACHE_DIR)")
 	root.AddCommand(newRunCommand(g), newSchedulesCommand(), newGroupCommand(backend.GroupWorkflow), newGroupCommand(backend.GroupBatch), newEnqueueCommand(), newInvokeCommand(g), newModulesCommand(g),
-		newQueuesCommand(), newJobsCommand(), newDLQCommand(), newNewCommand(), newBuildCommand(), newBenchCommand(g), newBackupCommand(), newVersionCommand())
+		newQueuesCommand(), newJobsCommand(), newDLQCommand(), newNewCommand(), newBuildCommand(), newBenchCommand(g), newBackupCommand(), newMigrateCommand(), newVersionCommand())
 	return root
 }
 

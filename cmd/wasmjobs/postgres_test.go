@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/wasmjobs/wasmjobs/backend/postgres"
 	"github.com/wasmjobs/wasmjobs/internal/rigs/testbroker"
 )
 
@@ -336,4 +337,53 @@ func TestPostgresStoppedForTwentySeconds(t *testing.T) {
 		default:
 		}
 	}
+}
+
+// TestPostgresMigrateByHand: an operator reads the schema's version, takes it down and
+// up again with wasmjobs migrate, and a host started with --pg-migrate=false refuses
+// the older schema, naming both versions, and serves once it is up again.
+func TestPostgresMigrateByHand(t *testing.T) {
+	t.Parallel()
+	url := testbroker.PostgresURL(t)
+	schema := "wasmjobs_migrate_" + uniqueSuffix()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, url); err == nil {
+			conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+			conn.Close(ctx)
+		}
+	})
+	at := func(want string, args ...string) {
+		t.Helper()
+		r := wasmjobs(t, "", append(args, "--backend", url, "--pg-schema", schema)...)
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Fatalf("wasmjobs %s: %d %q %q, want %q", strings.Join(args, " "), r.code, r.stdout, r.stderr, want)
+		}
+	}
+	v := postgres.SchemaVersion
+	at(fmt.Sprintf("version 0; this binary: version %d (never migrated", v), "migrate", "status")
+	at(fmt.Sprintf("migrated from version 0 to %d", v), "migrate", "up")
+	at(fmt.Sprintf("at version %d already", v), "migrate", "up")
+	at(fmt.Sprintf("migrated from version %d to %d", v, v-1), "migrate", "down")
+	at("migrated from version "+fmt.Sprint(v-1)+" to 1", "migrate", "down", "--to", "1")
+	at(fmt.Sprintf("version 1; this binary: version %d (to apply: 2", v), "migrate", "status")
+	if r := wasmjobs(t, "", "migrate", "down", "--backend", url, "--pg-schema", schema); r.code == 0 || !strings.Contains(r.stderr, "versions 1 to") {
+		t.Fatalf("migrate down from version 1: %d %q, want it refused", r.code, r.stderr)
+	}
+	dir := t.TempDir()
+	installModule(t, dir, "abi/echo", "echo", "v1")
+	// Bounded: a host that took the schema anyway would serve until killed.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	run := exec.CommandContext(ctx, binary, "run", "--modules", dir, "--listen", "127.0.0.1:0", "--backend", url, "--pg-schema", schema, "--pg-migrate=false")
+	run.Env = append(os.Environ(), "WASMJOBS_CACHE_DIR="+t.TempDir(), "WASMJOBS_DATA_DIR="+t.TempDir(), "GORACE=atexit_sleep_ms=0")
+	out, err := run.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() <= 0 || !strings.Contains(string(out), "older than this binary") || !strings.Contains(string(out), "version 1") {
+		t.Fatalf("run --pg-migrate=false on a version 1 schema: %v %q, want it refused naming the versions", err, out)
+	}
+	at(fmt.Sprintf("migrated from version 1 to %d", v), "migrate", "up")
+	h := startHost(t, dir, "--backend", url, "--pg-schema", schema, "--pg-migrate=false")
+	id := h.enqueueJSON(`{"queue":"echo","payload":"up"}`)
+	waitForLong(t, "the job on the migrated schema", time.Minute, func() bool { return h.job(id).State == "succeeded" })
 }

@@ -51,6 +51,7 @@ type runFlags struct {
 	queueType    string
 	pgSchema     string
 	pgLease      time.Duration
+	pgMigrate    bool
 	tlsCert      string
 	tlsKey       string
 	insecureHTTP bool
@@ -74,7 +75,7 @@ var envDefaults = map[string]string{
 	"log-level": "WASMJOBS_LOG_LEVEL", "token": "WASMJOBS_TOKEN", "history": "WASMJOBS_HISTORY",
 	"server": "WASMJOBS_SERVER", "data-dir": "WASMJOBS_DATA_DIR", "records-max": "WASMJOBS_RECORDS_MAX",
 	"records-max-age": "WASMJOBS_RECORDS_MAX_AGE", "backup-dir": "WASMJOBS_BACKUP_DIR",
-	"queue-type": "WASMJOBS_QUEUE_TYPE", "pg-schema": "WASMJOBS_PG_SCHEMA", "pg-lease": "WASMJOBS_PG_LEASE",
+	"queue-type": "WASMJOBS_QUEUE_TYPE", "pg-schema": "WASMJOBS_PG_SCHEMA", "pg-lease": "WASMJOBS_PG_LEASE", "pg-migrate": "WASMJOBS_PG_MIGRATE",
 	"tls-cert": "WASMJOBS_TLS_CERT", "tls-key": "WASMJOBS_TLS_KEY", "http-ca": "WASMJOBS_HTTP_CA",
 	"module-stream": "WASMJOBS_MODULE_STREAM", "trust-key": "WASMJOBS_TRUST_KEY", "host-id": "WASMJOBS_HOST_ID",
 }
@@ -151,6 +152,7 @@ Every flag can also be set with its environment variable (WASMJOBS_MODULES, ...)
 	fl := cmd.Flags()
 	fl.StringVar(&f.modules, "modules", "", "the modules directory (required; env WASMJOBS_MODULES)")
 	fl.StringVar(&f.backend, "backend", "pebble", "pebble (durable, in --data-dir), memory (nothing survives a stop), RabbitMQ: amqp://user:pass@host:5672/vhost, or the comma-separated URLs of a cluster's nodes, or PostgreSQL: postgres://user:pass@host:5432/db (env WASMJOBS_BACKEND)")
+	fl.BoolVar(&f.pgMigrate, "pg-migrate", true, "on a PostgreSQL --backend: migrate the schema at start; with false, refuse a schema older than this binary's (for operators who run wasmjobs migrate by hand) (env WASMJOBS_PG_MIGRATE)")
 	fl.DurationVar(&f.pgLease, "pg-lease", postgres.DefaultLease, "on a PostgreSQL --backend: how long a job's claim lasts unless this host renews it (every sixth of it); a host dead or cut off longer loses its jobs to the others (env WASMJOBS_PG_LEASE)")
 	fl.StringVar(&f.pgSchema, "pg-schema", postgres.DefaultSchema, "on a PostgreSQL --backend: the schema of wasmjobs' tables, so that it can share a database (env WASMJOBS_PG_SCHEMA)")
 	fl.StringVar(&f.queueType, "queue-type", string(rabbitmq.Classic), "RabbitMQ queues: classic (priorities, one node) or quorum (replicated over a cluster, no priorities) (env WASMJOBS_QUEUE_TYPE)")
@@ -216,7 +218,7 @@ func checkBackendFlags(cmd *cobra.Command, spec, queueType string) error {
 			return usagef("--pg-schema: %v", err)
 		}
 	}
-	for _, name := range []string{"pg-schema", "pg-lease"} {
+	for _, name := range []string{"pg-schema", "pg-lease", "pg-migrate"} {
 		if cmd.Flags().Changed(name) && !postgres.IsURL(spec) {
 			return usagef("--%s is for a PostgreSQL --backend (postgres://...), not %q", name, redact(spec))
 		}
@@ -258,6 +260,7 @@ type backendSpec struct {
 	queueType rabbitmq.QueueType
 	pgSchema  string
 	pgLease   time.Duration
+	pgMigrate bool
 	hostID    string
 }
 
@@ -307,7 +310,7 @@ func openBackend(ctx context.Context, bs backendSpec, log *slog.Logger) (backend
 	case postgres.IsURL(bs.spec):
 		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		b, err := postgres.Open(ctx, postgres.Config{URL: bs.spec, Schema: bs.pgSchema, Lease: bs.pgLease, Host: bs.hostID, Records: bs.records, Logger: log})
+		b, err := postgres.Open(ctx, postgres.Config{URL: bs.spec, Schema: bs.pgSchema, Lease: bs.pgLease, Host: bs.hostID, Records: bs.records, NoMigrate: !bs.pgMigrate, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("--backend %s: %w", redact(bs.spec), err)
 		}
@@ -467,7 +470,7 @@ func (f *runFlags) serve(ctx context.Context, g *globals, stderr io.Writer, sigs
 	if open == nil {
 		open = openBackend
 	}
-	b, err := open(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig(), queueType: rabbitmq.QueueType(f.queueType), pgSchema: f.pgSchema, pgLease: f.pgLease, hostID: f.hostID}, log)
+	b, err := open(runCtx, backendSpec{spec: f.backend, dataDir: f.dataDir, records: f.recordConfig(), queueType: rabbitmq.QueueType(f.queueType), pgSchema: f.pgSchema, pgLease: f.pgLease, pgMigrate: f.pgMigrate, hostID: f.hostID}, log)
 	if err != nil {
 		if runCtx.Err() != nil { // a signal during the connection: nothing served yet
 			log.Info("wasmjobs stopped before it served")
