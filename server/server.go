@@ -377,10 +377,16 @@ func (s *Server) build() (err error) {
 	s.insp = s.newInspector()
 	s.met.CountQueues(s.queueDepths)
 	if sr, ok := s.b.(backend.StoreReporter); ok {
+		var failing atomic.Bool // logged once a run of failed reads, not at every scrape
 		s.met.ReadStore(func() (backend.StoreStats, bool) {
 			ctx, cancel := context.WithTimeout(s.runCtx, 2*time.Second)
 			defer cancel()
 			st, err := sr.StoreStats(ctx)
+			if err != nil && s.runCtx.Err() == nil && !failing.Swap(true) {
+				s.log.Warn("reading the store's sizes for /metrics failed; their series are left out until a read works", "error", err)
+			} else if err == nil {
+				failing.Store(false)
+			}
 			return st, err == nil
 		})
 	}

@@ -415,7 +415,9 @@ func manySource(p int, cond string, keys bool) string {
 // for that change. The records are locked before the insert runs (ins reads old), so
 // that a prune cannot delete one between the insert finding it and its revival (the
 // prune skips locked rows), in seq order, so that two publishes locking the same
-// records never deadlock. Two publishes inserting the same new ids in other orders
+// records never deadlock; a record another publish revives meanwhile stays locked by
+// this one (a row lock outlives the re-check it failed) until this statement's
+// transaction ends, a moment for a publish. Two publishes inserting the same new ids in other orders
 // can deadlock; the database then fails one, which did nothing, and its caller tries
 // again (retryable). The source's ids must be distinct. A statement built on it counts
 // the jobs put as (SELECT count(*) FROM ins) + (SELECT count(*) FROM rev).
@@ -478,22 +480,25 @@ func (b *Backend) publish(ctx context.Context, pubs []backend.Publication, defer
 	if err != nil {
 		return err
 	}
-	batch := &pgx.Batch{}
+	sql, args := b.insertJob(false), []any(nil)
 	if len(rows) == 1 {
-		batch.Queue(b.insertJob(false), rows[0].args()...)
+		args = rows[0].args()
 	} else {
 		cols, err := columns(rows)
 		if err != nil {
 			return err
 		}
-		batch.Queue(b.insertJobs(), cols...)
-	}
-	for q := range queues {
-		batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, q)
+		sql, args = b.insertJobs(), cols
 	}
 	// A batch outside a transaction runs in one implicit transaction: all or nothing. A
-	// deadlock with another publish of the same new ids did nothing: tried again, twice.
+	// deadlock with another publish of the same new ids did nothing: tried again, twice,
+	// each try a batch of its own (a batch remembers the connection it was prepared on).
 	for try := 1; ; try++ {
+		batch := &pgx.Batch{}
+		batch.Queue(sql, args...)
+		for q := range queues {
+			batch.Queue(`SELECT pg_notify($1, $2)`, b.channel, q)
+		}
 		err := b.pool.SendBatch(ctx, batch).Close()
 		if try < 3 && retryable(err) {
 			continue

@@ -925,7 +925,14 @@ func TestUniquePublishNeverBlocksTheHoldersSettle(t *testing.T) {
 		_, err := b.PublishUnique(ctx, []backend.UniquePublication{unique(backend.NewEnvelope(q.Name, nil), "k"), {Publication: backend.Publication{Envelope: y}}})
 		published <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the publish has read the key and waits on y
+	// Until the publish has read the key and waits on y.
+	for deadline := time.Now().Add(10 * time.Second); exec(t, url, `SELECT 1 FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, schema) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the publish never came to wait on y's lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	err = dh.Ack(actx)
 	cancel()
@@ -1065,8 +1072,15 @@ func TestMigrateDownAndUpKeepsTheQueuedJobs(t *testing.T) {
 	rig.Must(t, b.Publish(ctx, env, 0))
 	rig.Must(t, b.Close(ctx))
 
-	for _, step := range []struct{ to, from int }{{1, postgres.SchemaVersion}, {postgres.SchemaVersion, 1}} {
-		from, err := postgres.Migrate(ctx, url, schema, step.to)
+	for _, step := range []struct {
+		to, from int
+		down     bool
+	}{{1, postgres.SchemaVersion, true}, {postgres.SchemaVersion, 1, false}} {
+		// The other way first: a schema past to that way is left as it is.
+		if from, err := postgres.Migrate(ctx, url, schema, step.to, !step.down); err != nil || from != step.from {
+			t.Fatalf("Migrate to %d the other way: from %d, %v; want from %d, nothing done", step.to, from, err, step.from)
+		}
+		from, err := postgres.Migrate(ctx, url, schema, step.to, step.down)
 		if err != nil || from != step.from {
 			t.Fatalf("Migrate to %d: from %d, %v; want from %d", step.to, from, err, step.from)
 		}
@@ -1080,7 +1094,7 @@ func TestMigrateDownAndUpKeepsTheQueuedJobs(t *testing.T) {
 			}
 		}
 	}
-	if _, err := postgres.Migrate(ctx, url, schema, 0); err == nil {
+	if _, err := postgres.Migrate(ctx, url, schema, 0, true); err == nil {
 		t.Fatal("Migrate to version 0: no error, want one (drop the schema instead)")
 	}
 	b = open(t, postgres.Config{URL: url, Schema: schema, NoMigrate: true})

@@ -32,11 +32,12 @@ func (b *Backend) pruneLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		n, err := b.prune(ctx)
+		b.pruned.Add(uint64(n))
 		k, kerr := b.pruneKeys(ctx)
+		b.pruned.Add(uint64(k))
 		if err == nil {
 			err = kerr
 		}
-		b.pruned.Add(uint64(n + k))
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
 			b.log.Warn("postgres: pruning job records or unique keys failed; trying again every prune interval", slog.Any("error", err))

@@ -414,8 +414,10 @@ func (b *Backend) DeleteJob(ctx context.Context, id string) error {
 	if h.state == rowClaimed {
 		return fmt.Errorf("job %q of queue %q is running: it can be deleted once it settles: %w", id, h.queue, backend.ErrJobState)
 	}
-	// Only the row as it was looked up: one revived meanwhile (a publish, a replay) is
-	// a new job, not the one asked for; a job that waits may have come due meanwhile.
+	// Only the row as it was looked up: a finished row revived meanwhile (a publish, a
+	// replay: its state changed) is a new job, not the one asked for; a job that waits
+	// may have come due meanwhile. (A waiting job finished and revived again between the
+	// look-up and the delete cannot be told from the one asked for.)
 	// A dead job's dead letters go with its row, only if the row went.
 	match, args := `state IN (0, 2)`, []any{h.seq}
 	if h.state == rowFinished {

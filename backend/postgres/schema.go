@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wasmjobs/wasmjobs/backend"
@@ -162,7 +164,7 @@ var migrations = []string{
 // operator drops with the schema (DROP SCHEMA ... CASCADE). Going down from version 2
 // deletes the finished jobs' records, which version 1 cannot hold.
 var downs = []string{
-	`DROP INDEX {s}.jobs_id, {s}.jobs_finished, {s}.dead_id;
+	`DROP INDEX IF EXISTS {s}.jobs_id, {s}.jobs_finished, {s}.dead_id;
 	DELETE FROM {s}.jobs WHERE state = 3;
 	ALTER TABLE {s}.jobs
 		DROP COLUMN status, DROP COLUMN outcome, DROP COLUMN output, DROP COLUMN output_truncated,
@@ -212,7 +214,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, schema string, check bool)
 		}
 		return nil
 	}
-	_, err = migrateConn(ctx, conn.Conn(), schema, SchemaVersion, false)
+	_, err = migrateConn(ctx, conn.Conn(), schema, SchemaVersion, false, 0)
 	return err
 }
 
@@ -236,10 +238,14 @@ func versionOf(ctx context.Context, conn *pgx.Conn, schema string) (int, error) 
 	return have, nil
 }
 
-// migrateConn takes schema to version to, up or (only when down allows) down, one
-// migration a transaction, under the schema's advisory lock, and returns the version
-// it found.
-func migrateConn(ctx context.Context, conn *pgx.Conn, schema string, to int, down bool) (int, error) {
+// migrateConn takes schema to version to, up (or, with down, down), one migration a
+// transaction, under the schema's advisory lock, and returns the version it found; a
+// schema already past to in the other direction is left as it is. The direction is
+// checked under the lock, so that a host migrating meanwhile cannot turn an operator's
+// up into a down. A positive lockTimeout bounds each migration's wait for its tables'
+// locks (a host's open transaction, say), so that the statement fails rather than
+// queue every host's queries behind it.
+func migrateConn(ctx context.Context, conn *pgx.Conn, schema string, to int, down bool, lockTimeout time.Duration) (int, error) {
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtextextended($1, 0))`, migrationLock(schema)); err != nil {
 		return 0, fmt.Errorf("migrating schema %s: taking the migration lock: %w", schema, err)
 	}
@@ -264,11 +270,16 @@ func migrateConn(ctx context.Context, conn *pgx.Conn, schema string, to int, dow
 	if have > SchemaVersion {
 		return have, tooNew(schema, have)
 	}
-	if have > to && !down {
-		return have, nil // newer than asked, not older than this binary: nothing to do
+	if (have > to && !down) || (have < to && down) {
+		return have, nil // past to already, the other way: nothing to do
 	}
 	step := func(v int, sql, version string, args ...any) error {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if lockTimeout > 0 {
+				if _, err := tx.Exec(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = %d`, lockTimeout.Milliseconds())); err != nil {
+					return err
+				}
+			}
 			if _, err := tx.Exec(ctx, strings.ReplaceAll(sql, "{s}", q)); err != nil {
 				return err
 			}
@@ -300,31 +311,55 @@ func SchemaVersionOf(ctx context.Context, url, schema string) (int, error) {
 	if err := CheckSchema(schema); err != nil {
 		return 0, err
 	}
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := connect(ctx, url)
 	if err != nil {
-		return 0, &backend.TransportError{Op: "connect", Err: err}
+		return 0, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	return versionOf(ctx, conn, schema)
 }
 
-// Migrate takes schema (DefaultSchema when empty) in the database at url to version
-// to, up or down, one migration a transaction, under the lock Open's migrations take,
-// and returns the version it found. to must be between 1 and SchemaVersion: below
-// version 1 there is no schema (drop it with DROP SCHEMA ... CASCADE). Hosts running on
-// the schema while it goes down would misread it: stop them first.
-func Migrate(ctx context.Context, url, schema string, to int) (int, error) {
+// MigrateLockTimeout bounds each of Migrate's migrations' wait for its tables' locks.
+const MigrateLockTimeout = 5 * time.Second
+
+// Migrate takes schema (DefaultSchema when empty) in the database at url up to version
+// to, or with down down to it, one migration a transaction, under the lock Open's
+// migrations take, and returns the version it found; a schema past to the other way
+// (a host migrated it meanwhile) is left as it is. to must be between 1 and
+// SchemaVersion: below version 1 there is no schema (drop it with DROP SCHEMA ...
+// CASCADE). Each migration waits at most MigrateLockTimeout for its tables' locks. A
+// call whose ctx ends is cancelled on the server too. Hosts running on the schema
+// while it goes down would misread it: stop them first; going down from version 3
+// drops the unique keys, those of jobs still waiting too.
+func Migrate(ctx context.Context, url, schema string, to int, down bool) (int, error) {
 	schema = cmp.Or(schema, DefaultSchema)
 	if err := CheckSchema(schema); err != nil {
 		return 0, err
 	}
 	if to < 1 || to > SchemaVersion {
-		return 0, fmt.Errorf("postgres: migrating schema %s to version %d: this binary knows versions 1 to %d", schema, to, SchemaVersion)
+		return 0, fmt.Errorf("postgres: migrating schema %s to version %d: this binary knows versions 1 to %d, and there is nothing below 1 (drop the schema with DROP SCHEMA ... CASCADE)", schema, to, SchemaVersion)
 	}
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := connect(ctx, url)
 	if err != nil {
-		return 0, &backend.TransportError{Op: "connect", Err: err}
+		return 0, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	return migrateConn(ctx, conn, schema, to, true)
+	return migrateConn(ctx, conn, schema, to, down, MigrateLockTimeout)
+}
+
+// connect opens one connection to url whose calls, when their context ends, are
+// cancelled on the server too (a cancel request), as the pool's are.
+func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	cc, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: the database URL: %w", err)
+	}
+	cc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 100 * time.Millisecond}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, &backend.TransportError{Op: "connect", Err: err}
+	}
+	return conn, nil
 }

@@ -54,31 +54,10 @@ func (b *Backend) PublishUnique(ctx context.Context, pubs []backend.UniquePublic
 	if len(pubs) == 0 {
 		return nil, nil
 	}
-	// A key's first publication in pubs is the one that may take it; a repeat of an
-	// earlier publication's id takes none (one statement puts one job an id).
-	first := make(map[qkey]int)
-	seen := make(map[qid]bool)
-	var keys []qkey
-	for i, p := range pubs {
-		id := qid{p.Envelope.Queue, p.Envelope.ID}
-		repeat := seen[id]
-		seen[id] = true
-		if p.Key == "" || repeat {
-			continue
-		}
-		k := qkey{p.Envelope.Queue, p.Key}
-		if _, ok := first[k]; !ok {
-			first[k] = i
-			keys = append(keys, k)
-		}
-	}
-	// Taken in one order by every publisher, so that two publishes taking the same keys
-	// never wait for each other in a cycle.
-	slices.SortFunc(keys, func(a, c qkey) int { return cmp.Or(cmp.Compare(a.queue, c.queue), cmp.Compare(a.key, c.key)) })
 	var out []backend.UniqueResult
 	var err error
 	for try := 1; ; try++ {
-		out, err = b.publishUnique(ctx, pubs, rows, first, keys)
+		out, err = b.publishUnique(ctx, pubs, rows)
 		if try < uniqueTries && (errors.Is(err, errKeyMoved) || retryable(err)) {
 			continue
 		}
@@ -93,11 +72,66 @@ func (b *Backend) PublishUnique(ctx context.Context, pubs []backend.UniquePublic
 	return out, nil
 }
 
+// keyTakers returns, for each key of pubs, the publication that may take it (the
+// first of the key that is neither a repeat of an earlier publication's id, since one
+// statement puts one job an id, nor of an id its queue holds live, which is dropped),
+// and the keys, sorted: taken in one order by every publisher, so that two publishes
+// taking the same keys never wait for each other in a cycle.
+func keyTakers(pubs []backend.UniquePublication, live map[qid]bool) (map[qkey]int, []qkey) {
+	first := make(map[qkey]int)
+	seen := make(map[qid]bool)
+	var keys []qkey
+	for i, p := range pubs {
+		id := qid{p.Envelope.Queue, p.Envelope.ID}
+		repeat := seen[id] || live[id]
+		seen[id] = true
+		if p.Key == "" || repeat {
+			continue
+		}
+		k := qkey{p.Envelope.Queue, p.Key}
+		if _, ok := first[k]; !ok {
+			first[k] = i
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, c qkey) int { return cmp.Or(cmp.Compare(a.queue, c.queue), cmp.Compare(a.key, c.key)) })
+	return first, keys
+}
+
+// liveIDs returns those of pubs' jobs whose ids their queues hold live, as tx's
+// snapshot sees them, without a lock.
+func (b *Backend) liveIDs(ctx context.Context, tx pgx.Tx, pubs []backend.UniquePublication) (map[qid]bool, error) {
+	qs, ids := make([]string, len(pubs)), make([]string, len(pubs))
+	for i, p := range pubs {
+		qs[i], ids[i] = p.Envelope.Queue, p.Envelope.ID
+	}
+	rows, err := tx.Query(ctx, `SELECT t.q, t.i FROM unnest($1::text[], $2::text[]) AS t(q, i)
+		WHERE coalesce((SELECT x.state FROM `+b.s+`.jobs x WHERE x.queue = t.q AND x.id = t.i), 3) <> 3`, qs, ids)
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[qid]bool)
+	for rows.Next() {
+		var id qid
+		if err := rows.Scan(&id.queue, &id.id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		live[id] = true
+	}
+	return live, rows.Err()
+}
+
 // publishUnique is one try of PublishUnique, in one transaction.
-func (b *Backend) publishUnique(ctx context.Context, pubs []backend.UniquePublication, rows []jobRow, first map[qkey]int, keys []qkey) ([]backend.UniqueResult, error) {
+func (b *Backend) publishUnique(ctx context.Context, pubs []backend.UniquePublication, rows []jobRow) ([]backend.UniqueResult, error) {
 	out := make([]backend.UniqueResult, len(pubs))
 	var queues map[string]bool // of the jobs queued
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		live, err := b.liveIDs(ctx, tx, pubs)
+		if err != nil {
+			return err
+		}
+		first, keys := keyTakers(pubs, live)
 		taken, holder, err := b.takeKeys(ctx, tx, pubs, first, keys)
 		if err != nil {
 			return err
@@ -110,8 +144,8 @@ func (b *Backend) publishUnique(ctx context.Context, pubs []backend.UniquePublic
 		for i, p := range pubs {
 			id := qid{p.Envelope.Queue, p.Envelope.ID}
 			out[i].ID = p.Envelope.ID
-			if seen[id] {
-				out[i].Duplicate = true // a repeat of an earlier publication's id
+			if seen[id] || live[id] {
+				out[i].Duplicate = true // a repeat of an earlier publication's id, or of a job held
 				continue
 			}
 			seen[id] = true
@@ -179,9 +213,10 @@ func (b *Backend) publishUnique(ctx context.Context, pubs []backend.UniquePublic
 // takeKeys takes, in tx, those of keys that are free, for their first publication in
 // pubs, and reads who holds the others. A key no row holds is inserted (a concurrent
 // insert of it makes this one wait for that transaction, then find it held); a key
-// whose hold ended is taken by locking its row, which no settle ever locks (a settle
-// only ends holds that run). A key held is read without a lock: errKeyMoved if, by
-// the read, its row went or its hold ended (the caller tries again).
+// whose hold ended is taken, behind a lock of its name, by locking its row, which no
+// settle ever locks (a settle only ends holds that run). A key held is read without a
+// lock: errKeyMoved if, by the read, its row went or its hold ended (the caller tries
+// again).
 func (b *Backend) takeKeys(ctx context.Context, tx pgx.Tx, pubs []backend.UniquePublication, first map[qkey]int, keys []qkey) (map[qkey]bool, map[qkey]string, error) {
 	taken := make(map[qkey]bool, len(keys))
 	holder := make(map[qkey]string, len(keys))
@@ -229,8 +264,24 @@ func (b *Backend) takeKeys(ctx context.Context, tx pgx.Tx, pubs []backend.Unique
 	}
 	// The hold's end is compared with the clock, not the transaction's start: a hold
 	// that ended (the end is its finishing transaction's start) after this transaction
-	// began has ended.
-	if ended := rest(); len(ended) > 0 {
+	// began has ended. The keys whose hold ended are first locked by name (advisory
+	// locks, this transaction's, in the keys' order), so that of publishes taking one
+	// of them the others wait here, not on its row: a row lock waited for is kept even
+	// when the row no longer matches (the winner took the key), and the row's holder's
+	// settle would then wait for this publish. Behind the name's lock, a new snapshot
+	// sees the winner's take, and the row is no longer a candidate to lock.
+	ended, err := b.endedKeys(ctx, tx, rest())
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(ended) > 0 {
+		names := make([]string, len(ended))
+		for i, k := range ended {
+			names[i] = b.cfg.Schema + "\x1f" + k.queue + "\x1f" + k.key
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended(n, 1)) FROM unnest($1::text[]) AS t(n)`, names); err != nil {
+			return nil, nil, err
+		}
 		if err := collect(`WITH t AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS t(q, k, i, h)),
 			l AS (
 				SELECT u.queue, u.key, t.i, t.h FROM `+b.s+`.unique_keys u JOIN t ON u.queue = t.q AND u.key = t.k
@@ -313,4 +364,31 @@ func (b *Backend) pruneKeys(ctx context.Context) (int64, error) {
 			return total, nil
 		}
 	}
+}
+
+// endedKeys returns those of keys whose hold has ended, in keys' order, without a lock.
+func (b *Backend) endedKeys(ctx context.Context, tx pgx.Tx, keys []qkey) ([]qkey, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	qs, ks := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		qs[i], ks[i] = k.queue, k.key
+	}
+	rows, err := tx.Query(ctx, `SELECT t.q, t.k FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(q, k, o)
+		JOIN `+b.s+`.unique_keys u ON u.queue = t.q AND u.key = t.k
+		WHERE u.until IS NOT NULL AND u.until <= clock_timestamp() ORDER BY t.o`, qs, ks)
+	if err != nil {
+		return nil, err
+	}
+	var out []qkey
+	for rows.Next() {
+		var k qkey
+		if err := rows.Scan(&k.queue, &k.key); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
 }

@@ -180,6 +180,7 @@ job. Any job that does not ack fails the run.`,
 	fl.Float64Var(&cfg.Rate, "rate", 0, "publish at most this many jobs a second, for latency at a moderate load (default: as fast as they go)")
 	fl.IntVar(&cfg.PublishBatch, "publish-batch", 0, "publish the jobs in batches of this many from one publisher, through the backend's batch path (River's bench inserts 5,000 a batch); 0: one job a call from several publishers")
 	fl.BoolVar(&cfg.InsertFirst, "insert-first", false, "publish every job before the worker starts and time the work alone (River's bench -n shape)")
+	fl.IntVar(&cfg.Records.MaxCount, "records-max", 0, "finished job records the pebble or postgres backend keeps, as run's --records-max (default: the backend's, 100000; -1 keeps none)")
 	fl.StringVar(&cfg.DataDir, "data-dir", "", "the pebble backend's data directory (default: a temporary one, removed after the run)")
 	fl.StringVar(&cfg.Module, "module", "", "the module to run each job on")
 	fl.BoolVar(&native, "native", false, "run a native Go no-op handler instead of a module")

@@ -98,15 +98,18 @@ func (f *migrateFlags) run(cmd *cobra.Command, op string) error {
 	case op == "up" && to < have, op == "down" && to > have:
 		return usagef("migrate %s --to %d: the schema is at version %d", op, to, have)
 	}
+	if to < 1 && op == "down" {
+		return usagef("migrate down: schema %s is at version %d, and there is nothing below version 1 (drop the schema with DROP SCHEMA ... CASCADE to remove it)", f.schema, have)
+	}
 	if to < 1 || to > postgres.SchemaVersion {
 		return usagef("migrate %s to version %d: this binary knows versions 1 to %d (the schema is at %d)", op, to, postgres.SchemaVersion, have)
 	}
-	from, err := postgres.Migrate(ctx, f.backend, f.schema, to)
+	from, err := postgres.Migrate(ctx, f.backend, f.schema, to, op == "down")
 	if err != nil {
 		return fmt.Errorf("--backend %s: %w", redact(f.backend), err)
 	}
-	if from == to {
-		fmt.Fprintf(out, "schema %s: at version %d already\n", f.schema, to)
+	if from == to || (op == "up" && from > to) || (op == "down" && from < to) {
+		fmt.Fprintf(out, "schema %s: at version %d already: nothing to do\n", f.schema, from)
 		return nil
 	}
 	fmt.Fprintf(out, "schema %s: migrated from version %d to %d\n", f.schema, from, to)

@@ -93,4 +93,9 @@ func TestAMQPURLs(t *testing.T) {
 	if got := redact("amqp://u:secret@a:1/,amqp://u:secret@b:2/"); strings.Contains(got, "secret") || strings.Count(got, "amqp://") != 2 {
 		t.Errorf("redact of two URLs = %q", got)
 	}
+	for _, spec := range []string{"postgres://u:secret@h/db", "postgres://u@h/db?password=secret", "postgresql://u@h/db?sslmode=verify-full&sslpassword=secret"} {
+		if got := redact(spec); strings.Contains(got, "secret") || !strings.HasPrefix(got, "postgres") {
+			t.Errorf("redact(%q) = %q, want no password in it", spec, got)
+		}
+	}
 }

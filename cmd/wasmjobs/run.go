@@ -330,6 +330,14 @@ func redact(spec string) string {
 	}
 	if postgres.IsURL(spec) {
 		if u, err := url.Parse(spec); err == nil {
+			// libpq takes a password in the query too (password, sslpassword).
+			q := u.Query()
+			for _, k := range []string{"password", "sslpassword"} {
+				if q.Has(k) {
+					q.Set(k, "xxxxx")
+				}
+			}
+			u.RawQuery = q.Encode()
 			return u.Redacted()
 		}
 		return "postgres://(a URL that does not parse)"

@@ -198,7 +198,7 @@ func (in *Inspector) StoreFailed() bool { return in.health != nil && in.health.E
 // ErrUnavailable saying why there is none.
 func (in *Inspector) Checkpointer() (Checkpointer, error) {
 	if in.checkpoint == nil {
-		return nil, errorf(ErrUnavailable, "this backend keeps no data of its own to back up (only the pebble backend does; back RabbitMQ up with its own tools)")
+		return nil, errorf(ErrUnavailable, "this backend keeps no data of its own to back up (only the pebble backend does): back RabbitMQ, or PostgreSQL, up with its own tools (for PostgreSQL pg_dump --schema of the wasmjobs schema, or the database's base backups and WAL archive)")
 	}
 	return in.checkpoint, nil
 }

@@ -47,6 +47,9 @@ type Config struct {
 	Jobs, Concurrency, PayloadSize int
 	// Payload, when set, is every job's payload instead of PayloadSize letters.
 	Payload []byte
+	// Records configures the job records of the pebble and postgres backends: zero
+	// fields mean the backend's defaults (as a host's), a negative MaxCount keeps none.
+	Records backend.RecordConfig
 	// Isolation overrides the module's manifest.
 	Isolation host.Isolation
 	// CacheDir is the engine's compilation cache; empty means none.
@@ -199,7 +202,7 @@ func openBackend(ctx context.Context, cfg Config) (b backend.Backend, cleanup fu
 			}
 			dir, cleanup = tmp, func() { os.RemoveAll(tmp) }
 		}
-		pb, err := pebble.Open(ctx, pebble.Config{Dir: dir})
+		pb, err := pebble.Open(ctx, pebble.Config{Dir: dir, Records: cfg.Records})
 		if err != nil {
 			cleanup()
 			return nil, nil, err
@@ -207,7 +210,7 @@ func openBackend(ctx context.Context, cfg Config) (b backend.Backend, cleanup fu
 		return pb, cleanup, nil
 	}
 	if postgres.IsURL(cfg.Backend) {
-		return openPostgres(ctx, cfg.Backend)
+		return openPostgres(ctx, cfg.Backend, cfg.Records)
 	}
 	rb, err := rabbitmq.Open(ctx, rabbitmq.Config{URL: cfg.Backend})
 	return rb, func() {}, err
@@ -215,9 +218,9 @@ func openBackend(ctx context.Context, cfg Config) (b backend.Backend, cleanup fu
 
 // openPostgres opens the PostgreSQL backend at url in a schema of the run's own, which
 // cleanup drops: a run starts on empty tables and leaves nothing behind.
-func openPostgres(ctx context.Context, url string) (backend.Backend, func(), error) {
+func openPostgres(ctx context.Context, url string, records backend.RecordConfig) (backend.Backend, func(), error) {
 	schema := "wasmjobs_bench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	pb, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema})
+	pb, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema, Records: records})
 	if err != nil {
 		return nil, nil, err
 	}
