@@ -161,16 +161,7 @@ func TestPostgresTwoHostsOneKilled(t *testing.T) {
 // and after its job succeeded.
 func TestPostgresUniqueAcrossTwoHosts(t *testing.T) {
 	t.Parallel()
-	url := testbroker.PostgresURL(t)
-	schema := "wasmjobs_unique_" + uniqueSuffix()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if conn, err := pgx.Connect(ctx, url); err == nil {
-			conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
-			conn.Close(ctx)
-		}
-	})
+	url, schema := pgSchema(t, "unique")
 	hosts := make([]*hostProc, 2)
 	for i, id := range []string{"a", "b"} {
 		hosts[i] = startEchoHost(t, "--backend", url, "--pg-schema", schema, "--host-id", id, "--log-level", "info")
@@ -241,6 +232,23 @@ func TestPostgresUniqueAcrossTwoHosts(t *testing.T) {
 			}
 		}
 	}
+}
+
+// pgSchema returns the tests' database and a schema name of the test's own, prefix in
+// it, which is dropped when the test ends.
+func pgSchema(t *testing.T, prefix string) (url, schema string) {
+	t.Helper()
+	url = testbroker.PostgresURL(t)
+	schema = "wasmjobs_" + prefix + "_" + uniqueSuffix()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, url); err == nil {
+			conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
+			conn.Close(ctx)
+		}
+	})
+	return url, schema
 }
 
 // pgScriptPath is the path of scripts/postgres.sh.
@@ -371,16 +379,7 @@ func TestPostgresStoppedForTwentySeconds(t *testing.T) {
 // the older schema, naming both versions, and serves once it is up again.
 func TestPostgresMigrateByHand(t *testing.T) {
 	t.Parallel()
-	url := testbroker.PostgresURL(t)
-	schema := "wasmjobs_migrate_" + uniqueSuffix()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if conn, err := pgx.Connect(ctx, url); err == nil {
-			conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE`)
-			conn.Close(ctx)
-		}
-	})
+	url, schema := pgSchema(t, "migrate")
 	at := func(want string, args ...string) {
 		t.Helper()
 		r := wasmjobs(t, "", append(args, "--backend", url, "--pg-schema", schema)...)
