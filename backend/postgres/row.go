@@ -58,17 +58,26 @@ func (b *Backend) jobRows(ctx context.Context, pubs []backend.Publication, defer
 	queues := make(map[string]bool)
 	rows := make([]jobRow, 0, len(pubs))
 	for _, p := range pubs {
-		if err := backend.CheckDelay(p.Delay, backend.MaxDelay); err != nil {
-			return nil, nil, err
-		}
-		levels, err := b.queueLevels(ctx, p.Envelope.Queue)
+		r, err := b.jobRow(ctx, p, deferred)
 		if err != nil {
 			return nil, nil, err
 		}
-		rows = append(rows, newJobRow(p.Envelope, levels, p.Delay, deferred))
+		rows = append(rows, r)
 		queues[p.Envelope.Queue] = true
 	}
 	return distinct(rows), queues, nil
+}
+
+// jobRow checks p's delay and queue and returns its row.
+func (b *Backend) jobRow(ctx context.Context, p backend.Publication, deferred bool) (jobRow, error) {
+	if err := backend.CheckDelay(p.Delay, backend.MaxDelay); err != nil {
+		return jobRow{}, err
+	}
+	levels, err := b.queueLevels(ctx, p.Envelope.Queue)
+	if err != nil {
+		return jobRow{}, err
+	}
+	return newJobRow(p.Envelope, levels, p.Delay, deferred), nil
 }
 
 // distinct returns rows without the repeats of an earlier row's queue and id, which

@@ -38,18 +38,14 @@ type (
 // held is only read, never locked: its job's settle, which ends the hold, must never
 // wait for a publish.
 func (b *Backend) PublishUnique(ctx context.Context, pubs []backend.UniquePublication) ([]backend.UniqueResult, error) {
-	plain := make([]backend.Publication, len(pubs))
-	for i, p := range pubs {
-		plain[i] = p.Publication
-	}
 	// The checks of PublishBatch, before anything is written; rows[i] is pubs[i]'s.
 	rows := make([]jobRow, len(pubs))
-	for i, p := range plain {
-		one, _, err := b.jobRows(ctx, []backend.Publication{p}, false)
+	for i, p := range pubs {
+		r, err := b.jobRow(ctx, p.Publication, false)
 		if err != nil {
 			return nil, err
 		}
-		rows[i] = one[0]
+		rows[i] = r
 	}
 	if len(pubs) == 0 {
 		return nil, nil

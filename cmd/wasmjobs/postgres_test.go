@@ -74,6 +74,19 @@ func (w *witness) inFlight() int {
 	return n
 }
 
+// twice counts the jobs whose call completed more than once.
+func (w *witness) twice() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, c := range w.calls {
+		if c > 1 {
+			n++
+		}
+	}
+	return n
+}
+
 // done counts the jobs whose call completed at least once.
 func (w *witness) done() int {
 	w.mu.Lock()
@@ -141,14 +154,9 @@ func TestPostgresTwoHostsOneKilled(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.dead`).Scan(&dead); err != nil {
 		t.Fatal(err)
 	}
+	twice := w.twice()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	twice := 0
-	for _, c := range w.calls {
-		if c > 1 {
-			twice++
-		}
-	}
 	t.Logf("killed a with %d claims held after %d of %d jobs; rescued %v after the kill; %d jobs called twice (at most the claims held)", held, jobs/3, jobs, rescued.Round(time.Millisecond), twice)
 	if dead != 0 || w.overlaps != 0 || twice > held {
 		t.Fatalf("%d dead letters, %d moments a job ran on two live hosts at once, %d jobs called twice (the dead host held %d); want none, none, at most those held", dead, w.overlaps, twice, held)
@@ -353,14 +361,9 @@ func TestPostgresStoppedForTwentySeconds(t *testing.T) {
 		t.Fatalf("%d jobs recorded succeeded, want %d", n, jobs)
 	}
 	dead := count(`dead`)
+	twice := w.twice()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	twice := 0
-	for _, c := range w.calls {
-		if c > 1 {
-			twice++
-		}
-	}
 	t.Logf("%d jobs through a 20 s stop of the database: %d called twice", jobs, twice)
 	if dead != 0 || w.overlaps != 0 {
 		t.Fatalf("%d dead letters, %d moments a job ran on two live hosts at once; want none and none", dead, w.overlaps)
